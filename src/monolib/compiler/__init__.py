@@ -1,0 +1,1 @@
+"""The compiler: ONNX frontend -> graph IR -> passes -> C codegen -> module tree."""

@@ -1,0 +1,173 @@
+"""The graph IR: typed tensors with static shapes, nodes, graphs.
+
+Everything after the ONNX frontend works on these three classes:
+
+* :class:`Value` -- a tensor: name, static ``shape`` (tuple of ints, ``()`` for a
+  scalar), NumPy ``dtype``, and ``const`` (the data, when known at compile time).
+* :class:`Node` -- one operator application: ONNX ``op_type`` and ``domain``, the
+  ``opset`` version in force for that domain, ``inputs`` (``None`` for an omitted
+  optional input), ``outputs``, and ``attrs`` with every schema default filled in.
+* :class:`Graph` -- ``inputs``, ``outputs`` and ``nodes`` in topological order.
+
+Attribute values are plain Python: ``int``, ``float``, ``str`` (ONNX bytes decoded as
+UTF-8), lists of those, ``np.ndarray`` for TENSOR attributes and :class:`Graph` for
+GRAPH attributes (``If`` branches).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+__all__ = ["Value", "Node", "Graph"]
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Value:
+    """A tensor of the graph.
+
+    Parameters
+    ----------
+    name : str
+        Unique name within the graph (the ONNX value name where there is one).
+    shape : tuple of int
+        Static shape; ``()`` is a scalar. Every dim is a concrete int >= 0.
+    dtype : numpy.dtype
+        Element type (``float32``, ``int64``, ``bool``...).
+    const : numpy.ndarray or None
+        The data when it is known at compile time (initializers, ``Constant`` nodes,
+        folded subgraphs). ``const.shape == shape`` and ``const.dtype == dtype``.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    const: np.ndarray | None = None
+    uid: int = field(default_factory=lambda: next(_ids))
+
+    def __post_init__(self) -> None:
+        self.shape = tuple(int(d) for d in self.shape)
+        self.dtype = np.dtype(self.dtype)
+
+    @property
+    def is_const(self) -> bool:
+        """True when the data is known at compile time."""
+        return self.const is not None
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the data in bytes."""
+        return self.size * self.dtype.itemsize
+
+    @classmethod
+    def constant(cls, name: str, array: np.ndarray) -> "Value":
+        """A constant value holding ``array`` (kept as given, made C-contiguous)."""
+        array = np.ascontiguousarray(array)
+        return cls(name, array.shape, array.dtype, array)
+
+    def __repr__(self) -> str:
+        kind = "const " if self.is_const else ""
+        return f"Value({self.name!r}, {kind}{self.dtype}{list(self.shape)})"
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator application.
+
+    Parameters
+    ----------
+    op_type : str
+        ONNX operator type (``"Conv"``) or a monolib-internal one.
+    name : str
+        Node name, unique in the graph (the ONNX node name, or a made-up one).
+    inputs : list of Value or None
+        Positional inputs; ``None`` marks an omitted optional input.
+    outputs : list of Value
+        Positional outputs.
+    attrs : dict
+        Attributes, with schema defaults filled in by the frontend.
+    domain : str
+        ONNX domain, ``""`` for the default ``ai.onnx``.
+    opset : int
+        The model's opset version for ``domain``.
+    """
+
+    op_type: str
+    name: str
+    inputs: list[Value | None]
+    outputs: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    domain: str = ""
+    opset: int = 17
+
+    def input(self, i: int) -> Value | None:
+        """Input ``i``, or ``None`` when it is omitted or past the end."""
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def __repr__(self) -> str:
+        ins = ", ".join(v.name if v is not None else "-" for v in self.inputs)
+        outs = ", ".join(v.name for v in self.outputs)
+        return f"Node({self.op_type} {self.name!r}: ({ins}) -> ({outs}))"
+
+
+@dataclass(eq=False)
+class Graph:
+    """A graph: inputs, outputs, nodes in topological order.
+
+    Values are shared objects: a node's input *is* the producing node's output
+    ``Value``. Rewiring a consumer means replacing the object in its ``inputs``.
+    """
+
+    name: str
+    inputs: list[Value]
+    outputs: list[Value]
+    nodes: list[Node]
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def producers(self) -> dict[int, Node]:
+        """Map ``Value.uid`` -> the node that produces it."""
+        return {v.uid: n for n in self.nodes for v in n.outputs}
+
+    def consumers(self) -> dict[int, list[Node]]:
+        """Map ``Value.uid`` -> the nodes that read it (each node once)."""
+        out: dict[int, list[Node]] = {}
+        for n in self.nodes:
+            seen: set[int] = set()
+            for v in n.inputs:
+                if v is not None and v.uid not in seen:
+                    seen.add(v.uid)
+                    out.setdefault(v.uid, []).append(n)
+        return out
+
+    def values(self) -> Iterator[Value]:
+        """Every distinct value: graph inputs, node inputs and outputs."""
+        seen: set[int] = set()
+        for v in itertools.chain(
+            self.inputs, (x for n in self.nodes for x in (*n.inputs, *n.outputs)), self.outputs
+        ):
+            if v is not None and v.uid not in seen:
+                seen.add(v.uid)
+                yield v
+
+    def replace_uses(self, old: Value, new: Value, nodes: Iterable[Node] | None = None) -> None:
+        """Make every reader of ``old`` (and the graph outputs) read ``new``."""
+        for n in self.nodes if nodes is None else nodes:
+            n.inputs = [new if v is old else v for v in n.inputs]
+        self.outputs = [new if v is old else v for v in self.outputs]
+
+    def op_counts(self) -> dict[str, int]:
+        """How many nodes of each op type."""
+        counts: dict[str, int] = {}
+        for n in self.nodes:
+            counts[n.op_type] = counts.get(n.op_type, 0) + 1
+        return counts

@@ -1,0 +1,248 @@
+"""Operator definitions: the base class, the registry, and the emitter contract.
+
+Every ONNX operator monolib supports is ONE class (one small file per op or small
+family under ``compiler/ops/``), registered with :func:`register`. A class implements
+one ONNX version range: the registry picks the newest class whose ``since_version`` is
+not above the model's opset (the ONNX reference evaluator's rule).
+
+What an op class provides
+-------------------------
+``infer(node)``
+    Output types from input types: ``[(shape, dtype), ...]``, one per output. May
+    read ``node.inputs[i].const`` (e.g. Reshape's target shape). Raise
+    :class:`~monolib.runtime.errors.ShapeError` on inconsistent input.
+``reference(node, inputs)``
+    The NumPy reference: ``inputs`` is a list of ``np.ndarray`` (``None`` for an
+    omitted optional input); returns a list of arrays, one per output. It is the
+    oracle for constant folding and for tests, so it follows the ONNX spec exactly.
+``emit(node, ctx)``
+    C statements (a string) that compute the node's outputs, given an
+    :class:`EmitContext`. Shapes are baked in as integer constants.
+``c_expr(node, args)``  (elementwise ops only, ``elementwise = True``)
+    A C expression of one output element from the C expressions ``args`` of the
+    corresponding input elements (``""`` for an omitted optional input). Used by
+    fused elementwise loops and by epilogues.
+``epilogue_groups(node)``
+    How the op's output 0 is viewed as ``[B, M, N]`` when it accepts a fused
+    epilogue: a list of three lists of output dims (each list consecutive, in order,
+    possibly empty), e.g. Conv NCHW -> ``[[0], [1], [2, 3]]``. ``None`` (default):
+    the op takes no epilogue.
+
+Attribute defaults are filled in by the frontend from ``onnx.defs.get_schema``; an op
+reads ``node.attrs[...]`` directly and never types a default twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar, Protocol, Sequence
+
+import numpy as np
+
+from ...runtime.errors import UnsupportedOpError
+from ..ir import Node, Value
+
+__all__ = [
+    "OpDef",
+    "EmitContext",
+    "register",
+    "lookup",
+    "registered_ops",
+    "ctype",
+    "c_literal",
+    "Shape",
+    "OutType",
+    "op_of",
+]
+
+Shape = tuple[int, ...]
+OutType = tuple[Shape, np.dtype]
+
+# (domain, op_type) -> classes sorted by since_version
+_REGISTRY: dict[tuple[str, str], list[type["OpDef"]]] = {}
+
+_CTYPES = {
+    np.dtype("float32"): "float",
+    np.dtype("float64"): "double",
+    np.dtype("int64"): "int64_t",
+    np.dtype("int32"): "int32_t",
+    np.dtype("int16"): "int16_t",
+    np.dtype("int8"): "int8_t",
+    np.dtype("uint64"): "uint64_t",
+    np.dtype("uint32"): "uint32_t",
+    np.dtype("uint16"): "uint16_t",
+    np.dtype("uint8"): "uint8_t",
+    np.dtype("bool"): "uint8_t",
+}
+
+
+def ctype(dtype: Any) -> str:
+    """The C element type of a NumPy dtype (``float32`` -> ``"float"``).
+
+    Raises
+    ------
+    UnsupportedOpError
+        For a dtype the C backend has no type for.
+    """
+    try:
+        return _CTYPES[np.dtype(dtype)]
+    except KeyError:
+        raise UnsupportedOpError(f"dtype {np.dtype(dtype)} has no C type in monolib") from None
+
+
+def c_literal(value: Any, dtype: Any) -> str:
+    """A C literal of ``value`` as ``dtype`` (exact for float32: printed with 9
+    significant digits; ``INFINITY``/``NAN`` for non-finite values)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        v = float(value)
+        if np.isnan(v):
+            return "NAN"
+        if np.isinf(v):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
+        if dt == np.float32:
+            return f"{np.float32(v).item():.9g}f".replace("inff", "INFINITY")
+        return repr(v)
+    if dt.kind == "b":
+        return "1" if value else "0"
+    if dt == np.int64:
+        return f"INT64_C({int(value)})"
+    return str(int(value))
+
+
+class EmitContext(Protocol):
+    """What the C code generator gives an op's ``emit``.
+
+    Inside the emitted statements two variables are in scope: ``params``
+    (``const uint8_t*``, the params blob: weights, 64-byte aligned) and ``arena``
+    (``uint8_t*``, the planned workspace holding every activation, the graph inputs
+    and outputs).
+    """
+
+    def ptr(self, value: Value) -> str:
+        """C expression of a typed pointer to ``value``'s data, e.g.
+        ``((float*)(arena + 4096))`` or, for a constant, ``((const float*)(params + 128))``
+        (the constant is added to the params blob on first use). For a node's output
+        0 that has a fused epilogue, this is the buffer of the epilogue's final value."""
+
+    def param(self, array: np.ndarray, hint: str) -> str:
+        """Add a compile-time array (e.g. weights packed in a kernel's layout) to the
+        params blob, 64-byte aligned; return a typed ``const`` pointer expression."""
+
+    def scratch(self, nbytes: int) -> str:
+        """A temporary buffer of ``nbytes`` in the arena, 64-byte aligned, valid only
+        while this node runs: ``((uint8_t*)(arena + OFF))``."""
+
+    def helper(self, code: str) -> None:
+        """Add a top-level C definition (a static function...) once; identical texts
+        are emitted once."""
+
+    def include(self, header: str) -> None:
+        """Paste the kernel library header ``codegen/kernels/<header>`` (e.g.
+        ``"gemm.h"``) into the generated source, once."""
+
+    def unique(self, prefix: str) -> str:
+        """A fresh C identifier starting with ``prefix``."""
+
+    def tile_epilogue(self, groups: Sequence[Sequence[int]]) -> str:
+        """Name of a generated C function
+        ``void f(void* out, int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1)``
+        that applies the fused epilogue in place to rows ``m0..m1`` and columns
+        ``n0..n1`` of batch ``b`` of output 0 viewed as ``[B, M, N]`` (``groups`` as in
+        :meth:`OpDef.epilogue_groups`); ``"0"`` (a null pointer) when the node has no
+        epilogue. A kernel calls it on each finished tile, or once on the whole output."""
+
+    def output_expr(self, acc: str, index: Sequence[str]) -> str:
+        """C expression of the final (epilogue-applied) value of output 0's element
+        whose value before the epilogue is ``acc`` and whose index in each output dim
+        is ``index`` (C expressions). Identity when there is no epilogue."""
+
+
+class OpDef:
+    """Base class of an operator implementation (one ONNX version range).
+
+    Subclasses set ``op_type`` and ``since_version`` and implement ``infer``,
+    ``reference`` and ``emit`` (and ``c_expr`` when ``elementwise``).
+    """
+
+    op_type: ClassVar[str] = ""
+    domain: ClassVar[str] = ""
+    since_version: ClassVar[int] = 1
+    #: output 0 is computed element by element from inputs broadcast to its shape;
+    #: ``c_expr`` is implemented and the op can be fused.
+    elementwise: ClassVar[bool] = False
+    #: output 0 shares input 0's storage (Reshape, Squeeze, ...): ``emit`` returns "".
+    alias: ClassVar[bool] = False
+    #: ``reference`` may be used to fold the node when all its inputs are constant.
+    foldable: ClassVar[bool] = True
+
+    def infer(self, node: Node) -> list[OutType]:
+        raise NotImplementedError(f"{self.op_type}: infer")
+
+    def reference(self, node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        raise NotImplementedError(f"{self.op_type}: reference")
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        raise NotImplementedError(f"{self.op_type}: emit")
+
+    def c_expr(self, node: Node, args: Sequence[str]) -> str:
+        raise NotImplementedError(f"{self.op_type}: c_expr")
+
+    def epilogue_groups(self, node: Node) -> list[list[int]] | None:
+        return None
+
+
+def register(cls: type[OpDef]) -> type[OpDef]:
+    """Class decorator: register an op implementation under (domain, op_type)."""
+    if not cls.op_type:
+        raise TypeError(f"{cls.__name__} has no op_type")
+    versions = _REGISTRY.setdefault((cls.domain, cls.op_type), [])
+    if any(c.since_version == cls.since_version for c in versions):
+        raise TypeError(f"{cls.op_type} version {cls.since_version} registered twice")
+    versions.append(cls)
+    versions.sort(key=lambda c: c.since_version)
+    return cls
+
+
+_INSTANCES: dict[type[OpDef], OpDef] = {}
+
+
+def lookup(op_type: str, opset: int, domain: str = "", node_name: str = "") -> OpDef:
+    """The implementation of ``op_type`` for a model whose ``domain`` opset is
+    ``opset``: the newest registered class with ``since_version <= opset``.
+
+    Raises
+    ------
+    UnsupportedOpError
+        When the op is not implemented, or only for newer versions; the message lists
+        the versions monolib has.
+    """
+    versions = _REGISTRY.get((domain, op_type))
+    where = f" (node {node_name!r})" if node_name else ""
+    qual = f"{domain}::{op_type}" if domain else op_type
+    if not versions:
+        raise UnsupportedOpError(f"operator {qual}{where} is not supported by monolib")
+    chosen = [c for c in versions if c.since_version <= opset]
+    if not chosen:
+        have = ", ".join(str(c.since_version) for c in versions)
+        raise UnsupportedOpError(
+            f"operator {qual}{where} at opset {opset} is not supported; "
+            f"monolib implements versions {have}"
+        )
+    cls = chosen[-1]
+    inst = _INSTANCES.get(cls)
+    if inst is None:
+        inst = _INSTANCES[cls] = cls()
+    return inst
+
+
+def registered_ops() -> dict[tuple[str, str], list[int]]:
+    """Every registered (domain, op_type) with the versions implemented."""
+    return {k: [c.since_version for c in v] for k, v in sorted(_REGISTRY.items())}
+
+
+def op_of(node: Node) -> OpDef:
+    """The implementation for ``node`` (by its op_type, domain and opset)."""
+    return lookup(node.op_type, node.opset, node.domain, node.name)
+
+
+Reference = Callable[[Node, list], list]

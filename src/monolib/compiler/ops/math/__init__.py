@@ -1,0 +1,1 @@
+"""math operators (each file registers its ops)."""

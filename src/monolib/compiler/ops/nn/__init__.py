@@ -1,0 +1,1 @@
+"""nn operators (each file registers its ops)."""

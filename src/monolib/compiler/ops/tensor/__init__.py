@@ -1,0 +1,1 @@
+"""tensor operators (each file registers its ops)."""

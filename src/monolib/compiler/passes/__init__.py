@@ -1,0 +1,1 @@
+"""monolib.compiler.passes"""

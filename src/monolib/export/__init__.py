@@ -1,0 +1,1 @@
+"""Export: toolchains, targets, embedding the container, export_library steps."""

@@ -1,0 +1,64 @@
+"""The one error hierarchy of monolib.
+
+Every error monolib raises on bad input is a subclass of :class:`MonolibError`, so a
+caller can catch them all with one ``except``. Messages name what is wrong and where
+(a path, an input name, a node name, an offset in a file).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MonolibError",
+    "ContainerError",
+    "LibraryLoadError",
+    "UnknownTypeKeyError",
+    "ExportError",
+    "ToolchainError",
+    "InputError",
+    "CompileError",
+    "UnsupportedOpError",
+    "ShapeError",
+]
+
+
+class MonolibError(Exception):
+    """Base class of every error monolib raises on bad input or a failed step."""
+
+
+class ContainerError(MonolibError):
+    """A container (the blob embedded in an exported library) is corrupt, truncated,
+    of an unknown format version, or fails a SHA-256 check."""
+
+
+class LibraryLoadError(MonolibError):
+    """A library file is missing, truncated, foreign (not an ELF/PE/Mach-O shared
+    library made by monolib), or the dynamic loader refused it."""
+
+
+class UnknownTypeKeyError(LibraryLoadError):
+    """The import tree names a module type key that has no registered loader."""
+
+
+class ExportError(MonolibError):
+    """``export_library`` could not produce the library (invalid tree, failed link)."""
+
+
+class ToolchainError(ExportError):
+    """No usable C compiler or assembler was found, or it failed."""
+
+
+class InputError(MonolibError):
+    """A graph executor was given an unknown input name or index, or an array of the
+    wrong shape or dtype."""
+
+
+class CompileError(MonolibError):
+    """The compiler could not compile the model."""
+
+
+class UnsupportedOpError(CompileError):
+    """The model uses operators (or opset versions) monolib does not implement."""
+
+
+class ShapeError(CompileError):
+    """A shape is missing (a dynamic dim with no value given) or inconsistent."""

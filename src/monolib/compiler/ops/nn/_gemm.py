@@ -1,0 +1,81 @@
+"""Compile-time packing for ``kernels/gemm.h`` and the C text of one GEMM call.
+
+The layouts match ``gemm.h`` (see its header comment):
+
+* packed A, "full-K": panels of ``MR`` rows; panel ``p`` is a ``[K, MR]`` block, rows
+  past ``M`` zero. Conv/Gemm weights are packed this way at compile time.
+* packed B: panels of ``NR`` columns; panel ``q`` is a ``[K, NR]`` block, columns past
+  ``N`` zero.
+
+The constants here must equal the ``ML_*`` macros of ``gemm.h``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+__all__ = ["MR", "NR", "KC", "NC", "pack_a", "pack_b", "bbuf_floats", "gemm_call"]
+
+logger = logging.getLogger(__name__)
+
+MR = 6
+NR = 16
+KC = 256
+NC = 1024
+
+
+def pack_a(a: np.ndarray) -> np.ndarray:
+    """Pack a ``[M, K]`` float32 matrix into gemm.h's full-K A layout.
+
+    Returns a 1-D float32 array of ``ceil(M/MR) * MR * K`` elements.
+    """
+    m, k = a.shape
+    mp = -(-m // MR) * MR
+    padded = np.zeros((mp, k), np.float32)
+    padded[:m] = a
+    # [panel, r, k] -> [panel, k, r]
+    return np.ascontiguousarray(padded.reshape(mp // MR, MR, k).transpose(0, 2, 1)).ravel()
+
+
+def pack_b(b: np.ndarray) -> np.ndarray:
+    """Pack a ``[K, N]`` float32 matrix into gemm.h's full-K B layout (``ML_B_PACKED``).
+
+    Returns a 1-D float32 array of ``K * ceil(N/NR) * NR`` elements.
+    """
+    k, n = b.shape
+    np_ = -(-n // NR) * NR
+    padded = np.zeros((k, np_), np.float32)
+    padded[:, :n] = b
+    return np.ascontiguousarray(padded.reshape(k, np_ // NR, NR).transpose(1, 0, 2)).ravel()
+
+
+def bbuf_floats(k: int, n: int) -> int:
+    """Floats of the B block buffer ``ml_sgemm`` needs (mirrors ``ml_gemm_bbuf_floats``)."""
+    return min(k, KC) * min(-(-n // 32) * 32, NC)
+
+
+def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
+    """C block that fills an ``ml_gemm_args`` and calls ``ml_sgemm``.
+
+    Parameters
+    ----------
+    fields : dict
+        ``ml_gemm_args`` members (``M``, ``N``, ``K``, ``a``, ``c`` required) as C
+        expressions; omitted members keep ``ml_gemm_defaults``.
+    bsrc : dict
+        ``ml_bsrc`` members (``kind`` and ``p`` at least) as C expressions.
+    """
+    lines = [
+        "{",
+        f"  ml_gemm_args g = ml_gemm_defaults({fields['M']}, {fields['N']}, {fields['K']}, "
+        f"{fields['a']}, {fields['c']});",
+    ]
+    for key, val in fields.items():
+        if key not in ("M", "N", "K", "a", "c"):
+            lines.append(f"  g.{key} = {val};")
+    for key, val in bsrc.items():
+        lines.append(f"  g.b.{key} = {val};")
+    lines += ["  ml_sgemm(&g);", "}"]
+    return "\n".join(lines)

@@ -1,7 +1,53 @@
 """What a deployed model needs: modules, the container, library loading, the graph
-executor, devices. NumPy and ctypes only; never imports ``monolib.compiler``."""
+executor, devices. NumPy and ctypes only; never imports ``monolib.compiler``.
 
+The loaders of the built-in module types are registered here, in one place, so they
+exist as soon as ``monolib.runtime`` is imported. ``CSourceModule`` and
+``export_library`` live in ``monolib.export`` and are imported on first use.
+"""
+
+from .device import Device, cpu
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
+from .graph_executor import (
+    GraphExecutor,
+    GraphExecutorFactoryModule,
+    GraphModule,
+    load_factory,
+)
+from .library import load_module
+from .module import Module, register_loader
+from .ndarray import NDArray
+from .dso import DSOModule
 
-__all__ = list(_errors_all)
+__all__ = [
+    "Module",
+    "register_loader",
+    "load_module",
+    "GraphModule",
+    "GraphExecutor",
+    "GraphExecutorFactoryModule",
+    "DSOModule",
+    "CSourceModule",
+    "Device",
+    "cpu",
+    "NDArray",
+    *_errors_all,
+]
+
+# The one place built-in loaders are registered. "library" needs none: the DSO
+# module is the dlopen'd file itself (see library.load_module).
+register_loader("graph_executor_factory", load_factory, sections=True)
+
+
+def __getattr__(name: str):
+    # Export needs subprocess/tempfile machinery: import it only when asked for.
+    if name == "CSourceModule":
+        from ..export.csource import CSourceModule
+
+        return CSourceModule
+    if name == "export_library":
+        from ..export.library import export_library
+
+        return export_library
+    raise AttributeError(f"module 'monolib.runtime' has no attribute {name!r}")

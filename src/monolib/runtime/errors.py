@@ -18,6 +18,9 @@ __all__ = [
     "CompileError",
     "UnsupportedOpError",
     "ShapeError",
+    "FunctionNotFoundError",
+    "ExecutionError",
+    "TargetError",
 ]
 
 
@@ -62,3 +65,15 @@ class UnsupportedOpError(CompileError):
 
 class ShapeError(CompileError):
     """A shape is missing (a dynamic dim with no value given) or inconsistent."""
+
+
+class FunctionNotFoundError(MonolibError, AttributeError):
+    """A module (and, when asked, its imports) has no function of the requested name."""
+
+
+class ExecutionError(MonolibError):
+    """A compiled function reported failure (``monolib_run`` returned nonzero)."""
+
+
+class TargetError(MonolibError, ValueError):
+    """A target string (``"c -mtriple=..."``) could not be parsed or is not supported."""

@@ -1,0 +1,195 @@
+"""``export_library``: a module tree -> ONE shared library, atomically.
+
+Named steps, as in TVM's ``Module.export_library`` (RFC "Standardize GraphRuntime
+exports into a single DLL"):
+
+1. collect: walk the tree from the root, number the modules, find the one module
+   that compiles to the library (CSourceModule); two are an ExportError;
+2. pack container: every other module's ``save_sections()`` and the CSR import
+   tree into ``container.bin`` (see :mod:`monolib.runtime.container`);
+3. embed container: the ``.incbin`` assembler file (see :mod:`.embed`);
+4. compile and link: the C source + the assembler file -> a temporary file beside
+   the output, with ``fcompile`` or the system C compiler;
+5. check and finish: re-read the container from the new file (no dlopen), then
+   ``os.replace`` it onto the path.
+
+Intermediates live in a temporary directory; on any failure neither the output nor
+the temporary output is left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Any, Callable, Sequence
+
+from ..runtime.errors import ExportError
+from ..runtime.library import read_container
+from ..runtime.module import Module
+from ..runtime.container import write_container
+from .csource import CSourceModule
+from .embed import write_embed_asm
+from .targets import Target
+from .toolchain import link_shared
+
+__all__ = ["export_library", "collect_modules"]
+
+logger = logging.getLogger(__name__)
+
+# A library with no CSourceModule still needs one object file to link.
+_EMPTY_C = "/* monolib: this library holds only its embedded container */\n"
+
+
+def collect_modules(root: Module) -> tuple[list[Module], list[int], list[int]]:
+    """Number the modules of the tree under ``root`` (depth first, root = 0).
+
+    Returns
+    -------
+    (modules, row_ptr, child_indices)
+        Unique modules in index order and the CSR import tree.
+
+    Raises
+    ------
+    ExportError
+        More than one module compiles to the library (a shared library holds one).
+    """
+    modules: list[Module] = []
+    index: dict[int, int] = {}
+
+    def visit(mod: Module) -> int:
+        if id(mod) not in index:
+            index[id(mod)] = len(modules)
+            modules.append(mod)
+            for child in mod.imported_modules:
+                visit(child)
+        return index[id(mod)]
+
+    visit(root)
+    libs = [m for m in modules if m.exports_to_library]
+    if len(libs) > 1:
+        raise ExportError(
+            f"the module tree holds {len(libs)} modules that compile to the library "
+            f"({', '.join(repr(m) for m in libs)}); a shared library holds exactly one"
+        )
+    row_ptr, child = [0], []
+    for mod in modules:
+        child.extend(index[id(c)] for c in mod.imported_modules)
+        row_ptr.append(len(child))
+    return modules, row_ptr, child
+
+
+def _manifest_entries(modules: Sequence[Module]) -> list[tuple[str, Any]]:
+    entries = []
+    for mod in modules:
+        if mod.exports_to_library:
+            if not isinstance(mod, CSourceModule):
+                mod.save_to_bytes()  # a loaded DSOModule: raises a clear ExportError
+            entries.append(("library", {}))
+        else:
+            entries.append((mod.type_key, dict(mod.save_sections())))
+    return entries
+
+
+def _output_path(path: Any, target: Target) -> str:
+    path = os.fspath(path)
+    if not isinstance(path, str) or not path:
+        raise ExportError(f"export_library needs a file path, got {path!r}")
+    if not os.path.splitext(os.path.basename(path))[1]:
+        path += target.lib_suffix  # the target's OS picks the suffix
+    if os.path.isdir(path):
+        raise ExportError(f"{path}: is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ExportError(f"{path}: directory {parent} does not exist")
+    return path
+
+
+def _build(work: str, tmp_out: str, modules, tree, lib, target, fcompile, compress, step):
+    step("pack container")
+    blob = os.path.join(work, "container.bin")
+    with open(blob, "wb") as f:
+        write_container(f, _manifest_entries(modules), root=0, import_tree=tree,
+                        compress=compress)
+    step("embed container")
+    asm = write_embed_asm(work, blob, target)
+    src = os.path.join(work, "lib.c")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(lib.source if isinstance(lib, CSourceModule) else _EMPTY_C)
+    step("compile and link")
+    if fcompile is not None:
+        fcompile(tmp_out, [src, asm], target)
+    else:
+        link_shared([src, asm], tmp_out, target, cwd=work)
+    step("check library")
+    if not os.path.isfile(tmp_out) or os.path.getsize(tmp_out) == 0:
+        raise ExportError(f"the compiler produced no library at {tmp_out}")
+    if target.os == "linux":
+        read_container(tmp_out)  # the file must read back (no dlopen)
+
+
+def export_library(
+    mod: Module,
+    path: Any,
+    *,
+    fcompile: Callable[[str, list[str], Target], None] | None = None,
+    compress: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> str:
+    """Export the module tree under ``mod`` as ONE shared library at ``path``.
+
+    Parameters
+    ----------
+    mod : Module
+        Root of the tree (what ``load_module`` will return), e.g. the factory.
+    path : str or os.PathLike
+        Output file. Without a suffix, the target OS's is appended (``.so``,
+        ``.dylib``, ``.dll``); a given suffix is kept.
+    fcompile : callable, optional
+        ``fcompile(output, files, target)``: compile and link the C source and the
+        assembler file in ``files`` into ``output`` (default: the system C compiler).
+    compress : {None, "zlib"}
+        Codec of the container sections (None: raw, used in place at load).
+    progress : callable, optional
+        Called with each step's name (str) as it starts.
+
+    Returns
+    -------
+    str
+        The path written.
+
+    Raises
+    ------
+    ExportError
+        Two library modules in the tree, a module that cannot be serialized, a bad
+        path. Nothing is left at ``path`` (an older file there is kept untouched).
+    ToolchainError
+        No C compiler (the message says what to install), or it failed.
+    """
+    step = progress or (lambda name: None)
+    step("collect modules")
+    modules, row_ptr, child = collect_modules(mod)
+    lib = next((m for m in modules if m.exports_to_library), None)
+    target = lib.target if isinstance(lib, CSourceModule) else Target("c")
+    path = _output_path(path, target)
+    fd, tmp_out = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                   dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
+    try:
+        with tempfile.TemporaryDirectory(prefix="monolib-export-") as work:
+            _build(work, tmp_out, modules, (row_ptr, child), lib, target, fcompile,
+                   compress, step)
+        os.chmod(tmp_out, 0o755 & ~_umask())
+        os.replace(tmp_out, path)
+    except BaseException:
+        if os.path.exists(tmp_out):
+            os.unlink(tmp_out)
+        raise
+    logger.info("exported %s (%d modules)", path, len(modules))
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,151 @@
+"""Targets: TVM-style target strings, their compiler flags and their OS's file suffix.
+
+``Target("c")`` is the host (compiled with ``-O3 -march=native``);
+``Target("c -mcpu=native")``, ``Target("c -mcpu=skylake")`` pick a CPU;
+``Target("c -mtriple=aarch64-linux-gnu")`` cross-compiles (the OS of the triple picks
+the library suffix: ``.so``, ``.dylib``, ``.dll``). The string form follows TVM's
+target strings (``tvm.target.Target("c -mtriple=...")``).
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shlex
+import sys
+from typing import Any
+
+from ..runtime.errors import TargetError
+
+__all__ = ["Target", "OS_SUFFIX", "host_os"]
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("c",)
+OPTIONS = ("mcpu", "mtriple", "mattr")
+# target OS -> shared library suffix
+OS_SUFFIX = {"linux": ".so", "macos": ".dylib", "windows": ".dll"}
+# words of a triple -> OS (first match wins)
+_TRIPLE_OS = (
+    (("windows", "mingw", "w64", "msvc", "cygwin"), "windows"),
+    (("darwin", "macos", "apple", "ios"), "macos"),
+    (("linux", "android", "gnu", "musl"), "linux"),
+)
+_X86 = ("x86_64", "amd64", "i386", "i486", "i586", "i686", "x86")
+
+
+def host_os() -> str:
+    """The host OS name as a key of :data:`OS_SUFFIX`."""
+    if sys.platform.startswith("win"):
+        return "windows"
+    if sys.platform == "darwin":
+        return "macos"
+    return "linux"
+
+
+class Target:
+    """A compilation target parsed from a TVM-style string.
+
+    Parameters
+    ----------
+    spec : str or Target
+        ``"<kind> [-key=value ...]"``; kind ``c``; keys ``-mcpu``, ``-mtriple``,
+        ``-mattr`` (comma-separated features, e.g. ``+avx2``).
+
+    Raises
+    ------
+    TargetError
+        Empty string, unknown kind, unknown or malformed option.
+    """
+
+    def __init__(self, spec: Any = "c") -> None:
+        if isinstance(spec, Target):
+            spec = str(spec)
+        if not isinstance(spec, str) or not spec.strip():
+            raise TargetError(f"target must be a non-empty string like 'c', got {spec!r}")
+        try:
+            words = shlex.split(spec)
+        except ValueError as exc:
+            raise TargetError(f"target {spec!r}: {exc}") from None
+        self.kind = words[0]
+        if self.kind not in KINDS:
+            raise TargetError(f"target {spec!r}: unknown kind {self.kind!r} "
+                              f"(supported: {', '.join(KINDS)})")
+        self.options: dict[str, str] = {}
+        for word in words[1:]:
+            key, eq, value = word.lstrip("-").partition("=")
+            if not word.startswith("-") or not eq or key not in OPTIONS or not value:
+                raise TargetError(f"target {spec!r}: bad option {word!r} "
+                                  f"(known: {', '.join('-' + o + '=...' for o in OPTIONS)})")
+            self.options[key] = value
+
+    @property
+    def mcpu(self) -> str | None:
+        return self.options.get("mcpu")
+
+    @property
+    def mtriple(self) -> str | None:
+        return self.options.get("mtriple")
+
+    @property
+    def is_host(self) -> bool:
+        """True when no ``-mtriple`` is given (or it names the host OS and arch)."""
+        if self.mtriple is None:
+            return True
+        return self.arch == _normal_arch(platform.machine()) and self.os == host_os()
+
+    @property
+    def arch(self) -> str:
+        """CPU architecture (first word of the triple, or the host's)."""
+        if self.mtriple is None:
+            return _normal_arch(platform.machine())
+        return _normal_arch(self.mtriple.split("-")[0])
+
+    @property
+    def os(self) -> str:
+        """``"linux"``, ``"macos"`` or ``"windows"`` (from the triple, else the host)."""
+        if self.mtriple is None:
+            return host_os()
+        words = self.mtriple.lower().split("-")[1:]
+        for keys, name in _TRIPLE_OS:
+            if any(k in w for w in words for k in keys):
+                return name
+        raise TargetError(f"target {self}: cannot tell the OS of triple {self.mtriple!r}")
+
+    @property
+    def lib_suffix(self) -> str:
+        """The shared library suffix of the target OS (``.so``, ``.dylib``, ``.dll``)."""
+        return OS_SUFFIX[self.os]
+
+    def cflags(self) -> list[str]:
+        """Optimization and CPU flags for the C compiler (``-O3 -march=native`` on host)."""
+        flags = ["-O3"]
+        cpu = self.mcpu or ("native" if self.is_host else None)
+        if cpu:
+            # GCC/Clang spell "which CPU" -march on x86 and -mcpu on ARM/others.
+            flags.append(f"-march={cpu}" if self.arch in ("x86_64", "x86") else f"-mcpu={cpu}")
+        for feat in filter(None, self.options.get("mattr", "").split(",")):
+            flags.append(("-m" if feat[0] == "+" else "-mno-") + feat.lstrip("+-"))
+        return flags
+
+    def __str__(self) -> str:
+        opts = " ".join(f"-{k}={v}" for k, v in self.options.items())
+        return f"{self.kind} {opts}".strip()
+
+    def __repr__(self) -> str:
+        return f"Target({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Target) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+def _normal_arch(name: str) -> str:
+    name = name.lower()
+    if name in _X86:
+        return "x86_64" if name in ("x86_64", "amd64") else "x86"
+    if name in ("arm64", "aarch64"):
+        return "aarch64"
+    return name

@@ -1,0 +1,130 @@
+"""Find the C compiler for a target and run it (compile + link a shared library).
+
+Host: ``$CC`` if set, else the first of ``cc``, ``gcc``, ``clang`` on ``PATH``.
+Cross (``-mtriple``): ``$CC``, else ``<triple>-gcc``, else zig's C compiler
+(``python -m ziglang cc -target <triple>`` from PyPI ``ziglang``, or ``zig`` on PATH).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from typing import Sequence
+
+from ..runtime.errors import ToolchainError
+from .targets import Target
+
+__all__ = ["find_compiler", "link_shared", "run_tool"]
+
+logger = logging.getLogger(__name__)
+
+HOST_CANDIDATES = ("cc", "gcc", "clang")
+#: Seconds a compiler run may take before it is considered hung.
+TIMEOUT_S = 1800
+
+
+def _from_env() -> list[str] | None:
+    cc = os.environ.get("CC", "").strip()
+    if not cc:
+        return None
+    cmd = shlex.split(cc)
+    if shutil.which(cmd[0]) is None:
+        raise ToolchainError(f"CC={cc!r}: {cmd[0]!r} not found on PATH; fix CC or unset it "
+                             "(then cc/gcc/clang is used; install one: apt-get install gcc)")
+    return cmd
+
+
+def _zig(triple: str) -> list[str] | None:
+    if importlib.util.find_spec("ziglang") is not None:
+        return [sys.executable, "-m", "ziglang", "cc", "-target", triple]
+    if shutil.which("zig"):
+        return ["zig", "cc", "-target", triple]
+    return None
+
+
+def find_compiler(target: Target | str = "c") -> list[str]:
+    """The compiler command (argv prefix) for ``target``.
+
+    Raises
+    ------
+    ToolchainError
+        None found; the message says what to install (``apt-get install gcc``,
+        ``pip install ziglang`` for cross targets).
+    """
+    target = Target(target)
+    cmd = _from_env()
+    if cmd:
+        return cmd
+    if target.is_host:
+        for name in HOST_CANDIDATES:
+            if shutil.which(name):
+                return [name]
+        raise ToolchainError(
+            "no C compiler found (tried $CC, " + ", ".join(HOST_CANDIDATES) + "): "
+            "monolib compiles the generated C with the system compiler; install one "
+            "(Debian/Ubuntu: apt-get install gcc; macOS: xcode-select --install)"
+        )
+    triple = target.mtriple
+    if shutil.which(f"{triple}-gcc"):
+        return [f"{triple}-gcc"]
+    cmd = _zig(triple)
+    if cmd:
+        return cmd
+    raise ToolchainError(
+        f"no C cross compiler for {triple!r} (tried $CC, {triple}-gcc, zig): install "
+        f"one (pip install ziglang, or apt-get install gcc-{triple})"
+    )
+
+
+def run_tool(cmd: Sequence[str], cwd: str | None = None) -> None:
+    """Run a toolchain command; a failure is a ToolchainError with its stderr.
+
+    Raises
+    ------
+    ToolchainError
+        Non-zero exit, missing executable, or a run longer than ``TIMEOUT_S``.
+    """
+    logger.debug("run: %s", shlex.join(cmd))
+    try:
+        res = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True,
+                             timeout=TIMEOUT_S)
+    except FileNotFoundError:
+        raise ToolchainError(f"{cmd[0]!r} not found (install gcc: apt-get install gcc)") from None
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"{cmd[0]} ran over {TIMEOUT_S} s: {shlex.join(cmd)}") from None
+    if res.returncode != 0:
+        tail = (res.stderr or res.stdout).strip()[-4000:]
+        raise ToolchainError(f"{cmd[0]} failed (exit {res.returncode}): {shlex.join(cmd)}\n{tail}")
+
+
+def link_shared(
+    sources: Sequence[str],
+    output: str,
+    target: Target | str = "c",
+    *,
+    compiler: Sequence[str] | None = None,
+    options: Sequence[str] = (),
+    cwd: str | None = None,
+) -> None:
+    """Compile C / assembler ``sources`` and link them into the shared library ``output``.
+
+    Flags: the target's ``cflags()`` (``-O3 -march=native`` on the host), ``-fPIC
+    -shared``, ``-Wl,-z,noexecstack`` for ELF targets, ``-lm``, then ``options``.
+
+    Raises
+    ------
+    ToolchainError
+        No compiler, or the compiler failed (its stderr is in the message).
+    """
+    target = Target(target)
+    cmd = list(compiler or find_compiler(target))
+    cmd += target.cflags() + ["-fPIC", "-shared"]
+    if target.os == "linux":
+        cmd.append("-Wl,-z,noexecstack")
+    cmd += ["-o", output, *sources, "-lm", *options]
+    run_tool(cmd, cwd=cwd)

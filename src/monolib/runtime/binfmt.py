@@ -1,0 +1,174 @@
+"""Find the container inside a library file by reading it, never by loading it.
+
+Parses the ELF header, the program headers and the section headers with ``struct``
+(layout from the System V ABI / ELF specification, ``elf(5)``), checks that every
+range they name lies inside the file, and finds the section named ``.monolib``.
+``load_module`` runs this BEFORE ``dlopen`` so a truncated or foreign file is a
+:class:`LibraryLoadError`, not a crash in the dynamic loader; ``monolib inspect``
+uses it to read a library without running any of its code. A file that starts with
+the container magic is accepted as a bare container (offset 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+
+from .container import MAGIC
+from .errors import LibraryLoadError
+
+__all__ = ["SECTION_NAME", "ElfSection", "ElfInfo", "parse_elf", "find_container"]
+
+logger = logging.getLogger(__name__)
+
+SECTION_NAME = ".monolib"
+_ELF_MAGIC = b"\x7fELF"
+_ET_DYN = 3
+_SHT_NOBITS = 8
+_SHN_XINDEX = 0xFFFF
+MACHINES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv"}
+
+# per ELF class: (file header after e_ident, section header, program header,
+# index of p_offset and p_filesz in the program header tuple)
+_LAYOUT = {
+    1: ("HHIIIIIHHHHHH", "IIIIIIIIII", "IIIIIIII", 1, 4),
+    2: ("HHIQQQIHHHHHH", "IIQQQQIIQQ", "IIQQQQQQ", 2, 5),
+}
+
+
+@dataclass(frozen=True)
+class ElfSection:
+    """One section header: name, type, virtual address, file offset and size."""
+
+    name: str
+    type: int
+    addr: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    """What :func:`parse_elf` read: class (32/64), machine, sections."""
+
+    bits: int
+    machine: str
+    sections: list[ElfSection]
+
+    def section(self, name: str) -> ElfSection | None:
+        """The first section called ``name``, or None."""
+        return next((s for s in self.sections if s.name == name), None)
+
+
+def _fail(path: str, what: str) -> LibraryLoadError:
+    return LibraryLoadError(f"{path}: {what}")
+
+
+def _unpack(buf, fmt: str, offset: int, path: str, what: str) -> tuple:
+    st = struct.Struct(fmt)
+    if offset < 0 or offset + st.size > len(buf):
+        raise _fail(path, f"truncated ELF file: {what} at offset {offset} runs past the end "
+                          f"({len(buf)} bytes)")
+    return st.unpack_from(buf, offset)
+
+
+def _check_program_headers(buf, path, end, hdr, ph_fmt, i_off, i_size) -> None:
+    phoff, phentsize, phnum = hdr[4], hdr[8], hdr[9]
+    if phnum and phentsize != struct.calcsize(end + ph_fmt):
+        raise _fail(path, f"ELF program header size {phentsize} is invalid")
+    for i in range(phnum):
+        ph = _unpack(buf, end + ph_fmt, phoff + i * phentsize, path, f"program header {i}")
+        if ph[i_off] + ph[i_size] > len(buf):
+            raise _fail(path, f"truncated ELF file: segment {i} needs bytes up to "
+                              f"{ph[i_off] + ph[i_size]}, the file has {len(buf)}")
+
+
+def _read_sections(buf, path, end, hdr, sh_fmt) -> list[ElfSection]:
+    shoff, shentsize, shnum, shstrndx = hdr[5], hdr[10], hdr[11], hdr[12]
+    sh_struct = end + sh_fmt
+    if shoff == 0:
+        return []
+    if shentsize != struct.calcsize(sh_struct):
+        raise _fail(path, f"ELF section header size {shentsize} is invalid")
+    first = _unpack(buf, sh_struct, shoff, path, "section header 0")
+    if shnum == 0:  # extended numbering: the count lives in section 0's sh_size
+        shnum = first[5]
+    if shstrndx == _SHN_XINDEX:
+        shstrndx = first[6]
+    if shoff + shnum * shentsize > len(buf):
+        raise _fail(path, f"truncated ELF file: {shnum} section headers at {shoff} "
+                          f"run past the end ({len(buf)} bytes)")
+    raw = [_unpack(buf, sh_struct, shoff + i * shentsize, path, f"section {i}")
+           for i in range(shnum)]
+    for i, sh in enumerate(raw):
+        if sh[1] != _SHT_NOBITS and sh[4] + sh[5] > len(buf):
+            raise _fail(path, f"truncated ELF file: section {i} needs bytes up to "
+                              f"{sh[4] + sh[5]}, the file has {len(buf)}")
+    if not 0 <= shstrndx < shnum:
+        raise _fail(path, f"ELF section name table index {shstrndx} is out of range")
+    strtab = raw[shstrndx]
+    names = bytes(buf[strtab[4] : strtab[4] + strtab[5]])
+
+    def name_of(off: int) -> str:
+        stop = names.find(b"\0", off)
+        return names[off : stop if stop >= 0 else len(names)].decode("utf-8", "replace")
+
+    return [ElfSection(name_of(sh[0]), sh[1], sh[3], sh[4], sh[5]) for sh in raw]
+
+
+def parse_elf(buf, path: str = "<memory>") -> ElfInfo:
+    """Parse and check an ELF shared object held in ``buf`` (bytes, mmap, memoryview).
+
+    Raises
+    ------
+    LibraryLoadError
+        Not an ELF file, not a shared object, or a header/segment/section range lies
+        outside the file (truncated). The message names ``path``.
+    """
+    if len(buf) < 16 or bytes(buf[:4]) != _ELF_MAGIC:
+        head = bytes(buf[:16])
+        raise _fail(path, f"not an ELF shared library (starts with {head!r})")
+    bits_code, data_code = buf[4], buf[5]
+    if bits_code not in _LAYOUT or data_code not in (1, 2):
+        raise _fail(path, f"ELF header has invalid class {bits_code} or byte order {data_code}")
+    end = "<" if data_code == 1 else ">"
+    hdr_fmt, sh_fmt, ph_fmt, i_off, i_size = _LAYOUT[bits_code]
+    hdr = _unpack(buf, end + hdr_fmt, 16, path, "ELF header")
+    if hdr[0] != _ET_DYN:
+        raise _fail(path, f"ELF file of type {hdr[0]} is not a shared library (ET_DYN = 3)")
+    _check_program_headers(buf, path, end, hdr, ph_fmt, i_off, i_size)
+    sections = _read_sections(buf, path, end, hdr, sh_fmt)
+    machine = MACHINES.get(hdr[1], f"machine {hdr[1]}")
+    return ElfInfo(32 * bits_code, machine, sections)
+
+
+def find_container(buf, path: str = "<memory>") -> tuple[int, int, ElfInfo | None]:
+    """Locate the container in a library file's bytes.
+
+    Parameters
+    ----------
+    buf : buffer
+        The whole file (an mmap is fine: only headers and the section are touched).
+    path : str
+        Named in error messages.
+
+    Returns
+    -------
+    (offset, size, elf) : (int, int, ElfInfo or None)
+        File offset and size of the ``.monolib`` section (``elf`` None for a bare
+        container file, whose offset is 0 and size the file's size).
+
+    Raises
+    ------
+    LibraryLoadError
+        Not an ELF shared library, truncated, or no ``.monolib`` section.
+    """
+    if bytes(buf[: len(MAGIC)]) == MAGIC:
+        return 0, len(buf), None
+    elf = parse_elf(buf, path)
+    sec = elf.section(SECTION_NAME)
+    if sec is None or sec.type == _SHT_NOBITS:
+        raise _fail(path, f"ELF library has no {SECTION_NAME} section: not exported by "
+                          "monolib (or stripped of its container)")
+    return sec.offset, sec.size, elf

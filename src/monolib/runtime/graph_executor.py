@@ -1,0 +1,445 @@
+"""The graph executor: factory module, executor, and the user-facing GraphModule.
+
+Follows TVM's graph executor (``tvm.contrib.graph_executor``): the factory module
+(type key ``"graph_executor_factory"``) holds the graph JSON and the params blob and
+imports the library; ``factory["default"](dev)`` makes an executor; ``GraphModule``
+wraps it with ``set_input`` / ``run`` / ``get_output``. Unlike TVM's interpreter, a
+whole run is ONE native call, ``monolib_run(params, arena)``, into the generated C
+(see "The generated C library" in ``docs/ARCHITECTURE.md``).
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .device import Device, cpu
+from .errors import ContainerError, ExecutionError, FunctionNotFoundError, InputError
+from .module import Module
+from .ndarray import NDArray
+
+__all__ = [
+    "GraphExecutorFactoryModule",
+    "GraphExecutor",
+    "GraphModule",
+    "TensorInfo",
+    "create",
+    "load_factory",
+    "ALIGN",
+]
+
+logger = logging.getLogger(__name__)
+
+ALIGN = 64
+GRAPH_FORMAT = "monolib.graph"
+GRAPH_VERSIONS = (1,)
+
+
+def aligned_empty(nbytes: int, align: int = ALIGN, zero: bool = True) -> np.ndarray:
+    """A 1-D uint8 array of ``nbytes`` whose data pointer is ``align``-byte aligned."""
+    raw = (np.zeros if zero else np.empty)(nbytes + align, dtype=np.uint8)
+    skip = (-raw.ctypes.data) % align
+    return raw[skip : skip + nbytes]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A graph input, output or param: name, shape, dtype, byte offset, byte size."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int
+    nbytes: int
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.dtype}{list(self.shape)}"
+
+
+def _tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInfo:
+    try:
+        shape = tuple(int(d) for d in raw["shape"])
+        dtype = np.dtype(raw["dtype"])
+        info = TensorInfo(str(raw["name"]), shape, dtype, int(raw["offset"]),
+                          int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ContainerError(f"graph JSON: malformed {where} entry {raw!r} ({exc})") from None
+    if min(shape, default=0) < 0 or info.offset < 0 or info.offset + info.nbytes > limit:
+        raise ContainerError(
+            f"graph JSON: {where} {info.name!r} [{info.offset}, {info.offset + info.nbytes}) "
+            f"lies outside the {limit_name} ({limit} bytes)"
+        )
+    return info
+
+
+def check_graph_json(graph: Mapping, params_nbytes: int) -> None:
+    """Check the graph JSON's format, version and that every range fits.
+
+    Raises
+    ------
+    ContainerError
+        Wrong format or version, missing keys, or an input/output/param whose byte
+        range lies outside the arena or the params blob.
+    """
+    if not isinstance(graph, Mapping) or graph.get("format") != GRAPH_FORMAT:
+        raise ContainerError(f'graph JSON: "format" is not {GRAPH_FORMAT!r}')
+    if graph.get("version") not in GRAPH_VERSIONS:
+        raise ContainerError(f"graph JSON: version {graph.get('version')!r} is not readable "
+                             f"(reads {GRAPH_VERSIONS})")
+    for key in ("arena_bytes", "inputs", "outputs"):
+        if key not in graph:
+            raise ContainerError(f"graph JSON: missing {key!r}")
+    if int(graph.get("params_bytes", 0)) > params_nbytes:
+        raise ContainerError(f"graph JSON: params_bytes {graph['params_bytes']} exceeds the "
+                             f"params blob ({params_nbytes} bytes)")
+    arena = int(graph["arena_bytes"])
+    for kind in ("inputs", "outputs"):
+        for raw in graph[kind]:
+            _tensor_info(raw, kind[:-1], arena, "arena")
+    for raw in graph.get("params", []):
+        _tensor_info(raw, "param", params_nbytes, "params blob")
+
+
+class GraphExecutorFactoryModule(Module):
+    """Holds a compiled graph: its JSON, its params blob, and (as import) the library.
+
+    Parameters
+    ----------
+    graph_json : dict or str
+        The graph JSON (see "The graph JSON" in ``docs/ARCHITECTURE.md``).
+    params : np.ndarray of uint8, 1-D
+        The params blob, each tensor at a 64-byte aligned offset. Copied only if its
+        base is not 64-byte aligned; a loaded factory's params are a read-only view
+        of the mapped library.
+    lib : Module, optional
+        The module holding ``monolib_run`` (CSourceModule or DSOModule); imported.
+
+    Raises
+    ------
+    ContainerError
+        The graph JSON is malformed or names ranges outside the arena/params.
+    """
+
+    type_key = "graph_executor_factory"
+
+    def __init__(self, graph_json: Any, params: Any = None, lib: Module | None = None) -> None:
+        super().__init__()
+        if isinstance(graph_json, (str, bytes, bytearray, memoryview)):
+            graph_json = _parse_json(graph_json)
+        self.graph_json = dict(graph_json)
+        params = np.zeros(0, np.uint8) if params is None else np.asarray(params)
+        if params.dtype != np.uint8 or params.ndim != 1:
+            params = np.ascontiguousarray(params).reshape(-1).view(np.uint8)
+        if params.ctypes.data % ALIGN or not params.flags.c_contiguous:
+            aligned = aligned_empty(params.nbytes, zero=False)
+            aligned[:] = params
+            params = aligned
+        self.params = params
+        check_graph_json(self.graph_json, params.nbytes)
+        if lib is not None:
+            self.import_module(lib)
+
+    @property
+    def lib(self) -> Module:
+        """The imported module that holds the compiled code (the DSO or C source)."""
+        for mod in self._imports:
+            if mod.exports_to_library:
+                return mod
+        if self._imports:
+            return self._imports[0]
+        raise FunctionNotFoundError("graph executor factory imports no library module")
+
+    def _get_own_function(self, name: str) -> Callable | None:
+        table = {"default": self.default, "get_graph_json": self.get_graph_json,
+                 "get_params": self.get_params}
+        return table.get(name)
+
+    def default(self, device: Device | None = None) -> "GraphExecutor":
+        """A new executor on ``device`` (default ``cpu()``), with its own arena."""
+        return GraphExecutor(self, device or cpu())
+
+    def get_graph_json(self) -> dict:
+        """A copy of the graph JSON (dict)."""
+        return copy.deepcopy(self.graph_json)
+
+    def get_params(self) -> dict[str, np.ndarray]:
+        """``{name: read-only ndarray view}`` of every tensor in the params blob."""
+        out = {}
+        for raw in self.graph_json.get("params", []):
+            info = _tensor_info(raw, "param", self.params.nbytes, "params blob")
+            arr = self.params[info.offset : info.offset + info.nbytes].view(info.dtype)
+            arr = arr.reshape(info.shape)
+            arr.flags.writeable = False
+            out[info.name] = arr
+        return out
+
+    def save_sections(self) -> dict[str, Any]:
+        """``{"graph": UTF-8 JSON, "params": the blob}`` (the blob is not copied)."""
+        graph = json.dumps(self.graph_json, separators=(",", ":")).encode("utf-8")
+        return {"graph": graph, "params": self.params}
+
+    def __repr__(self) -> str:
+        name = self.graph_json.get("name", "")
+        return f"GraphExecutorFactoryModule({name!r}, params={self.params.nbytes} bytes)"
+
+
+def _parse_json(data: Any) -> dict:
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+        return json.loads(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ContainerError(f"graph JSON is not valid UTF-8 JSON: {exc}") from None
+
+
+def load_factory(sections: Mapping[str, Any]) -> GraphExecutorFactoryModule:
+    """Loader of ``"graph_executor_factory"`` (``register_loader(..., sections=True)``).
+
+    The params stay a read-only view of the section (the mapped library): no copy.
+    """
+    missing = {"graph", "params"} - set(sections)
+    if missing:
+        raise ContainerError(f"graph executor factory lacks sections {sorted(missing)}")
+    params = np.frombuffer(sections["params"], dtype=np.uint8)
+    params.flags.writeable = False
+    return GraphExecutorFactoryModule(_parse_json(sections["graph"]), params)
+
+
+class GraphExecutor:
+    """Runs a compiled graph: owns a 64-byte aligned arena, calls ``monolib_run``.
+
+    Parameters
+    ----------
+    factory : GraphExecutorFactoryModule
+    device : Device
+        Only the host CPU is supported by the C library.
+
+    Raises
+    ------
+    FunctionNotFoundError
+        The library exports no ``monolib_run``.
+    """
+
+    def __init__(self, factory: GraphExecutorFactoryModule, device: Device) -> None:
+        if device.device_type != "cpu":
+            raise InputError(f"the C library runs on cpu, not {device}")
+        self.factory, self.device = factory, device
+        graph = factory.graph_json
+        self.arena_bytes = int(graph["arena_bytes"])
+        self.arena = aligned_empty(self.arena_bytes)
+        self.inputs = [_tensor_info(r, "input", self.arena_bytes, "arena") for r in graph["inputs"]]
+        self.outputs = [_tensor_info(r, "output", self.arena_bytes, "arena")
+                        for r in graph["outputs"]]
+        self._in_views = [self._view(t) for t in self.inputs]
+        self._out_views = [self._view(t) for t in self.outputs]
+        self._run = self._c_function("monolib_run", [ctypes.c_void_p, ctypes.c_void_p])
+        self._args = (factory.params.ctypes.data, self.arena.ctypes.data)
+
+    def _view(self, info: TensorInfo) -> np.ndarray:
+        return self.arena[info.offset : info.offset + info.nbytes].view(info.dtype).reshape(
+            info.shape)
+
+    def _c_function(self, name: str, argtypes: list) -> Callable:
+        fn = self.factory.get_function(name, query_imports=True)
+        fn.restype, fn.argtypes = ctypes.c_int32, argtypes
+        return fn
+
+    def run(self) -> None:
+        """Run the whole graph once (one native call).
+
+        Raises
+        ------
+        ExecutionError
+            ``monolib_run`` returned nonzero.
+        """
+        ret = self._run(*self._args)
+        if ret != 0:
+            raise ExecutionError(f"monolib_run returned {ret} (graph "
+                                 f"{self.factory.graph_json.get('name', '')!r})")
+
+    def num_ops(self) -> int:
+        """Number of fused ops (``len(graph["nodes"])``)."""
+        return len(self.factory.graph_json.get("nodes", []))
+
+    def run_op(self, i: int) -> None:
+        """Run fused op ``i`` only (``monolib_run_op``), for profiling.
+
+        Raises
+        ------
+        InputError
+            ``i`` is out of range.
+        ExecutionError
+            The op returned nonzero.
+        """
+        if not 0 <= i < self.num_ops():
+            raise InputError(f"op index {i} out of range [0, {self.num_ops()})")
+        if not hasattr(self, "_run_op"):
+            self._run_op = self._c_function(
+                "monolib_run_op", [ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p])
+        ret = self._run_op(i, *self._args)
+        if ret != 0:
+            raise ExecutionError(f"monolib_run_op({i}) returned {ret}")
+
+    def input_view(self, i: int) -> np.ndarray:
+        """The writable arena view of input ``i``."""
+        return self._in_views[i]
+
+    def output_view(self, i: int) -> np.ndarray:
+        """The arena view of output ``i`` (overwritten by the next run)."""
+        return self._out_views[i]
+
+
+def _as_array(value: Any, info: TensorInfo) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, NDArray):
+        return np.asarray(value)
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (TypeError, RuntimeError, BufferError) as exc:
+            raise InputError(f"input {info.name!r}: cannot read the DLPack object "
+                             f"{type(value).__name__} on the host ({exc})") from None
+    return np.asarray(value, dtype=info.dtype)  # a list or scalar has no dtype of its own
+
+
+class GraphModule:
+    """The user API of a graph executor (TVM's ``graph_executor.GraphModule``).
+
+    Parameters
+    ----------
+    module : GraphExecutor or GraphExecutorFactoryModule
+        ``factory["default"](dev)``; a factory is run on ``cpu()``.
+
+    Examples
+    --------
+    >>> gm = GraphModule(lib["default"](cpu()))
+    >>> gm.run(x=image); y = gm.get_output(0).numpy()
+    """
+
+    def __init__(self, module: Any) -> None:
+        if isinstance(module, GraphExecutorFactoryModule):
+            module = module.default(cpu())
+        if not isinstance(module, GraphExecutor):
+            raise TypeError(f"GraphModule wraps a GraphExecutor, got {type(module).__name__}")
+        self.executor = module
+
+    def _expected(self) -> str:
+        return ", ".join(t.describe() for t in self.executor.inputs)
+
+    def _index(self, key: Any) -> int:
+        inputs = self.executor.inputs
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if 0 <= key < len(inputs):
+                return int(key)
+            raise InputError(f"input index {key} out of range: the model has "
+                             f"{len(inputs)} inputs ({self._expected()})")
+        for i, t in enumerate(inputs):
+            if t.name == key:
+                return i
+        raise InputError(f"unknown input {key!r}: the model expects {self._expected()}")
+
+    def set_input(self, key: Any = None, value: Any = None, **inputs: Any) -> None:
+        """Copy input array(s) into the executor.
+
+        Parameters
+        ----------
+        key : str or int, optional
+            Input name or index.
+        value : array-like
+            A NumPy array, any DLPack object (``np.from_dlpack``), or a NDArray; its
+            dtype and shape must match the model's exactly.
+        **inputs
+            More ``name=array`` pairs.
+
+        Raises
+        ------
+        InputError
+            Unknown name/index, wrong shape or wrong dtype; the message lists what
+            the model expects.
+        """
+        if key is not None:
+            self._set_one(key, value)
+        for name, val in inputs.items():
+            self._set_one(name, val)
+
+    def _set_one(self, key: Any, value: Any) -> None:
+        i = self._index(key)
+        info = self.executor.inputs[i]
+        arr = _as_array(value, info)
+        if arr.dtype != info.dtype:
+            raise InputError(f"input {info.name!r} has dtype {arr.dtype}, the model expects "
+                             f"{info.dtype} ({self._expected()})")
+        if tuple(arr.shape) != info.shape:
+            raise InputError(f"input {info.name!r} has shape {list(arr.shape)}, the model "
+                             f"expects {list(info.shape)} ({self._expected()})")
+        np.copyto(self.executor.input_view(i), arr)
+
+    def run(self, **inputs: Any) -> None:
+        """Set ``inputs`` (``name=array``) if given, then run the whole graph."""
+        if inputs:
+            self.set_input(**inputs)
+        self.executor.run()
+
+    def get_input(self, key: Any) -> NDArray:
+        """Input ``key`` (name or index) as an NDArray view."""
+        return NDArray(self.executor.input_view(self._index(key)), self.executor.device)
+
+    def get_output(self, index: int, out: np.ndarray | None = None) -> NDArray:
+        """Output ``index`` as an NDArray (a view: ``.numpy()`` copies it).
+
+        Raises
+        ------
+        InputError
+            ``index`` out of range.
+        """
+        outputs = self.executor.outputs
+        if not (isinstance(index, (int, np.integer)) and 0 <= index < len(outputs)):
+            names = ", ".join(t.describe() for t in outputs)
+            raise InputError(f"output index {index!r} out of range: the model has "
+                             f"{len(outputs)} outputs ({names})")
+        view = self.executor.output_view(int(index))
+        if out is not None:
+            np.copyto(out, view)
+        return NDArray(view, self.executor.device)
+
+    def get_num_inputs(self) -> int:
+        """Number of graph inputs."""
+        return len(self.executor.inputs)
+
+    def get_num_outputs(self) -> int:
+        """Number of graph outputs."""
+        return len(self.executor.outputs)
+
+    def get_input_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+        """``(shape_dict, dtype_dict)`` of the inputs, by name (TVM's order)."""
+        ins = self.executor.inputs
+        return {t.name: t.shape for t in ins}, {t.name: str(t.dtype) for t in ins}
+
+    def get_output_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+        """``(shape_dict, dtype_dict)`` of the outputs, by name."""
+        outs = self.executor.outputs
+        return {t.name: t.shape for t in outs}, {t.name: str(t.dtype) for t in outs}
+
+    @property
+    def input_names(self) -> list[str]:
+        """Input names in index order."""
+        return [t.name for t in self.executor.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Output names in index order."""
+        return [t.name for t in self.executor.outputs]
+
+
+def create(graph_json: Any, lib: Module, device: Device | None = None,
+           params: Any = None) -> GraphModule:
+    """The separate-artifact path: a GraphModule from a graph JSON, a library module
+    and a params blob (TVM's ``graph_executor.create``)."""
+    factory = GraphExecutorFactoryModule(graph_json, params, lib)
+    return GraphModule(factory.default(device or cpu()))

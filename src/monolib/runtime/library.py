@@ -1,0 +1,208 @@
+"""``load_module``: check a library file, dlopen it, rebuild its module tree.
+
+Order matters for safety: the file is read and checked first (ELF headers, the
+``.monolib`` section range, the container header, manifest digest and small
+sections, see :mod:`.binfmt` and :mod:`.container`) and only then handed to the
+dynamic loader, so a truncated, corrupt or foreign file raises a
+:class:`LibraryLoadError` / :class:`ContainerError` instead of crashing. Sections are
+then used in place from the mapped library: the weights are never copied (TVM RFC
+"Standardize GraphRuntime exports into a single DLL", with its container's missing
+magic, version, digest and alignment added).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import mmap
+import os
+import stat
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from .binfmt import find_container
+from .container import HEADER_SIZE, Container
+from .dso import DSOModule, open_library
+from .errors import ContainerError, LibraryLoadError, MonolibError
+from .module import Module, get_loader
+
+__all__ = ["load_module", "START_SYMBOL", "END_SYMBOL", "read_container"]
+
+logger = logging.getLogger(__name__)
+
+START_SYMBOL = "__monolib_container_start"
+END_SYMBOL = "__monolib_container_end"
+
+
+def read_container(
+    path: str, verify: bool = False, shown: str | None = None
+) -> tuple[Container, dict[str, Any]]:
+    """Read and check the container of the library file ``path`` without dlopen.
+
+    ``shown`` is the name used in error messages (default: ``path``).
+
+    Returns
+    -------
+    (container, info)
+        The parsed :class:`Container` (its buffer released: manifest only) and
+        ``{"file_size", "section_offset", "section_size", "elf"}``.
+
+    Raises
+    ------
+    LibraryLoadError
+        Missing, unreadable, empty, not an ELF shared library, truncated, no container.
+    ContainerError
+        The container is corrupt (see :class:`Container`).
+    """
+    shown = shown or path
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise LibraryLoadError(f"{shown}: cannot open library file: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode):
+            raise LibraryLoadError(f"{shown}: not a regular file")
+        if size == 0:
+            raise LibraryLoadError(f"{shown}: library file is empty")
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+            offset, length, elf = find_container(mm, shown)
+            where = f"{shown} (.monolib section at file offset {offset})"
+            view = memoryview(mm)[offset : offset + length]
+            try:
+                container = Container(view, source=where, verify=verify)
+                container.release()
+            finally:
+                view.release()
+    finally:
+        os.close(fd)
+    info = {"file_size": size, "section_offset": offset, "section_size": length, "elf": elf}
+    return container, info
+
+
+def _map_container(dso: DSOModule, container: Container, path: str) -> np.ndarray:
+    """A read-only uint8 view of the container in the mapped library (no copy)."""
+    start = dso.symbol_address(START_SYMBOL)
+    n = dso.symbol_address(END_SYMBOL) - start
+    if n < container.total_size:
+        raise LibraryLoadError(
+            f"{path}: mapped container is {n} bytes, its header says {container.total_size}"
+        )
+    arr = np.frombuffer((ctypes.c_char * n).from_address(start), dtype=np.uint8)
+    # The pages are read-only; NumPy would let a write through and segfault.
+    arr.flags.writeable = False
+    if bytes(arr[:8]) != container.header_bytes[:8]:
+        raise LibraryLoadError(f"{path}: mapped container does not match the file's")
+    return arr
+
+
+def _load_one(container: Container, i: int, mapped: np.ndarray, path: str) -> Module:
+    entry = container.modules[i]
+    floader, takes_sections = get_loader(entry.type_key, where=f"{path} (module {i})")
+    sections = container.sections_of(i, mapped)
+    if not takes_sections and "data" not in sections:
+        raise ContainerError(f"{path}: module {i} ({entry.type_key}) has no 'data' section")
+    try:
+        module = floader(sections if takes_sections else sections["data"])
+    except MonolibError:
+        raise
+    except Exception as exc:  # a user loader failing is a load error naming it
+        raise ContainerError(
+            f"{path}: loader for module {i} ({entry.type_key!r}) failed: {exc!r}"
+        ) from exc
+    if not isinstance(module, Module):
+        raise ContainerError(f"{path}: loader for {entry.type_key!r} returned no Module")
+    return module
+
+
+def _build_tree(container: Container, mapped: np.ndarray, dso: DSOModule, path: str) -> Module:
+    modules: list[Module] = []
+    for i, entry in enumerate(container.modules):
+        if entry.type_key == "library":
+            if any(m is dso for m in modules):
+                raise ContainerError(f"{path}: manifest lists two DSO ('library') modules")
+            modules.append(dso)
+        else:
+            modules.append(_load_one(container, i, mapped, path))
+    if container.import_tree is None:  # legacy layout: everything imported by the DSO
+        for m in modules:
+            if m is not dso:
+                dso.import_module(m)
+        return dso
+    for i, m in enumerate(modules):
+        for c in container.children(i):
+            m.import_module(modules[c])
+    return modules[container.root]
+
+
+def _load_path(path: str, verify: bool, shown: str, keepalive: Any = None) -> Module:
+    container, _ = read_container(path, verify=verify, shown=shown)
+    cdll = open_library(path)
+    dso = DSOModule(cdll, shown, keepalive=keepalive)
+    mapped = _map_container(dso, container, shown)
+    root = _build_tree(container, mapped, dso, shown)
+    logger.debug("loaded %s: %d modules, root %s", shown, len(container.modules), root.type_key)
+    return root
+
+
+def _load_bytes(data: Any, verify: bool) -> Module:
+    """Load a library held in memory: memfd + /proc/self/fd/N (a temp file elsewhere)."""
+    view = memoryview(data).cast("B")
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("monolib-library", 0)
+        try:
+            with os.fdopen(os.dup(fd), "wb") as f:
+                f.write(view)
+            return _load_path(f"/proc/self/fd/{fd}", verify, "<bytes>")
+        finally:
+            os.close(fd)  # the mapping made by dlopen keeps the memory alive
+    fd, tmp = tempfile.mkstemp(suffix=".so", prefix="monolib-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(view)
+        return _load_path(tmp, verify, "<bytes>")
+    finally:
+        os.unlink(tmp)
+
+
+def load_module(path: Any, verify: bool = False) -> Module:
+    """Load an exported library and return the ROOT of its module tree.
+
+    Parameters
+    ----------
+    path : str, os.PathLike, or bytes-like
+        The library file (``model.so``), or its whole content in memory.
+    verify : bool
+        Check the SHA-256 of every container section, weights included (O(size));
+        a plain load checks the header, manifest and sections <= 1 MiB only.
+
+    Returns
+    -------
+    Module
+        The root module (the graph executor factory for a compiled model); for a
+        legacy container (no import tree), the DSO module with every other module
+        as its import.
+
+    Raises
+    ------
+    LibraryLoadError
+        Missing, truncated or foreign file, no container, the dynamic loader refused.
+    ContainerError
+        Corrupt container (bad magic, version, digest, manifest).
+    UnknownTypeKeyError
+        A module type key has no registered loader.
+
+    Notes
+    -----
+    Raw sections are used in place: the factory's params are a read-only view of
+    the mapped library, never copied.
+    """
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return _load_bytes(path, verify)
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    return _load_path(path, verify, path)

@@ -1,0 +1,200 @@
+"""The Module base class and the loader registry.
+
+A :class:`Module` has a ``type_key``, a table of functions (``mod["name"]``) and
+``imported_modules``; modules form a tree whose root ``load_module`` returns. This
+follows TVM's runtime ``Module`` (``tvm.runtime.Module``, RFC "Standardize
+GraphRuntime exports into a single DLL"): every module other than the DSO module
+serializes itself with :meth:`Module.save_sections` and is rebuilt on load by the
+loader registered for its type key with :func:`register_loader`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+from .errors import ExportError, FunctionNotFoundError, UnknownTypeKeyError
+
+__all__ = ["Module", "register_loader", "get_loader", "registered_type_keys", "Loader"]
+
+logger = logging.getLogger(__name__)
+
+#: ``floader(data: memoryview) -> Module`` or, with ``sections=True``,
+#: ``floader({name: memoryview}) -> Module``.
+Loader = Callable[[Any], "Module"]
+
+# type_key -> (floader, takes_sections)
+_LOADERS: dict[str, tuple[Loader, bool]] = {}
+
+
+class Module:
+    """Base class of every module (TVM's ``runtime.Module``).
+
+    Subclasses set ``type_key`` and override :meth:`_get_own_function` and
+    :meth:`save_to_bytes` (or :meth:`save_sections`). A subclass whose code is
+    compiled into the exported shared library itself (the DSO module, the C source
+    module) sets ``exports_to_library = True``; at most one such module is in a tree.
+
+    Attributes
+    ----------
+    type_key : str
+        The key its loader is registered under (``"graph_executor_factory"``...).
+    """
+
+    type_key: str = "module"
+    exports_to_library: bool = False
+
+    def __init__(self) -> None:
+        self._imports: list[Module] = []
+
+    # -- the tree ---------------------------------------------------------------
+    @property
+    def imported_modules(self) -> list["Module"]:
+        """The modules this one imports (a copy of the list, in import order)."""
+        return list(self._imports)
+
+    def import_module(self, module: "Module") -> None:
+        """Add ``module`` as an import of this one (an edge of the import tree).
+
+        Raises
+        ------
+        TypeError
+            ``module`` is not a :class:`Module`.
+        """
+        if not isinstance(module, Module):
+            raise TypeError(f"import_module expects a Module, got {type(module).__name__}")
+        self._imports.append(module)
+
+    # -- functions --------------------------------------------------------------
+    def _get_own_function(self, name: str) -> Callable | None:
+        """This module's function ``name`` or None (subclasses override)."""
+        return None
+
+    def get_function(self, name: str, query_imports: bool = False) -> Callable:
+        """The function ``name`` of this module (or of its imports, depth first).
+
+        Parameters
+        ----------
+        name : str
+            Function name (``"default"``, ``"monolib_run"``...).
+        query_imports : bool
+            Also search the imported modules, depth first, in import order.
+
+        Raises
+        ------
+        FunctionNotFoundError
+            No such function; the message names the module type key.
+        """
+        func = self._get_own_function(name)
+        if func is None and query_imports:
+            for child in self._imports:
+                try:
+                    return child.get_function(name, query_imports=True)
+                except FunctionNotFoundError:
+                    continue
+        if func is None:
+            where = " or its imports" if query_imports else ""
+            raise FunctionNotFoundError(
+                f"module {self.type_key!r}{where} has no function {name!r}"
+            )
+        return func
+
+    def __getitem__(self, name: str) -> Callable:
+        if not isinstance(name, str):
+            raise TypeError(f"function name must be a str, got {type(name).__name__}")
+        return self.get_function(name)
+
+    # -- serialization ----------------------------------------------------------
+    def save_to_bytes(self) -> bytes:
+        """The module's payload, given back to its loader on load.
+
+        Raises
+        ------
+        ExportError
+            The module type cannot be serialized.
+        """
+        raise ExportError(f"module type {self.type_key!r} cannot be serialized")
+
+    def save_sections(self) -> Mapping[str, Any]:
+        """Named payloads (bytes-like objects) stored as container sections.
+
+        The default is one section ``{"data": save_to_bytes()}``; a module with large
+        parts (the factory's params) returns several so each is aligned and checked.
+        """
+        return {"data": self.save_to_bytes()}
+
+    def export_library(
+        self,
+        path: str,
+        *,
+        fcompile: Callable | None = None,
+        compress: str | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> str:
+        """Write this module tree as ONE shared library (see ``monolib.export.library``).
+
+        Returns
+        -------
+        str
+            The path written (the target's OS suffix appended when ``path`` has none).
+        """
+        from ..export.library import export_library  # lazy: keeps the runtime import light
+
+        return export_library(
+            self, path, fcompile=fcompile, compress=compress, progress=progress
+        )
+
+    def __repr__(self) -> str:
+        return f"Module(type_key={self.type_key!r}, imports={len(self._imports)})"
+
+
+def register_loader(type_key: str, floader: Loader, sections: bool = False) -> None:
+    """Register how to rebuild modules of ``type_key`` from a container.
+
+    Parameters
+    ----------
+    type_key : str
+        The module type key (a later registration for the same key replaces it).
+    floader : callable
+        ``floader(data: memoryview) -> Module`` (the ``"data"`` section), or with
+        ``sections=True``, ``floader({name: memoryview}) -> Module``. The memoryviews
+        are read-only views of the mapped library: keep a reference, never write.
+    sections : bool
+        Whether ``floader`` takes every section as a dict.
+
+    Raises
+    ------
+    ValueError
+        ``type_key`` is ``"library"`` (the DSO module is built by the loader itself).
+    """
+    if type_key == "library":
+        raise ValueError('type key "library" is reserved for the DSO module')
+    if not callable(floader):
+        raise TypeError("floader must be callable")
+    _LOADERS[type_key] = (floader, bool(sections))
+    logger.debug("registered loader for %r (sections=%s)", type_key, sections)
+
+
+def get_loader(type_key: str, where: str = "") -> tuple[Loader, bool]:
+    """The loader registered for ``type_key`` and whether it takes all sections.
+
+    Raises
+    ------
+    UnknownTypeKeyError
+        No loader is registered; the message names the key, ``where`` and the known keys.
+    """
+    try:
+        return _LOADERS[type_key]
+    except KeyError:
+        known = ", ".join(sorted(_LOADERS)) or "none"
+        at = f" in {where}" if where else ""
+        raise UnknownTypeKeyError(
+            f"no loader registered for module type key {type_key!r}{at} "
+            f"(registered: {known}); import the package that defines it and calls "
+            "monolib.register_loader"
+        ) from None
+
+
+def registered_type_keys() -> list[str]:
+    """The type keys that have a registered loader, sorted."""
+    return sorted(_LOADERS)

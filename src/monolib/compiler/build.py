@@ -1,0 +1,172 @@
+"""``compile``: an ONNX model -> a graph executor factory module (graph, params, C).
+
+The pipeline of docs/ARCHITECTURE.md ("Compiler pipeline"):
+
+1. ``frontend.onnx.import_model(model, shapes, constants)`` -> typed :class:`Graph`;
+2. graph passes (``fold_batchnorm``, ``dce`` when present), then
+   :func:`~.passes.fuse_elementwise.fuse_elementwise` and
+   :func:`~.passes.plan_memory.plan_memory`;
+3. :func:`~.codegen.c.generate` -> C source, graph JSON, params blob;
+4. ``GraphExecutorFactoryModule(graph_json, params, CSourceModule(source, target))``.
+
+Example
+-------
+>>> import monolib
+>>> lib = monolib.compile("model.onnx", shapes={"x": (1, 3, 224, 224)})  # doctest: +SKIP
+>>> lib.export_library("model.so")                                        # doctest: +SKIP
+>>> gm = monolib.GraphModule(monolib.load_module("model.so")["default"](monolib.cpu()))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from ..runtime.errors import CompileError
+from .ir import Graph
+
+__all__ = ["compile", "lower", "GRAPH_PASSES"]
+
+logger = logging.getLogger(__name__)
+
+#: Graph-rewriting passes run before fusion, by module name under ``compiler.passes``
+#: (a missing module is skipped: the pass is optional).
+GRAPH_PASSES = ("fold_batchnorm", "dce")
+
+Progress = Callable[[str], Any] | None
+
+
+def _step(progress: Progress, name: str) -> None:
+    logger.debug("step: %s", name)
+    if progress is not None:
+        progress(name)
+
+
+def _load_pass(name: str):
+    """The callable of pass module ``name``: ``graph -> PassResult | Graph | None``."""
+    try:
+        mod = importlib.import_module(f"{__package__}.passes.{name}")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.endswith(f"passes.{name}"):
+            return None
+        raise
+    for attr in getattr(mod, "__all__", dir(mod)):
+        obj = getattr(mod, attr)
+        if isinstance(obj, type) and hasattr(obj, "call"):
+            return obj().call
+    fn = getattr(mod, name, None)
+    return fn if callable(fn) else None
+
+
+def _run_graph_passes(graph: Graph) -> Graph:
+    for name in GRAPH_PASSES:
+        fn = _load_pass(name)
+        if fn is None:
+            logger.debug("pass %s not available, skipped", name)
+            continue
+        result = fn(graph)
+        graph = getattr(result, "graph", None) or (result if isinstance(result, Graph) else graph)
+    return graph
+
+
+def _import(model, shapes, constants) -> Graph:
+    from .frontend.onnx import import_model
+
+    return import_model(model, shapes, constants)
+
+
+def lower(
+    model: Any,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    constants: dict[str, Any] | None = None,
+    progress: Progress = None,
+) -> tuple[str, dict[str, Any], np.ndarray]:
+    """Compile ``model`` down to C source, graph JSON and params blob (no runtime).
+
+    Parameters and errors are those of :func:`compile`; the model may also be a
+    :class:`~.ir.Graph` already imported.
+
+    Returns
+    -------
+    source : str
+    graph_json : dict
+    params : numpy.ndarray of uint8
+    """
+    from .codegen.c import generate
+    from .passes.fuse_elementwise import fuse_elementwise
+    from .passes.plan_memory import plan_memory
+
+    _step(progress, "import")
+    graph = model if isinstance(model, Graph) else _import(model, shapes, constants)
+    _step(progress, "optimize")
+    graph = _run_graph_passes(graph)
+    _step(progress, "fuse")
+    fusion = fuse_elementwise(graph)
+    _step(progress, "plan memory")
+    plan = plan_memory(fusion)
+    _step(progress, "generate C")
+    return generate(graph, fusion, plan, constants=_jsonable(constants))
+
+
+def _jsonable(constants: dict[str, Any] | None) -> dict[str, Any]:
+    out = {}
+    for k, v in (constants or {}).items():
+        out[k] = v.tolist() if isinstance(v, np.ndarray) else (v.item() if isinstance(v, np.generic) else v)
+    return out
+
+
+def compile(  # noqa: A001  (the public name, as in TVM's relay.build / monolib.compile)
+    model: Any,
+    target: str = "c",
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    constants: dict[str, Any] | None = None,
+    progress: Progress = None,
+):
+    """Compile an ONNX model into a graph executor factory module.
+
+    Parameters
+    ----------
+    model : str, os.PathLike, bytes or onnx.ModelProto
+        The ONNX model (a file path, its serialized bytes, or the proto).
+    target : str
+        Target string in TVM's form: ``"c"``, ``"c -mcpu=native"``,
+        ``"c -mtriple=aarch64-linux-gnu"``.
+    shapes : dict, optional
+        Input name -> static shape, for inputs with dynamic dims.
+    constants : dict, optional
+        Input name -> value: inputs frozen to compile-time constants (e.g. a sample
+        rate); recorded under ``"constants"`` in the graph JSON.
+    progress : callable, optional
+        ``progress(step_name)`` is called at the start of each step.
+
+    Returns
+    -------
+    GraphExecutorFactoryModule
+        type_key ``"graph_executor_factory"``, importing a ``CSourceModule`` (type_key
+        ``"c"``) that is compiled by ``export_library`` (or on first call).
+
+    Raises
+    ------
+    CompileError
+        Subclasses name the problem: ``UnsupportedOpError`` (an op or opset monolib
+        lacks), ``ShapeError`` (a dynamic dim with no value), ...
+
+    Examples
+    --------
+    >>> lib = compile("det.onnx", shapes={"x": (1, 3, 640, 640)})  # doctest: +SKIP
+    >>> lib.export_library("det.so")                                # doctest: +SKIP
+    """
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    source, graph_json, params = lower(model, shapes, constants, progress)
+    _step(progress, "package")
+    try:
+        from ..export.csource import CSourceModule
+        from ..runtime.graph_executor import GraphExecutorFactoryModule
+    except ImportError as e:  # the runtime/export parts are missing from this install
+        raise CompileError(f"monolib runtime modules are not available: {e}") from e
+    return GraphExecutorFactoryModule(graph_json, params, CSourceModule(source, target))

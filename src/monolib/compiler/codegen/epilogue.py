@@ -1,0 +1,253 @@
+"""C text for fused elementwise chains: composed expressions, loops, tile epilogues.
+
+A chain (see :mod:`monolib.compiler.passes.fuse_elementwise`) is a list of elementwise
+nodes, each reading the previous chain value plus *leaves* (side inputs). Its C form is
+a list of typed locals, one per node (``const float t1 = <c_expr>;``), so an argument
+used twice by an op's expression is computed once and each intermediate has the
+node's own C type.
+
+Three shapes of code use it:
+
+* :func:`elementwise_loop` -- a chain headed by an elementwise node: one loop nest over
+  the output with coalesced dims, each leaf indexed by its broadcast strides (0 on
+  broadcast dims), the innermost loop contiguous so gcc vectorizes it.
+* :func:`tile_epilogue_function` -- ``static void f(void* out, int64_t b, int64_t m0,
+  int64_t m1, int64_t n0, int64_t n1)``: the chain applied in place to a tile of the
+  anchor's output seen as ``[B, M, N]``.
+* :func:`value_function` -- ``static inline T f(T x, params, arena, i0, ..., ik)``: the
+  final value of one element, for :meth:`EmitContext.output_expr`.
+
+Leaves are resolved by a caller-given ``pointer(value) -> str`` (a typed C pointer
+expression valid in the function being written); scalar constants become literals.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+from ...runtime.errors import CompileError
+from ..ir import Value
+from ..ops.base import c_literal, ctype
+from ..passes.fuse_elementwise import ChainStep, broadcast_strides, group_strides, is_scalar_const
+
+__all__ = [
+    "compose",
+    "leaves_of",
+    "coalesce",
+    "elementwise_loop",
+    "tile_epilogue_function",
+    "value_function",
+    "scalar_literal",
+]
+
+logger = logging.getLogger(__name__)
+
+Pointer = Callable[[Value], str]
+
+
+def scalar_literal(v: Value) -> str:
+    """The C literal of a one-element constant."""
+    return c_literal(v.const.reshape(-1)[0], v.dtype)
+
+
+def leaves_of(steps: Sequence[ChainStep]) -> list[Value]:
+    """Distinct side inputs of a chain that need memory (scalar constants excluded)."""
+    seen: set[int] = set()
+    out = []
+    for s in steps:
+        for v in s.side_inputs():
+            if not is_scalar_const(v) and v.uid not in seen:
+                seen.add(v.uid)
+                out.append(v)
+    return out
+
+
+def compose(
+    steps: Sequence[ChainStep], x: str | None, leaf: Callable[[Value], str], indent: str
+) -> tuple[list[str], str]:
+    """C lines computing the chain, and the name of the final local.
+
+    Parameters
+    ----------
+    steps : list of ChainStep
+    x : str or None
+        C expression of the value entering the chain (``None`` when ``steps[0]`` is a
+        head whose inputs are all leaves).
+    leaf : callable
+        ``leaf(value) -> str``: C expression of the current element of a side input.
+    indent : str
+        Prefix of each line.
+    """
+    lines: list[str] = []
+    cur = x
+    for k, s in enumerate(steps):
+        args = []
+        for i, v in enumerate(s.node.inputs):
+            if i in s.positions:
+                args.append(cur)
+            elif v is None:
+                args.append("")
+            elif is_scalar_const(v):
+                args.append(scalar_literal(v))
+            else:
+                args.append(leaf(v))
+        expr = s.op.c_expr(s.node, args)
+        out = s.node.outputs[0]
+        name = f"t{k}"
+        lines.append(f"{indent}const {ctype(out.dtype)} {name} = ({ctype(out.dtype)})({expr});")
+        cur = name
+    return lines, cur
+
+
+def coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]]):
+    """Merge output dims that every operand walks with consistent strides.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        Output shape.
+    strides : list of list of int
+        Per operand, element strides per output dim.
+
+    Returns
+    -------
+    (dims, strides)
+        The merged extents and, per operand, the merged strides. Unit dims are dropped.
+    """
+    keep = [d for d in range(len(shape)) if shape[d] != 1]
+    dims = [shape[d] for d in keep]
+    sts = [[st[d] for d in keep] for st in strides]
+    k = len(dims) - 2
+    while k >= 0:
+        if all(st[k] == st[k + 1] * dims[k + 1] for st in sts):
+            dims[k : k + 2] = [dims[k] * dims[k + 1]]
+            for st in sts:
+                st[k : k + 2] = [st[k + 1]]
+        k -= 1
+    return dims, sts
+
+
+def _index(vars_: Sequence[str], strides: Sequence[int]) -> str:
+    terms = [v if s == 1 else f"{v} * {s}" for v, s in zip(vars_, strides) if s != 0]
+    return " + ".join(terms) if terms else "0"
+
+
+def elementwise_loop(steps: Sequence[ChainStep], out: Value, pointer: Pointer, out_ptr: str) -> str:
+    """C statements computing a chain headed by an elementwise node into ``out``.
+
+    ``steps[0]`` is the head (``positions == ()``); every input of every step is a leaf
+    (or the chain value). ``out_ptr`` is the typed pointer expression of the output.
+    """
+    leaves = leaves_of(steps)
+    shape = out.shape
+    leaf_strides = [broadcast_strides(v.shape, shape) for v in leaves]
+    out_strides = broadcast_strides(shape, shape)
+    dims, sts = coalesce(shape, [out_strides, *leaf_strides])
+    T = ctype(out.dtype)
+    lines = [f"  {T}* restrict out = {out_ptr};"]
+    names = {}
+    for j, v in enumerate(leaves):
+        names[v.uid] = (f"in{j}", sts[j + 1])
+        lines.append(f"  const {ctype(v.dtype)}* restrict in{j} = {pointer(v)};")
+    vars_ = [f"i{d}" for d in range(len(dims))]
+    indent = "  "
+    for d, n in enumerate(dims):
+        lines.append(f"{indent}for (int64_t {vars_[d]} = 0; {vars_[d]} < {n}; ++{vars_[d]}) {{")
+        indent += "  "
+
+    def leaf(v: Value) -> str:
+        name, st = names[v.uid]
+        return f"{name}[{_index(vars_, st)}]"
+
+    body, final = compose(steps, None, leaf, indent)
+    lines += body
+    lines.append(f"{indent}out[{_index(vars_, sts[0])}] = {final};")
+    for _ in dims:
+        indent = indent[:-2]
+        lines.append(f"{indent}}}")
+    return "\n".join(lines)
+
+
+def _bmn(shape: Sequence[int], groups) -> tuple[int, int, int]:
+    size = [1, 1, 1]
+    for g, dims in enumerate(groups):
+        for d in dims:
+            size[g] *= shape[d]
+    return size[0], size[1], size[2]
+
+
+def tile_epilogue_function(
+    name: str,
+    steps: Sequence[ChainStep],
+    out: Value,
+    groups: Sequence[Sequence[int]],
+    out_offset: int,
+    pointer: Pointer,
+) -> str:
+    """A C function applying the chain in place on a tile of the ``[B, M, N]`` view.
+
+    Signature ``static void name(void* out, int64_t b, int64_t m0, int64_t m1, int64_t
+    n0, int64_t n1)``. Inside it ``arena`` is recovered as ``out - out_offset`` (the
+    kernel passes output 0's base, which is ``arena + out_offset``), so ``pointer`` may
+    return ``arena``-relative expressions for side inputs in the arena.
+
+    Raises
+    ------
+    CompileError
+        When a side input does not fit ``groups`` (the emitter asked for a view the
+        fusion pass did not check).
+    """
+    shape = out.shape
+    _, M, N = _bmn(shape, groups)
+    leaves = leaves_of(steps)
+    T = ctype(out.dtype)
+    head = [
+        f"static void {name}(void* out_, int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {{",
+        f"  {T}* restrict out = ({T}*)out_ + b * {M * N};",
+        f"  uint8_t* arena = (uint8_t*)out_ - {out_offset};",
+        "  (void)arena;",
+    ]
+    rows, names = [], {}
+    for j, v in enumerate(leaves):
+        gs = group_strides(broadcast_strides(v.shape, shape), shape, groups)
+        if gs is None:
+            raise CompileError(f"side input {v.name!r} does not fit epilogue groups {list(groups)}")
+        Tj = ctype(v.dtype)
+        head.append(f"  const {Tj}* restrict s{j} = {pointer(v)} + b * {gs[0]};")
+        rows.append(f"    const {Tj}* restrict r{j} = s{j} + m * {gs[1]};")
+        names[v.uid] = f"r{j}[n * {gs[2]}]" if gs[2] not in (0, 1) else (f"r{j}[n]" if gs[2] else f"r{j}[0]")
+    body, final = compose(steps, "row[n]", lambda v: names[v.uid], "      ")
+    lines = head + [
+        "  for (int64_t m = m0; m < m1; ++m) {",
+        f"    {T}* restrict row = out + m * {N};",
+        *rows,
+        "    for (int64_t n = n0; n < n1; ++n) {",
+        *body,
+        f"      row[n] = {final};",
+        "    }",
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def value_function(name: str, steps: Sequence[ChainStep], out: Value, pointer: Pointer) -> str:
+    """``static inline T name(T x, const uint8_t* params, uint8_t* arena, int64_t i0,
+    ...)``: the chain applied to one element ``x`` of output 0 at index ``(i0, ...)``.
+    """
+    shape = out.shape
+    T = ctype(out.dtype)
+    idx = [f"i{d}" for d in range(len(shape))]
+    sig = ", ".join([f"{T} x", "const uint8_t* params", "uint8_t* arena", *(f"int64_t {i}" for i in idx)])
+    lines = [f"static inline {T} {name}({sig}) {{", "  (void)params; (void)arena;"]
+    for i in idx:
+        lines.append(f"  (void){i};")
+    names = {}
+    for j, v in enumerate(leaves_of(steps)):
+        st = broadcast_strides(v.shape, shape)
+        lines.append(f"  const {ctype(v.dtype)}* s{j} = {pointer(v)};")
+        names[v.uid] = f"s{j}[{_index(idx, st)}]"
+    body, final = compose(steps, "x", lambda v: names[v.uid], "  ")
+    lines += body + [f"  return {final};", "}"]
+    return "\n".join(lines)

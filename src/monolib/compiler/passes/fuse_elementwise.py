@@ -1,0 +1,367 @@
+"""Operator fusion: group the graph's nodes into *fused ops*, one C function each.
+
+A fused op is an **anchor** node followed by a **chain** of elementwise nodes
+(``OpDef.elementwise``), each reading the previous chain value (at one or more input
+positions) plus *side inputs* (constants or other values broadcast to the chain value's
+shape). A chain node is taken only when the value it reads has exactly one consumer and
+is not a graph output, so the intermediate never needs storage.
+
+* The anchor is an elementwise node: the whole chain becomes ONE loop (kind
+  ``"elementwise"``), the expressions of the nodes composed.
+* The anchor accepts an epilogue (``OpDef.epilogue_groups(node)`` is not None, e.g. Conv):
+  the chain runs in place on the anchor's output as a tile epilogue (kind ``"op"``). A
+  side input then must fit the anchor's ``[B, M, N]`` view: on each group of output dims
+  it is either broadcast on all of them or full on all of them with row-major strides.
+* ``OpDef.alias`` nodes (Reshape, Squeeze...) become kind ``"alias"``: no code, the
+  output shares the storage of input 0.
+* Graph outputs that are constants, graph inputs, or share storage with an earlier graph
+  output get a ``"copy"`` op writing a fresh value (``Fusion.outputs``), so every graph
+  output has its own region of the arena.
+
+This is an analysis: the graph itself is left unchanged. The idea of anchoring an
+elementwise epilogue on a "complex-out-fusable" op follows TVM's FuseOps pass (facts
+carry over, code does not).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ...runtime.errors import CompileError
+from ..ir import Graph, Node, Value
+from ..ops.base import OpDef, op_of
+
+__all__ = [
+    "ChainStep",
+    "FusedOp",
+    "Fusion",
+    "fuse_elementwise",
+    "broadcast_strides",
+    "group_strides",
+    "is_scalar_const",
+    "MAX_BAKED_ELEMENTS",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Largest non-scalar constant side input an epilogue of a non-elementwise anchor takes
+#: (it is baked into the C source as a static array; bigger ones stay unfused).
+MAX_BAKED_ELEMENTS = 1 << 16
+
+
+@dataclass(eq=False)
+class ChainStep:
+    """One elementwise node of a chain.
+
+    ``positions`` are the input positions that read the previous chain value (empty for
+    the head of an elementwise chain, whose inputs are all leaves).
+    """
+
+    node: Node
+    op: OpDef
+    positions: tuple[int, ...]
+
+    def side_inputs(self) -> list[Value]:
+        """The inputs that are not the chain value (omitted inputs skipped)."""
+        return [v for i, v in enumerate(self.node.inputs) if v is not None and i not in self.positions]
+
+
+@dataclass(eq=False)
+class FusedOp:
+    """A group of nodes that becomes one C function (or no code: ``alias``).
+
+    Attributes
+    ----------
+    kind : {"op", "elementwise", "alias", "copy"}
+    anchor : Node or None
+        The first node (``None`` for ``copy``).
+    steps : list of ChainStep
+        The elementwise nodes; for ``elementwise`` ``steps[0]`` is the anchor itself.
+    out : Value
+        The final value of output 0 (chain end, or the anchor's output 0; the copy's
+        destination).
+    src : Value or None
+        The source of an ``alias`` or ``copy``.
+    """
+
+    kind: str
+    anchor: Node | None
+    steps: list[ChainStep] = field(default_factory=list)
+    out: Value | None = None
+    src: Value | None = None
+
+    @property
+    def name(self) -> str:
+        return self.anchor.name if self.anchor is not None else f"copy_{self.out.name}"
+
+    @property
+    def op_type(self) -> str:
+        return self.anchor.op_type if self.anchor is not None else "Copy"
+
+    @property
+    def fused_types(self) -> list[str]:
+        """Op types of the chain nodes after the anchor."""
+        steps = self.steps[1:] if self.kind == "elementwise" else self.steps
+        return [s.node.op_type for s in steps]
+
+    @property
+    def nodes(self) -> list[Node]:
+        """Every graph node of the group, in order."""
+        head = [] if self.kind in ("elementwise", "copy") else [self.anchor]
+        return head + [s.node for s in self.steps]
+
+    def reads(self) -> list[Value]:
+        """Values the op reads (distinct, in order)."""
+        if self.kind in ("alias", "copy"):
+            vals = [self.src]
+        else:
+            head = [] if self.kind == "elementwise" else list(self.anchor.inputs)
+            vals = head + [v for s in self.steps for v in s.side_inputs()]
+        return _distinct(v for v in vals if v is not None)
+
+    def writes(self) -> list[Value]:
+        """Values the op writes: the final value, then the anchor's other outputs."""
+        rest = list(self.anchor.outputs[1:]) if self.kind == "op" else []
+        return [self.out, *rest]
+
+
+@dataclass
+class Fusion:
+    """The result of :func:`fuse_elementwise`: fused ops in run order, the graph inputs
+    and the graph outputs (copy destinations where a copy was needed)."""
+
+    ops: list[FusedOp]
+    inputs: list[Value]
+    outputs: list[Value]
+
+
+def _distinct(values) -> list[Value]:
+    seen: set[int] = set()
+    out = []
+    for v in values:
+        if v.uid not in seen:
+            seen.add(v.uid)
+            out.append(v)
+    return out
+
+
+def is_scalar_const(v: Value) -> bool:
+    """A constant with one element: it becomes a C literal."""
+    return v.is_const and v.size == 1
+
+
+def broadcast_strides(shape, out_shape) -> list[int]:
+    """Element strides of a C-contiguous tensor of ``shape`` broadcast (numpy rules) to
+    ``out_shape``: one per output dim, 0 where the tensor is broadcast or the dim is 1.
+
+    Raises
+    ------
+    CompileError
+        When ``shape`` does not broadcast to ``out_shape``.
+    """
+    shape, out_shape = tuple(shape), tuple(out_shape)
+    if len(shape) > len(out_shape):
+        raise CompileError(f"shape {list(shape)} does not broadcast to {list(out_shape)}")
+    pad = (1,) * (len(out_shape) - len(shape)) + shape
+    strides = [0] * len(out_shape)
+    step = 1
+    for d in reversed(range(len(out_shape))):
+        if pad[d] == out_shape[d] and pad[d] != 1:
+            strides[d] = step
+        elif pad[d] != 1:
+            raise CompileError(f"shape {list(shape)} does not broadcast to {list(out_shape)}")
+        step *= pad[d]
+    return strides
+
+
+def group_strides(strides, out_shape, groups) -> tuple[int, int, int] | None:
+    """Per-group element stride of a side input in the ``[B, M, N]`` view.
+
+    For each group, 0 when the input is broadcast on every dim of the group; the stride
+    of the group's last non-unit dim when it is full on every dim with row-major
+    strides; otherwise the input does not fit and ``None`` is returned. Output dims left
+    out of the groups must have size 1.
+    """
+    covered = {d for g in groups for d in g}
+    if any(out_shape[d] != 1 for d in range(len(out_shape)) if d not in covered):
+        return None
+    result = []
+    for g in groups:
+        dims = [d for d in g if out_shape[d] != 1]
+        if not dims or all(strides[d] == 0 for d in dims):
+            result.append(0)
+            continue
+        if any(strides[d] == 0 for d in dims):
+            return None
+        for a, b in zip(dims, dims[1:]):
+            if strides[a] != strides[b] * out_shape[b]:
+                return None
+        result.append(strides[dims[-1]])
+    return tuple(result)
+
+
+def _valid_groups(groups, ndim: int) -> bool:
+    if groups is None or len(groups) != 3:
+        return False
+    flat = [d for g in groups for d in g]
+    return flat == sorted(flat) and len(set(flat)) == len(flat) and all(0 <= d < ndim for d in flat)
+
+
+class _Fuser:
+    """State of one fusion run over a graph."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.consumers = graph.consumers()
+        self.position = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.output_uids = {v.uid for v in graph.outputs}
+        self.claimed: set[int] = set()
+
+    def run(self) -> list[tuple[int, FusedOp]]:
+        placed = []
+        for node in self.graph.nodes:
+            if id(node) in self.claimed:
+                continue
+            self.claimed.add(id(node))
+            fused = self._group(node)
+            last = fused.nodes[-1]
+            placed.append((self.position[id(last)], fused))
+        placed.sort(key=lambda p: p[0])
+        return placed
+
+    def _group(self, node: Node) -> FusedOp:
+        op = op_of(node)
+        if op.alias:
+            return FusedOp("alias", node, out=node.outputs[0], src=node.inputs[0])
+        if op.elementwise:
+            head = ChainStep(node, op, ())
+            fused = FusedOp("elementwise", node, [head], out=node.outputs[0])
+            self._extend(fused, None)
+            return fused
+        groups = op.epilogue_groups(node)
+        fused = FusedOp("op", node, [], out=node.outputs[0])
+        if groups is not None and node.outputs and _valid_groups(groups, len(node.outputs[0].shape)):
+            self._extend(fused, groups)
+        return fused
+
+    def _extend(self, fused: FusedOp, groups) -> None:
+        """Append chain nodes while the next one can join."""
+        cur = fused.out
+        while True:
+            step = self._next_step(fused, cur, groups)
+            if step is None:
+                return
+            fused.steps.append(step)
+            self.claimed.add(id(step.node))
+            cur = fused.out = step.node.outputs[0]
+
+    def _next_step(self, fused: FusedOp, cur: Value, groups) -> ChainStep | None:
+        if cur.uid in self.output_uids:
+            return None
+        cons = self.consumers.get(cur.uid, [])
+        if len(cons) != 1 or id(cons[0]) in self.claimed:
+            return None
+        node = cons[0]
+        op = op_of(node)
+        if not op.elementwise or len(node.outputs) != 1:
+            return None
+        out = node.outputs[0]
+        if out.shape != cur.shape:
+            return None
+        positions = tuple(i for i, v in enumerate(node.inputs) if v is cur)
+        step = ChainStep(node, op, positions)
+        for v in step.side_inputs():
+            try:
+                broadcast_strides(v.shape, out.shape)
+            except CompileError:
+                return None
+        if groups is not None and not self._fits_epilogue(fused, step, groups):
+            return None
+        if not self._order_ok(fused, node):
+            return None
+        return step
+
+    def _fits_epilogue(self, fused: FusedOp, step: ChainStep, groups) -> bool:
+        anchor = fused.anchor
+        out = step.node.outputs[0]
+        if out.dtype != anchor.outputs[0].dtype:
+            return False
+        for v in step.side_inputs():
+            if is_scalar_const(v):
+                continue
+            if v.is_const and v.size > MAX_BAKED_ELEMENTS:
+                return False
+            if any(v is o for o in anchor.outputs):
+                return False
+            try:
+                strides = broadcast_strides(v.shape, out.shape)
+            except CompileError:
+                return False
+            if group_strides(strides, out.shape, groups) is None:
+                return False
+        return True
+
+    def _order_ok(self, fused: FusedOp, node: Node) -> bool:
+        """The fused op runs at its last node's place: no reader of the anchor's other
+        outputs may come before it."""
+        if fused.kind != "op":
+            return True
+        pos = self.position[id(node)]
+        for v in fused.anchor.outputs[1:]:
+            for c in self.consumers.get(v.uid, []):
+                if self.position[id(c)] < pos:
+                    return False
+        return True
+
+
+def _storage_root(v: Value, alias_src: dict[int, Value]) -> Value:
+    while v.uid in alias_src:
+        v = alias_src[v.uid]
+    return v
+
+
+def _output_copies(graph: Graph, ops: list[FusedOp]) -> tuple[list[FusedOp], list[Value]]:
+    """Copy ops for graph outputs that cannot own their region."""
+    alias_src = {f.out.uid: f.src for f in ops if f.kind == "alias"}
+    input_uids = {v.uid for v in graph.inputs}
+    used_roots: set[int] = set()
+    copies, outputs = [], []
+    for v in graph.outputs:
+        root = _storage_root(v, alias_src)
+        if root.is_const or v.is_const or root.uid in input_uids or root.uid in used_roots:
+            dst = Value(v.name, v.shape, v.dtype)
+            copies.append(FusedOp("copy", None, out=dst, src=v))
+            outputs.append(dst)
+        else:
+            used_roots.add(root.uid)
+            outputs.append(v)
+    return copies, outputs
+
+
+def fuse_elementwise(graph: Graph) -> Fusion:
+    """Group ``graph``'s nodes into fused ops (see the module docstring).
+
+    Parameters
+    ----------
+    graph : Graph
+        Typed graph with static shapes, nodes in topological order.
+
+    Returns
+    -------
+    Fusion
+        Fused ops in run order, graph inputs, and graph outputs (copy destinations
+        replace outputs that need a copy).
+
+    Raises
+    ------
+    UnsupportedOpError
+        When a node's op is not registered.
+    """
+    from .. import ops as _ops  # noqa: F401  (registers every op)
+
+    ops = [f for _, f in _Fuser(graph).run()]
+    copies, outputs = _output_copies(graph, ops)
+    n_nodes = sum(len(f.nodes) for f in ops)
+    logger.debug("fused %d nodes into %d ops (+%d output copies)", n_nodes, len(ops), len(copies))
+    return Fusion(ops + copies, list(graph.inputs), outputs)

@@ -1,0 +1,197 @@
+"""Static memory plan: where every activation lives in the arena.
+
+Liveness runs over the fused ops in order (see :mod:`.fuse_elementwise`):
+
+* graph inputs and outputs get their own regions, never reused, so ``run()`` twice
+  with the same inputs gives the same outputs;
+* an intermediate is allocated when its op runs and freed after its last reader;
+  freed regions are reused best-fit by size (offsets and sizes 64-byte aligned);
+  an op's outputs are allocated before its inputs are freed, so an op never writes
+  over what it reads (side inputs of a fused epilogue included);
+* an ``alias`` value (Reshape...) shares its source's region and extends its lifetime;
+* constants live in the params blob, not in the arena.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ...runtime.errors import CompileError
+from ..ir import Value
+from .fuse_elementwise import Fusion
+
+__all__ = ["MemoryPlan", "plan_memory", "ALIGN", "align"]
+
+logger = logging.getLogger(__name__)
+
+#: Alignment of every region, in bytes (a cache line; AVX-512 loads).
+ALIGN = 64
+
+
+def align(n: int, a: int = ALIGN) -> int:
+    """``n`` rounded up to a multiple of ``a``."""
+    return (n + a - 1) // a * a
+
+
+@dataclass
+class MemoryPlan:
+    """Offsets of values in the arena.
+
+    Attributes
+    ----------
+    offsets : dict
+        ``Value.uid`` -> byte offset (alias values included; constants absent).
+    roots : dict
+        ``Value.uid`` -> the value whose storage it shares (itself when not an alias).
+    arena_bytes : int
+        Planned arena size in bytes (a multiple of 64).
+    buffers : int
+        Number of distinct regions allocated (reused regions count once).
+    """
+
+    offsets: dict[int, int] = field(default_factory=dict)
+    roots: dict[int, Value] = field(default_factory=dict)
+    arena_bytes: int = 0
+    buffers: int = 0
+
+    def root(self, v: Value) -> Value:
+        """The value whose storage ``v`` shares."""
+        return self.roots.get(v.uid, v)
+
+    def offset(self, v: Value) -> int:
+        """Byte offset of ``v`` in the arena.
+
+        Raises
+        ------
+        CompileError
+            When ``v`` has no region (a constant, or a value outside the plan).
+        """
+        try:
+            return self.offsets[v.uid]
+        except KeyError:
+            raise CompileError(f"value {v.name!r} has no place in the memory plan") from None
+
+
+class _Allocator:
+    """First the persistent regions, then best-fit reuse of freed blocks."""
+
+    def __init__(self) -> None:
+        self.end = 0
+        self.free: list[tuple[int, int]] = []  # (offset, size), sorted by offset
+        self.regions = 0
+
+    def alloc(self, nbytes: int) -> int:
+        size = align(max(nbytes, 1))
+        fits = [(s, o) for o, s in self.free if s >= size]
+        if fits:
+            s, o = min(fits)
+            self.free.remove((o, s))
+            if s > size:
+                self._insert(o + size, s - size)
+            return o
+        # Grow, absorbing a free block that ends at the arena's end.
+        if self.free and sum(self.free[-1]) == self.end:
+            o, _ = self.free.pop()
+            self.end = o
+        off = self.end
+        self.end += size
+        self.regions += 1
+        return off
+
+    def release(self, off: int, nbytes: int) -> None:
+        self._insert(off, align(max(nbytes, 1)))
+
+    def _insert(self, off: int, size: int) -> None:
+        self.free.append((off, size))
+        self.free.sort()
+        merged: list[tuple[int, int]] = []
+        for o, s in self.free:
+            if merged and sum(merged[-1]) == o:
+                merged[-1] = (merged[-1][0], merged[-1][1] + s)
+            else:
+                merged.append((o, s))
+        self.free = merged
+
+
+def _roots(fusion: Fusion) -> dict[int, Value]:
+    roots: dict[int, Value] = {}
+    for f in fusion.ops:
+        if f.kind == "alias":
+            roots[f.out.uid] = roots.get(f.src.uid, f.src)
+    return roots
+
+
+def _lifetimes(fusion: Fusion, roots: dict[int, Value]):
+    """Per storage root: (first op writing it, last op reading or writing it)."""
+    born: dict[int, int] = {}
+    dies: dict[int, int] = {}
+    values: dict[int, Value] = {}
+    for t, f in enumerate(fusion.ops):
+        if f.kind == "alias":
+            continue
+        for v in f.writes():
+            r = roots.get(v.uid, v)
+            values[r.uid] = r
+            born.setdefault(r.uid, t)
+            dies[r.uid] = max(dies.get(r.uid, t), t)
+        for v in f.reads():
+            r = roots.get(v.uid, v)
+            dies[r.uid] = max(dies.get(r.uid, t), t)
+    return born, dies, values
+
+
+def plan_memory(fusion: Fusion) -> MemoryPlan:
+    """Plan the arena for ``fusion``'s ops (see the module docstring).
+
+    Parameters
+    ----------
+    fusion : Fusion
+        The fused ops in run order, with the graph inputs and outputs.
+
+    Returns
+    -------
+    MemoryPlan
+        Offsets (bytes, 64-aligned) of every non-constant value, and ``arena_bytes``.
+    """
+    roots = _roots(fusion)
+    plan = MemoryPlan(roots=roots)
+    alloc = _Allocator()
+    root_off: dict[int, int] = {}
+    for v in [*fusion.inputs, *fusion.outputs]:
+        r = roots.get(v.uid, v)
+        if r.is_const or r.uid in root_off:
+            continue
+        root_off[r.uid] = alloc.alloc(r.nbytes)
+    persistent = set(root_off)
+
+    born, dies, values = _lifetimes(fusion, roots)
+    frees: dict[int, list[int]] = {}
+    for uid, t in dies.items():
+        frees.setdefault(t, []).append(uid)
+    for t, f in enumerate(fusion.ops):
+        for uid in [u for u, b in born.items() if b == t]:
+            if uid not in root_off and not values[uid].is_const:
+                root_off[uid] = alloc.alloc(values[uid].nbytes)
+        for uid in frees.get(t, []):
+            if uid in root_off and uid not in persistent and uid in values:
+                alloc.release(root_off[uid], values[uid].nbytes)
+
+    _assign(fusion, plan, roots, root_off)
+    plan.arena_bytes = align(alloc.end)
+    plan.buffers = alloc.regions
+    logger.debug("arena: %d bytes, %d regions", plan.arena_bytes, plan.buffers)
+    return plan
+
+
+def _assign(fusion: Fusion, plan: MemoryPlan, roots, root_off) -> None:
+    """Give every non-constant value of the plan its root's offset."""
+    every = [*fusion.inputs, *fusion.outputs]
+    for f in fusion.ops:
+        every += f.reads() + f.writes()
+    for v in every:
+        r = roots.get(v.uid, v)
+        if r.uid in root_off:
+            plan.offsets[v.uid] = root_off[r.uid]
+        elif not r.is_const:
+            raise CompileError(f"value {v.name!r} is read but never written by any op")

@@ -1,0 +1,250 @@
+"""Helpers to test ops and models: one-node ONNX models, compile-and-run, ORT reference.
+
+Typical op test::
+
+    model = make_node_model("Add", {"a": a, "b": b}, {})
+    got = run_model(model, {"a": a, "b": b})
+    want = ort_run(model, {"a": a, "b": b})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+
+:func:`run_model` compiles with :func:`monolib.compiler.build.compile` and runs the
+factory's graph executor without exporting. When the runtime parts are not installed
+it falls back to :func:`run_c`: gcc builds a temporary ``.so`` that ctypes runs directly
+(the ABI of docs/ARCHITECTURE.md, "The generated C library").
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..runtime.errors import CompileError, InputError, ToolchainError
+
+__all__ = ["make_node_model", "run_model", "ort_run", "run_c", "build_c", "aligned_empty"]
+
+logger = logging.getLogger(__name__)
+
+_TMP: str | None = None
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+def make_node_model(
+    op_type: str,
+    inputs: dict[str, np.ndarray | None],
+    attrs: dict[str, Any] | None = None,
+    *,
+    opset: int = 17,
+    outputs: int | Sequence[str] = 1,
+    constant_inputs: Sequence[str] = (),
+    domain: str = "",
+):
+    """A one-node ONNX model (``ir_version`` 10, accepted by ONNX Runtime).
+
+    Parameters
+    ----------
+    op_type : str
+        ONNX operator type.
+    inputs : dict of str -> numpy.ndarray or None
+        The node's inputs in order; the arrays give the graph inputs' dtypes and static
+        shapes. ``None`` is an omitted optional input (empty name).
+    attrs : dict, optional
+        Node attributes (``onnx.helper.make_node`` keyword arguments).
+    opset : int
+        Opset version of ``domain`` (and of the default domain).
+    outputs : int or list of str
+        Number of outputs (named ``y``, ``y1``, ...) or their names.
+    constant_inputs : list of str
+        Names in ``inputs`` that become initializers (constants) instead of graph inputs.
+    domain : str
+        Operator domain (``""`` is ``ai.onnx``); with a custom domain ``opset`` is that
+        domain's version and ``ai.onnx`` is imported at 17.
+
+    Returns
+    -------
+    onnx.ModelProto
+        Output types filled by ONNX shape inference where it can.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    names = list(outputs) if not isinstance(outputs, int) else ["y"] + [f"y{i}" for i in range(1, outputs)]
+    node = helper.make_node(
+        op_type, [k if v is not None else "" for k, v in inputs.items()], names, domain=domain or None, **(attrs or {})
+    )
+    consts = set(constant_inputs)
+    inits, graph_inputs = [], []
+    for k, v in inputs.items():
+        if v is None:
+            continue
+        v = np.asarray(v)
+        if k in consts:
+            inits.append(numpy_helper.from_array(v, k))
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(v.dtype)
+            graph_inputs.append(helper.make_tensor_value_info(k, elem, v.shape))
+    outs = [helper.make_empty_tensor_value_info(n) for n in names]
+    graph = helper.make_graph([node], f"{op_type}_test", graph_inputs, outs, initializer=inits)
+    imports = [helper.make_opsetid("", 17 if domain else opset)]
+    if domain:
+        imports.append(helper.make_opsetid(domain, opset))
+    model = helper.make_model(graph, opset_imports=imports, ir_version=10)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        known = {vi.name: vi for vi in inferred.graph.output if vi.type.HasField("tensor_type")}
+        for i, n in enumerate(names):
+            if n in known and known[n].type.tensor_type.elem_type:
+                model.graph.output[i].CopyFrom(known[n])
+    except Exception as e:  # inference is a convenience; ORT and monolib infer anyway
+        logger.debug("shape inference of %s failed: %s", op_type, e)
+    return model
+
+
+def ort_run(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Run ``model`` with ONNX Runtime (CPU, one thread): the reference outputs."""
+    import onnxruntime as ort
+
+    data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _runtime_available() -> bool:
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("monolib.runtime.graph_executor", "monolib.export.csource")
+    )
+
+
+def run_model(model, feeds: dict[str, np.ndarray], **compile_kwargs) -> list[np.ndarray]:
+    """Compile ``model`` with monolib and run it once on ``feeds``, without exporting.
+
+    Parameters
+    ----------
+    model : str, bytes, onnx.ModelProto (or an imported ``Graph``)
+    feeds : dict of str -> numpy.ndarray
+        Graph inputs by name (frozen ``constants`` excluded).
+    **compile_kwargs
+        ``shapes``, ``constants``, ``target`` of :func:`~.build.compile`.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        The graph outputs, in order (copies the caller owns).
+    """
+    from .ir import Graph
+
+    if _runtime_available() and not isinstance(model, Graph):
+        return _run_runtime(model, feeds, **compile_kwargs)
+    from .build import lower
+
+    kwargs = {k: v for k, v in compile_kwargs.items() if k != "target"}
+    source, graph_json, params = lower(model, **kwargs)
+    return run_c(source, graph_json, params, feeds)
+
+
+def _run_runtime(model, feeds, **compile_kwargs) -> list[np.ndarray]:
+    from ..runtime.device import cpu
+    from ..runtime.graph_executor import GraphModule
+    from .build import compile as compile_model
+
+    factory = compile_model(model, **compile_kwargs)
+    gm = GraphModule(factory["default"](cpu()))
+    gm.run(**feeds)
+    return [np.array(gm.get_output(i).numpy(), copy=True) for i in range(gm.get_num_outputs())]
+
+
+def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
+    """A ``uint8`` array of ``nbytes`` whose data pointer is ``align``-byte aligned."""
+    raw = np.zeros(nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start : start + nbytes]
+
+
+def _tmpdir() -> str:
+    global _TMP
+    if _TMP is None:
+        _TMP = tempfile.mkdtemp(prefix="monolib-test-")
+        atexit.register(shutil.rmtree, _TMP, True)
+    return _TMP
+
+
+def build_c(source: str, flags: Sequence[str] = ("-O3", "-march=native")) -> ctypes.CDLL:
+    """Compile generated C to a temporary ``.so`` with the system C compiler and load it
+    (cached by source text within the process).
+
+    Raises
+    ------
+    ToolchainError
+        When no compiler is found or it rejects the source (its stderr is included).
+    """
+    key = hashlib.sha256(("\0".join(flags) + source).encode()).hexdigest()[:24]
+    if key in _LIBS:
+        return _LIBS[key]
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise ToolchainError("no C compiler found (set CC, or install gcc)")
+    d = _tmpdir()
+    src, lib = os.path.join(d, f"{key}.c"), os.path.join(d, f"{key}.so")
+    with open(src, "w") as fh:
+        fh.write(source)
+    cmd = [cc, *flags, "-shared", "-fPIC", "-o", lib, src, "-lm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ToolchainError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    dll = ctypes.CDLL(lib)
+    for fn, argtypes in (("monolib_run", [ctypes.c_void_p] * 2), ("monolib_run_op", [ctypes.c_int32] + [ctypes.c_void_p] * 2)):
+        getattr(dll, fn).argtypes = argtypes
+        getattr(dll, fn).restype = ctypes.c_int32
+    dll.monolib_num_ops.restype = ctypes.c_int32
+    _LIBS[key] = dll
+    return dll
+
+
+def run_c(source: str, graph_json: dict, params: np.ndarray, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Build ``source`` with gcc, run ``monolib_run`` once on ``feeds`` and return the
+    outputs (the executor's job, done minimally with ctypes for tests).
+
+    Raises
+    ------
+    InputError
+        For a missing or unknown input name, or a shape that does not match.
+    ToolchainError
+        When the C compiler fails.
+    """
+    dll = build_c(source)
+    arena = aligned_empty(max(int(graph_json["arena_bytes"]), 64))
+    blob = aligned_empty(max(params.nbytes, 64))
+    blob[: params.nbytes] = params
+    known = {i["name"] for i in graph_json["inputs"]}
+    extra = set(feeds) - known
+    if extra:
+        raise InputError(f"unknown inputs {sorted(extra)}; the model's inputs are {sorted(known)}")
+    for info in graph_json["inputs"]:
+        if info["name"] not in feeds:
+            raise InputError(f"input {info['name']!r} is missing")
+        x = np.asarray(feeds[info["name"]], dtype=info["dtype"], order="C")
+        if list(x.shape) != info["shape"]:
+            raise InputError(f"input {info['name']!r}: shape {list(x.shape)}, expected {info['shape']}")
+        arena[info["offset"] : info["offset"] + x.nbytes] = np.frombuffer(x.tobytes(), np.uint8)
+    rc = dll.monolib_run(blob.ctypes.data, arena.ctypes.data)
+    if rc != 0:
+        raise CompileError(f"monolib_run returned {rc}")
+    outs = []
+    for info in graph_json["outputs"]:
+        dt = np.dtype(info["dtype"])
+        n = int(np.prod(info["shape"], dtype=np.int64)) * dt.itemsize
+        outs.append(np.frombuffer(arena[info["offset"] : info["offset"] + n].tobytes(), dt).reshape(info["shape"]))
+    return outs

@@ -1,0 +1,420 @@
+"""The ONNX frontend: ``ModelProto`` -> :class:`~monolib.compiler.ir.Graph`.
+
+:func:`import_model` produces a graph where every value has a static shape and a
+dtype, every schema default is filled in, weights (initializers and ``Constant``
+nodes, where PaddlePaddle exports keep them) are ``Value.const``, and every node whose
+inputs are all constant has been computed away with the op's NumPy reference. So the
+``Shape -> Gather -> Concat -> Reshape`` chains of exported models vanish once shapes
+are static, and ``If`` nodes whose condition becomes constant (Silero VAD's sample-rate
+switch, given ``constants={"sr": 16000}``) are replaced by the chosen branch.
+
+Follows the ONNX IR specification (https://onnx.ai/onnx/repo-docs/IR.html): value
+names are SSA, subgraphs see the values of their enclosing scopes, nodes are
+topologically sorted (re-sorted here to be safe), an empty input name is an omitted
+optional input. Supported: default-domain opsets 11 to 21.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+
+from ...runtime.errors import CompileError, UnsupportedOpError
+from ..ir import Graph, Node, Value
+from ..ops.base import lookup
+from ..passes.dce import DeadCodeElimination
+from ..passes.fold_constants import static_shape_fold
+from ..passes.node_eval import fold_node, make_const, run_infer
+from .attributes import convert_attribute, node_attributes, tensor_to_array
+from .inputs import resolve_inputs
+from .order import topological_order
+from .support import DEFAULT_OPSETS, check_supported, normalize_domain, walk_nodes
+
+__all__ = ["import_model", "load_model"]
+
+logger = logging.getLogger(__name__)
+
+
+def load_model(model: Any) -> onnx.ModelProto:
+    """``model`` as a ``ModelProto``: a path, serialized bytes, or a proto.
+
+    Raises
+    ------
+    CompileError
+        Missing file, undecodable bytes, or an unsupported argument type.
+    """
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            return onnx.load_from_string(bytes(model))
+        except (DecodeError, ValueError) as e:
+            raise CompileError(f"the given bytes are not a serialized ONNX model: {e}") from e
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise CompileError(f"ONNX model file not found: {path!r}")
+        try:
+            return onnx.load(path, load_external_data=False)
+        except (DecodeError, ValueError, OSError) as e:
+            raise CompileError(f"{path!r} is not a readable ONNX model: {e}") from e
+    raise CompileError(
+        f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}"
+    )
+
+
+def _external_tensors(graph: onnx.GraphProto) -> list[str]:
+    """Names of the tensors of ``graph`` (initializers, tensor attributes, subgraphs)
+    whose data lives in an external file."""
+    ext = onnx.TensorProto.EXTERNAL
+    found = [t.name for t in graph.initializer if t.data_location == ext]
+    for node in walk_nodes(graph):
+        for a in node.attribute:
+            tensors = [a.t] if a.type == onnx.AttributeProto.TENSOR else list(a.tensors)
+            found += [f"{t.name or a.name} (node {node.name!r})" for t in tensors
+                      if t.data_location == ext]
+            if a.type == onnx.AttributeProto.GRAPH:
+                found += [t.name for t in a.g.initializer if t.data_location == ext]
+    return found
+
+
+def _check(proto: onnx.ModelProto) -> dict[str, int]:
+    """Run the ONNX checker and return the opsets (domain -> version)."""
+    external = _external_tensors(proto.graph)
+    if external:
+        raise CompileError(
+            f"tensor(s) {external[:5]} are stored as external data; monolib reads "
+            "self-contained models only (save the model without external data)"
+        )
+    try:
+        onnx.checker.check_model(proto, full_check=False)
+    except onnx.checker.ValidationError as e:
+        raise CompileError(f"the ONNX checker rejected the model: {e}") from e
+    opsets = {normalize_domain(o.domain): int(o.version) for o in proto.opset_import}
+    default = opsets.get("")
+    if default is not None and default not in DEFAULT_OPSETS:
+        raise UnsupportedOpError(
+            f"the model imports opset {default} of the default ONNX domain; monolib "
+            f"supports opsets {DEFAULT_OPSETS.start} to {DEFAULT_OPSETS.stop - 1} "
+            "(convert it with onnx.version_converter)"
+        )
+    return opsets
+
+
+def import_model(
+    model: Any,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    constants: Mapping[str, Any] | None = None,
+) -> Graph:
+    """Import an ONNX model as a monolib graph with static shapes.
+
+    Parameters
+    ----------
+    model : str, os.PathLike, bytes or onnx.ModelProto
+        The model (self-contained: external data is rejected).
+    shapes : dict, optional
+        Input name -> static shape, for inputs whose declared shape has dynamic dims
+        (symbolic, ``-1``, or unknown), e.g. ``{"x": (1, 3, 48, 320)}``.
+    constants : dict, optional
+        Input name -> value known at compile time (``{"sr": 16000}``); the input
+        becomes a constant of the model input's dtype and leaves the graph inputs.
+
+    Returns
+    -------
+    Graph
+        Inputs and outputs carry the ONNX names; ``metadata`` holds the model's
+        ``metadata_props``. Constant graph outputs stay in ``outputs`` as constants.
+
+    Raises
+    ------
+    CompileError
+        Unreadable model, the ONNX checker's error, external data, a node failing.
+    UnsupportedOpError
+        Every unsupported op at once (type, opset, node names); an unsupported opset;
+        an ``If`` whose condition is not known at compile time.
+    ShapeError
+        A dynamic input dim with no value given (the input, dim index and symbol named).
+    """
+    proto = load_model(model)
+    opsets = _check(proto)
+    check_supported(proto.graph, opsets)
+    importer = _Importer(opsets)
+    graph = importer.import_main(proto.graph, shapes, constants)
+    graph.metadata = {p.key: p.value for p in proto.metadata_props}
+    DeadCodeElimination()(graph)
+    logger.info("imported %r: %d nodes %s", graph.name, len(graph.nodes), graph.op_counts())
+    return graph
+
+
+class _Scope:
+    """Name -> Value, falling back to the enclosing scope (subgraphs see outer values)."""
+
+    def __init__(self, parent: "_Scope | None" = None):
+        self.values: dict[str, Value] = {}
+        self.parent = parent
+
+    def find(self, name: str) -> Value | None:
+        scope: _Scope | None = self
+        while scope is not None:
+            v = scope.values.get(name)
+            if v is not None:
+                return v
+            scope = scope.parent
+        return None
+
+    def names(self) -> set[str]:
+        out: set[str] = set()
+        scope: _Scope | None = self
+        while scope is not None:
+            out.update(scope.values)
+            scope = scope.parent
+        return out
+
+
+class _Importer:
+    """Walks the ONNX graph once, typing, folding and inlining as it goes."""
+
+    def __init__(self, opsets: dict[str, int]):
+        self.opsets = opsets
+        self.value_names: set[str] = set()
+        self.node_names: set[str] = set()
+        self.nodes: list[Node] = []  # the graph being built (swapped for subgraphs)
+        self.graph_inputs: list[Value] = []
+        self.output_uids: set[int] = set()  # values already named after a graph output
+
+    # -- names ---------------------------------------------------------------------
+
+    def _unique(self, name: str, used: set[str]) -> str:
+        candidate, k = name, 0
+        while candidate in used:
+            k += 1
+            candidate = f"{name}__{k}"
+        used.add(candidate)
+        return candidate
+
+    def _new_value(self, name: str, array: np.ndarray | None = None) -> Value:
+        name = self._unique(name, self.value_names)
+        if array is not None:
+            return make_const(name, array)
+        return Value(name, (), np.float32)
+
+    # -- graphs --------------------------------------------------------------------
+
+    def import_main(self, g: onnx.GraphProto, shapes, constants) -> Graph:
+        scope = _Scope()
+        inits = self._add_initializers(g, scope)
+        runtime, consts = resolve_inputs(g, inits, shapes, constants)
+        for v in (*runtime, *consts):
+            self.value_names.add(v.name)
+            scope.values[v.name] = v
+        self.graph_inputs = runtime
+        self._import_nodes(g.node, scope)
+        outputs = [self._graph_output(o.name, scope) for o in g.output]
+        return Graph(g.name or "model", runtime, outputs, self.nodes)
+
+    def _add_initializers(self, g: onnx.GraphProto, scope: _Scope) -> set[str]:
+        names = set()
+        for t in g.initializer:
+            arr = tensor_to_array(t, f"initializer {t.name!r}")
+            scope.values[t.name] = self._new_value(t.name, arr)
+            names.add(t.name)
+        for t in g.sparse_initializer:
+            raise CompileError(f"sparse initializer {t.values.name!r} is not supported")
+        return names
+
+    def _import_nodes(self, protos: Sequence[onnx.NodeProto], scope: _Scope) -> None:
+        for p in topological_order(protos, scope.names()):
+            self._import_node(p, scope)
+
+    def _import_subgraph(self, g: onnx.GraphProto, outer: _Scope) -> Graph:
+        """A GRAPH attribute of an op the frontend does not inline (Loop, Scan): its
+        own inputs need static declared shapes; it may read outer-scope values."""
+        scope = _Scope(outer)
+        self._add_initializers(g, scope)
+        inputs = []
+        for info in g.input:
+            v, _ = resolve_inputs(_single_input_graph(info), set(), None, None)
+            v[0].name = self._unique(info.name, self.value_names)
+            scope.values[info.name] = v[0]
+            inputs.append(v[0])
+        saved, self.nodes = self.nodes, []
+        try:
+            self._import_nodes(g.node, scope)
+            outputs = [self._lookup(o.name, scope, f"subgraph {g.name!r}") for o in g.output]
+            return Graph(g.name, inputs, outputs, self.nodes)
+        finally:
+            self.nodes = saved
+
+    def _graph_output(self, name: str, scope: _Scope) -> Value:
+        """The Value of graph output ``name``, named ``name`` (aliases resolved)."""
+        v = self._lookup(name, scope, "graph outputs")
+        taken = name in self.value_names and v.name != name
+        if v.name == name:
+            self.output_uids.add(v.uid)
+            return v
+        if v.is_const and not taken:
+            self.value_names.add(name)
+            return make_const(name, v.const)
+        is_input = any(v is i for i in self.graph_inputs)
+        if not taken and not is_input and v.uid not in self.output_uids:
+            # an alias (Identity, If branch output): the value takes the output's name
+            self.value_names.add(name)
+            v.name = name
+            self.output_uids.add(v.uid)
+            return v
+        out = Value(self._unique(name, self.value_names), v.shape, v.dtype)
+        self.nodes.append(Node("Identity", self._unique(f"{name}/copy", self.node_names),
+                               [v], [out], {}, "", self.opsets.get("", 17)))
+        return out
+
+    # -- nodes ---------------------------------------------------------------------
+
+    def _lookup(self, name: str, scope: _Scope, where: str) -> Value:
+        v = scope.find(name)
+        if v is None:
+            raise CompileError(f"{where}: value {name!r} is not defined before it is used")
+        return v
+
+    def _import_node(self, p: onnx.NodeProto, scope: _Scope) -> None:
+        domain = normalize_domain(p.domain)
+        opset = self.opsets.get(domain, 1)
+        name = self._unique(p.name or f"{p.op_type}_{len(self.node_names)}", self.node_names)
+        where = f"node {name!r} ({p.op_type})"
+        inputs = [None if n == "" else self._lookup(n, scope, where) for n in p.input]
+        if domain == "" and p.op_type in ("Constant", "Identity", "Dropout", "If", "Shape", "Size"):
+            handler = getattr(self, f"_op_{p.op_type}")
+            handler(p, name, inputs, opset, scope)
+            return
+        attrs = node_attributes(p, opset, lambda g: self._import_subgraph(g, scope))
+        outputs = [self._new_value(o or f"{name}/unused{i}") for i, o in enumerate(p.output)]
+        node = Node(p.op_type, name, inputs, outputs, attrs, domain, opset)
+        op = lookup(p.op_type, opset, domain, name)
+        run_infer(node, op)
+        if not fold_node(node, op):
+            self.nodes.append(node)
+        for o, v in zip(p.output, outputs):
+            if o:
+                scope.values[o] = v
+
+    def _bind_const(self, out_name: str, array: np.ndarray, scope: _Scope) -> None:
+        if out_name:
+            scope.values[out_name] = self._new_value(out_name, np.asarray(array))
+
+    def _op_Constant(self, p, name, inputs, opset, scope) -> None:
+        attrs = {a.name: a for a in p.attribute}
+        where = f"node {name!r} (Constant)"
+        if "value" in attrs:
+            arr = convert_attribute(attrs["value"], where=where)
+        elif "value_float" in attrs:
+            arr = np.array(attrs["value_float"].f, dtype=np.float32)
+        elif "value_floats" in attrs:
+            arr = np.array(list(attrs["value_floats"].floats), dtype=np.float32)
+        elif "value_int" in attrs:
+            arr = np.array(attrs["value_int"].i, dtype=np.int64)
+        elif "value_ints" in attrs:
+            arr = np.array(list(attrs["value_ints"].ints), dtype=np.int64)
+        else:
+            kinds = ", ".join(attrs) or "none"
+            raise CompileError(f"{where}: unsupported value attribute ({kinds}); "
+                               "monolib reads numeric tensors only")
+        if arr.dtype.kind in "OUS":
+            raise CompileError(f"{where}: string constants are not supported")
+        self._bind_const(p.output[0], arr, scope)
+
+    def _op_Shape(self, p, name, inputs, opset, scope) -> None:
+        attrs = node_attributes(p, opset)
+        node = Node("Shape", name, inputs, [], attrs, "", opset)
+        self._bind_const(p.output[0], static_shape_fold(node), scope)
+
+    def _op_Size(self, p, name, inputs, opset, scope) -> None:
+        node = Node("Size", name, inputs, [], {}, "", opset)
+        self._bind_const(p.output[0], static_shape_fold(node), scope)
+
+    def _op_Identity(self, p, name, inputs, opset, scope) -> None:
+        scope.values[p.output[0]] = inputs[0]
+
+    def _op_Dropout(self, p, name, inputs, opset, scope) -> None:
+        """Dropout in inference is the identity; its mask (if asked for) is all true."""
+        training = inputs[2] if len(inputs) > 2 else None
+        if training is not None and (not training.is_const or bool(training.const)):
+            raise UnsupportedOpError(
+                f"node {name!r} (Dropout): training_mode must be a constant false; "
+                "monolib compiles for inference"
+            )
+        x = inputs[0]
+        scope.values[p.output[0]] = x
+        if len(p.output) > 1 and p.output[1]:
+            self._bind_const(p.output[1], np.ones(x.shape, dtype=bool), scope)
+
+    def _op_If(self, p, name, inputs, opset, scope) -> None:
+        """Inline the branch chosen by a constant condition."""
+        cond = inputs[0]
+        if not cond.is_const:
+            raise UnsupportedOpError(
+                f"node {name!r} (If): its condition {cond.name!r} is not known at compile "
+                f"time (it depends on input(s) {self._input_ancestors(cond)}); monolib "
+                "inlines If only when the condition is constant: give the controlling "
+                "input via constants= (e.g. constants={'sr': 16000} for Silero VAD)"
+            )
+        if cond.const.size != 1:
+            raise CompileError(f"node {name!r} (If): condition has {cond.const.size} elements")
+        taken = bool(cond.const.reshape(-1)[0])
+        attrs = {a.name: a for a in p.attribute}
+        branch = attrs["then_branch" if taken else "else_branch"].g
+        if len(branch.output) != len(p.output):
+            raise CompileError(
+                f"node {name!r} (If): branch {branch.name!r} has {len(branch.output)} "
+                f"outputs, the node {len(p.output)}"
+            )
+        logger.debug("If %r: condition %s, inlining branch %r", name, taken, branch.name)
+        sub = _Scope(scope)
+        self._add_initializers(branch, sub)
+        with _in_branch(name, branch.name):
+            self._import_nodes(branch.node, sub)
+        for o, bo in zip(p.output, branch.output):
+            if o:
+                scope.values[o] = self._lookup(bo.name, sub, f"node {name!r} (If)")
+
+    def _input_ancestors(self, value: Value) -> list[str]:
+        """Names of the graph inputs ``value`` depends on."""
+        producers = {v.uid: n for n in self.nodes for v in n.outputs}
+        inputs = {v.uid: v.name for v in self.graph_inputs}
+        found, stack, seen = [], [value], set()
+        while stack:
+            v = stack.pop()
+            if v.uid in seen:
+                continue
+            seen.add(v.uid)
+            if v.uid in inputs:
+                found.append(inputs[v.uid])
+            n = producers.get(v.uid)
+            if n is not None:
+                stack.extend(x for x in n.inputs if x is not None)
+        return sorted(found)
+
+
+class _in_branch:
+    """Context manager that names the If branch in errors raised while inlining it."""
+
+    def __init__(self, node: str, branch: str):
+        self.where = f"in branch {branch!r} of If {node!r}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if exc is not None and isinstance(exc, CompileError) and self.where not in str(exc):
+            exc.args = (f"{exc.args[0] if exc.args else ''} ({self.where})", *exc.args[1:])
+        return False
+
+
+def _single_input_graph(info: onnx.ValueInfoProto) -> onnx.GraphProto:
+    g = onnx.GraphProto()
+    g.input.append(info)
+    return g
+

@@ -1,0 +1,92 @@
+"""Find every operator of a model monolib cannot compile, before any other work.
+
+A user converting a model wants the whole list at once, not one error per attempt:
+:func:`check_supported` walks every node, ``If``/``Loop`` subgraphs included, and
+raises ONE :class:`~monolib.runtime.errors.UnsupportedOpError` naming each unsupported
+op type with its opset and the nodes that use it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator, Mapping
+
+import onnx
+
+from ...runtime.errors import UnsupportedOpError
+from ..ops.base import lookup
+
+__all__ = ["FRONTEND_OPS", "walk_nodes", "check_supported", "DEFAULT_OPSETS"]
+
+logger = logging.getLogger(__name__)
+
+#: Default-domain ops the frontend resolves itself (they never reach the op registry):
+#: ``Constant`` and ``Shape``/``Size`` (static shapes) fold, ``If`` with a constant
+#: condition is inlined, ``Identity``/``Dropout`` (inference) alias their input.
+FRONTEND_OPS = frozenset({"Constant", "If", "Identity", "Dropout", "Shape", "Size"})
+
+#: Opsets of the default domain the frontend accepts.
+DEFAULT_OPSETS = range(11, 22)
+
+
+def normalize_domain(domain: str) -> str:
+    """``"ai.onnx"`` and ``""`` are the same (default) domain; monolib uses ``""``."""
+    return "" if domain == "ai.onnx" else domain
+
+
+def walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` and, recursively, of its subgraph attributes."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from walk_nodes(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from walk_nodes(g)
+
+
+def _is_supported(op_type: str, domain: str, opset: int, name: str) -> bool:
+    if domain == "" and op_type in FRONTEND_OPS:
+        return True
+    try:
+        lookup(op_type, opset, domain, name)
+    except UnsupportedOpError:
+        return False
+    return True
+
+
+def check_supported(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
+    """Raise ONE error listing every unsupported operator of ``graph``.
+
+    Parameters
+    ----------
+    graph : onnx.GraphProto
+    opsets : mapping
+        Domain (``""`` for the default one) -> the model's opset version.
+
+    Raises
+    ------
+    UnsupportedOpError
+        Message: ``"N unsupported operator(s): Foo (opset 13): nodes 'a', 'b'; ..."``.
+    """
+    missing: dict[tuple[str, str, int], list[str]] = {}
+    for node in walk_nodes(graph):
+        domain = normalize_domain(node.domain)
+        opset = int(opsets.get(domain, 0))
+        key = (domain, node.op_type, opset)
+        if key in missing:
+            missing[key].append(node.name)
+        elif not _is_supported(node.op_type, domain, opset, node.name):
+            missing[key] = [node.name]
+    if not missing:
+        return
+    parts = []
+    for (domain, op_type, opset), names in sorted(missing.items()):
+        qual = f"{domain}::{op_type}" if domain else op_type
+        shown = ", ".join(repr(n) for n in names[:5])
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        parts.append(f"{qual} (opset {opset}): node(s) {shown}{more}")
+    raise UnsupportedOpError(
+        f"{len(missing)} unsupported operator(s) in the model: " + "; ".join(parts)
+    )

@@ -1,0 +1,140 @@
+"""Calling an op's ``infer`` and ``reference`` on one node, with errors that name it.
+
+Shared by the frontend (typing and folding while importing), :mod:`.fold_constants`
+and :mod:`monolib.compiler.reference_eval`. An exception escaping an op
+implementation is re-raised as a :class:`~monolib.runtime.errors.MonolibError` whose
+message starts with the node's name and op type, so a failure deep in a 900-node model
+says where it happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator
+
+import numpy as np
+
+from ...runtime.errors import CompileError, MonolibError
+from ..ir import Node, Value
+from ..ops.base import OpDef, op_of
+
+__all__ = ["node_context", "run_infer", "run_reference", "fold_node", "set_type", "make_const"]
+
+logger = logging.getLogger(__name__)
+
+
+def _where(node: Node) -> str:
+    return f"node {node.name!r} ({node.op_type})"
+
+
+@contextlib.contextmanager
+def node_context(node: Node, what: str) -> Iterator[None]:
+    """Re-raise any exception inside the block with ``node`` named in the message.
+
+    A :class:`MonolibError` keeps its class; anything else (a bug, a NumPy error)
+    becomes a :class:`CompileError` chained to the original.
+    """
+    try:
+        yield
+    except MonolibError as e:
+        msg = str(e)
+        if node.name and repr(node.name) in msg:
+            raise
+        try:
+            new = type(e)(f"{_where(node)}: {msg}")
+        except TypeError:
+            raise e from None
+        raise new from e
+    except Exception as e:
+        raise CompileError(f"{_where(node)}: {what} failed: {type(e).__name__}: {e}") from e
+
+
+def make_const(name: str, array: np.ndarray) -> Value:
+    """A constant Value holding ``array`` as a C-contiguous array.
+
+    Unlike ``np.ascontiguousarray`` (used by ``Value.constant``), this keeps 0-d
+    arrays 0-d: ONNX scalars must stay scalars (shape ``()``).
+    """
+    arr = np.asarray(array, order="C")
+    return Value(name, arr.shape, arr.dtype, arr)
+
+
+def set_type(value: Value, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Give ``value`` a (static) shape and dtype, normalized like ``Value`` does."""
+    value.shape = tuple(int(d) for d in shape)
+    value.dtype = np.dtype(dtype)
+
+
+def run_infer(node: Node, op: OpDef | None = None) -> None:
+    """Type ``node``'s outputs with ``op.infer`` (in place).
+
+    Raises
+    ------
+    CompileError
+        When infer fails or returns fewer types than the node has outputs.
+    ShapeError
+        Propagated (with the node named) from the op.
+    """
+    op = op or op_of(node)
+    with node_context(node, "shape inference"):
+        types = op.infer(node)
+    if len(types) < len(node.outputs):
+        raise CompileError(
+            f"{_where(node)}: infer gave {len(types)} output types for {len(node.outputs)} outputs"
+        )
+    for v, (shape, dtype) in zip(node.outputs, types):
+        set_type(v, shape, dtype)
+
+
+def run_reference(node: Node, inputs: list[np.ndarray | None], op: OpDef | None = None) -> list[np.ndarray]:
+    """Run ``op.reference`` on ``inputs``; check and normalize the results against
+    the outputs' types (cast to the output dtype, same shape required).
+
+    Raises
+    ------
+    CompileError
+        On failure, too few results, or a result whose shape differs from the output's.
+    """
+    op = op or op_of(node)
+    with node_context(node, "reference"):
+        results = op.reference(node, inputs)
+    if len(results) < len(node.outputs):
+        raise CompileError(
+            f"{_where(node)}: reference gave {len(results)} results for {len(node.outputs)} outputs"
+        )
+    out = []
+    for i, (v, r) in enumerate(zip(node.outputs, results)):
+        r = np.asarray(r)
+        if r.shape != v.shape:
+            raise CompileError(
+                f"{_where(node)}: reference output {i} has shape {list(r.shape)} "
+                f"but infer gave {list(v.shape)}"
+            )
+        out.append(np.asarray(r, dtype=v.dtype, order="C"))
+    return out
+
+
+def foldable(node: Node, op: OpDef) -> bool:
+    """True when ``node`` can be computed at compile time: ``op.foldable`` and at
+    least one input, every given input constant."""
+    given = [v for v in node.inputs if v is not None]
+    return bool(op.foldable and given and all(v.is_const for v in given))
+
+
+def fold_node(node: Node, op: OpDef | None = None) -> bool:
+    """If ``node`` is foldable, compute its outputs with the reference and make each
+    output ``Value`` constant in place (uses keep pointing at the same objects).
+
+    Returns
+    -------
+    bool
+        True when the node was folded (the caller drops it from the graph).
+    """
+    op = op or op_of(node)
+    if not foldable(node, op):
+        return False
+    arrays = run_reference(node, [v.const if v is not None else None for v in node.inputs], op)
+    for v, a in zip(node.outputs, arrays):
+        v.const = a
+    return True

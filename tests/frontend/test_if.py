@@ -1,0 +1,87 @@
+"""Frontend: If with a constant condition is inlined; constants= feeds the condition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from frontend.onnx_util import F32, I64, make_model, ort_run, requires_ops
+from monolib.compiler.frontend import import_model
+from monolib.compiler.reference_eval import evaluate
+from monolib.runtime.errors import ShapeError, UnsupportedOpError, CompileError
+
+
+def _branch(name: str, op: str, const: float, nested: bool = False):
+    """A branch computing ``op(x, const)`` (reads ``x`` from the outer scope); with
+    ``nested`` its result goes through an inner If on ``flag`` (also outer)."""
+    c = helper.make_node("Constant", [], [f"{name}_c"], value_float=const)
+    body = helper.make_node(op, ["x", f"{name}_c"], [f"{name}_r"])
+    nodes = [c, body]
+    out = f"{name}_r"
+    if nested:
+        inner_then = helper.make_graph(
+            [helper.make_node("Neg", [f"{name}_r"], [f"{name}_neg"])], f"{name}_it", [],
+            [helper.make_tensor_value_info(f"{name}_neg", F32, None)])
+        inner_else = helper.make_graph(
+            [helper.make_node("Identity", [f"{name}_r"], [f"{name}_id"])], f"{name}_ie", [],
+            [helper.make_tensor_value_info(f"{name}_id", F32, None)])
+        nodes.append(helper.make_node("If", ["flag"], [f"{name}_out"],
+                                      then_branch=inner_then, else_branch=inner_else))
+        out = f"{name}_out"
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, F32, None)])
+
+
+def _sr_model(nested: bool = False):
+    nodes = [
+        helper.make_node("Constant", [], ["k16"], value=helper.make_tensor("k16", I64, [], [16000])),
+        helper.make_node("Equal", ["sr", "k16"], ["is16"]),
+        helper.make_node("Shape", ["x"], ["xs"]),
+        helper.make_node("Size", ["xs"], ["rank"]),
+        helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", I64, [], [2])),
+        helper.make_node("Equal", ["rank", "two"], ["flag"]),
+        helper.make_node("If", ["is16"], ["y"], name="the_if",
+                         then_branch=_branch("then", "Mul", 2.0, nested),
+                         else_branch=_branch("else", "Add", 1.0, nested)),
+    ]
+    return make_model(nodes, [("x", F32, ["N", 3]), ("sr", I64, [])], [("y", F32, ["N", 3])])
+
+
+@requires_ops("Equal", "Mul", "Add")
+@pytest.mark.parametrize("sr, op", [(16000, "Mul"), (8000, "Add")])
+def test_if_on_constant_input_is_inlined(sr, op):
+    model = _sr_model()
+    g = import_model(model, shapes={"x": (2, 3)}, constants={"sr": sr})
+    assert g.op_counts() == {op: 1}
+    assert [v.name for v in g.inputs] == ["x"] and g.outputs[0].name == "y"
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    want = ort_run(model, {"x": x, "sr": np.array(sr, np.int64)})[0]
+    np.testing.assert_array_equal(evaluate(g, {"x": x})[0], want)
+
+
+@requires_ops("Equal", "Mul", "Add", "Neg")
+def test_nested_if_reading_outer_scopes():
+    model = _sr_model(nested=True)
+    g = import_model(model, shapes={"x": (2, 3)}, constants={"sr": 16000})
+    assert g.op_counts() == {"Mul": 1, "Neg": 1}
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    want = ort_run(model, {"x": x, "sr": np.array(16000, np.int64)})[0]
+    np.testing.assert_array_equal(evaluate(g, {"x": x})[0], want)
+
+
+@requires_ops("Equal", "Mul", "Add")
+def test_if_on_runtime_input_names_the_input_and_constants():
+    with pytest.raises(UnsupportedOpError) as e:
+        import_model(_sr_model(), shapes={"x": (2, 3)})
+    msg = str(e.value)
+    assert "'the_if'" in msg and "'sr'" in msg and "constants=" in msg
+
+
+@requires_ops("Equal", "Mul", "Add")
+def test_constants_checks_name_shape_and_value():
+    with pytest.raises(CompileError, match="'rate' is not an input"):
+        import_model(_sr_model(), shapes={"x": (2, 3)}, constants={"rate": 16000})
+    with pytest.raises(ShapeError, match="'sr'"):
+        import_model(_sr_model(), shapes={"x": (2, 3)}, constants={"sr": [16000, 1]})
+    g = import_model(_sr_model(), shapes={"x": (2, 3)}, constants={"sr": np.int32(16000)})
+    assert g.op_counts() == {"Mul": 1}

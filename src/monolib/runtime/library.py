@@ -18,7 +18,7 @@ import mmap
 import os
 import stat
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -37,17 +37,31 @@ END_SYMBOL = "__monolib_container_end"
 
 
 def read_container(
-    path: str, verify: bool = False, shown: str | None = None
+    path: str,
+    verify: bool = False,
+    shown: str | None = None,
+    extract: Callable[[Container], Any] | None = None,
 ) -> tuple[Container, dict[str, Any]]:
     """Read and check the container of the library file ``path`` without dlopen.
 
-    ``shown`` is the name used in error messages (default: ``path``).
+    Parameters
+    ----------
+    path : str
+        The library file.
+    verify : bool
+        Check every section's SHA-256 (else the small ones only).
+    shown : str, optional
+        The name used in error messages (default: ``path``).
+    extract : callable, optional
+        ``extract(container)`` is called while the file is mapped (read section data
+        with ``container.section_data``; copy what you keep); its result is
+        ``info["extracted"]``.
 
     Returns
     -------
     (container, info)
         The parsed :class:`Container` (its buffer released: manifest only) and
-        ``{"file_size", "section_offset", "section_size", "elf"}``.
+        ``{"file_size", "section_offset", "section_size", "elf", "extracted"}``.
 
     Raises
     ------
@@ -68,18 +82,23 @@ def read_container(
             raise LibraryLoadError(f"{shown}: not a regular file")
         if size == 0:
             raise LibraryLoadError(f"{shown}: library file is empty")
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
-            offset, length, elf = find_container(mm, shown)
-            where = f"{shown} (.monolib section at file offset {offset})"
-            view = memoryview(mm)[offset : offset + length]
-            try:
-                container = Container(view, source=where, verify=verify)
-                container.release()
-            finally:
-                view.release()
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     finally:
-        os.close(fd)
-    info = {"file_size": size, "section_offset": offset, "section_size": length, "elf": elf}
+        os.close(fd)  # the mapping does not need the descriptor
+    try:
+        offset, length, elf = find_container(mm, shown)
+        where = f"{shown} (.monolib section at file offset {offset})"
+        with memoryview(mm)[offset : offset + length] as view:
+            container = Container(view, source=where, verify=verify)
+            extracted = extract(container) if extract else None
+            container.release()
+    finally:
+        try:
+            mm.close()
+        except BufferError:
+            pass  # an error's traceback still holds a view; the GC unmaps it later
+    info = {"file_size": size, "section_offset": offset, "section_size": length, "elf": elf,
+            "extracted": extracted}
     return container, info
 
 

@@ -1,0 +1,269 @@
+"""The ``monolib`` command: ``compile``, ``run``, ``inspect``.
+
+::
+
+    monolib compile model.onnx -o model.so --shape x=1,3,48,320 [--const sr=16000]
+                                           [--target "c"]
+    monolib run model.so --input x=image.npy [--output out.npz] [--repeat N]
+    monolib inspect model.so [--verify] [--json]
+
+``run`` and ``inspect`` need the runtime only (NumPy); ``compile`` imports the
+compiler. Errors are printed as one line ``error: ...`` and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from typing import Any, Sequence
+
+from .runtime.errors import InputError, MonolibError
+
+__all__ = ["main", "build_parser", "parse_shape", "parse_const"]
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- parsing
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``"x=1,3,48,320"`` -> ``("x", (1, 3, 48, 320))`` (``"x="`` is a scalar).
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Not ``NAME=d0,d1,...`` with non-negative integers.
+    """
+    name, eq, dims = text.partition("=")
+    try:
+        if not name or not eq:
+            raise ValueError
+        shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+        if any(d < 0 for d in shape):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad --shape {text!r}: expected NAME=d0,d1,... (e.g. x=1,3,48,320)") from None
+    return name, shape
+
+
+def _number(word: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(word)
+        except ValueError:
+            pass
+    return word
+
+
+def parse_const(text: str) -> tuple[str, Any]:
+    """``"sr=16000"`` -> ``("sr", 16000)``; ``"k=1,2"`` -> ``("k", [1, 2])``; other
+    values stay strings.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Not ``NAME=VALUE``.
+    """
+    name, eq, value = text.partition("=")
+    if not name or not eq or not value:
+        raise argparse.ArgumentTypeError(f"bad --const {text!r}: expected NAME=VALUE")
+    if "," in value:
+        return name, [_number(v) for v in value.split(",")]
+    return name, _number(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``monolib`` command."""
+    parser = argparse.ArgumentParser(
+        prog="monolib", description="Compile an ONNX model into ONE shared library; run it; "
+        "inspect it.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    comp = sub.add_parser("compile", help="compile an ONNX model into a shared library")
+    comp.add_argument("model", help="the .onnx file")
+    comp.add_argument("-o", "--output", required=True,
+                      help="output library (no suffix: the target OS's, e.g. .so)")
+    comp.add_argument("--shape", action="append", type=parse_shape, default=[],
+                      metavar="NAME=D0,D1,...", help="static shape of an input (repeatable)")
+    comp.add_argument("--const", action="append", type=parse_const, default=[],
+                      metavar="NAME=VALUE", help="bake an input in as a constant (repeatable)")
+    comp.add_argument("--target", default="c", help='target string (default "c": the host)')
+
+    run = sub.add_parser("run", help="load a library and run it on .npy/.npz inputs")
+    run.add_argument("library")
+    run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
+                     help="an input (repeatable); a bare FILE.npz gives inputs by name")
+    run.add_argument("--output", "-o", help="write the outputs to this .npz")
+    run.add_argument("--repeat", type=int, default=1, help="timed runs (default 1)")
+    run.add_argument("--random", action="store_true",
+                     help="fill inputs not given with random data (for timing)")
+    run.add_argument("--verify", action="store_true", help="check every SHA-256 at load")
+
+    insp = sub.add_parser("inspect", help="describe a library without loading it")
+    insp.add_argument("library")
+    insp.add_argument("--verify", action="store_true", help="check every section's SHA-256")
+    insp.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+# --------------------------------------------------------------------------- compile
+class StepDisplay:
+    """Progress callback that shows each named step with a spinner and its time.
+
+    Called with a step name at the start of each step; the previous step is then
+    printed as done with its duration (seconds).
+    """
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.current: str | None = None
+        self.started = 0.0
+        self.steps: list[tuple[str, float]] = []
+        self._status = console.status("starting") if hasattr(console, "status") else None
+
+    def __enter__(self) -> "StepDisplay":
+        if self._status is not None:
+            self._status.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is None:
+            self.finish()
+        if self._status is not None:
+            self._status.stop()
+
+    def __call__(self, name: str) -> None:
+        self.finish()
+        self.current, self.started = str(name), time.perf_counter()
+        if self._status is not None:
+            self._status.update(f"{self.current} ...")
+
+    def finish(self) -> None:
+        """Mark the current step done (prints it with its time)."""
+        if self.current is None:
+            return
+        dt = time.perf_counter() - self.started
+        self.steps.append((self.current, dt))
+        self.console.print(f"  [green]✓[/green] {self.current:<32} {dt:8.2f} s"
+                           if self._status is not None else
+                           f"  done {self.current:<32} {dt:8.2f} s")
+        self.current = None
+
+
+def cmd_compile(args: argparse.Namespace, console: Any) -> int:
+    from .compiler.build import compile as build_compile  # the compiler: lazily
+
+    t0 = time.perf_counter()
+    with StepDisplay(console) as steps:
+        lib = build_compile(args.model, target=args.target, shapes=dict(args.shape) or None,
+                            constants=dict(args.const) or None, progress=steps)
+        path = lib.export_library(args.output, progress=steps)
+    import os
+
+    console.print(f"wrote {path} ({os.path.getsize(path)} bytes) in "
+                  f"{time.perf_counter() - t0:.2f} s")
+    return 0
+
+
+# --------------------------------------------------------------------------- run
+def _load_inputs(specs: Sequence[str]) -> dict[str, Any]:
+    import numpy as np
+
+    inputs: dict[str, Any] = {}
+    for spec in specs:
+        name, eq, path = spec.partition("=")
+        try:
+            if not eq:  # a bare .npz: every array in it, by name
+                with np.load(spec) as npz:
+                    inputs.update({k: npz[k] for k in npz.files})
+            else:
+                inputs[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--input {spec!r}: cannot read {path or spec}: {exc}") from None
+    return inputs
+
+
+def _fill_missing(gm: Any, inputs: dict[str, Any], random: bool) -> None:
+    import numpy as np
+
+    shapes, dtypes = gm.get_input_info()
+    missing = [n for n in shapes if n not in inputs]
+    if missing and not random:
+        expected = ", ".join(f"{n}={dtypes[n]}{list(shapes[n])}" for n in shapes)
+        raise InputError(f"missing inputs {missing}; the model expects {expected} "
+                         "(give --input NAME=FILE.npy, or --random)")
+    rng = np.random.default_rng(0)
+    for name in missing:
+        inputs[name] = rng.standard_normal(shapes[name]).astype(dtypes[name])
+
+
+def cmd_run(args: argparse.Namespace, console: Any) -> int:
+    import numpy as np
+
+    from .runtime import GraphModule, cpu, load_module
+    from .tools.inspect import print_table
+
+    t0 = time.perf_counter()
+    mod = load_module(args.library, verify=args.verify)
+    gm = GraphModule(mod["default"](cpu()))
+    t_load = time.perf_counter() - t0
+    inputs = _load_inputs(args.input)
+    _fill_missing(gm, inputs, args.random)
+    gm.set_input(**inputs)
+    times = []
+    for _ in range(max(1, args.repeat)):
+        t = time.perf_counter()
+        gm.run()
+        times.append(time.perf_counter() - t)
+    outputs = {name: gm.get_output(i).numpy() for i, name in enumerate(gm.output_names)}
+    rows = [[n, str(list(a.shape)), str(a.dtype), f"{a.min():.6g}" if a.size else "",
+             f"{a.max():.6g}" if a.size else ""] for n, a in outputs.items()]
+    print_table(console, "outputs", ["name", "shape", "dtype", "min", "max"], rows)
+    ms = np.array(times) * 1e3
+    console.print(f"load {t_load * 1e3:.2f} ms; run x{len(ms)}: mean {ms.mean():.3f} ms, "
+                  f"median {np.median(ms):.3f} ms, min {ms.min():.3f} ms")
+    if args.output:
+        np.savez(args.output, **outputs)
+        console.print(f"wrote {args.output}")
+    return 0
+
+
+# --------------------------------------------------------------------------- inspect
+def cmd_inspect(args: argparse.Namespace, console: Any) -> int:
+    from .tools.inspect import inspect_library, render_report
+
+    report = inspect_library(args.library, verify=args.verify)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render_report(report, console)
+    return 0
+
+
+COMMANDS = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``monolib`` console script; returns the exit status.
+
+    0 on success, 1 on a :class:`MonolibError` (printed as ``error: ...`` on
+    stderr), 2 on bad arguments (argparse).
+    """
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
+    from .tools.inspect import make_console
+
+    console = make_console()
+    try:
+        return COMMANDS[args.command](args, console)
+    except MonolibError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Inspect an exported library WITHOUT loading it (no dlopen, none of its code runs).
+
+Reads the ELF section table (:mod:`monolib.runtime.binfmt`), the container header and
+manifest (:mod:`monolib.runtime.container`) and the graph JSON of each graph
+executor factory, and reports: format version, the module tree with type keys, each
+section's size, codec and SHA-256, graph inputs/outputs, op counts (fused ops and
+the ONNX ops inside them), params count and bytes, and the library's size.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from typing import Any
+
+from ..runtime.container import Container
+from ..runtime.errors import ContainerError
+from ..runtime.library import read_container
+
+__all__ = ["inspect_library", "render_report", "make_console", "print_table"]
+
+logger = logging.getLogger(__name__)
+
+FACTORY = "graph_executor_factory"
+
+
+def _graphs(container: Container) -> dict[int, dict]:
+    """Graph JSON of every factory module (read while the file is mapped)."""
+    out = {}
+    for i, mod in enumerate(container.modules):
+        sec = next((s for s in mod.sections if s.name == "graph"), None)
+        if mod.type_key != FACTORY or sec is None:
+            continue
+        container.check_section(i, sec)
+        try:
+            out[i] = json.loads(bytes(container.section_data(i, sec)).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ContainerError(f"{container.source}: graph JSON of module {i}: {exc}") from None
+    return out
+
+
+def _graph_summary(graph: dict) -> dict[str, Any]:
+    nodes = graph.get("nodes", [])
+    onnx_ops: Counter = Counter()
+    for node in nodes:
+        onnx_ops[node.get("op", "?")] += 1
+        onnx_ops.update(node.get("fused", []))
+    params = graph.get("params", [])
+
+    def tensors(key: str) -> list[dict]:
+        return [{"name": t.get("name"), "shape": t.get("shape"), "dtype": t.get("dtype")}
+                for t in graph.get(key, [])]
+
+    return {
+        "name": graph.get("name", ""),
+        "inputs": tensors("inputs"),
+        "outputs": tensors("outputs"),
+        "fused_ops": len(nodes),
+        "onnx_ops": dict(onnx_ops.most_common()),
+        "onnx_op_total": sum(onnx_ops.values()),
+        "params_count": len(params),
+        "params_bytes": int(graph.get("params_bytes", sum(p.get("nbytes", 0) for p in params))),
+        "arena_bytes": int(graph.get("arena_bytes", 0)),
+        "constants": graph.get("constants", {}),
+        "metadata_keys": sorted(graph.get("metadata", {})),
+    }
+
+
+def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
+    """Describe the library file ``path`` without loading it.
+
+    Parameters
+    ----------
+    path : str
+        An exported library (or a bare container file).
+    verify : bool
+        Check every section's SHA-256 (weights included); else the small ones only.
+
+    Returns
+    -------
+    dict
+        JSON-serializable report: ``path``, ``file_size``, ``binary`` (ELF class and
+        machine), ``container`` (offset, size, format_version, producer), ``modules``
+        (index, type_key, imports, sections), ``root``, ``legacy_layout``,
+        ``verified``, ``graphs`` (per factory: inputs, outputs, fused_ops,
+        onnx_ops, params_count, params_bytes, arena_bytes...).
+
+    Raises
+    ------
+    LibraryLoadError
+        Missing, foreign or truncated file, no container.
+    ContainerError
+        Corrupt container; with ``verify``, any digest mismatch.
+    """
+    container, info = read_container(path, verify=verify, extract=_graphs)
+    elf = info["elf"]
+    modules = []
+    for i, mod in enumerate(container.modules):
+        modules.append({
+            "index": i,
+            "type_key": mod.type_key,
+            "imports": list(container.children(i)),
+            "sections": [s.to_json() for s in mod.sections],
+        })
+    legacy = container.import_tree is None
+    root = container.root
+    if legacy:  # every module is an import of the DSO module, the root
+        root = next((m["index"] for m in modules if m["type_key"] == "library"), 0)
+        modules[root]["imports"] = [m["index"] for m in modules if m["index"] != root]
+    return {
+        "path": path,
+        "file_size": info["file_size"],
+        "binary": f"ELF{elf.bits} {elf.machine}" if elf else "bare container",
+        "container": {
+            "offset": info["section_offset"],
+            "size": container.total_size,
+            "format_version": container.format_version,
+            "producer": container.manifest.get("producer", ""),
+        },
+        "modules": modules,
+        "root": root,
+        "legacy_layout": legacy,
+        "verified": bool(verify),
+        "graphs": {str(i): _graph_summary(g) for i, g in info["extracted"].items()},
+    }
+
+
+class _PlainConsole:
+    """What the CLI needs of ``rich.console.Console`` when rich is not installed."""
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        print(*args)
+
+
+def make_console(stderr: bool = False) -> Any:
+    """A ``rich`` console (a plain printer if rich is not installed: the runtime
+    needs NumPy only)."""
+    try:
+        from rich.console import Console
+    except ImportError:
+        return _PlainConsole()
+    return Console(stderr=stderr, highlight=False)
+
+
+def print_table(console: Any, title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """Print a table with ``rich`` (aligned plain text without it)."""
+    if isinstance(console, _PlainConsole):
+        widths = [max(len(str(x)) for x in col) for col in zip(columns, *rows)]
+        print(title)
+        for row in [columns, *rows]:
+            print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)))
+        return
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*[str(x) for x in row])
+    console.print(table)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _tree_lines(report: dict) -> list[str]:
+    mods = report["modules"]
+    lines: list[str] = []
+
+    def walk(i: int, depth: int, seen: frozenset) -> None:
+        m = mods[i]
+        lines.append(f"{'  ' * depth}{'└─ ' if depth else ''}[{i}] {m['type_key']}")
+        if i in seen:
+            return
+        for c in m["imports"]:
+            walk(c, depth + 1, seen | {i})
+
+    walk(report["root"], 0, frozenset())
+    return lines
+
+
+def render_report(report: dict, console: Any = None) -> None:
+    """Print the report of :func:`inspect_library` as rich tables (plain text if
+    ``rich`` is not installed)."""
+    console = console or make_console()
+    c = report["container"]
+    console.print(f"{report['path']}: {report['binary']}, {_size(report['file_size'])}; "
+                  f"container format v{c['format_version']} at offset {c['offset']} "
+                  f"({_size(c['size'])}), produced by {c['producer'] or '?'}"
+                  + ("; legacy layout (no import tree)" if report["legacy_layout"] else ""))
+    console.print("module tree:\n" + "\n".join(_tree_lines(report)))
+    rows = [[str(m["index"]), m["type_key"], s["name"], _size(s["size"]),
+             _size(s["stored_size"]), s["codec"], s["sha256"][:16] + "…"]
+            for m in report["modules"] for s in m["sections"]]
+    state = "all digests verified" if report["verified"] else "digests of sections <= 1 MiB checked"
+    print_table(console, f"sections ({state})",
+                ["module", "type_key", "section", "size", "stored", "codec", "sha256"], rows)
+    for idx, g in report["graphs"].items():
+        _render_graph(console, idx, g)
+
+
+def _render_graph(console: Any, idx: str, g: dict) -> None:
+    rows = [["input", t["name"], str(t["shape"]), t["dtype"]] for t in g["inputs"]]
+    rows += [["output", t["name"], str(t["shape"]), t["dtype"]] for t in g["outputs"]]
+    print_table(console, f"graph {g['name']!r} (module {idx})",
+                ["kind", "name", "shape", "dtype"], rows)
+    console.print(f"fused ops: {g['fused_ops']} (ONNX ops: {g['onnx_op_total']}); "
+                  f"params: {g['params_count']} tensors, {_size(g['params_bytes'])}; "
+                  f"arena: {_size(g['arena_bytes'])}")
+    ops = ", ".join(f"{op} {n}" for op, n in g["onnx_ops"].items())
+    if ops:
+        console.print(f"ONNX ops: {ops}")

@@ -57,7 +57,7 @@ def bbuf_floats(k: int, n: int) -> int:
 
 
 def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
-    """C block that fills an ``ml_gemm_args`` and calls ``ml_sgemm``.
+    """C block that fills an ``ml_gemm_args`` (named ``ga_``) and calls ``ml_sgemm``.
 
     Parameters
     ----------
@@ -69,13 +69,13 @@ def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
     """
     lines = [
         "{",
-        f"  ml_gemm_args g = ml_gemm_defaults({fields['M']}, {fields['N']}, {fields['K']}, "
+        f"  ml_gemm_args ga_ = ml_gemm_defaults({fields['M']}, {fields['N']}, {fields['K']}, "
         f"{fields['a']}, {fields['c']});",
     ]
     for key, val in fields.items():
         if key not in ("M", "N", "K", "a", "c"):
-            lines.append(f"  g.{key} = {val};")
+            lines.append(f"  ga_.{key} = {val};")
     for key, val in bsrc.items():
-        lines.append(f"  g.b.{key} = {val};")
-    lines += ["  ml_sgemm(&g);", "}"]
+        lines.append(f"  ga_.b.{key} = {val};")
+    lines += ["  ml_sgemm(&ga_);", "}"]
     return "\n".join(lines)

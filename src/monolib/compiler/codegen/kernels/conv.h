@@ -1,0 +1,142 @@
+/* conv.h -- direct depthwise convolution and col2im (monolib kernel library).
+ *
+ * Needs gemm.h (ml_vf, ML_VW, ml_epi_fn) before it.
+ *
+ * Depthwise (ONNX Conv with group == C_in == C_out), NCHW, one image:
+ *   y[c][oh][ow] = bias[c] + sum_{ky,kx} w[c][ky][kx] * x[c][oh*SH-PT+ky*DH][ow*SW-PL+kx*DW]
+ * Each channel is first copied into a zero-padded plane split into SW column phases
+ * (phase p holds padded columns p, p+SW, ...), so every tap reads a contiguous run and the
+ * inner loop is stride-1 vector loads for any stride. The plane is scratch, reused per
+ * channel; the epilogue is applied per finished channel while it is still in cache.
+ */
+#ifndef MONOLIB_CONV_H
+#define MONOLIB_CONV_H
+#include <stdint.h>
+
+/* Copy channel x (H x W) into the phase-split padded plane: Hp rows of SW*Wq floats. */
+static inline void ml_dw_pad_plane(const float* restrict x, int64_t H, int64_t W, int64_t Hp,
+                                   int64_t Wp, int64_t SW, int64_t Wq, int64_t PT, int64_t PL,
+                                   float* restrict plane) {
+    for (int64_t r = 0; r < Hp; ++r) {
+        float* dst = plane + r * SW * Wq;
+        int64_t ih = r - PT;
+        if (ih < 0 || ih >= H) {
+            for (int64_t i = 0; i < SW * Wq; ++i) dst[i] = 0.0f;
+            continue;
+        }
+        const float* src = x + ih * W;
+        if (SW == 1) {
+            int64_t j = 0;
+            for (; j < PL && j < Wp; ++j) dst[j] = 0.0f;
+            for (; j < Wp && j - PL < W; ++j) dst[j] = src[j - PL];
+            for (; j < Wq; ++j) dst[j] = 0.0f;
+            continue;
+        }
+        for (int64_t j = 0; j < SW * Wq; ++j) {
+            int64_t iw = j - PL;
+            float v = (j < Wp && iw >= 0 && iw < W) ? src[iw] : 0.0f;
+            dst[(j % SW) * Wq + j / SW] = v;
+        }
+    }
+}
+
+/* One output row: OW outputs from the plane rows starting at `in` (row stride rs). */
+ML_INLINE void ml_dw_row(const int KH, const int KW, const int SW, const int DH, const int DW,
+                         int64_t OW, int64_t Wq, int64_t rs, const float* restrict in,
+                         const float* restrict w, float b, float* restrict y) {
+    int64_t ow = 0;
+    for (; ow + 2 * ML_VW <= OW; ow += 2 * ML_VW) {
+        ml_vf a0 = b - (ml_vf){0}, a1 = a0;
+        for (int ky = 0; ky < KH; ++ky)
+            for (int kx = 0; kx < KW; ++kx) {
+                const float* p = in + ky * DH * rs + ((kx * DW) % SW) * Wq + (kx * DW) / SW + ow;
+                float wv = w[ky * KW + kx];
+                a0 += wv * *(const ml_vf*)p;
+                a1 += wv * *(const ml_vf*)(p + ML_VW);
+            }
+        *(ml_vf*)(y + ow) = a0;
+        *(ml_vf*)(y + ow + ML_VW) = a1;
+    }
+    for (; ow < OW; ++ow) {
+        float a = b;
+        for (int ky = 0; ky < KH; ++ky)
+            for (int kx = 0; kx < KW; ++kx)
+                a += w[ky * KW + kx] *
+                     in[ky * DH * rs + ((kx * DW) % SW) * Wq + (kx * DW) / SW + ow];
+        y[ow] = a;
+    }
+}
+
+/* One channel: all OH rows (rows of the plane advance by SH). */
+ML_INLINE void ml_dw_channel(const int KH, const int KW, const int SH, const int SW,
+                             const int DH, const int DW, int64_t OH, int64_t OW, int64_t Wq,
+                             const float* restrict plane, const float* restrict w, float b,
+                             float* restrict y) {
+    int64_t rs = SW * Wq;
+    for (int64_t oh = 0; oh < OH; ++oh)
+        ml_dw_row(KH, KW, SW, DH, DW, OW, Wq, rs, plane + oh * SH * rs, w, b, y + oh * OW);
+}
+
+/* Depthwise conv of one NCHW image. w: [C][KH][KW]; bias: [C] or NULL; plane: scratch of
+ * ml_dw_plane_floats(...) floats. Calls epi(epi_out, epi_b, c, c+1, 0, OH*OW) per channel. */
+static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW, int KH, int KW,
+                        int SH, int SW, int64_t PT, int64_t PL, int DH, int DW,
+                        const float* restrict x, const float* restrict w,
+                        const float* restrict bias, float* restrict y, float* restrict plane,
+                        ml_epi_fn epi, void* epi_out, int64_t epi_b) {
+    int64_t Hp = (OH - 1) * SH + (KH - 1) * DH + 1;
+    int64_t Wp = (OW - 1) * SW + (KW - 1) * DW + 1;
+    int64_t Wq = (Wp + SW - 1) / SW + 2 * ML_VW; /* slack: vector reads stay inside */
+    for (int64_t c = 0; c < C; ++c) {
+        const float* wc = w + c * KH * KW;
+        float b = bias ? bias[c] : 0.0f;
+        float* yc = y + c * OH * OW;
+        ml_dw_pad_plane(x + c * H * W, H, W, Hp, Wp, SW, Wq, PT, PL, plane);
+        /* constant shapes let the compiler unroll the taps of the common cases */
+        if (DH == 1 && DW == 1 && KH == 3 && KW == 3 && SH == 1 && SW == 1)
+            ml_dw_channel(3, 3, 1, 1, 1, 1, OH, OW, Wq, plane, wc, b, yc);
+        else if (DH == 1 && DW == 1 && KH == 3 && KW == 3 && SW == 2)
+            ml_dw_channel(3, 3, SH, 2, 1, 1, OH, OW, Wq, plane, wc, b, yc);
+        else if (DH == 1 && DW == 1 && KH == 3 && KW == 3 && SW == 1)
+            ml_dw_channel(3, 3, SH, 1, 1, 1, OH, OW, Wq, plane, wc, b, yc);
+        else if (DH == 1 && DW == 1 && KH == 5 && KW == 5 && SW == 1)
+            ml_dw_channel(5, 5, SH, 1, 1, 1, OH, OW, Wq, plane, wc, b, yc);
+        else if (DH == 1 && DW == 1 && KH == 5 && KW == 5 && SW == 2)
+            ml_dw_channel(5, 5, SH, 2, 1, 1, OH, OW, Wq, plane, wc, b, yc);
+        else
+            ml_dw_channel(KH, KW, SH, SW, DH, DW, OH, OW, Wq, plane, wc, b, yc);
+        if (epi) epi(epi_out, epi_b, c, c + 1, 0, OH * OW);
+    }
+}
+
+/* Floats of scratch ml_dwconv2d needs. */
+static inline int64_t ml_dw_plane_floats(int64_t OH, int64_t OW, int KH, int KW, int SH, int SW,
+                                         int DH, int DW) {
+    int64_t Hp = (OH - 1) * SH + (KH - 1) * DH + 1;
+    int64_t Wp = (OW - 1) * SW + (KW - 1) * DW + 1;
+    return Hp * SW * ((Wp + SW - 1) / SW + 2 * ML_VW);
+}
+
+/* col2im for ConvTranspose: y[co][oh][ow] += col[(co*KH+ky)*KW+kx][ih*W+iw] where
+ * oh = ih*SH - PT + ky*DH, ow = iw*SW - PL + kx*DW, skipping positions outside OH x OW. */
+static void ml_col2im_add(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t W, int64_t OH,
+                          int64_t OW, int64_t SH, int64_t SW, int64_t PT, int64_t PL,
+                          int64_t DH, int64_t DW, const float* restrict col,
+                          float* restrict y) {
+    for (int64_t co = 0; co < CO; ++co)
+        for (int64_t ky = 0; ky < KH; ++ky)
+            for (int64_t kx = 0; kx < KW; ++kx) {
+                const float* src = col + ((co * KH + ky) * KW + kx) * H * W;
+                float* dst = y + co * OH * OW;
+                for (int64_t ih = 0; ih < H; ++ih) {
+                    int64_t oh = ih * SH - PT + ky * DH;
+                    if (oh < 0 || oh >= OH) continue;
+                    for (int64_t iw = 0; iw < W; ++iw) {
+                        int64_t ow = iw * SW - PL + kx * DW;
+                        if (ow >= 0 && ow < OW) dst[oh * OW + ow] += src[ih * W + iw];
+                    }
+                }
+            }
+}
+
+#endif /* MONOLIB_CONV_H */

@@ -1,0 +1,189 @@
+"""Conv (ONNX opset 1 and 11: identical semantics): 1-D and 2-D, groups, depthwise.
+
+Lowering (``emit``):
+
+* depthwise (``group == C_in == C_out``): ``ml_dwconv2d`` of ``kernels/conv.h``, a direct
+  vectorised kernel (3x3/5x5, strides 1 and 2 specialised);
+* everything else: per image and group one GEMM of ``kernels/gemm.h``,
+  ``y[Cout_g, OH*OW] = W[Cout_g, Cin_g*KH*KW] @ cols``, with the weights packed at
+  compile time and ``cols`` the input itself for 1x1 stride-1 convolutions, or an
+  implicit im2col done while packing B blocks otherwise.
+
+1-D convolutions are 2-D ones with ``H = 1``. The fused epilogue sees output 0 as
+``[N, C_out, spatial]``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....runtime.errors import ShapeError, UnsupportedOpError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, register
+from ._common import Geometry, attr_ints, epi_call, geometry, require_float32
+from ._gemm import MR, bbuf_floats, gemm_call, pack_a
+
+__all__ = ["Conv", "conv_geometry", "conv_reference", "as_2d"]
+
+logger = logging.getLogger(__name__)
+
+
+def conv_geometry(node: Node) -> Geometry:
+    """Geometry of a Conv node from its input and weight shapes.
+
+    Raises
+    ------
+    ShapeError
+        On a channel/group mismatch or a window that does not fit.
+    """
+    x, w = node.inputs[0], node.inputs[1]
+    if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise ShapeError(f"Conv node {node.name!r}: needs X [N,C,...] and W of the same rank, "
+                         f"got {x and x.shape} and {w and w.shape}")
+    group = int(node.attrs.get("group", 1))
+    if group < 1 or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        raise ShapeError(f"Conv node {node.name!r}: X {x.shape}, W {w.shape} and group "
+                         f"{group} disagree (C_in must be W.shape[1]*group)")
+    kernel = attr_ints(node, "kernel_shape", list(w.shape[2:]))
+    if kernel != list(w.shape[2:]):
+        raise ShapeError(f"Conv node {node.name!r}: kernel_shape {kernel} != W {w.shape}")
+    return geometry(node, list(x.shape[2:]), kernel)
+
+
+def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Geometry,
+                   group: int) -> np.ndarray:
+    """N-D grouped convolution (ONNX Conv) in NumPy, float32, one einsum per tap."""
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    cg, mg = c // group, m // group
+    xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(geo.begin, geo.end)))
+    y = np.zeros((n, group, mg, *geo.out), np.float32)
+    wg = w.reshape(group, mg, cg, *geo.kernel)
+    for tap in np.ndindex(*geo.kernel):
+        sl = tuple(slice(k * d, k * d + (o - 1) * s + 1, s)
+                   for k, d, o, s in zip(tap, geo.dilations, geo.out, geo.strides))
+        patch = xp[(slice(None), slice(None)) + sl].reshape(n, group, cg, *geo.out)
+        y += np.einsum("gmc,ngc...->ngm...", wg[(Ellipsis,) + tap], patch)
+    y = y.reshape(n, m, *geo.out)
+    if b is not None:
+        y += b.reshape(1, m, *([1] * len(geo.out)))
+    return y.astype(np.float32)
+
+
+def as_2d(shape: list[int], geo: Geometry) -> dict[str, int]:
+    """The 2-D view (H=1 for 1-D) of a spatial ``shape`` and its geometry."""
+    if len(shape) == 1:
+        return dict(H=1, W=shape[0], KH=1, KW=geo.kernel[0], SH=1, SW=geo.strides[0], PT=0,
+                    PL=geo.begin[0], DH=1, DW=geo.dilations[0], OH=1, OW=geo.out[0])
+    return dict(H=shape[0], W=shape[1], KH=geo.kernel[0], KW=geo.kernel[1], SH=geo.strides[0],
+                SW=geo.strides[1], PT=geo.begin[0], PL=geo.begin[1], DH=geo.dilations[0],
+                DW=geo.dilations[1], OH=geo.out[0], OW=geo.out[1])
+
+
+@register
+class Conv(OpDef):
+    """ONNX ``Conv``: ``Y = conv(X, W) + B`` (NCHW, grouped, dilated, padded, strided).
+
+    Shapes: X ``[N, C_in, *S]``, W ``[C_out, C_in/group, *K]``, B ``[C_out]`` (optional),
+    Y ``[N, C_out, *O]``; float32. The C backend emits 1-D and 2-D convolutions.
+    """
+
+    op_type = "Conv"
+    since_version = 1
+
+    def infer(self, node: Node) -> list[OutType]:
+        geo = conv_geometry(node)
+        x, w, b = node.inputs[0], node.inputs[1], node.input(2)
+        if b is not None and b.shape != (w.shape[0],):
+            raise ShapeError(f"Conv node {node.name!r}: B {b.shape} != ({w.shape[0]},)")
+        return [((x.shape[0], w.shape[0], *geo.out), x.dtype)]
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) > 2 else None
+        y = conv_reference(x, w, b, conv_geometry(node), int(node.attrs.get("group", 1)))
+        return [y.astype(x.dtype)]
+
+    def epilogue_groups(self, node: Node) -> list[list[int]]:
+        return [[0], [1], list(range(2, len(node.outputs[0].shape)))]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        require_float32(node, 0, 1, 2)
+        x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        if len(x.shape) not in (3, 4):
+            raise UnsupportedOpError(f"Conv node {node.name!r}: only 1-D and 2-D convolutions "
+                                     f"are emitted, X is {x.shape}")
+        geo = conv_geometry(node)
+        d = as_2d(list(x.shape[2:]), geo)
+        ctx.include("gemm.h")
+        ctx.include("conv.h")
+        epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
+        group = int(node.attrs["group"])
+        if group == x.shape[1] == w.shape[0]:
+            return _emit_depthwise(node, ctx, d, epi)
+        return _emit_gemm(node, ctx, d, epi, group)
+
+
+def _emit_depthwise(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
+    x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
+    n, c = x.shape[:2]
+    hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
+    wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
+    plane = ctx.scratch(4 * hp * d["SW"] * (-(-wp // d["SW"]) + 32))
+    bias = ctx.ptr(b) if b is not None else "0"
+    yp = ctx.ptr(y)
+    args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
+    return (
+        f"for (int64_t n = 0; n < {n}; ++n)\n"
+        f"  ml_dwconv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args},\n"
+        f"    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {ctx.ptr(w)}, {bias},\n"
+        f"    {yp} + n * {c * d['OH'] * d['OW']}, (float*){plane}, {epi}, {yp}, n);"
+    )
+
+
+def _weights(node: Node, ctx: EmitContext, group: int, mg: int, k: int) -> tuple[str, int, str]:
+    """(packed A pointer, floats per group, C that packs it at run time or "")."""
+    w = node.inputs[1]
+    per_group = -(-mg // MR) * MR * k
+    if w.const is not None:
+        wg = w.const.reshape(group, mg, k)
+        packed = np.concatenate([pack_a(wg[g]) for g in range(group)])
+        return ctx.param(packed, f"{node.name}.packed_w"), per_group, ""
+    buf = ctx.scratch(4 * per_group * group)
+    code = (f"for (int64_t g = 0; g < {group}; ++g)\n"
+            f"  ml_pack_a({mg}, {k}, {ctx.ptr(w)} + g * {mg * k}, {k}, 1, "
+            f"(float*){buf} + g * {per_group});\n")
+    return f"((const float*){buf})", per_group, code
+
+
+def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group: int) -> str:
+    x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    cg, mg = c // group, m // group
+    k = cg * d["KH"] * d["KW"]
+    hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+    ap, per_group, code = _weights(node, ctx, group, mg, k)
+    pointwise = (d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1 and d["PT"] == d["PL"] == 0
+                 and d["OH"] == d["H"] and d["OW"] == d["W"])
+    xg = f"{ctx.ptr(x)} + (n * {c} + g * {cg}) * {hw}"
+    if pointwise:
+        bsrc = {"kind": "ML_B_STRIDED", "p": xg, "ldk": str(hw), "ldn": "1"}
+    else:
+        bsrc = {"kind": "ML_B_IM2COL", "p": xg}
+        bsrc.update({key: str(d[key]) for key in
+                     ("H", "W", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "OW")})
+    bbuf = ctx.scratch(4 * bbuf_floats(k, ohw))
+    yp = ctx.ptr(y)
+    fields = {
+        "M": str(mg), "N": str(ohw), "K": str(k), "a": f"{ap} + g * {per_group}",
+        "c": f"{yp} + (n * {m} + g * {mg}) * {ohw}", "bbuf": f"(float*){bbuf}",
+        "epi": epi, "epi_out": yp, "epi_b": "n", "epi_m0": f"g * {mg}",
+    }
+    if b is not None:
+        fields["bias_m"] = f"{ctx.ptr(b)} + g * {mg}"
+    call = gemm_call(fields, bsrc)
+    return (code + f"for (int64_t n = 0; n < {n}; ++n)\n"
+            f"for (int64_t g = 0; g < {group}; ++g)\n" + call)

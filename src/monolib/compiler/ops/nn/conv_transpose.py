@@ -1,0 +1,204 @@
+"""ConvTranspose (ONNX opset 1 and 11): 1-D and 2-D, groups, output_padding, auto_pad.
+
+Follows the ONNX spec: ``full = stride*(in-1) + output_padding + (kernel-1)*dilation + 1``
+and ``out = full - pad_begin - pad_end``; when ``output_shape`` is given (or auto_pad is
+SAME_*, which means ``out = in*stride``) the pads are derived from it, SAME_UPPER putting
+the smaller half at the beginning.
+
+Lowering: per image and group one GEMM ``cols[Cout_g*KH*KW, H*W] = W_g^T @ X_g`` (weights
+transposed and packed at compile time), then ``ml_col2im_add`` scatters ``cols`` into the
+bias-initialised output, then the epilogue runs once per image on ``[C_out, OH*OW]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....runtime.errors import ShapeError, UnsupportedOpError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, register
+from ._common import attr_ints, epi_call, require_float32
+from ._gemm import MR, bbuf_floats, gemm_call, pack_a
+
+__all__ = ["ConvTranspose", "TGeometry", "tconv_geometry"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TGeometry:
+    """Geometry of a transposed convolution (one entry per spatial dim)."""
+
+    kernel: list[int]
+    strides: list[int]
+    dilations: list[int]
+    begin: list[int]
+    end: list[int]
+    full: list[int]
+    out: list[int]
+
+
+def tconv_geometry(node: Node) -> TGeometry:
+    """Pads and output sizes of a ConvTranspose node (ONNX spec formulas).
+
+    Raises
+    ------
+    ShapeError
+        On inconsistent shapes, attribute lengths or a negative output size.
+    """
+    x, w = node.inputs[0], node.inputs[1]
+    group = int(node.attrs.get("group", 1))
+    if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape) \
+            or x.shape[1] != w.shape[0] or group < 1 or w.shape[0] % group:
+        raise ShapeError(f"ConvTranspose node {node.name!r}: X {x and x.shape}, W "
+                         f"{w and w.shape}, group {group} disagree (W is [C_in, C_out/group, ...])")
+    nd = len(x.shape) - 2
+    ins = list(x.shape[2:])
+    kernel = attr_ints(node, "kernel_shape", list(w.shape[2:]))
+    strides = attr_ints(node, "strides", [1] * nd)
+    dil = attr_ints(node, "dilations", [1] * nd)
+    opad = attr_ints(node, "output_padding", [0] * nd)
+    pads = attr_ints(node, "pads", [0] * 2 * nd)
+    oshape = attr_ints(node, "output_shape", [])[-nd:] if node.attrs.get("output_shape") else []
+    if kernel != list(w.shape[2:]) or not (len(strides) == len(dil) == len(opad) == nd) \
+            or len(pads) != 2 * nd:
+        raise ShapeError(f"ConvTranspose node {node.name!r}: attribute lengths do not match "
+                         f"{nd} spatial dims / W {w.shape}")
+    full = [s * (i - 1) + o + (k - 1) * d + 1
+            for s, i, o, k, d in zip(strides, ins, opad, kernel, dil)]
+    auto = node.attrs.get("auto_pad", "NOTSET") or "NOTSET"
+    if oshape or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = oshape or [i * s for i, s in zip(ins, strides)]
+        total = [f - t for f, t in zip(full, target)]
+        if auto == "SAME_UPPER":
+            begin, end = [t // 2 for t in total], [t - t // 2 for t in total]
+        else:
+            begin, end = [t - t // 2 for t in total], [t // 2 for t in total]
+    elif auto == "VALID":
+        begin, end = [0] * nd, [0] * nd
+    elif auto == "NOTSET":
+        begin, end = pads[:nd], pads[nd:]
+    else:
+        raise UnsupportedOpError(f"ConvTranspose node {node.name!r}: auto_pad {auto!r}")
+    out = [f - b - e for f, b, e in zip(full, begin, end)]
+    if any(o < 1 for o in out):
+        raise ShapeError(f"ConvTranspose node {node.name!r}: output size {out} < 1")
+    return TGeometry(kernel, strides, dil, begin, end, full, out)
+
+
+def tconv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: TGeometry,
+                    group: int) -> np.ndarray:
+    """N-D grouped transposed convolution in NumPy (scatter of one einsum per tap)."""
+    n, c = x.shape[:2]
+    mg = w.shape[1]
+    cg = c // group
+    size = [max(f, bb + o) for f, bb, o in zip(geo.full, geo.begin, geo.out)]
+    canvas = np.zeros((n, group, mg, *size), np.float32)
+    wg = w.reshape(group, cg, mg, *geo.kernel)
+    xg = x.reshape(n, group, cg, *x.shape[2:])
+    for tap in np.ndindex(*geo.kernel):
+        sl = tuple(slice(k * d, k * d + (i - 1) * s + 1, s)
+                   for k, d, i, s in zip(tap, geo.dilations, x.shape[2:], geo.strides))
+        canvas[(slice(None),) * 3 + sl] += np.einsum("gcm,ngc...->ngm...",
+                                                     wg[(Ellipsis,) + tap], xg)
+    crop = tuple(slice(bb, bb + o) for bb, o in zip(geo.begin, geo.out))
+    y = canvas[(slice(None),) * 3 + crop].reshape(n, group * mg, *geo.out)
+    if b is not None:
+        y = y + b.reshape(1, -1, *([1] * len(geo.out)))
+    return np.ascontiguousarray(y, np.float32)
+
+
+@register
+class ConvTranspose(OpDef):
+    """ONNX ``ConvTranspose``: X ``[N, C_in, *S]``, W ``[C_in, C_out/group, *K]``, B
+    ``[C_out]`` -> Y ``[N, C_out, *O]``; float32. The C backend emits 1-D and 2-D."""
+
+    op_type = "ConvTranspose"
+    since_version = 1
+
+    def infer(self, node: Node) -> list[OutType]:
+        geo = tconv_geometry(node)
+        x, w = node.inputs[0], node.inputs[1]
+        cout = w.shape[1] * int(node.attrs.get("group", 1))
+        b = node.input(2)
+        if b is not None and b.shape != (cout,):
+            raise ShapeError(f"ConvTranspose node {node.name!r}: B {b.shape} != ({cout},)")
+        return [((x.shape[0], cout, *geo.out), x.dtype)]
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        b = inputs[2] if len(inputs) > 2 else None
+        y = tconv_reference(inputs[0], inputs[1], b, tconv_geometry(node),
+                            int(node.attrs.get("group", 1)))
+        return [y]
+
+    def epilogue_groups(self, node: Node) -> list[list[int]]:
+        return [[0], [1], list(range(2, len(node.outputs[0].shape)))]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        require_float32(node, 0, 1, 2)
+        x = node.inputs[0]
+        if len(x.shape) not in (3, 4):
+            raise UnsupportedOpError(f"ConvTranspose node {node.name!r}: only 1-D and 2-D are "
+                                     f"emitted, X is {x.shape}")
+        geo = tconv_geometry(node)
+        ctx.include("gemm.h")
+        ctx.include("conv.h")
+        epi = ctx.tile_epilogue(self.epilogue_groups(node))
+        return _emit(node, ctx, geo, epi)
+
+
+def _dims(x_shape: tuple[int, ...], geo: TGeometry) -> dict[str, int]:
+    if len(x_shape) == 3:
+        return dict(H=1, W=x_shape[2], KH=1, KW=geo.kernel[0], SH=1, SW=geo.strides[0], PT=0,
+                    PL=geo.begin[0], DH=1, DW=geo.dilations[0], OH=1, OW=geo.out[0])
+    return dict(H=x_shape[2], W=x_shape[3], KH=geo.kernel[0], KW=geo.kernel[1],
+                SH=geo.strides[0], SW=geo.strides[1], PT=geo.begin[0], PL=geo.begin[1],
+                DH=geo.dilations[0], DW=geo.dilations[1], OH=geo.out[0], OW=geo.out[1])
+
+
+def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
+    x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
+    group = int(node.attrs["group"])
+    d = _dims(x.shape, geo)
+    n, c = x.shape[:2]
+    cg, mg = c // group, w.shape[1]
+    cout = mg * group
+    rows = mg * d["KH"] * d["KW"]  # GEMM M: (co, ky, kx)
+    hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+    per_group = -(-rows // MR) * MR * cg
+    code = ""
+    if w.const is not None:
+        wt = w.const.reshape(group, cg, rows).transpose(0, 2, 1)
+        ap = ctx.param(np.concatenate([pack_a(wt[g]) for g in range(group)]),
+                       f"{node.name}.packed_w")
+    else:
+        buf = ctx.scratch(4 * per_group * group)
+        ap = f"((const float*){buf})"
+        code = (f"for (int64_t g = 0; g < {group}; ++g)\n"
+                f"  ml_pack_a({rows}, {cg}, {ctx.ptr(w)} + g * {cg * rows}, 1, {rows}, "
+                f"(float*){buf} + g * {per_group});\n")
+    col = ctx.scratch(4 * rows * hw)
+    bbuf = ctx.scratch(4 * bbuf_floats(cg, hw))
+    yp, xp = ctx.ptr(y), ctx.ptr(x)
+    init = f"{ctx.ptr(b)}[co]" if b is not None else "0.0f"
+    gemm = gemm_call(
+        {"M": str(rows), "N": str(hw), "K": str(cg), "a": f"{ap} + g * {per_group}",
+         "c": f"(float*){col}", "bbuf": f"(float*){bbuf}"},
+        {"kind": "ML_B_STRIDED", "p": f"{xp} + (n * {c} + g * {cg}) * {hw}", "ldk": str(hw),
+         "ldn": "1"},
+    )
+    geo_args = ", ".join(str(d[k]) for k in
+                         ("KH", "KW", "H", "W", "OH", "OW", "SH", "SW", "PT", "PL", "DH", "DW"))
+    epi_line = f"  {epi}({yp}, n, 0, {cout}, 0, {ohw});\n" if epi != "0" else ""
+    return (
+        code + f"for (int64_t n = 0; n < {n}; ++n) {{\n"
+        f"  float* yn = {yp} + n * {cout * ohw};\n"
+        f"  for (int64_t co = 0; co < {cout}; ++co)\n"
+        f"    for (int64_t i = 0; i < {ohw}; ++i) yn[co * {ohw} + i] = {init};\n"
+        f"  for (int64_t g = 0; g < {group}; ++g) {{\n{gemm}\n"
+        f"    ml_col2im_add({mg}, {geo_args}, (const float*){col}, yn + g * {mg * ohw});\n"
+        f"  }}\n{epi_line}}}"
+    )

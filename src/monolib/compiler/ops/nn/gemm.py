@@ -1,0 +1,141 @@
+"""Gemm (ONNX opset 1..13): ``Y = alpha * A' @ B' + beta * C``.
+
+``A'`` is ``A`` or ``A^T`` (``transA``), ``B'`` likewise; ``C`` (optional since opset 11)
+broadcasts unidirectionally to ``[M, N]``. Lowered to one ``ml_sgemm`` call of
+``kernels/gemm.h``: constant operands are packed at compile time, a constant ``C`` that
+is a row, column or scalar becomes the kernel's bias vector (``beta`` folded in), any other
+``C`` is broadcast into the output first and accumulated onto. Epilogue view ``[1, M, N]``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....runtime.errors import ShapeError
+from ...ir import Node, Value
+from ..base import EmitContext, OpDef, OutType, register
+from ._common import epi_call, f32, require_float32
+from ._gemm import MR, bbuf_floats, gemm_call, pack_a, pack_b
+
+__all__ = ["Gemm", "a_operand", "b_operand"]
+
+logger = logging.getLogger(__name__)
+
+
+def _mnk(node: Node) -> tuple[int, int, int]:
+    a, b = node.inputs[0], node.inputs[1]
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+        raise ShapeError(f"Gemm node {node.name!r}: A and B must be 2-D, got "
+                         f"{a and a.shape} and {b and b.shape}")
+    m, k = a.shape[::-1] if node.attrs.get("transA", 0) else a.shape
+    kb, n = b.shape[::-1] if node.attrs.get("transB", 0) else b.shape
+    if k != kb:
+        raise ShapeError(f"Gemm node {node.name!r}: inner dims differ ({a.shape} transA="
+                         f"{node.attrs.get('transA', 0)}, {b.shape} transB="
+                         f"{node.attrs.get('transB', 0)})")
+    return m, n, k
+
+
+def a_operand(ctx: EmitContext, v: Value, m: int, k: int, ldm: int, ldk: int, offset: int = 0,
+              name: str = "A") -> tuple[str, str]:
+    """(packed-A pointer, C that packs it at run time or ""): ``A[i][j] = v[offset + i*ldm +
+    j*ldk]``; packed at compile time when ``v`` is constant."""
+    if v.const is not None:
+        flat = v.const.ravel()
+        idx = offset + np.arange(m)[:, None] * ldm + np.arange(k)[None, :] * ldk
+        return ctx.param(pack_a(flat[idx].astype(np.float32)), f"{name}.packed"), ""
+    buf = ctx.scratch(4 * -(-m // MR) * MR * k)
+    code = f"ml_pack_a({m}, {k}, {ctx.ptr(v)} + {offset}, {ldm}, {ldk}, (float*){buf});\n"
+    return f"((const float*){buf})", code
+
+
+def b_operand(ctx: EmitContext, v: Value, k: int, n: int, ldk: int, ldn: int, offset: str = "0",
+              const_offset: int = 0, name: str = "B") -> dict[str, str]:
+    """``ml_bsrc`` fields for ``B[i][j] = v[offset + i*ldk + j*ldn]``: prepacked at compile
+    time when ``v`` is constant (``const_offset`` then locates the matrix), else strided."""
+    if v.const is not None:
+        flat = v.const.ravel()
+        idx = const_offset + np.arange(k)[:, None] * ldk + np.arange(n)[None, :] * ldn
+        p = ctx.param(pack_b(flat[idx].astype(np.float32)), f"{name}.packed")
+        return {"kind": "ML_B_PACKED", "p": p, "k_total": str(k)}
+    return {"kind": "ML_B_STRIDED", "p": f"{ctx.ptr(v)} + {offset}", "ldk": str(ldk),
+            "ldn": str(ldn)}
+
+
+@register
+class Gemm(OpDef):
+    """ONNX ``Gemm``: A ``[M, K]`` (or ``[K, M]``), B ``[K, N]`` (or ``[N, K]``), C
+    broadcastable to ``[M, N]`` -> Y ``[M, N]``; float32."""
+
+    op_type = "Gemm"
+    since_version = 1
+
+    def infer(self, node: Node) -> list[OutType]:
+        m, n, _ = _mnk(node)
+        c = node.input(2)
+        if c is not None:
+            try:
+                np.broadcast_shapes(c.shape, (m, n))
+            except ValueError:
+                raise ShapeError(f"Gemm node {node.name!r}: C {c.shape} does not broadcast "
+                                 f"to ({m}, {n})") from None
+        return [((m, n), node.inputs[0].dtype)]
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        if node.attrs.get("transA", 0):
+            a = a.T
+        if node.attrs.get("transB", 0):
+            b = b.T
+        y = np.float32(node.attrs.get("alpha", 1.0)) * (a @ b)
+        c = inputs[2] if len(inputs) > 2 else None
+        if c is not None:
+            y = y + np.float32(node.attrs.get("beta", 1.0)) * c
+        return [np.asarray(y, dtype=a.dtype)]
+
+    def epilogue_groups(self, node: Node) -> list[list[int]]:
+        return [[], [0], [1]]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        require_float32(node, 0, 1, 2)
+        a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        m, n, k = _mnk(node)
+        ctx.include("gemm.h")
+        ta, tb = node.attrs.get("transA", 0), node.attrs.get("transB", 0)
+        ap, code = a_operand(ctx, a, m, k, *((1, m) if ta else (k, 1)), name=node.name + ".A")
+        bsrc = b_operand(ctx, b, k, n, *((1, k) if tb else (n, 1)), name=node.name + ".B")
+        yp = ctx.ptr(y)
+        fields = {"M": str(m), "N": str(n), "K": str(k), "a": ap, "c": yp,
+                  "alpha": f32(node.attrs.get("alpha", 1.0)),
+                  "epi": epi_call(ctx.tile_epilogue(self.epilogue_groups(node))),
+                  "epi_out": yp}
+        if bsrc["kind"] != "ML_B_PACKED":
+            fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
+        code += _c_term(node, ctx, m, n, fields)
+        return code + gemm_call(fields, bsrc)
+
+
+def _c_term(node: Node, ctx: EmitContext, m: int, n: int, fields: dict[str, str]) -> str:
+    """Set up ``beta * C``: bias vectors when C is a constant row/column/scalar, else C
+    broadcast into Y first (returned C code) and ``accumulate``."""
+    c = node.input(2)
+    beta = float(node.attrs.get("beta", 1.0))
+    if c is None or beta == 0.0:
+        return ""
+    shape = (1,) * (2 - len(c.shape)) + tuple(c.shape)
+    if c.const is not None and (shape[0] == 1 or shape[1] == 1):
+        cb = (np.float32(beta) * c.const.astype(np.float32)).reshape(shape)
+        if shape[0] == 1 and shape[1] == n and n > 1:
+            fields["bias_n"] = ctx.param(cb.ravel(), f"{node.name}.bias_n")
+        else:
+            fields["bias_m"] = ctx.param(np.broadcast_to(cb, (m, 1)).ravel().copy(),
+                                         f"{node.name}.bias_m")
+        return ""
+    fields["accumulate"] = "1"
+    sm = shape[1] if shape[0] != 1 else 0
+    sn = 1 if shape[1] != 1 else 0
+    return (f"for (int64_t i = 0; i < {m}; ++i) for (int64_t j = 0; j < {n}; ++j)\n"
+            f"  {ctx.ptr(node.outputs[0])}[i * {n} + j] = {f32(beta)} * "
+            f"{ctx.ptr(c)}[i * {sm} + j * {sn}];\n")

@@ -1,0 +1,147 @@
+"""MatMul (ONNX opset 1..13): ``numpy.matmul`` semantics, N-D with broadcast batch dims.
+
+A 1-D ``A`` is a row ``[1, K]`` (that dim removed from the result), a 1-D ``B`` a column
+``[K, 1]`` (likewise). Lowering to ``kernels/gemm.h``: when ``B`` has no batch (the common
+``X @ W``), all of A's batch folds into the GEMM's M (one call); otherwise one GEMM per
+output batch with offsets from a static table. Constant operands are packed at compile
+time. Epilogue view: ``[batch, M, N]`` (M or N empty for 1-D operands).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....runtime.errors import ShapeError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, register
+from ._common import epi_call, require_float32
+from ._gemm import MR, NR, bbuf_floats, gemm_call, pack_a, pack_b
+from .gemm import a_operand, b_operand
+
+__all__ = ["MatMul", "matmul_shapes"]
+
+logger = logging.getLogger(__name__)
+
+
+def matmul_shapes(node: Node) -> tuple[tuple[int, ...], int, int, int, tuple[int, ...]]:
+    """(batch shape, M, N, K, output shape) of a MatMul node.
+
+    Raises
+    ------
+    ShapeError
+        When the inner dims differ or the batch dims do not broadcast.
+    """
+    a, b = node.inputs[0].shape, node.inputs[1].shape
+    if len(a) == 0 or len(b) == 0:
+        raise ShapeError(f"MatMul node {node.name!r}: scalar operand {a} @ {b}")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise ShapeError(f"MatMul node {node.name!r}: inner dims differ, {a} @ {b}")
+    try:
+        batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    except ValueError:
+        raise ShapeError(f"MatMul node {node.name!r}: batch dims of {a} and {b} do not "
+                         f"broadcast") from None
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    out = batch + ((m,) if len(a) > 1 else ()) + ((n,) if len(b) > 1 else ())
+    return batch, m, n, k, out
+
+
+def _batch_offsets(shape: tuple[int, ...], batch: tuple[int, ...], mat: int) -> list[int]:
+    """Element offset of each output batch's matrix in an operand of ``shape`` (its last
+    two dims the matrix of ``mat`` elements), broadcasting size-1 batch dims."""
+    bshape = (1,) * (len(batch) - len(shape[:-2])) + tuple(shape[:-2])
+    strides = np.zeros(len(batch), np.int64)
+    acc = mat
+    for i in range(len(batch) - 1, -1, -1):
+        strides[i] = acc if bshape[i] != 1 else 0
+        acc *= bshape[i]
+    idx = np.indices(batch).reshape(len(batch), -1) if batch else np.zeros((0, 1), np.int64)
+    return [int(x) for x in (strides[:, None] * idx).sum(axis=0)] if batch else [0]
+
+
+@register
+class MatMul(OpDef):
+    """ONNX ``MatMul``: ``Y = A @ B`` with NumPy broadcasting; float32."""
+
+    op_type = "MatMul"
+    since_version = 1
+
+    def infer(self, node: Node) -> list[OutType]:
+        return [(matmul_shapes(node)[4], node.inputs[0].dtype)]
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        return [np.asarray(np.matmul(inputs[0], inputs[1]), dtype=inputs[0].dtype)]
+
+    def epilogue_groups(self, node: Node) -> list[list[int]]:
+        a, b = node.inputs[0].shape, node.inputs[1].shape
+        batch, *_ = matmul_shapes(node)
+        nb = len(batch)
+        mdims = [nb] if len(a) > 1 else []
+        ndims = [nb + len(mdims)] if len(b) > 1 else []
+        return [list(range(nb)), mdims, ndims]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        require_float32(node, 0, 1)
+        a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        batch, m, n, k, _ = matmul_shapes(node)
+        ctx.include("gemm.h")
+        epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
+        yp = ctx.ptr(y)
+        nbatch = int(np.prod(batch, dtype=np.int64))
+        b_batched = len(b.shape) > 2 and int(np.prod(b.shape[:-2])) > 1
+        if not b_batched:
+            # X @ W: fold every batch of A into M
+            ap, code = a_operand(ctx, a, nbatch * m, k, k, 1, name=node.name + ".A")
+            bsrc = b_operand(ctx, b, k, n, n, 1, name=node.name + ".B")
+            fields = {"M": str(nbatch * m), "N": str(n), "K": str(k), "a": ap, "c": yp,
+                      "epi": epi, "epi_out": yp, "epi_mrows": str(m)}
+            if bsrc["kind"] != "ML_B_PACKED":
+                fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
+            return code + gemm_call(fields, bsrc)
+        return _emit_batched(node, ctx, batch, m, n, k, epi)
+
+
+def _emit_batched(node: Node, ctx: EmitContext, batch: tuple[int, ...], m: int, n: int, k: int,
+                  epi: str) -> str:
+    a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    a2 = (1,) + a.shape if len(a.shape) == 1 else a.shape
+    b2 = b.shape + (1,) if len(b.shape) == 1 else b.shape
+    offa = _batch_offsets(a2, batch, m * k)
+    offb = _batch_offsets(b2, batch, k * n)
+    yp = ctx.ptr(y)
+    nb = len(offa)
+    table = ctx.unique("mm_off")
+    lines = [f"static const int64_t {table}[{2 * nb}] = {{"
+             + ", ".join(str(v) for pair in zip(offa, offb) for v in pair) + "};"]
+    if a.const is not None:
+        packed = [pack_a(a.const.ravel()[o: o + m * k].reshape(m, k)) for o in offa]
+        ap = ctx.param(np.concatenate(packed), f"{node.name}.A.packed")
+        a_ptr = f"{ap} + bi * {packed[0].size}"
+    else:
+        buf = ctx.scratch(4 * -(-m // MR) * MR * k)
+        lines.append(f"  ml_pack_a({m}, {k}, {ctx.ptr(a)} + {table}[2 * bi], {k}, 1, "
+                     f"(float*){buf});")
+        a_ptr = f"(const float*){buf}"
+    if b.const is not None:
+        per = -(-n // NR) * NR * k
+        bsrc = {"kind": "ML_B_PACKED", "k_total": str(k),
+                "p": _packed_b_batches(node, ctx, offb, k, n) + f" + bi * {per}"}
+    else:
+        bsrc = {"kind": "ML_B_STRIDED", "p": f"{ctx.ptr(b)} + {table}[2 * bi + 1]",
+                "ldk": str(n), "ldn": "1"}
+    fields = {"M": str(m), "N": str(n), "K": str(k), "a": a_ptr, "c": f"{yp} + bi * {m * n}",
+              "epi": epi, "epi_out": yp, "epi_b": "bi"}
+    if bsrc["kind"] != "ML_B_PACKED":
+        fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
+    body = "\n".join(lines[1:]) + "\n" + gemm_call(fields, bsrc)
+    return lines[0] + f"\nfor (int64_t bi = 0; bi < {nb}; ++bi) {{\n{body}\n}}"
+
+
+def _packed_b_batches(node: Node, ctx: EmitContext, offb: list[int], k: int, n: int) -> str:
+    flat = node.inputs[1].const.ravel()
+    packed = [pack_b(flat[o: o + k * n].reshape(k, n).astype(np.float32)) for o in offb]
+    return ctx.param(np.concatenate(packed), f"{node.name}.B.packed")

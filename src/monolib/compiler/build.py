@@ -3,7 +3,7 @@
 The pipeline of docs/ARCHITECTURE.md ("Compiler pipeline"):
 
 1. ``frontend.onnx.import_model(model, shapes, constants)`` -> typed :class:`Graph`;
-2. graph passes (``fold_batchnorm``, ``dce`` when present), then
+2. graph passes (``passes.simplify``: constant folding, ``fold_batchnorm``, ``dce``), then
    :func:`~.passes.fuse_elementwise.fuse_elementwise` and
    :func:`~.passes.plan_memory.plan_memory`;
 3. :func:`~.codegen.c.generate` -> C source, graph JSON, params blob;
@@ -19,7 +19,6 @@ Example
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from typing import Any, Callable
@@ -29,13 +28,9 @@ import numpy as np
 from ..runtime.errors import CompileError
 from .ir import Graph
 
-__all__ = ["compile", "lower", "GRAPH_PASSES"]
+__all__ = ["compile", "lower"]
 
 logger = logging.getLogger(__name__)
-
-#: Graph-rewriting passes run before fusion, by module name under ``compiler.passes``
-#: (a missing module is skipped: the pass is optional).
-GRAPH_PASSES = ("fold_batchnorm", "dce")
 
 Progress = Callable[[str], Any] | None
 
@@ -44,33 +39,6 @@ def _step(progress: Progress, name: str) -> None:
     logger.debug("step: %s", name)
     if progress is not None:
         progress(name)
-
-
-def _load_pass(name: str):
-    """The callable of pass module ``name``: ``graph -> PassResult | Graph | None``."""
-    try:
-        mod = importlib.import_module(f"{__package__}.passes.{name}")
-    except ModuleNotFoundError as e:
-        if e.name and e.name.endswith(f"passes.{name}"):
-            return None
-        raise
-    for attr in getattr(mod, "__all__", dir(mod)):
-        obj = getattr(mod, attr)
-        if isinstance(obj, type) and hasattr(obj, "call"):
-            return obj().call
-    fn = getattr(mod, name, None)
-    return fn if callable(fn) else None
-
-
-def _run_graph_passes(graph: Graph) -> Graph:
-    for name in GRAPH_PASSES:
-        fn = _load_pass(name)
-        if fn is None:
-            logger.debug("pass %s not available, skipped", name)
-            continue
-        result = fn(graph)
-        graph = getattr(result, "graph", None) or (result if isinstance(result, Graph) else graph)
-    return graph
 
 
 def _import(model, shapes, constants) -> Graph:
@@ -97,13 +65,14 @@ def lower(
     params : numpy.ndarray of uint8
     """
     from .codegen.c import generate
+    from .passes import simplify
     from .passes.fuse_elementwise import fuse_elementwise
     from .passes.plan_memory import plan_memory
 
     _step(progress, "import")
     graph = model if isinstance(model, Graph) else _import(model, shapes, constants)
     _step(progress, "optimize")
-    graph = _run_graph_passes(graph)
+    graph = simplify(graph).graph
     _step(progress, "fuse")
     fusion = fuse_elementwise(graph)
     _step(progress, "plan memory")

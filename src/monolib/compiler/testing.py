@@ -98,15 +98,37 @@ def make_node_model(
     if domain:
         imports.append(helper.make_opsetid(domain, opset))
     model = helper.make_model(graph, opset_imports=imports, ir_version=10)
+    _fill_output_types(model, {k: np.asarray(v) for k, v in inputs.items() if v is not None and k not in consts})
+    return model
+
+
+def _fill_output_types(model, feeds: dict[str, np.ndarray]) -> None:
+    """Give every graph output a tensor type (the ONNX checker requires one): from ONNX
+    shape inference, else from running ONNX Runtime on the given inputs."""
+    import onnx
+    from onnx import helper
+
+    outs = model.graph.output
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-        known = {vi.name: vi for vi in inferred.graph.output if vi.type.HasField("tensor_type")}
-        for i, n in enumerate(names):
-            if n in known and known[n].type.tensor_type.elem_type:
-                model.graph.output[i].CopyFrom(known[n])
-    except Exception as e:  # inference is a convenience; ORT and monolib infer anyway
-        logger.debug("shape inference of %s failed: %s", op_type, e)
-    return model
+        known = {vi.name: vi for vi in inferred.graph.output}
+        for vi in outs:
+            tt = known[vi.name].type.tensor_type if vi.name in known else None
+            if tt is not None and tt.elem_type and tt.HasField("shape"):
+                vi.CopyFrom(known[vi.name])
+    except Exception as e:  # inference is a convenience; ORT below is the fallback
+        logger.debug("ONNX shape inference failed: %s", e)
+    if all(vi.type.tensor_type.HasField("shape") for vi in outs):
+        return
+    try:
+        results = ort_run(model, feeds)
+    except Exception as e:
+        logger.debug("ONNX Runtime could not type the outputs: %s", e)
+        return
+    for vi, r in zip(outs, results):
+        if not vi.type.tensor_type.HasField("shape"):
+            r = np.asarray(r)
+            vi.CopyFrom(helper.make_tensor_value_info(vi.name, helper.np_dtype_to_tensor_dtype(r.dtype), r.shape))
 
 
 def ort_run(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

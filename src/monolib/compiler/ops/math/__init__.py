@@ -1,1 +1,17 @@
-"""math operators (each file registers its ops)."""
+"""math operators (each file registers its ops): elementwise arithmetic, activations,
+comparisons, casts, reductions, Softmax and the normalizations."""
+
+from . import (  # noqa: F401  (registration side effects)
+    activation,
+    argmax,
+    arith,
+    batchnorm,
+    cast,
+    clip,
+    logic,
+    norm,
+    reduce,
+    softmax,
+    unary,
+    where,
+)

@@ -1,0 +1,84 @@
+"""ONNX ``ArgMax`` and ``ArgMin`` (versions 11, 12, 13): the int64 index of the
+largest (smallest) element along ``axis``; the first occurrence, or the last with
+``select_last_index=1`` (12+)."""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar
+
+import numpy as np
+
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..tensor.loops import flat_index_exprs, normalize_axis
+from .reduce import flat_groups
+
+__all__ = ["ArgMax", "ArgMin"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Arg(OpDef):
+    better: ClassVar[str] = ">"
+
+    def _view(self, node: Node) -> tuple[int, int, int, int]:
+        shape = node.inputs[0].shape
+        a = normalize_axis(node.attrs["axis"], len(shape), f"{self.op_type} (node {node.name!r})")
+        outer = int(np.prod(shape[:a], dtype=np.int64))
+        inner = int(np.prod(shape[a + 1:], dtype=np.int64))
+        return a, outer, int(shape[a]), inner
+
+    def infer(self, node: Node) -> list[OutType]:
+        a, _, _, _ = self._view(node)
+        shape = list(node.inputs[0].shape)
+        if node.attrs["keepdims"]:
+            shape[a] = 1
+        else:
+            del shape[a]
+        return [(tuple(shape), np.dtype(np.int64))]
+
+    def reference(self, node: Node, inputs):
+        x = inputs[0]
+        a, _, n, _ = self._view(node)
+        fn = np.argmax if self.better == ">" else np.argmin
+        if node.attrs.get("select_last_index", 0):
+            idx = n - 1 - fn(np.flip(x, a), axis=a)
+        else:
+            idx = fn(x, axis=a)
+        return [np.asarray(idx, np.int64).reshape(self.infer(node)[0][0])]
+
+    def epilogue_groups(self, node: Node):
+        return flat_groups(len(node.outputs[0].shape))
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        x, y = node.inputs[0], node.outputs[0]
+        _, outer, n, inner = self._view(node)
+        if y.size == 0 or n == 0:
+            return ""
+        cmp = self.better + ("=" if node.attrs.get("select_last_index", 0) else "")
+        o, i, k, best, bi = (ctx.unique(p) for p in ("o", "i", "k", "best", "bi"))
+        px = ctx.ptr(x)
+        at = lambda kk: f"{px}[{o}*{n * inner} + {kk}*{inner} + {i}]"  # noqa: E731
+        flat = f"{o}*{inner} + {i}"
+        store = ctx.output_expr(bi, flat_index_exprs(flat, y.shape))
+        return (
+            f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{\n"
+            f"{ctype(x.dtype)} {best} = {at(0)}; int64_t {bi} = 0;\n"
+            f"for (int64_t {k} = 1; {k} < {n}; ++{k}) if ({at(k)} {cmp} {best}) {{ {best} = {at(k)}; {bi} = {k}; }}\n"
+            f"{ctx.ptr(y)}[{flat}] = {store};\n}}"
+        )
+
+
+@register
+class ArgMax(_Arg):
+    """``ArgMax``: index of the maximum along ``axis``."""
+
+    op_type, since_version = "ArgMax", 11
+
+
+@register
+class ArgMin(_Arg):
+    """``ArgMin``: index of the minimum along ``axis``."""
+
+    op_type, since_version, better = "ArgMin", 11, "<"

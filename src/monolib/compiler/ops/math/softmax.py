@@ -1,0 +1,168 @@
+"""Softmax and LogSoftmax.
+
+ONNX specs: versions 1 and 11 coerce the input to 2-D ``[prod(shape[:axis]),
+prod(shape[axis:])]`` and normalize over the second dim (default ``axis=1``); version
+13 normalizes over the single dim ``axis`` (default ``-1``). Both are computed the
+stable way, ``exp(x - max)``.
+
+The emitter views the input as ``[outer, n, inner]``. With ``inner == 1`` (the usual
+last-axis case) each contiguous row is reduced with ``math_reduce.h``; otherwise
+``inner`` columns are processed together so the innermost loop stays contiguous.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar
+
+import numpy as np
+
+from ....runtime.errors import UnsupportedOpError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, register
+from ..tensor.loops import flat_index_exprs, normalize_axis
+from .elementwise import cfn, is_float, lit
+from .reduce import flat_groups
+
+__all__ = ["Softmax1", "Softmax13", "LogSoftmax1", "LogSoftmax13", "softmax_view"]
+
+logger = logging.getLogger(__name__)
+
+
+def softmax_view(shape, axis: int, coerce_2d: bool) -> tuple[int, int, int]:
+    """``(outer, n, inner)``: the normalized dims have ``n`` elements at stride
+    ``inner`` (``inner == 1`` for the 2-D coercion of versions 1 and 11)."""
+    rank = len(shape)
+    if rank == 0:
+        return 1, 1, 1
+    a = normalize_axis(axis, rank, "Softmax")
+    outer = int(np.prod(shape[:a], dtype=np.int64))
+    if coerce_2d:
+        return outer, int(np.prod(shape[a:], dtype=np.int64)), 1
+    return outer, int(shape[a]), int(np.prod(shape[a + 1:], dtype=np.int64))
+
+
+class _SoftmaxBase(OpDef):
+    coerce_2d: ClassVar[bool] = False
+    log: ClassVar[bool] = False
+
+    def infer(self, node: Node) -> list[OutType]:
+        x = node.inputs[0]
+        if not is_float(x.dtype):
+            raise UnsupportedOpError(f"{self.op_type} (node {node.name!r}) takes floats, got {x.dtype}")
+        softmax_view(x.shape, node.attrs["axis"], self.coerce_2d)  # checks the axis
+        return [(x.shape, x.dtype)]
+
+    def reference(self, node: Node, inputs):
+        x = inputs[0]
+        outer, n, inner = softmax_view(x.shape, node.attrs["axis"], self.coerce_2d)
+        v = x.reshape(outer, n, inner)
+        m = v.max(axis=1, keepdims=True)
+        e = np.exp(v - m)
+        s = e.sum(axis=1, keepdims=True)
+        out = (v - m - np.log(s)) if self.log else e / s
+        return [out.astype(x.dtype).reshape(x.shape)]
+
+    def epilogue_groups(self, node: Node):
+        return flat_groups(len(node.outputs[0].shape))
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        x = node.inputs[0]
+        if x.size == 0:
+            return ""
+        outer, n, inner = softmax_view(x.shape, node.attrs["axis"], self.coerce_2d)
+        if inner == 1:
+            return self._emit_rows(node, ctx, outer, n)
+        return self._emit_columns(node, ctx, outer, n, inner)
+
+    def _final(self, node, ctx, flat: str, xv: str, ev: str, m: str, s: str) -> str:
+        """Store output element ``flat`` given x, exp(x - m), the max and the sum."""
+        y = node.outputs[0]
+        dt = y.dtype
+        val = f"({xv} - {m} - {cfn('log', dt)}({s}))" if self.log else f"({ev} * {s})"
+        return f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(val, flat_index_exprs(flat, y.shape))};"
+
+    def _emit_rows(self, node, ctx, outer: int, n: int) -> str:
+        x = node.inputs[0]
+        dt = x.dtype
+        ct = "float" if dt == np.float32 else "double"
+        exp = cfn("exp", dt)
+        o, j, m, s, row = (ctx.unique(p) for p in ("o", "j", "m", "s", "row"))
+        buf = ctx.unique("ex")
+        lines = [f"{ct}* {buf} = ({ct}*){ctx.scratch(n * dt.itemsize)};"]
+        lines.append(f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) {{")
+        lines.append(f"const {ct}* {row} = {ctx.ptr(x)} + {o}*{n};")
+        if dt == np.float32:
+            ctx.include("math_reduce.h")
+            lines.append(f"{ct} {m} = ml_max_f32({row}, {n});")
+        else:
+            lines.append(f"{ct} {m} = -INFINITY;")
+            lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {m} = {row}[{j}] > {m} ? {row}[{j}] : {m};")
+        lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {buf}[{j}] = {exp}({row}[{j}] - {m});")
+        if dt == np.float32:
+            lines.append(f"{ct} {s} = ml_sum_f32({buf}, {n});")
+        else:
+            lines.append(f"{ct} {s} = 0;")
+            lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {s} += {buf}[{j}];")
+        if not self.log:
+            lines.append(f"{s} = {lit(1, dt)} / {s};")
+        store = self._final(node, ctx, f"{o}*{n} + {j}", f"{row}[{j}]", f"{buf}[{j}]", m, s)
+        lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {store}")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def _emit_columns(self, node, ctx, outer: int, n: int, inner: int) -> str:
+        x = node.inputs[0]
+        dt = x.dtype
+        ct = "float" if dt == np.float32 else "double"
+        exp = cfn("exp", dt)
+        o, k, i = ctx.unique("o"), ctx.unique("k"), ctx.unique("i")
+        mb, sb, eb = ctx.unique("mx"), ctx.unique("sm"), ctx.unique("ex")
+        base = f"{o}*{n * inner} + {k}*{inner} + {i}"
+        xv = f"{ctx.ptr(x)}[{base}]"
+        lines = [
+            f"{ct}* {mb} = ({ct}*){ctx.scratch(inner * dt.itemsize)};",
+            f"{ct}* {sb} = ({ct}*){ctx.scratch(inner * dt.itemsize)};",
+            f"{ct}* {eb} = ({ct}*){ctx.scratch(n * inner * dt.itemsize)};",
+            f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) {{",
+            f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{ {mb}[{i}] = -INFINITY; {sb}[{i}] = 0; }}",
+            f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i})"
+            f" {mb}[{i}] = {xv} > {mb}[{i}] ? {xv} : {mb}[{i}];",
+            f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{"
+            f" {eb}[{k}*{inner} + {i}] = {exp}({xv} - {mb}[{i}]); {sb}[{i}] += {eb}[{k}*{inner} + {i}]; }}",
+        ]
+        if not self.log:
+            lines.append(f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {sb}[{i}] = {lit(1, dt)} / {sb}[{i}];")
+        store = self._final(node, ctx, base, xv, f"{eb}[{k}*{inner} + {i}]", f"{mb}[{i}]", f"{sb}[{i}]")
+        lines.append(f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {store}")
+        lines.append("}")
+        return "\n".join(lines)
+
+
+@register
+class Softmax1(_SoftmaxBase):
+    """ONNX ``Softmax`` 1 and 11: normalized over the input coerced to 2-D at ``axis``."""
+
+    op_type, since_version, coerce_2d = "Softmax", 1, True
+
+
+@register
+class Softmax13(_SoftmaxBase):
+    """ONNX ``Softmax`` 13: normalized over the one dim ``axis``."""
+
+    op_type, since_version = "Softmax", 13
+
+
+@register
+class LogSoftmax1(_SoftmaxBase):
+    """ONNX ``LogSoftmax`` 1 and 11: ``x - max - log(sum(exp(x - max)))`` over the
+    input coerced to 2-D at ``axis``."""
+
+    op_type, since_version, coerce_2d, log = "LogSoftmax", 1, True, True
+
+
+@register
+class LogSoftmax13(_SoftmaxBase):
+    """ONNX ``LogSoftmax`` 13: over the one dim ``axis``."""
+
+    op_type, since_version, log = "LogSoftmax", 13, True

@@ -1,0 +1,187 @@
+"""Shape arithmetic and C loop-nest emission shared by the math and tensor ops.
+
+Everything here is pure: shapes in, strings out. The emitters write plain nested
+``for`` loops over static bounds with offsets that are linear in the loop variables,
+which GCC and Clang strength-reduce and vectorize on the innermost loop.
+
+This module imports nothing from ``ops.math`` so both subpackages can use it without
+an import cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ....runtime.errors import ShapeError
+from ..base import EmitContext
+
+__all__ = [
+    "contiguous_strides",
+    "broadcast_shape",
+    "broadcast_strides",
+    "normalize_axis",
+    "collapse_dims",
+    "emit_loops",
+    "linear_offset",
+    "flat_index_exprs",
+    "has_epilogue",
+    "Operand",
+    "as_c_array",
+]
+
+logger = logging.getLogger(__name__)
+
+Operand = tuple[Sequence[int], int]
+"""An operand of a loop nest: (strides in elements, one per loop dim; base offset)."""
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major (C order) strides, in elements, of a tensor of ``shape``."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * max(int(shape[d + 1]), 1)
+    return tuple(strides)
+
+
+def broadcast_shape(*shapes: Sequence[int], where: str = "") -> tuple[int, ...]:
+    """The NumPy (multidirectional) broadcast of ``shapes``.
+
+    Follows the ONNX "Broadcasting in ONNX" document: shapes are right-aligned and each
+    dim pair must be equal or one of them 1.
+
+    Raises
+    ------
+    ShapeError
+        When two dims differ and neither is 1; the message names ``where``.
+    """
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for i, d in enumerate(s):
+            k = rank - len(s) + i
+            if d == 1:
+                continue
+            if out[k] not in (1, d):
+                raise ShapeError(
+                    f"{where or 'broadcast'}: shapes {[list(x) for x in shapes]} are not broadcastable"
+                )
+            out[k] = int(d)
+    # a zero-sized dim broadcasts against 1 and stays 0
+    for s in shapes:
+        for i, d in enumerate(s):
+            if d == 0:
+                out[rank - len(s) + i] = 0
+    return tuple(out)
+
+
+def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
+    """Strides (elements) that read a contiguous ``in_shape`` tensor broadcast to
+    ``out_shape``: 0 along broadcast (size-1 or missing) dims."""
+    own = contiguous_strides(in_shape)
+    lead = len(out_shape) - len(in_shape)
+    strides = [0] * len(out_shape)
+    for i, d in enumerate(in_shape):
+        strides[lead + i] = own[i] if d != 1 else 0
+    return tuple(strides)
+
+
+def normalize_axis(axis: int, rank: int, where: str = "") -> int:
+    """``axis`` in ``[-rank, rank)`` made non-negative.
+
+    Raises
+    ------
+    ShapeError
+        When ``axis`` is out of range.
+    """
+    if not -rank <= axis < max(rank, 1):
+        raise ShapeError(f"{where or 'axis'}: axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def collapse_dims(
+    shape: Sequence[int], operands: Sequence[Operand]
+) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dims and merge adjacent dims that every operand walks linearly.
+
+    Dims ``d`` and ``d+1`` merge when ``stride[d] == stride[d+1] * shape[d+1]`` for every
+    operand (true of contiguous and of fully broadcast runs), so fewer, longer loops
+    are emitted. Returns the new shape and each operand's new strides.
+    """
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    new_shape: list[int] = []
+    new_strides: list[list[int]] = [[] for _ in operands]
+    for d in dims:
+        n = int(shape[d])
+        if new_shape and all(
+            st[-1] == ops[0][d] * n for st, ops in zip(new_strides, operands)
+        ):
+            new_shape[-1] *= n
+            for st, ops in zip(new_strides, operands):
+                st[-1] = ops[0][d]
+            continue
+        new_shape.append(n)
+        for st, ops in zip(new_strides, operands):
+            st.append(int(ops[0][d]))
+    return new_shape, new_strides
+
+
+def linear_offset(index: Sequence[str], strides: Sequence[int], base: int | str = 0) -> str:
+    """C expression ``base + i0*s0 + i1*s1 ...`` (terms with stride 0 dropped)."""
+    terms = [] if base in (0, "0") else [str(base)]
+    for var, st in zip(index, strides):
+        if st == 0:
+            continue
+        terms.append(var if st == 1 else f"{var}*{st}")
+    return " + ".join(terms) if terms else "0"
+
+
+def flat_index_exprs(flat: str, shape: Sequence[int]) -> list[str]:
+    """Per-dim index expressions of the row-major element ``flat`` of ``shape``
+    (``(flat / stride) % dim``; only evaluated if an epilogue reads them)."""
+    strides = contiguous_strides(shape)
+    if not flat.isidentifier():
+        flat = f"({flat})"
+    out = []
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        e = flat if st == 1 else f"({flat} / {st})"
+        if d > 0 and n != 1:
+            e = f"({e} % {n})"
+        elif n == 1:
+            e = "0"
+        out.append(e)
+    return out
+
+
+def emit_loops(
+    ctx: EmitContext,
+    shape: Sequence[int],
+    body: Callable[[list[str]], str],
+    prefix: str = "i",
+) -> str:
+    """A nest of ``for`` loops over ``shape`` (outermost first) around ``body(vars)``.
+
+    ``vars`` are the C names of the loop indices (``int64_t``). A zero-sized shape
+    gives ``""``; a scalar shape gives the body in a block.
+    """
+    if any(int(n) == 0 for n in shape):
+        return ""
+    names = [ctx.unique(prefix) for _ in shape]
+    code = body(names)
+    for name, n in zip(reversed(names), reversed(list(shape))):
+        code = f"for (int64_t {name} = 0; {name} < {int(n)}; ++{name}) {{\n{code}\n}}"
+    return "{\n" + code + "\n}"
+
+
+def has_epilogue(ctx: EmitContext, value_rank: int) -> bool:
+    """True when the node being emitted has a fused epilogue on output 0 (the context's
+    ``output_expr`` is not the identity)."""
+    probe = "ML_EPILOGUE_PROBE"
+    return ctx.output_expr(probe, ["0"] * value_rank) != probe
+
+
+def as_c_array(values: Sequence[int] | np.ndarray) -> str:
+    """``{a, b, c}`` for a C array initializer of integers."""
+    return "{" + ", ".join(str(int(v)) for v in values) + "}"

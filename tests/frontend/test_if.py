@@ -85,3 +85,20 @@ def test_constants_checks_name_shape_and_value():
         import_model(_sr_model(), shapes={"x": (2, 3)}, constants={"sr": [16000, 1]})
     g = import_model(_sr_model(), shapes={"x": (2, 3)}, constants={"sr": np.int32(16000)})
     assert g.op_counts() == {"Mul": 1}
+
+
+@requires_ops("Add")
+def test_error_inside_a_branch_names_the_branch():
+    bad = helper.make_graph(
+        [helper.make_node("Constant", [], ["v"], value_floats=[1.0, 2.0, 3.0, 4.0]),
+         helper.make_node("Add", ["x", "v"], ["r"], name="bad_add")],
+        "bad_branch", [], [helper.make_tensor_value_info("r", F32, None)])
+    ok = _branch("ok", "Add", 1.0)
+    nodes = [helper.make_node("If", ["c"], ["y"], name="sel", then_branch=bad, else_branch=ok)]
+    model = make_model(nodes, [("x", F32, [2, 3]), ("c", 9, [])], [("y", F32, [2, 3])])
+    with pytest.raises(CompileError) as e:
+        import_model(model, constants={"c": True})
+    msg = str(e.value)
+    assert "'bad_add'" in msg and "branch 'bad_branch' of If 'sel'" in msg
+    g = import_model(model, constants={"c": False})
+    assert g.op_counts() == {"Add": 1}

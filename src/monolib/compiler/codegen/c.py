@@ -48,6 +48,35 @@ PRELUDE = """\
 #else
 #define MONOLIB_EXPORT __attribute__((visibility("default")))
 #endif
+#if defined(__GNUC__) && !defined(__clang__)
+/* Nobody reads the FP exception flags: let gcc if-convert float selects (Relu, Clip,
+   HardSigmoid...) into vector blends. */
+#pragma GCC optimize("no-trapping-math")
+/* errno is never read: math calls are pure, so loops calling them can vectorize; on
+   x86-64 glibc the simd attribute lets gcc call libmvec's vector variants. */
+#if defined(__x86_64__) && defined(__GLIBC__)
+#define ML_VMATH __attribute__((simd("notinbranch"), const, nothrow, leaf))
+#else
+#define ML_VMATH __attribute__((const, nothrow, leaf))
+#endif
+ML_VMATH float expf(float);
+ML_VMATH float logf(float);
+ML_VMATH float sinf(float);
+ML_VMATH float cosf(float);
+ML_VMATH float powf(float, float);
+ML_VMATH double exp(double);
+ML_VMATH double log(double);
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 35)
+ML_VMATH float tanhf(float);
+ML_VMATH float erff(float);
+ML_VMATH float expm1f(float);
+ML_VMATH float log1pf(float);
+ML_VMATH float tanf(float);
+ML_VMATH float atanf(float);
+#endif
+__attribute__((const, nothrow, leaf)) float sqrtf(float);
+__attribute__((const, nothrow, leaf)) double sqrt(double);
+#endif
 """
 
 

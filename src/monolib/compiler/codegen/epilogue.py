@@ -95,7 +95,10 @@ def compose(
         expr = s.op.c_expr(s.node, args)
         out = s.node.outputs[0]
         name = f"t{k}"
-        lines.append(f"{indent}const {ctype(out.dtype)} {name} = ({ctype(out.dtype)})({expr});")
+        T = ctype(out.dtype)
+        # bool is uint8_t holding exactly 0 or 1, whatever the expression yields
+        value = f"({T})(({expr}) != 0)" if out.dtype.kind == "b" else f"({T})({expr})"
+        lines.append(f"{indent}const {T} {name} = {value};")
         cur = name
     return lines, cur
 

@@ -1,0 +1,265 @@
+"""MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool (ONNX opsets 1..22).
+
+Sliding windows per the ONNX spec: ``pads``/``auto_pad``, ``strides``, ``dilations``,
+``ceil_mode`` (a window never starts in the end padding). AveragePool divides by the
+number of input elements in the window (``count_include_pad=0``) or by the number of
+window positions inside the explicitly padded input (``count_include_pad=1``; positions
+beyond the padding, reachable only with ``ceil_mode``, never count). MaxPool's optional
+``Indices`` output is the flat NCHW index (``storage_order=0``).
+
+Emitted as direct loops over 1-D/2-D windows (H=1 for 1-D), writing each output through
+``ctx.output_expr`` so a fused elementwise epilogue costs nothing extra.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....runtime.errors import ShapeError, UnsupportedOpError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, register
+from ._common import Geometry, geometry, require_float32
+
+__all__ = ["MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "pool_geometry"]
+
+logger = logging.getLogger(__name__)
+
+
+def pool_geometry(node: Node) -> Geometry:
+    """Window geometry of a MaxPool/AveragePool node.
+
+    Raises
+    ------
+    ShapeError
+        When X is not ``[N, C, ...]`` or the window does not fit.
+    """
+    x = node.inputs[0]
+    if x is None or len(x.shape) < 3:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: X must be [N, C, ...], got "
+                         f"{x and x.shape}")
+    kernel = [int(k) for k in node.attrs.get("kernel_shape") or []]
+    if len(kernel) != len(x.shape) - 2:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: kernel_shape {kernel} does not "
+                         f"match X {x.shape}")
+    return geometry(node, list(x.shape[2:]), kernel, bool(node.attrs.get("ceil_mode", 0)))
+
+
+def _windows(x: np.ndarray, geo: Geometry, fill: float) -> tuple[np.ndarray, np.ndarray]:
+    """(taps ``[T, N, C, *out]`` of x padded with ``fill``, flat input index per tap or -1)."""
+    nd = len(geo.out)
+    need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in
+            zip(geo.out, geo.strides, geo.kernel, geo.dilations)]
+    ends = [max(0, nd_ - i - b) for nd_, i, b in zip(need, x.shape[2:], geo.begin)]
+    pad = [(0, 0), (0, 0)] + list(zip(geo.begin, ends))
+    xp = np.pad(x, pad, constant_values=fill)
+    flat = np.arange(x.size, dtype=np.int64).reshape(x.shape)
+    ip = np.pad(flat, pad, constant_values=-1)
+    taps, idx = [], []
+    for tap in np.ndindex(*geo.kernel):
+        sl = (slice(None),) * 2 + tuple(
+            slice(k * d, k * d + (o - 1) * s + 1, s)
+            for k, d, o, s in zip(tap, geo.dilations, geo.out, geo.strides))
+        taps.append(xp[sl])
+        idx.append(ip[sl])
+    del nd
+    return np.stack(taps), np.stack(idx)
+
+
+def _divisor(x_shape: tuple[int, ...], geo: Geometry) -> np.ndarray:
+    """count_include_pad divisor: window positions inside input + explicit pads."""
+    counts = []
+    for i, (size, o, s, k, d, b, e) in enumerate(zip(x_shape[2:], geo.out, geo.strides,
+                                                    geo.kernel, geo.dilations, geo.begin,
+                                                    geo.end)):
+        start = np.arange(o) * s - b
+        pos = start[:, None] + np.arange(k)[None, :] * d
+        cnt = ((pos >= -b) & (pos < size + e)).sum(axis=1)
+        shape = [1] * len(geo.out)
+        shape[i] = o
+        counts.append(cnt.reshape(shape))
+    total = counts[0]
+    for c in counts[1:]:
+        total = total * c
+    return total.astype(np.float32)
+
+
+class _Pool(OpDef):
+    """Shared infer/emit of the windowed pools."""
+
+    kind = ""
+
+    def infer(self, node: Node) -> list[OutType]:
+        geo = pool_geometry(node)
+        x = node.inputs[0]
+        shape = (*x.shape[:2], *geo.out)
+        outs = [(shape, x.dtype)]
+        if len(node.outputs) > 1:
+            outs.append((shape, np.dtype(np.int64)))
+        return outs
+
+    def epilogue_groups(self, node: Node) -> list[list[int]]:
+        return [[0], [1], list(range(2, len(node.outputs[0].shape)))]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        require_float32(node, 0)
+        x = node.inputs[0]
+        if len(x.shape) not in (3, 4):
+            raise UnsupportedOpError(f"{node.op_type} node {node.name!r}: only 1-D and 2-D "
+                                     f"pools are emitted, X is {x.shape}")
+        geo = pool_geometry(node)
+        d = _dims2d(x.shape, geo)
+        n, c = x.shape[:2]
+        index = ["(nc / %d)" % c, "(nc %% %d)" % c] + (["ow"] if len(x.shape) == 3 else ["oh", "ow"])
+        head = (
+            f"for (int64_t nc = 0; nc < {n * c}; ++nc) {{\n"
+            f"  const float* xc = {ctx.ptr(x)} + nc * {d['H'] * d['W']};\n"
+            f"  for (int64_t oh = 0; oh < {d['OH']}; ++oh)\n"
+            f"  for (int64_t ow = 0; ow < {d['OW']}; ++ow) {{\n"
+            f"    int64_t o = (nc * {d['OH']} + oh) * {d['OW']} + ow;\n"
+            f"    int64_t hs = oh * {d['SH']} - {d['PT']}, ws = ow * {d['SW']} - {d['PL']};\n"
+        )
+        loop = (
+            f"    for (int64_t ky = 0; ky < {d['KH']}; ++ky) {{\n"
+            f"      int64_t ih = hs + ky * {d['DH']};\n"
+            f"      if (ih < 0 || ih >= {d['H']}) continue;\n"
+            f"      for (int64_t kx = 0; kx < {d['KW']}; ++kx) {{\n"
+            f"        int64_t iw = ws + kx * {d['DW']};\n"
+            f"        if (iw < 0 || iw >= {d['W']}) continue;\n"
+            f"        float v = xc[ih * {d['W']} + iw];\n"
+        )
+        body, tail = self._body(node, ctx, d, index)
+        return head + body[0] + loop + body[1] + "      }\n    }\n" + tail + "  }\n}"
+
+
+def _dims2d(x_shape: tuple[int, ...], geo: Geometry) -> dict[str, int]:
+    if len(x_shape) == 3:
+        return dict(H=1, W=x_shape[2], KH=1, KW=geo.kernel[0], SH=1, SW=geo.strides[0],
+                    PT=0, PB=0, PL=geo.begin[0], PR=geo.end[0], DH=1, DW=geo.dilations[0],
+                    OH=1, OW=geo.out[0])
+    return dict(H=x_shape[2], W=x_shape[3], KH=geo.kernel[0], KW=geo.kernel[1],
+                SH=geo.strides[0], SW=geo.strides[1], PT=geo.begin[0], PB=geo.end[0],
+                PL=geo.begin[1], PR=geo.end[1], DH=geo.dilations[0], DW=geo.dilations[1],
+                OH=geo.out[0], OW=geo.out[1])
+
+
+@register
+class MaxPool(_Pool):
+    """ONNX ``MaxPool``: X ``[N, C, *S]`` -> Y ``[N, C, *O]`` (float32), optional
+    Indices (int64, flat row-major index into X)."""
+
+    op_type = "MaxPool"
+    since_version = 1
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        x = inputs[0]
+        taps, idx = _windows(x, pool_geometry(node), -np.inf)
+        y = taps.max(axis=0).astype(x.dtype)
+        outs = [y]
+        if len(node.outputs) > 1:
+            if node.attrs.get("storage_order", 0):
+                raise UnsupportedOpError(f"MaxPool node {node.name!r}: storage_order=1")
+            outs.append(np.take_along_axis(idx, taps.argmax(axis=0)[None], 0)[0])
+        return outs
+
+    def _body(self, node: Node, ctx: EmitContext, d: dict, index: list[str]):
+        pre = "    float acc = -INFINITY; int64_t arg = -1;\n"
+        inner = ("        if (v > acc || arg < 0) { acc = v; "
+                 f"arg = nc * {d['H'] * d['W']} + ih * {d['W']} + iw; }}\n")
+        tail = f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr('acc', index)};\n"
+        if len(node.outputs) > 1 and node.outputs[1] is not None:
+            if node.attrs.get("storage_order", 0):
+                raise UnsupportedOpError(f"MaxPool node {node.name!r}: storage_order=1")
+            tail += f"    {ctx.ptr(node.outputs[1])}[o] = arg;\n"
+        return (pre, inner), tail
+
+
+@register
+class AveragePool(_Pool):
+    """ONNX ``AveragePool``: X ``[N, C, *S]`` -> Y ``[N, C, *O]``; float32."""
+
+    op_type = "AveragePool"
+    since_version = 1
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        x = inputs[0]
+        geo = pool_geometry(node)
+        taps, idx = _windows(x, geo, 0.0)
+        total = taps.sum(axis=0, dtype=np.float32)
+        if node.attrs.get("count_include_pad", 0):
+            div = _divisor(x.shape, geo)
+        else:
+            div = (idx >= 0).sum(axis=0).astype(np.float32)
+        return [(total / np.maximum(div, 1)).astype(x.dtype)]
+
+    def _body(self, node: Node, ctx: EmitContext, d: dict, index: list[str]):
+        pre = "    float acc = 0.0f; int64_t cnt = 0;\n"
+        inner = "        acc += v; ++cnt;\n"
+        tail = ""
+        if node.attrs.get("count_include_pad", 0):
+            tail = (
+                "    cnt = 0;\n"
+                f"    for (int64_t ky = 0; ky < {d['KH']}; ++ky) {{\n"
+                f"      int64_t ih = hs + ky * {d['DH']};\n"
+                f"      if (ih < -{d['PT']} || ih >= {d['H'] + d['PB']}) continue;\n"
+                f"      for (int64_t kx = 0; kx < {d['KW']}; ++kx) {{\n"
+                f"        int64_t iw = ws + kx * {d['DW']};\n"
+                f"        cnt += iw >= -{d['PL']} && iw < {d['W'] + d['PR']};\n"
+                "      }\n    }\n")
+        val = "(acc / (float)(cnt > 0 ? cnt : 1))"
+        tail += f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr(val, index)};\n"
+        return (pre, inner), tail
+
+
+class _GlobalPool(OpDef):
+    """Shared parts of the global pools: Y ``[N, C, 1, ...]`` from X ``[N, C, ...]``."""
+
+    def infer(self, node: Node) -> list[OutType]:
+        x = node.inputs[0]
+        if x is None or len(x.shape) < 3:
+            raise ShapeError(f"{node.op_type} node {node.name!r}: X must be [N, C, ...], got "
+                             f"{x and x.shape}")
+        return [((*x.shape[:2], *([1] * (len(x.shape) - 2))), x.dtype)]
+
+    def epilogue_groups(self, node: Node) -> list[list[int]]:
+        return [[0], [1], list(range(2, len(node.outputs[0].shape)))]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        require_float32(node, 0)
+        x = node.inputs[0]
+        n, c = x.shape[:2]
+        hw = int(np.prod(x.shape[2:]))
+        ctx.include("pool.h")
+        fn = "ml_sum_f32" if self.op_type == "GlobalAveragePool" else "ml_max_f32"
+        val = f"{fn}(xc, {hw})"
+        if self.op_type == "GlobalAveragePool":
+            val = f"({val} / {float(hw)!r}f)"
+        index = [f"(nc / {c})", f"(nc % {c})"] + ["0"] * (len(x.shape) - 2)
+        return (f"for (int64_t nc = 0; nc < {n * c}; ++nc) {{\n"
+                f"  const float* xc = {ctx.ptr(x)} + nc * {hw};\n"
+                f"  {ctx.ptr(node.outputs[0])}[nc] = {ctx.output_expr(val, index)};\n}}")
+
+
+@register
+class GlobalAveragePool(_GlobalPool):
+    """ONNX ``GlobalAveragePool``: mean over all spatial dims; float32."""
+
+    op_type = "GlobalAveragePool"
+    since_version = 1
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        x = inputs[0]
+        return [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=np.float32)]
+
+
+@register
+class GlobalMaxPool(_GlobalPool):
+    """ONNX ``GlobalMaxPool``: max over all spatial dims; float32."""
+
+    op_type = "GlobalMaxPool"
+    since_version = 1
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        x = inputs[0]
+        return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]

@@ -1,0 +1,264 @@
+"""monolib as an ONNX backend (``onnx.backend.base.Backend``), so ONNX's own operator
+test suite (``onnx.backend.test``) and any tool written against that interface can run
+models through monolib.
+
+``prepare`` compiles the model with :func:`monolib.compile` and returns a
+:class:`MonolibRep` that runs it in process, without exporting a library (the C module
+is built into a temporary shared library on first call, see ``export/csource.py``).
+
+monolib compiles static shapes. Inputs that determine an output's SHAPE (Reshape's
+``shape``, Slice's ``starts``..., see :data:`SHAPE_INPUTS`) must therefore be known at
+compile time: when a model feeds such an input from a graph input, compilation is
+deferred to :meth:`MonolibRep.run`, which compiles once per distinct value of those
+inputs, passing them as ``constants``.
+
+Follows the ONNX backend API (``onnx/backend/base.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import onnx.shape_inference
+import onnx.version_converter
+from onnx.backend.base import Backend, BackendRep
+
+from .runtime.errors import MonolibError
+
+__all__ = ["MonolibBackend", "MonolibRep", "SHAPE_INPUTS", "fit_opset", "prepare", "run_model", "run_node",
+           "supports_device"]
+
+logger = logging.getLogger(__name__)
+
+#: op_type -> indices of the inputs that decide the output's shape (ONNX operator
+#: specs), compiled in as constants when they come from graph inputs.
+SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
+    "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "Squeeze": (1,),
+    "Unsqueeze": (1,), "TopK": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "OneHot": (1,), "Split": (1,), "CenterCropPad": (1,), "CumSum": (1,), "Trilu": (1,),
+    **{f"Reduce{r}": (1,) for r in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2",
+                                    "LogSum", "LogSumExp", "SumSquare")},
+}
+
+
+def _schema_version(op_type: str, opset: int, domain: str) -> int | None:
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain).since_version
+    except onnx.defs.SchemaError:
+        return None
+
+
+def fit_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its default-domain opset moved into the frontend's range
+    (``frontend.support.DEFAULT_OPSETS``) when that changes no operator's meaning.
+
+    An opset number names a version of EVERY operator; a node's semantics change only
+    at its op's ``since_version``. When each node's schema is the same at the nearest
+    supported opset as at the model's, only the import's number is changed. Otherwise
+    ONNX's version converter is tried (its adapters know, e.g., that opset 22 only
+    added element types); if it fails the model is returned as it is and the frontend
+    reports the opset.
+    """
+    from .compiler.frontend.support import DEFAULT_OPSETS
+
+    imports = {(o.domain or ""): o for o in model.opset_import}
+    default = imports.get("") or imports.get("ai.onnx")
+    if default is None or default.version in DEFAULT_OPSETS:
+        return model
+    target = min(max(default.version, DEFAULT_OPSETS.start), DEFAULT_OPSETS.stop - 1)
+    same = all(_schema_version(n.op_type, default.version, "")
+               == _schema_version(n.op_type, target, "") is not None
+               for n in model.graph.node if (n.domain or "") in ("", "ai.onnx"))
+    if same:
+        fitted = onnx.ModelProto()
+        fitted.CopyFrom(model)
+        for o in fitted.opset_import:
+            if (o.domain or "") in ("", "ai.onnx"):
+                o.version = target
+        return fitted
+    try:
+        return onnx.version_converter.convert_version(model, target)
+    except Exception as exc:  # noqa: BLE001 -- the converter raises bare errors
+        logger.info("version converter %d -> %d failed: %s", default.version, target, exc)
+    return model
+
+
+def _shape_input_names(model: onnx.ModelProto) -> list[str]:
+    """Graph inputs (not initializers) that feed a shape-deciding input of a node."""
+    graph = model.graph
+    initialized = {t.name for t in graph.initializer}
+    graph_inputs = {v.name for v in graph.input} - initialized
+    names: list[str] = []
+    for node in graph.node:
+        for i in SHAPE_INPUTS.get(node.op_type, ()):
+            if i < len(node.input) and node.input[i] in graph_inputs \
+                    and node.input[i] not in names:
+                names.append(node.input[i])
+    return names
+
+
+def _is_static(value: onnx.ValueInfoProto) -> bool:
+    t = value.type.tensor_type
+    return t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim)
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    if isinstance(value, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(value)
+    return np.asarray(value)
+
+
+class MonolibRep(BackendRep):
+    """A prepared model, run in process. Compiled at once when every input shape is
+    static and no shape-deciding input comes from the graph; otherwise compiled on
+    :meth:`run`, once per distinct (input shapes, shape-input values).
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The model.
+    device : str
+        ``"CPU"``.
+    """
+
+    def __init__(self, model: onnx.ModelProto, device: str = "CPU") -> None:
+        self.model = fit_opset(model)
+        self.device = device
+        initialized = {t.name for t in model.graph.initializer}
+        inputs = [v for v in self.model.graph.input if v.name not in initialized]
+        self.input_names = [v.name for v in inputs]
+        self.shape_inputs = _shape_input_names(self.model)
+        self._dynamic = not all(_is_static(v) for v in inputs)
+        self._modules: dict[bytes, Any] = {}
+        if not self.shape_inputs and not self._dynamic:
+            self._module_for({}, {})
+
+    def _module_for(self, constants: dict[str, np.ndarray], shapes: dict[str, tuple]):
+        """The GraphModule compiled with these constants and input shapes (cached)."""
+        import monolib
+
+        key = repr(sorted(shapes.items())).encode() + b"".join(
+            name.encode() + str(v.dtype).encode() + str(v.shape).encode()
+            + np.ascontiguousarray(v).tobytes() for name, v in constants.items())
+        gm = self._modules.get(key)
+        if gm is None:
+            factory = monolib.compile(self.model, target="c", shapes=shapes or None,
+                                      constants=dict(constants) or None)
+            gm = monolib.GraphModule(factory["default"](monolib.cpu()))
+            self._modules[key] = gm
+        return gm
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        """Run the model.
+
+        Parameters
+        ----------
+        inputs : sequence of arrays, dict, or one array
+            Graph inputs (initializers excluded) in the model's order, or by name;
+            NumPy arrays or ``onnx.TensorProto``.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            The outputs, in the model's order.
+
+        Raises
+        ------
+        InputError
+            Wrong number, name, shape or dtype of inputs.
+        """
+        from .runtime.errors import InputError
+
+        if isinstance(inputs, dict):
+            named = dict(inputs)
+        else:
+            if isinstance(inputs, (np.ndarray, onnx.TensorProto)):
+                inputs = [inputs]
+            if len(inputs) > len(self.input_names):
+                raise InputError(f"{len(inputs)} inputs given, the model has "
+                                 f"{len(self.input_names)}: {self.input_names}")
+            named = dict(zip(self.input_names, inputs))
+        named = {k: _as_numpy(v) for k, v in named.items()}
+        constants = {n: named[n] for n in self.shape_inputs if n in named}
+        shapes = {n: tuple(v.shape) for n, v in named.items()
+                  if self._dynamic and n not in constants}
+        gm = self._module_for(constants, shapes)
+        known = set(gm.input_names)
+        for name, value in named.items():
+            if name in known:
+                gm.set_input(name, value)
+        gm.run()
+        return tuple(gm.get_output(i).numpy() for i in range(gm.get_num_outputs()))
+
+
+class MonolibBackend(Backend):
+    """The ONNX backend API over monolib (CPU only)."""
+
+    @classmethod
+    def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+        """Whether every node's operator (at the model's opset) is implemented."""
+        from .compiler.ops import lookup
+
+        opsets = {o.domain or "": o.version for o in model.opset_import}
+        try:
+            for node in model.graph.node:
+                lookup(node.op_type, opsets.get(node.domain or "", 1), node.domain or "",
+                       node.name)
+        except MonolibError:
+            return False
+        return cls.supports_device(device)
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> MonolibRep:
+        """Compile ``model`` (a ModelProto, or bytes/path loaded with ``onnx.load``).
+
+        Raises
+        ------
+        MonolibError
+            ``UnsupportedOpError``, ``ShapeError``, ``CompileError`` from the compiler;
+            ``MonolibError`` for a device other than CPU.
+        """
+        if not cls.supports_device(device):
+            raise MonolibError(f"monolib's ONNX backend runs on CPU only, not {device!r}")
+        if not isinstance(model, onnx.ModelProto):
+            model = onnx.load_model_from_string(model) if isinstance(model, bytes) \
+                else onnx.load(model)
+        return MonolibRep(model, device)
+
+    @classmethod
+    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",
+                  **kwargs: Any) -> tuple[np.ndarray, ...]:
+        """``prepare(model).run(inputs)``."""
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Sequence[np.ndarray], device: str = "CPU",
+                 outputs_info=None, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        """Run one node on ``inputs`` by wrapping it in a model with their shapes."""
+        opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
+        ins = [onnx.helper.make_tensor_value_info(
+            name, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(x).dtype), np.shape(x))
+            for name, x in zip(node.input, inputs) if name]
+        outs = [onnx.helper.make_empty_tensor_value_info(name) for name in node.output if name]
+        graph = onnx.helper.make_graph([node], "run_node", ins, outs)
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)],
+                                       ir_version=10)
+        # the outputs' types, which the checker requires, from ONNX shape inference
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        return cls.run_model(model, [x for name, x in zip(node.input, inputs) if name], device)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        """Only ``"CPU"``."""
+        return str(device).upper().split(":")[0] == "CPU"
+
+
+prepare = MonolibBackend.prepare
+run_model = MonolibBackend.run_model
+run_node = MonolibBackend.run_node
+supports_device = MonolibBackend.supports_device

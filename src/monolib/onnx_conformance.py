@@ -1,0 +1,131 @@
+"""ONNX's operator conformance cases (``onnx.backend.test.case.node``) run through
+:class:`~monolib.onnx_backend.MonolibBackend`: case selection, the per-case check,
+and the reasons a case is out of scope.
+
+The cases are the ~1,900 node tests ONNX ships as generators (``collect_testcases``,
+built in a few seconds); each is a small model with static shapes, input data and the
+expected outputs with an rtol/atol. Used by ``tests/test_onnx_backend.py`` (a subset)
+and ``bench/conformance.py`` (the full sweep).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+
+__all__ = ["NodeCase", "load_cases", "primary_op", "unsupported_reason", "check_case",
+           "SUPPORTED_DTYPES"]
+
+logger = logging.getLogger(__name__)
+
+#: Tensor element types monolib has a C type for (``compiler/ops/base.py``).
+SUPPORTED_DTYPES = {"float32", "float64", "int64", "int32", "int16", "int8", "uint64",
+                    "uint32", "uint16", "uint8", "bool"}
+
+
+@dataclass
+class NodeCase:
+    """One ONNX node test: name, the operator it tests, the model, the data sets
+    ``[(inputs, expected outputs)]`` and the tolerances."""
+
+    name: str
+    op: str
+    model: onnx.ModelProto
+    data_sets: list
+    rtol: float
+    atol: float
+
+
+_EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
+
+
+def primary_op(name: str, model: onnx.ModelProto) -> str:
+    """The operator a case tests: its node's op for one node, else the op whose name
+    (lower case, no underscores) is the longest prefix of the case name's
+    (``test_layer_normalization_...`` -> LayerNormalization)."""
+    ops = sorted({n.op_type for n in model.graph.node})
+    if len(ops) == 1:
+        return ops[0]
+    stem = name[len("test_"):].replace("_", "")
+    best = max((op for op in ops if stem.startswith(op.lower())), key=len, default=None)
+    return best or model.graph.node[0].op_type
+
+
+def load_cases() -> list[NodeCase]:
+    """Every node case of the installed ``onnx`` (1.23: 1,884), sorted by name."""
+    from onnx.backend.test.loader import load_model_tests
+
+    with warnings.catch_warnings():  # the generators divide by zero on purpose
+        warnings.simplefilter("ignore")
+        raw = load_model_tests(kind="node")
+    ops = {c.name: primary_op(c.name, c.model) for c in raw}
+    # an "_expanded" case is the function body of the op the base case tests
+    for name in ops:
+        base = _EXPANDED.sub("", name)
+        if base != name and base in ops:
+            ops[name] = ops[base]
+    cases = [NodeCase(c.name, ops[c.name], c.model, c.data_sets, c.rtol, c.atol)
+             for c in raw]
+    return sorted(cases, key=lambda c: c.name)
+
+
+def _value_dtypes(model: onnx.ModelProto):
+    for v in [*model.graph.input, *model.graph.output]:
+        kind = v.type.WhichOneof("value")
+        if kind != "tensor_type":
+            yield v.name, kind.replace("_type", "")
+            continue
+        et = v.type.tensor_type.elem_type
+        try:
+            yield v.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(et)).name
+        except (KeyError, TypeError, ValueError):
+            yield v.name, onnx.TensorProto.DataType.Name(et).lower()
+
+
+def unsupported_reason(case: NodeCase, registered: set[str]) -> str | None:
+    """Why monolib cannot run ``case`` by design (None if it should): an operator
+    not implemented, a non-tensor value (sequence, optional), or an element type
+    without a C type (float16, bfloat16, float8, int4, string...)."""
+    missing = sorted({n.op_type for n in case.model.graph.node
+                      if (n.domain or "") != "" or n.op_type not in registered})
+    if missing:
+        return f"operator(s) not implemented: {', '.join(missing)}"
+    for name, dtype in _value_dtypes(case.model):
+        if dtype in ("sequence", "optional", "map", "sparse_tensor"):
+            return f"{dtype} value {name!r}: monolib runs tensors only"
+        if dtype == "object":
+            return f"string tensor {name!r}: monolib has no string type"
+        if dtype not in SUPPORTED_DTYPES:
+            return f"element type {dtype} ({name!r}) has no C type in monolib"
+    return None
+
+
+def check_case(case: NodeCase) -> None:
+    """Run every data set of ``case`` through MonolibBackend and compare.
+
+    Raises
+    ------
+    AssertionError
+        An output differs from ONNX's expected value beyond the case's rtol/atol, or
+        has another shape or dtype.
+    MonolibError
+        The compiler or runtime rejected the case.
+    """
+    from .onnx_backend import MonolibBackend
+
+    rep = MonolibBackend.prepare(case.model, "CPU")
+    for inputs, expected in case.data_sets:
+        got = rep.run(list(inputs))
+        assert len(got) == len(expected), f"{len(got)} outputs, expected {len(expected)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            e = onnx.numpy_helper.to_array(e) if isinstance(e, onnx.TensorProto) else np.asarray(e)
+            assert g.dtype == e.dtype, f"output {i}: dtype {g.dtype}, expected {e.dtype}"
+            assert g.shape == e.shape, f"output {i}: shape {g.shape}, expected {e.shape}"
+            np.testing.assert_allclose(g, e, rtol=case.rtol, atol=case.atol,
+                                       err_msg=f"{case.name} output {i}")

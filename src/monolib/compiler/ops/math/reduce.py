@@ -171,9 +171,7 @@ class Reduce(OpDef):
 
     def reference(self, node: Node, inputs):
         x = inputs[0]
-        axes = self.axes(node)
-        if not axes:
-            return [x.copy()]
+        axes = self.axes(node)  # () reduces each element on its own (L2 gives |x|)
         out = self.kind.np_fn(x, axes, bool(node.attrs["keepdims"]))
         return [np.asarray(out).astype(x.dtype, copy=False).reshape(self.infer(node)[0][0])]
 
@@ -189,11 +187,7 @@ class Reduce(OpDef):
         kd_strides = contiguous_strides(kd)
         out_strides = [0 if d in axes else kd_strides[d] for d in range(len(kd))]
         count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
-        if not axes:  # no-op reduction: a copy through the epilogue
-            out_strides, count = list(contiguous_strides(x.shape)), 1
         shape, (ist, ost) = collapse_dims(x.shape, [(contiguous_strides(x.shape), 0), (out_strides, 0)])
-        if not axes:
-            return self._emit_copy(node, ctx, y.size)
         red = [s == 0 for s in ost]
         if len(shape) >= 1 and red[-1] and sum(red) == 1:
             return self._emit_rows(node, ctx, int(np.prod(shape[:-1])), shape[-1], count)
@@ -209,10 +203,6 @@ class Reduce(OpDef):
         value = self.kind.finalize(acc, count, y.dtype)
         value = f"(({ctype(y.dtype)})({value}))"
         return f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(value, flat_index_exprs(flat, y.shape))};"
-
-    def _emit_copy(self, node, ctx, n: int) -> str:
-        x = node.inputs[0]
-        return emit_loops(ctx, [n], lambda i: self._store(node, ctx, i[0], f"{ctx.ptr(x)}[{i[0]}]", 1))
 
     def _emit_rows(self, node, ctx, k: int, r: int, count: int) -> str:
         """``[K, R]``: one accumulator per contiguous row of R elements."""

@@ -1,0 +1,246 @@
+"""monolib against ONNX Runtime on real models, side by side in one run.
+
+    python bench/run.py [--models det,rec,cls,silero,silero_seq,magika] [--repeat 20]
+
+For each model: compile and export time, library size; median latency of monolib
+(single-threaded: monolib has no thread pool yet) and of ONNX Runtime at 1 and 2
+threads (``intra_op_num_threads``, ``inter_op_num_threads=1``) with the ratio
+monolib / ORT; cold start (load + first output) in a fresh process for both; the
+largest difference from ORT's outputs. Prints a table and writes ``bench/RESULTS.md``.
+A latency counts what a caller waits for: inputs in, run, every output out as NumPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_inputs import MODEL_INPUTS  # noqa: E402
+
+import monolib  # noqa: E402
+from monolib.models import fetch_model  # noqa: E402
+
+
+@dataclass
+class Result:
+    """One model's measurements (seconds, bytes); ``error`` when monolib failed."""
+
+    name: str
+    build: dict = field(default_factory=dict)
+    latency: dict = field(default_factory=dict)
+    cold: dict = field(default_factory=dict)
+    max_diff: float | None = None
+    error: str = ""
+
+
+def median_time(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float:
+    """Median wall time of ``fn()`` over ``repeat`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def ort_session(path: Path, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def cold_start(args: list[str], runs: int) -> dict:
+    """Median ``import_s``/``cold_s`` of ``bench/cold_start.py ARGS`` over fresh processes."""
+    rows = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, str(HERE / "cold_start.py"), *args],
+                             capture_output=True, text=True, timeout=600, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+
+
+def bench_model(name: str, repeat: int, cold_runs: int, work: Path,
+                verbose: bool = False) -> Result:
+    """Every measurement of one model (see the module docstring)."""
+    spec = MODEL_INPUTS[name]
+    res = Result(name)
+    path = fetch_model(spec.key)
+    feeds_ml, feeds_ort = spec.make()
+    for threads in (1, 2):
+        sess = ort_session(path, threads)
+        res.latency[f"ort{threads}"] = median_time(lambda: sess.run(None, feeds_ort), repeat)
+    want = sess.run(None, feeds_ort)
+    np.savez(work / f"{name}_ort.npz", **feeds_ort)
+    res.cold["ort1"] = cold_start(["ort", str(path), str(work / f"{name}_ort.npz"), "1"],
+                                  cold_runs)
+    try:
+        t0 = time.perf_counter()
+        factory = monolib.compile(str(path), target="c", shapes=spec.shapes,
+                                  constants=spec.constants or None)
+        t1 = time.perf_counter()
+        lib = work / f"{name}.so"
+        factory.export_library(str(lib))
+        res.build = {"compile_s": t1 - t0, "export_s": time.perf_counter() - t1,
+                     "size": lib.stat().st_size}
+        gm = monolib.GraphModule(monolib.load_module(str(lib))["default"](monolib.cpu()))
+
+        def run_monolib():
+            gm.set_input(**feeds_ml)
+            gm.run()
+            return [gm.get_output(i).numpy() for i in range(gm.get_num_outputs())]
+
+        got = run_monolib()
+        res.max_diff = max(float(np.abs(g.astype(np.float64) - w).max())
+                           for g, w in zip(got, want))
+        res.latency["monolib"] = median_time(run_monolib, repeat)
+        np.savez(work / f"{name}_ml.npz", **feeds_ml)
+        res.cold["monolib"] = cold_start(["monolib", str(lib), str(work / f"{name}_ml.npz")],
+                                         cold_runs)
+    except Exception as exc:  # noqa: BLE001 -- a failed model is reported, not fatal
+        res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if verbose:
+            traceback.print_exc()
+    return res
+
+
+def machine() -> dict:
+    """CPU model, core count, compiler, library versions."""
+    import os
+
+    import onnxruntime
+
+    cpu = "unknown"
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                cpu = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    try:
+        gcc = subprocess.run(["gcc", "--version"], capture_output=True,
+                             text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        gcc = "not found"
+    return {"cpu": cpu, "cores": os.cpu_count(), "gcc": gcc, "python": platform.python_version(),
+            "onnxruntime": onnxruntime.__version__, "monolib": monolib.__version__,
+            "numpy": np.__version__}
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.3f}" if x < 1e-2 else f"{x * 1e3:.2f}"
+
+
+def rows(results: list[Result]) -> list[list[str]]:
+    """The table's rows (one per model)."""
+    out = []
+    for r in results:
+        lat, ml = r.latency, r.latency.get("monolib")
+        ratio = (lambda k: f"{ml / lat[k]:.2f}x" if ml else "-")
+        cold_ml = r.cold.get("monolib", {}).get("cold_s")
+        out.append([
+            r.name, _ms(ml), _ms(lat.get("ort1")), ratio("ort1"), _ms(lat.get("ort2")),
+            ratio("ort2"), _ms(cold_ml), _ms(r.cold["ort1"]["cold_s"]),
+            f"{r.build['compile_s']:.1f} + {r.build['export_s']:.1f}" if r.build else "-",
+            f"{r.build['size'] / 1e6:.2f}" if r.build else "-",
+            "-" if r.max_diff is None else f"{r.max_diff:.1e}",
+            "FAILED" if r.error else "ok"])
+    return out
+
+
+HEADER = ["model", "monolib ms", "ORT@1 ms", "ratio@1", "ORT@2 ms", "ratio@2",
+          "cold monolib ms", "cold ORT ms", "compile+export s", "lib MB", "max abs diff",
+          "status"]
+
+
+def print_table(results: list[Result], info: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"monolib vs ONNX Runtime {info['onnxruntime']} - {info['cpu']}, "
+                        f"{info['cores']} cores (monolib runs 1 thread)")
+    for h in HEADER:
+        table.add_column(h, justify="left" if h in ("model", "status") else "right")
+    for row in rows(results):
+        table.add_row(*row)
+    console = Console(width=180)
+    console.print(table)
+    for r in results:
+        if r.error:
+            console.print(f"[red]{r.name}[/red]: {r.error}", markup=True, highlight=False)
+
+
+def write_markdown(results: list[Result], info: dict, args, path: Path) -> None:
+    imports = [(r.cold.get("monolib", {}).get("import_s"), r.cold["ort1"]["import_s"])
+               for r in results]
+    ml_imp = [a for a, _ in imports if a is not None]
+    lines = [
+        "# Benchmarks: monolib vs ONNX Runtime", "",
+        f"Generated by `python bench/run.py --repeat {args.repeat}` on "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+        f"- CPU: {info['cpu']}, {info['cores']} cores; {info['gcc']}",
+        f"- Python {info['python']}, NumPy {info['numpy']}, onnxruntime {info['onnxruntime']}, "
+        f"monolib {info['monolib']}",
+        "- monolib runs single-threaded (no thread pool yet); ORT with "
+        "`intra_op_num_threads` 1 and 2, `inter_op_num_threads=1`.",
+        "- Latency: median of the repeats, inputs set + run + outputs as NumPy. "
+        "Ratio = monolib / ORT (below 1: monolib is faster).",
+        "- Cold: a fresh process, from before `load_module` / `InferenceSession` to the first "
+        "output (interpreter start and `import numpy` excluded); median of "
+        f"{args.cold_runs} processes. Importing the runtime: monolib "
+        f"{_ms(statistics.median(ml_imp)) if ml_imp else '-'} ms, onnxruntime "
+        f"{_ms(statistics.median(b for _, b in imports))} ms (medians).",
+        "- max abs diff: largest absolute difference from ORT's outputs.", "",
+        "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows(results)]
+    errors = [r for r in results if r.error]
+    if errors:
+        lines += ["", "## Failures", ""] + [f"- {r.name}: `{r.error[:600]}`" for r in errors]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODEL_INPUTS))
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--cold-runs", type=int, default=3)
+    ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    ap.add_argument("-v", "--verbose", action="store_true", help="print tracebacks")
+    args = ap.parse_args()
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in MODEL_INPUTS]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}; known: {', '.join(MODEL_INPUTS)}")
+    info = machine()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="monolib-bench-") as tmp:
+        for name in names:
+            print(f"== {name}", flush=True)
+            results.append(bench_model(name, args.repeat, args.cold_runs, Path(tmp),
+                                       args.verbose))
+    print_table(results, info)
+    write_markdown(results, info, args, Path(args.out))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

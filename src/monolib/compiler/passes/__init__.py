@@ -6,9 +6,11 @@ directly); this package exports the graph-level passes that run before fusion.
 """
 
 from .base import Pass, PassManager, PassResult
+from .collapse_reshapes import CollapseReshapes
 from .dce import DeadCodeElimination
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
+from .remove_noops import RemoveNoOps
 
 __all__ = [
     "Pass",
@@ -17,13 +19,16 @@ __all__ = [
     "FoldConstants",
     "FoldBatchNorm",
     "DeadCodeElimination",
+    "RemoveNoOps",
+    "CollapseReshapes",
     "simplify",
 ]
 
 
 def simplify(graph):
     """Run the pre-fusion passes to a fixed point: constant folding, BatchNormalization
-    folding into convolutions, dead code elimination.
+    folding into convolutions, reshape-chain collapsing, no-op removal, dead code
+    elimination.
 
     Parameters
     ----------
@@ -34,4 +39,6 @@ def simplify(graph):
     -------
     PassResult
     """
-    return PassManager([FoldConstants(), FoldBatchNorm(), DeadCodeElimination()])(graph)
+    passes = [FoldConstants(), FoldBatchNorm(), CollapseReshapes(), RemoveNoOps(),
+              DeadCodeElimination()]
+    return PassManager(passes)(graph)

@@ -45,17 +45,31 @@ def test_elementwise_chain_with_broadcasts_is_one_loop():
     assert [p["name"] for p in gj["params"]] == ["bias"]
 
 
-def test_chain_stops_at_value_with_two_consumers():
+def test_chain_is_a_dag_and_stops_at_outside_readers():
     b = GraphBuilder()
     x = b.input("x", (8,))
     r = b.op("TRelu", x)
-    u = b.op("TAdd", r, r)  # same value at two positions: still fused
+    u = b.op("TAdd", r, r)  # same value at two positions
     v = b.op("TMul", u, x)
-    w = b.op("TSub", v, u)  # u has two consumers -> v starts a new op
-    g = b.graph(w)
+    w = b.op("TSub", v, u)  # u read by two group nodes: still one op
+    o = b.op("TMul", w, w)
+    p = b.op("TRelu", b.op("TMatMul", b.op("TReshape", w, shape=(1, 8)), b.const("m", np.eye(8, dtype=np.float32))))
+    g = b.graph(o, p)  # w is read by TMul and, outside, by the reshape -> the group ends at w
     _, gj = check(g, {"x": rng.standard_normal(8).astype(np.float32)})
-    assert [n["op"] for n in gj["nodes"]] == ["TRelu", "TMul"]
-    assert gj["nodes"][0]["fused"] == ["TAdd"]
+    assert [n["op"] for n in gj["nodes"]] == ["TRelu", "TMul", "TMatMul"]
+    assert gj["nodes"][0]["fused"] == ["TAdd", "TMul", "TSub"]
+
+
+def test_dag_epilogue_on_anchor_output_read_twice():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3, 4))
+    t = b.op("TMatMul", x, b.const("w", rng.standard_normal((4, 5)).astype(np.float32)))
+    h = b.op("TRelu", b.op("TAdd", t, b.const("three", np.float32(3))))
+    y = b.op("TMul", t, h)  # t * relu(t + 3): t feeds two group nodes
+    g = b.graph(y)
+    source, gj = check(g, {"x": rng.standard_normal((2, 3, 4)).astype(np.float32)}, rtol=1e-5)
+    assert [n["op"] for n in gj["nodes"]] == ["TMatMul"]
+    assert gj["nodes"][0]["fused"] == ["TAdd", "TRelu", "TMul"]
 
 
 def test_dtype_changing_chain_and_scalar_output():

@@ -64,28 +64,31 @@ def leaves_of(steps: Sequence[ChainStep]) -> list[Value]:
 
 
 def compose(
-    steps: Sequence[ChainStep], x: str | None, leaf: Callable[[Value], str], indent: str
+    steps: Sequence[ChainStep], x: tuple[Value, str] | None, leaf: Callable[[Value], str], indent: str
 ) -> tuple[list[str], str]:
     """C lines computing the chain, and the name of the final local.
 
     Parameters
     ----------
     steps : list of ChainStep
-    x : str or None
-        C expression of the value entering the chain (``None`` when ``steps[0]`` is a
-        head whose inputs are all leaves).
+        In order; an input at one of a step's ``positions`` is the entering value or
+        the output of an earlier step.
+    x : (Value, str) or None
+        The value entering the chain and its C expression (``None`` when ``steps[0]``
+        is a head whose inputs are all leaves).
     leaf : callable
         ``leaf(value) -> str``: C expression of the current element of a side input.
     indent : str
         Prefix of each line.
     """
+    local = {x[0].uid: x[1]} if x is not None else {}
     lines: list[str] = []
-    cur = x
+    name = x[1] if x is not None else ""
     for k, s in enumerate(steps):
         args = []
         for i, v in enumerate(s.node.inputs):
             if i in s.positions:
-                args.append(cur)
+                args.append(local[v.uid])
             elif v is None:
                 args.append("")
             elif is_scalar_const(v):
@@ -99,8 +102,8 @@ def compose(
         # bool is uint8_t holding exactly 0 or 1, whatever the expression yields
         value = f"({T})(({expr}) != 0)" if out.dtype.kind == "b" else f"({T})({expr})"
         lines.append(f"{indent}const {T} {name} = {value};")
-        cur = name
-    return lines, cur
+        local[out.uid] = name
+    return lines, name
 
 
 def coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]]):
@@ -220,12 +223,14 @@ def tile_epilogue_function(
         head.append(f"  const {Tj}* restrict s{j} = {pointer(v)} + b * {gs[0]};")
         rows.append(f"    const {Tj}* restrict r{j} = s{j} + m * {gs[1]};")
         names[v.uid] = f"r{j}[n * {gs[2]}]" if gs[2] not in (0, 1) else (f"r{j}[n]" if gs[2] else f"r{j}[0]")
-    body, final = compose(steps, "row[n]", lambda v: names[v.uid], "      ")
+    x = steps[0].node.inputs[steps[0].positions[0]]
+    body, final = compose(steps, (x, "x"), lambda v: names[v.uid], "      ")
     lines = head + [
         "  for (int64_t m = m0; m < m1; ++m) {",
         f"    {T}* restrict row = out + m * {N};",
         *rows,
         "    for (int64_t n = n0; n < n1; ++n) {",
+        f"      const {T} x = row[n];",
         *body,
         f"      row[n] = {final};",
         "    }",
@@ -251,6 +256,7 @@ def value_function(name: str, steps: Sequence[ChainStep], out: Value, pointer: P
         st = broadcast_strides(v.shape, shape)
         lines.append(f"  const {ctype(v.dtype)}* s{j} = {pointer(v)};")
         names[v.uid] = f"s{j}[{_index(idx, st)}]"
-    body, final = compose(steps, "x", lambda v: names[v.uid], "  ")
+    x = steps[0].node.inputs[steps[0].positions[0]]
+    body, final = compose(steps, (x, "x"), lambda v: names[v.uid], "  ")
     lines += body + [f"  return {final};", "}"]
     return "\n".join(lines)

@@ -1,10 +1,13 @@
 """Operator fusion: group the graph's nodes into *fused ops*, one C function each.
 
 A fused op is an **anchor** node followed by a **chain** of elementwise nodes
-(``OpDef.elementwise``), each reading the previous chain value (at one or more input
-positions) plus *side inputs* (constants or other values broadcast to the chain value's
-shape). A chain node is taken only when the value it reads has exactly one consumer and
-is not a graph output, so the intermediate never needs storage.
+(``OpDef.elementwise``) of the same output shape. Each chain node reads values of the
+group (the anchor's output 0 or earlier chain outputs, at any input positions) plus
+*side inputs* (constants or other values broadcast to that shape). The chain may be a
+DAG (``x * HardSigmoid(x)``: the anchor's output feeds two chain nodes); it is cut to
+the longest prefix, in topological order, where every group value but the last node's
+output has all its readers inside the group and is not a graph output, so the
+intermediates never need storage.
 
 * The anchor is an elementwise node: the whole chain becomes ONE loop (kind
   ``"elementwise"``), the expressions of the nodes composed.
@@ -25,6 +28,7 @@ carry over, code does not).
 
 from __future__ import annotations
 
+import heapq
 import logging
 from dataclasses import dataclass, field
 
@@ -47,15 +51,15 @@ logger = logging.getLogger(__name__)
 
 #: Largest non-scalar constant side input an epilogue of a non-elementwise anchor takes
 #: (it is baked into the C source as a static array; bigger ones stay unfused).
-MAX_BAKED_ELEMENTS = 1 << 16
+MAX_BAKED_ELEMENTS = 1 << 12
 
 
 @dataclass(eq=False)
 class ChainStep:
     """One elementwise node of a chain.
 
-    ``positions`` are the input positions that read the previous chain value (empty for
-    the head of an elementwise chain, whose inputs are all leaves).
+    ``positions`` are the input positions that read a value of the group (empty for the
+    head of an elementwise chain, whose inputs are all leaves).
     """
 
     node: Node
@@ -63,7 +67,7 @@ class ChainStep:
     positions: tuple[int, ...]
 
     def side_inputs(self) -> list[Value]:
-        """The inputs that are not the chain value (omitted inputs skipped)."""
+        """The inputs that are not group values (omitted inputs skipped)."""
         return [v for i, v in enumerate(self.node.inputs) if v is not None and i not in self.positions]
 
 
@@ -246,30 +250,57 @@ class _Fuser:
         return fused
 
     def _extend(self, fused: FusedOp, groups) -> None:
-        """Append chain nodes while the next one can join."""
-        cur = fused.out
-        while True:
-            step = self._next_step(fused, cur, groups)
+        """Grow the group over elementwise consumers (a DAG: a value may feed several
+        group nodes), then keep the longest prefix where exactly one value leaves the
+        group: the last node's output."""
+        start = fused.out
+        pending = {start.uid: len(self.consumers.get(start.uid, []))}
+        queue = [(self.position[id(c)], id(c), c) for c in self.consumers.get(start.uid, [])]
+        heapq.heapify(queue)
+        added: list[ChainStep] = []
+        valid = 0
+        seen: set[int] = set()
+        while queue and start.uid not in self.output_uids:
+            _, key, node = heapq.heappop(queue)
+            if key in seen:
+                continue
+            seen.add(key)
+            step = self._candidate(fused, node, pending, groups)
             if step is None:
-                return
+                break  # a group value now has an outside reader: no extension is valid
+            added.append(step)
+            for uid in {node.inputs[i].uid for i in step.positions}:
+                pending[uid] -= 1  # consumers() lists a node once per value it reads
+            out = node.outputs[0]
+            pending[out.uid] = len(self.consumers.get(out.uid, []))
+            if self._valid(fused, out, pending):
+                valid = len(added)
+            if out.uid in self.output_uids:
+                break
+            for c in self.consumers.get(out.uid, []):
+                heapq.heappush(queue, (self.position[id(c)], id(c), c))
+        for step in added[:valid]:
             fused.steps.append(step)
             self.claimed.add(id(step.node))
-            cur = fused.out = step.node.outputs[0]
+        if valid:
+            fused.out = added[valid - 1].node.outputs[0]
 
-    def _next_step(self, fused: FusedOp, cur: Value, groups) -> ChainStep | None:
-        if cur.uid in self.output_uids:
+    def _valid(self, fused: FusedOp, last: Value, pending: dict[int, int]) -> bool:
+        if any(n and uid != last.uid for uid, n in pending.items()):
+            return False
+        return fused.kind != "op" or last.dtype == fused.anchor.outputs[0].dtype
+
+    def _candidate(self, fused: FusedOp, node: Node, pending: dict[int, int], groups) -> ChainStep | None:
+        """``node`` as a group member, or None when it cannot join."""
+        if id(node) in self.claimed:
             return None
-        cons = self.consumers.get(cur.uid, [])
-        if len(cons) != 1 or id(cons[0]) in self.claimed:
-            return None
-        node = cons[0]
         op = op_of(node)
         if not op.elementwise or len(node.outputs) != 1:
             return None
         out = node.outputs[0]
-        if out.shape != cur.shape:
+        if out.shape != fused.out.shape:  # fused.out is still the group's first value
             return None
-        positions = tuple(i for i, v in enumerate(node.inputs) if v is cur)
+        positions = tuple(i for i, v in enumerate(node.inputs) if v is not None and v.uid in pending)
         step = ChainStep(node, op, positions)
         for v in step.side_inputs():
             try:
@@ -285,8 +316,6 @@ class _Fuser:
     def _fits_epilogue(self, fused: FusedOp, step: ChainStep, groups) -> bool:
         anchor = fused.anchor
         out = step.node.outputs[0]
-        if out.dtype != anchor.outputs[0].dtype:
-            return False
         for v in step.side_inputs():
             if is_scalar_const(v):
                 continue

@@ -149,3 +149,9 @@ def test_compile_real_model_console_script(tmp_path):
     assert res.returncode == 0, res.stderr
     with np.load(tmp_path / "o.npz") as npz:
         np.testing.assert_allclose(npz["y"], np.maximum(x + w, 0), rtol=1e-6)
+
+
+def test_run_profile(lib, capsys):
+    assert main(["run", lib, "--random", "--repeat", "4", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "slowest ops (of 1" in out and "Mul+Add" in out and "3 more runs" in out

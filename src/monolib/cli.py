@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from typing import Any, Sequence
@@ -98,10 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
                      help="an input (repeatable); a bare FILE.npz gives inputs by name")
     run.add_argument("--output", "-o", help="write the outputs to this .npz")
-    run.add_argument("--repeat", type=int, default=1, help="timed runs (default 1)")
+    run.add_argument("--repeat", type=int, default=1,
+                     help="timed runs (default 1); the first is reported on its own")
     run.add_argument("--random", action="store_true",
                      help="fill inputs not given with random data (for timing)")
     run.add_argument("--verify", action="store_true", help="check every SHA-256 at load")
+    run.add_argument("--profile", action="store_true",
+                     help="also time each fused op (monolib_run_op) and list the slowest")
 
     insp = sub.add_parser("inspect", help="describe a library without loading it")
     insp.add_argument("library")
@@ -162,8 +166,6 @@ def cmd_compile(args: argparse.Namespace, console: Any) -> int:
         lib = build_compile(args.model, target=args.target, shapes=dict(args.shape) or None,
                             constants=dict(args.const) or None, progress=steps)
         path = lib.export_library(args.output, progress=steps)
-    import os
-
     console.print(f"wrote {path} ({os.path.getsize(path)} bytes) in "
                   f"{time.perf_counter() - t0:.2f} s")
     return 0
@@ -214,22 +216,33 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
     inputs = _load_inputs(args.input)
     _fill_missing(gm, inputs, args.random)
     gm.set_input(**inputs)
-    times = []
-    for _ in range(max(1, args.repeat)):
-        t = time.perf_counter()
-        gm.run()
-        times.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    gm.run()
+    t_first = time.perf_counter() - t
+    bench = gm.benchmark(repeat=args.repeat - 1, warmup=0) if args.repeat > 1 else None
     outputs = {name: gm.get_output(i).numpy() for i, name in enumerate(gm.output_names)}
     rows = [[n, str(list(a.shape)), str(a.dtype), f"{a.min():.6g}" if a.size else "",
              f"{a.max():.6g}" if a.size else ""] for n, a in outputs.items()]
     print_table(console, "outputs", ["name", "shape", "dtype", "min", "max"], rows)
-    ms = np.array(times) * 1e3
-    console.print(f"load {t_load * 1e3:.2f} ms; run x{len(ms)}: mean {ms.mean():.3f} ms, "
-                  f"median {np.median(ms):.3f} ms, min {ms.min():.3f} ms")
+    console.print(f"load {t_load * 1e3:.2f} ms; first run {t_first * 1e3:.3f} ms"
+                  + (f"; {args.repeat - 1} more runs: {bench}" if bench else ""))
+    if args.profile:
+        _print_profile(console, gm.executor.profile(repeat=max(1, min(args.repeat, 20))))
     if args.output:
         np.savez(args.output, **outputs)
         console.print(f"wrote {args.output}")
     return 0
+
+
+def _print_profile(console: Any, ops: list[dict], top: int = 25) -> None:
+    from .tools.inspect import print_table
+
+    total = sum(o["time_ms"] for o in ops) or 1.0
+    rows = [[str(o["index"]), o["name"], "+".join([o["op"], *o["fused"]]), str(o["shape"]),
+             f"{o['time_ms']:.3f}", f"{100 * o['time_ms'] / total:.1f}%"]
+            for o in sorted(ops, key=lambda o: -o["time_ms"])[:top]]
+    print_table(console, f"slowest ops (of {len(ops)}; sum {total:.3f} ms)",
+                ["#", "name", "ops", "shape", "ms", "share"], rows)
 
 
 # --------------------------------------------------------------------------- inspect
@@ -263,6 +276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MonolibError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `monolib inspect x.so --json | head`: not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
 
 
 if __name__ == "__main__":

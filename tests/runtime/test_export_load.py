@@ -367,3 +367,14 @@ def test_unaligned_params_are_aligned():
     f = GraphExecutorFactoryModule(graph, raw[1:])
     assert f.params.ctypes.data % 64 == 0
     np.testing.assert_array_equal(f.get_params()["w"], W)
+
+
+def test_benchmark_and_profile(tiny_lib):
+    gm = GraphModule(load_module(tiny_lib)["default"](cpu()))
+    gm.set_input("x", x_input())
+    res = gm.benchmark(repeat=5, number=3)
+    assert len(res.results) == 5 and 0 < res.min <= res.median <= res.max
+    assert "median" in str(res)
+    (op,) = gm.executor.profile(repeat=2)
+    assert (op["index"], op["name"], op["op"], op["fused"]) == (0, "Mul_0", "Mul", ["Add"])
+    assert op["time_ms"] >= 0

@@ -12,13 +12,15 @@ the container magic is accepted as a bare container (offset 0).
 from __future__ import annotations
 
 import logging
+import platform
 import struct
 from dataclasses import dataclass
 
 from .container import MAGIC
 from .errors import LibraryLoadError
 
-__all__ = ["SECTION_NAME", "ElfSection", "ElfInfo", "parse_elf", "find_container"]
+__all__ = ["SECTION_NAME", "ElfSection", "ElfSegment", "ElfInfo", "parse_elf", "find_container",
+           "host_machine"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,31 +32,49 @@ _SHN_XINDEX = 0xFFFF
 MACHINES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv"}
 
 # per ELF class: (file header after e_ident, section header, program header,
-# index of p_offset and p_filesz in the program header tuple)
+# indices of p_offset, p_filesz and p_flags in the program header tuple)
 _LAYOUT = {
-    1: ("HHIIIIIHHHHHH", "IIIIIIIIII", "IIIIIIII", 1, 4),
-    2: ("HHIQQQIHHHHHH", "IIQQQQIIQQ", "IIQQQQQQ", 2, 5),
+    1: ("HHIIIIIHHHHHH", "IIIIIIIIII", "IIIIIIII", (1, 4, 6)),
+    2: ("HHIQQQIHHHHHH", "IIQQQQIIQQ", "IIQQQQQQ", (2, 5, 1)),
 }
+
+
+# section flags (sh_flags) and segment flags (p_flags), from elf(5)
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
+PF_X, PF_W, PF_R = 0x1, 0x2, 0x4
+PT_LOAD, PT_GNU_STACK = 1, 0x6474E551
 
 
 @dataclass(frozen=True)
 class ElfSection:
-    """One section header: name, type, virtual address, file offset and size."""
+    """One section header: name, type, flags, virtual address, file offset, size."""
 
     name: str
     type: int
+    flags: int
     addr: int
     offset: int
     size: int
 
 
 @dataclass(frozen=True)
+class ElfSegment:
+    """One program header: type, flags (PF_R/W/X), file offset and size."""
+
+    type: int
+    flags: int
+    offset: int
+    filesz: int
+
+
+@dataclass(frozen=True)
 class ElfInfo:
-    """What :func:`parse_elf` read: class (32/64), machine, sections."""
+    """What :func:`parse_elf` read: class (32/64), machine, sections, segments."""
 
     bits: int
     machine: str
     sections: list[ElfSection]
+    segments: list[ElfSegment]
 
     def section(self, name: str) -> ElfSection | None:
         """The first section called ``name``, or None."""
@@ -73,15 +93,19 @@ def _unpack(buf, fmt: str, offset: int, path: str, what: str) -> tuple:
     return st.unpack_from(buf, offset)
 
 
-def _check_program_headers(buf, path, end, hdr, ph_fmt, i_off, i_size) -> None:
+def _read_segments(buf, path, end, hdr, ph_fmt, idx) -> list[ElfSegment]:
     phoff, phentsize, phnum = hdr[4], hdr[8], hdr[9]
     if phnum and phentsize != struct.calcsize(end + ph_fmt):
         raise _fail(path, f"ELF program header size {phentsize} is invalid")
+    segments = []
     for i in range(phnum):
         ph = _unpack(buf, end + ph_fmt, phoff + i * phentsize, path, f"program header {i}")
-        if ph[i_off] + ph[i_size] > len(buf):
+        seg = ElfSegment(ph[0], ph[idx[2]], ph[idx[0]], ph[idx[1]])
+        if seg.offset + seg.filesz > len(buf):
             raise _fail(path, f"truncated ELF file: segment {i} needs bytes up to "
-                              f"{ph[i_off] + ph[i_size]}, the file has {len(buf)}")
+                              f"{seg.offset + seg.filesz}, the file has {len(buf)}")
+        segments.append(seg)
+    return segments
 
 
 def _read_sections(buf, path, end, hdr, sh_fmt) -> list[ElfSection]:
@@ -114,7 +138,7 @@ def _read_sections(buf, path, end, hdr, sh_fmt) -> list[ElfSection]:
         stop = names.find(b"\0", off)
         return names[off : stop if stop >= 0 else len(names)].decode("utf-8", "replace")
 
-    return [ElfSection(name_of(sh[0]), sh[1], sh[3], sh[4], sh[5]) for sh in raw]
+    return [ElfSection(name_of(sh[0]), sh[1], sh[2], sh[3], sh[4], sh[5]) for sh in raw]
 
 
 def parse_elf(buf, path: str = "<memory>") -> ElfInfo:
@@ -133,14 +157,20 @@ def parse_elf(buf, path: str = "<memory>") -> ElfInfo:
     if bits_code not in _LAYOUT or data_code not in (1, 2):
         raise _fail(path, f"ELF header has invalid class {bits_code} or byte order {data_code}")
     end = "<" if data_code == 1 else ">"
-    hdr_fmt, sh_fmt, ph_fmt, i_off, i_size = _LAYOUT[bits_code]
+    hdr_fmt, sh_fmt, ph_fmt, ph_idx = _LAYOUT[bits_code]
     hdr = _unpack(buf, end + hdr_fmt, 16, path, "ELF header")
     if hdr[0] != _ET_DYN:
         raise _fail(path, f"ELF file of type {hdr[0]} is not a shared library (ET_DYN = 3)")
-    _check_program_headers(buf, path, end, hdr, ph_fmt, i_off, i_size)
+    segments = _read_segments(buf, path, end, hdr, ph_fmt, ph_idx)
     sections = _read_sections(buf, path, end, hdr, sh_fmt)
     machine = MACHINES.get(hdr[1], f"machine {hdr[1]}")
-    return ElfInfo(32 * bits_code, machine, sections)
+    return ElfInfo(32 * bits_code, machine, sections, segments)
+
+
+def host_machine() -> str:
+    """This machine's architecture in :data:`MACHINES` spelling (``"x86_64"``...)."""
+    name = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64", "i686": "x86", "i386": "x86"}.get(name, name)
 
 
 def find_container(buf, path: str = "<memory>") -> tuple[int, int, ElfInfo | None]:

@@ -14,6 +14,7 @@ import copy
 import ctypes
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -29,6 +30,7 @@ __all__ = [
     "GraphExecutor",
     "GraphModule",
     "TensorInfo",
+    "BenchmarkResult",
     "create",
     "load_factory",
     "ALIGN",
@@ -285,6 +287,29 @@ class GraphExecutor:
         if ret != 0:
             raise ExecutionError(f"monolib_run_op({i}) returned {ret}")
 
+    def profile(self, repeat: int = 5) -> list[dict[str, Any]]:
+        """Time every fused op (``monolib_run_op``), best of ``repeat`` runs each.
+
+        Ops run in order on the current inputs, so each sees the data it would see
+        in a whole run.
+
+        Returns
+        -------
+        list of dict
+            Per op, in run order: ``index``, ``name``, ``op``, ``fused`` (ONNX ops
+            fused into it), ``shape``, ``time_ms`` (milliseconds, best of ``repeat``).
+        """
+        best = [float("inf")] * self.num_ops()
+        for _ in range(max(1, repeat)):
+            for i in range(len(best)):
+                t = time.perf_counter()
+                self.run_op(i)
+                best[i] = min(best[i], time.perf_counter() - t)
+        nodes = self.factory.graph_json.get("nodes", [])
+        return [{"index": i, "name": n.get("name", ""), "op": n.get("op", ""),
+                 "fused": list(n.get("fused", [])), "shape": n.get("shape"),
+                 "time_ms": best[i] * 1e3} for i, n in enumerate(nodes)]
+
     def input_view(self, i: int) -> np.ndarray:
         """The writable arena view of input ``i``."""
         return self._in_views[i]
@@ -426,6 +451,33 @@ class GraphModule:
         outs = self.executor.outputs
         return {t.name: t.shape for t in outs}, {t.name: str(t.dtype) for t in outs}
 
+    def benchmark(self, repeat: int = 10, number: int = 1, warmup: int = 1) -> "BenchmarkResult":
+        """Time :meth:`run` on the current inputs (TVM's ``GraphModule.benchmark``).
+
+        Parameters
+        ----------
+        repeat : int
+            Number of measurements.
+        number : int
+            Runs per measurement (the measurement is their mean).
+        warmup : int
+            Untimed runs first.
+
+        Returns
+        -------
+        BenchmarkResult
+            Seconds per run of each measurement, with mean/median/min/max/std.
+        """
+        for _ in range(warmup):
+            self.executor.run()
+        results = []
+        for _ in range(max(1, repeat)):
+            t = time.perf_counter()
+            for _ in range(max(1, number)):
+                self.executor.run()
+            results.append((time.perf_counter() - t) / max(1, number))
+        return BenchmarkResult(results)
+
     @property
     def input_names(self) -> list[str]:
         """Input names in index order."""
@@ -435,6 +487,38 @@ class GraphModule:
     def output_names(self) -> list[str]:
         """Output names in index order."""
         return [t.name for t in self.executor.outputs]
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """Seconds per run of each measurement of :meth:`GraphModule.benchmark`."""
+
+    results: list[float]
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.results))
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.results))
+
+    @property
+    def min(self) -> float:
+        return float(np.min(self.results))
+
+    @property
+    def max(self) -> float:
+        return float(np.max(self.results))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.results))
+
+    def __str__(self) -> str:
+        return (f"mean {self.mean * 1e3:.3f} ms, median {self.median * 1e3:.3f} ms, "
+                f"min {self.min * 1e3:.3f} ms, std {self.std * 1e3:.3f} ms "
+                f"({len(self.results)} measurements)")
 
 
 def create(graph_json: Any, lib: Module, device: Device | None = None,

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .binfmt import find_container
+from .binfmt import MACHINES, find_container, host_machine
 from .container import HEADER_SIZE, Container
 from .dso import DSOModule, open_library
 from .errors import ContainerError, LibraryLoadError, MonolibError
@@ -158,7 +158,14 @@ def _build_tree(container: Container, mapped: np.ndarray, dso: DSOModule, path: 
 
 
 def _load_path(path: str, verify: bool, shown: str, keepalive: Any = None) -> Module:
-    container, _ = read_container(path, verify=verify, shown=shown)
+    container, info = read_container(path, verify=verify, shown=shown)
+    elf = info["elf"]
+    if elf is None:
+        raise LibraryLoadError(f"{shown}: a bare container, not a library: nothing to dlopen "
+                               "(inspect it with `monolib inspect`)")
+    if elf.machine != host_machine() and elf.machine in MACHINES.values():
+        raise LibraryLoadError(f"{shown}: library built for {elf.machine}, this machine is "
+                               f"{host_machine()}; run it on the target")
     cdll = open_library(path)
     dso = DSOModule(cdll, shown, keepalive=keepalive)
     mapped = _map_container(dso, container, shown)

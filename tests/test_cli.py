@@ -82,7 +82,7 @@ def test_run_with_inputs_and_output(lib, tmp_path, capsys):
     assert main(["run", lib, "--input", f"x={tmp_path / 'x.npy'}", "--output", str(out),
                  "--repeat", "3"]) == 0
     text = capsys.readouterr().out
-    assert "y" in text and "[2, 3]" in text and "run x3" in text
+    assert "y" in text and "[2, 3]" in text and "2 more runs" in text
     with np.load(out) as npz:
         np.testing.assert_allclose(npz["y"], reference(x), rtol=1e-6)
 

@@ -3,7 +3,7 @@ skips for ops that have not landed in the registry."""
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import onnx

@@ -29,8 +29,18 @@ def test_given_attributes_are_converted():
     t = helper.make_tensor("v", onnx.TensorProto.FLOAT, [2], [1.5, 2.5])
     body = helper.make_graph([], "body", [], [])
     node = helper.make_node(
-        "Foo", ["x"], ["y"], domain="com.example",
-        f=0.5, i=3, s="text", t=t, g=body, fs=[1.0, 2.0], is_=[1, 2], ss=["a", "b"],
+        "Foo",
+        ["x"],
+        ["y"],
+        domain="com.example",
+        f=0.5,
+        i=3,
+        s="text",
+        t=t,
+        g=body,
+        fs=[1.0, 2.0],
+        is_=[1, 2],
+        ss=["a", "b"],
     )
     attrs = node_attributes(node, 1, convert_graph=lambda g: ("graph", g.name))
     assert attrs["f"] == 0.5 and attrs["i"] == 3 and attrs["s"] == "text"
@@ -43,20 +53,30 @@ def test_given_attributes_are_converted():
 def test_sparse_tensor_attribute_is_rejected():
     sparse = helper.make_sparse_tensor(
         helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [1.0]),
-        helper.make_tensor("i", onnx.TensorProto.INT64, [1], [0]), [4])
+        helper.make_tensor("i", onnx.TensorProto.INT64, [1], [0]),
+        [4],
+    )
     node = helper.make_node("Constant", [], ["y"], sparse_value=sparse, name="sp")
     with pytest.raises(CompileError, match="'sp'.*SPARSE_TENSOR"):
         node_attributes(node, 17)
 
 
 def test_implicit_inputs_of_nested_subgraphs():
-    inner = helper.make_graph([helper.make_node("Neg", ["outer2"], ["n"])], "inner", [],
-                              [helper.make_tensor_value_info("n", 1, None)])
+    inner = helper.make_graph(
+        [helper.make_node("Neg", ["outer2"], ["n"])],
+        "inner",
+        [],
+        [helper.make_tensor_value_info("n", 1, None)],
+    )
     body = helper.make_graph(
-        [helper.make_node("Add", ["outer1", "local"], ["a"]),
-         helper.make_node("If", ["a"], ["r"], then_branch=inner, else_branch=inner)],
-        "body", [helper.make_tensor_value_info("local", 1, None)],
-        [helper.make_tensor_value_info("r", 1, None)])
+        [
+            helper.make_node("Add", ["outer1", "local"], ["a"]),
+            helper.make_node("If", ["a"], ["r"], then_branch=inner, else_branch=inner),
+        ],
+        "body",
+        [helper.make_tensor_value_info("local", 1, None)],
+        [helper.make_tensor_value_info("r", 1, None)],
+    )
     assert implicit_inputs(body) == {"outer1", "outer2"}
     uses = helper.make_node("If", ["c"], ["z"], then_branch=body, else_branch=body)
     makes = helper.make_node("Relu", ["x"], ["outer1"])

@@ -13,8 +13,12 @@ from monolib.runtime.errors import CompileError, MonolibError, ShapeError, Unsup
 
 
 def _relu_model(shape, opset=17):
-    return make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, shape)],
-                      [("y", F32, shape)], opset=opset)
+    return make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [("x", F32, shape)],
+        [("y", F32, shape)],
+        opset=opset,
+    )
 
 
 @pytest.mark.parametrize(
@@ -48,17 +52,27 @@ def test_minus_one_dims_take_the_given_shape():
 def test_every_unsupported_op_is_listed_once():
     then_g = helper.make_graph(
         [helper.make_node("FancyOp", ["x"], ["t"], domain="com.example", name="in_branch")],
-        "then", [], [helper.make_tensor_value_info("t", F32, None)])
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", F32, None)],
+    )
     else_g = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["e"])], "else", [],
-        [helper.make_tensor_value_info("e", F32, None)])
+        [helper.make_node("Relu", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", F32, None)],
+    )
     nodes = [
         helper.make_node("FancyOp", ["x"], ["a"], domain="com.example", name="fancy1"),
         helper.make_node("OtherOp", ["a"], ["b"], domain="com.example", name="other1"),
         helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
     ]
-    model = make_model(nodes, [("x", F32, [2]), ("c", onnx.TensorProto.BOOL, [])],
-                       [("y", F32, [2]), ("b", F32, [2])], extra_opsets={"com.example": 1})
+    model = make_model(
+        nodes,
+        [("x", F32, [2]), ("c", onnx.TensorProto.BOOL, [])],
+        [("y", F32, [2]), ("b", F32, [2])],
+        extra_opsets={"com.example": 1},
+    )
     with pytest.raises(UnsupportedOpError) as e:
         import_model(model, constants={"c": True})
     msg = str(e.value)
@@ -94,9 +108,13 @@ def test_external_data_is_rejected(tmp_path):
     w.data_location = onnx.TensorProto.EXTERNAL
     w.external_data.add(key="location", value="w.bin")
     (tmp_path / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
-    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", F32, [4])],
-                              [helper.make_tensor_value_info("y", F32, [4])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", F32, [4])],
+        [helper.make_tensor_value_info("y", F32, [4])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     with pytest.raises(CompileError, match="external data"):
         import_model(model)

@@ -9,7 +9,7 @@ from onnx import helper
 from frontend.onnx_util import F32, I64, make_model, ort_run, requires_ops
 from monolib.compiler.frontend import import_model
 from monolib.compiler.reference_eval import evaluate
-from monolib.runtime.errors import ShapeError, UnsupportedOpError, CompileError
+from monolib.runtime.errors import CompileError, ShapeError, UnsupportedOpError
 
 
 def _branch(name: str, op: str, const: float, nested: bool = False):
@@ -21,28 +21,44 @@ def _branch(name: str, op: str, const: float, nested: bool = False):
     out = f"{name}_r"
     if nested:
         inner_then = helper.make_graph(
-            [helper.make_node("Neg", [f"{name}_r"], [f"{name}_neg"])], f"{name}_it", [],
-            [helper.make_tensor_value_info(f"{name}_neg", F32, None)])
+            [helper.make_node("Neg", [f"{name}_r"], [f"{name}_neg"])],
+            f"{name}_it",
+            [],
+            [helper.make_tensor_value_info(f"{name}_neg", F32, None)],
+        )
         inner_else = helper.make_graph(
-            [helper.make_node("Identity", [f"{name}_r"], [f"{name}_id"])], f"{name}_ie", [],
-            [helper.make_tensor_value_info(f"{name}_id", F32, None)])
-        nodes.append(helper.make_node("If", ["flag"], [f"{name}_out"],
-                                      then_branch=inner_then, else_branch=inner_else))
+            [helper.make_node("Identity", [f"{name}_r"], [f"{name}_id"])],
+            f"{name}_ie",
+            [],
+            [helper.make_tensor_value_info(f"{name}_id", F32, None)],
+        )
+        nodes.append(
+            helper.make_node(
+                "If", ["flag"], [f"{name}_out"], then_branch=inner_then, else_branch=inner_else
+            )
+        )
         out = f"{name}_out"
     return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, F32, None)])
 
 
 def _sr_model(nested: bool = False):
     nodes = [
-        helper.make_node("Constant", [], ["k16"], value=helper.make_tensor("k16", I64, [], [16000])),
+        helper.make_node(
+            "Constant", [], ["k16"], value=helper.make_tensor("k16", I64, [], [16000])
+        ),
         helper.make_node("Equal", ["sr", "k16"], ["is16"]),
         helper.make_node("Shape", ["x"], ["xs"]),
         helper.make_node("Size", ["xs"], ["rank"]),
         helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", I64, [], [2])),
         helper.make_node("Equal", ["rank", "two"], ["flag"]),
-        helper.make_node("If", ["is16"], ["y"], name="the_if",
-                         then_branch=_branch("then", "Mul", 2.0, nested),
-                         else_branch=_branch("else", "Add", 1.0, nested)),
+        helper.make_node(
+            "If",
+            ["is16"],
+            ["y"],
+            name="the_if",
+            then_branch=_branch("then", "Mul", 2.0, nested),
+            else_branch=_branch("else", "Add", 1.0, nested),
+        ),
     ]
     return make_model(nodes, [("x", F32, ["N", 3]), ("sr", I64, [])], [("y", F32, ["N", 3])])
 
@@ -90,9 +106,14 @@ def test_constants_checks_name_shape_and_value():
 @requires_ops("Add")
 def test_error_inside_a_branch_names_the_branch():
     bad = helper.make_graph(
-        [helper.make_node("Constant", [], ["v"], value_floats=[1.0, 2.0, 3.0, 4.0]),
-         helper.make_node("Add", ["x", "v"], ["r"], name="bad_add")],
-        "bad_branch", [], [helper.make_tensor_value_info("r", F32, None)])
+        [
+            helper.make_node("Constant", [], ["v"], value_floats=[1.0, 2.0, 3.0, 4.0]),
+            helper.make_node("Add", ["x", "v"], ["r"], name="bad_add"),
+        ],
+        "bad_branch",
+        [],
+        [helper.make_tensor_value_info("r", F32, None)],
+    )
     ok = _branch("ok", "Add", 1.0)
     nodes = [helper.make_node("If", ["c"], ["y"], name="sel", then_branch=bad, else_branch=ok)]
     model = make_model(nodes, [("x", F32, [2, 3]), ("c", 9, [])], [("y", F32, [2, 3])])

@@ -97,8 +97,10 @@ def test_shape_start_end_opset15():
     g = import_model(model)
     assert g.nodes == [] and g.outputs[0].name == "s"
     np.testing.assert_array_equal(g.outputs[0].const, [3, 5])
-    np.testing.assert_array_equal(evaluate(g, {"x": np.zeros((2, 3, 5, 4), np.float32)})[0],
-                                  ort_run(model, {"x": np.zeros((2, 3, 5, 4), np.float32)})[0])
+    np.testing.assert_array_equal(
+        evaluate(g, {"x": np.zeros((2, 3, 5, 4), np.float32)})[0],
+        ort_run(model, {"x": np.zeros((2, 3, 5, 4), np.float32)})[0],
+    )
 
 
 @requires_ops("Relu")

@@ -28,15 +28,28 @@ class Case:
 
 
 CASES = {
-    "det": Case("ppocr_det", {"x": (1, 3, 640, 640)},
-                counts={"Conv": 62, "ConvTranspose": 2, "Resize": 6, "BatchNormalization": 3}),
-    "rec": Case("ppocr_rec", {"x": (1, 3, 48, 320)},
-                counts={"Conv": 38, "MatMul": 13, "Softmax": 3, "Cast": 0, "Shape": 0}),
+    "det": Case(
+        "ppocr_det",
+        {"x": (1, 3, 640, 640)},
+        counts={"Conv": 62, "ConvTranspose": 2, "Resize": 6, "BatchNormalization": 3},
+    ),
+    "rec": Case(
+        "ppocr_rec",
+        {"x": (1, 3, 48, 320)},
+        counts={"Conv": 38, "MatMul": 13, "Softmax": 3, "Cast": 0, "Shape": 0},
+    ),
     "cls": Case("ppocr_cls", {"x": (1, 3, 48, 192)}, counts={"Conv": 53, "MatMul": 1}),
-    "silero": Case("silero_vad", {"input": (1, 576), "state": (2, 1, 128)}, {"sr": 16000},
-                   counts={"LSTM": 1, "Conv": 6}),
-    "silero_seq": Case("silero_vad_sequence", {"input": (32, 576), "h": (1, 1, 128),
-                                               "c": (1, 1, 128)}, counts={"LSTM": 1}),
+    "silero": Case(
+        "silero_vad",
+        {"input": (1, 576), "state": (2, 1, 128)},
+        {"sr": 16000},
+        counts={"LSTM": 1, "Conv": 6},
+    ),
+    "silero_seq": Case(
+        "silero_vad_sequence",
+        {"input": (32, 576), "h": (1, 1, 128), "c": (1, 1, 128)},
+        counts={"LSTM": 1},
+    ),
     "magika": Case("magika", {"bytes": (1, 2048)}, counts={"Conv": 1, "MatMul": 2}),
 }
 

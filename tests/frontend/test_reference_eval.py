@@ -15,10 +15,13 @@ RNG = np.random.default_rng(7)
 
 
 def _small_cnn():
-    f = lambda *s: RNG.standard_normal(s).astype(np.float32) * 0.3  # noqa: E731
+    f = lambda *s: RNG.standard_normal(s).astype(np.float32) * 0.3
     inits = {
-        "w1": f(8, 3, 3, 3), "b1": f(8),
-        "s": RNG.uniform(0.5, 1.5, 8).astype(np.float32), "t": f(8), "m": f(8),
+        "w1": f(8, 3, 3, 3),
+        "b1": f(8),
+        "s": RNG.uniform(0.5, 1.5, 8).astype(np.float32),
+        "t": f(8),
+        "m": f(8),
         "v": RNG.uniform(0.5, 1.5, 8).astype(np.float32),
         "w2": f(4, 2, 3, 3),
     }

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from frontend.onnx_util import requires_ops
+
 from monolib.compiler.ir import Graph, Node, Value
 from monolib.compiler.passes import (
     DeadCodeElimination,
@@ -32,8 +32,8 @@ def test_fold_constants_and_dce_to_fixed_point():
     x = Value("x", (3,), np.float32)
     a = make_const("a", np.array([1, 2, 3], np.float32))
     b = make_const("b", np.float32(2))
-    ab = _node("Mul", [a, b], "ab")            # constant: folds
-    r = _node("Relu", [ab.outputs[0]], "r")      # then this one folds too
+    ab = _node("Mul", [a, b], "ab")  # constant: folds
+    r = _node("Relu", [ab.outputs[0]], "r")  # then this one folds too
     y = _node("Add", [x, r.outputs[0]], "y")
     dead = _node("Relu", [x], "dead")
     g = Graph("g", [x], [y.outputs[0]], [ab, r, y, dead])
@@ -58,10 +58,15 @@ def test_constant_output_keeps_its_value_object():
 def test_shape_and_size_fold_from_static_shape():
     x = Value("x", (2, 5, 3), np.float32)
     s_out, z_out = Value("s", (), np.int64), Value("z", (), np.int64)
-    g = Graph("g", [x], [s_out, z_out], [
-        Node("Shape", "s", [x], [s_out], {"start": -2}, "", 15),
-        Node("Size", "z", [x], [z_out], {}, "", 15),
-    ])
+    g = Graph(
+        "g",
+        [x],
+        [s_out, z_out],
+        [
+            Node("Shape", "s", [x], [s_out], {"start": -2}, "", 15),
+            Node("Size", "z", [x], [z_out], {}, "", 15),
+        ],
+    )
     assert FoldConstants()(g).modified and g.nodes == []
     np.testing.assert_array_equal(s_out.const, [5, 3])
     assert s_out.shape == (2,) and z_out.shape == () and int(z_out.const) == 30

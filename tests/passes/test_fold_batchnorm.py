@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from frontend.onnx_util import F32, make_model, ort_run, requires_ops
 from onnx import helper
 
-from frontend.onnx_util import F32, make_model, ort_run, requires_ops
 from monolib.compiler.frontend import import_model
 from monolib.compiler.passes import FoldBatchNorm
 from monolib.compiler.reference_eval import evaluate
@@ -25,9 +25,13 @@ def _bn_params(prefix: str, c: int) -> dict[str, np.ndarray]:
 
 
 def _bn(prefix: str, x: str, y: str, **attrs):
-    return helper.make_node("BatchNormalization",
-                            [x, f"{prefix}_s", f"{prefix}_b", f"{prefix}_m", f"{prefix}_v"],
-                            [y], name=prefix, **attrs)
+    return helper.make_node(
+        "BatchNormalization",
+        [x, f"{prefix}_s", f"{prefix}_b", f"{prefix}_m", f"{prefix}_v"],
+        [y],
+        name=prefix,
+        **attrs,
+    )
 
 
 def _check_fold(model, x_shape, expect_ops, atol=1e-5):
@@ -58,8 +62,9 @@ def test_conv_bn_folds(bias, opset):
         _bn("bn", "c", "b", epsilon=1e-3),
         helper.make_node("Relu", ["b"], ["y"]),
     ]
-    model = make_model(nodes, [("x", F32, [1, 4, 6, 7])], [("y", F32, [1, 8, 6, 7])], inits,
-                       opset=opset)
+    model = make_model(
+        nodes, [("x", F32, [1, 4, 6, 7])], [("y", F32, [1, 8, 6, 7])], inits, opset=opset
+    )
     g = _check_fold(model, (1, 4, 6, 7), {"Conv": 1, "Relu": 1})
     conv = g.nodes[0]
     assert len(conv.inputs) == 3 and conv.inputs[2].shape == (8,)
@@ -94,11 +99,14 @@ def test_per_channel_mul_add_sub_fold():
 
 @requires_ops("Conv", "BatchNormalization", "Relu", "Mul", "Add")
 def test_not_folded_when_unsafe():
-    inits = {"w": RNG.standard_normal((4, 4, 1, 1)).astype(np.float32), **_bn_params("bn", 4),
-             "sp": RNG.standard_normal((1, 1, 3, 3)).astype(np.float32)}
+    inits = {
+        "w": RNG.standard_normal((4, 4, 1, 1)).astype(np.float32),
+        **_bn_params("bn", 4),
+        "sp": RNG.standard_normal((1, 1, 3, 3)).astype(np.float32),
+    }
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"]),
-        _bn("bn", "c", "b"),                        # c has a second reader: no fold
+        _bn("bn", "c", "b"),  # c has a second reader: no fold
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("Add", ["b", "r"], ["t"]),
         helper.make_node("Conv", ["t", "w"], ["c2"]),
@@ -114,7 +122,11 @@ def test_not_folded_when_unsafe():
 def test_conv_output_that_is_a_graph_output_is_kept():
     inits = {"w": RNG.standard_normal((2, 2, 1, 1)).astype(np.float32), **_bn_params("bn", 2)}
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), _bn("bn", "c", "y")]
-    model = make_model(nodes, [("x", F32, [1, 2, 2, 2])],
-                       [("y", F32, [1, 2, 2, 2]), ("c", F32, [1, 2, 2, 2])], inits)
+    model = make_model(
+        nodes,
+        [("x", F32, [1, 2, 2, 2])],
+        [("y", F32, [1, 2, 2, 2]), ("c", F32, [1, 2, 2, 2])],
+        inits,
+    )
     g = import_model(model)
     assert not FoldBatchNorm()(g).modified

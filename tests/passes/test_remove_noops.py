@@ -4,9 +4,9 @@ checked against ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
+from frontend.onnx_util import F32, I64, make_model, ort_run, requires_ops
 from onnx import helper
 
-from frontend.onnx_util import F32, I64, make_model, ort_run, requires_ops
 from monolib.compiler.frontend import import_model
 from monolib.compiler.passes import RemoveNoOps, simplify
 from monolib.compiler.reference_eval import evaluate
@@ -27,8 +27,12 @@ def _run_both(model, shape, expect_counts):
 
 @requires_ops("Cast", "Add", "Mul", "Sub", "Div", "Relu", "Sum")
 def test_elementwise_noops_removed_and_lookalikes_kept():
-    inits = {"zero": np.zeros((1, 3), np.float32), "one": np.float32(1.0),
-             "half": np.full(3, 0.5, np.float32), "zbig": np.zeros((2, 2, 3), np.float32)}
+    inits = {
+        "zero": np.zeros((1, 3), np.float32),
+        "one": np.float32(1.0),
+        "half": np.full(3, 0.5, np.float32),
+        "zbig": np.zeros((2, 2, 3), np.float32),
+    }
     nodes = [
         helper.make_node("Cast", ["x"], ["c"], to=F32),
         helper.make_node("Add", ["c", "zero"], ["a"]),
@@ -37,9 +41,9 @@ def test_elementwise_noops_removed_and_lookalikes_kept():
         helper.make_node("Sub", ["d", "zero"], ["s"]),
         helper.make_node("Sum", ["s"], ["u"]),
         helper.make_node("Relu", ["u"], ["r"]),
-        helper.make_node("Mul", ["r", "half"], ["h"]),        # not ones: kept
-        helper.make_node("Add", ["h", "zbig"], ["b"]),        # broadcasts to a bigger shape: kept
-        helper.make_node("Mul", ["b", "one"], ["y"]),         # a graph output: kept
+        helper.make_node("Mul", ["r", "half"], ["h"]),  # not ones: kept
+        helper.make_node("Add", ["h", "zbig"], ["b"]),  # broadcasts to a bigger shape: kept
+        helper.make_node("Mul", ["b", "one"], ["y"]),  # a graph output: kept
     ]
     model = make_model(nodes, [("x", F32, [2, 3])], [("y", F32, [2, 2, 3])], inits)
     g = _run_both(model, (2, 3), {"Relu": 1, "Mul": 2, "Add": 1})
@@ -49,22 +53,29 @@ def test_elementwise_noops_removed_and_lookalikes_kept():
 
 @requires_ops("Slice", "Pad", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Relu")
 def test_shape_noops_removed_and_lookalikes_kept():
-    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    i64 = lambda *v: np.array(v, np.int64)
     inits = {
-        "st": i64(0, 0), "en": i64(1 << 62, 1 << 62), "ax": i64(1, 2), "neg": i64(-1),
-        "zp": i64(0, 0, 0, 0, 0, 0), "shp": i64(2, 1, 4), "a1": i64(1),
-        "rst": i64(-1), "ren": i64(-(1 << 62)), "rax": i64(2),
+        "st": i64(0, 0),
+        "en": i64(1 << 62, 1 << 62),
+        "ax": i64(1, 2),
+        "neg": i64(-1),
+        "zp": i64(0, 0, 0, 0, 0, 0),
+        "shp": i64(2, 1, 4),
+        "a1": i64(1),
+        "rst": i64(-1),
+        "ren": i64(-(1 << 62)),
+        "rax": i64(2),
     }
     nodes = [
         helper.make_node("Slice", ["x", "st", "en", "ax"], ["s1"]),
         helper.make_node("Pad", ["s1", "zp"], ["p"]),
-        helper.make_node("Transpose", ["p"], ["t"], perm=[1, 0, 2]),   # moves a size-1 dim only
+        helper.make_node("Transpose", ["p"], ["t"], perm=[1, 0, 2]),  # moves a size-1 dim only
         helper.make_node("Reshape", ["t", "shp"], ["r"]),
         helper.make_node("Unsqueeze", ["r", "a1"], ["u"]),
         helper.make_node("Squeeze", ["u", "a1"], ["q"]),
         helper.make_node("Relu", ["q"], ["v"]),
         helper.make_node("Slice", ["v", "rst", "ren", "rax", "neg"], ["rev"]),  # reverses: kept
-        helper.make_node("Transpose", ["rev"], ["y"], perm=[2, 1, 0]),         # real transpose
+        helper.make_node("Transpose", ["rev"], ["y"], perm=[2, 1, 0]),  # real transpose
     ]
     model = make_model(nodes, [("x", F32, [2, 1, 4])], [("y", F32, [4, 1, 2])], inits)
     _run_both(model, (2, 1, 4), {"Relu": 1, "Slice": 1, "Transpose": 1})

@@ -10,7 +10,7 @@ be found.
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

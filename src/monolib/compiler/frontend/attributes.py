@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -30,14 +31,20 @@ from onnx import AttributeProto, numpy_helper
 
 from ...runtime.errors import CompileError
 
-__all__ = ["tensor_to_array", "schema_of", "schema_defaults", "convert_attribute", "node_attributes"]
+__all__ = [
+    "convert_attribute",
+    "node_attributes",
+    "schema_defaults",
+    "schema_of",
+    "tensor_to_array",
+]
 
 logger = logging.getLogger(__name__)
 
 GraphConverter = Callable[[onnx.GraphProto], Any]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema_of(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema | None:
     """The ONNX schema of ``op_type`` in force at ``opset`` of ``domain``, or ``None``
     when onnx has no schema for it (custom domains)."""
@@ -47,7 +54,7 @@ def schema_of(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema 
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _defaults(op_type: str, opset: int, domain: str) -> tuple[tuple[str, Any], ...]:
     schema = schema_of(op_type, opset, domain)
     if schema is None:
@@ -65,7 +72,9 @@ def schema_defaults(op_type: str, opset: int, domain: str = "") -> dict[str, Any
 
     Returns a fresh dict (list values are copied, so callers may modify them).
     """
-    return {k: (list(v) if isinstance(v, list) else v) for k, v in _defaults(op_type, opset, domain)}
+    return {
+        k: (list(v) if isinstance(v, list) else v) for k, v in _defaults(op_type, opset, domain)
+    }
 
 
 def tensor_to_array(tensor: onnx.TensorProto, where: str) -> np.ndarray:

@@ -10,7 +10,8 @@ from the user's ``shapes={"x": (1, 3, 48, 320)}``. A dim is dynamic when it is s
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -20,7 +21,7 @@ from ...runtime.errors import CompileError, ShapeError
 from ..ir import Value
 from ..passes.node_eval import make_const
 
-__all__ = ["onnx_dtype", "declared_dims", "resolve_inputs", "check_input_names"]
+__all__ = ["check_input_names", "declared_dims", "onnx_dtype", "resolve_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,14 +118,15 @@ def _constant_input(info: onnx.ValueInfoProto, value: Any, dtype: np.dtype) -> V
     if arr.dtype.kind in "iub" and dtype.kind in "iu" and not np.array_equal(cast, arr):
         raise CompileError(f"constant for input {name!r}: {value!r} does not fit in {dtype}")
     dims = declared_dims(info)
-    if dims is not None:
-        if len(dims) != cast.ndim or any(
-            isinstance(d, int) and d != s for d, s in zip(dims, cast.shape)
-        ):
-            raise ShapeError(
-                f"constant for input {name!r} has shape {list(cast.shape)}, "
-                f"the model declares {_fmt(dims)}"
-            )
+    mismatch = dims is not None and (
+        len(dims) != cast.ndim
+        or any(isinstance(d, int) and d != s for d, s in zip(dims, cast.shape))
+    )
+    if mismatch:
+        raise ShapeError(
+            f"constant for input {name!r} has shape {list(cast.shape)}, "
+            f"the model declares {_fmt(dims)}"
+        )
     return make_const(name, cast)
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -76,8 +77,11 @@ def _external_tensors(graph: onnx.GraphProto) -> list[str]:
     for node in walk_nodes(graph):
         for a in node.attribute:
             tensors = [a.t] if a.type == onnx.AttributeProto.TENSOR else list(a.tensors)
-            found += [f"{t.name or a.name} (node {node.name!r})" for t in tensors
-                      if t.data_location == ext]
+            found += [
+                f"{t.name or a.name} (node {node.name!r})"
+                for t in tensors
+                if t.data_location == ext
+            ]
             if a.type == onnx.AttributeProto.GRAPH:
                 found += [t.name for t in a.g.initializer if t.data_location == ext]
     return found
@@ -154,7 +158,7 @@ def import_model(
 class _Scope:
     """Name -> Value, falling back to the enclosing scope (subgraphs see outer values)."""
 
-    def __init__(self, parent: "_Scope | None" = None):
+    def __init__(self, parent: _Scope | None = None):
         self.values: dict[str, Value] = {}
         self.parent = parent
 
@@ -268,8 +272,17 @@ class _Importer:
             self.output_uids.add(v.uid)
             return v
         out = Value(self._unique(name, self.value_names), v.shape, v.dtype)
-        self.nodes.append(Node("Identity", self._unique(f"{name}/copy", self.node_names),
-                               [v], [out], {}, "", self.opsets.get("", 17)))
+        self.nodes.append(
+            Node(
+                "Identity",
+                self._unique(f"{name}/copy", self.node_names),
+                [v],
+                [out],
+                {},
+                "",
+                self.opsets.get("", 17),
+            )
+        )
         return out
 
     # -- nodes ---------------------------------------------------------------------
@@ -320,8 +333,10 @@ class _Importer:
             arr = np.array(list(attrs["value_ints"].ints), dtype=np.int64)
         else:
             kinds = ", ".join(attrs) or "none"
-            raise CompileError(f"{where}: unsupported value attribute ({kinds}); "
-                               "monolib reads numeric tensors only")
+            raise CompileError(
+                f"{where}: unsupported value attribute ({kinds}); "
+                "monolib reads numeric tensors only"
+            )
         if arr.dtype.kind in "OUS":
             raise CompileError(f"{where}: string constants are not supported")
         self._bind_const(p.output[0], arr, scope)
@@ -417,4 +432,3 @@ def _single_input_graph(info: onnx.ValueInfoProto) -> onnx.GraphProto:
     g = onnx.GraphProto()
     g.input.append(info)
     return g
-

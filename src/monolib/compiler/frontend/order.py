@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import onnx
 
 from ...runtime.errors import CompileError
 
-__all__ = ["topological_order", "implicit_inputs"]
+__all__ = ["implicit_inputs", "topological_order"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +50,7 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-def topological_order(
-    nodes: Sequence[onnx.NodeProto], available: set[str]
-) -> list[onnx.NodeProto]:
+def topological_order(nodes: Sequence[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
     """``nodes`` sorted so that every node comes after the producers of what it reads.
 
     Parameters

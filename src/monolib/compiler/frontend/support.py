@@ -9,14 +9,14 @@ op type with its opset and the nodes that use it.
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import onnx
 
 from ...runtime.errors import UnsupportedOpError
 from ..ops.base import lookup
 
-__all__ = ["FRONTEND_OPS", "walk_nodes", "check_supported", "DEFAULT_OPSETS"]
+__all__ = ["DEFAULT_OPSETS", "FRONTEND_OPS", "check_supported", "walk_nodes"]
 
 logger = logging.getLogger(__name__)
 

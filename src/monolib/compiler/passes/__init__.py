@@ -13,14 +13,14 @@ from .fold_constants import FoldConstants
 from .remove_noops import RemoveNoOps
 
 __all__ = [
-    "Pass",
-    "PassResult",
-    "PassManager",
-    "FoldConstants",
-    "FoldBatchNorm",
-    "DeadCodeElimination",
-    "RemoveNoOps",
     "CollapseReshapes",
+    "DeadCodeElimination",
+    "FoldBatchNorm",
+    "FoldConstants",
+    "Pass",
+    "PassManager",
+    "PassResult",
+    "RemoveNoOps",
     "simplify",
 ]
 
@@ -39,6 +39,11 @@ def simplify(graph):
     -------
     PassResult
     """
-    passes = [FoldConstants(), FoldBatchNorm(), CollapseReshapes(), RemoveNoOps(),
-              DeadCodeElimination()]
+    passes = [
+        FoldConstants(),
+        FoldBatchNorm(),
+        CollapseReshapes(),
+        RemoveNoOps(),
+        DeadCodeElimination(),
+    ]
     return PassManager(passes)(graph)

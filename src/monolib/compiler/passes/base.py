@@ -9,13 +9,13 @@ of passes, optionally to a fixed point.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ...runtime.errors import CompileError
 from ..ir import Graph
 
-__all__ = ["PassResult", "Pass", "PassManager"]
+__all__ = ["Pass", "PassManager", "PassResult"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,10 @@ class Pass:
             raise TypeError(f"pass {self.name} returned {type(result).__name__}, not PassResult")
         logger.debug(
             "%s: modified=%s, nodes %d -> %d",
-            self.name, result.modified, before, len(result.graph.nodes),
+            self.name,
+            result.modified,
+            before,
+            len(result.graph.nodes),
         )
         return result
 
@@ -101,4 +104,6 @@ class PassManager(Pass):
                 return PassResult(graph, modified_any)
             logger.debug("pass manager: round %d modified the graph, running again", round_)
         names = ", ".join(getattr(p, "name", type(p).__name__) for p in self.passes)
-        raise CompileError(f"passes [{names}] did not reach a fixed point in {self.max_rounds} rounds")
+        raise CompileError(
+            f"passes [{names}] did not reach a fixed point in {self.max_rounds} rounds"
+        )

@@ -125,7 +125,9 @@ class FoldBatchNorm(Pass):
             producers[conv.outputs[0].uid] = conv
         if removed:
             graph.nodes = [n for n in graph.nodes if id(n) not in removed]
-            logger.info("folded %d BatchNormalization/Mul/Add nodes into convolutions", len(removed))
+            logger.info(
+                "folded %d BatchNormalization/Mul/Add nodes into convolutions", len(removed)
+            )
         return PassResult(graph, bool(removed))
 
 

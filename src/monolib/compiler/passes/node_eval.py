@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from ...runtime.errors import CompileError, MonolibError
 from ..ir import Node, Value
 from ..ops.base import OpDef, op_of
 
-__all__ = ["node_context", "run_infer", "run_reference", "fold_node", "set_type", "make_const"]
+__all__ = ["fold_node", "make_const", "node_context", "run_infer", "run_reference", "set_type"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,9 @@ def run_infer(node: Node, op: OpDef | None = None) -> None:
         set_type(v, shape, dtype)
 
 
-def run_reference(node: Node, inputs: list[np.ndarray | None], op: OpDef | None = None) -> list[np.ndarray]:
+def run_reference(
+    node: Node, inputs: list[np.ndarray | None], op: OpDef | None = None
+) -> list[np.ndarray]:
     """Run ``op.reference`` on ``inputs``; check and normalize the results against
     the outputs' types (cast to the output dtype, same shape required).
 

@@ -12,7 +12,7 @@ so graph output names stay those of the ONNX model.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

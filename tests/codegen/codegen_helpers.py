@@ -203,6 +203,24 @@ class TNegNoEpi(OpDef):
         return f"  for (int64_t i = 0; i < {y.size}; ++i) {ctx.ptr(y)}[i] = -{ctx.ptr(x)}[i];"
 
 
+@register
+class TOpaque(OpDef):
+    """y = x, written by a plain loop; accepts no epilogue (a fusion barrier)."""
+
+    op_type = "TOpaque"
+    domain = D
+
+    def infer(self, node):
+        return [(node.inputs[0].shape, node.inputs[0].dtype)]
+
+    def reference(self, node, inputs):
+        return [inputs[0].copy()]
+
+    def emit(self, node, ctx):
+        x, y = node.inputs[0], node.outputs[0]
+        return f"  for (int64_t i = 0; i < {y.size}; ++i) {ctx.ptr(y)}[i] = {ctx.ptr(x)}[i];"
+
+
 class GraphBuilder:
     """Build a typed :class:`Graph` of test ops and evaluate it with the references."""
 

@@ -273,7 +273,13 @@ def _emit_body(fused: FusedOp, ctx: CEmitContext) -> str:
     if fused.kind == "copy":
         return f"  memcpy({ctx.ptr(fused.out)}, {ctx.ptr(fused.src)}, {fused.out.nbytes});"
     if fused.kind == "elementwise":
-        return epilogue.elementwise_loop(fused.steps, fused.out, ctx.ptr, ctx.ptr(fused.out))
+        out_off = ctx.plan.offset(fused.out)
+        in_place = frozenset(
+            v.uid
+            for v in epilogue.leaves_of(fused.steps)
+            if not ctx.plan.root(v).is_const and ctx.plan.offset(v) == out_off
+        )
+        return epilogue.elementwise_loop(fused.steps, fused.out, ctx.ptr, ctx.ptr(fused.out), in_place)
     node = fused.anchor
     code = op_of(node).emit(node, ctx)
     if fused.steps and not ctx.epilogue_used:

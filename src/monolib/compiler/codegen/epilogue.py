@@ -139,11 +139,15 @@ def _index(vars_: Sequence[str], strides: Sequence[int]) -> str:
     return " + ".join(terms) if terms else "0"
 
 
-def elementwise_loop(steps: Sequence[ChainStep], out: Value, pointer: Pointer, out_ptr: str) -> str:
+def elementwise_loop(
+    steps: Sequence[ChainStep], out: Value, pointer: Pointer, out_ptr: str, in_place: frozenset[int] = frozenset()
+) -> str:
     """C statements computing a chain headed by an elementwise node into ``out``.
 
     ``steps[0]`` is the head (``positions == ()``); every input of every step is a leaf
     (or the chain value). ``out_ptr`` is the typed pointer expression of the output.
+    Leaves whose uid is in ``in_place`` share the output's storage (same shape and
+    dtype): they are read through ``out`` itself, so ``restrict`` stays truthful.
     """
     leaves = leaves_of(steps)
     shape = out.shape
@@ -154,6 +158,9 @@ def elementwise_loop(steps: Sequence[ChainStep], out: Value, pointer: Pointer, o
     lines = [f"  {T}* restrict out = {out_ptr};"]
     names = {}
     for j, v in enumerate(leaves):
+        if v.uid in in_place:
+            names[v.uid] = ("out", sts[j + 1])
+            continue
         names[v.uid] = (f"in{j}", sts[j + 1])
         lines.append(f"  const {ctype(v.dtype)}* restrict in{j} = {pointer(v)};")
     vars_ = [f"i{d}" for d in range(len(dims))]

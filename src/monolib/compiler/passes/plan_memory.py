@@ -7,7 +7,9 @@ Liveness runs over the fused ops in order (see :mod:`.fuse_elementwise`):
 * an intermediate is allocated when its op runs and freed after its last reader;
   freed regions are reused best-fit by size (offsets and sizes 64-byte aligned);
   an op's outputs are allocated before its inputs are freed, so an op never writes
-  over what it reads (side inputs of a fused epilogue included);
+  over what it reads (side inputs of a fused epilogue included), with one exception:
+  a fused elementwise loop writes in place over an input of its shape and dtype that
+  dies there (each element is read before it is written, at the same index);
 * an ``alias`` value (Reshape...) shares its source's region and extends its lifetime;
 * constants live in the params blob, not in the arena.
 """
@@ -170,11 +172,12 @@ def plan_memory(fusion: Fusion) -> MemoryPlan:
     for uid, t in dies.items():
         frees.setdefault(t, []).append(uid)
     for t, f in enumerate(fusion.ops):
+        kept = _in_place(f, t, roots, root_off, persistent, dies, born)
         for uid in [u for u, b in born.items() if b == t]:
             if uid not in root_off and not values[uid].is_const:
                 root_off[uid] = alloc.alloc(values[uid].nbytes)
         for uid in frees.get(t, []):
-            if uid in root_off and uid not in persistent and uid in values:
+            if uid in root_off and uid not in persistent and uid in values and uid != kept:
                 alloc.release(root_off[uid], values[uid].nbytes)
 
     _assign(fusion, plan, roots, root_off)
@@ -182,6 +185,30 @@ def plan_memory(fusion: Fusion) -> MemoryPlan:
     plan.buffers = alloc.regions
     logger.debug("arena: %d bytes, %d regions", plan.arena_bytes, plan.buffers)
     return plan
+
+
+def _in_place(f, t, roots, root_off, persistent, dies, born) -> int | None:
+    """Let an elementwise loop write over an input that dies in it (same shape and
+    dtype: element i is read before it is written, at the same index). Returns the uid
+    of the root whose region passed to the output (not to be freed), or None."""
+    if f.kind != "elementwise":
+        return None
+    out = roots.get(f.out.uid, f.out)
+    if born.get(out.uid) != t or out.uid in root_off:
+        return None
+    for v in f.reads():
+        r = roots.get(v.uid, v)
+        if (
+            r.uid in root_off
+            and r.uid not in persistent
+            and dies.get(r.uid) == t
+            and v.shape == f.out.shape
+            and v.dtype == f.out.dtype
+            and r.nbytes == out.nbytes
+        ):
+            root_off[out.uid] = root_off[r.uid]
+            return r.uid
+    return None
 
 
 def _assign(fusion: Fusion, plan: MemoryPlan, roots, root_off) -> None:

@@ -378,3 +378,14 @@ def test_benchmark_and_profile(tiny_lib):
     (op,) = gm.executor.profile(repeat=2)
     assert (op["index"], op["name"], op["op"], op["fused"]) == (0, "Mul_0", "Mul", ["Add"])
     assert op["time_ms"] >= 0
+
+
+def test_zlib_container_round_trip(tmp_path):
+    path = tiny_factory(big_bytes=1 << 16).export_library(str(tmp_path / "z.so"),
+                                                           compress="zlib")
+    mod = load_module(path, verify=True)
+    assert mod.params.ctypes.data % 64 == 0
+    big = mod.get_params()["big"]
+    np.testing.assert_array_equal(big, np.arange(1 << 16).astype(np.uint8))
+    x = x_input()
+    np.testing.assert_allclose(run(mod, x), reference(x), rtol=1e-6)

@@ -113,8 +113,8 @@ def _map_container(dso: DSOModule, container: Container, path: str) -> np.ndarra
     arr = np.frombuffer((ctypes.c_char * n).from_address(start), dtype=np.uint8)
     # The pages are read-only; NumPy would let a write through and segfault.
     arr.flags.writeable = False
-    if bytes(arr[:8]) != container.header_bytes[:8]:
-        raise LibraryLoadError(f"{path}: mapped container does not match the file's")
+    if bytes(arr[:HEADER_SIZE]) != container.header_bytes:
+        raise LibraryLoadError(f"{path}: mapped container header does not match the file's")
     return arr
 
 

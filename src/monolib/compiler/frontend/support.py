@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 import onnx
 
 from ...runtime.errors import UnsupportedOpError
-from ..ops.base import lookup
+from ..ops.base import lookup, registered_ops
 
 __all__ = ["DEFAULT_OPSETS", "FRONTEND_OPS", "check_supported", "walk_nodes"]
 
@@ -82,11 +82,14 @@ def check_supported(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
     if not missing:
         return
     parts = []
+    have = registered_ops()
     for (domain, op_type, opset), names in sorted(missing.items()):
         qual = f"{domain}::{op_type}" if domain else op_type
+        versions = have.get((domain, op_type))
+        hint = f"; monolib has versions {', '.join(map(str, versions))}" if versions else ""
         shown = ", ".join(repr(n) for n in names[:5])
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-        parts.append(f"{qual} (opset {opset}): node(s) {shown}{more}")
+        parts.append(f"{qual} (opset {opset}{hint}): node(s) {shown}{more}")
     raise UnsupportedOpError(
         f"{len(missing)} unsupported operator(s) in the model: " + "; ".join(parts)
     )

@@ -117,7 +117,7 @@ def test_real_model_imports_static(name):
     assert "BatchNormalization" not in g.op_counts()
 
 
-@pytest.mark.parametrize("name", ["cls", "silero", "silero_seq", "magika", "rec"])
+@pytest.mark.parametrize("name", ["cls", "silero", "silero_seq", "magika", "rec", "det"])
 def test_real_model_reference_matches_ort(name):
     case = CASES[name]
     model = _load(case)

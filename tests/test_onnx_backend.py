@@ -2,9 +2,14 @@
 conformance cases for the operators monolib implements.
 
 CI runs a representative subset (the first ``MONOLIB_CONFORMANCE_PER_OP`` in-scope
-cases of each implemented operator, default 2); ``MONOLIB_CONFORMANCE_PER_OP=0`` runs
+cases of each implemented operator, default 4); ``MONOLIB_CONFORMANCE_PER_OP=0`` runs
 every in-scope case. ``bench/conformance.py`` does the full sweep and writes the pass
 count per operator to ``bench/CONFORMANCE.md``.
+
+A case the compiler rejects with ``UnsupportedOpError`` (a feature it declares it does
+not implement: 3-D pooling, training-mode BatchNormalization, an operator version
+newer than its opsets...) is an expected failure, reported with the compiler's
+message; any other error or a numeric mismatch fails.
 """
 
 import os
@@ -17,10 +22,10 @@ from onnx import TensorProto, helper
 from monolib.compiler.ops import registered_ops
 from monolib.onnx_backend import MonolibBackend
 from monolib.onnx_conformance import check_case, load_cases, unsupported_reason
-from monolib.runtime.errors import InputError, MonolibError
+from monolib.runtime.errors import InputError, MonolibError, UnsupportedOpError
 
 REGISTERED = {op for (domain, op) in registered_ops() if domain == ""}
-PER_OP = int(os.environ.get("MONOLIB_CONFORMANCE_PER_OP", "2"))
+PER_OP = int(os.environ.get("MONOLIB_CONFORMANCE_PER_OP", "4"))
 
 #: Cases of implemented operators that fail for a known, documented reason
 #: (found by bench/conformance.py): name -> reason.
@@ -43,7 +48,10 @@ def _selected_cases():
 
 @pytest.mark.parametrize("case", list(_selected_cases()))
 def test_onnx_node_case(case):
-    check_case(case)
+    try:
+        check_case(case)
+    except UnsupportedOpError as exc:
+        pytest.xfail(f"declared unsupported: {exc}")
 
 
 # ---- the Backend API ----------------------------------------------------------------

@@ -1,1 +1,19 @@
-"""tensor operators (each file registers its ops)."""
+"""tensor operators (each file registers its ops): views (Reshape, Squeeze...), data
+movement (Transpose, Concat, Split, Slice, Gather, Expand, Tile, Pad, Resize,
+DepthToSpace) and shape ops (Shape, Size, ConstantOfShape, Range). ``loops`` holds the
+loop-nest emitters shared with ``ops.math``."""
+
+from . import (  # noqa: F401  (registration side effects)
+    concat,
+    depth_to_space,
+    expand,
+    gather,
+    loops,
+    pad,
+    reshape,
+    resize,
+    shape,
+    slice,
+    split,
+    transpose,
+)

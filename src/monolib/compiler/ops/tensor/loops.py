@@ -30,6 +30,9 @@ __all__ = [
     "has_epilogue",
     "Operand",
     "as_c_array",
+    "emit_strided",
+    "emit_copy",
+    "const_ints",
 ]
 
 logger = logging.getLogger(__name__)
@@ -185,3 +188,79 @@ def has_epilogue(ctx: EmitContext, value_rank: int) -> bool:
 def as_c_array(values: Sequence[int] | np.ndarray) -> str:
     """``{a, b, c}`` for a C array initializer of integers."""
     return "{" + ", ".join(str(int(v)) for v in values) + "}"
+
+
+def emit_strided(
+    ctx: EmitContext,
+    shape: Sequence[int],
+    operands: Sequence[Operand],
+    body: Callable[[list[str], list[str] | None], str],
+    collapse: bool = True,
+) -> str:
+    """A loop nest over ``shape`` walking several strided operands.
+
+    ``body(offsets, index)`` gets one C offset expression per operand (``base +
+    sum(i_d * stride_d)``) and the loop variables per dim of ``shape`` (``None`` when
+    dims were collapsed, i.e. ``collapse=True``: then only the offsets are meaningful).
+    """
+    if any(int(n) == 0 for n in shape):
+        return ""
+    if collapse:
+        cshape, cstrides = collapse_dims(shape, operands)
+        return emit_loops(
+            ctx,
+            cshape,
+            lambda idx: body([linear_offset(idx, st, op[1]) for st, op in zip(cstrides, operands)], None),
+        )
+    return emit_loops(
+        ctx,
+        shape,
+        lambda idx: body([linear_offset(idx, op[0], op[1]) for op in operands], idx),
+    )
+
+
+def emit_copy(
+    ctx: EmitContext,
+    shape: Sequence[int],
+    dst: str,
+    dst_op: Operand,
+    src: str,
+    src_op: Operand,
+    out_index: Callable[[list[str]], list[str]] | None = None,
+) -> str:
+    """Copy a strided view: ``dst[dst_off] = src[src_off]`` over ``shape``.
+
+    With ``out_index`` (the node's output 0 has an epilogue) the value goes through
+    ``ctx.output_expr`` with the output index ``out_index(loop_vars)``, and dims are
+    not collapsed so each loop variable is one dim of ``shape``.
+    """
+    if out_index is None:
+        return emit_strided(
+            ctx, shape, [dst_op, src_op], lambda off, idx: f"{dst}[{off[0]}] = {src}[{off[1]}];"
+        )
+    return emit_strided(
+        ctx,
+        shape,
+        [dst_op, src_op],
+        lambda off, idx: f"{dst}[{off[0]}] = {ctx.output_expr(f'{src}[{off[1]}]', out_index(idx))};",
+        collapse=False,
+    )
+
+
+def const_ints(node, i: int, what: str) -> list[int] | None:
+    """The values of constant input ``i`` as ints (``None`` when omitted).
+
+    Raises
+    ------
+    ShapeError
+        When the input is present but not a compile-time constant (monolib compiles
+        static shapes, so shape-like inputs must be known).
+    """
+    v = node.input(i)
+    if v is None:
+        return None
+    if v.const is None:
+        raise ShapeError(
+            f"{node.op_type} (node {node.name!r}): input {what!r} must be a compile-time constant"
+        )
+    return [int(a) for a in np.asarray(v.const).reshape(-1)]

@@ -1,0 +1,294 @@
+"""ONNX ``Resize`` (10, 11, 13, 18, 19) and ``Upsample`` (9), modes ``nearest`` and
+``linear`` (n-linear).
+
+Every output coordinate ``y`` along a resized axis maps to a source coordinate by
+``coordinate_transformation_mode`` (ONNX spec): ``half_pixel`` ``(y + 0.5) / s - 0.5``,
+``half_pixel_symmetric`` (19), ``pytorch_half_pixel`` (``-0.5`` when the output length
+is 1), ``align_corners`` ``y (in - 1) / (out - 1)``, ``asymmetric`` ``y / s``. Nearest
+rounds it by ``nearest_mode`` (``round_prefer_floor``, ``round_prefer_ceil``,
+``floor``, ``ceil``) and clamps; linear blends the two neighbours of the coordinate
+clamped to ``[0, in - 1]``. Resize-10 and Upsample use ``asymmetric`` with ``floor``
+for nearest.
+
+The output size is ``sizes`` or ``floor(in * scale)``; scales, sizes and roi must be
+constant. Since shapes are static, the per-axis source indices (and weights) are
+tables computed at compile time; the emitted loops only gather and blend. An axis
+upsampled by an integer factor with ``asymmetric``/``floor`` indexes by division
+instead of a table. ``cubic``, ``tf_crop_and_resize`` and ``antialias`` are not
+supported (an :class:`UnsupportedOpError` names them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ....runtime.errors import ShapeError, UnsupportedOpError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, ctype, register
+from .loops import contiguous_strides, emit_loops, has_epilogue, linear_offset, normalize_axis
+
+__all__ = ["Resize10", "Resize11", "Resize18", "Upsample9", "ResizePlan", "resize_plan", "source_coords"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ResizePlan:
+    """What the emitter needs: output shape, mode, and per-axis tables.
+
+    ``index[d]`` is ``None`` for an untouched axis, else an int64 array of source
+    indices (nearest) or of the left neighbours (linear); ``weight[d]`` is the float
+    weight of the right neighbour ``min(index + 1, in - 1)`` (linear only).
+    """
+
+    shape: tuple[int, ...]
+    mode: str
+    index: list[np.ndarray | None]
+    weight: list[np.ndarray | None]
+
+
+def source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
+    """Source coordinates (float64) of output positions ``0..out_len-1`` along one
+    axis (ONNX ``coordinate_transformation_mode``).
+
+    Raises
+    ------
+    UnsupportedOpError
+        For ``tf_crop_and_resize`` or an unknown mode.
+    """
+    y = np.arange(out_len, dtype=np.float64)
+    if mode == "asymmetric":
+        return y / scale
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (y + 0.5) / scale - 0.5 if out_len > 1 else np.full(out_len, -0.5)
+    if mode == "align_corners":
+        return y * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
+    if mode == "half_pixel_symmetric":
+        adjustment = out_len / (scale * in_len)
+        offset = in_len / 2 * (1 - adjustment)
+        return offset + (y + 0.5) / scale - 0.5
+    raise UnsupportedOpError(f"Resize: coordinate_transformation_mode {mode!r} is not supported")
+
+
+def _nearest(x: np.ndarray, mode: str, in_len: int) -> np.ndarray:
+    frac = x - np.floor(x)
+    if mode == "round_prefer_floor":
+        idx = np.where(frac == 0.5, np.floor(x), np.round(x))
+    elif mode == "round_prefer_ceil":
+        idx = np.where(frac == 0.5, np.ceil(x), np.round(x))
+    elif mode == "floor":
+        idx = np.floor(x)
+    elif mode == "ceil":
+        idx = np.ceil(x)
+    else:
+        raise UnsupportedOpError(f"Resize: nearest_mode {mode!r} is not supported")
+    return np.clip(idx, 0, in_len - 1).astype(np.int64)
+
+
+def resize_plan(
+    in_shape, scales, sizes, *, mode: str, coord: str, nearest_mode: str,
+    axes=None, policy: str = "stretch", where: str = "Resize",
+) -> ResizePlan:
+    """The output shape and index/weight tables of a Resize.
+
+    Raises
+    ------
+    ShapeError
+        When neither or both of scales and sizes are given, or their length is wrong.
+    UnsupportedOpError
+        For modes other than nearest/linear.
+    """
+    rank = len(in_shape)
+    axes = list(range(rank)) if axes is None else [normalize_axis(a, rank, where) for a in axes]
+    if mode not in ("nearest", "linear"):
+        raise UnsupportedOpError(f"{where}: mode {mode!r} is not supported (nearest, linear)")
+    if (scales is None) == (sizes is None):
+        raise ShapeError(f"{where}: exactly one of scales and sizes must be given")
+    given = scales if scales is not None else sizes
+    if len(given) != len(axes):
+        raise ShapeError(f"{where}: {len(given)} scales/sizes for {len(axes)} axes")
+    scale = [1.0] * rank
+    out = list(in_shape)
+    if sizes is not None:
+        ratios = [sizes[i] / in_shape[a] if in_shape[a] else 1.0 for i, a in enumerate(axes)]
+        if policy in ("not_larger", "not_smaller"):
+            s = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                scale[a], out[a] = s, int(s * in_shape[a] + 0.5)
+        else:
+            for i, a in enumerate(axes):
+                scale[a], out[a] = ratios[i], int(sizes[i])
+    else:
+        for i, a in enumerate(axes):
+            scale[a] = float(np.float32(scales[i]))
+            if scale[a] <= 0:
+                raise ShapeError(f"{where}: scale {scales[i]} must be positive")
+            out[a] = int(np.floor(in_shape[a] * scale[a]))
+    index: list[np.ndarray | None] = [None] * rank
+    weight: list[np.ndarray | None] = [None] * rank
+    for d in range(rank):
+        n_in, n_out = int(in_shape[d]), int(out[d])
+        if n_in == n_out and scale[d] == 1.0 or n_out == 0 or n_in == 0:
+            continue
+        x = source_coords(coord, n_out, n_in, scale[d])
+        if mode == "nearest":
+            index[d] = _nearest(x, nearest_mode, n_in)
+        else:
+            x = np.clip(x, 0, n_in - 1)
+            i0 = np.floor(x).astype(np.int64)
+            index[d], weight[d] = i0, (x - i0).astype(np.float32)
+        if mode == "nearest" and np.array_equal(index[d], np.arange(n_out)):
+            index[d] = None
+    return ResizePlan(tuple(out), mode, index, weight)
+
+
+def _apply_reference(x: np.ndarray, plan: ResizePlan) -> np.ndarray:
+    """Separable NumPy resize following ``plan`` (float math in x's dtype)."""
+    for d, idx in enumerate(plan.index):
+        if idx is None:
+            continue
+        if plan.mode == "nearest":
+            x = np.take(x, idx, axis=d)
+            continue
+        i1 = np.minimum(idx + 1, x.shape[d] - 1)
+        w = plan.weight[d].astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - d - 1))
+        x = np.take(x, idx, axis=d) * (1 - w) + np.take(x, i1, axis=d) * w
+    return np.array(x, order="C")
+
+
+class _Resize(OpDef):
+    """Shared by the Resize versions; subclasses say where scales and sizes come from."""
+
+    fixed_coord: ClassVar[str | None] = None
+
+    def _inputs(self, node: Node) -> tuple[list | None, list | None]:
+        raise NotImplementedError
+
+    def plan(self, node: Node) -> ResizePlan:
+        where = f"{node.op_type} (node {node.name!r})"
+        if node.attrs.get("antialias", 0):
+            raise UnsupportedOpError(f"{where}: antialias is not supported")
+        scales, sizes = self._inputs(node)
+        coord = self.fixed_coord or node.attrs["coordinate_transformation_mode"]
+        nearest = "floor" if self.fixed_coord else node.attrs.get("nearest_mode", "round_prefer_floor")
+        return resize_plan(
+            node.inputs[0].shape, scales, sizes, mode=node.attrs["mode"], coord=coord,
+            nearest_mode=nearest, axes=node.attrs.get("axes"),
+            policy=node.attrs.get("keep_aspect_ratio_policy", "stretch"), where=where,
+        )
+
+    def _const(self, node: Node, i: int, what: str) -> list | None:
+        v = node.input(i)
+        if v is None or v.size == 0:
+            return None
+        if v.const is None:
+            raise ShapeError(f"{node.op_type} (node {node.name!r}): input {what!r} must be a compile-time constant")
+        return [x.item() for x in v.const.reshape(-1)]
+
+    def infer(self, node: Node) -> list[OutType]:
+        x = node.inputs[0]
+        if x.dtype.kind != "f" and node.attrs["mode"] != "nearest":
+            raise UnsupportedOpError(f"{node.op_type} (node {node.name!r}): linear mode needs floats")
+        return [(self.plan(node).shape, x.dtype)]
+
+    def reference(self, node: Node, inputs):
+        return [_apply_reference(inputs[0], self.plan(node))]
+
+    def epilogue_groups(self, node: Node):
+        rank = len(node.outputs[0].shape)
+        return [[], list(range(rank - 1)), [rank - 1]] if rank else [[], [], []]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        x, y = node.inputs[0], node.outputs[0]
+        plan = self.plan(node)
+        ist = contiguous_strides(x.shape)
+        ost = contiguous_strides(y.shape)
+        epi = has_epilogue(ctx, len(y.shape))
+        lin = [d for d, w in enumerate(plan.weight) if w is not None]
+        if len(lin) > 3:
+            raise UnsupportedOpError(f"{node.op_type} (node {node.name!r}): linear resize of more than 3 axes")
+        tables = {d: self._table(ctx, plan, d, x.shape[d]) for d, t in enumerate(plan.index) if t is not None}
+        weights = {d: ctx.param(plan.weight[d], "resize_w") for d in lin}
+        px, ct = ctx.ptr(x), ctype(x.dtype)
+
+        def body(o: list[str]) -> str:
+            src = []
+            for d, od in enumerate(o):
+                src.append(tables[d](od) if d in tables else od)
+            if plan.mode == "nearest":
+                val = f"{px}[{linear_offset(src, ist)}]"
+            else:
+                terms = []
+                for taps in itertools.product((0, 1), repeat=len(lin)):
+                    idx, w = list(src), []
+                    for d, t in zip(lin, taps):
+                        wd = f"{weights[d]}[{o[d]}]"
+                        if t:
+                            idx[d] = f"({src[d]} + 1 < {x.shape[d]} ? {src[d]} + 1 : {x.shape[d] - 1})"
+                            w.append(wd)
+                        else:
+                            w.append(f"(({ct})1 - {wd})")
+                    terms.append(" * ".join(w + [f"{px}[{linear_offset(idx, ist)}]"]))
+                val = "(" + " + ".join(terms) + ")"
+            if epi:
+                val = ctx.output_expr(val, o)
+            return f"{ctx.ptr(y)}[{linear_offset(o, ost)}] = {val};"
+
+        return emit_loops(ctx, y.shape, body)
+
+    def _table(self, ctx: EmitContext, plan: ResizePlan, d: int, n_in: int):
+        """A function from the output loop variable to the C source index."""
+        idx = plan.index[d]
+        n_out = len(idx)
+        if plan.mode == "nearest" and n_out % n_in == 0:
+            f = n_out // n_in
+            if np.array_equal(idx, np.arange(n_out) // f):
+                return lambda o: f"({o} / {f})"
+        table = ctx.param(idx.astype(np.int32), "resize_idx")
+        return lambda o: f"(int64_t){table}[{o}]"
+
+
+@register
+class Upsample9(_Resize):
+    """ONNX ``Upsample`` 9: ``scales`` input, asymmetric coordinates, floor."""
+
+    op_type, since_version, fixed_coord = "Upsample", 9, "asymmetric"
+
+    def _inputs(self, node: Node):
+        return self._const(node, 1, "scales"), None
+
+
+@register
+class Resize10(_Resize):
+    """ONNX ``Resize`` 10: ``scales`` input, asymmetric coordinates, floor."""
+
+    op_type, since_version, fixed_coord = "Resize", 10, "asymmetric"
+
+    def _inputs(self, node: Node):
+        return self._const(node, 1, "scales"), None
+
+
+@register
+class Resize11(_Resize):
+    """ONNX ``Resize`` 11, 13: ``roi``, ``scales``, ``sizes`` inputs (roi unused: only
+    ``tf_crop_and_resize`` reads it, which is not supported)."""
+
+    op_type, since_version = "Resize", 11
+
+    def _inputs(self, node: Node):
+        return self._const(node, 2, "scales"), self._const(node, 3, "sizes")
+
+
+@register
+class Resize18(Resize11):
+    """ONNX ``Resize`` 18, 19: adds ``axes``, ``keep_aspect_ratio_policy``,
+    ``antialias`` (unsupported) and ``half_pixel_symmetric`` (19)."""
+
+    since_version = 18

@@ -1,0 +1,140 @@
+"""ONNX ``Shape`` (1, 13, 15 with ``start``/``end``), ``Size`` (1, 13),
+``ConstantOfShape`` (9, 20) and ``Range`` (11).
+
+Shapes are static in monolib, so ``Shape`` and ``Size`` outputs are known at compile
+time; their ``emit`` stores the constants (the frontend normally folds them). A
+``ConstantOfShape``/``Range`` whose inputs are constant is folded through
+``reference``; at run time it fills its (compile-time sized) output.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....runtime.errors import ShapeError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, c_literal, register
+from .loops import const_ints
+
+__all__ = ["Shape", "Size", "ConstantOfShape", "Range"]
+
+logger = logging.getLogger(__name__)
+
+
+def _store_constant(ctx: EmitContext, node: Node, array: np.ndarray) -> str:
+    """Copy a compile-time array into output 0."""
+    y = node.outputs[0]
+    if y.size == 0:
+        return ""
+    src = ctx.param(np.asarray(array, y.dtype).reshape(-1), "const")
+    i = ctx.unique("i")
+    return f"for (int64_t {i} = 0; {i} < {y.size}; ++{i}) {ctx.ptr(y)}[{i}] = {src}[{i}];"
+
+
+@register
+class Shape(OpDef):
+    """``Shape``: the int64 shape of the input, dims ``start..end`` (15+, clamped)."""
+
+    op_type, since_version = "Shape", 1
+
+    def _value(self, node: Node) -> np.ndarray:
+        shape = node.inputs[0].shape
+        rank = len(shape)
+        start, end = node.attrs.get("start", 0), node.attrs.get("end")
+        end = rank if end is None else end
+        start = min(max(start + rank if start < 0 else start, 0), rank)
+        end = min(max(end + rank if end < 0 else end, 0), rank)
+        return np.array(shape[start:end], np.int64)
+
+    def infer(self, node: Node) -> list[OutType]:
+        return [(self._value(node).shape, np.dtype(np.int64))]
+
+    def reference(self, node: Node, inputs):
+        return [self._value(node)]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        return _store_constant(ctx, node, self._value(node))
+
+
+@register
+class Size(OpDef):
+    """``Size``: the int64 number of elements of the input (a scalar)."""
+
+    op_type, since_version = "Size", 1
+
+    def infer(self, node: Node) -> list[OutType]:
+        return [((), np.dtype(np.int64))]
+
+    def reference(self, node: Node, inputs):
+        return [np.array(node.inputs[0].size, np.int64)]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        return f"{ctx.ptr(node.outputs[0])}[0] = {c_literal(node.inputs[0].size, np.int64)};"
+
+
+@register
+class ConstantOfShape(OpDef):
+    """``ConstantOfShape``: a tensor of shape ``input`` (constant int64) filled with
+    the one-element ``value`` attribute (float32 zero by default)."""
+
+    op_type, since_version = "ConstantOfShape", 9
+
+    def _fill(self, node: Node) -> np.ndarray:
+        value = node.attrs.get("value")
+        if value is None:
+            return np.zeros(1, np.float32)
+        return np.asarray(value).reshape(-1)[:1]
+
+    def infer(self, node: Node) -> list[OutType]:
+        shape = const_ints(node, 0, "input")
+        if any(d < 0 for d in shape):
+            raise ShapeError(f"ConstantOfShape (node {node.name!r}): negative dim in {shape}")
+        return [(tuple(shape), self._fill(node).dtype)]
+
+    def reference(self, node: Node, inputs):
+        shape, dtype = self.infer(node)[0]
+        return [np.full(shape, self._fill(node)[0], dtype)]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        y = node.outputs[0]
+        if y.size == 0:
+            return ""
+        i = ctx.unique("i")
+        val = c_literal(self._fill(node)[0].item(), y.dtype)
+        if val.endswith("f") and not any(c in val for c in ".eEIN"):
+            val = val[:-1] + ".0f"
+        return f"for (int64_t {i} = 0; {i} < {y.size}; ++{i}) {ctx.ptr(y)}[{i}] = {val};"
+
+
+@register
+class Range(OpDef):
+    """``Range``: ``start, start + delta, ...`` below ``limit``; the three scalar inputs
+    must be constant (the output length ``max(ceil((limit - start) / delta), 0)`` is a
+    shape)."""
+
+    op_type, since_version = "Range", 11
+
+    def _value(self, node: Node) -> np.ndarray:
+        vals = []
+        for i, name in enumerate(("start", "limit", "delta")):
+            v = node.input(i)
+            if v is None or v.const is None:
+                raise ShapeError(f"Range (node {node.name!r}): input {name!r} must be a compile-time constant")
+            vals.append(v.const.reshape(-1)[0])
+        start, limit, delta = vals
+        if delta == 0:
+            raise ShapeError(f"Range (node {node.name!r}): delta is 0")
+        dt = node.inputs[0].dtype
+        n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+        return (start + np.arange(n, dtype=dt) * np.asarray(delta, dt)).astype(dt)
+
+    def infer(self, node: Node) -> list[OutType]:
+        return [(self._value(node).shape, node.inputs[0].dtype)]
+
+    def reference(self, node: Node, inputs):
+        return [self._value(node)]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        return _store_constant(ctx, node, self._value(node))

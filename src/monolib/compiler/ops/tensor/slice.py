@@ -1,0 +1,105 @@
+"""ONNX ``Slice``: version 1 (``starts``/``ends``/``axes`` attributes) and 10, 11, 13
+(``starts``, ``ends``, optional ``axes`` and ``steps`` inputs, which must be constant).
+
+Per the spec, a negative start/end counts from the end of the dim; both are then
+clamped to ``[0, dim]`` for a positive step and to ``[0, dim-1]`` / ``[-1, dim-1]``
+for a negative step, so ``INT64_MAX``/``INT64_MIN`` ends mean "to the end". The output
+is a strided view of the input, copied with merged loops.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar
+
+import numpy as np
+
+from ....runtime.errors import ShapeError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, register
+from .loops import const_ints, contiguous_strides, emit_copy, has_epilogue, normalize_axis
+
+__all__ = ["Slice1", "Slice10", "slice_params"]
+
+logger = logging.getLogger(__name__)
+
+
+def slice_params(shape, starts, ends, axes, steps, where: str) -> list[tuple[int, int, int]]:
+    """``(start, step, count)`` for every dim of ``shape`` (untouched dims: ``(0, 1, dim)``).
+
+    Raises
+    ------
+    ShapeError
+        For mismatched list lengths, a repeated axis or a zero step.
+    """
+    rank = len(shape)
+    axes = list(range(len(starts))) if axes is None else list(axes)
+    steps = [1] * len(starts) if steps is None else list(steps)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ShapeError(f"{where}: starts, ends, axes and steps differ in length")
+    out = [(0, 1, int(d)) for d in shape]
+    seen = set()
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = normalize_axis(a, rank, where)
+        if a in seen or st == 0:
+            raise ShapeError(f"{where}: repeated axis {a} or zero step")
+        seen.add(a)
+        dim = int(shape[a])
+        s = s + dim if s < 0 else s
+        e = e + dim if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+            count = max(0, -(-(e - s) // st))
+        else:
+            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+            count = max(0, -(-(s - e) // -st))
+        out[a] = (s, st, count)
+    return out
+
+
+class _Slice(OpDef):
+    from_inputs: ClassVar[bool] = True
+
+    def params(self, node: Node):
+        where = f"Slice (node {node.name!r})"
+        shape = node.inputs[0].shape
+        if self.from_inputs:
+            return slice_params(shape, const_ints(node, 1, "starts"), const_ints(node, 2, "ends"),
+                                const_ints(node, 3, "axes"), const_ints(node, 4, "steps"), where)
+        return slice_params(shape, node.attrs["starts"], node.attrs["ends"], node.attrs.get("axes"), None, where)
+
+    def infer(self, node: Node) -> list[OutType]:
+        return [(tuple(c for _, _, c in self.params(node)), node.inputs[0].dtype)]
+
+    def reference(self, node: Node, inputs):
+        index = []
+        for s, st, c in self.params(node):
+            stop = s + st * c
+            index.append(slice(s, stop if stop >= 0 else None, st))
+        return [np.array(inputs[0][tuple(index)], order="C")]
+
+    def epilogue_groups(self, node: Node):
+        rank = len(node.outputs[0].shape)
+        return [[], list(range(rank - 1)), [rank - 1]] if rank else [[], [], []]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        x, y = node.inputs[0], node.outputs[0]
+        p = self.params(node)
+        ist = contiguous_strides(x.shape)
+        src = ([st * s for (_, st, _), s in zip(p, ist)], sum(b * s for (b, _, _), s in zip(p, ist)))
+        index = (lambda idx: idx) if has_epilogue(ctx, len(y.shape)) else None
+        return emit_copy(ctx, y.shape, ctx.ptr(y), (contiguous_strides(y.shape), 0), ctx.ptr(x), src, index)
+
+
+@register
+class Slice1(_Slice):
+    """``Slice`` 1: ``starts``, ``ends``, ``axes`` attributes, step 1."""
+
+    op_type, since_version, from_inputs = "Slice", 1, False
+
+
+@register
+class Slice10(_Slice):
+    """``Slice`` 10, 11, 13: constant ``starts``, ``ends``, ``axes``, ``steps`` inputs."""
+
+    op_type, since_version = "Slice", 10

@@ -1,0 +1,92 @@
+"""ONNX ``Transpose`` (1, 13, 21): ``out.shape[d] = in.shape[perm[d]]`` (``perm``
+defaults to reversing the dims).
+
+The emitter walks the output in row-major order (contiguous writes) after merging
+dims that stay adjacent. When the innermost output dim reads the input with a large
+stride, the loop over it and over the output dim that reads the input contiguously are
+blocked in 16 x 16 tiles, so both sides stay in cache (the classic blocked 2-D
+transpose).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....runtime.errors import ShapeError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, register
+from .loops import collapse_dims, contiguous_strides, emit_copy, has_epilogue, linear_offset
+
+__all__ = ["Transpose", "transpose_perm"]
+
+logger = logging.getLogger(__name__)
+
+_TILE = 16
+
+
+def transpose_perm(node: Node) -> list[int]:
+    """The permutation (default: reversed dims).
+
+    Raises
+    ------
+    ShapeError
+        When ``perm`` is not a permutation of the input dims.
+    """
+    rank = len(node.inputs[0].shape)
+    perm = node.attrs.get("perm")
+    if perm is None:
+        return list(range(rank - 1, -1, -1))
+    perm = [p + rank if p < 0 else p for p in perm]
+    if sorted(perm) != list(range(rank)):
+        raise ShapeError(f"Transpose (node {node.name!r}): perm {node.attrs['perm']} is not a permutation of {rank} dims")
+    return perm
+
+
+@register
+class Transpose(OpDef):
+    """``Transpose``: permute the dims."""
+
+    op_type, since_version = "Transpose", 1
+
+    def infer(self, node: Node) -> list[OutType]:
+        x = node.inputs[0]
+        return [(tuple(x.shape[p] for p in transpose_perm(node)), x.dtype)]
+
+    def reference(self, node: Node, inputs):
+        return [np.array(np.transpose(inputs[0], transpose_perm(node)), order="C")]
+
+    def epilogue_groups(self, node: Node):
+        rank = len(node.outputs[0].shape)
+        return [[], list(range(rank - 1)), [rank - 1]] if rank else [[], [], []]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        x, y = node.inputs[0], node.outputs[0]
+        perm = transpose_perm(node)
+        ist = contiguous_strides(x.shape)
+        src_strides = [ist[p] for p in perm]
+        dst_op = (contiguous_strides(y.shape), 0)
+        if has_epilogue(ctx, len(y.shape)):
+            return emit_copy(ctx, y.shape, ctx.ptr(y), dst_op, ctx.ptr(x), (src_strides, 0), lambda idx: idx)
+        shape, (dst, src) = collapse_dims(y.shape, [dst_op, (src_strides, 0)])
+        if len(shape) >= 2 and src[-1] != 1 and 1 in src[:-1]:
+            return self._blocked(ctx, ctx.ptr(y), ctx.ptr(x), shape, dst, src)
+        return emit_copy(ctx, shape, ctx.ptr(y), (dst, 0), ctx.ptr(x), (src, 0))
+
+    def _blocked(self, ctx, out: str, inp: str, shape, dst, src) -> str:
+        """Tile the innermost output dim ``l`` and the dim ``p`` that reads contiguously."""
+        p, last = src.index(1), len(shape) - 1
+        others = [d for d in range(len(shape)) if d not in (p, last)]
+        var = {d: ctx.unique("i") for d in range(len(shape))}
+        tp, tl = ctx.unique("tp"), ctx.unique("tl")
+        idx = [var[d] for d in range(len(shape))]
+        lines = [f"for (int64_t {var[d]} = 0; {var[d]} < {shape[d]}; ++{var[d]})" for d in others]
+        lines += [
+            f"for (int64_t {tp} = 0; {tp} < {shape[p]}; {tp} += {_TILE})",
+            f"for (int64_t {tl} = 0; {tl} < {shape[last]}; {tl} += {_TILE})",
+            f"for (int64_t {var[p]} = {tp}; {var[p]} < ({tp} + {_TILE} < {shape[p]} ? {tp} + {_TILE} : {shape[p]}); ++{var[p]})",
+            f"for (int64_t {var[last]} = {tl}; {var[last]} < ({tl} + {_TILE} < {shape[last]} ? {tl} + {_TILE} : {shape[last]}); ++{var[last]})",
+            f"{out}[{linear_offset(idx, dst)}] = {inp}[{linear_offset(idx, src)}];",
+        ]
+        return "{\n" + "\n".join(lines) + "\n}"

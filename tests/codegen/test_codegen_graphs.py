@@ -4,6 +4,7 @@ generate, build with gcc, run with ctypes, compare with the NumPy references."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from codegen_helpers import GraphBuilder, evaluate
 
 from monolib.compiler.build import lower
@@ -194,3 +195,33 @@ def test_fusion_of_graph_without_nodes():
     assert [f.kind for f in fusion.ops] == ["copy"]
     _, gj = check(g, {"x": np.arange(3, dtype=np.float32)})
     assert gj["outputs"][0]["offset"] != gj["inputs"][0]["offset"]
+
+
+def test_emitter_errors_name_the_node():
+    from codegen_helpers import D
+
+    from monolib.compiler.ir import Node, Value
+    from monolib.compiler.ops.base import OpDef, register
+    from monolib.runtime.errors import CompileError, UnsupportedOpError
+
+    @register
+    class TBroken(OpDef):
+        op_type = "TBroken"
+        domain = D
+
+        def infer(self, node):
+            return [(node.inputs[0].shape, node.inputs[0].dtype)]
+
+        def emit(self, node, ctx):
+            if node.attrs.get("kind") == "unsupported":
+                raise UnsupportedOpError("dtype float16 is not supported")
+            raise KeyError("oops")
+
+    for kind, err, msg in (("unsupported", UnsupportedOpError, "float16"), ("bug", CompileError, "oops")):
+        x = Value("x", (2,), np.float32)
+        y = Value("y", (2,), np.float32)
+        node = Node("TBroken", "broken_7", [x], [y], {"kind": kind}, domain=D, opset=1)
+        from monolib.compiler.ir import Graph
+
+        with pytest.raises(err, match=f"broken_7.*{msg}"):
+            lower(Graph("g", [x], [y], [node]))

@@ -392,8 +392,10 @@ def generate(
         ctx = CEmitContext(fused, plan, params, source, plan.arena_bytes)
         try:
             body = _emit_body(fused, ctx)
-        except MonolibError:
-            raise
+        except MonolibError as e:
+            if fused.name and repr(fused.name) in str(e):
+                raise
+            raise type(e)(f"node {fused.name!r} ({fused.op_type}): {e}") from e
         except Exception as e:  # an emitter bug must name the node
             raise CompileError(f"emitting node {fused.name!r} ({fused.op_type}) failed: {e}") from e
         i = len(nodes)

@@ -88,3 +88,22 @@ def test_graph_output_noop_is_kept_and_pass_reports_no_change():
     g = import_model(model)
     assert not RemoveNoOps()(g).modified and g.op_counts() == {"Cast": 1}
     assert I64 != F32
+
+
+@requires_ops("Transpose", "Reshape", "Relu")
+def test_layout_keeping_transpose_becomes_reshape():
+    from monolib.compiler.passes import CollapseReshapes
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0, 2]),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", F32, [3, 1, 4])], [("y", F32, [1, 3, 4])])
+    g = import_model(model)
+    assert CollapseReshapes()(g).modified
+    reshape = g.nodes[1]
+    assert reshape.op_type == "Reshape" and reshape.outputs[0].shape == (1, 3, 4)
+    np.testing.assert_array_equal(reshape.inputs[1].const, [1, 3, 4])
+    x = RNG.standard_normal((3, 1, 4)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(g, {"x": x})[0], ort_run(model, {"x": x})[0])

@@ -53,27 +53,30 @@ class ResizePlan:
 
 
 def source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
-    """Source coordinates (float64) of output positions ``0..out_len-1`` along one
-    axis (ONNX ``coordinate_transformation_mode``).
+    """Source coordinates of output positions ``0..out_len-1`` along one axis (ONNX
+    ``coordinate_transformation_mode``), computed in float32 like ONNX Runtime so
+    that rounding ties land on the same side.
 
     Raises
     ------
     UnsupportedOpError
         For ``tf_crop_and_resize`` or an unknown mode.
     """
-    y = np.arange(out_len, dtype=np.float64)
+    f = np.float32
+    y = np.arange(out_len, dtype=f)
+    s, half = f(scale), f(0.5)
     if mode == "asymmetric":
-        return y / scale
+        return y / s
     if mode == "half_pixel":
-        return (y + 0.5) / scale - 0.5
+        return (y + half) / s - half
     if mode == "pytorch_half_pixel":
-        return (y + 0.5) / scale - 0.5 if out_len > 1 else np.full(out_len, -0.5)
+        return (y + half) / s - half if out_len > 1 else np.zeros(out_len, f)
     if mode == "align_corners":
-        return y * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
+        return y * f(in_len - 1) / f(out_len - 1) if out_len > 1 else np.zeros(out_len, f)
     if mode == "half_pixel_symmetric":
-        adjustment = out_len / (scale * in_len)
-        offset = in_len / 2 * (1 - adjustment)
-        return offset + (y + 0.5) / scale - 0.5
+        adjustment = f(out_len) / (s * f(in_len))
+        offset = f(in_len) / f(2) * (f(1) - adjustment)
+        return offset + (y + half) / s - half
     raise UnsupportedOpError(f"Resize: coordinate_transformation_mode {mode!r} is not supported")
 
 
@@ -117,11 +120,12 @@ def resize_plan(
     scale = [1.0] * rank
     out = list(in_shape)
     if sizes is not None:
-        ratios = [sizes[i] / in_shape[a] if in_shape[a] else 1.0 for i, a in enumerate(axes)]
+        ratios = [float(np.float32(sizes[i]) / np.float32(in_shape[a])) if in_shape[a] else 1.0
+                  for i, a in enumerate(axes)]
         if policy in ("not_larger", "not_smaller"):
             s = min(ratios) if policy == "not_larger" else max(ratios)
             for a in axes:
-                scale[a], out[a] = s, int(s * in_shape[a] + 0.5)
+                scale[a], out[a] = s, int(np.float32(s) * np.float32(in_shape[a]) + np.float32(0.5))
         else:
             for i, a in enumerate(axes):
                 scale[a], out[a] = ratios[i], int(sizes[i])
@@ -130,7 +134,7 @@ def resize_plan(
             scale[a] = float(np.float32(scales[i]))
             if scale[a] <= 0:
                 raise ShapeError(f"{where}: scale {scales[i]} must be positive")
-            out[a] = int(np.floor(in_shape[a] * scale[a]))
+            out[a] = int(np.floor(np.float32(in_shape[a]) * np.float32(scale[a])))
     index: list[np.ndarray | None] = [None] * rank
     weight: list[np.ndarray | None] = [None] * rank
     for d in range(rank):

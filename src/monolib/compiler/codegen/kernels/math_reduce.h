@@ -14,7 +14,7 @@
 #define ML_RED_LANES 16
 
 /* sum of x[0..n) */
-static inline float ml_sum_f32(const float* x, int64_t n) {
+static inline float ml_rsum_f32(const float* x, int64_t n) {
     float acc[ML_RED_LANES] = {0};
     int64_t i = 0;
     for (; i + ML_RED_LANES <= n; i += ML_RED_LANES)
@@ -26,7 +26,7 @@ static inline float ml_sum_f32(const float* x, int64_t n) {
 }
 
 /* sum of (x[i] - c)^2 over [0..n) */
-static inline float ml_sumsq_f32(const float* x, int64_t n, float c) {
+static inline float ml_rsumsq_f32(const float* x, int64_t n, float c) {
     float acc[ML_RED_LANES] = {0};
     int64_t i = 0;
     for (; i + ML_RED_LANES <= n; i += ML_RED_LANES)
@@ -41,7 +41,7 @@ static inline float ml_sumsq_f32(const float* x, int64_t n, float c) {
 }
 
 /* max of x[0..n), -INFINITY for n == 0 */
-static inline float ml_max_f32(const float* x, int64_t n) {
+static inline float ml_rmax_f32(const float* x, int64_t n) {
     float acc[ML_RED_LANES];
     for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = -INFINITY;
     int64_t i = 0;
@@ -54,7 +54,7 @@ static inline float ml_max_f32(const float* x, int64_t n) {
 }
 
 /* min of x[0..n), INFINITY for n == 0 */
-static inline float ml_min_f32(const float* x, int64_t n) {
+static inline float ml_rmin_f32(const float* x, int64_t n) {
     float acc[ML_RED_LANES];
     for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = INFINITY;
     int64_t i = 0;

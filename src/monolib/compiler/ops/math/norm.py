@@ -33,8 +33,8 @@ def emit_row_stats(ctx: EmitContext, row: str, n: int, dtype, eps: float, mean: 
     if np.dtype(dtype) == np.float32:
         ctx.include("math_reduce.h")
         return (
-            f"{ct} {mean} = ml_sum_f32({row}, {n}) / {lit(n, dtype)};\n"
-            f"{ct} {inv} = 1.0f / sqrtf(ml_sumsq_f32({row}, {n}, {mean}) / {lit(n, dtype)} + {lit(eps, dtype)});"
+            f"{ct} {mean} = ml_rsum_f32({row}, {n}) / {lit(n, dtype)};\n"
+            f"{ct} {inv} = 1.0f / sqrtf(ml_rsumsq_f32({row}, {n}, {mean}) / {lit(n, dtype)} + {lit(eps, dtype)});"
         )
     j = ctx.unique("j")
     return (

@@ -99,13 +99,13 @@ _SQ = lambda a, x, dt: f"{a} + {x} * {x}"  # noqa: E731
 
 _KINDS: dict[str, _Kind] = {
     "ReduceSum": _Kind(_np(lambda x, a, k: np.sum(x, a, dtype=x.dtype, keepdims=k)),
-                       lambda dt: "0", _ADD, _ID, "ml_sum_f32"),
+                       lambda dt: "0", _ADD, _ID, "ml_rsum_f32"),
     "ReduceMean": _Kind(_np(lambda x, a, k: np.mean(x, a, keepdims=k)),
-                        lambda dt: "0", _ADD, _mean_fin, "ml_sum_f32"),
+                        lambda dt: "0", _ADD, _mean_fin, "ml_rsum_f32"),
     "ReduceMax": _Kind(_np(lambda x, a, k: np.max(x, a, keepdims=k)),
-                       _lowest, lambda a, x, dt: f"({x} > {a} ? {x} : {a})", _ID, "ml_max_f32"),
+                       _lowest, lambda a, x, dt: f"({x} > {a} ? {x} : {a})", _ID, "ml_rmax_f32"),
     "ReduceMin": _Kind(_np(lambda x, a, k: np.min(x, a, keepdims=k)),
-                       _highest, lambda a, x, dt: f"({x} < {a} ? {x} : {a})", _ID, "ml_min_f32"),
+                       _highest, lambda a, x, dt: f"({x} < {a} ? {x} : {a})", _ID, "ml_rmin_f32"),
     "ReduceProd": _Kind(_np(lambda x, a, k: np.prod(x, a, dtype=x.dtype, keepdims=k)),
                         lambda dt: "1", lambda a, x, dt: f"{a} * {x}", _ID),
     "ReduceL1": _Kind(_np(lambda x, a, k: np.sum(np.abs(x), a, dtype=x.dtype, keepdims=k)),
@@ -116,7 +116,7 @@ _KINDS: dict[str, _Kind] = {
     "ReduceSumSquare": _Kind(_np(lambda x, a, k: np.sum(np.square(x), a, dtype=x.dtype, keepdims=k)),
                              lambda dt: "0", _SQ, _ID),
     "ReduceLogSum": _Kind(_np(lambda x, a, k: np.log(np.sum(x, a, dtype=x.dtype, keepdims=k))),
-                          lambda dt: "0", _ADD, _log_fin, "ml_sum_f32"),
+                          lambda dt: "0", _ADD, _log_fin, "ml_rsum_f32"),
     "ReduceLogSumExp": _Kind(_np(lambda x, a, k: np.log(np.sum(np.exp(x), a, dtype=x.dtype, keepdims=k))),
                              lambda dt: "0", lambda a, x, dt: f"{a} + {cfn('exp', dt)}({x})", _log_fin),
 }
@@ -215,7 +215,7 @@ class Reduce(OpDef):
             reduce_row = f"{act} {acc} = {kind.row}({row}, {r});"
         elif self.op_type in ("ReduceL2", "ReduceSumSquare") and dt == np.float32:
             ctx.include("math_reduce.h")
-            reduce_row = f"{act} {acc} = ml_sumsq_f32({row}, {r}, 0.0f);"
+            reduce_row = f"{act} {acc} = ml_rsumsq_f32({row}, {r}, 0.0f);"
         else:
             xi = f"{ctx.ptr(x)}[{o}*{r} + {j}]"
             reduce_row = (

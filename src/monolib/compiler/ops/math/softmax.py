@@ -94,13 +94,13 @@ class _SoftmaxBase(OpDef):
         lines.append(f"const {ct}* {row} = {ctx.ptr(x)} + {o}*{n};")
         if dt == np.float32:
             ctx.include("math_reduce.h")
-            lines.append(f"{ct} {m} = ml_max_f32({row}, {n});")
+            lines.append(f"{ct} {m} = ml_rmax_f32({row}, {n});")
         else:
             lines.append(f"{ct} {m} = -INFINITY;")
             lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {m} = {row}[{j}] > {m} ? {row}[{j}] : {m};")
         lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {buf}[{j}] = {exp}({row}[{j}] - {m});")
         if dt == np.float32:
-            lines.append(f"{ct} {s} = ml_sum_f32({buf}, {n});")
+            lines.append(f"{ct} {s} = ml_rsum_f32({buf}, {n});")
         else:
             lines.append(f"{ct} {s} = 0;")
             lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {s} += {buf}[{j}];")

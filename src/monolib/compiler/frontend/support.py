@@ -75,10 +75,11 @@ def check_supported(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
         domain = normalize_domain(node.domain)
         opset = int(opsets.get(domain, 0))
         key = (domain, node.op_type, opset)
+        label = node.name or f"<unnamed, output {next(iter(node.output), '')!r}>"
         if key in missing:
-            missing[key].append(node.name)
+            missing[key].append(label)
         elif not _is_supported(node.op_type, domain, opset, node.name):
-            missing[key] = [node.name]
+            missing[key] = [label]
     if not missing:
         return
     parts = []
@@ -87,7 +88,7 @@ def check_supported(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
         qual = f"{domain}::{op_type}" if domain else op_type
         versions = have.get((domain, op_type))
         hint = f"; monolib has versions {', '.join(map(str, versions))}" if versions else ""
-        shown = ", ".join(repr(n) for n in names[:5])
+        shown = ", ".join(n if n.startswith("<") else repr(n) for n in names[:5])
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""
         parts.append(f"{qual} (opset {opset}{hint}): node(s) {shown}{more}")
     raise UnsupportedOpError(

@@ -12,6 +12,7 @@
 #ifndef MONOLIB_CONV_H
 #define MONOLIB_CONV_H
 #include <stdint.h>
+#include <string.h>
 
 /* Copy channel x (H x W) into the phase-split padded plane: Hp rows of SW*Wq floats. */
 static inline void ml_dw_pad_plane(const float* restrict x, int64_t H, int64_t W, int64_t Hp,
@@ -32,10 +33,18 @@ static inline void ml_dw_pad_plane(const float* restrict x, int64_t H, int64_t W
             for (; j < Wq; ++j) dst[j] = 0.0f;
             continue;
         }
-        for (int64_t j = 0; j < SW * Wq; ++j) {
-            int64_t iw = j - PL;
-            float v = (j < Wp && iw >= 0 && iw < W) ? src[iw] : 0.0f;
-            dst[(j % SW) * Wq + j / SW] = v;
+        /* phase p holds padded columns j = q*SW + p; input column iw = j - PL */
+        int64_t jend = ML_MIN(Wp, W + PL);
+        for (int64_t p = 0; p < SW; ++p) {
+            float* d = dst + p * Wq;
+            int64_t lo = PL > p ? (PL - p + SW - 1) / SW : 0;
+            int64_t hi = jend > p ? (jend - p + SW - 1) / SW : 0;
+            if (hi > Wq) hi = Wq;
+            if (lo > hi) lo = hi;
+            int64_t q = 0;
+            for (; q < lo; ++q) d[q] = 0.0f;
+            for (; q < hi; ++q) d[q] = src[q * SW + p - PL];
+            for (; q < Wq; ++q) d[q] = 0.0f;
         }
     }
 }
@@ -117,6 +126,27 @@ static inline int64_t ml_dw_plane_floats(int64_t OH, int64_t OW, int KH, int KW,
     return Hp * SW * ((Wp + SW - 1) / SW + 2 * ML_VW);
 }
 
+/* Zero-pad a [C][H][W] image into dst [C][Hp][Wp], the input placed at (PT, PL); input
+ * rows/columns past Hp/Wp are dropped (no window reads them). For ML_B_IM2COL. */
+static void ml_pad_image(int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp, int64_t PT,
+                         int64_t PL, const float* restrict x, float* restrict dst) {
+    int64_t w0 = ML_MIN(PL, Wp), w1 = ML_MIN(Wp, PL + W);
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < Hp; ++r) {
+            float* d = dst + (c * Hp + r) * Wp;
+            int64_t ih = r - PT;
+            if (ih < 0 || ih >= H) {
+                memset(d, 0, Wp * sizeof(float));
+                continue;
+            }
+            const float* s = x + (c * H + ih) * W - PL;
+            int64_t j = 0;
+            for (; j < w0; ++j) d[j] = 0.0f;
+            for (; j < w1; ++j) d[j] = s[j];
+            for (; j < Wp; ++j) d[j] = 0.0f;
+        }
+}
+
 /* col2im for ConvTranspose: y[co][oh][ow] += col[(co*KH+ky)*KW+kx][ih*W+iw] where
  * oh = ih*SH - PT + ky*DH, ow = iw*SW - PL + kx*DW, skipping positions outside OH x OW. */
 static void ml_col2im_add(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t W, int64_t OH,
@@ -128,13 +158,17 @@ static void ml_col2im_add(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t
             for (int64_t kx = 0; kx < KW; ++kx) {
                 const float* src = col + ((co * KH + ky) * KW + kx) * H * W;
                 float* dst = y + co * OH * OW;
+                /* valid iw: 0 <= iw*SW - PL + kx*DW < OW, found once instead of per pixel */
+                int64_t off = kx * DW - PL;
+                int64_t lo = off < 0 ? (-off + SW - 1) / SW : 0;
+                int64_t hi = OW - off > 0 ? (OW - off + SW - 1) / SW : 0;
+                if (hi > W) hi = W;
                 for (int64_t ih = 0; ih < H; ++ih) {
                     int64_t oh = ih * SH - PT + ky * DH;
                     if (oh < 0 || oh >= OH) continue;
-                    for (int64_t iw = 0; iw < W; ++iw) {
-                        int64_t ow = iw * SW - PL + kx * DW;
-                        if (ow >= 0 && ow < OW) dst[oh * OW + ow] += src[ih * W + iw];
-                    }
+                    float* d = dst + oh * OW;
+                    const float* sr = src + ih * W;
+                    for (int64_t iw = lo; iw < hi; ++iw) d[iw * SW + off] += sr[iw];
                 }
             }
 }

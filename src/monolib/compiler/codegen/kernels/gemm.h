@@ -49,13 +49,14 @@ typedef void (*ml_epi_fn)(void* out, int64_t b, int64_t m0, int64_t m1, int64_t 
 enum { ML_B_PACKED = 0, ML_B_STRIDED = 1, ML_B_IM2COL = 2 };
 
 /* Where B comes from. PACKED: p is full-K packed (k_total rows). STRIDED: B[k][n] =
- * p[k*ldk + n*ldn]. IM2COL: B[(ci*KH+ky)*KW+kx][oh*OW+ow] = x[ci][oh*SH-PT+ky*DH][ow*SW-PL+kx*DW]
- * (zero outside the H x W image), x = p, the NCHW input of one image and group. */
+ * p[k*ldk + n*ldn]. IM2COL: B[(ci*KH+ky)*KW+kx][oh*OW+ow] = x[ci][oh*SH+ky*DH][ow*SW+kx*DW]
+ * with x = p an already zero-padded [C][H][W] image (every read in range; conv.h's
+ * ml_pad_image makes one), so packing is plain copies of runs along the output rows. */
 typedef struct {
     int kind;
     const float* p;
     int64_t k_total, ldk, ldn;
-    int64_t H, W, KH, KW, SH, SW, PT, PL, DH, DW, OW;
+    int64_t H, W, KH, KW, SH, SW, DH, DW, OW;
 } ml_bsrc;
 
 /* One GEMM call: see ml_sgemm. */
@@ -90,17 +91,31 @@ static inline void ml_pack_a(int64_t M, int64_t K, const float* a, int64_t ldm, 
     }
 }
 
-/* im2col row k of columns n0..n0+nc-1 into d (stride NR per column inside a panel). */
+/* im2col row k of columns n0..n0+nc-1 into dst (panels of NR, kc*NR floats apart). */
 static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, int64_t nc,
                                       float* restrict dst, int64_t kc) {
     int64_t kx = k % s->KW, ky = (k / s->KW) % s->KH, ci = k / (s->KW * s->KH);
-    const float* x = s->p + ci * s->H * s->W;
-    int64_t oh = n0 / s->OW, ow = n0 % s->OW;
-    for (int64_t j = 0; j < nc; ++j) {
-        int64_t ih = oh * s->SH - s->PT + ky * s->DH, iw = ow * s->SW - s->PL + kx * s->DW;
-        float v = (ih >= 0 && ih < s->H && iw >= 0 && iw < s->W) ? x[ih * s->W + iw] : 0.0f;
-        dst[(j / ML_NR) * kc * ML_NR + (j % ML_NR)] = v;
-        if (++ow == s->OW) { ow = 0; ++oh; }
+    const float* x = s->p + ci * s->H * s->W + ky * s->DH * s->W + kx * s->DW;
+    int64_t oh = n0 / s->OW, ow = n0 % s->OW, SW = s->SW;
+    for (int64_t j = 0; j < nc;) {
+        int64_t run = ML_MIN(s->OW - ow, nc - j); /* stays in one output row */
+        const float* src = x + oh * s->SH * s->W + ow * SW;
+        for (int64_t t = 0; t < run;) {
+            int64_t jj = j + t, r = jj % ML_NR;
+            int64_t len = ML_MIN(ML_NR - r, run - t); /* stays in one panel */
+            float* d = dst + (jj / ML_NR) * kc * ML_NR + r;
+            if (SW == 1 && len == ML_NR) /* the common case: one whole panel row */
+                for (int v = 0; v < ML_NV; ++v)
+                    *(ml_vf*)(d + v * ML_VW) = *(const ml_vf*)(src + t + v * ML_VW);
+            else if (SW == 1)
+                for (int64_t i = 0; i < len; ++i) d[i] = src[t + i];
+            else
+                for (int64_t i = 0; i < len; ++i) d[i] = src[(t + i) * SW];
+            t += len;
+        }
+        j += run;
+        ow = 0;
+        ++oh;
     }
 }
 

@@ -169,12 +169,21 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
     pointwise = (d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1 and d["PT"] == d["PL"] == 0
                  and d["OH"] == d["H"] and d["OW"] == d["W"])
     xg = f"{ctx.ptr(x)} + (n * {c} + g * {cg}) * {hw}"
+    pad_code = ""
     if pointwise:
         bsrc = {"kind": "ML_B_STRIDED", "p": xg, "ldk": str(hw), "ldn": "1"}
     else:
-        bsrc = {"kind": "ML_B_IM2COL", "p": xg}
-        bsrc.update({key: str(d[key]) for key in
-                     ("H", "W", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "OW")})
+        hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
+        wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
+        if d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"]:
+            padded = ctx.scratch(4 * c * hp * wp)
+            pad_code = (f"  ml_pad_image({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, "
+                        f"{d['PL']}, {ctx.ptr(x)} + n * {c * hw}, (float*){padded});\n")
+            xg = f"(const float*){padded} + g * {cg * hp * wp}"
+        else:
+            hp, wp = d["H"], d["W"]
+        bsrc = {"kind": "ML_B_IM2COL", "p": xg, "H": str(hp), "W": str(wp)}
+        bsrc.update({key: str(d[key]) for key in ("KH", "KW", "SH", "SW", "DH", "DW", "OW")})
     bbuf = ctx.scratch(4 * bbuf_floats(k, ohw))
     yp = ctx.ptr(y)
     fields = {
@@ -185,5 +194,5 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
     if b is not None:
         fields["bias_m"] = f"{ctx.ptr(b)} + g * {mg}"
     call = gemm_call(fields, bsrc)
-    return (code + f"for (int64_t n = 0; n < {n}; ++n)\n"
-            f"for (int64_t g = 0; g < {group}; ++g)\n" + call)
+    return (code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad_code}"
+            f"for (int64_t g = 0; g < {group}; ++g)\n{call}\n}}")

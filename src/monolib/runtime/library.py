@@ -166,7 +166,8 @@ def _load_path(path: str, verify: bool, shown: str, keepalive: Any = None) -> Mo
     if elf.machine != host_machine() and elf.machine in MACHINES.values():
         raise LibraryLoadError(f"{shown}: library built for {elf.machine}, this machine is "
                                f"{host_machine()}; run it on the target")
-    cdll = open_library(path)
+    # dlopen searches the library path for a name without a slash: make it absolute
+    cdll = open_library(os.path.abspath(path))
     dso = DSOModule(cdll, shown, keepalive=keepalive)
     mapped = _map_container(dso, container, shown)
     root = _build_tree(container, mapped, dso, shown)

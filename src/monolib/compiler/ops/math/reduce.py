@@ -65,12 +65,22 @@ class _Kind:
     row: str = ""  # float32 helper in math_reduce.h for a contiguous row
 
 
+def _bound(dt: np.dtype, low: bool):
+    """The identity of max (``low``) or min: -inf/+inf, the integer limits, False/True."""
+    dt = np.dtype(dt)
+    if is_float(dt):
+        return -np.inf if low else np.inf
+    if dt.kind == "b":
+        return not low
+    return np.iinfo(dt).min if low else np.iinfo(dt).max
+
+
 def _lowest(dt: np.dtype) -> str:
-    return "(-INFINITY)" if is_float(dt) else lit(np.iinfo(dt).min, dt)
+    return lit(_bound(dt, True), dt)
 
 
 def _highest(dt: np.dtype) -> str:
-    return "INFINITY" if is_float(dt) else lit(np.iinfo(dt).max, dt)
+    return lit(_bound(dt, False), dt)
 
 
 def _np(fn):
@@ -102,9 +112,9 @@ _KINDS: dict[str, _Kind] = {
                        lambda dt: "0", _ADD, _ID, "ml_rsum_f32"),
     "ReduceMean": _Kind(_np(lambda x, a, k: np.mean(x, a, keepdims=k)),
                         lambda dt: "0", _ADD, _mean_fin, "ml_rsum_f32"),
-    "ReduceMax": _Kind(_np(lambda x, a, k: np.max(x, a, keepdims=k)),
+    "ReduceMax": _Kind(_np(lambda x, a, k: np.max(x, a, keepdims=k, initial=_bound(x.dtype, True))),
                        _lowest, lambda a, x, dt: f"({x} > {a} ? {x} : {a})", _ID, "ml_rmax_f32"),
-    "ReduceMin": _Kind(_np(lambda x, a, k: np.min(x, a, keepdims=k)),
+    "ReduceMin": _Kind(_np(lambda x, a, k: np.min(x, a, keepdims=k, initial=_bound(x.dtype, False))),
                        _highest, lambda a, x, dt: f"({x} < {a} ? {x} : {a})", _ID, "ml_rmin_f32"),
     "ReduceProd": _Kind(_np(lambda x, a, k: np.prod(x, a, dtype=x.dtype, keepdims=k)),
                         lambda dt: "1", lambda a, x, dt: f"{a} * {x}", _ID),

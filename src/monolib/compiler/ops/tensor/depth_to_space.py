@@ -72,6 +72,8 @@ class SpaceToDepth(_Rearrange):
 
     def view(self, node: Node):
         n, c, h, w, b = self._check(node)
+        if node.attrs.get("mode", "DCR") != "DCR":
+            raise UnsupportedOpError(f"SpaceToDepth (node {node.name!r}): mode {node.attrs['mode']!r}")
         if h % b or w % b:
             raise ShapeError(f"SpaceToDepth (node {node.name!r}): H, W not divisible by {b}")
         return (n, c, h // b, b, w // b, b), [0, 3, 5, 1, 2, 4], (n, c * b * b, h // b, w // b)

@@ -148,7 +148,7 @@ def resize_plan(
             x = np.clip(x, 0, n_in - 1)
             i0 = np.floor(x).astype(np.int64)
             index[d], weight[d] = i0, (x - i0).astype(np.float32)
-        if mode == "nearest" and np.array_equal(index[d], np.arange(n_out)):
+        if mode == "nearest" and n_in == n_out and np.array_equal(index[d], np.arange(n_out)):
             index[d] = None
     return ResizePlan(tuple(out), mode, index, weight)
 

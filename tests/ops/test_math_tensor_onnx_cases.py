@@ -1,0 +1,102 @@
+"""The official ONNX node test cases (``onnx.backend.test.case.node``) of the math and
+tensor ops, run through each op's ``infer`` and NumPy ``reference`` (the oracle of
+constant folding). Cases using types or features monolib declares unsupported (an
+``UnsupportedOpError``: float16, strings, cubic resize...) are skipped by that error."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+from monolib.compiler.ir import Node, Value
+from monolib.compiler.ops import op_of
+from monolib.compiler.ops.base import _REGISTRY
+from monolib.runtime.errors import MonolibError, UnsupportedOpError
+
+from mathtensor_util import _attr_value
+
+
+# Cases where monolib follows ONNX Runtime and the ONNX reference differs.
+ORT_SEMANTICS = {
+    # align_corners with a fractional scale: ORT divides by (int output length - 1), the
+    # reference by (scale * input length - 1)
+    "test_resize_downsample_scales_linear_align_corners",
+}
+
+
+def _mine() -> set[str]:
+    return {
+        op for (_, op), classes in _REGISTRY.items()
+        if any(c.__module__.startswith(("monolib.compiler.ops.math", "monolib.compiler.ops.tensor")) for c in classes)
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def _cases():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        all_cases = collect_testcases()
+    mine = _mine()
+    out = []
+    for tc in all_cases:
+        nodes = tc.model.graph.node
+        if len(nodes) == 1 and nodes[0].op_type in mine and nodes[0].domain in ("", "ai.onnx"):
+            out.append(tc)
+    return out
+
+
+def _node(tc, inputs) -> Node:
+    p = tc.model.graph.node[0]
+    opset = next(o.version for o in tc.model.opset_import if o.domain in ("", "ai.onnx"))
+    schema = onnx.defs.get_schema(p.op_type, opset)
+    attrs = {n: _attr_value(a.default_value) for n, a in schema.attributes.items()
+             if a.default_value is not None and a.default_value.type}
+    attrs.update({a.name: _attr_value(a) for a in p.attribute})
+    ins, data = [], iter(inputs)
+    for name in p.input:
+        if not name:  # an omitted optional input has no data
+            ins.append(None)
+            continue
+        x = np.asarray(next(data))
+        if x.dtype.kind in "OUS" or x.dtype in (np.float16,) or x.dtype.kind == "V":
+            raise UnsupportedOpError(f"dtype {x.dtype}")
+        # every input constant: this is how the frontend folds the node with `reference`
+        ins.append(Value(name, x.shape, x.dtype, np.asarray(x, order="C")))
+    outs = [Value(o, (), np.float32) for o in p.output]
+    return Node(p.op_type, p.name or "n", ins, outs, attrs, opset=opset)
+
+
+def _ids():
+    try:
+        return [tc.name for tc in _cases()]
+    except Exception:  # pragma: no cover - onnx without the case generators
+        return []
+
+
+@pytest.mark.parametrize("name", _ids())
+def test_reference_matches_onnx_case(name):
+    if name in ORT_SEMANTICS:
+        pytest.skip("monolib follows ONNX Runtime here (see ORT_SEMANTICS)")
+    tc = next(t for t in _cases() if t.name == name)
+    for inputs, expected in tc.data_sets:
+        try:
+            node = _node(tc, inputs)
+            op = op_of(node)
+            types = op.infer(node)
+        except UnsupportedOpError as e:
+            pytest.skip(f"declared unsupported: {e}")
+        got = op.reference(node, [None if v is None else v.const for v in node.inputs])
+        for i, (g, w, (shape, dtype)) in enumerate(zip(got, expected, types)):
+            w = np.asarray(w)
+            assert g.shape == w.shape == tuple(shape), f"output {i}: {g.shape} {w.shape} {shape}"
+            assert g.dtype == w.dtype == dtype, f"output {i}: {g.dtype} {w.dtype} {dtype}"
+            if w.dtype.kind == "f":
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, equal_nan=True)
+            else:
+                np.testing.assert_array_equal(g, w)

@@ -139,7 +139,7 @@ def test_foreign_and_broken_files(tiny_lib, tmp_path):
     empty.write_bytes(b"")
     cases = [
         (tmp_path / "missing.so", "cannot open"),
-        (text, "not an ELF"),
+        (text, "not a shared library"),
         (ls, "no .monolib section"),
         (plain, "no .monolib section"),
         (trunc, "truncated"),

@@ -10,9 +10,9 @@ from tinylib import PYTHON
 SCRIPT = """
 import json, sys, time
 import numpy
-t = time.perf_counter()
+t = time.process_time()  # CPU time: the 2 shared cores make wall time noisy
 import monolib.runtime
-dt = time.perf_counter() - t
+dt = time.process_time() - t
 bad = sorted(m for m in sys.modules
              if m.startswith(("monolib.compiler", "onnx", "rich", "subprocess")))
 print(json.dumps({"bad": bad, "ms": dt * 1e3, "public": sorted(monolib.runtime.__all__)}))
@@ -27,7 +27,7 @@ def test_runtime_import_is_light_and_fast():
         out = json.loads(res.stdout)
         assert out["bad"] == [], f"monolib.runtime imported {out['bad']}"
         best = out["ms"] if best is None else min(best, out["ms"])
-    assert best < 60, f"import monolib.runtime took {best:.1f} ms beyond numpy"
+    assert best < 60, f"import monolib.runtime took {best:.1f} ms of CPU beyond numpy"
     for name in ("Module", "register_loader", "load_module", "GraphModule", "cpu",
                  "Device", "NDArray", "MonolibError", "CSourceModule"):
         assert name in out["public"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import stat
 
@@ -65,15 +66,14 @@ def test_compiler_lookup(tmp_path, monkeypatch):
     assert find_compiler("c -mtriple=aarch64-linux-gnu") == ["aarch64-linux-gnu-gcc"]
 
 
-def test_non_elf_export_is_a_clear_error(tmp_path):
-    from tinylib import tiny_graph
+def test_cross_target_without_a_cross_compiler(tmp_path, monkeypatch):
+    from tinylib import tiny_factory
 
-    from monolib.export.csource import CSourceModule
-    from monolib.runtime import ExportError, GraphExecutorFactoryModule
-
-    graph, params = tiny_graph()
-    f = GraphExecutorFactoryModule(graph, params,
-                                   CSourceModule("int x;", "c -mtriple=x86_64-windows-gnu"))
-    with pytest.raises(ExportError, match="windows"):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CC", raising=False)
+    f = tiny_factory()
+    f.imported_modules[0].target = Target("c -mtriple=aarch64-linux-gnu")
+    with pytest.raises(ToolchainError, match="pip install ziglang"):
         f.export_library(str(tmp_path / "m"))
     assert os.listdir(tmp_path) == []

@@ -17,11 +17,16 @@ from ..runtime.errors import ExportError
 from ..runtime.library import END_SYMBOL, START_SYMBOL
 from .targets import Target
 
-__all__ = ["ASM_TEMPLATE_ELF", "write_embed_asm"]
+__all__ = ["ASM_TEMPLATES", "symbol_prefix", "write_embed_asm"]
 
 logger = logging.getLogger(__name__)
 
-ASM_TEMPLATE_ELF = """\
+# Target OS -> assembler text. ELF: read-only "a" section, page aligned, non-executable
+# stack note. PE: "dr" (data, read-only), exported by --export-all-symbols at link.
+# Mach-O: __DATA_CONST (read-only after load), 16 KiB aligned (arm64 pages), and C
+# symbols carry a leading underscore.
+ASM_TEMPLATES = {
+    "linux": """\
 /* monolib container, embedded by monolib.export.embed */
     .section .monolib,"a",@progbits
     .balign 4096
@@ -34,14 +39,46 @@ ASM_TEMPLATE_ELF = """\
 {end}:
     .byte 0
     .section .note.GNU-stack,"",@progbits
-"""
+""",
+    "windows": """\
+/* monolib container, embedded by monolib.export.embed */
+    .section .monolib,"dr"
+    .p2align 12
+    .globl {start}
+{start}:
+    .incbin "{blob}"
+    .globl {end}
+{end}:
+    .byte 0
+""",
+    "macos": """\
+/* monolib container, embedded by monolib.export.embed */
+    .section __DATA_CONST,__monolib
+    .p2align 14
+    .globl {start}
+{start}:
+    .incbin "{blob}"
+    .globl {end}
+{end}:
+    .byte 0
+""",
+}
+#: ELF kept under its old name.
+ASM_TEMPLATE_ELF = ASM_TEMPLATES["linux"]
+
+
+def symbol_prefix(target: Target) -> str:
+    """What the target's C ABI prepends to a C name (``_`` on Mach-O and 32-bit Windows)."""
+    if target.os == "macos" or (target.os == "windows" and target.arch == "x86"):
+        return "_"
+    return ""
 
 
 def write_embed_asm(directory: str, blob_name: str, target: Target | str = "c") -> str:
     """Write ``container.s`` into ``directory``, embedding the file ``blob_name``.
 
-    ``blob_name`` is resolved by the assembler relative to its working directory:
-    run the compiler with ``cwd=directory``.
+    A relative ``blob_name`` is resolved by the assembler against its working
+    directory (run the compiler with ``cwd=directory``); an absolute one anywhere.
 
     Returns
     -------
@@ -51,15 +88,17 @@ def write_embed_asm(directory: str, blob_name: str, target: Target | str = "c") 
     Raises
     ------
     ExportError
-        The target's object format is not ELF (Mach-O and PE are not done yet).
+        The name cannot be quoted for ``.incbin``, or the target OS has no template.
     """
     target = Target(target)
-    if target.os != "linux":
-        raise ExportError(f"embedding the container for {target.os} targets ({target}) is "
-                          "not implemented yet: only ELF (Linux) libraries can be exported")
+    template = ASM_TEMPLATES.get(target.os)
+    if template is None:
+        raise ExportError(f"no container embedding for {target.os} targets ({target})")
     if any(c in blob_name for c in '"\\\n'):
         raise ExportError(f"container file name {blob_name!r} cannot be quoted for .incbin")
+    prefix = symbol_prefix(target)
     path = os.path.join(directory, "container.s")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(ASM_TEMPLATE_ELF.format(start=START_SYMBOL, end=END_SYMBOL, blob=blob_name))
+        f.write(template.format(start=prefix + START_SYMBOL, end=prefix + END_SYMBOL,
+                                blob=blob_name))
     return path

@@ -8,10 +8,10 @@ exports into a single DLL"):
 2. pack container: every other module's ``save_sections()`` and the CSR import
    tree into ``container.bin`` (see :mod:`monolib.runtime.container`);
 3. embed container: the ``.incbin`` assembler file (see :mod:`.embed`);
-4. compile and link: the C source + the assembler file -> a temporary file beside
-   the output, with ``fcompile`` or the system C compiler;
-5. check and finish: re-read the container from the new file (no dlopen), then
-   ``os.replace`` it onto the path.
+4. compile and link: the C source + the assembler file -> a library in the work
+   directory, with ``fcompile`` or the system C compiler;
+5. check and finish: re-read the container from the new file (no dlopen), move it
+   to a temporary file beside the output, then ``os.replace`` it onto the path.
 
 Intermediates live in a temporary directory; on any failure neither the output nor
 the temporary output is left behind.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from typing import Any, Callable, Sequence
 
@@ -117,15 +118,21 @@ def _build(work: str, tmp_out: str, modules, tree, lib, target, fcompile, compre
     with open(src, "w", encoding="utf-8") as f:
         f.write(lib.source if isinstance(lib, CSourceModule) else _EMPTY_C)
     step("compile and link")
+    # Link inside the work directory: some linkers write companions (.lib, .pdb for
+    # a .dll) beside their output, and nothing but the library may reach the user.
+    linked = os.path.join(work, "lib" + target.lib_suffix)
     if fcompile is not None:
-        fcompile(tmp_out, [src, asm], target)
+        fcompile(linked, [src, asm], target)
     else:
-        link_shared([src, asm], tmp_out, target, cwd=work)
+        link_shared([src, asm], linked, target, cwd=work)
     step("check library")
-    if not os.path.isfile(tmp_out) or os.path.getsize(tmp_out) == 0:
-        raise ExportError(f"the compiler produced no library at {tmp_out}")
-    if target.os == "linux":
-        read_container(tmp_out)  # the file must read back (no dlopen)
+    if not os.path.isfile(linked) or os.path.getsize(linked) == 0:
+        raise ExportError(f"the compiler produced no library at {linked}")
+    read_container(linked)  # the file must read back (no dlopen)
+    try:
+        os.replace(linked, tmp_out)  # same file system: a rename
+    except OSError:
+        shutil.copyfile(linked, tmp_out)
 
 
 def export_library(

@@ -24,6 +24,13 @@ __all__ = ["find_compiler", "link_shared", "run_tool"]
 logger = logging.getLogger(__name__)
 
 HOST_CANDIDATES = ("cc", "gcc", "clang")
+# Target OS -> flags that make a shared library of the generated C. ELF: no executable
+# stack. PE: export every global (the C functions and the container symbols).
+LINK_FLAGS = {
+    "linux": ["-fPIC", "-shared", "-Wl,-z,noexecstack"],
+    "macos": ["-fPIC", "-shared"],
+    "windows": ["-shared", "-Wl,--export-all-symbols"],
+}
 #: Seconds a compiler run may take before it is considered hung.
 TIMEOUT_S = 1800
 
@@ -113,8 +120,9 @@ def link_shared(
 ) -> None:
     """Compile C / assembler ``sources`` and link them into the shared library ``output``.
 
-    Flags: the target's ``cflags()`` (``-O3 -march=native`` on the host), ``-fPIC
-    -shared``, ``-Wl,-z,noexecstack`` for ELF targets, ``-lm``, then ``options``.
+    Flags: the target's ``cflags()`` (``-O3 -march=native`` on the host), the OS's
+    :data:`LINK_FLAGS` (``-fPIC -shared -Wl,-z,noexecstack`` on Linux), ``-lm``, then
+    ``options``.
 
     Raises
     ------
@@ -123,8 +131,6 @@ def link_shared(
     """
     target = Target(target)
     cmd = list(compiler or find_compiler(target))
-    cmd += target.cflags() + ["-fPIC", "-shared"]
-    if target.os == "linux":
-        cmd.append("-Wl,-z,noexecstack")
+    cmd += target.cflags() + LINK_FLAGS[target.os]
     cmd += ["-o", output, *sources, "-lm", *options]
     run_tool(cmd, cwd=cwd)

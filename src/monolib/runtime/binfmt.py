@@ -2,7 +2,8 @@
 
 Parses the ELF header, the program headers and the section headers with ``struct``
 (layout from the System V ABI / ELF specification, ``elf(5)``), checks that every
-range they name lies inside the file, and finds the section named ``.monolib``.
+range they name lies inside the file, and finds the section named ``.monolib``
+(PE ``.dll`` and Mach-O ``.dylib`` files: see :mod:`.pe` and :mod:`.macho`).
 ``load_module`` runs this BEFORE ``dlopen`` so a truncated or foreign file is a
 :class:`LibraryLoadError`, not a crash in the dynamic loader; ``monolib inspect``
 uses it to read a library without running any of its code. A file that starts with
@@ -14,17 +15,20 @@ from __future__ import annotations
 import logging
 import platform
 import struct
-from dataclasses import dataclass
+import sys
+from typing import NamedTuple
 
 from .container import MAGIC
 from .errors import LibraryLoadError
 
-__all__ = ["SECTION_NAME", "ElfSection", "ElfSegment", "ElfInfo", "parse_elf", "find_container",
-           "host_machine"]
+__all__ = ["SECTION_NAME", "SECTION_NAMES", "ElfSection", "ElfSegment", "ElfInfo", "parse_elf",
+           "parse_binary", "find_container", "host_machine", "host_format"]
 
 logger = logging.getLogger(__name__)
 
 SECTION_NAME = ".monolib"
+#: The container section's name per object format (Mach-O: section of __DATA_CONST).
+SECTION_NAMES = {"ELF": ".monolib", "PE": ".monolib", "Mach-O": "__monolib"}
 _ELF_MAGIC = b"\x7fELF"
 _ET_DYN = 3
 _SHT_NOBITS = 8
@@ -45,8 +49,7 @@ PF_X, PF_W, PF_R = 0x1, 0x2, 0x4
 PT_LOAD, PT_GNU_STACK = 1, 0x6474E551
 
 
-@dataclass(frozen=True)
-class ElfSection:
+class ElfSection(NamedTuple):
     """One section header: name, type, flags, virtual address, file offset, size."""
 
     name: str
@@ -57,8 +60,7 @@ class ElfSection:
     size: int
 
 
-@dataclass(frozen=True)
-class ElfSegment:
+class ElfSegment(NamedTuple):
     """One program header: type, flags (PF_R/W/X), file offset and size."""
 
     type: int
@@ -67,14 +69,15 @@ class ElfSegment:
     filesz: int
 
 
-@dataclass(frozen=True)
-class ElfInfo:
-    """What :func:`parse_elf` read: class (32/64), machine, sections, segments."""
+class ElfInfo(NamedTuple):
+    """What a parser read: class (32/64), machine, sections, segments, and the
+    object format (``"ELF"``, ``"PE"``, ``"Mach-O"``; flags are the format's own)."""
 
     bits: int
     machine: str
     sections: list[ElfSection]
     segments: list[ElfSegment]
+    format: str = "ELF"
 
     def section(self, name: str) -> ElfSection | None:
         """The first section called ``name``, or None."""
@@ -173,6 +176,13 @@ def host_machine() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64", "i686": "x86", "i386": "x86"}.get(name, name)
 
 
+def host_format() -> str:
+    """The object format this OS's dynamic loader takes (``"ELF"``, ``"PE"``, ``"Mach-O"``)."""
+    if sys.platform.startswith("win"):
+        return "PE"
+    return "Mach-O" if sys.platform == "darwin" else "ELF"
+
+
 def find_container(buf, path: str = "<memory>") -> tuple[int, int, ElfInfo | None]:
     """Locate the container in a library file's bytes.
 
@@ -196,9 +206,33 @@ def find_container(buf, path: str = "<memory>") -> tuple[int, int, ElfInfo | Non
     """
     if bytes(buf[: len(MAGIC)]) == MAGIC:
         return 0, len(buf), None
-    elf = parse_elf(buf, path)
-    sec = elf.section(SECTION_NAME)
-    if sec is None or sec.type == _SHT_NOBITS:
-        raise _fail(path, f"ELF library has no {SECTION_NAME} section: not exported by "
+    info = parse_binary(buf, path)
+    name = SECTION_NAMES[info.format]
+    sec = info.section(name)
+    if sec is None or (info.format == "ELF" and sec.type == _SHT_NOBITS):
+        raise _fail(path, f"{info.format} library has no {name} section: not exported by "
                           "monolib (or stripped of its container)")
-    return sec.offset, sec.size, elf
+    return sec.offset, sec.size, info
+
+
+def parse_binary(buf, path: str = "<memory>") -> ElfInfo:
+    """Parse an ELF, PE (``.dll``) or Mach-O (``.dylib``) library by its magic.
+
+    Raises
+    ------
+    LibraryLoadError
+        Not a shared library of a known format, or truncated / malformed.
+    """
+    head = bytes(buf[:4])
+    if head == _ELF_MAGIC:
+        return parse_elf(buf, path)
+    if head[:2] == b"MZ":
+        from .pe import parse_pe
+
+        return parse_pe(buf, path)
+    if head in (b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe", b"\xce\xfa\xed\xfe"):
+        from .macho import parse_macho
+
+        return parse_macho(buf, path)
+    raise _fail(path, f"not a shared library (ELF, PE or Mach-O): starts with "
+                      f"{bytes(buf[:16])!r}")

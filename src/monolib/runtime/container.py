@@ -29,8 +29,7 @@ import json
 import logging
 import struct
 import zlib
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Mapping, Sequence
+from typing import Any, BinaryIO, Mapping, NamedTuple, Sequence
 
 from .errors import ContainerError
 
@@ -80,8 +79,7 @@ CODECS: dict[str, tuple[Any, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class SectionEntry:
+class SectionEntry(NamedTuple):
     """One payload: ``offset`` from the container start, ``size`` once decoded,
     ``stored_size`` in the file, ``codec`` and ``sha256`` (hex, of the stored bytes)."""
 
@@ -93,15 +91,17 @@ class SectionEntry:
     sha256: str
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
+        return self._asdict()
 
 
-@dataclass
 class ModuleEntry:
     """One module of the manifest: its type key and its sections."""
 
-    type_key: str
-    sections: list[SectionEntry] = field(default_factory=list)
+    __slots__ = ("type_key", "sections")
+
+    def __init__(self, type_key: str, sections: list[SectionEntry] | None = None) -> None:
+        self.type_key = type_key
+        self.sections = sections if sections is not None else []
 
     def to_json(self) -> dict:
         return {"type_key": self.type_key, "sections": [s.to_json() for s in self.sections]}

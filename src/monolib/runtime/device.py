@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Device", "cpu"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     """A device: ``device_type`` (``"cpu"``, ``"opencl"``, ``"cuda"``) and ``device_id``.
 
     Follows TVM's ``Device`` (``tvm.cpu(0)``): a plain value, compared by fields.

@@ -15,8 +15,7 @@ import ctypes
 import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -50,8 +49,7 @@ def aligned_empty(nbytes: int, align: int = ALIGN, zero: bool = True) -> np.ndar
     return raw[skip : skip + nbytes]
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
     """A graph input, output or param: name, shape, dtype, byte offset, byte size."""
 
     name: str
@@ -489,11 +487,11 @@ class GraphModule:
         return [t.name for t in self.executor.outputs]
 
 
-@dataclass(frozen=True)
 class BenchmarkResult:
     """Seconds per run of each measurement of :meth:`GraphModule.benchmark`."""
 
-    results: list[float]
+    def __init__(self, results: list[float]) -> None:
+        self.results = list(results)
 
     @property
     def mean(self) -> float:

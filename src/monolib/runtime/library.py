@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .binfmt import MACHINES, find_container, host_machine
+from .binfmt import find_container, host_format, host_machine
 from .container import HEADER_SIZE, Container
 from .dso import DSOModule, open_library
 from .errors import ContainerError, LibraryLoadError, MonolibError
@@ -163,7 +163,10 @@ def _load_path(path: str, verify: bool, shown: str, keepalive: Any = None) -> Mo
     if elf is None:
         raise LibraryLoadError(f"{shown}: a bare container, not a library: nothing to dlopen "
                                "(inspect it with `monolib inspect`)")
-    if elf.machine != host_machine() and elf.machine in MACHINES.values():
+    if elf.format != host_format():
+        raise LibraryLoadError(f"{shown}: a {elf.format} library ({elf.machine}); this "
+                               f"system loads {host_format()} libraries: run it on its target")
+    if elf.machine != host_machine():
         raise LibraryLoadError(f"{shown}: library built for {elf.machine}, this machine is "
                                f"{host_machine()}; run it on the target")
     # dlopen searches the library path for a name without a slash: make it absolute

@@ -111,7 +111,7 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
     return {
         "path": path,
         "file_size": info["file_size"],
-        "binary": f"ELF{elf.bits} {elf.machine}" if elf else "bare container",
+        "binary": f"{elf.format}{elf.bits} {elf.machine}" if elf else "bare container",
         "container": {
             "offset": info["section_offset"],
             "size": container.total_size,

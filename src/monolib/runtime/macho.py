@@ -1,0 +1,98 @@
+"""Read a Mach-O (macOS ``.dylib``) file's segments and sections without loading it.
+
+Layout from Apple's ``<mach-o/loader.h>``: a 32-byte ``mach_header_64`` (magic
+0xFEEDFACF, little endian), then ``ncmds`` load commands; ``LC_SEGMENT_64`` (0x19)
+commands carry their ``section_64`` entries. Every segment's and section's file range
+is checked to lie inside the file. Universal ("fat") and 32-bit files are refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from .binfmt import ElfInfo, ElfSection, ElfSegment
+from .errors import LibraryLoadError
+
+__all__ = ["parse_macho", "MACHO_CPUS", "VM_PROT_READ", "VM_PROT_WRITE", "VM_PROT_EXECUTE"]
+
+logger = logging.getLogger(__name__)
+
+MACHO_CPUS = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
+VM_PROT_READ, VM_PROT_WRITE, VM_PROT_EXECUTE = 1, 2, 4
+_HEADER = struct.Struct("<IiiIIIII")
+_LOAD = struct.Struct("<II")
+_SEGMENT = struct.Struct("<II16sQQQQiiII")
+_SECTION = struct.Struct("<16s16sQQIIIIIIII")
+_LC_SEGMENT_64 = 0x19
+_MH_DYLIB = 6
+_S_ZEROFILL_TYPES = (0x1, 0xC, 0x12)  # S_ZEROFILL, S_GB_ZEROFILL, S_THREAD_LOCAL_ZEROFILL
+
+
+def _fail(path: str, what: str) -> LibraryLoadError:
+    return LibraryLoadError(f"{path}: {what}")
+
+
+def _unpack(st: struct.Struct, buf, offset: int, path: str, what: str) -> tuple:
+    if offset < 0 or offset + st.size > len(buf):
+        raise _fail(path, f"truncated Mach-O file: {what} at offset {offset} runs past the end")
+    return st.unpack_from(buf, offset)
+
+
+def _name(raw: bytes) -> str:
+    return raw.rstrip(b"\0").decode("utf-8", "replace")
+
+
+def _segment(buf, pos: int, path: str, sections: list, segments: list) -> None:
+    seg = _unpack(_SEGMENT, buf, pos, path, "LC_SEGMENT_64")
+    fileoff, filesize, initprot, nsects = seg[5], seg[6], seg[8], seg[9]
+    if fileoff + filesize > len(buf):
+        raise _fail(path, f"truncated Mach-O file: segment {_name(seg[2])!r} needs bytes up "
+                          f"to {fileoff + filesize}, the file has {len(buf)}")
+    segments.append(ElfSegment(_LC_SEGMENT_64, initprot, fileoff, filesize))
+    for j in range(nsects):
+        sec = _unpack(_SECTION, buf, pos + _SEGMENT.size + j * _SECTION.size, path,
+                      f"section {j} of segment {_name(seg[2])!r}")
+        addr, size, offset, flags = sec[2], sec[3], sec[4], sec[8]
+        if (flags & 0xFF) not in _S_ZEROFILL_TYPES and offset + size > len(buf):
+            raise _fail(path, f"truncated Mach-O file: section {_name(sec[0])!r} needs bytes "
+                              f"up to {offset + size}, the file has {len(buf)}")
+        sections.append(ElfSection(_name(sec[0]), flags & 0xFF, initprot, addr, offset, size))
+
+
+def parse_macho(buf, path: str = "<memory>") -> ElfInfo:
+    """Parse a 64-bit little-endian Mach-O dylib held in ``buf``.
+
+    Returns
+    -------
+    ElfInfo
+        ``format="Mach-O"``; sections carry their segment's initial protection
+        (``VM_PROT_*``) as ``flags``; segments likewise.
+
+    Raises
+    ------
+    LibraryLoadError
+        Fat or 32-bit file, not a dylib, or a command/segment/section lies outside
+        the file.
+    """
+    magic = bytes(buf[:4])
+    if magic == b"\xca\xfe\xba\xbe":
+        raise _fail(path, "universal (fat) Mach-O files are not supported: thin it with lipo")
+    if magic != b"\xcf\xfa\xed\xfe":
+        raise _fail(path, "not a 64-bit little-endian Mach-O file")
+    _, cpu, _, filetype, ncmds, sizeofcmds, _, _ = _unpack(_HEADER, buf, 0, path, "header")
+    if filetype != _MH_DYLIB:
+        raise _fail(path, f"Mach-O file of type {filetype} is not a dylib (MH_DYLIB = 6)")
+    if _HEADER.size + sizeofcmds > len(buf):
+        raise _fail(path, "truncated Mach-O file: load commands run past the end")
+    sections: list = []
+    segments: list = []
+    pos = _HEADER.size
+    for i in range(ncmds):
+        cmd, size = _unpack(_LOAD, buf, pos, path, f"load command {i}")
+        if size < _LOAD.size or pos + size > _HEADER.size + sizeofcmds:
+            raise _fail(path, f"Mach-O load command {i} has invalid size {size}")
+        if cmd == _LC_SEGMENT_64:
+            _segment(buf, pos, path, sections, segments)
+        pos += size
+    return ElfInfo(64, MACHO_CPUS.get(cpu, f"cpu {cpu:#x}"), sections, segments, format="Mach-O")

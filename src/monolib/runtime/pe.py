@@ -1,0 +1,78 @@
+"""Read a PE (Windows ``.dll``) file's section table without loading it.
+
+Layout from Microsoft's "PE Format" specification: the DOS header's ``e_lfanew``
+(offset 0x3C) points at ``"PE\\0\\0"``, then the 20-byte COFF header, the optional
+header (magic 0x20B = PE32+, 0x10B = PE32), then 40-byte section headers. Every
+section's raw data range is checked to lie inside the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from .binfmt import ElfInfo, ElfSection, ElfSegment
+from .errors import LibraryLoadError
+
+__all__ = ["parse_pe", "PE_MACHINES", "SCN_MEM_EXECUTE", "SCN_MEM_READ", "SCN_MEM_WRITE"]
+
+logger = logging.getLogger(__name__)
+
+PE_MACHINES = {0x8664: "x86_64", 0xAA64: "aarch64", 0x14C: "x86", 0x1C4: "arm"}
+SCN_MEM_EXECUTE, SCN_MEM_READ, SCN_MEM_WRITE = 0x20000000, 0x40000000, 0x80000000
+_COFF = struct.Struct("<HHIIIHH")
+_SECTION = struct.Struct("<8sIIIIIIHHI")
+_DLL = 0x2000  # IMAGE_FILE_DLL
+
+
+def _fail(path: str, what: str) -> LibraryLoadError:
+    return LibraryLoadError(f"{path}: {what}")
+
+
+def _unpack(st: struct.Struct, buf, offset: int, path: str, what: str) -> tuple:
+    if offset < 0 or offset + st.size > len(buf):
+        raise _fail(path, f"truncated PE file: {what} at offset {offset} runs past the end")
+    return st.unpack_from(buf, offset)
+
+
+def parse_pe(buf, path: str = "<memory>") -> ElfInfo:
+    """Parse the headers and section table of a PE DLL held in ``buf``.
+
+    Returns
+    -------
+    ElfInfo
+        ``format="PE"``; each section's ``flags`` are its PE characteristics and
+        ``offset``/``size`` its raw data in the file (``size`` = min(VirtualSize,
+        SizeOfRawData)); one segment per section with the same flags.
+
+    Raises
+    ------
+    LibraryLoadError
+        Not a PE DLL, or a header or section lies outside the file.
+    """
+    if len(buf) < 0x40 or bytes(buf[:2]) != b"MZ":
+        raise _fail(path, "not a PE file (no MZ header)")
+    (lfanew,) = struct.unpack_from("<I", buf, 0x3C)
+    if bytes(buf[lfanew : lfanew + 4]) != b"PE\0\0":
+        raise _fail(path, f"not a PE file: no PE signature at offset {lfanew}")
+    machine, nsec, _, _, _, opt_size, chars = _unpack(_COFF, buf, lfanew + 4, path, "COFF header")
+    if not chars & _DLL:
+        raise _fail(path, "PE file is not a DLL")
+    (opt_magic,) = _unpack(struct.Struct("<H"), buf, lfanew + 24, path, "optional header")
+    bits = {0x20B: 64, 0x10B: 32}.get(opt_magic)
+    if bits is None:
+        raise _fail(path, f"PE optional header has unknown magic {opt_magic:#x}")
+    table = lfanew + 24 + opt_size
+    sections, segments = [], []
+    for i in range(nsec):
+        raw = _unpack(_SECTION, buf, table + i * _SECTION.size, path, f"section header {i}")
+        name = raw[0].rstrip(b"\0").decode("utf-8", "replace")
+        vsize, vaddr, rsize, roff, flags = raw[1], raw[2], raw[3], raw[4], raw[9]
+        if rsize and roff + rsize > len(buf):
+            raise _fail(path, f"truncated PE file: section {name!r} needs bytes up to "
+                              f"{roff + rsize}, the file has {len(buf)}")
+        size = min(vsize, rsize) if vsize else rsize
+        sections.append(ElfSection(name, 0, flags, vaddr, roff, size))
+        segments.append(ElfSegment(0, flags, roff, rsize))
+    machine_name = PE_MACHINES.get(machine, f"machine {machine:#x}")
+    return ElfInfo(bits, machine_name, sections, segments, format="PE")

@@ -121,34 +121,49 @@ def fresh_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ort_session():
-    """``ort_session(key)``: a cached single-threaded ONNX Runtime session."""
+    """``ort_session(key, optimized=True)``: a cached single-threaded ONNX Runtime
+    session; ``optimized=False`` disables ORT's graph optimizations (fusions change
+    the float rounding: the difference between the two is ORT's own noise)."""
     ort = pytest.importorskip("onnxruntime")
     cache = {}
 
-    def get(key: str):
-        if key not in cache:
+    def get(key: str, optimized: bool = True):
+        if (key, optimized) not in cache:
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = 1
             opts.inter_op_num_threads = 1
-            cache[key] = ort.InferenceSession(str(fetch_model(key)), opts,
-                                              providers=["CPUExecutionProvider"])
-        return cache[key]
+            if not optimized:
+                opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            cache[key, optimized] = ort.InferenceSession(
+                str(fetch_model(key)), opts, providers=["CPUExecutionProvider"])
+        return cache[key, optimized]
 
     return get
 
 
-def assert_matches(got: list, want: list, what: str, rel: float = 1e-4) -> None:
-    """Every output has ONNX Runtime's shape and ``max|got - want| <= rel * scale``,
-    where ``scale`` is the output's range (``ptp``), or its largest magnitude when that
-    is bigger (an output of one value has range 0)."""
+def _max_diff(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+def assert_matches(got: list, want: list, what: str, rel: float = 1e-4,
+                   want_unopt: list | None = None) -> None:
+    """Every output has ONNX Runtime's shape and ``max|got - want| <= tol`` with
+    ``tol = rel * scale``; ``scale`` is the output's range (``ptp``), or its largest
+    magnitude when bigger (an output of one value has range 0). When ``want_unopt``
+    (ORT without graph optimizations) is given, ``tol`` is at least twice ORT's own
+    optimized-vs-unoptimized difference: monolib cannot be asked to agree with ORT
+    more closely than ORT agrees with itself (deep conv stacks: ~3e-4 on PP-OCR det)."""
     assert len(got) >= len(want), f"{what}: {len(got)} outputs, ONNX Runtime has {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
         g, w = np.asarray(g), np.asarray(w)
         assert g.shape == w.shape, f"{what} output {i}: shape {g.shape}, ORT {w.shape}"
         scale = max(float(np.ptp(w)), float(np.abs(w).max()), 1e-12)
-        diff = float(np.abs(g.astype(np.float64) - w).max())
-        assert diff <= rel * scale, (
-            f"{what} output {i}: max abs diff {diff:.3g} > {rel:g} * range {scale:.3g}")
+        noise = _max_diff(want_unopt[i], w) if want_unopt is not None else 0.0
+        tol = max(rel * scale, 2 * noise)
+        diff = _max_diff(g, w)
+        assert diff <= tol, (
+            f"{what} output {i}: max abs diff {diff:.3g} > {tol:.3g} = max({rel:g} * range "
+            f"{scale:.3g}, 2 * ORT's own opt/no-opt diff {noise:.3g})")
 
 
 @pytest.fixture(scope="session")

@@ -18,16 +18,17 @@ def det_outputs(model_lib, fresh_run, ort_session, page):
     x = ocr.det_preprocess(image)
     got = fresh_run(model_lib("det"), {"x": x})
     want = ort_session("ppocr_det").run(None, {"x": x})
-    return got, want
+    unopt = ort_session("ppocr_det", optimized=False).run(None, {"x": x})
+    return got, want, unopt
 
 
 def test_det_matches_onnxruntime(det_outputs, matches):
-    got, want = det_outputs
-    matches(got, want, "PP-OCRv4 det")
+    got, want, unopt = det_outputs
+    matches(got, want, "PP-OCRv4 det", want_unopt=unopt)
 
 
 def test_det_map_finds_the_text_band(det_outputs, page):
-    (prob,), _ = det_outputs
+    (prob,), _, _ = det_outputs
     image, bands = page
     m = prob[0, 0]
     for y0, y1 in bands:
@@ -42,15 +43,17 @@ def rec_io(model_lib, fresh_run, ort_session, text_line):
     x = ocr.line_preprocess(text_line, 48, 320)
     got = fresh_run(model_lib("rec"), {"x": x})
     want = ort_session("ppocr_rec").run(None, {"x": x})
-    return got, want
+    unopt = ort_session("ppocr_rec", optimized=False).run(None, {"x": x})
+    return got, want, unopt
 
 
 def test_rec_matches_onnxruntime(rec_io, matches):
-    matches(*rec_io, "PP-OCRv4 rec")
+    got, want, unopt = rec_io
+    matches(got, want, "PP-OCRv4 rec", want_unopt=unopt)
 
 
 def test_rec_reads_the_text(rec_io):
-    (probs,), _ = rec_io
+    (probs,), _, _ = rec_io
     charset = ocr.load_charset(fetch_model("ppocr_rec"))
     assert probs.shape == (1, 40, len(charset))
     assert ocr.ctc_greedy_decode(probs, charset) == TEXT

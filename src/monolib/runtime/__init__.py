@@ -19,6 +19,7 @@ from .library import load_module
 from .module import Module, register_loader
 from .ndarray import NDArray
 from .dso import DSOModule
+from .params import load_params, save_params
 
 __all__ = [
     "Module",
@@ -32,6 +33,8 @@ __all__ = [
     "Device",
     "cpu",
     "NDArray",
+    "save_params",
+    "load_params",
     *_errors_all,
 ]
 

@@ -351,6 +351,7 @@ class GraphModule:
         if not isinstance(module, GraphExecutor):
             raise TypeError(f"GraphModule wraps a GraphExecutor, got {type(module).__name__}")
         self.executor = module
+        self._by_name = {t.name: i for i, t in enumerate(module.inputs)}
 
     def _expected(self) -> str:
         return ", ".join(t.describe() for t in self.executor.inputs)
@@ -362,10 +363,10 @@ class GraphModule:
                 return int(key)
             raise InputError(f"input index {key} out of range: the model has "
                              f"{len(inputs)} inputs ({self._expected()})")
-        for i, t in enumerate(inputs):
-            if t.name == key:
-                return i
-        raise InputError(f"unknown input {key!r}: the model expects {self._expected()}")
+        i = self._by_name.get(key) if isinstance(key, str) else None
+        if i is None:
+            raise InputError(f"unknown input {key!r}: the model expects {self._expected()}")
+        return i
 
     def set_input(self, key: Any = None, value: Any = None, **inputs: Any) -> None:
         """Copy input array(s) into the executor.
@@ -394,11 +395,11 @@ class GraphModule:
     def _set_one(self, key: Any, value: Any) -> None:
         i = self._index(key)
         info = self.executor.inputs[i]
-        arr = _as_array(value, info)
+        arr = value if type(value) is np.ndarray else _as_array(value, info)
         if arr.dtype != info.dtype:
             raise InputError(f"input {info.name!r} has dtype {arr.dtype}, the model expects "
                              f"{info.dtype} ({self._expected()})")
-        if tuple(arr.shape) != info.shape:
+        if arr.shape != info.shape:
             raise InputError(f"input {info.name!r} has shape {list(arr.shape)}, the model "
                              f"expects {list(info.shape)} ({self._expected()})")
         np.copyto(self.executor.input_view(i), arr)

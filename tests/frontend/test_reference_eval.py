@@ -49,3 +49,17 @@ def test_small_cnn_matches_ort_before_and_after_passes():
     simplify(g)
     assert "BatchNormalization" not in g.op_counts()
     np.testing.assert_allclose(evaluate(g, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+
+
+@requires_ops("Conv", "BatchNormalization", "Relu", "MaxPool", "GlobalAveragePool", "Sigmoid")
+def test_first_divergence_finds_the_tampered_node():
+    from monolib.compiler.reference_eval import first_divergence
+
+    model = _small_cnn()
+    g = import_model(model, shapes={"x": (1, 3, 16, 20)})
+    x = RNG.standard_normal((1, 3, 16, 20)).astype(np.float32)
+    assert first_divergence(model, g, {"x": x}) is None
+    relu = next(n for n in g.nodes if n.op_type == "Relu")
+    relu.op_type = "Sigmoid"  # a wrong op in the middle of the graph
+    name, err = first_divergence(model, g, {"x": x})
+    assert name == "r" and err > 0.1

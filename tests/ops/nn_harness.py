@@ -150,7 +150,7 @@ def run_c(node: Node, inputs: Sequence[np.ndarray | None], epilogue: bool = Fals
     for v in node.inputs:
         if v is not None:
             ctx.ptr(v)
-    head = "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n"
+    head = _prelude()
     head += "".join((KERNELS / h).read_text() + "\n" for h in ctx.headers)
     src = head + "\n".join(ctx.helpers) + (
         "\nvoid run(const uint8_t* restrict params, uint8_t* restrict arena) {\n"
@@ -180,6 +180,16 @@ def run_c(node: Node, inputs: Sequence[np.ndarray | None], epilogue: bool = Fals
             _, off = ctx.offsets[v.uid]
             outs.append(arena[off: off + v.nbytes].view(v.dtype).reshape(v.shape).copy())
     return outs
+
+
+def _prelude() -> str:
+    """The code generator's prelude (math declarations, pragmas) when it is importable, so
+    kernels are tested as they are built in a real library."""
+    try:
+        from monolib.compiler.codegen.c import PRELUDE
+    except ImportError:
+        return "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n"
+    return PRELUDE
 
 
 def _aligned(n: int) -> np.ndarray:

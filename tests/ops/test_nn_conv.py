@@ -56,6 +56,12 @@ CONV_CASES = {
     "conv1d_k3_s2": ((1, 9, 33), (16, 9, 3), {"pads": [1, 1], "strides": [2]}),
     "conv1d_k1": ((2, 16, 7), (1, 16, 1), {}),
     "conv1d_stft": ((1, 1, 1152), (258, 1, 256), {"strides": [128]}),
+    # batches of small images fold into one GEMM (silero sequence: N=32, 4 positions)
+    "fold_stft": ((6, 1, 832), (258, 1, 256), {"strides": [128]}),
+    "fold_1d_k3": ((5, 9, 4), (16, 9, 3), {"pads": [1, 1]}),
+    "fold_1d_k3_s2": ((7, 8, 4), (12, 8, 3), {"pads": [1, 1], "strides": [2]}),
+    "fold_pointwise": ((3, 10, 2, 3), (7, 10, 1, 1), {}),
+    "fold_grouped_2d": ((4, 6, 5, 5), (9, 2, 3, 3), {"group": 3, "pads": [1, 1, 1, 1]}),
 }
 
 

@@ -51,12 +51,14 @@ enum { ML_B_PACKED = 0, ML_B_STRIDED = 1, ML_B_IM2COL = 2 };
 /* Where B comes from. PACKED: p is full-K packed (k_total rows). STRIDED: B[k][n] =
  * p[k*ldk + n*ldn]. IM2COL: B[(ci*KH+ky)*KW+kx][oh*OW+ow] = x[ci][oh*SH+ky*DH][ow*SW+kx*DW]
  * with x = p an already zero-padded [C][H][W] image (every read in range; conv.h's
- * ml_pad_image makes one), so packing is plain copies of runs along the output rows. */
+ * ml_pad_image makes one), so packing is plain copies of runs along the output rows.
+ * With img > 0 the columns run over several images img floats apart (n*OH*OW + oh*OW + ow),
+ * so a batch of small images makes one wide GEMM. */
 typedef struct {
     int kind;
     const float* p;
     int64_t k_total, ldk, ldn;
-    int64_t H, W, KH, KW, SH, SW, DH, DW, OW;
+    int64_t H, W, KH, KW, SH, SW, DH, DW, OH, OW, img;
 } ml_bsrc;
 
 /* One GEMM call: see ml_sgemm. */
@@ -96,10 +98,12 @@ static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, i
                                       float* restrict dst, int64_t kc) {
     int64_t kx = k % s->KW, ky = (k / s->KW) % s->KH, ci = k / (s->KW * s->KH);
     const float* x = s->p + ci * s->H * s->W + ky * s->DH * s->W + kx * s->DW;
-    int64_t oh = n0 / s->OW, ow = n0 % s->OW, SW = s->SW;
+    int64_t ohw = s->OH * s->OW, img = n0 / ohw;
+    int64_t oh = (n0 % ohw) / s->OW, ow = n0 % s->OW, SW = s->SW;
     for (int64_t j = 0; j < nc;) {
         int64_t run = ML_MIN(s->OW - ow, nc - j); /* stays in one output row */
-        const float* src = x + oh * s->SH * s->W + ow * SW;
+        if (oh == s->OH) { oh = 0; ++img; }
+        const float* src = x + img * s->img + oh * s->SH * s->W + ow * SW;
         for (int64_t t = 0; t < run;) {
             int64_t jj = j + t, r = jj % ML_NR;
             int64_t len = ML_MIN(ML_NR - r, run - t); /* stays in one panel */

@@ -11,6 +11,7 @@
 #define MONOLIB_LSTM_H
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 static inline float ml_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -19,10 +20,62 @@ static inline float ml_clipf(float x, float clip) {
     return x;
 }
 
+/* gates[0..G) += h[0..H) @ rt[H][G], G columns in register blocks of 4 vectors. */
+static inline void ml_lstm_recur(int64_t H, int64_t G, const float* restrict h,
+                                 const float* restrict rt, float* restrict gates) {
+    int64_t j = 0;
+    for (; j + 4 * ML_VW <= G; j += 4 * ML_VW) {
+        ml_vf a0 = *(ml_vf*)(gates + j), a1 = *(ml_vf*)(gates + j + ML_VW);
+        ml_vf a2 = *(ml_vf*)(gates + j + 2 * ML_VW), a3 = *(ml_vf*)(gates + j + 3 * ML_VW);
+        for (int64_t k = 0; k < H; ++k) {
+            const float* r = rt + k * G + j;
+            ml_vf hk = h[k] - (ml_vf){0};
+            a0 += hk * *(const ml_vf*)r;
+            a1 += hk * *(const ml_vf*)(r + ML_VW);
+            a2 += hk * *(const ml_vf*)(r + 2 * ML_VW);
+            a3 += hk * *(const ml_vf*)(r + 3 * ML_VW);
+        }
+        *(ml_vf*)(gates + j) = a0;
+        *(ml_vf*)(gates + j + ML_VW) = a1;
+        *(ml_vf*)(gates + j + 2 * ML_VW) = a2;
+        *(ml_vf*)(gates + j + 3 * ML_VW) = a3;
+    }
+    for (; j < G; ++j) {
+        float a = gates[j];
+        for (int64_t k = 0; k < H; ++k) a += h[k] * rt[k * G + j];
+        gates[j] = a;
+    }
+}
+
+/* The cell update without peepholes, as flat loops over arrays that vectorise (the
+ * generated source declares expf/tanhf with simd variants). */
+static inline void ml_lstm_cell(int64_t H, float clip, float* restrict g, float* restrict h,
+                                float* restrict c) {
+    for (int64_t j = 0; j < 3 * H; ++j) g[j] = ml_sigmoidf(ml_clipf(g[j], clip));
+    for (int64_t j = 3 * H; j < 4 * H; ++j) g[j] = tanhf(ml_clipf(g[j], clip));
+    for (int64_t j = 0; j < H; ++j) c[j] = g[2 * H + j] * c[j] + g[j] * g[3 * H + j];
+    for (int64_t j = 0; j < H; ++j) h[j] = g[H + j] * tanhf(c[j]);
+}
+
+/* The cell update with peepholes (i and f see the old cell, o the new one). */
+static inline void ml_lstm_cell_peep(int64_t H, float clip, const float* restrict p,
+                                     const float* restrict g, float* restrict h,
+                                     float* restrict c) {
+    for (int64_t j = 0; j < H; ++j) {
+        float cp = c[j];
+        float ig = ml_sigmoidf(ml_clipf(g[j] + p[j] * cp, clip));
+        float fg = ml_sigmoidf(ml_clipf(g[2 * H + j] + p[2 * H + j] * cp, clip));
+        float cn = fg * cp + ig * tanhf(ml_clipf(g[3 * H + j], clip));
+        float og = ml_sigmoidf(ml_clipf(g[H + j] + p[H + j] * cn, clip));
+        c[j] = cn;
+        h[j] = og * tanhf(cn);
+    }
+}
+
 /* One direction over T steps, batch B, hidden H. gx: [T][B][4H]; rt: [H][4H]; p: [3H]
  * peepholes (i, o, f) or NULL; h0, c0: [B][H] or NULL (zeros). y: output of step t at
  * y + t*y_tstride (+ b*H), or NULL. h, c: [B][H] state, final values on return.
- * gates: scratch of 4H floats. */
+ * gates: scratch of 4H floats. Needs gemm.h (ml_vf). */
 static void ml_lstm_dir(int64_t T, int64_t B, int64_t H, int reverse, const float* restrict gx,
                         const float* restrict rt, const float* restrict p,
                         const float* restrict h0, const float* restrict c0, float clip,
@@ -38,27 +91,13 @@ static void ml_lstm_dir(int64_t T, int64_t B, int64_t H, int reverse, const floa
         for (int64_t b = 0; b < B; ++b) {
             float* hb = h + b * H;
             float* cb = c + b * H;
-            const float* g0 = gx + (t * B + b) * G;
-            for (int64_t j = 0; j < G; ++j) gates[j] = g0[j];
-            for (int64_t k = 0; k < H; ++k) {
-                float hk = hb[k];
-                const float* r = rt + k * G;
-                for (int64_t j = 0; j < G; ++j) gates[j] += hk * r[j];
-            }
-            for (int64_t j = 0; j < H; ++j) {
-                float cp = cb[j];
-                float gi = gates[j] + (p ? p[j] * cp : 0.0f);
-                float gf = gates[2 * H + j] + (p ? p[2 * H + j] * cp : 0.0f);
-                float ig = ml_sigmoidf(ml_clipf(gi, clip));
-                float fg = ml_sigmoidf(ml_clipf(gf, clip));
-                float cn = fg * cp + ig * tanhf(ml_clipf(gates[3 * H + j], clip));
-                float go = gates[H + j] + (p ? p[H + j] * cn : 0.0f);
-                float og = ml_sigmoidf(ml_clipf(go, clip));
-                cb[j] = cn;
-                hb[j] = og * tanhf(cn);
-            }
-            if (y)
-                for (int64_t j = 0; j < H; ++j) y[t * y_tstride + b * H + j] = hb[j];
+            memcpy(gates, gx + (t * B + b) * G, G * sizeof(float));
+            ml_lstm_recur(H, G, hb, rt, gates);
+            if (p)
+                ml_lstm_cell_peep(H, clip, p, gates, hb, cb);
+            else
+                ml_lstm_cell(H, clip, gates, hb, cb);
+            if (y) memcpy(y + t * y_tstride + b * H, hb, H * sizeof(float));
         }
     }
 }

@@ -158,41 +158,72 @@ def _weights(node: Node, ctx: EmitContext, group: int, mg: int, k: int) -> tuple
     return f"((const float*){buf})", per_group, code
 
 
+# A batch of images whose outputs are smaller than this many pixels runs as ONE GEMM over
+# all images' columns (then scattered to NCHW): narrow per-image GEMMs waste the 16-wide tile.
+FOLD_BATCH_BELOW = 64
+
+
+def _b_source(node: Node, ctx: EmitContext, d: dict[str, int], folded: bool
+              ) -> tuple[dict[str, str], str]:
+    """(ml_bsrc fields for image ``n`` (all images when folded) and group ``g``, C that
+    pads the input first or "")."""
+    x = node.inputs[0]
+    n, c = x.shape[:2]
+    cg = c // int(node.attrs["group"])
+    hw = d["H"] * d["W"]
+    pointwise = (d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1 and d["PT"] == d["PL"] == 0
+                 and d["OH"] == d["H"] and d["OW"] == d["W"])
+    first = "0" if folded else "n"
+    if pointwise and not folded:
+        return {"kind": "ML_B_STRIDED", "p": f"{ctx.ptr(x)} + (n * {c} + g * {cg}) * {hw}",
+                "ldk": str(hw), "ldn": "1"}, ""
+    hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
+    wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
+    pad = ""
+    src = f"{ctx.ptr(x)} + {first} * {c * hw} + g * {cg * hw}"
+    if d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"]:
+        images = n if folded else 1
+        padded = ctx.scratch(4 * images * c * hp * wp)
+        pad = (f"for (int64_t i = 0; i < {images}; ++i)\n"
+               f"  ml_pad_image({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, {d['PL']}, "
+               f"{ctx.ptr(x)} + ({first} + i) * {c * hw}, (float*){padded} + i * {c * hp * wp});\n")
+        src = f"(const float*){padded} + g * {cg * hp * wp}"
+    else:
+        hp, wp = d["H"], d["W"]
+    bsrc = {"kind": "ML_B_IM2COL", "p": src, "H": str(hp), "W": str(wp),
+            "img": str(c * hp * wp if folded else 0)}
+    bsrc.update({key: str(d[key]) for key in ("KH", "KW", "SH", "SW", "DH", "DW", "OH", "OW")})
+    return bsrc, pad
+
+
 def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group: int) -> str:
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
     m = w.shape[0]
     cg, mg = c // group, m // group
     k = cg * d["KH"] * d["KW"]
-    hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+    ohw = d["OH"] * d["OW"]
     ap, per_group, code = _weights(node, ctx, group, mg, k)
-    pointwise = (d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1 and d["PT"] == d["PL"] == 0
-                 and d["OH"] == d["H"] and d["OW"] == d["W"])
-    xg = f"{ctx.ptr(x)} + (n * {c} + g * {cg}) * {hw}"
-    pad_code = ""
-    if pointwise:
-        bsrc = {"kind": "ML_B_STRIDED", "p": xg, "ldk": str(hw), "ldn": "1"}
-    else:
-        hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
-        wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
-        if d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"]:
-            padded = ctx.scratch(4 * c * hp * wp)
-            pad_code = (f"  ml_pad_image({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, "
-                        f"{d['PL']}, {ctx.ptr(x)} + n * {c * hw}, (float*){padded});\n")
-            xg = f"(const float*){padded} + g * {cg * hp * wp}"
-        else:
-            hp, wp = d["H"], d["W"]
-        bsrc = {"kind": "ML_B_IM2COL", "p": xg, "H": str(hp), "W": str(wp)}
-        bsrc.update({key: str(d[key]) for key in ("KH", "KW", "SH", "SW", "DH", "DW", "OW")})
-    bbuf = ctx.scratch(4 * bbuf_floats(k, ohw))
+    folded = n > 1 and ohw < FOLD_BATCH_BELOW
+    bsrc, pad = _b_source(node, ctx, d, folded)
+    cols = n * ohw if folded else ohw
+    bbuf = ctx.scratch(4 * bbuf_floats(k, cols))
     yp = ctx.ptr(y)
-    fields = {
-        "M": str(mg), "N": str(ohw), "K": str(k), "a": f"{ap} + g * {per_group}",
-        "c": f"{yp} + (n * {m} + g * {mg}) * {ohw}", "bbuf": f"(float*){bbuf}",
-        "epi": epi, "epi_out": yp, "epi_b": "n", "epi_m0": f"g * {mg}",
-    }
+    fields = {"M": str(mg), "N": str(cols), "K": str(k), "a": f"{ap} + g * {per_group}",
+              "bbuf": f"(float*){bbuf}"}
     if b is not None:
         fields["bias_m"] = f"{ctx.ptr(b)} + g * {mg}"
-    call = gemm_call(fields, bsrc)
-    return (code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad_code}"
-            f"for (int64_t g = 0; g < {group}; ++g)\n{call}\n}}")
+    if not folded:
+        fields.update({"c": f"{yp} + (n * {m} + g * {mg}) * {ohw}", "epi": epi,
+                       "epi_out": yp, "epi_b": "n", "epi_m0": f"g * {mg}"})
+        return (code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad}"
+                f"for (int64_t g = 0; g < {group}; ++g)\n{gemm_call(fields, bsrc)}\n}}")
+    # folded: C' [mg, n*ohw] per group in scratch, then scattered to [n, m, ohw]
+    tmp = ctx.scratch(4 * mg * cols)
+    fields["c"] = f"(float*){tmp}"
+    epi_line = f"    ({epi})({yp}, i, g * {mg}, (g + 1) * {mg}, 0, {ohw});\n" if epi != "(ml_epi_fn)0" else ""
+    return (code + pad + f"for (int64_t g = 0; g < {group}; ++g) {{\n{gemm_call(fields, bsrc)}\n"
+            f"  for (int64_t i = 0; i < {n}; ++i) {{\n"
+            f"    for (int64_t r = 0; r < {mg}; ++r)\n"
+            f"      memcpy({yp} + (i * {m} + g * {mg} + r) * {ohw}, (const float*){tmp} + "
+            f"r * {cols} + i * {ohw}, {4 * ohw});\n{epi_line}  }}\n}}")

@@ -168,3 +168,12 @@ def test_run_model_rejects_unknown_input():
     model = make_node_model("Relu", {"x": a}, {})
     with pytest.raises(InputError, match="nope"):
         run_model(model, {"x": a, "nope": a})
+
+
+def test_elementwise_op_with_non_broadcasting_input_is_emitted_alone():
+    x = rng.standard_normal((3, 2, 2)).astype(np.float64)
+    like = np.zeros((1,), np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("CastLike", ["r", "like"], ["y"])]
+    m = model_of(nodes, [("x", x), ("like", like)], [("y", TensorProto.FLOAT, x.shape)])
+    got = assert_matches_ort(m, {"x": x, "like": like})
+    assert got[0].dtype == np.float32

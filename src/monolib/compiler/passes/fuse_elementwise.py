@@ -205,6 +205,20 @@ def group_strides(strides, out_shape, groups) -> tuple[int, int, int] | None:
     return tuple(result)
 
 
+def _broadcasts(node: Node) -> bool:
+    """Every given input broadcasts to output 0 (not so for e.g. CastLike's type donor);
+    otherwise the node is emitted on its own by its op's ``emit``."""
+    if len(node.outputs) != 1:
+        return False
+    try:
+        for v in node.inputs:
+            if v is not None:
+                broadcast_strides(v.shape, node.outputs[0].shape)
+    except CompileError:
+        return False
+    return True
+
+
 def _valid_groups(groups, ndim: int) -> bool:
     if groups is None or len(groups) != 3:
         return False
@@ -238,7 +252,7 @@ class _Fuser:
         op = op_of(node)
         if op.alias:
             return FusedOp("alias", node, out=node.outputs[0], src=node.inputs[0])
-        if op.elementwise:
+        if op.elementwise and _broadcasts(node):
             head = ChainStep(node, op, ())
             fused = FusedOp("elementwise", node, [head], out=node.outputs[0])
             self._extend(fused, None)
@@ -295,18 +309,13 @@ class _Fuser:
         if id(node) in self.claimed:
             return None
         op = op_of(node)
-        if not op.elementwise or len(node.outputs) != 1:
+        if not op.elementwise or len(node.outputs) != 1 or not _broadcasts(node):
             return None
         out = node.outputs[0]
         if out.shape != fused.out.shape:  # fused.out is still the group's first value
             return None
         positions = tuple(i for i, v in enumerate(node.inputs) if v is not None and v.uid in pending)
         step = ChainStep(node, op, positions)
-        for v in step.side_inputs():
-            try:
-                broadcast_strides(v.shape, out.shape)
-            except CompileError:
-                return None
         if groups is not None and not self._fits_epilogue(fused, step, groups):
             return None
         if not self._order_ok(fused, node):

@@ -49,6 +49,8 @@ class Pass:
         return type(self).__name__
 
     def call(self, graph: Graph) -> PassResult:
+        """Rewrite ``graph`` (in place or into a new graph) and say whether anything
+        changed. Subclasses implement this; callers use ``pass_(graph)``."""
         raise NotImplementedError(f"{self.name}.call")
 
     def __call__(self, graph: Graph) -> PassResult:

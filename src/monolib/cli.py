@@ -19,11 +19,12 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .runtime.errors import InputError, MonolibError
 
-__all__ = ["main", "build_parser", "parse_shape", "parse_const"]
+__all__ = ["build_parser", "main", "parse_const", "parse_shape"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
             raise ValueError
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"bad --shape {text!r}: expected NAME=d0,d1,... (e.g. x=1,3,48,320)") from None
+            f"bad --shape {text!r}: expected NAME=d0,d1,... (e.g. x=1,3,48,320)"
+        ) from None
     return name, shape
 
 
@@ -79,33 +81,64 @@ def parse_const(text: str) -> tuple[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``monolib`` command."""
     parser = argparse.ArgumentParser(
-        prog="monolib", description="Compile an ONNX model into ONE shared library; run it; "
-        "inspect it.")
+        prog="monolib",
+        description="Compile an ONNX model into ONE shared library; run it; inspect it.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
     comp = sub.add_parser("compile", help="compile an ONNX model into a shared library")
     comp.add_argument("model", help="the .onnx file")
-    comp.add_argument("-o", "--output", required=True,
-                      help="output library (no suffix: the target OS's, e.g. .so)")
-    comp.add_argument("--shape", action="append", type=parse_shape, default=[],
-                      metavar="NAME=D0,D1,...", help="static shape of an input (repeatable)")
-    comp.add_argument("--const", action="append", type=parse_const, default=[],
-                      metavar="NAME=VALUE", help="bake an input in as a constant (repeatable)")
+    comp.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="output library (no suffix: the target OS's, e.g. .so)",
+    )
+    comp.add_argument(
+        "--shape",
+        action="append",
+        type=parse_shape,
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="static shape of an input (repeatable)",
+    )
+    comp.add_argument(
+        "--const",
+        action="append",
+        type=parse_const,
+        default=[],
+        metavar="NAME=VALUE",
+        help="bake an input in as a constant (repeatable)",
+    )
     comp.add_argument("--target", default="c", help='target string (default "c": the host)')
 
     run = sub.add_parser("run", help="load a library and run it on .npy/.npz inputs")
     run.add_argument("library")
-    run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
-                     help="an input (repeatable); a bare FILE.npz gives inputs by name")
+    run.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input (repeatable); a bare FILE.npz gives inputs by name",
+    )
     run.add_argument("--output", "-o", help="write the outputs to this .npz")
-    run.add_argument("--repeat", type=int, default=1,
-                     help="timed runs (default 1); the first is reported on its own")
-    run.add_argument("--random", action="store_true",
-                     help="fill inputs not given with random data (for timing)")
+    run.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="timed runs (default 1); the first is reported on its own",
+    )
+    run.add_argument(
+        "--random", action="store_true", help="fill inputs not given with random data (for timing)"
+    )
     run.add_argument("--verify", action="store_true", help="check every SHA-256 at load")
-    run.add_argument("--profile", action="store_true",
-                     help="also time each fused op (monolib_run_op) and list the slowest")
+    run.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time each fused op (monolib_run_op) and list the slowest",
+    )
 
     insp = sub.add_parser("inspect", help="describe a library without loading it")
     insp.add_argument("library")
@@ -129,12 +162,12 @@ class StepDisplay:
         self.steps: list[tuple[str, float]] = []
         self._status = console.status("starting") if hasattr(console, "status") else None
 
-    def __enter__(self) -> "StepDisplay":
+    def __enter__(self) -> StepDisplay:  # noqa: PYI034
         if self._status is not None:
             self._status.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
             self.finish()
         if self._status is not None:
@@ -152,9 +185,11 @@ class StepDisplay:
             return
         dt = time.perf_counter() - self.started
         self.steps.append((self.current, dt))
-        self.console.print(f"  [green]✓[/green] {self.current:<32} {dt:8.2f} s"
-                           if self._status is not None else
-                           f"  done {self.current:<32} {dt:8.2f} s")
+        self.console.print(
+            f"  [green]✓[/green] {self.current:<32} {dt:8.2f} s"
+            if self._status is not None
+            else f"  done {self.current:<32} {dt:8.2f} s"
+        )
         self.current = None
 
 
@@ -163,11 +198,17 @@ def cmd_compile(args: argparse.Namespace, console: Any) -> int:
 
     t0 = time.perf_counter()
     with StepDisplay(console) as steps:
-        lib = build_compile(args.model, target=args.target, shapes=dict(args.shape) or None,
-                            constants=dict(args.const) or None, progress=steps)
+        lib = build_compile(
+            args.model,
+            target=args.target,
+            shapes=dict(args.shape) or None,
+            constants=dict(args.const) or None,
+            progress=steps,
+        )
         path = lib.export_library(args.output, progress=steps)
-    console.print(f"wrote {path} ({os.path.getsize(path)} bytes) in "
-                  f"{time.perf_counter() - t0:.2f} s")
+    console.print(
+        f"wrote {path} ({os.path.getsize(path)} bytes) in {time.perf_counter() - t0:.2f} s"
+    )
     return 0
 
 
@@ -196,8 +237,10 @@ def _fill_missing(gm: Any, inputs: dict[str, Any], random: bool) -> None:
     missing = [n for n in shapes if n not in inputs]
     if missing and not random:
         expected = ", ".join(f"{n}={dtypes[n]}{list(shapes[n])}" for n in shapes)
-        raise InputError(f"missing inputs {missing}; the model expects {expected} "
-                         "(give --input NAME=FILE.npy, or --random)")
+        raise InputError(
+            f"missing inputs {missing}; the model expects {expected} "
+            "(give --input NAME=FILE.npy, or --random)"
+        )
     rng = np.random.default_rng(0)
     for name in missing:
         inputs[name] = rng.standard_normal(shapes[name]).astype(dtypes[name])
@@ -221,11 +264,21 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
     t_first = time.perf_counter() - t
     bench = gm.benchmark(repeat=args.repeat - 1, warmup=0) if args.repeat > 1 else None
     outputs = {name: gm.get_output(i).numpy() for i, name in enumerate(gm.output_names)}
-    rows = [[n, str(list(a.shape)), str(a.dtype), f"{a.min():.6g}" if a.size else "",
-             f"{a.max():.6g}" if a.size else ""] for n, a in outputs.items()]
+    rows = [
+        [
+            n,
+            str(list(a.shape)),
+            str(a.dtype),
+            f"{a.min():.6g}" if a.size else "",
+            f"{a.max():.6g}" if a.size else "",
+        ]
+        for n, a in outputs.items()
+    ]
     print_table(console, "outputs", ["name", "shape", "dtype", "min", "max"], rows)
-    console.print(f"load {t_load * 1e3:.2f} ms; first run {t_first * 1e3:.3f} ms"
-                  + (f"; {args.repeat - 1} more runs: {bench}" if bench else ""))
+    console.print(
+        f"load {t_load * 1e3:.2f} ms; first run {t_first * 1e3:.3f} ms"
+        + (f"; {args.repeat - 1} more runs: {bench}" if bench else "")
+    )
     if args.profile:
         _print_profile(console, gm.executor.profile(repeat=max(1, min(args.repeat, 20))))
     if args.output:
@@ -238,11 +291,23 @@ def _print_profile(console: Any, ops: list[dict], top: int = 25) -> None:
     from .tools.inspect import print_table
 
     total = sum(o["time_ms"] for o in ops) or 1.0
-    rows = [[str(o["index"]), o["name"], "+".join([o["op"], *o["fused"]]), str(o["shape"]),
-             f"{o['time_ms']:.3f}", f"{100 * o['time_ms'] / total:.1f}%"]
-            for o in sorted(ops, key=lambda o: -o["time_ms"])[:top]]
-    print_table(console, f"slowest ops (of {len(ops)}; sum {total:.3f} ms)",
-                ["#", "name", "ops", "shape", "ms", "share"], rows)
+    rows = [
+        [
+            str(o["index"]),
+            o["name"],
+            "+".join([o["op"], *o["fused"]]),
+            str(o["shape"]),
+            f"{o['time_ms']:.3f}",
+            f"{100 * o['time_ms'] / total:.1f}%",
+        ]
+        for o in sorted(ops, key=lambda o: -o["time_ms"])[:top]
+    ]
+    print_table(
+        console,
+        f"slowest ops (of {len(ops)}; sum {total:.3f} ms)",
+        ["#", "name", "ops", "shape", "ms", "share"],
+        rows,
+    )
 
 
 # --------------------------------------------------------------------------- inspect
@@ -277,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `monolib inspect x.so --json | head`: not an error
-        sys.stdout = open(os.devnull, "w")
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (lives until exit)
         return 0
 
 

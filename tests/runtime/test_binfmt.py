@@ -37,8 +37,11 @@ def test_monolib_section_is_read_only_aligned_and_stack_not_executable(big_lib):
     assert data[sec.offset : sec.offset + 8] == MAGIC
     stack = [s for s in elf.segments if s.type == PT_GNU_STACK]
     assert stack and not stack[0].flags & PF_X
-    (seg,) = [s for s in elf.segments if s.type == PT_LOAD
-              and s.offset <= sec.offset < s.offset + s.filesz]
+    (seg,) = [
+        s
+        for s in elf.segments
+        if s.type == PT_LOAD and s.offset <= sec.offset < s.offset + s.filesz
+    ]
     assert not seg.flags & PF_X, "the container must not be mapped executable"
 
 
@@ -67,7 +70,7 @@ def test_corrupt_section_table_is_an_error(tiny_lib, tmp_path):
     idx = [s.name for s in parse_elf(data).sections].index(".monolib")
     struct.pack_into("<Q", bad, shoff + idx * 64 + 24, len(data) * 4)
     (tmp_path / "c.so").write_bytes(bad)
-    with pytest.raises(LibraryLoadError, match="c.so.*section %d" % idx):
+    with pytest.raises(LibraryLoadError, match=f"c.so.*section {idx}"):
         load_module(str(tmp_path / "c.so"))
 
 

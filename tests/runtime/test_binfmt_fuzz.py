@@ -5,6 +5,7 @@ headers of all three formats: only MonolibError subclasses, never another except
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ def container_bytes() -> bytes:
     f = tiny_factory()
     from monolib.runtime.container import pack_container
 
-    return pack_container([(f.type_key, f.save_sections()), ("library", {})],
-                          import_tree=([0, 1, 1], [1]))
+    return pack_container(
+        [(f.type_key, f.save_sections()), ("library", {})], import_tree=([0, 1, 1], [1])
+    )
 
 
 def make_pe(blob: bytes) -> bytes:
@@ -30,8 +32,9 @@ def make_pe(blob: bytes) -> bytes:
     coff = b"PE\0\0" + struct.pack("<HHIIIHH", 0x8664, 1, 0, 0, 0, opt_size, 0x2022)
     opt = struct.pack("<H", 0x20B) + bytes(opt_size - 2)
     raw_off = 4096
-    sec = struct.pack("<8sIIIIIIHHI", b".monolib", len(blob), 0x3000, len(blob), raw_off,
-                      0, 0, 0, 0, 0x40000040)
+    sec = struct.pack(
+        "<8sIIIIIIHHI", b".monolib", len(blob), 0x3000, len(blob), raw_off, 0, 0, 0, 0, 0x40000040
+    )
     head = dos + coff + opt + sec
     return head + bytes(raw_off - len(head)) + blob
 
@@ -39,17 +42,43 @@ def make_pe(blob: bytes) -> bytes:
 def make_macho(blob: bytes) -> bytes:
     """A minimal 64-bit arm64 dylib: header, one LC_SEGMENT_64 with one section."""
     off = 16384
-    sect = struct.pack("<16s16sQQIIIIIIII", b"__monolib", b"__DATA_CONST", 0x8000, len(blob),
-                       off, 14, 0, 0, 0, 0, 0, 0)
-    seg = struct.pack("<II16sQQQQiiII", 0x19, 72 + 80, b"__DATA_CONST", 0x8000, len(blob),
-                      off, len(blob), 3, 3, 1, 0x10)
+    sect = struct.pack(
+        "<16s16sQQIIIIIIII",
+        b"__monolib",
+        b"__DATA_CONST",
+        0x8000,
+        len(blob),
+        off,
+        14,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    )
+    seg = struct.pack(
+        "<II16sQQQQiiII",
+        0x19,
+        72 + 80,
+        b"__DATA_CONST",
+        0x8000,
+        len(blob),
+        off,
+        len(blob),
+        3,
+        3,
+        1,
+        0x10,
+    )
     head = struct.pack("<IiiIIIII", 0xFEEDFACF, 0x0100000C, 0, 6, 1, len(seg + sect), 0, 0)
     head += seg + sect
     return head + bytes(off - len(head)) + blob
 
 
-@pytest.mark.parametrize("make, fmt, machine", [(make_pe, "PE", "x86_64"),
-                                                (make_macho, "Mach-O", "aarch64")])
+@pytest.mark.parametrize(
+    "make, fmt, machine", [(make_pe, "PE", "x86_64"), (make_macho, "Mach-O", "aarch64")]
+)
 def test_minimal_files_are_read(make, fmt, machine):
     blob = container_bytes()
     data = make(blob)
@@ -80,8 +109,11 @@ def test_pe_and_macho_errors():
 @pytest.mark.parametrize("fmt", ["ELF", "PE", "Mach-O"])
 def test_random_header_damage_raises_only_monolib_errors(fmt, tiny_lib):
     blob = container_bytes()
-    data = {"ELF": lambda: open(tiny_lib, "rb").read(), "PE": lambda: make_pe(blob),
-            "Mach-O": lambda: make_macho(blob)}[fmt]()
+    data = {
+        "ELF": lambda: Path(tiny_lib).read_bytes(),
+        "PE": lambda: make_pe(blob),
+        "Mach-O": lambda: make_macho(blob),
+    }[fmt]()
     rng = np.random.default_rng(7)
     head = 512 if fmt != "ELF" else 64
     shoff = struct.unpack_from("<Q", data, 0x28)[0] if fmt == "ELF" else None

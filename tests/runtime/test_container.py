@@ -51,7 +51,9 @@ def test_header_layout_and_alignment():
     for mod in c.modules:
         for sec in mod.sections:
             assert sec.offset % PAYLOAD_ALIGN == 0
-            assert hashlib.sha256(blob[sec.offset : sec.offset + sec.size]).hexdigest() == sec.sha256
+            assert (
+                hashlib.sha256(blob[sec.offset : sec.offset + sec.size]).hexdigest() == sec.sha256
+            )
 
 
 def test_round_trip_sections_and_tree():

@@ -8,6 +8,7 @@ C runtime for the target and caches it), so marked slow; skipped without ziglang
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from tinylib import tiny_graph, tiny_source
@@ -29,8 +30,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("target, suffix, binary, refusal", CASES,
-                         ids=["aarch64-linux", "windows", "macos"])
+@pytest.mark.parametrize(
+    "target, suffix, binary, refusal", CASES, ids=["aarch64-linux", "windows", "macos"]
+)
 def test_cross_export_inspect_and_refuse(tmp_path, target, suffix, binary, refusal):
     graph, params = tiny_graph()
     factory = GraphExecutorFactoryModule(graph, params, CSourceModule(tiny_source(), target))
@@ -41,7 +43,7 @@ def test_cross_export_inspect_and_refuse(tmp_path, target, suffix, binary, refus
     assert report["binary"] == binary
     assert [m["type_key"] for m in report["modules"]] == ["graph_executor_factory", "library"]
     assert report["graphs"]["0"]["name"] == "tiny"
-    info = parse_binary(open(path, "rb").read(), path)
+    info = parse_binary(Path(path).read_bytes(), path)
     sec = next(s for s in info.sections if s.name.endswith("monolib"))
     assert sec.addr % 4096 == 0
     if info.format == "PE":

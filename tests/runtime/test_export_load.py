@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -91,7 +92,7 @@ def test_big_params_in_place_and_verify(big_lib):
 
 
 def corrupt(path: str, out: str, where: str, delta: int = 0) -> str:
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     off, _, _ = find_container(data, path)
     c = Container(bytes(data[off:]))
     if where == "manifest":
@@ -126,7 +127,7 @@ def test_foreign_and_broken_files(tiny_lib, tmp_path):
     text = tmp_path / "notes.so"
     text.write_text("just some text\n")
     ls = tmp_path / "ls.so"
-    ls.write_bytes(open("/bin/ls", "rb").read())
+    ls.write_bytes(Path("/bin/ls").read_bytes())
     plain = tmp_path / "plain.so"
     from monolib.export.toolchain import link_shared
 
@@ -134,7 +135,7 @@ def test_foreign_and_broken_files(tiny_lib, tmp_path):
     src.write_text("int f(void) { return 1; }\n")
     link_shared([str(src)], str(plain))
     trunc = tmp_path / "trunc.so"
-    trunc.write_bytes(open(tiny_lib, "rb").read()[:5000])
+    trunc.write_bytes(Path(tiny_lib).read_bytes()[:5000])
     empty = tmp_path / "empty.so"
     empty.write_bytes(b"")
     cases = [
@@ -153,7 +154,7 @@ def test_foreign_and_broken_files(tiny_lib, tmp_path):
 
 
 def test_truncated_anywhere_never_crashes(tiny_lib, tmp_path):
-    data = open(tiny_lib, "rb").read()
+    data = Path(tiny_lib).read_bytes()
     for cut in (16, 63, 64, 200, 4096, 8192 + 100, len(data) // 2, len(data) - 1):
         path = tmp_path / f"cut{cut}.so"
         path.write_bytes(data[:cut])
@@ -162,7 +163,7 @@ def test_truncated_anywhere_never_crashes(tiny_lib, tmp_path):
 
 
 def test_load_from_bytes(tiny_lib):
-    mod = load_module(open(tiny_lib, "rb").read())
+    mod = load_module(Path(tiny_lib).read_bytes())
     x = x_input()
     np.testing.assert_allclose(run(mod, x), reference(x), rtol=1e-6)
     with pytest.raises(LibraryLoadError, match="<bytes>"):
@@ -208,8 +209,9 @@ def test_fcompile_hook_and_progress(tmp_path):
         calls.append((os.path.basename(output), [os.path.splitext(f)[1] for f in files]))
         link_shared(files, output, target)
 
-    out = tiny_factory().export_library(str(tmp_path / "f.so"), fcompile=fcompile,
-                                        progress=steps.append)
+    out = tiny_factory().export_library(
+        str(tmp_path / "f.so"), fcompile=fcompile, progress=steps.append
+    )
     assert calls and calls[0][1] == [".c", ".s"]
     assert "compile and link" in steps and steps[0] == "collect modules"
     x = x_input()
@@ -236,8 +238,9 @@ def test_legacy_container_without_import_tree(tmp_path):
 
     graph, params = tiny_graph()
     factory = GraphExecutorFactoryModule(graph, params)
-    blob = pack_container([("library", {}), (factory.type_key, factory.save_sections())],
-                          import_tree=None)
+    blob = pack_container(
+        [("library", {}), (factory.type_key, factory.save_sections())], import_tree=None
+    )
     (tmp_path / "container.bin").write_bytes(blob)
     (tmp_path / "lib.c").write_text(tiny_source())
     asm = write_embed_asm(str(tmp_path), "container.bin")
@@ -292,8 +295,9 @@ def test_graph_module_api():
     np.testing.assert_array_equal(gm.get_output(0).numpy(), first)
     gm.set_input(0, [[1, 2, 3], [4, 5, 6]])  # a list takes the model's dtype
     gm.run()
-    np.testing.assert_allclose(gm.get_output(0).numpy(),
-                               reference(np.arange(1, 7, dtype=np.float32).reshape(2, 3)))
+    np.testing.assert_allclose(
+        gm.get_output(0).numpy(), reference(np.arange(1, 7, dtype=np.float32).reshape(2, 3))
+    )
     np.testing.assert_array_equal(np.asarray(gm.get_input("x")), np.arange(1, 7).reshape(2, 3))
 
 
@@ -381,8 +385,7 @@ def test_benchmark_and_profile(tiny_lib):
 
 
 def test_zlib_container_round_trip(tmp_path):
-    path = tiny_factory(big_bytes=1 << 16).export_library(str(tmp_path / "z.so"),
-                                                           compress="zlib")
+    path = tiny_factory(big_bytes=1 << 16).export_library(str(tmp_path / "z.so"), compress="zlib")
     mod = load_module(path, verify=True)
     assert mod.params.ctypes.data % 64 == 0
     big = mod.get_params()["big"]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+from pathlib import Path
 
 import numpy as np
+from tinylib import PYTHON
 
 from monolib.runtime.binfmt import find_container
 from monolib.runtime.container import Container
-from tinylib import PYTHON
 
 CHILD = textwrap.dedent("""
     import json, sys
@@ -36,7 +37,7 @@ CHILD = textwrap.dedent("""
 
 
 def test_random_container_damage_is_caught(tiny_lib, tmp_path, subprocess_env):
-    data = open(tiny_lib, "rb").read()
+    data = Path(tiny_lib).read_bytes()
     off, _, _ = find_container(data)
     total = Container(data[off:]).total_size
     rng = np.random.default_rng(1234)
@@ -53,13 +54,20 @@ def test_random_container_damage_is_caught(tiny_lib, tmp_path, subprocess_env):
         path = tmp_path / f"m{i}.so"
         path.write_bytes(bad)
         paths.append(str(path))
-    res = subprocess.run([PYTHON, "-c", CHILD, *paths], capture_output=True, text=True,
-                         env=subprocess_env, timeout=300)
+    res = subprocess.run(
+        [PYTHON, "-c", CHILD, *paths],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=300,
+    )
     assert res.returncode == 0, f"loader crashed (rc {res.returncode}): {res.stderr[-2000:]}"
     results = json.loads(res.stdout)
     assert len(results) == len(paths)
-    expected = float((np.ones((2, 3), np.float32) * 0 + np.arange(1, 7).reshape(2, 3) / 2
-                      + 0.25).sum())
+    expected = float(
+        (np.ones((2, 3), np.float32) * 0 + np.arange(1, 7).reshape(2, 3) / 2 + 0.25).sum()
+    )
     errors = [r for r in results if r[0] == "error"]
     assert len(errors) > len(results) // 2
     assert {r[1] for r in errors} <= {"ContainerError", "LibraryLoadError"}

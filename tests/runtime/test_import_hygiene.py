@@ -22,14 +22,24 @@ print(json.dumps({"bad": bad, "ms": dt * 1e3, "public": sorted(monolib.runtime._
 def test_runtime_import_is_light_and_fast():
     best = None
     for _ in range(3):  # the machine is shared: take the best of three
-        res = subprocess.run([PYTHON, "-c", SCRIPT], capture_output=True, text=True,
-                             timeout=60, check=True)
+        res = subprocess.run(
+            [PYTHON, "-c", SCRIPT], capture_output=True, text=True, timeout=60, check=True
+        )
         out = json.loads(res.stdout)
         assert out["bad"] == [], f"monolib.runtime imported {out['bad']}"
         best = out["ms"] if best is None else min(best, out["ms"])
     assert best < 60, f"import monolib.runtime took {best:.1f} ms of CPU beyond numpy"
-    for name in ("Module", "register_loader", "load_module", "GraphModule", "cpu",
-                 "Device", "NDArray", "MonolibError", "CSourceModule"):
+    for name in (
+        "Module",
+        "register_loader",
+        "load_module",
+        "GraphModule",
+        "cpu",
+        "Device",
+        "NDArray",
+        "MonolibError",
+        "CSourceModule",
+    ):
         assert name in out["public"]
 
 

@@ -66,12 +66,14 @@ def test_malformed_files(tmp_path):
     (tmp_path / "big").write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
     with pytest.raises(ContainerError, match="header size"):
         load_params(str(tmp_path / "big"))
-    bad = write_raw(tmp_path / "range", {"a": {"dtype": "F32", "shape": [4],
-                                               "data_offsets": [0, 16]}}, bytes(8))
+    bad = write_raw(
+        tmp_path / "range", {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, bytes(8)
+    )
     with pytest.raises(ContainerError, match="'a' range"):
         load_params(bad)
-    bad = write_raw(tmp_path / "dtype", {"a": {"dtype": "Q7", "shape": [1],
-                                               "data_offsets": [0, 1]}}, bytes(8))
+    bad = write_raw(
+        tmp_path / "dtype", {"a": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 1]}}, bytes(8)
+    )
     with pytest.raises(ContainerError, match="malformed"):
         load_params(bad)
     with pytest.raises(ContainerError, match="no safetensors code"):

@@ -36,18 +36,26 @@ def test_host_flags():
     assert host.cflags() == ["-O3", "-march=native"]
     assert Target("c -mcpu=skylake").cflags() == ["-O3", "-march=skylake"]
     assert Target("c -mtriple=aarch64-linux-gnu -mcpu=cortex-a72").cflags() == [
-        "-O3", "-mcpu=cortex-a72"]
+        "-O3",
+        "-mcpu=cortex-a72",
+    ]
     assert Target("c -mtriple=aarch64-linux-gnu").cflags() == ["-O3"]
     assert Target("c -mattr=+avx2,-fma").cflags()[-2:] == ["-mavx2", "-mno-fma"]
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("", "non-empty"), ("llvm", "unknown kind 'llvm'"), ("c -mfoo=1", "bad option"),
-    ("c mcpu", "bad option"), ("c -mtriple=aarch64-plan9", "cannot tell the OS"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("", "non-empty"),
+        ("llvm", "unknown kind 'llvm'"),
+        ("c -mfoo=1", "bad option"),
+        ("c mcpu", "bad option"),
+        ("c -mtriple=aarch64-plan9", "cannot tell the OS"),
+    ],
+)
 def test_bad_targets(spec, message):
     with pytest.raises(TargetError, match=message):
-        Target(spec).os
+        _ = Target(spec).os
 
 
 def test_compiler_lookup(tmp_path, monkeypatch):

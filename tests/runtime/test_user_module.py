@@ -32,8 +32,14 @@ def test_user_module_in_fresh_process(tmp_path, subprocess_env):
         gm.run(x=np.ones((2, 3), np.float32))
         print(gm.get_output(0).numpy().sum())
     """)
-    res = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True,
-                         env=subprocess_env, timeout=120)
+    res = subprocess.run(
+        [PYTHON, "-c", script],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0] == "graph_executor_factory library test_echo test_pair"
@@ -47,8 +53,14 @@ def test_without_the_loader_the_key_is_named(tmp_path, subprocess_env):
     factory.import_module(EchoModule("x", 1.0))
     path = factory.export_library(str(tmp_path / "u.so"))
     script = f"import monolib\nmonolib.load_module({path!r})"
-    res = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True,
-                         env=subprocess_env, timeout=120)
+    res = subprocess.run(
+        [PYTHON, "-c", script],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=120,
+    )
     assert res.returncode == 1
     assert "UnknownTypeKeyError" in res.stderr and "'test_echo'" in res.stderr
 

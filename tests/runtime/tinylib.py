@@ -61,15 +61,34 @@ def tiny_graph(big_bytes: int = 0) -> tuple[dict, np.ndarray]:
         {"name": "b", "shape": [1], "dtype": "float32", "offset": 64, "nbytes": 4},
     ]
     if big_bytes:
-        table.append({"name": "big", "shape": [big_bytes], "dtype": "uint8", "offset": 128,
-                      "nbytes": big_bytes})
+        table.append(
+            {
+                "name": "big",
+                "shape": [big_bytes],
+                "dtype": "uint8",
+                "offset": 128,
+                "nbytes": big_bytes,
+            }
+        )
     graph = {
-        "format": "monolib.graph", "version": 1, "name": "tiny",
-        "arena_bytes": 128, "params_bytes": params_bytes,
+        "format": "monolib.graph",
+        "version": 1,
+        "name": "tiny",
+        "arena_bytes": 128,
+        "params_bytes": params_bytes,
         "inputs": [{"name": "x", "shape": [2, 3], "dtype": "float32", "offset": 0}],
         "outputs": [{"name": "y", "shape": [2, 3], "dtype": "float32", "offset": 64}],
-        "nodes": [{"name": "Mul_0", "op": "Mul", "fused": ["Add"], "inputs": ["x", "w"],
-                   "outputs": ["y"], "shape": [2, 3], "dtype": "float32"}],
+        "nodes": [
+            {
+                "name": "Mul_0",
+                "op": "Mul",
+                "fused": ["Add"],
+                "inputs": ["x", "w"],
+                "outputs": ["y"],
+                "shape": [2, 3],
+                "dtype": "float32",
+            }
+        ],
         "params": table,
         "constants": {},
         "metadata": {"note": "hand-written test model"},

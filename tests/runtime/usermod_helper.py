@@ -47,5 +47,6 @@ class PairModule(Module):
 
 
 register_loader(EchoModule.type_key, _load)
-register_loader(PairModule.type_key,
-                lambda s: PairModule(bytes(s["left"]), bytes(s["right"])), sections=True)
+register_loader(
+    PairModule.type_key, lambda s: PairModule(bytes(s["left"]), bytes(s["right"])), sections=True
+)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..runtime.module import Module
 
@@ -93,8 +94,10 @@ def _build_temporary(mod: CSourceModule) -> Module:
     from .toolchain import link_shared
 
     if not mod.target.is_host:
-        raise ExportError(f"cannot run code for target {mod.target} on this host; "
-                          "export_library it and run it on the target")
+        raise ExportError(
+            f"cannot run code for target {mod.target} on this host; "
+            "export_library it and run it on the target"
+        )
     with tempfile.TemporaryDirectory(prefix="monolib-build-") as tmp:
         src = os.path.join(tmp, "lib.c")
         with open(src, "w", encoding="utf-8") as f:

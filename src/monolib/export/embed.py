@@ -99,6 +99,7 @@ def write_embed_asm(directory: str, blob_name: str, target: Target | str = "c") 
     prefix = symbol_prefix(target)
     path = os.path.join(directory, "container.s")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(template.format(start=prefix + START_SYMBOL, end=prefix + END_SYMBOL,
-                                blob=blob_name))
+        f.write(
+            template.format(start=prefix + START_SYMBOL, end=prefix + END_SYMBOL, blob=blob_name)
+        )
     return path

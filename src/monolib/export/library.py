@@ -23,18 +23,19 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from ..runtime.container import write_container
 from ..runtime.errors import ExportError
 from ..runtime.library import read_container
 from ..runtime.module import Module
-from ..runtime.container import write_container
 from .csource import CSourceModule
 from .embed import write_embed_asm
 from .targets import Target
 from .toolchain import link_shared
 
-__all__ = ["export_library", "collect_modules"]
+__all__ = ["collect_modules", "export_library"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,8 +111,7 @@ def _build(work: str, tmp_out: str, modules, tree, lib, target, fcompile, compre
     step("pack container")
     blob = os.path.join(work, "container.bin")
     with open(blob, "wb") as f:
-        write_container(f, _manifest_entries(modules), root=0, import_tree=tree,
-                        compress=compress)
+        write_container(f, _manifest_entries(modules), root=0, import_tree=tree, compress=compress)
     step("embed container")
     asm = write_embed_asm(work, blob, target)
     src = os.path.join(work, "lib.c")
@@ -179,13 +179,15 @@ def export_library(
     lib = next((m for m in modules if m.exports_to_library), None)
     target = lib.target if isinstance(lib, CSourceModule) else Target("c")
     path = _output_path(path, target)
-    fd, tmp_out = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                   dir=os.path.dirname(os.path.abspath(path)))
+    fd, tmp_out = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.",
+        suffix=".tmp",
+        dir=os.path.dirname(os.path.abspath(path)),
+    )
     os.close(fd)
     try:
         with tempfile.TemporaryDirectory(prefix="monolib-export-") as work:
-            _build(work, tmp_out, modules, (row_ptr, child), lib, target, fcompile,
-                   compress, step)
+            _build(work, tmp_out, modules, (row_ptr, child), lib, target, fcompile, compress, step)
         os.chmod(tmp_out, 0o755 & ~_umask())
         os.replace(tmp_out, path)
     except BaseException:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..runtime.errors import TargetError
 
-__all__ = ["Target", "OS_SUFFIX", "host_os"]
+__all__ = ["OS_SUFFIX", "Target", "host_os"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +69,17 @@ class Target:
             raise TargetError(f"target {spec!r}: {exc}") from None
         self.kind = words[0]
         if self.kind not in KINDS:
-            raise TargetError(f"target {spec!r}: unknown kind {self.kind!r} "
-                              f"(supported: {', '.join(KINDS)})")
+            raise TargetError(
+                f"target {spec!r}: unknown kind {self.kind!r} (supported: {', '.join(KINDS)})"
+            )
         self.options: dict[str, str] = {}
         for word in words[1:]:
             key, eq, value = word.lstrip("-").partition("=")
             if not word.startswith("-") or not eq or key not in OPTIONS or not value:
-                raise TargetError(f"target {spec!r}: bad option {word!r} "
-                                  f"(known: {', '.join('-' + o + '=...' for o in OPTIONS)})")
+                raise TargetError(
+                    f"target {spec!r}: bad option {word!r} "
+                    f"(known: {', '.join('-' + o + '=...' for o in OPTIONS)})"
+                )
             self.options[key] = value
 
     @property

@@ -14,7 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..runtime.errors import ToolchainError
 from .targets import Target
@@ -41,8 +41,10 @@ def _from_env() -> list[str] | None:
         return None
     cmd = shlex.split(cc)
     if shutil.which(cmd[0]) is None:
-        raise ToolchainError(f"CC={cc!r}: {cmd[0]!r} not found on PATH; fix CC or unset it "
-                             "(then cc/gcc/clang is used; install one: apt-get install gcc)")
+        raise ToolchainError(
+            f"CC={cc!r}: {cmd[0]!r} not found on PATH; fix CC or unset it "
+            "(then cc/gcc/clang is used; install one: apt-get install gcc)"
+        )
     return cmd
 
 
@@ -98,8 +100,9 @@ def run_tool(cmd: Sequence[str], cwd: str | None = None) -> None:
     """
     logger.debug("run: %s", shlex.join(cmd))
     try:
-        res = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True,
-                             timeout=TIMEOUT_S)
+        res = subprocess.run(
+            list(cmd), cwd=cwd, check=False, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
     except FileNotFoundError:
         raise ToolchainError(f"{cmd[0]!r} not found (install gcc: apt-get install gcc)") from None
     except subprocess.TimeoutExpired:

@@ -7,7 +7,8 @@ exist as soon as ``monolib.runtime`` is imported. ``CSourceModule`` and
 """
 
 from .device import Device, cpu
-from .errors import *  # noqa: F401,F403
+from .dso import DSOModule
+from .errors import *
 from .errors import __all__ as _errors_all
 from .graph_executor import (
     GraphExecutor,
@@ -18,25 +19,24 @@ from .graph_executor import (
 from .library import load_module
 from .module import Module, register_loader
 from .ndarray import NDArray
-from .dso import DSOModule
 from .params import load_params, save_params
 
 __all__ = [
-    "Module",
-    "register_loader",
-    "load_module",
-    "GraphModule",
+    "CSourceModule",
+    "DSOModule",
+    "Device",
     "GraphExecutor",
     "GraphExecutorFactoryModule",
-    "DSOModule",
-    "CSourceModule",
-    "Device",
-    "cpu",
+    "GraphModule",
+    "Module",
     "NDArray",
-    "save_params",
+    "cpu",
+    "load_module",
     "load_params",
-    *_errors_all,
+    "register_loader",
+    "save_params",
 ]
+__all__ += _errors_all  # noqa: PLE0605  (every error class is public)
 
 # The one place built-in loaders are registered. "library" needs none: the DSO
 # module is the dlopen'd file itself (see library.load_module).

@@ -21,8 +21,18 @@ from typing import NamedTuple
 from .container import MAGIC
 from .errors import LibraryLoadError
 
-__all__ = ["SECTION_NAME", "SECTION_NAMES", "ElfSection", "ElfSegment", "ElfInfo", "parse_elf",
-           "parse_binary", "find_container", "host_machine", "host_format"]
+__all__ = [
+    "SECTION_NAME",
+    "SECTION_NAMES",
+    "ElfInfo",
+    "ElfSection",
+    "ElfSegment",
+    "find_container",
+    "host_format",
+    "host_machine",
+    "parse_binary",
+    "parse_elf",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +101,10 @@ def _fail(path: str, what: str) -> LibraryLoadError:
 def _unpack(buf, fmt: str, offset: int, path: str, what: str) -> tuple:
     st = struct.Struct(fmt)
     if offset < 0 or offset + st.size > len(buf):
-        raise _fail(path, f"truncated ELF file: {what} at offset {offset} runs past the end "
-                          f"({len(buf)} bytes)")
+        raise _fail(
+            path,
+            f"truncated ELF file: {what} at offset {offset} runs past the end ({len(buf)} bytes)",
+        )
     return st.unpack_from(buf, offset)
 
 
@@ -105,8 +117,11 @@ def _read_segments(buf, path, end, hdr, ph_fmt, idx) -> list[ElfSegment]:
         ph = _unpack(buf, end + ph_fmt, phoff + i * phentsize, path, f"program header {i}")
         seg = ElfSegment(ph[0], ph[idx[2]], ph[idx[0]], ph[idx[1]])
         if seg.offset + seg.filesz > len(buf):
-            raise _fail(path, f"truncated ELF file: segment {i} needs bytes up to "
-                              f"{seg.offset + seg.filesz}, the file has {len(buf)}")
+            raise _fail(
+                path,
+                f"truncated ELF file: segment {i} needs bytes up to "
+                f"{seg.offset + seg.filesz}, the file has {len(buf)}",
+            )
         segments.append(seg)
     return segments
 
@@ -124,14 +139,21 @@ def _read_sections(buf, path, end, hdr, sh_fmt) -> list[ElfSection]:
     if shstrndx == _SHN_XINDEX:
         shstrndx = first[6]
     if shoff + shnum * shentsize > len(buf):
-        raise _fail(path, f"truncated ELF file: {shnum} section headers at {shoff} "
-                          f"run past the end ({len(buf)} bytes)")
-    raw = [_unpack(buf, sh_struct, shoff + i * shentsize, path, f"section {i}")
-           for i in range(shnum)]
+        raise _fail(
+            path,
+            f"truncated ELF file: {shnum} section headers at {shoff} "
+            f"run past the end ({len(buf)} bytes)",
+        )
+    raw = [
+        _unpack(buf, sh_struct, shoff + i * shentsize, path, f"section {i}") for i in range(shnum)
+    ]
     for i, sh in enumerate(raw):
         if sh[1] != _SHT_NOBITS and sh[4] + sh[5] > len(buf):
-            raise _fail(path, f"truncated ELF file: section {i} needs bytes up to "
-                              f"{sh[4] + sh[5]}, the file has {len(buf)}")
+            raise _fail(
+                path,
+                f"truncated ELF file: section {i} needs bytes up to "
+                f"{sh[4] + sh[5]}, the file has {len(buf)}",
+            )
     if not 0 <= shstrndx < shnum:
         raise _fail(path, f"ELF section name table index {shstrndx} is out of range")
     strtab = raw[shstrndx]
@@ -210,8 +232,11 @@ def find_container(buf, path: str = "<memory>") -> tuple[int, int, ElfInfo | Non
     name = SECTION_NAMES[info.format]
     sec = info.section(name)
     if sec is None or (info.format == "ELF" and sec.type == _SHT_NOBITS):
-        raise _fail(path, f"{info.format} library has no {name} section: not exported by "
-                          "monolib (or stripped of its container)")
+        raise _fail(
+            path,
+            f"{info.format} library has no {name} section: not exported by "
+            "monolib (or stripped of its container)",
+        )
     return sec.offset, sec.size, info
 
 
@@ -234,5 +259,4 @@ def parse_binary(buf, path: str = "<memory>") -> ElfInfo:
         from .macho import parse_macho
 
         return parse_macho(buf, path)
-    raise _fail(path, f"not a shared library (ELF, PE or Mach-O): starts with "
-                      f"{bytes(buf[:16])!r}")
+    raise _fail(path, f"not a shared library (ELF, PE or Mach-O): starts with {bytes(buf[:16])!r}")

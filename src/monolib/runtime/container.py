@@ -29,22 +29,24 @@ import json
 import logging
 import struct
 import zlib
-from typing import Any, BinaryIO, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from typing import Any, BinaryIO, NamedTuple
 
 from .errors import ContainerError
 
 __all__ = [
-    "MAGIC",
+    "CODECS",
     "FORMAT_VERSION",
     "HEADER_SIZE",
+    "MAGIC",
     "PAYLOAD_ALIGN",
     "SMALL_SECTION_BYTES",
-    "CODECS",
-    "SectionEntry",
-    "ModuleEntry",
     "Container",
-    "write_container",
+    "ModuleEntry",
+    "SectionEntry",
     "pack_container",
+    "write_container",
 ]
 
 logger = logging.getLogger(__name__)
@@ -97,7 +99,7 @@ class SectionEntry(NamedTuple):
 class ModuleEntry:
     """One module of the manifest: its type key and its sections."""
 
-    __slots__ = ("type_key", "sections")
+    __slots__ = ("sections", "type_key")
 
     def __init__(self, type_key: str, sections: list[SectionEntry] | None = None) -> None:
         self.type_key = type_key
@@ -249,7 +251,9 @@ class Container:
         fields = _HEADER.unpack(buf[:HEADER_SIZE])
         magic, version, flags, total, moff, msize, _, digest, _ = fields
         if magic != MAGIC:
-            raise self._fail(f"has bad magic {magic!r} (expected {MAGIC!r}): not a monolib container")
+            raise self._fail(
+                f"has bad magic {magic!r} (expected {MAGIC!r}): not a monolib container"
+            )
         if version not in READABLE_VERSIONS:
             raise self._fail(
                 f"format version {version} is not readable by this monolib "
@@ -280,8 +284,12 @@ class Container:
     def _parse_section(self, i: int, raw: Any) -> SectionEntry:
         try:
             sec = SectionEntry(
-                str(raw["name"]), int(raw["offset"]), int(raw["size"]),
-                int(raw["stored_size"]), str(raw["codec"]), str(raw["sha256"]),
+                str(raw["name"]),
+                int(raw["offset"]),
+                int(raw["size"]),
+                int(raw["stored_size"]),
+                str(raw["codec"]),
+                str(raw["sha256"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise self._fail(f"module {i} has a malformed section entry ({exc!r})") from None
@@ -320,7 +328,7 @@ class Container:
         except (KeyError, TypeError, ValueError):
             raise self._fail("import_tree needs integer lists row_ptr and child_indices") from None
         ok = len(row_ptr) == n + 1 and row_ptr[0] == 0 and row_ptr[-1] == len(child)
-        ok = ok and all(a <= b for a, b in zip(row_ptr, row_ptr[1:]))
+        ok = ok and all(a <= b for a, b in pairwise(row_ptr))
         if not ok:
             raise self._fail(f"import_tree row_ptr {row_ptr} does not fit {n} modules")
         if any(c < 0 or c >= n for c in child) or not (isinstance(root, int) and 0 <= root < n):

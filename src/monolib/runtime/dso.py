@@ -10,7 +10,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import ExportError, LibraryLoadError
 from .module import Module

@@ -8,19 +8,19 @@ caller can catch them all with one ``except``. Messages name what is wrong and w
 from __future__ import annotations
 
 __all__ = [
-    "MonolibError",
-    "ContainerError",
-    "LibraryLoadError",
-    "UnknownTypeKeyError",
-    "ExportError",
-    "ToolchainError",
-    "InputError",
     "CompileError",
-    "UnsupportedOpError",
-    "ShapeError",
-    "FunctionNotFoundError",
+    "ContainerError",
     "ExecutionError",
+    "ExportError",
+    "FunctionNotFoundError",
+    "InputError",
+    "LibraryLoadError",
+    "MonolibError",
+    "ShapeError",
     "TargetError",
+    "ToolchainError",
+    "UnknownTypeKeyError",
+    "UnsupportedOpError",
 ]
 
 

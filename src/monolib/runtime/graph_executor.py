@@ -15,7 +15,8 @@ import ctypes
 import json
 import logging
 import time
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,14 +26,14 @@ from .module import Module
 from .ndarray import NDArray
 
 __all__ = [
-    "GraphExecutorFactoryModule",
+    "ALIGN",
+    "BenchmarkResult",
     "GraphExecutor",
+    "GraphExecutorFactoryModule",
     "GraphModule",
     "TensorInfo",
-    "BenchmarkResult",
     "create",
     "load_factory",
-    "ALIGN",
 ]
 
 logger = logging.getLogger(__name__)
@@ -66,8 +67,13 @@ def _tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInf
     try:
         shape = tuple(int(d) for d in raw["shape"])
         dtype = np.dtype(raw["dtype"])
-        info = TensorInfo(str(raw["name"]), shape, dtype, int(raw["offset"]),
-                          int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+        info = TensorInfo(
+            str(raw["name"]),
+            shape,
+            dtype,
+            int(raw["offset"]),
+            int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise ContainerError(f"graph JSON: malformed {where} entry {raw!r} ({exc})") from None
     if min(shape, default=0) < 0 or info.offset < 0 or info.offset + info.nbytes > limit:
@@ -90,14 +96,17 @@ def check_graph_json(graph: Mapping, params_nbytes: int) -> None:
     if not isinstance(graph, Mapping) or graph.get("format") != GRAPH_FORMAT:
         raise ContainerError(f'graph JSON: "format" is not {GRAPH_FORMAT!r}')
     if graph.get("version") not in GRAPH_VERSIONS:
-        raise ContainerError(f"graph JSON: version {graph.get('version')!r} is not readable "
-                             f"(reads {GRAPH_VERSIONS})")
+        raise ContainerError(
+            f"graph JSON: version {graph.get('version')!r} is not readable (reads {GRAPH_VERSIONS})"
+        )
     for key in ("arena_bytes", "inputs", "outputs"):
         if key not in graph:
             raise ContainerError(f"graph JSON: missing {key!r}")
     if int(graph.get("params_bytes", 0)) > params_nbytes:
-        raise ContainerError(f"graph JSON: params_bytes {graph['params_bytes']} exceeds the "
-                             f"params blob ({params_nbytes} bytes)")
+        raise ContainerError(
+            f"graph JSON: params_bytes {graph['params_bytes']} exceeds the "
+            f"params blob ({params_nbytes} bytes)"
+        )
     arena = int(graph["arena_bytes"])
     for kind in ("inputs", "outputs"):
         for raw in graph[kind]:
@@ -156,11 +165,14 @@ class GraphExecutorFactoryModule(Module):
         raise FunctionNotFoundError("graph executor factory imports no library module")
 
     def _get_own_function(self, name: str) -> Callable | None:
-        table = {"default": self.default, "get_graph_json": self.get_graph_json,
-                 "get_params": self.get_params}
+        table = {
+            "default": self.default,
+            "get_graph_json": self.get_graph_json,
+            "get_params": self.get_params,
+        }
         return table.get(name)
 
-    def default(self, device: Device | None = None) -> "GraphExecutor":
+    def default(self, device: Device | None = None) -> GraphExecutor:
         """A new executor on ``device`` (default ``cpu()``), with its own arena."""
         return GraphExecutor(self, device or cpu())
 
@@ -233,16 +245,18 @@ class GraphExecutor:
         self.arena_bytes = int(graph["arena_bytes"])
         self.arena = aligned_empty(self.arena_bytes)
         self.inputs = [_tensor_info(r, "input", self.arena_bytes, "arena") for r in graph["inputs"]]
-        self.outputs = [_tensor_info(r, "output", self.arena_bytes, "arena")
-                        for r in graph["outputs"]]
+        self.outputs = [
+            _tensor_info(r, "output", self.arena_bytes, "arena") for r in graph["outputs"]
+        ]
         self._in_views = [self._view(t) for t in self.inputs]
         self._out_views = [self._view(t) for t in self.outputs]
         self._run = self._c_function("monolib_run", [ctypes.c_void_p, ctypes.c_void_p])
         self._args = (factory.params.ctypes.data, self.arena.ctypes.data)
 
     def _view(self, info: TensorInfo) -> np.ndarray:
-        return self.arena[info.offset : info.offset + info.nbytes].view(info.dtype).reshape(
-            info.shape)
+        return (
+            self.arena[info.offset : info.offset + info.nbytes].view(info.dtype).reshape(info.shape)
+        )
 
     def _c_function(self, name: str, argtypes: list) -> Callable:
         fn = self.factory.get_function(name, query_imports=True)
@@ -259,8 +273,9 @@ class GraphExecutor:
         """
         ret = self._run(*self._args)
         if ret != 0:
-            raise ExecutionError(f"monolib_run returned {ret} (graph "
-                                 f"{self.factory.graph_json.get('name', '')!r})")
+            raise ExecutionError(
+                f"monolib_run returned {ret} (graph {self.factory.graph_json.get('name', '')!r})"
+            )
 
     def num_ops(self) -> int:
         """Number of fused ops (``len(graph["nodes"])``)."""
@@ -280,7 +295,8 @@ class GraphExecutor:
             raise InputError(f"op index {i} out of range [0, {self.num_ops()})")
         if not hasattr(self, "_run_op"):
             self._run_op = self._c_function(
-                "monolib_run_op", [ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p])
+                "monolib_run_op", [ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p]
+            )
         ret = self._run_op(i, *self._args)
         if ret != 0:
             raise ExecutionError(f"monolib_run_op({i}) returned {ret}")
@@ -304,9 +320,17 @@ class GraphExecutor:
                 self.run_op(i)
                 best[i] = min(best[i], time.perf_counter() - t)
         nodes = self.factory.graph_json.get("nodes", [])
-        return [{"index": i, "name": n.get("name", ""), "op": n.get("op", ""),
-                 "fused": list(n.get("fused", [])), "shape": n.get("shape"),
-                 "time_ms": best[i] * 1e3} for i, n in enumerate(nodes)]
+        return [
+            {
+                "index": i,
+                "name": n.get("name", ""),
+                "op": n.get("op", ""),
+                "fused": list(n.get("fused", [])),
+                "shape": n.get("shape"),
+                "time_ms": best[i] * 1e3,
+            }
+            for i, n in enumerate(nodes)
+        ]
 
     def input_view(self, i: int) -> np.ndarray:
         """The writable arena view of input ``i``."""
@@ -326,8 +350,10 @@ def _as_array(value: Any, info: TensorInfo) -> np.ndarray:
         try:
             return np.from_dlpack(value)
         except (TypeError, RuntimeError, BufferError) as exc:
-            raise InputError(f"input {info.name!r}: cannot read the DLPack object "
-                             f"{type(value).__name__} on the host ({exc})") from None
+            raise InputError(
+                f"input {info.name!r}: cannot read the DLPack object "
+                f"{type(value).__name__} on the host ({exc})"
+            ) from None
     return np.asarray(value, dtype=info.dtype)  # a list or scalar has no dtype of its own
 
 
@@ -361,8 +387,10 @@ class GraphModule:
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if 0 <= key < len(inputs):
                 return int(key)
-            raise InputError(f"input index {key} out of range: the model has "
-                             f"{len(inputs)} inputs ({self._expected()})")
+            raise InputError(
+                f"input index {key} out of range: the model has "
+                f"{len(inputs)} inputs ({self._expected()})"
+            )
         i = self._by_name.get(key) if isinstance(key, str) else None
         if i is None:
             raise InputError(f"unknown input {key!r}: the model expects {self._expected()}")
@@ -397,11 +425,15 @@ class GraphModule:
         info = self.executor.inputs[i]
         arr = value if type(value) is np.ndarray else _as_array(value, info)
         if arr.dtype != info.dtype:
-            raise InputError(f"input {info.name!r} has dtype {arr.dtype}, the model expects "
-                             f"{info.dtype} ({self._expected()})")
+            raise InputError(
+                f"input {info.name!r} has dtype {arr.dtype}, the model expects "
+                f"{info.dtype} ({self._expected()})"
+            )
         if arr.shape != info.shape:
-            raise InputError(f"input {info.name!r} has shape {list(arr.shape)}, the model "
-                             f"expects {list(info.shape)} ({self._expected()})")
+            raise InputError(
+                f"input {info.name!r} has shape {list(arr.shape)}, the model "
+                f"expects {list(info.shape)} ({self._expected()})"
+            )
         np.copyto(self.executor.input_view(i), arr)
 
     def run(self, **inputs: Any) -> None:
@@ -425,8 +457,10 @@ class GraphModule:
         outputs = self.executor.outputs
         if not (isinstance(index, (int, np.integer)) and 0 <= index < len(outputs)):
             names = ", ".join(t.describe() for t in outputs)
-            raise InputError(f"output index {index!r} out of range: the model has "
-                             f"{len(outputs)} outputs ({names})")
+            raise InputError(
+                f"output index {index!r} out of range: the model has "
+                f"{len(outputs)} outputs ({names})"
+            )
         view = self.executor.output_view(int(index))
         if out is not None:
             np.copyto(out, view)
@@ -450,7 +484,7 @@ class GraphModule:
         outs = self.executor.outputs
         return {t.name: t.shape for t in outs}, {t.name: str(t.dtype) for t in outs}
 
-    def benchmark(self, repeat: int = 10, number: int = 1, warmup: int = 1) -> "BenchmarkResult":
+    def benchmark(self, repeat: int = 10, number: int = 1, warmup: int = 1) -> BenchmarkResult:
         """Time :meth:`run` on the current inputs (TVM's ``GraphModule.benchmark``).
 
         Parameters
@@ -515,13 +549,16 @@ class BenchmarkResult:
         return float(np.std(self.results))
 
     def __str__(self) -> str:
-        return (f"mean {self.mean * 1e3:.3f} ms, median {self.median * 1e3:.3f} ms, "
-                f"min {self.min * 1e3:.3f} ms, std {self.std * 1e3:.3f} ms "
-                f"({len(self.results)} measurements)")
+        return (
+            f"mean {self.mean * 1e3:.3f} ms, median {self.median * 1e3:.3f} ms, "
+            f"min {self.min * 1e3:.3f} ms, std {self.std * 1e3:.3f} ms "
+            f"({len(self.results)} measurements)"
+        )
 
 
-def create(graph_json: Any, lib: Module, device: Device | None = None,
-           params: Any = None) -> GraphModule:
+def create(
+    graph_json: Any, lib: Module, device: Device | None = None, params: Any = None
+) -> GraphModule:
     """The separate-artifact path: a GraphModule from a graph JSON, a library module
     and a params blob (TVM's ``graph_executor.create``)."""
     factory = GraphExecutorFactoryModule(graph_json, params, lib)

@@ -18,7 +18,8 @@ import mmap
 import os
 import stat
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from .dso import DSOModule, open_library
 from .errors import ContainerError, LibraryLoadError, MonolibError
 from .module import Module, get_loader
 
-__all__ = ["load_module", "START_SYMBOL", "END_SYMBOL", "read_container"]
+__all__ = ["END_SYMBOL", "START_SYMBOL", "load_module", "read_container"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +98,13 @@ def read_container(
             mm.close()
         except BufferError:
             pass  # an error's traceback still holds a view; the GC unmaps it later
-    info = {"file_size": size, "section_offset": offset, "section_size": length, "elf": elf,
-            "extracted": extracted}
+    info = {
+        "file_size": size,
+        "section_offset": offset,
+        "section_size": length,
+        "elf": elf,
+        "extracted": extracted,
+    }
     return container, info
 
 
@@ -161,14 +167,20 @@ def _load_path(path: str, verify: bool, shown: str, keepalive: Any = None) -> Mo
     container, info = read_container(path, verify=verify, shown=shown)
     elf = info["elf"]
     if elf is None:
-        raise LibraryLoadError(f"{shown}: a bare container, not a library: nothing to dlopen "
-                               "(inspect it with `monolib inspect`)")
+        raise LibraryLoadError(
+            f"{shown}: a bare container, not a library: nothing to dlopen "
+            "(inspect it with `monolib inspect`)"
+        )
     if elf.format != host_format():
-        raise LibraryLoadError(f"{shown}: a {elf.format} library ({elf.machine}); this "
-                               f"system loads {host_format()} libraries: run it on its target")
+        raise LibraryLoadError(
+            f"{shown}: a {elf.format} library ({elf.machine}); this "
+            f"system loads {host_format()} libraries: run it on its target"
+        )
     if elf.machine != host_machine():
-        raise LibraryLoadError(f"{shown}: library built for {elf.machine}, this machine is "
-                               f"{host_machine()}; run it on the target")
+        raise LibraryLoadError(
+            f"{shown}: library built for {elf.machine}, this machine is "
+            f"{host_machine()}; run it on the target"
+        )
     # dlopen searches the library path for a name without a slash: make it absolute
     cdll = open_library(os.path.abspath(path))
     dso = DSOModule(cdll, shown, keepalive=keepalive)

@@ -14,7 +14,7 @@ import struct
 from .binfmt import ElfInfo, ElfSection, ElfSegment
 from .errors import LibraryLoadError
 
-__all__ = ["parse_macho", "MACHO_CPUS", "VM_PROT_READ", "VM_PROT_WRITE", "VM_PROT_EXECUTE"]
+__all__ = ["MACHO_CPUS", "VM_PROT_EXECUTE", "VM_PROT_READ", "VM_PROT_WRITE", "parse_macho"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,16 +47,27 @@ def _segment(buf, pos: int, path: str, sections: list, segments: list) -> None:
     seg = _unpack(_SEGMENT, buf, pos, path, "LC_SEGMENT_64")
     fileoff, filesize, initprot, nsects = seg[5], seg[6], seg[8], seg[9]
     if fileoff + filesize > len(buf):
-        raise _fail(path, f"truncated Mach-O file: segment {_name(seg[2])!r} needs bytes up "
-                          f"to {fileoff + filesize}, the file has {len(buf)}")
+        raise _fail(
+            path,
+            f"truncated Mach-O file: segment {_name(seg[2])!r} needs bytes up "
+            f"to {fileoff + filesize}, the file has {len(buf)}",
+        )
     segments.append(ElfSegment(_LC_SEGMENT_64, initprot, fileoff, filesize))
     for j in range(nsects):
-        sec = _unpack(_SECTION, buf, pos + _SEGMENT.size + j * _SECTION.size, path,
-                      f"section {j} of segment {_name(seg[2])!r}")
+        sec = _unpack(
+            _SECTION,
+            buf,
+            pos + _SEGMENT.size + j * _SECTION.size,
+            path,
+            f"section {j} of segment {_name(seg[2])!r}",
+        )
         addr, size, offset, flags = sec[2], sec[3], sec[4], sec[8]
         if (flags & 0xFF) not in _S_ZEROFILL_TYPES and offset + size > len(buf):
-            raise _fail(path, f"truncated Mach-O file: section {_name(sec[0])!r} needs bytes "
-                              f"up to {offset + size}, the file has {len(buf)}")
+            raise _fail(
+                path,
+                f"truncated Mach-O file: section {_name(sec[0])!r} needs bytes "
+                f"up to {offset + size}, the file has {len(buf)}",
+            )
         sections.append(ElfSection(_name(sec[0]), flags & 0xFF, initprot, addr, offset, size))
 
 

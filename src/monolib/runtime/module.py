@@ -11,11 +11,12 @@ loader registered for its type key with :func:`register_loader`.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .errors import ExportError, FunctionNotFoundError, UnknownTypeKeyError
 
-__all__ = ["Module", "register_loader", "get_loader", "registered_type_keys", "Loader"]
+__all__ = ["Loader", "Module", "get_loader", "register_loader", "registered_type_keys"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +50,11 @@ class Module:
 
     # -- the tree ---------------------------------------------------------------
     @property
-    def imported_modules(self) -> list["Module"]:
+    def imported_modules(self) -> list[Module]:
         """The modules this one imports (a copy of the list, in import order)."""
         return list(self._imports)
 
-    def import_module(self, module: "Module") -> None:
+    def import_module(self, module: Module) -> None:
         """Add ``module`` as an import of this one (an edge of the import tree).
 
         Raises
@@ -94,9 +95,7 @@ class Module:
                     continue
         if func is None:
             where = " or its imports" if query_imports else ""
-            raise FunctionNotFoundError(
-                f"module {self.type_key!r}{where} has no function {name!r}"
-            )
+            raise FunctionNotFoundError(f"module {self.type_key!r}{where} has no function {name!r}")
         return func
 
     def __getitem__(self, name: str) -> Callable:
@@ -140,9 +139,7 @@ class Module:
         """
         from ..export.library import export_library  # lazy: keeps the runtime import light
 
-        return export_library(
-            self, path, fcompile=fcompile, compress=compress, progress=progress
-        )
+        return export_library(self, path, fcompile=fcompile, compress=compress, progress=progress)
 
     def __repr__(self) -> str:
         return f"Module(type_key={self.type_key!r}, imports={len(self._imports)})"

@@ -15,20 +15,31 @@ import json
 import logging
 import os
 import struct
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from .errors import ContainerError, LibraryLoadError
 
-__all__ = ["save_params", "load_params", "SAFETENSORS_DTYPES"]
+__all__ = ["SAFETENSORS_DTYPES", "load_params", "save_params"]
 
 logger = logging.getLogger(__name__)
 
 #: safetensors dtype code -> NumPy dtype (little endian)
 SAFETENSORS_DTYPES = {
-    "F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
-    "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?",
+    "F64": "<f8",
+    "F32": "<f4",
+    "F16": "<f2",
+    "I64": "<i8",
+    "I32": "<i4",
+    "I16": "<i2",
+    "I8": "i1",
+    "U64": "<u8",
+    "U32": "<u4",
+    "U16": "<u2",
+    "U8": "u1",
+    "BOOL": "?",
 }
 _CODES = {np.dtype(v): k for k, v in SAFETENSORS_DTYPES.items()}
 # The buffer starts 64-byte aligned (the header is padded with spaces; the format asks
@@ -37,8 +48,9 @@ _ALIGN = 64
 _MAX_HEADER = 100 << 20
 
 
-def save_params(path: str, params: Mapping[str, Any],
-                metadata: Mapping[str, str] | None = None) -> str:
+def save_params(
+    path: str, params: Mapping[str, Any], metadata: Mapping[str, str] | None = None
+) -> str:
     """Write ``{name: array}`` to ``path`` as safetensors (atomically).
 
     Parameters
@@ -62,8 +74,11 @@ def save_params(path: str, params: Mapping[str, Any],
         code = _CODES.get(arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype)
         if code is None:
             raise ContainerError(f"param {name!r}: dtype {arr.dtype} has no safetensors code")
-        header[name] = {"dtype": code, "shape": list(arr.shape),
-                        "data_offsets": [pos, pos + arr.nbytes]}
+        header[name] = {
+            "dtype": code,
+            "shape": list(arr.shape),
+            "data_offsets": [pos, pos + arr.nbytes],
+        }
         pos += arr.nbytes
     blob = json.dumps(header, separators=(",", ":")).encode("utf-8")
     blob += b" " * ((-(8 + len(blob))) % _ALIGN)  # so the buffer starts aligned
@@ -124,8 +139,10 @@ def _view(buf: np.ndarray, name: str, entry: Any, path: str) -> np.ndarray:
         raise ContainerError(f"{path}: tensor {name!r} has a malformed entry ({exc!r})") from None
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if not 0 <= begin <= end <= buf.size or end - begin != nbytes:
-        raise ContainerError(f"{path}: tensor {name!r} range [{begin}, {end}) does not fit "
-                             f"its shape {list(shape)} {dtype} in a {buf.size}-byte buffer")
+        raise ContainerError(
+            f"{path}: tensor {name!r} range [{begin}, {end}) does not fit "
+            f"its shape {list(shape)} {dtype} in a {buf.size}-byte buffer"
+        )
     arr = buf[begin:end].view(dtype).reshape(shape)
     arr.flags.writeable = False
     return arr

@@ -14,7 +14,7 @@ import struct
 from .binfmt import ElfInfo, ElfSection, ElfSegment
 from .errors import LibraryLoadError
 
-__all__ = ["parse_pe", "PE_MACHINES", "SCN_MEM_EXECUTE", "SCN_MEM_READ", "SCN_MEM_WRITE"]
+__all__ = ["PE_MACHINES", "SCN_MEM_EXECUTE", "SCN_MEM_READ", "SCN_MEM_WRITE", "parse_pe"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,11 @@ def parse_pe(buf, path: str = "<memory>") -> ElfInfo:
         name = raw[0].rstrip(b"\0").decode("utf-8", "replace")
         vsize, vaddr, rsize, roff, flags = raw[1], raw[2], raw[3], raw[4], raw[9]
         if rsize and roff + rsize > len(buf):
-            raise _fail(path, f"truncated PE file: section {name!r} needs bytes up to "
-                              f"{roff + rsize}, the file has {len(buf)}")
+            raise _fail(
+                path,
+                f"truncated PE file: section {name!r} needs bytes up to "
+                f"{roff + rsize}, the file has {len(buf)}",
+            )
         size = min(vsize, rsize) if vsize else rsize
         sections.append(ElfSection(name, 0, flags, vaddr, roff, size))
         segments.append(ElfSegment(0, flags, roff, rsize))

@@ -18,7 +18,7 @@ from ..runtime.container import Container
 from ..runtime.errors import ContainerError
 from ..runtime.library import read_container
 
-__all__ = ["inspect_library", "render_report", "make_console", "print_table"]
+__all__ = ["inspect_library", "make_console", "print_table", "render_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +49,10 @@ def _graph_summary(graph: dict) -> dict[str, Any]:
     params = graph.get("params", [])
 
     def tensors(key: str) -> list[dict]:
-        return [{"name": t.get("name"), "shape": t.get("shape"), "dtype": t.get("dtype")}
-                for t in graph.get(key, [])]
+        return [
+            {"name": t.get("name"), "shape": t.get("shape"), "dtype": t.get("dtype")}
+            for t in graph.get(key, [])
+        ]
 
     return {
         "name": graph.get("name", ""),
@@ -97,12 +99,14 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
     elf = info["elf"]
     modules = []
     for i, mod in enumerate(container.modules):
-        modules.append({
-            "index": i,
-            "type_key": mod.type_key,
-            "imports": list(container.children(i)),
-            "sections": [s.to_json() for s in mod.sections],
-        })
+        modules.append(
+            {
+                "index": i,
+                "type_key": mod.type_key,
+                "imports": list(container.children(i)),
+                "sections": [s.to_json() for s in mod.sections],
+            }
+        )
     legacy = container.import_tree is None
     root = container.root
     if legacy:  # every module is an import of the DSO module, the root
@@ -190,17 +194,33 @@ def render_report(report: dict, console: Any = None) -> None:
     ``rich`` is not installed)."""
     console = console or make_console()
     c = report["container"]
-    console.print(f"{report['path']}: {report['binary']}, {_size(report['file_size'])}; "
-                  f"container format v{c['format_version']} at offset {c['offset']} "
-                  f"({_size(c['size'])}), produced by {c['producer'] or '?'}"
-                  + ("; legacy layout (no import tree)" if report["legacy_layout"] else ""))
+    console.print(
+        f"{report['path']}: {report['binary']}, {_size(report['file_size'])}; "
+        f"container format v{c['format_version']} at offset {c['offset']} "
+        f"({_size(c['size'])}), produced by {c['producer'] or '?'}"
+        + ("; legacy layout (no import tree)" if report["legacy_layout"] else "")
+    )
     console.print("module tree:\n" + "\n".join(_tree_lines(report)))
-    rows = [[str(m["index"]), m["type_key"], s["name"], _size(s["size"]),
-             _size(s["stored_size"]), s["codec"], s["sha256"][:16] + "…"]
-            for m in report["modules"] for s in m["sections"]]
+    rows = [
+        [
+            str(m["index"]),
+            m["type_key"],
+            s["name"],
+            _size(s["size"]),
+            _size(s["stored_size"]),
+            s["codec"],
+            s["sha256"][:16] + "…",
+        ]
+        for m in report["modules"]
+        for s in m["sections"]
+    ]
     state = "all digests verified" if report["verified"] else "digests of sections <= 1 MiB checked"
-    print_table(console, f"sections ({state})",
-                ["module", "type_key", "section", "size", "stored", "codec", "sha256"], rows)
+    print_table(
+        console,
+        f"sections ({state})",
+        ["module", "type_key", "section", "size", "stored", "codec", "sha256"],
+        rows,
+    )
     for idx, g in report["graphs"].items():
         _render_graph(console, idx, g)
 
@@ -208,11 +228,14 @@ def render_report(report: dict, console: Any = None) -> None:
 def _render_graph(console: Any, idx: str, g: dict) -> None:
     rows = [["input", t["name"], str(t["shape"]), t["dtype"]] for t in g["inputs"]]
     rows += [["output", t["name"], str(t["shape"]), t["dtype"]] for t in g["outputs"]]
-    print_table(console, f"graph {g['name']!r} (module {idx})",
-                ["kind", "name", "shape", "dtype"], rows)
-    console.print(f"fused ops: {g['fused_ops']} (ONNX ops: {g['onnx_op_total']}); "
-                  f"params: {g['params_count']} tensors, {_size(g['params_bytes'])}; "
-                  f"arena: {_size(g['arena_bytes'])}")
+    print_table(
+        console, f"graph {g['name']!r} (module {idx})", ["kind", "name", "shape", "dtype"], rows
+    )
+    console.print(
+        f"fused ops: {g['fused_ops']} (ONNX ops: {g['onnx_op_total']}); "
+        f"params: {g['params_count']} tensors, {_size(g['params_bytes'])}; "
+        f"arena: {_size(g['arena_bytes'])}"
+    )
     ops = ", ".join(f"{op} {n}" for op, n in g["onnx_ops"].items())
     if ops:
         console.print(f"ONNX ops: {ops}")

@@ -66,9 +66,14 @@ class Cast(Elementwise):
 
 @register
 class CastLike(Elementwise):
-    """``CastLike``: convert input 0 to the type of input 1 (``target_type``)."""
+    """``CastLike``: convert input 0 to the type of input 1 (``target_type``).
+
+    Not marked ``elementwise``: the fusion pass broadcasts every input of an
+    elementwise node to the output, and ``target_type`` is only read for its dtype. It
+    runs as its own loop (the inherited ``emit`` honours ``data_inputs``)."""
 
     op_type, since_version = "CastLike", 15
+    elementwise = False
     data_inputs = (0,)
 
     def out_dtype(self, node: Node) -> np.dtype:

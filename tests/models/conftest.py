@@ -41,6 +41,7 @@ BUILDS = {
     "silero": Build("silero_vad", {"input": (1, 576), "state": (2, 1, 128)}, {"sr": 16000}),
     "silero_seq": Build("silero_vad_sequence", {"input": (32, 576), "h": (1, 1, 128),
                                                 "c": (1, 1, 128)}),
+    "magika": Build("magika", {"bytes": (1, 2048)}),
 }
 
 

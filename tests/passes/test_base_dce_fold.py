@@ -102,3 +102,17 @@ def test_evaluate_checks_feeds():
         evaluate(g, {"x": np.zeros(2)})
     with pytest.raises(InputError, match="unknown input name"):
         evaluate(g, {"x": np.zeros(2, np.float32), "q": 1})
+
+
+@requires_ops("Expand")
+def test_huge_constant_results_are_not_folded(monkeypatch):
+    from monolib.compiler.passes import node_eval
+
+    monkeypatch.setattr(node_eval, "MAX_FOLD_BYTES", 1000)
+    small = make_const("s", np.ones((1, 4), np.float32))
+    shape = make_const("shape", np.array([512, 4], np.int64))
+    n = _node("Expand", [small, shape], "grow")  # 8 KiB out of 48 bytes: left to run time
+    g = Graph("g", [], [n.outputs[0]], [n])
+    assert not FoldConstants()(g).modified and g.op_counts() == {"Expand": 1}
+    monkeypatch.setattr(node_eval, "MAX_FOLD_BYTES", 1 << 20)
+    assert FoldConstants()(g).modified and g.outputs[0].const.shape == (512, 4)

@@ -19,7 +19,16 @@ from ...runtime.errors import CompileError, MonolibError
 from ..ir import Node, Value
 from ..ops.base import OpDef, op_of
 
-__all__ = ["fold_node", "make_const", "node_context", "run_infer", "run_reference", "set_type"]
+__all__ = [
+    "MAX_FOLD_BYTES",
+    "fold_node",
+    "foldable",
+    "make_const",
+    "node_context",
+    "run_infer",
+    "run_reference",
+    "set_type",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -121,11 +130,25 @@ def run_reference(
     return out
 
 
+#: A node whose constant outputs would exceed this many bytes AND be more than
+#: ``GROWTH_LIMIT`` times its inputs is left to run at run time (an ``Expand`` or
+#: ``ConstantOfShape`` could otherwise bloat the library by gigabytes).
+MAX_FOLD_BYTES = 64 << 20
+GROWTH_LIMIT = 4
+
+
 def foldable(node: Node, op: OpDef) -> bool:
-    """True when ``node`` can be computed at compile time: ``op.foldable`` and at
-    least one input, every given input constant."""
+    """True when ``node`` can be computed at compile time: ``op.foldable``, at least
+    one input, every given input constant, and outputs of reasonable size (see
+    :data:`MAX_FOLD_BYTES`). Outputs must already be typed."""
     given = [v for v in node.inputs if v is not None]
-    return bool(op.foldable and given and all(v.is_const for v in given))
+    if not (op.foldable and given and all(v.is_const for v in given)):
+        return False
+    out_bytes = sum(v.nbytes for v in node.outputs)
+    if out_bytes > MAX_FOLD_BYTES and out_bytes > GROWTH_LIMIT * sum(v.nbytes for v in given):
+        logger.info("not folding %s %r: %d bytes of constants", node.op_type, node.name, out_bytes)
+        return False
+    return True
 
 
 def fold_node(node: Node, op: OpDef | None = None) -> bool:

@@ -51,6 +51,11 @@ def test_inspect_table(lib, capsys):
     out = capsys.readouterr().out
     for word in ("format v1", "graph_executor_factory", "library", "params", "fused ops: 1"):
         assert word in out
+    from monolib.tools.inspect import inspect_library
+
+    for sec in inspect_library(lib)["modules"][0]["sections"]:
+        assert sec["sha256"] in out, "full digests are shown"
+    assert f"size {os.path.getsize(lib) / 1024:.1f} KiB" in out
 
 
 def test_inspect_never_dlopens(lib, tmp_path, capsys):

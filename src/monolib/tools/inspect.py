@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections import Counter
 from typing import Any
 
@@ -134,7 +135,7 @@ class _PlainConsole:
     """What the CLI needs of ``rich.console.Console`` when rich is not installed."""
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        print(*args)
+        print(*args)  # rich's keyword options (markup=...) mean nothing here
 
 
 def make_console(stderr: bool = False) -> Any:
@@ -144,7 +145,10 @@ def make_console(stderr: bool = False) -> Any:
         from rich.console import Console
     except ImportError:
         return _PlainConsole()
-    return Console(stderr=stderr, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output gets rich's 80 columns by default: too narrow for the tables.
+    width = None if stream.isatty() else 150
+    return Console(stderr=stderr, highlight=False, width=width)
 
 
 def print_table(console: Any, title: str, columns: list[str], rows: list[list[str]]) -> None:
@@ -195,10 +199,14 @@ def render_report(report: dict, console: Any = None) -> None:
     console = console or make_console()
     c = report["container"]
     console.print(
-        f"{report['path']}: {report['binary']}, {_size(report['file_size'])}; "
-        f"container format v{c['format_version']} at offset {c['offset']} "
+        f"library {report['path']}: {report['binary']}, size {_size(report['file_size'])}",
+        markup=False,
+    )
+    console.print(
+        f"container format v{c['format_version']} at file offset {c['offset']} "
         f"({_size(c['size'])}), produced by {c['producer'] or '?'}"
-        + ("; legacy layout (no import tree)" if report["legacy_layout"] else "")
+        + ("; legacy layout (no import tree)" if report["legacy_layout"] else ""),
+        markup=False,
     )
     console.print("module tree:\n" + "\n".join(_tree_lines(report)))
     rows = [
@@ -209,7 +217,7 @@ def render_report(report: dict, console: Any = None) -> None:
             _size(s["size"]),
             _size(s["stored_size"]),
             s["codec"],
-            s["sha256"][:16] + "…",
+            s["sha256"],
         ]
         for m in report["modules"]
         for s in m["sections"]

@@ -13,8 +13,9 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -24,7 +25,7 @@ import onnxruntime as ort
 
 from monolib.compiler.ir import Node, Value
 from monolib.compiler.ops import op_of
-from monolib.compiler.ops.base import c_literal, ctype
+from monolib.compiler.ops.base import ctype
 
 KERNELS = Path(__file__).resolve().parents[2] / "src/monolib/compiler/codegen/kernels"
 _CACHE = Path(tempfile.gettempdir()) / f"monolib_mt_{os.getuid()}"
@@ -76,7 +77,9 @@ def ort_run(op_type, inputs, attrs, opset, n_outputs=1, constant_inputs=()):
         if i in constant_inputs:
             inits.append(onh.from_array(x, f"in{i}"))
         else:
-            graph_inputs.append(oh.make_tensor_value_info(f"in{i}", oh.np_dtype_to_tensor_dtype(x.dtype), x.shape))
+            graph_inputs.append(
+                oh.make_tensor_value_info(f"in{i}", oh.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+            )
             feeds[f"in{i}"] = x
     outs = [oh.make_empty_tensor_value_info(f"out{i}") for i in range(n_outputs)]
     graph = oh.make_graph([node], "g", graph_inputs, outs, inits)
@@ -179,7 +182,12 @@ def compile_and_run(node: Node, inputs, epilogue=False):
     body = op_of(node).emit(node, ctx)
     for v in node.outputs:
         ctx.ptr(v)
-    parts = ["#include <stdint.h>", "#include <math.h>", "#include <string.h>", "#include <float.h>"]
+    parts = [
+        "#include <stdint.h>",
+        "#include <math.h>",
+        "#include <string.h>",
+        "#include <float.h>",
+    ]
     parts += [(KERNELS / h).read_text() for h in ctx.headers]
     parts += ctx.helpers
     parts.append(
@@ -194,9 +202,24 @@ def compile_and_run(node: Node, inputs, epilogue=False):
         c.write_text(src)
         tmp = _CACHE / f"k_{key}.{os.getpid()}.so"
         r = subprocess.run(
-            ["gcc", "-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-Wall", "-Werror=implicit-function-declaration",
-             "-o", str(tmp), str(c), "-lm"],
-            capture_output=True, text=True, timeout=120,
+            [
+                "gcc",
+                "-O3",
+                "-march=native",
+                "-std=gnu11",
+                "-fPIC",
+                "-shared",
+                "-Wall",
+                "-Werror=implicit-function-declaration",
+                "-o",
+                str(tmp),
+                str(c),
+                "-lm",
+            ],
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=120,
         )
         if r.returncode:
             raise AssertionError(f"gcc failed:\n{r.stderr}\n--- source ---\n{src}")
@@ -207,12 +230,14 @@ def compile_and_run(node: Node, inputs, epilogue=False):
     for v, x in zip(node.inputs, inputs):
         if v is not None and v.const is None:
             off = ctx.arena[v.uid]
-            arena[off:off + v.nbytes] = np.ascontiguousarray(x, v.dtype).view(np.uint8).reshape(-1)
+            arena[off : off + v.nbytes] = (
+                np.ascontiguousarray(x, v.dtype).view(np.uint8).reshape(-1)
+            )
     lib.run(params.ctypes.data_as(ctypes.c_void_p), arena.ctypes.data_as(ctypes.c_void_p))
     outs = []
     for v in node.outputs:
         off = ctx.arena[v.uid]
-        outs.append(arena[off:off + v.nbytes].view(v.dtype).reshape(v.shape).copy())
+        outs.append(arena[off : off + v.nbytes].view(v.dtype).reshape(v.shape).copy())
     return outs
 
 
@@ -226,8 +251,18 @@ def assert_close(got, want, rtol, atol, what):
         np.testing.assert_array_equal(got, want, err_msg=what)
 
 
-def check_op(op_type, inputs, attrs=None, opset=17, constant_inputs=(), n_outputs=1,
-             rtol=1e-5, atol=1e-6, emit=True, epilogue=True):
+def check_op(
+    op_type,
+    inputs,
+    attrs=None,
+    opset=17,
+    constant_inputs=(),
+    n_outputs=1,
+    rtol=1e-5,
+    atol=1e-6,
+    emit=True,
+    epilogue=True,
+):
     """Compare infer, reference and emitted C of one node against ONNX Runtime."""
     attrs = attrs or {}
     want = ort_run(op_type, inputs, attrs, opset, n_outputs, constant_inputs)
@@ -242,9 +277,17 @@ def check_op(op_type, inputs, attrs=None, opset=17, constant_inputs=(), n_output
         got = compile_and_run(node, inputs)
         for i, (g, w) in enumerate(zip(got, want)):
             assert_close(g, w, rtol, atol, f"emitted C output {i}")
-        if epilogue and op_of(node).epilogue_groups(node) is not None or (
-            epilogue and op_of(node).elementwise
+        if (
+            epilogue
+            and op_of(node).epilogue_groups(node) is not None
+            or (epilogue and op_of(node).elementwise)
         ):
             got = compile_and_run(node, inputs, epilogue=True)
-            assert_close(got[0], apply_test_epilogue(want[0]), rtol, atol * 4 + 1e-6, "emitted C with epilogue")
+            assert_close(
+                got[0],
+                apply_test_epilogue(want[0]),
+                rtol,
+                atol * 4 + 1e-6,
+                "emitted C with epilogue",
+            )
     return want

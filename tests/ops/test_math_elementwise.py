@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from mathtensor_util import check_op, ir_node
+
 from monolib.compiler.ops import op_of
 from monolib.runtime.errors import ShapeError, UnsupportedOpError
 
@@ -25,7 +25,7 @@ def b(*shape):
     return R.integers(0, 2, shape).astype(bool)
 
 
-POS = dict(lo=0.1, hi=4.0)
+POS = {"lo": 0.1, "hi": 4.0}
 
 # (op, inputs, attrs, opset, constant_inputs)
 CASES = [
@@ -34,11 +34,23 @@ CASES = [
     ("Add", [i32(3, 4), i32(4)], {}, 14, ()),
     ("Add", [f32(1, 4, 1, 3), f32(2, 1, 5, 1)], {}, 14, ()),
     ("Sub", [f32(3, 4), np.array(1.5, np.float32)], {}, 14, (1,)),
-    ("Sub", [np.arange(6, dtype=np.int64).reshape(2, 3), np.array([1, 2, 3], np.int64)], {}, 14, ()),
+    (
+        "Sub",
+        [np.arange(6, dtype=np.int64).reshape(2, 3), np.array([1, 2, 3], np.int64)],
+        {},
+        14,
+        (),
+    ),
     ("Mul", [f32(2, 3), f32(2, 1)], {}, 14, ()),
     ("Mul", [f32(4, 4), f32(4)], {}, 7, (1,)),
     ("Div", [f32(3, 4), f32(3, 4, lo=0.5)], {}, 14, ()),
-    ("Div", [np.array([7, -7, 7, -7, 9, 0], np.int32), np.array([2, 2, -2, -2, 3, 5], np.int32)], {}, 14, ()),
+    (
+        "Div",
+        [np.array([7, -7, 7, -7, 9, 0], np.int32), np.array([2, 2, -2, -2, 3, 5], np.int32)],
+        {},
+        14,
+        (),
+    ),
     ("Div", [np.array([7, -7, 100], np.int64), np.array(3, np.int64)], {}, 14, (1,)),
     ("Pow", [f32(3, 4, **POS), np.array(2.0, np.float32)], {}, 15, (1,)),
     ("Pow", [f32(3, 4, **POS), np.array(0.5, np.float32)], {}, 15, (1,)),
@@ -129,9 +141,9 @@ def _id(case):
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_elementwise_matches_ort(case):
     op, ins, attrs, opset, consts = case
-    tol = dict(rtol=2e-6, atol=2e-6)
+    tol = {"rtol": 2e-6, "atol": 2e-6}
     if op in ("Erf", "Gelu", "Pow", "Softplus", "Selu", "Elu"):
-        tol = dict(rtol=1e-5, atol=1e-6)
+        tol = {"rtol": 1e-5, "atol": 1e-6}
     check_op(op, ins, attrs, opset=opset, constant_inputs=consts, **tol)
 
 

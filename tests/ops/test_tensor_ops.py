@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from mathtensor_util import check_op, compile_and_run, ir_node
+
 from monolib.compiler.ops import op_of
 from monolib.runtime.errors import ShapeError, UnsupportedOpError
 
 R = np.random.default_rng(99)
-I64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+I64 = lambda *v: np.array(v, np.int64)
 BIG = np.iinfo(np.int64).max
 
 
@@ -75,7 +75,14 @@ CASES = [
     ("Pad", [f32(3, 5), I64(-1, 2, 0, -2)], {}, 13, (1,), 1),
     ("Pad", [f32(2, 3, 4), I64(1, 2), np.array(0.0, np.float32), I64(-1)], {}, 18, (1, 2, 3), 1),
     ("Pad", [f32(2, 3)], {"pads": [0, 1, 1, 0], "value": 3.0}, 2, (), 1),
-    ("Pad", [np.arange(6, dtype=np.int64).reshape(2, 3), I64(1, 0, 0, 1)], {"mode": "edge"}, 13, (1,), 1),
+    (
+        "Pad",
+        [np.arange(6, dtype=np.int64).reshape(2, 3), I64(1, 0, 0, 1)],
+        {"mode": "edge"},
+        13,
+        (1,),
+        1,
+    ),
     ("DepthToSpace", [f32(1, 8, 2, 3)], {"blocksize": 2}, 13, (), 1),
     ("DepthToSpace", [f32(2, 8, 2, 3)], {"blocksize": 2, "mode": "CRD"}, 13, (), 1),
     ("SpaceToDepth", [f32(1, 2, 4, 6)], {"blocksize": 2}, 13, (), 1),
@@ -84,8 +91,22 @@ CASES = [
     ("Shape", [f32(2, 3, 4, 5)], {"start": 1, "end": -1}, 15, (), 1),
     ("Shape", [f32(2, 3, 4, 5)], {"start": -10}, 15, (), 1),
     ("ConstantOfShape", [I64(2, 3)], {}, 9, (0,), 1),
-    ("Range", [np.array(1, np.int64), np.array(10, np.int64), np.array(3, np.int64)], {}, 11, (0, 1, 2), 1),
-    ("Range", [np.array(1.0, np.float32), np.array(-2.0, np.float32), np.array(-0.5, np.float32)], {}, 11, (0, 1, 2), 1),
+    (
+        "Range",
+        [np.array(1, np.int64), np.array(10, np.int64), np.array(3, np.int64)],
+        {},
+        11,
+        (0, 1, 2),
+        1,
+    ),
+    (
+        "Range",
+        [np.array(1.0, np.float32), np.array(-2.0, np.float32), np.array(-0.5, np.float32)],
+        {},
+        11,
+        (0, 1, 2),
+        1,
+    ),
 ]
 
 
@@ -102,17 +123,19 @@ def test_tensor_op_matches_ort(case):
 
 
 def test_constant_of_shape_value_attr():
-    import onnx.helper as oh
     import onnx
+    import onnx.helper as oh
 
     value = oh.make_tensor("v", onnx.TensorProto.INT32, [1], [7])
     check_op("ConstantOfShape", [I64(3, 2)], {"value": value}, opset=20, constant_inputs=(0,))
 
 
 def test_alias_ops_emit_nothing():
-    for op, ins, attrs, consts in [("Reshape", [f32(2, 3), I64(6)], {}, (1,)),
-                                   ("Squeeze", [f32(1, 3)], {}, ()),
-                                   ("Flatten", [f32(2, 3)], {}, ())]:
+    for op, ins, attrs, consts in [
+        ("Reshape", [f32(2, 3), I64(6)], {}, (1,)),
+        ("Squeeze", [f32(1, 3)], {}, ()),
+        ("Flatten", [f32(2, 3)], {}, ()),
+    ]:
         node = ir_node(op, ins, attrs, 13, consts)
         assert op_of(node).alias
         assert op_of(node).emit(node, None) == ""

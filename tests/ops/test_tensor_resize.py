@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from mathtensor_util import check_op, ir_node
+
 from monolib.runtime.errors import ShapeError, UnsupportedOpError
 
 R = np.random.default_rng(5)
-F = lambda *v: np.array(v, np.float32)  # noqa: E731
-I64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+F = lambda *v: np.array(v, np.float32)
+I64 = lambda *v: np.array(v, np.int64)
 EMPTY = np.zeros(0, np.float32)
 
 COORDS = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]
@@ -23,9 +23,17 @@ def x4(*shape):
 
 
 def test_ppocr_detector_config():
-    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
-    check_op("Resize", [x4(1, 4, 5, 6), EMPTY, F(1, 1, 2, 2)], attrs, opset=12, constant_inputs=(1, 2))
-    check_op("Resize", [x4(1, 2, 3, 4), EMPTY, F(1, 1, 8, 8)], attrs, opset=12, constant_inputs=(1, 2))
+    attrs = {
+        "mode": "nearest",
+        "coordinate_transformation_mode": "asymmetric",
+        "nearest_mode": "floor",
+    }
+    check_op(
+        "Resize", [x4(1, 4, 5, 6), EMPTY, F(1, 1, 2, 2)], attrs, opset=12, constant_inputs=(1, 2)
+    )
+    check_op(
+        "Resize", [x4(1, 2, 3, 4), EMPTY, F(1, 1, 8, 8)], attrs, opset=12, constant_inputs=(1, 2)
+    )
 
 
 @pytest.mark.parametrize("coord", COORDS)
@@ -40,51 +48,111 @@ def test_nearest_scales(coord, nearest, scales):
 @pytest.mark.parametrize("scales", [(1, 1, 2, 2), (1, 1, 0.6, 1.7), (1, 1, 1, 2.5)], ids=str)
 def test_linear_scales(coord, scales):
     attrs = {"mode": "linear", "coordinate_transformation_mode": coord}
-    check_op("Resize", [x4(1, 2, 5, 6), EMPTY, F(*scales)], attrs, opset=13,
-             constant_inputs=(1, 2), rtol=1e-5, atol=1e-5)
+    check_op(
+        "Resize",
+        [x4(1, 2, 5, 6), EMPTY, F(*scales)],
+        attrs,
+        opset=13,
+        constant_inputs=(1, 2),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize(
-    "mode,sizes", [("nearest", (1, 2, 10, 12)), ("linear", (1, 2, 10, 12)), ("nearest", (1, 2, 3, 7)),
-                   ("linear", (1, 2, 3, 7)), ("nearest", (2, 2, 5, 6))], ids=str
+    "mode,sizes",
+    [
+        ("nearest", (1, 2, 10, 12)),
+        ("linear", (1, 2, 10, 12)),
+        ("nearest", (1, 2, 3, 7)),
+        ("linear", (1, 2, 3, 7)),
+        ("nearest", (2, 2, 5, 6)),
+    ],
+    ids=str,
 )
 def test_sizes(mode, sizes):
     attrs = {"mode": mode, "coordinate_transformation_mode": "half_pixel"}
-    check_op("Resize", [x4(1, 2, 5, 6), None, None, I64(*sizes)], attrs, opset=13,
-             constant_inputs=(3,), rtol=1e-5, atol=1e-5)
+    check_op(
+        "Resize",
+        [x4(1, 2, 5, 6), None, None, I64(*sizes)],
+        attrs,
+        opset=13,
+        constant_inputs=(3,),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_resize10_and_upsample():
-    check_op("Resize", [x4(1, 2, 3, 4), F(1, 1, 2, 3)], {"mode": "nearest"}, opset=10, constant_inputs=(1,))
-    check_op("Resize", [x4(1, 2, 3, 4), F(1, 1, 2, 2)], {"mode": "linear"}, opset=10,
-             constant_inputs=(1,), rtol=1e-5, atol=1e-5)
+    check_op(
+        "Resize",
+        [x4(1, 2, 3, 4), F(1, 1, 2, 3)],
+        {"mode": "nearest"},
+        opset=10,
+        constant_inputs=(1,),
+    )
+    check_op(
+        "Resize",
+        [x4(1, 2, 3, 4), F(1, 1, 2, 2)],
+        {"mode": "linear"},
+        opset=10,
+        constant_inputs=(1,),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
 def test_resize18_axes_and_policy(policy):
     attrs = {"mode": "linear", "axes": [2, 3], "keep_aspect_ratio_policy": policy}
-    check_op("Resize", [x4(1, 2, 4, 6), None, None, I64(8, 9)], attrs, opset=18,
-             constant_inputs=(3,), rtol=1e-5, atol=1e-5)
+    check_op(
+        "Resize",
+        [x4(1, 2, 4, 6), None, None, I64(8, 9)],
+        attrs,
+        opset=18,
+        constant_inputs=(3,),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_resize19_half_pixel_symmetric():
     attrs = {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}
-    check_op("Resize", [x4(1, 1, 4, 5), None, F(1, 1, 1.5, 2.3)], attrs, opset=19,
-             constant_inputs=(2,), rtol=1e-5, atol=1e-5)
+    check_op(
+        "Resize",
+        [x4(1, 1, 4, 5), None, F(1, 1, 1.5, 2.3)],
+        attrs,
+        opset=19,
+        constant_inputs=(2,),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_linear_3d_trilinear():
     attrs = {"mode": "linear", "coordinate_transformation_mode": "align_corners"}
-    check_op("Resize", [x4(1, 1, 3, 4, 5), EMPTY, F(1, 1, 2, 1.5, 2)], attrs, opset=13,
-             constant_inputs=(1, 2), rtol=1e-5, atol=1e-5)
+    check_op(
+        "Resize",
+        [x4(1, 1, 3, 4, 5), EMPTY, F(1, 1, 2, 1.5, 2)],
+        attrs,
+        opset=13,
+        constant_inputs=(1, 2),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_unsupported_modes():
     with pytest.raises(UnsupportedOpError, match="cubic"):
         ir_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)], {"mode": "cubic"}, 13, (1, 2))
     with pytest.raises(UnsupportedOpError, match="tf_crop_and_resize"):
-        ir_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)],
-                {"coordinate_transformation_mode": "tf_crop_and_resize"}, 13, (1, 2))
+        ir_node(
+            "Resize",
+            [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)],
+            {"coordinate_transformation_mode": "tf_crop_and_resize"},
+            13,
+            (1, 2),
+        )
 
 
 def test_runtime_scales_rejected():

@@ -8,17 +8,26 @@ Formulas from the ONNX operator specs; attribute values (``alpha``, ``beta``,
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from ...ir import Node
 from ..base import register
-from .elementwise import Elementwise, lit, bind, cast_expr, cfn, is_float
+from .elementwise import Elementwise, bind, cast_expr, cfn, is_float, lit
 
 __all__ = [
-    "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "HardSwish",
-    "Elu", "Selu", "Softplus", "Softsign", "Gelu",
+    "Elu",
+    "Gelu",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+    "PRelu",
+    "Relu",
+    "Selu",
+    "Sigmoid",
+    "Softplus",
+    "Softsign",
 ]
 
 logger = logging.getLogger(__name__)
@@ -172,7 +181,9 @@ class Selu(Elementwise):
         dt = node.outputs[0].dtype
         a, g = _lit(node.attrs["alpha"], node), _lit(node.attrs["gamma"], node)
         return bind(
-            args, [dt], lambda x: f"({x} > 0 ? {g} * {x} : {g} * ({a} * {cfn('exp', dt)}({x}) - {a}))"
+            args,
+            [dt],
+            lambda x: f"({x} > 0 ? {g} * {x} : {g} * ({a} * {cfn('exp', dt)}({x}) - {a}))",
         )
 
 
@@ -193,8 +204,10 @@ class Softplus(Elementwise):
         return bind(
             args,
             [dt],
-            lambda x: f"(({x} > {zero} ? {x} : {zero}) + "
-            f"{cfn('log1p', dt)}({cfn('exp', dt)}(-{cfn('fabs', dt)}({x}))))",
+            lambda x: (
+                f"(({x} > {zero} ? {x} : {zero}) + "
+                f"{cfn('log1p', dt)}({cfn('exp', dt)}(-{cfn('fabs', dt)}({x}))))"
+            ),
         )
 
 
@@ -238,7 +251,9 @@ class Gelu(Elementwise):
             return bind(
                 args,
                 [dt],
-                lambda x: f"({half} * {x} * ({one} + {cfn('tanh', dt)}({k} * ({x} + {c} * {x} * {x} * {x}))))",
+                lambda x: (
+                    f"({half} * {x} * ({one} + {cfn('tanh', dt)}({k} * ({x} + {c} * {x} * {x} * {x}))))"
+                ),
             )
         r = _lit(float(1 / np.sqrt(2)), node)
         return bind(args, [dt], lambda x: f"({half} * {x} * ({one} + {cfn('erf', dt)}({x} * {r})))")

@@ -26,7 +26,7 @@ class _Arg(OpDef):
         shape = node.inputs[0].shape
         a = normalize_axis(node.attrs["axis"], len(shape), f"{self.op_type} (node {node.name!r})")
         outer = int(np.prod(shape[:a], dtype=np.int64))
-        inner = int(np.prod(shape[a + 1:], dtype=np.int64))
+        inner = int(np.prod(shape[a + 1 :], dtype=np.int64))
         return a, outer, int(shape[a]), inner
 
     def infer(self, node: Node) -> list[OutType]:
@@ -59,7 +59,7 @@ class _Arg(OpDef):
         cmp = self.better + ("=" if node.attrs.get("select_last_index", 0) else "")
         o, i, k, best, bi = (ctx.unique(p) for p in ("o", "i", "k", "best", "bi"))
         px = ctx.ptr(x)
-        at = lambda kk: f"{px}[{o}*{n * inner} + {kk}*{inner} + {i}]"  # noqa: E731
+        at = lambda kk: f"{px}[{o}*{n * inner} + {kk}*{inner} + {i}]"
         flat = f"{o}*{inner} + {i}"
         store = ctx.output_expr(bi, flat_index_exprs(flat, y.shape))
         return (

@@ -9,17 +9,26 @@ sign of the divisor like Python.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import reduce
-from typing import Sequence
 
 import numpy as np
 
 from ....runtime.errors import UnsupportedOpError
 from ...ir import Node
 from ..base import register
-from .elementwise import Elementwise, lit, bind, cast_expr, cfn, check_same_dtype, const_scalar, is_float
+from .elementwise import (
+    Elementwise,
+    bind,
+    cast_expr,
+    cfn,
+    check_same_dtype,
+    const_scalar,
+    is_float,
+    lit,
+)
 
-__all__ = ["Add", "Sub", "Mul", "Div", "Mod", "Pow", "Max", "Min", "Sum", "Mean"]
+__all__ = ["Add", "Div", "Max", "Mean", "Min", "Mod", "Mul", "Pow", "Sub", "Sum"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,9 +114,7 @@ class Div(_Binary):
         dt = node.outputs[0].dtype
         if is_float(dt):
             return f"({args[0]} / {args[1]})"
-        return bind(
-            args, [dt, dt], lambda a, b: _narrow(f"({b} == 0 ? 0 : {a} / {b})", dt)
-        )
+        return bind(args, [dt, dt], lambda a, b: _narrow(f"({b} == 0 ? 0 : {a} / {b})", dt))
 
 
 @register
@@ -146,7 +153,13 @@ class Mod(_Binary):
 
         def python_mod(a: str, b: str) -> str:
             r = f"({b} == 0 ? 0 : {a} % {b})"
-            return bind([r], [dt], lambda m: _narrow(f"(({m} != 0 && (({m} < 0) != ({b} < 0))) ? {m} + {b} : {m})", dt))
+            return bind(
+                [r],
+                [dt],
+                lambda m: _narrow(
+                    f"(({m} != 0 && (({m} < 0) != ({b} < 0))) ? {m} + {b} : {m})", dt
+                ),
+            )
 
         return bind(args, [dt, dt], python_mod)
 

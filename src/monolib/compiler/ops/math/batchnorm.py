@@ -24,7 +24,9 @@ __all__ = ["BatchNormalization", "batchnorm_coefficients"]
 logger = logging.getLogger(__name__)
 
 
-def batchnorm_coefficients(scale, bias, mean, var, eps: float, dtype) -> tuple[np.ndarray, np.ndarray]:
+def batchnorm_coefficients(
+    scale, bias, mean, var, eps: float, dtype
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel ``(a, b)`` with ``bn(x) == x * a + b``; each ``[C]`` of ``dtype``."""
     a = np.asarray(scale, np.float64) / np.sqrt(np.asarray(var, np.float64) + float(eps))
     b = np.asarray(bias, np.float64) - np.asarray(mean, np.float64) * a
@@ -49,10 +51,18 @@ class BatchNormalization(OpDef):
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         where = f"BatchNormalization (node {node.name!r})"
-        if node.attrs.get("training_mode", 0) or len(node.outputs) > 1 or not node.attrs.get("spatial", 1):
-            raise UnsupportedOpError(f"{where}: only inference mode (one output, spatial) is supported")
+        if (
+            node.attrs.get("training_mode", 0)
+            or len(node.outputs) > 1
+            or not node.attrs.get("spatial", 1)
+        ):
+            raise UnsupportedOpError(
+                f"{where}: only inference mode (one output, spatial) is supported"
+            )
         if not is_float(x.dtype) or len(x.shape) < 2:
-            raise ShapeError(f"{where}: X must be a float tensor [N, C, ...], got {x.dtype}{list(x.shape)}")
+            raise ShapeError(
+                f"{where}: X must be a float tensor [N, C, ...], got {x.dtype}{list(x.shape)}"
+            )
         c = x.shape[1]
         for v in node.inputs[1:5]:
             if v is None or v.size != c:
@@ -63,7 +73,7 @@ class BatchNormalization(OpDef):
         x, scale, bias, mean, var = inputs[:5]
         shape = (1, -1) + (1,) * (x.ndim - 2)
         eps = np.asarray(node.attrs["epsilon"], x.dtype)
-        r = lambda v: v.reshape(shape).astype(x.dtype)  # noqa: E731
+        r = lambda v: v.reshape(shape).astype(x.dtype)
         y = (x - r(mean)) / np.sqrt(r(var) + eps) * r(scale) + r(bias)
         return [y.astype(x.dtype)]
 
@@ -81,10 +91,13 @@ class BatchNormalization(OpDef):
         a_name, b_name = ctx.unique("bn_a"), ctx.unique("bn_b")
         lines = []
         if all(v.is_const for v in node.inputs[1:5]):
-            a, b = batchnorm_coefficients(*(v.const.reshape(-1) for v in node.inputs[1:5]),
-                                          node.attrs["epsilon"], x.dtype)
-            lines += [f"const {ct}* {a_name} = {ctx.param(a, 'bn_a')};",
-                      f"const {ct}* {b_name} = {ctx.param(b, 'bn_b')};"]
+            a, b = batchnorm_coefficients(
+                *(v.const.reshape(-1) for v in node.inputs[1:5]), node.attrs["epsilon"], x.dtype
+            )
+            lines += [
+                f"const {ct}* {a_name} = {ctx.param(a, 'bn_a')};",
+                f"const {ct}* {b_name} = {ctx.param(b, 'bn_b')};",
+            ]
         else:
             sc, bi, me, va = (ctx.ptr(v) for v in node.inputs[1:5])
             k = ctx.unique("c")
@@ -92,13 +105,17 @@ class BatchNormalization(OpDef):
             lines += [
                 f"{ct}* {a_name} = ({ct}*){ctx.scratch(c * x.dtype.itemsize)};",
                 f"{ct}* {b_name} = ({ct}*){ctx.scratch(c * x.dtype.itemsize)};",
-                f"for (int64_t {k} = 0; {k} < {c}; ++{k}) {{ {a_name}[{k}] = {sc}[{k}] / "
-                f"{cfn('sqrt', x.dtype)}({va}[{k}] + {eps}); {b_name}[{k}] = {bi}[{k}] - {me}[{k}] * {a_name}[{k}]; }}",
+                (
+                    f"for (int64_t {k} = 0; {k} < {c}; ++{k}) {{ {a_name}[{k}] = {sc}[{k}] / "
+                    f"{cfn('sqrt', x.dtype)}({va}[{k}] + {eps}); {b_name}[{k}] = {bi}[{k}] - {me}[{k}] * {a_name}[{k}]; }}"
+                ),
             ]
         i, j, s = ctx.unique("n"), ctx.unique("c"), ctx.unique("s")
         flat = f"({i}*{c} + {j})*{inner} + {s}"
-        val = ctx.output_expr(f"({ctx.ptr(x)}[{flat}] * {a_name}[{j}] + {b_name}[{j}])",
-                              flat_index_exprs(flat, y.shape))
+        val = ctx.output_expr(
+            f"({ctx.ptr(x)}[{flat}] * {a_name}[{j}] + {b_name}[{j}])",
+            flat_index_exprs(flat, y.shape),
+        )
         lines.append(
             f"for (int64_t {i} = 0; {i} < {n}; ++{i}) for (int64_t {j} = 0; {j} < {c}; ++{j})\n"
             f"for (int64_t {s} = 0; {s} < {inner}; ++{s}) {ctx.ptr(y)}[{flat}] = {val};"

@@ -9,7 +9,7 @@ supported (a clear :class:`UnsupportedOpError`).
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnx.helper
@@ -37,8 +37,14 @@ def onnx_dtype(elem_type: int, where: str = "") -> np.dtype:
         dt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(int(elem_type)))
         ctype(dt)
     except (KeyError, TypeError, UnsupportedOpError):
-        name = onnx.TensorProto.DataType.Name(int(elem_type)) if elem_type in onnx.TensorProto.DataType.values() else elem_type
-        raise UnsupportedOpError(f"{where or 'Cast'}: element type {name} is not supported") from None
+        name = (
+            onnx.TensorProto.DataType.Name(int(elem_type))
+            if elem_type in onnx.TensorProto.DataType.values()
+            else elem_type
+        )
+        raise UnsupportedOpError(
+            f"{where or 'Cast'}: element type {name} is not supported"
+        ) from None
     return dt
 
 

@@ -8,13 +8,13 @@ spec (13) states and ``np.clip`` does.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from ...ir import Node
 from ..base import register
-from .elementwise import Elementwise, lit, bind
+from .elementwise import Elementwise, bind, lit
 
 __all__ = ["Clip6", "Clip11"]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from typing import Callable, ClassVar, Sequence
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -32,12 +33,12 @@ from ..tensor.loops import (
 __all__ = [
     "Elementwise",
     "bind",
-    "cfn",
     "cast_expr",
+    "cfn",
     "const_scalar",
-    "lit",
     "input_dtype",
     "is_float",
+    "lit",
 ]
 
 logger = logging.getLogger(__name__)

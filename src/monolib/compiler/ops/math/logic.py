@@ -5,7 +5,7 @@ Not, And, Or, Xor (ONNX specs 7..19). Outputs are ``bool`` (stored as ``uint8_t`
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from ...ir import Node
 from ..base import register
 from .elementwise import Elementwise, check_same_dtype
 
-__all__ = ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor"]
+__all__ = ["And", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not", "Or", "Xor"]
 
 logger = logging.getLogger(__name__)
 

@@ -17,16 +17,24 @@ import numpy as np
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, ctype, register
-from ..tensor.loops import broadcast_shape, broadcast_strides, flat_index_exprs, linear_offset, normalize_axis
+from ..tensor.loops import (
+    broadcast_shape,
+    broadcast_strides,
+    flat_index_exprs,
+    linear_offset,
+    normalize_axis,
+)
 from .elementwise import cfn, is_float, lit
 from .reduce import flat_groups
 
-__all__ = ["LayerNormalization", "InstanceNormalization", "emit_row_stats"]
+__all__ = ["InstanceNormalization", "LayerNormalization", "emit_row_stats"]
 
 logger = logging.getLogger(__name__)
 
 
-def emit_row_stats(ctx: EmitContext, row: str, n: int, dtype, eps: float, mean: str, inv: str) -> str:
+def emit_row_stats(
+    ctx: EmitContext, row: str, n: int, dtype, eps: float, mean: str, inv: str
+) -> str:
     """C statements declaring ``mean`` and ``inv`` (= 1/sqrt(var + eps)) of the ``n``
     contiguous elements at pointer ``row``."""
     ct = ctype(dtype)
@@ -75,17 +83,27 @@ class LayerNormalization(OpDef):
     op_type, since_version = "LayerNormalization", 17
 
     def _axis(self, node: Node) -> int:
-        return normalize_axis(node.attrs["axis"], len(node.inputs[0].shape), f"LayerNormalization (node {node.name!r})")
+        return normalize_axis(
+            node.attrs["axis"],
+            len(node.inputs[0].shape),
+            f"LayerNormalization (node {node.name!r})",
+        )
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         if not is_float(x.dtype):
-            raise UnsupportedOpError(f"LayerNormalization (node {node.name!r}) takes floats, got {x.dtype}")
+            raise UnsupportedOpError(
+                f"LayerNormalization (node {node.name!r}) takes floats, got {x.dtype}"
+            )
         a = self._axis(node)
         norm = x.shape[a:]
         for v in node.inputs[1:3]:
-            if v is not None and broadcast_shape(v.shape, norm, where=f"LayerNormalization {node.name!r}") != tuple(norm):
-                raise ShapeError(f"LayerNormalization (node {node.name!r}): {list(v.shape)} does not broadcast to {list(norm)}")
+            if v is not None and broadcast_shape(
+                v.shape, norm, where=f"LayerNormalization {node.name!r}"
+            ) != tuple(norm):
+                raise ShapeError(
+                    f"LayerNormalization (node {node.name!r}): {list(v.shape)} does not broadcast to {list(norm)}"
+                )
         stat = x.shape[:a] + (1,) * (len(x.shape) - a)
         types = [(x.shape, x.dtype), (stat, np.dtype(np.float32)), (stat, np.dtype(np.float32))]
         return types[: max(len(node.outputs), 1)]
@@ -125,8 +143,10 @@ class LayerNormalization(OpDef):
             f"for (int64_t {o} = 0; {o} < {rows}; ++{o}) {{",
             f"const {ct}* {row} = {ctx.ptr(x)} + {o}*{n};",
             emit_row_stats(ctx, row, n, x.dtype, node.attrs["epsilon"], m, inv),
-            f"for (int64_t {j} = 0; {j} < {n}; ++{j}) "
-            f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(f'({val})', flat_index_exprs(flat, y.shape))};",
+            (
+                f"for (int64_t {j} = 0; {j} < {n}; ++{j}) "
+                f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(f'({val})', flat_index_exprs(flat, y.shape))};"
+            ),
         ]
         if len(node.outputs) > 1 and node.outputs[1] is not None:
             lines.append(f"{ctx.ptr(node.outputs[1])}[{o}] = (float){m};")
@@ -146,10 +166,14 @@ class InstanceNormalization(OpDef):
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         if not is_float(x.dtype) or len(x.shape) < 3:
-            raise ShapeError(f"InstanceNormalization (node {node.name!r}): X must be float [N, C, D...], got {x.dtype}{list(x.shape)}")
+            raise ShapeError(
+                f"InstanceNormalization (node {node.name!r}): X must be float [N, C, D...], got {x.dtype}{list(x.shape)}"
+            )
         for v in node.inputs[1:3]:
             if v.size != x.shape[1]:
-                raise ShapeError(f"InstanceNormalization (node {node.name!r}): scale and B must have {x.shape[1]} elements")
+                raise ShapeError(
+                    f"InstanceNormalization (node {node.name!r}): scale and B must have {x.shape[1]} elements"
+                )
         return [(x.shape, x.dtype)]
 
     def reference(self, node: Node, inputs):
@@ -158,7 +182,9 @@ class InstanceNormalization(OpDef):
         mean = x.mean(axis=axes, keepdims=True)
         var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
         shp = (1, -1) + (1,) * (x.ndim - 2)
-        y = (x - mean) / np.sqrt(var + np.asarray(node.attrs["epsilon"], x.dtype)) * scale.reshape(shp) + bias.reshape(shp)
+        y = (x - mean) / np.sqrt(var + np.asarray(node.attrs["epsilon"], x.dtype)) * scale.reshape(
+            shp
+        ) + bias.reshape(shp)
         return [y.astype(x.dtype)]
 
     def epilogue_groups(self, node: Node):
@@ -175,11 +201,15 @@ class InstanceNormalization(OpDef):
         sc, bi = ctx.ptr(node.inputs[1]), ctx.ptr(node.inputs[2])
         flat = f"{o}*{n} + {j}"
         val = f"(({row}[{j}] - {m}) * {inv} * {sc}[{o} % {c}] + {bi}[{o} % {c}])"
-        return "\n".join([
-            f"for (int64_t {o} = 0; {o} < {x.shape[0] * c}; ++{o}) {{",
-            f"const {ct}* {row} = {ctx.ptr(x)} + {o}*{n};",
-            emit_row_stats(ctx, row, n, x.dtype, node.attrs["epsilon"], m, inv),
-            f"for (int64_t {j} = 0; {j} < {n}; ++{j}) "
-            f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(val, flat_index_exprs(flat, y.shape))};",
-            "}",
-        ])
+        return "\n".join(
+            [
+                f"for (int64_t {o} = 0; {o} < {x.shape[0] * c}; ++{o}) {{",
+                f"const {ct}* {row} = {ctx.ptr(x)} + {o}*{n};",
+                emit_row_stats(ctx, row, n, x.dtype, node.attrs["epsilon"], m, inv),
+                (
+                    f"for (int64_t {j} = 0; {j} < {n}; ++{j}) "
+                    f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(val, flat_index_exprs(flat, y.shape))};"
+                ),
+                "}",
+            ]
+        )

@@ -16,14 +16,15 @@ integer sums in 64 bits.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....runtime.errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..base import EmitContext, OpDef, OutType, ctype, register
 from ..tensor.loops import (
     collapse_dims,
     contiguous_strides,
@@ -32,9 +33,9 @@ from ..tensor.loops import (
     linear_offset,
     normalize_axis,
 )
-from .elementwise import lit, cfn, is_float
+from .elementwise import cfn, is_float, lit
 
-__all__ = ["Reduce", "reduce_axes", "flat_groups", "acc_ctype"]
+__all__ = ["Reduce", "acc_ctype", "flat_groups", "reduce_axes"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,32 +104,76 @@ def _log_fin(a: str, n: int, dt) -> str:
     return f"{cfn('log', dt)}({a})"
 
 
-_ID = lambda a, n, dt: a  # noqa: E731
-_ADD = lambda a, x, dt: f"{a} + {x}"  # noqa: E731
-_SQ = lambda a, x, dt: f"{a} + {x} * {x}"  # noqa: E731
+_ID = lambda a, n, dt: a
+_ADD = lambda a, x, dt: f"{a} + {x}"
+_SQ = lambda a, x, dt: f"{a} + {x} * {x}"
 
 _KINDS: dict[str, _Kind] = {
-    "ReduceSum": _Kind(_np(lambda x, a, k: np.sum(x, a, dtype=x.dtype, keepdims=k)),
-                       lambda dt: "0", _ADD, _ID, "ml_rsum_f32"),
-    "ReduceMean": _Kind(_np(lambda x, a, k: np.mean(x, a, keepdims=k)),
-                        lambda dt: "0", _ADD, _mean_fin, "ml_rsum_f32"),
-    "ReduceMax": _Kind(_np(lambda x, a, k: np.max(x, a, keepdims=k, initial=_bound(x.dtype, True))),
-                       _lowest, lambda a, x, dt: f"({x} > {a} ? {x} : {a})", _ID, "ml_rmax_f32"),
-    "ReduceMin": _Kind(_np(lambda x, a, k: np.min(x, a, keepdims=k, initial=_bound(x.dtype, False))),
-                       _highest, lambda a, x, dt: f"({x} < {a} ? {x} : {a})", _ID, "ml_rmin_f32"),
-    "ReduceProd": _Kind(_np(lambda x, a, k: np.prod(x, a, dtype=x.dtype, keepdims=k)),
-                        lambda dt: "1", lambda a, x, dt: f"{a} * {x}", _ID),
-    "ReduceL1": _Kind(_np(lambda x, a, k: np.sum(np.abs(x), a, dtype=x.dtype, keepdims=k)),
-                      lambda dt: "0",
-                      lambda a, x, dt: f"{a} + ({x} < 0 ? -{x} : {x})", _ID),
-    "ReduceL2": _Kind(_np(lambda x, a, k: np.sqrt(np.sum(np.square(x), a, dtype=x.dtype, keepdims=k))),
-                      lambda dt: "0", _SQ, _sqrt_fin),
-    "ReduceSumSquare": _Kind(_np(lambda x, a, k: np.sum(np.square(x), a, dtype=x.dtype, keepdims=k)),
-                             lambda dt: "0", _SQ, _ID),
-    "ReduceLogSum": _Kind(_np(lambda x, a, k: np.log(np.sum(x, a, dtype=x.dtype, keepdims=k))),
-                          lambda dt: "0", _ADD, _log_fin, "ml_rsum_f32"),
-    "ReduceLogSumExp": _Kind(_np(lambda x, a, k: np.log(np.sum(np.exp(x), a, dtype=x.dtype, keepdims=k))),
-                             lambda dt: "0", lambda a, x, dt: f"{a} + {cfn('exp', dt)}({x})", _log_fin),
+    "ReduceSum": _Kind(
+        _np(lambda x, a, k: np.sum(x, a, dtype=x.dtype, keepdims=k)),
+        lambda dt: "0",
+        _ADD,
+        _ID,
+        "ml_rsum_f32",
+    ),
+    "ReduceMean": _Kind(
+        _np(lambda x, a, k: np.mean(x, a, keepdims=k)),
+        lambda dt: "0",
+        _ADD,
+        _mean_fin,
+        "ml_rsum_f32",
+    ),
+    "ReduceMax": _Kind(
+        _np(lambda x, a, k: np.max(x, a, keepdims=k, initial=_bound(x.dtype, True))),
+        _lowest,
+        lambda a, x, dt: f"({x} > {a} ? {x} : {a})",
+        _ID,
+        "ml_rmax_f32",
+    ),
+    "ReduceMin": _Kind(
+        _np(lambda x, a, k: np.min(x, a, keepdims=k, initial=_bound(x.dtype, False))),
+        _highest,
+        lambda a, x, dt: f"({x} < {a} ? {x} : {a})",
+        _ID,
+        "ml_rmin_f32",
+    ),
+    "ReduceProd": _Kind(
+        _np(lambda x, a, k: np.prod(x, a, dtype=x.dtype, keepdims=k)),
+        lambda dt: "1",
+        lambda a, x, dt: f"{a} * {x}",
+        _ID,
+    ),
+    "ReduceL1": _Kind(
+        _np(lambda x, a, k: np.sum(np.abs(x), a, dtype=x.dtype, keepdims=k)),
+        lambda dt: "0",
+        lambda a, x, dt: f"{a} + ({x} < 0 ? -{x} : {x})",
+        _ID,
+    ),
+    "ReduceL2": _Kind(
+        _np(lambda x, a, k: np.sqrt(np.sum(np.square(x), a, dtype=x.dtype, keepdims=k))),
+        lambda dt: "0",
+        _SQ,
+        _sqrt_fin,
+    ),
+    "ReduceSumSquare": _Kind(
+        _np(lambda x, a, k: np.sum(np.square(x), a, dtype=x.dtype, keepdims=k)),
+        lambda dt: "0",
+        _SQ,
+        _ID,
+    ),
+    "ReduceLogSum": _Kind(
+        _np(lambda x, a, k: np.log(np.sum(x, a, dtype=x.dtype, keepdims=k))),
+        lambda dt: "0",
+        _ADD,
+        _log_fin,
+        "ml_rsum_f32",
+    ),
+    "ReduceLogSumExp": _Kind(
+        _np(lambda x, a, k: np.log(np.sum(np.exp(x), a, dtype=x.dtype, keepdims=k))),
+        lambda dt: "0",
+        lambda a, x, dt: f"{a} + {cfn('exp', dt)}({x})",
+        _log_fin,
+    ),
 }
 
 
@@ -174,9 +219,7 @@ class Reduce(OpDef):
         x = node.inputs[0]
         axes = self.axes(node)
         keep = node.attrs["keepdims"]
-        shape = tuple(
-            (1 if keep else None) if d in axes else n for d, n in enumerate(x.shape)
-        )
+        shape = tuple((1 if keep else None) if d in axes else n for d, n in enumerate(x.shape))
         return [(tuple(n for n in shape if n is not None), x.dtype)]
 
     def reference(self, node: Node, inputs):
@@ -197,7 +240,9 @@ class Reduce(OpDef):
         kd_strides = contiguous_strides(kd)
         out_strides = [0 if d in axes else kd_strides[d] for d in range(len(kd))]
         count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
-        shape, (ist, ost) = collapse_dims(x.shape, [(contiguous_strides(x.shape), 0), (out_strides, 0)])
+        shape, (ist, ost) = collapse_dims(
+            x.shape, [(contiguous_strides(x.shape), 0), (out_strides, 0)]
+        )
         red = [s == 0 for s in ost]
         if len(shape) >= 1 and red[-1] and sum(red) == 1:
             return self._emit_rows(node, ctx, int(np.prod(shape[:-1])), shape[-1], count)
@@ -216,7 +261,7 @@ class Reduce(OpDef):
 
     def _emit_rows(self, node, ctx, k: int, r: int, count: int) -> str:
         """``[K, R]``: one accumulator per contiguous row of R elements."""
-        x, y = node.inputs[0], node.outputs[0]
+        x = node.inputs[0]
         kind, dt, act = self.kind, x.dtype, acc_ctype(x.dtype)
         o, j, acc = ctx.unique("o"), ctx.unique("j"), ctx.unique("acc")
         row = f"{ctx.ptr(x)} + {o}*{r}"
@@ -275,17 +320,27 @@ class Reduce(OpDef):
 
 def _define(op_type: str, input_since: int) -> None:
     """Register the attribute-axes class (since 1) and the input-axes class."""
-    doc = (
-        f"ONNX ``{op_type}``: {{}} (axes {{}}); see the module docstring."
+    doc = f"ONNX ``{op_type}``: {{}} (axes {{}}); see the module docstring."
+    attr_cls = type(
+        op_type + "_1",
+        (Reduce,),
+        {
+            "op_type": op_type,
+            "since_version": 1,
+            "axes_input": False,
+            "__doc__": doc.format(f"versions 1..{input_since - 1}", "attribute"),
+        },
     )
-    attr_cls = type(op_type + "_1", (Reduce,), {
-        "op_type": op_type, "since_version": 1, "axes_input": False,
-        "__doc__": doc.format(f"versions 1..{input_since - 1}", "attribute"),
-    })
-    input_cls = type(op_type + f"_{input_since}", (Reduce,), {
-        "op_type": op_type, "since_version": input_since, "axes_input": True,
-        "__doc__": doc.format(f"versions {input_since}+", "input, noop_with_empty_axes"),
-    })
+    input_cls = type(
+        op_type + f"_{input_since}",
+        (Reduce,),
+        {
+            "op_type": op_type,
+            "since_version": input_since,
+            "axes_input": True,
+            "__doc__": doc.format(f"versions {input_since}+", "input, noop_with_empty_axes"),
+        },
+    )
     register(attr_cls)
     register(input_cls)
 

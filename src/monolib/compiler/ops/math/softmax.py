@@ -24,7 +24,7 @@ from ..tensor.loops import flat_index_exprs, normalize_axis
 from .elementwise import cfn, is_float, lit
 from .reduce import flat_groups
 
-__all__ = ["Softmax1", "Softmax13", "LogSoftmax1", "LogSoftmax13", "softmax_view"]
+__all__ = ["LogSoftmax1", "LogSoftmax13", "Softmax1", "Softmax13", "softmax_view"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def softmax_view(shape, axis: int, coerce_2d: bool) -> tuple[int, int, int]:
     outer = int(np.prod(shape[:a], dtype=np.int64))
     if coerce_2d:
         return outer, int(np.prod(shape[a:], dtype=np.int64)), 1
-    return outer, int(shape[a]), int(np.prod(shape[a + 1:], dtype=np.int64))
+    return outer, int(shape[a]), int(np.prod(shape[a + 1 :], dtype=np.int64))
 
 
 class _SoftmaxBase(OpDef):
@@ -49,7 +49,9 @@ class _SoftmaxBase(OpDef):
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         if not is_float(x.dtype):
-            raise UnsupportedOpError(f"{self.op_type} (node {node.name!r}) takes floats, got {x.dtype}")
+            raise UnsupportedOpError(
+                f"{self.op_type} (node {node.name!r}) takes floats, got {x.dtype}"
+            )
         softmax_view(x.shape, node.attrs["axis"], self.coerce_2d)  # checks the axis
         return [(x.shape, x.dtype)]
 
@@ -97,8 +99,12 @@ class _SoftmaxBase(OpDef):
             lines.append(f"{ct} {m} = ml_rmax_f32({row}, {n});")
         else:
             lines.append(f"{ct} {m} = -INFINITY;")
-            lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {m} = {row}[{j}] > {m} ? {row}[{j}] : {m};")
-        lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {buf}[{j}] = {exp}({row}[{j}] - {m});")
+            lines.append(
+                f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {m} = {row}[{j}] > {m} ? {row}[{j}] : {m};"
+            )
+        lines.append(
+            f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {buf}[{j}] = {exp}({row}[{j}] - {m});"
+        )
         if dt == np.float32:
             lines.append(f"{ct} {s} = ml_rsum_f32({buf}, {n});")
         else:
@@ -126,15 +132,25 @@ class _SoftmaxBase(OpDef):
             f"{ct}* {eb} = ({ct}*){ctx.scratch(n * inner * dt.itemsize)};",
             f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) {{",
             f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{ {mb}[{i}] = -INFINITY; {sb}[{i}] = 0; }}",
-            f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i})"
-            f" {mb}[{i}] = {xv} > {mb}[{i}] ? {xv} : {mb}[{i}];",
-            f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{"
-            f" {eb}[{k}*{inner} + {i}] = {exp}({xv} - {mb}[{i}]); {sb}[{i}] += {eb}[{k}*{inner} + {i}]; }}",
+            (
+                f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i})"
+                f" {mb}[{i}] = {xv} > {mb}[{i}] ? {xv} : {mb}[{i}];"
+            ),
+            (
+                f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{"
+                f" {eb}[{k}*{inner} + {i}] = {exp}({xv} - {mb}[{i}]); {sb}[{i}] += {eb}[{k}*{inner} + {i}]; }}"
+            ),
         ]
         if not self.log:
-            lines.append(f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {sb}[{i}] = {lit(1, dt)} / {sb}[{i}];")
-        store = self._final(node, ctx, base, xv, f"{eb}[{k}*{inner} + {i}]", f"{mb}[{i}]", f"{sb}[{i}]")
-        lines.append(f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {store}")
+            lines.append(
+                f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {sb}[{i}] = {lit(1, dt)} / {sb}[{i}];"
+            )
+        store = self._final(
+            node, ctx, base, xv, f"{eb}[{k}*{inner} + {i}]", f"{mb}[{i}]", f"{sb}[{i}]"
+        )
+        lines.append(
+            f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {store}"
+        )
         lines.append("}")
         return "\n".join(lines)
 

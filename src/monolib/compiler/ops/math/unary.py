@@ -10,17 +10,29 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ...ir import Node
-from ..base import c_literal, register
-from .elementwise import Elementwise, lit, bind, cast_expr, cfn, is_float
+from ..base import register
+from .elementwise import Elementwise, bind, cast_expr, cfn, is_float, lit
 
 __all__ = [
-    "Sqrt", "Exp", "Log", "Erf", "Tanh", "Sin", "Cos", "Neg", "Abs",
-    "Floor", "Ceil", "Round", "Reciprocal", "Sign",
+    "Abs",
+    "Ceil",
+    "Cos",
+    "Erf",
+    "Exp",
+    "Floor",
+    "Log",
+    "Neg",
+    "Reciprocal",
+    "Round",
+    "Sign",
+    "Sin",
+    "Sqrt",
+    "Tanh",
 ]
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ all three inputs."""
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -34,7 +34,9 @@ class Concat(OpDef):
     op_type, since_version = "Concat", 4
 
     def _axis(self, node: Node) -> int:
-        return normalize_axis(node.attrs["axis"], len(node.inputs[0].shape), f"Concat (node {node.name!r})")
+        return normalize_axis(
+            node.attrs["axis"], len(node.inputs[0].shape), f"Concat (node {node.name!r})"
+        )
 
     def infer(self, node: Node) -> list[OutType]:
         first = node.inputs[0]
@@ -71,12 +73,19 @@ class Concat(OpDef):
             if v.size:
                 index = None
                 if epi:
-                    index = lambda idx, off=offset: [  # noqa: E731
+                    index = lambda idx, off=offset: [
                         f"({i} + {off})" if d == a else i for d, i in enumerate(idx)
                     ]
-                parts.append(emit_copy(
-                    ctx, v.shape, ctx.ptr(y), (ost, offset * ost[a]),
-                    ctx.ptr(v), (contiguous_strides(v.shape), 0), index,
-                ))
+                parts.append(
+                    emit_copy(
+                        ctx,
+                        v.shape,
+                        ctx.ptr(y),
+                        (ost, offset * ost[a]),
+                        ctx.ptr(v),
+                        (contiguous_strides(v.shape), 0),
+                        index,
+                    )
+                )
             offset += v.shape[a]
         return "\n".join(parts)

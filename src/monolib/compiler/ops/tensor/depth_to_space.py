@@ -27,7 +27,9 @@ class _Rearrange(OpDef):
         x = node.inputs[0]
         b = int(node.attrs["blocksize"])
         if len(x.shape) != 4 or b < 1:
-            raise ShapeError(f"{self.op_type} (node {node.name!r}): needs a 4-D input and blocksize >= 1")
+            raise ShapeError(
+                f"{self.op_type} (node {node.name!r}): needs a 4-D input and blocksize >= 1"
+            )
         return (*x.shape, b)
 
     def infer(self, node: Node) -> list[OutType]:
@@ -35,14 +37,20 @@ class _Rearrange(OpDef):
 
     def reference(self, node: Node, inputs):
         v6, perm, out = self.view(node)
-        return [np.ascontiguousarray(inputs[0].reshape(v6).transpose(perm)).reshape(out)]
+        return [np.array(inputs[0].reshape(v6).transpose(perm), order="C").reshape(out)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
-        v6, perm, out = self.view(node)
+        v6, perm, _ = self.view(node)
         st = contiguous_strides(v6)
         shape = [v6[p] for p in perm]
-        return emit_copy(ctx, shape, ctx.ptr(node.outputs[0]), (contiguous_strides(shape), 0),
-                         ctx.ptr(node.inputs[0]), ([st[p] for p in perm], 0))
+        return emit_copy(
+            ctx,
+            shape,
+            ctx.ptr(node.outputs[0]),
+            (contiguous_strides(shape), 0),
+            ctx.ptr(node.inputs[0]),
+            ([st[p] for p in perm], 0),
+        )
 
 
 @register
@@ -73,7 +81,9 @@ class SpaceToDepth(_Rearrange):
     def view(self, node: Node):
         n, c, h, w, b = self._check(node)
         if node.attrs.get("mode", "DCR") != "DCR":
-            raise UnsupportedOpError(f"SpaceToDepth (node {node.name!r}): mode {node.attrs['mode']!r}")
+            raise UnsupportedOpError(
+                f"SpaceToDepth (node {node.name!r}): mode {node.attrs['mode']!r}"
+            )
         if h % b or w % b:
             raise ShapeError(f"SpaceToDepth (node {node.name!r}): H, W not divisible by {b}")
         return (n, c, h // b, b, w // b, b), [0, 3, 5, 1, 2, 4], (n, c * b * b, h // b, w // b)

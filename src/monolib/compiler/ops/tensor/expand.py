@@ -57,8 +57,15 @@ class Expand(OpDef):
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]
         index = (lambda idx: idx) if has_epilogue(ctx, len(y.shape)) else None
-        return emit_copy(ctx, y.shape, ctx.ptr(y), (contiguous_strides(y.shape), 0),
-                         ctx.ptr(x), (broadcast_strides(x.shape, y.shape), 0), index)
+        return emit_copy(
+            ctx,
+            y.shape,
+            ctx.ptr(y),
+            (contiguous_strides(y.shape), 0),
+            ctx.ptr(x),
+            (broadcast_strides(x.shape, y.shape), 0),
+            index,
+        )
 
 
 @register
@@ -77,7 +84,9 @@ class Tile(OpDef):
         reps = const_ints(node, 1, "repeats")
         x = node.inputs[0]
         if len(reps) != len(x.shape) or any(r < 0 for r in reps):
-            raise ShapeError(f"Tile (node {node.name!r}): repeats {reps} for a rank-{len(x.shape)} input")
+            raise ShapeError(
+                f"Tile (node {node.name!r}): repeats {reps} for a rank-{len(x.shape)} input"
+            )
         return reps
 
     def infer(self, node: Node) -> list[OutType]:
@@ -101,7 +110,7 @@ class Tile(OpDef):
             src += [0, ist[d]]
         index = None
         if has_epilogue(ctx, len(y.shape)):
-            index = lambda idx: [  # noqa: E731
+            index = lambda idx: [
                 f"({idx[2 * d]}*{n} + {idx[2 * d + 1]})" for d, n in enumerate(x.shape)
             ]
         return emit_copy(ctx, shape, ctx.ptr(y), (dst, 0), ctx.ptr(x), (src, 0), index)

@@ -37,7 +37,9 @@ class Gather(OpDef):
     op_type, since_version = "Gather", 1
 
     def _axis(self, node: Node) -> int:
-        return normalize_axis(node.attrs["axis"], len(node.inputs[0].shape), f"Gather (node {node.name!r})")
+        return normalize_axis(
+            node.attrs["axis"], len(node.inputs[0].shape), f"Gather (node {node.name!r})"
+        )
 
     def infer(self, node: Node) -> list[OutType]:
         data, idx = node.inputs[0], node.inputs[1]
@@ -49,7 +51,7 @@ class Gather(OpDef):
             dim = data.shape[a]
             if idx.const.min() < -dim or idx.const.max() >= dim:
                 raise ShapeError(f"{where}: index out of range [-{dim}, {dim})")
-        return [(data.shape[:a] + idx.shape + data.shape[a + 1:], data.dtype)]
+        return [(data.shape[:a] + idx.shape + data.shape[a + 1 :], data.dtype)]
 
     def reference(self, node: Node, inputs):
         data, idx = inputs
@@ -69,7 +71,7 @@ class Gather(OpDef):
         a = self._axis(node)
         outer = int(np.prod(data.shape[:a], dtype=np.int64))
         dim = data.shape[a]
-        inner = int(np.prod(data.shape[a + 1:], dtype=np.int64))
+        inner = int(np.prod(data.shape[a + 1 :], dtype=np.int64))
         n = idx.size
         o, k, j, t = ctx.unique("o"), ctx.unique("k"), ctx.unique("j"), ctx.unique("ix")
         flat = f"({o}*{n} + {k})*{inner} + {j}"

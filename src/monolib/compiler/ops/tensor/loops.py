@@ -11,7 +11,7 @@ an import cycle.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -19,20 +19,20 @@ from ....runtime.errors import ShapeError
 from ..base import EmitContext
 
 __all__ = [
-    "contiguous_strides",
-    "broadcast_shape",
-    "broadcast_strides",
-    "normalize_axis",
-    "collapse_dims",
-    "emit_loops",
-    "linear_offset",
-    "flat_index_exprs",
-    "has_epilogue",
     "Operand",
     "as_c_array",
-    "emit_strided",
-    "emit_copy",
+    "broadcast_shape",
+    "broadcast_strides",
+    "collapse_dims",
     "const_ints",
+    "contiguous_strides",
+    "emit_copy",
+    "emit_loops",
+    "emit_strided",
+    "flat_index_exprs",
+    "has_epilogue",
+    "linear_offset",
+    "normalize_axis",
 ]
 
 logger = logging.getLogger(__name__)
@@ -118,9 +118,7 @@ def collapse_dims(
     new_strides: list[list[int]] = [[] for _ in operands]
     for d in dims:
         n = int(shape[d])
-        if new_shape and all(
-            st[-1] == ops[0][d] * n for st, ops in zip(new_strides, operands)
-        ):
+        if new_shape and all(st[-1] == ops[0][d] * n for st, ops in zip(new_strides, operands)):
             new_shape[-1] *= n
             for st, ops in zip(new_strides, operands):
                 st[-1] = ops[0][d]
@@ -210,7 +208,9 @@ def emit_strided(
         return emit_loops(
             ctx,
             cshape,
-            lambda idx: body([linear_offset(idx, st, op[1]) for st, op in zip(cstrides, operands)], None),
+            lambda idx: body(
+                [linear_offset(idx, st, op[1]) for st, op in zip(cstrides, operands)], None
+            ),
         )
     return emit_loops(
         ctx,
@@ -242,7 +242,9 @@ def emit_copy(
         ctx,
         shape,
         [dst_op, src_op],
-        lambda off, idx: f"{dst}[{off[0]}] = {ctx.output_expr(f'{src}[{off[1]}]', out_index(idx))};",
+        lambda off, idx: (
+            f"{dst}[{off[0]}] = {ctx.output_expr(f'{src}[{off[1]}]', out_index(idx))};"
+        ),
         collapse=False,
     )
 

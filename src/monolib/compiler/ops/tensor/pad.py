@@ -27,7 +27,9 @@ logger = logging.getLogger(__name__)
 _MODES = ("constant", "reflect", "edge", "wrap")
 
 
-def pad_amounts(rank: int, pads: list[int], axes: list[int] | None, where: str) -> list[tuple[int, int]]:
+def pad_amounts(
+    rank: int, pads: list[int], axes: list[int] | None, where: str
+) -> list[tuple[int, int]]:
     """``(begin, end)`` per dim.
 
     Raises
@@ -66,7 +68,9 @@ class _Pad(OpDef):
         where = f"Pad (node {node.name!r})"
         mode = node.attrs["mode"]
         if mode not in _MODES:
-            raise UnsupportedOpError(f"{where}: mode {mode!r} is not supported ({', '.join(_MODES)})")
+            raise UnsupportedOpError(
+                f"{where}: mode {mode!r} is not supported ({', '.join(_MODES)})"
+            )
         if self.attrs_version:
             pads, axes = node.attrs["pads"], None
         else:

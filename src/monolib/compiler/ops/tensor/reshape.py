@@ -18,7 +18,16 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import const_ints, normalize_axis
 
-__all__ = ["Reshape", "Flatten", "Squeeze1", "Squeeze13", "Unsqueeze1", "Unsqueeze13", "Identity", "reshape_shape"]
+__all__ = [
+    "Flatten",
+    "Identity",
+    "Reshape",
+    "Squeeze1",
+    "Squeeze13",
+    "Unsqueeze1",
+    "Unsqueeze13",
+    "reshape_shape",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +44,9 @@ def reshape_shape(in_shape, target, allowzero: bool, where: str) -> tuple[int, .
     for i, d in enumerate(target):
         if d == 0 and not allowzero:
             if i >= len(in_shape):
-                raise ShapeError(f"{where}: 0 at position {i} but the input has rank {len(in_shape)}")
+                raise ShapeError(
+                    f"{where}: 0 at position {i} but the input has rank {len(in_shape)}"
+                )
             d = in_shape[i]
         out.append(int(d))
     size = int(np.prod(in_shape, dtype=np.int64))
@@ -47,7 +58,9 @@ def reshape_shape(in_shape, target, allowzero: bool, where: str) -> tuple[int, .
             raise ShapeError(f"{where}: cannot reshape {list(in_shape)} to {list(target)}")
         out[out.index(-1)] = size // known
     if int(np.prod(out, dtype=np.int64)) != size:
-        raise ShapeError(f"{where}: cannot reshape {list(in_shape)} ({size} elements) to {list(target)}")
+        raise ShapeError(
+            f"{where}: cannot reshape {list(in_shape)} ({size} elements) to {list(target)}"
+        )
     return tuple(out)
 
 
@@ -81,7 +94,9 @@ class Reshape(_View):
 
     def out_shape(self, node: Node):
         target = const_ints(node, 1, "shape")
-        return reshape_shape(node.inputs[0].shape, target, bool(node.attrs.get("allowzero", 0)), self.where(node))
+        return reshape_shape(
+            node.inputs[0].shape, target, bool(node.attrs.get("allowzero", 0)), self.where(node)
+        )
 
 
 @register
@@ -95,7 +110,9 @@ class Flatten(_View):
         a = node.attrs["axis"]
         a = a + len(shape) if a < 0 else a
         if not 0 <= a <= len(shape):
-            raise ShapeError(f"{self.where(node)}: axis {node.attrs['axis']} out of range for rank {len(shape)}")
+            raise ShapeError(
+                f"{self.where(node)}: axis {node.attrs['axis']} out of range for rank {len(shape)}"
+            )
         return (int(np.prod(shape[:a], dtype=np.int64)), int(np.prod(shape[a:], dtype=np.int64)))
 
 

@@ -32,7 +32,15 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 from .loops import contiguous_strides, emit_loops, has_epilogue, linear_offset, normalize_axis
 
-__all__ = ["Resize10", "Resize11", "Resize18", "Upsample9", "ResizePlan", "resize_plan", "source_coords"]
+__all__ = [
+    "Resize10",
+    "Resize11",
+    "Resize18",
+    "ResizePlan",
+    "Upsample9",
+    "resize_plan",
+    "source_coords",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +104,16 @@ def _nearest(x: np.ndarray, mode: str, in_len: int) -> np.ndarray:
 
 
 def resize_plan(
-    in_shape, scales, sizes, *, mode: str, coord: str, nearest_mode: str,
-    axes=None, policy: str = "stretch", where: str = "Resize",
+    in_shape,
+    scales,
+    sizes,
+    *,
+    mode: str,
+    coord: str,
+    nearest_mode: str,
+    axes=None,
+    policy: str = "stretch",
+    where: str = "Resize",
 ) -> ResizePlan:
     """The output shape and index/weight tables of a Resize.
 
@@ -120,8 +136,10 @@ def resize_plan(
     scale = [1.0] * rank
     out = list(in_shape)
     if sizes is not None:
-        ratios = [float(np.float32(sizes[i]) / np.float32(in_shape[a])) if in_shape[a] else 1.0
-                  for i, a in enumerate(axes)]
+        ratios = [
+            float(np.float32(sizes[i]) / np.float32(in_shape[a])) if in_shape[a] else 1.0
+            for i, a in enumerate(axes)
+        ]
         if policy in ("not_larger", "not_smaller"):
             s = min(ratios) if policy == "not_larger" else max(ratios)
             for a in axes:
@@ -181,11 +199,19 @@ class _Resize(OpDef):
             raise UnsupportedOpError(f"{where}: antialias is not supported")
         scales, sizes = self._inputs(node)
         coord = self.fixed_coord or node.attrs["coordinate_transformation_mode"]
-        nearest = "floor" if self.fixed_coord else node.attrs.get("nearest_mode", "round_prefer_floor")
+        nearest = (
+            "floor" if self.fixed_coord else node.attrs.get("nearest_mode", "round_prefer_floor")
+        )
         return resize_plan(
-            node.inputs[0].shape, scales, sizes, mode=node.attrs["mode"], coord=coord,
-            nearest_mode=nearest, axes=node.attrs.get("axes"),
-            policy=node.attrs.get("keep_aspect_ratio_policy", "stretch"), where=where,
+            node.inputs[0].shape,
+            scales,
+            sizes,
+            mode=node.attrs["mode"],
+            coord=coord,
+            nearest_mode=nearest,
+            axes=node.attrs.get("axes"),
+            policy=node.attrs.get("keep_aspect_ratio_policy", "stretch"),
+            where=where,
         )
 
     def _const(self, node: Node, i: int, what: str) -> list | None:
@@ -193,13 +219,17 @@ class _Resize(OpDef):
         if v is None or v.size == 0:
             return None
         if v.const is None:
-            raise ShapeError(f"{node.op_type} (node {node.name!r}): input {what!r} must be a compile-time constant")
+            raise ShapeError(
+                f"{node.op_type} (node {node.name!r}): input {what!r} must be a compile-time constant"
+            )
         return [x.item() for x in v.const.reshape(-1)]
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         if x.dtype.kind != "f" and node.attrs["mode"] != "nearest":
-            raise UnsupportedOpError(f"{node.op_type} (node {node.name!r}): linear mode needs floats")
+            raise UnsupportedOpError(
+                f"{node.op_type} (node {node.name!r}): linear mode needs floats"
+            )
         return [(self.plan(node).shape, x.dtype)]
 
     def reference(self, node: Node, inputs):
@@ -217,8 +247,14 @@ class _Resize(OpDef):
         epi = has_epilogue(ctx, len(y.shape))
         lin = [d for d, w in enumerate(plan.weight) if w is not None]
         if len(lin) > 3:
-            raise UnsupportedOpError(f"{node.op_type} (node {node.name!r}): linear resize of more than 3 axes")
-        tables = {d: self._table(ctx, plan, d, x.shape[d]) for d, t in enumerate(plan.index) if t is not None}
+            raise UnsupportedOpError(
+                f"{node.op_type} (node {node.name!r}): linear resize of more than 3 axes"
+            )
+        tables = {
+            d: self._table(ctx, plan, d, x.shape[d])
+            for d, t in enumerate(plan.index)
+            if t is not None
+        }
         weights = {d: ctx.param(plan.weight[d], "resize_w") for d in lin}
         px, ct = ctx.ptr(x), ctype(x.dtype)
 
@@ -235,7 +271,9 @@ class _Resize(OpDef):
                     for d, t in zip(lin, taps):
                         wd = f"{weights[d]}[{o[d]}]"
                         if t:
-                            idx[d] = f"({src[d]} + 1 < {x.shape[d]} ? {src[d]} + 1 : {x.shape[d] - 1})"
+                            idx[d] = (
+                                f"({src[d]} + 1 < {x.shape[d]} ? {src[d]} + 1 : {x.shape[d] - 1})"
+                            )
                             w.append(wd)
                         else:
                             w.append(f"(({ct})1 - {wd})")

@@ -18,7 +18,7 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, c_literal, register
 from .loops import const_ints
 
-__all__ = ["Shape", "Size", "ConstantOfShape", "Range"]
+__all__ = ["ConstantOfShape", "Range", "Shape", "Size"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,9 @@ class Range(OpDef):
         for i, name in enumerate(("start", "limit", "delta")):
             v = node.input(i)
             if v is None or v.const is None:
-                raise ShapeError(f"Range (node {node.name!r}): input {name!r} must be a compile-time constant")
+                raise ShapeError(
+                    f"Range (node {node.name!r}): input {name!r} must be a compile-time constant"
+                )
             vals.append(v.const.reshape(-1)[0])
         start, limit, delta = vals
         if delta == 0:

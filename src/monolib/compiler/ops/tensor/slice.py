@@ -64,9 +64,17 @@ class _Slice(OpDef):
         where = f"Slice (node {node.name!r})"
         shape = node.inputs[0].shape
         if self.from_inputs:
-            return slice_params(shape, const_ints(node, 1, "starts"), const_ints(node, 2, "ends"),
-                                const_ints(node, 3, "axes"), const_ints(node, 4, "steps"), where)
-        return slice_params(shape, node.attrs["starts"], node.attrs["ends"], node.attrs.get("axes"), None, where)
+            return slice_params(
+                shape,
+                const_ints(node, 1, "starts"),
+                const_ints(node, 2, "ends"),
+                const_ints(node, 3, "axes"),
+                const_ints(node, 4, "steps"),
+                where,
+            )
+        return slice_params(
+            shape, node.attrs["starts"], node.attrs["ends"], node.attrs.get("axes"), None, where
+        )
 
     def infer(self, node: Node) -> list[OutType]:
         return [(tuple(c for _, _, c in self.params(node)), node.inputs[0].dtype)]
@@ -86,9 +94,14 @@ class _Slice(OpDef):
         x, y = node.inputs[0], node.outputs[0]
         p = self.params(node)
         ist = contiguous_strides(x.shape)
-        src = ([st * s for (_, st, _), s in zip(p, ist)], sum(b * s for (b, _, _), s in zip(p, ist)))
+        src = (
+            [st * s for (_, st, _), s in zip(p, ist)],
+            sum(b * s for (b, _, _), s in zip(p, ist)),
+        )
         index = (lambda idx: idx) if has_epilogue(ctx, len(y.shape)) else None
-        return emit_copy(ctx, y.shape, ctx.ptr(y), (contiguous_strides(y.shape), 0), ctx.ptr(x), src, index)
+        return emit_copy(
+            ctx, y.shape, ctx.ptr(y), (contiguous_strides(y.shape), 0), ctx.ptr(x), src, index
+        )
 
 
 @register

@@ -66,10 +66,17 @@ class _Split(OpDef):
         for k, (y, s) in enumerate(zip(node.outputs, sizes)):
             if y is not None and y.size:
                 index = (lambda idx: idx) if k == 0 and has_epilogue(ctx, len(y.shape)) else None
-                parts.append(emit_copy(
-                    ctx, y.shape, ctx.ptr(y), (contiguous_strides(y.shape), 0),
-                    ctx.ptr(x), (ist, offset * ist[a]), index,
-                ))
+                parts.append(
+                    emit_copy(
+                        ctx,
+                        y.shape,
+                        ctx.ptr(y),
+                        (contiguous_strides(y.shape), 0),
+                        ctx.ptr(x),
+                        (ist, offset * ist[a]),
+                        index,
+                    )
+                )
             offset += s
         return "\n".join(parts)
 

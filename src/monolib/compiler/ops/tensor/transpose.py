@@ -40,7 +40,9 @@ def transpose_perm(node: Node) -> list[int]:
         return list(range(rank - 1, -1, -1))
     perm = [p + rank if p < 0 else p for p in perm]
     if sorted(perm) != list(range(rank)):
-        raise ShapeError(f"Transpose (node {node.name!r}): perm {node.attrs['perm']} is not a permutation of {rank} dims")
+        raise ShapeError(
+            f"Transpose (node {node.name!r}): perm {node.attrs['perm']} is not a permutation of {rank} dims"
+        )
     return perm
 
 
@@ -68,7 +70,9 @@ class Transpose(OpDef):
         src_strides = [ist[p] for p in perm]
         dst_op = (contiguous_strides(y.shape), 0)
         if has_epilogue(ctx, len(y.shape)):
-            return emit_copy(ctx, y.shape, ctx.ptr(y), dst_op, ctx.ptr(x), (src_strides, 0), lambda idx: idx)
+            return emit_copy(
+                ctx, y.shape, ctx.ptr(y), dst_op, ctx.ptr(x), (src_strides, 0), lambda idx: idx
+            )
         shape, (dst, src) = collapse_dims(y.shape, [dst_op, (src_strides, 0)])
         if len(shape) >= 2 and src[-1] != 1 and 1 in src[:-1]:
             return self._blocked(ctx, ctx.ptr(y), ctx.ptr(x), shape, dst, src)

@@ -103,8 +103,11 @@ def _shape_input_names(model: onnx.ModelProto) -> list[str]:
 
 
 def _is_static(value: onnx.ValueInfoProto) -> bool:
+    """Every dim has a value. A 0 dim (an empty tensor) counts as not static: the
+    frontend reads 0 as unknown, so the shape is passed from the data at run."""
     t = value.type.tensor_type
-    return t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim)
+    return t.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0
+                                       for d in t.shape.dim)
 
 
 def _as_numpy(value: Any) -> np.ndarray:

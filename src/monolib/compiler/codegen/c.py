@@ -323,7 +323,7 @@ def _io_json(values: Sequence[Value], plan: MemoryPlan) -> list[dict[str, Any]]:
 # ops.base.c_literal writes integral float32 values as "0f"/"-2f", which C rejects
 # (a suffix needs a fraction or exponent). Until it is fixed there, repair such
 # tokens: digits + "f" not preceded by an identifier char, a dot or an exponent sign.
-_BAD_FLOAT = re.compile(r"(?<![\w.])(?<![eE][+\-])(\d+)f\b")
+_BAD_FLOAT = re.compile(r"(?<![\w.])(?<![eEpP][+\-])(\d+)f\b")
 
 
 def _fix_float_literals(source: str) -> str:

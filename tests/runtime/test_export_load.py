@@ -249,7 +249,7 @@ def test_legacy_container_without_import_tree(tmp_path):
     assert isinstance(root, DSOModule)
     (fac,) = root.imported_modules
     assert fac.type_key == "graph_executor_factory"
-    fac.import_module(root)  # as TVM does for a legacy blob: the factory runs the DSO
+    assert fac.lib is root  # the loader hands the DSO to the factory, without a cycle
     x = x_input()
     np.testing.assert_allclose(run(fac, x), reference(x), rtol=1e-6)
 
@@ -392,3 +392,13 @@ def test_zlib_container_round_trip(tmp_path):
     np.testing.assert_array_equal(big, np.arange(1 << 16).astype(np.uint8))
     x = x_input()
     np.testing.assert_allclose(run(mod, x), reference(x), rtol=1e-6)
+
+
+def test_import_cycle_is_an_export_error(tmp_path):
+    f = tiny_factory()
+    f.imported_modules[0].import_module(f)
+    with pytest.raises(FunctionNotFoundError):
+        f.get_function("nope", query_imports=True)  # the search terminates
+    with pytest.raises(ExportError, match="import cycle"):
+        f.export_library(str(tmp_path / "cyc.so"))
+    assert os.listdir(tmp_path) == []

@@ -54,17 +54,24 @@ def collect_modules(root: Module) -> tuple[list[Module], list[int], list[int]]:
     Raises
     ------
     ExportError
-        More than one module compiles to the library (a shared library holds one).
+        More than one module compiles to the library (a shared library holds one),
+        or the imports form a cycle.
     """
     modules: list[Module] = []
     index: dict[int, int] = {}
 
+    on_path: set[int] = set()
+
     def visit(mod: Module) -> int:
+        if id(mod) in on_path:
+            raise ExportError(f"the module tree has an import cycle through {mod!r}")
         if id(mod) not in index:
             index[id(mod)] = len(modules)
             modules.append(mod)
+            on_path.add(id(mod))
             for child in mod.imported_modules:
                 visit(child)
+            on_path.discard(id(mod))
         return index[id(mod)]
 
     visit(root)

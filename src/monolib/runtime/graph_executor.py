@@ -150,19 +150,34 @@ class GraphExecutorFactoryModule(Module):
             aligned[:] = params
             params = aligned
         self.params = params
+        self._library: Module | None = None
         check_graph_json(self.graph_json, params.nbytes)
         if lib is not None:
             self.import_module(lib)
 
     @property
     def lib(self) -> Module:
-        """The imported module that holds the compiled code (the DSO or C source)."""
+        """The module that holds the compiled code: the one given to
+        :meth:`use_library`, else the imported DSO or C source module.
+
+        Raises
+        ------
+        FunctionNotFoundError
+            The factory imports no module.
+        """
+        if self._library is not None:
+            return self._library
         for mod in self._imports:
             if mod.exports_to_library:
                 return mod
         if self._imports:
             return self._imports[0]
         raise FunctionNotFoundError("graph executor factory imports no library module")
+
+    def use_library(self, lib: Module) -> None:
+        """Run with ``lib`` without importing it (a legacy container's factory is an
+        import OF the DSO module, so importing it back would make a cycle)."""
+        self._library = lib
 
     def _get_own_function(self, name: str) -> Callable | None:
         table = {
@@ -259,7 +274,7 @@ class GraphExecutor:
         )
 
     def _c_function(self, name: str, argtypes: list) -> Callable:
-        fn = self.factory.get_function(name, query_imports=True)
+        fn = self.factory.lib.get_function(name, query_imports=True)
         fn.restype, fn.argtypes = ctypes.c_int32, argtypes
         return fn
 

@@ -156,6 +156,8 @@ def _build_tree(container: Container, mapped: np.ndarray, dso: DSOModule, path: 
         for m in modules:
             if m is not dso:
                 dso.import_module(m)
+                if hasattr(m, "use_library"):  # a factory runs the DSO's code
+                    m.use_library(dso)
         return dso
     for i, m in enumerate(modules):
         for c in container.children(i):

@@ -86,16 +86,21 @@ class Module:
         FunctionNotFoundError
             No such function; the message names the module type key.
         """
-        func = self._get_own_function(name)
-        if func is None and query_imports:
-            for child in self._imports:
-                try:
-                    return child.get_function(name, query_imports=True)
-                except FunctionNotFoundError:
-                    continue
+        func = self._find_function(name, set()) if query_imports else self._get_own_function(name)
         if func is None:
             where = " or its imports" if query_imports else ""
             raise FunctionNotFoundError(f"module {self.type_key!r}{where} has no function {name!r}")
+        return func
+
+    def _find_function(self, name: str, seen: set[int]) -> Callable | None:
+        """Depth-first search of the import graph (``seen`` guards against cycles)."""
+        seen.add(id(self))
+        func = self._get_own_function(name)
+        for child in self._imports:
+            if func is not None:
+                break
+            if id(child) not in seen:
+                func = child._find_function(name, seen)
         return func
 
     def __getitem__(self, name: str) -> Callable:

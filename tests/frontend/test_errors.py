@@ -122,3 +122,29 @@ def test_external_data_is_rejected(tmp_path):
 
 def test_errors_are_monolib_errors():
     assert issubclass(ShapeError, MonolibError) and issubclass(UnsupportedOpError, MonolibError)
+
+
+@requires_ops("Relu")
+def test_opset_range_boundaries():
+    assert import_model(_relu_model([2], opset=11)).nodes[0].opset == 11
+    assert import_model(_relu_model([2], opset=21)).nodes[0].opset == 21
+    model = _relu_model([2], opset=21)
+    model.opset_import[0].version = 22
+    with pytest.raises(UnsupportedOpError, match="opset 22.*11 to 21"):
+        import_model(model)
+
+
+def test_shape_values_must_be_ints():
+    with pytest.raises(ShapeError, match="'x': shape .* is not a sequence of ints"):
+        import_model(_relu_model(["N", 3]), shapes={"x": ("a", 3)})
+    with pytest.raises(ShapeError, match="'x': shape .* negative"):
+        import_model(_relu_model(["N", 3]), shapes={"x": (-2, 3)})
+
+
+def test_input_without_declared_shape():
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", F32, None)], [("y", F32, [2])], check=False
+    )
+    # the ONNX checker itself refuses a graph input with no shape field
+    with pytest.raises(CompileError, match="checker rejected.*shape"):
+        import_model(model)

@@ -39,6 +39,7 @@ def intervals(fusion, plan):
 
 def assert_no_overlap(fusion, plan):
     iv = list(intervals(fusion, plan).values())
+    iv += [(o, o + align(plan.scratch_sizes[t]), t, t) for t, o in plan.scratch.items()]
     for i, (o1, e1, a1, z1) in enumerate(iv):
         assert o1 % ALIGN == 0 and e1 <= plan.arena_bytes
         for o2, e2, a2, z2 in iv[i + 1 :]:
@@ -129,3 +130,17 @@ def test_elementwise_loop_writes_in_place_over_dying_input():
     source, gj, params = lower(g)
     assert "restrict in" in source and "out[i0] = " in source
     np.testing.assert_allclose(run_c(source, gj, params, feeds)[0], evaluate(g, feeds)[0], rtol=1e-5)
+
+
+def test_scratch_is_planned_into_dead_space():
+    from monolib.compiler.codegen.c import generate, scratch_sizes
+
+    g = matmul_chain(6, width=48)
+    fusion = fuse_elementwise(g)
+    sizes = scratch_sizes(fusion, plan_memory(fusion))
+    assert sizes == {t: 192 for t in range(6)}  # TMatMul asks for N floats
+    plan = plan_memory(fusion, sizes)
+    assert set(plan.scratch) == set(range(6))
+    assert_no_overlap(fusion, plan)
+    _, gj, _ = generate(g, fusion, plan)
+    assert gj["arena_bytes"] == plan.arena_bytes  # nothing appended after the plan

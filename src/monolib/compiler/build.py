@@ -64,7 +64,7 @@ def lower(
     graph_json : dict
     params : numpy.ndarray of uint8
     """
-    from .codegen.c import generate
+    from .codegen.c import generate, scratch_sizes
     from .passes import simplify
     from .passes.fuse_elementwise import fuse_elementwise
     from .passes.plan_memory import plan_memory
@@ -77,6 +77,9 @@ def lower(
     fusion = fuse_elementwise(graph)
     _step(progress, "plan memory")
     plan = plan_memory(fusion)
+    scratch = scratch_sizes(fusion, plan)  # a first emission measures per-op scratch
+    if scratch:
+        plan = plan_memory(fusion, scratch)
     _step(progress, "generate C")
     return generate(graph, fusion, plan, constants=_jsonable(constants))
 

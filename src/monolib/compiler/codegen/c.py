@@ -12,8 +12,9 @@
 
 Each op's ``emit(node, ctx)`` gets a :class:`CEmitContext` (the ``EmitContext``
 protocol of ``ops/base.py``). Elementwise chains are written by
-:mod:`.epilogue`. Per-op scratch buffers are placed after the planned arena, at the
-largest size any op asks for (scratch lives only while its op runs).
+:mod:`.epilogue`. Per-op scratch buffers go where the plan put them
+(:func:`scratch_sizes` measures them for :func:`~..passes.plan_memory.plan_memory`);
+an op whose scratch was not planned gets it after the planned arena.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ..passes.fuse_elementwise import FusedOp, Fusion
 from ..passes.plan_memory import ALIGN, MemoryPlan, align
 from . import epilogue
 
-__all__ = ["generate", "CEmitContext", "ParamsBuilder", "PRELUDE"]
+__all__ = ["generate", "scratch_sizes", "CEmitContext", "ParamsBuilder", "PRELUDE"]
 
 logger = logging.getLogger(__name__)
 
@@ -348,6 +349,38 @@ def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
     return _fix_float_literals("\n\n".join(p.strip("\n") for p in parts) + "\n")
 
 
+def _emit_checked(fused: FusedOp, ctx: CEmitContext) -> str:
+    """``_emit_body`` with every error naming the node."""
+    try:
+        return _emit_body(fused, ctx)
+    except MonolibError as e:
+        if fused.name and repr(fused.name) in str(e):
+            raise
+        raise type(e)(f"node {fused.name!r} ({fused.op_type}): {e}") from e
+    except Exception as e:  # an emitter bug must name the node
+        raise CompileError(f"emitting node {fused.name!r} ({fused.op_type}) failed: {e}") from e
+
+
+def scratch_sizes(fusion: Fusion, plan: MemoryPlan) -> dict[int, int]:
+    """Bytes of scratch each fused op asks for (index in ``fusion.ops`` -> bytes),
+    measured by emitting every op once into throwaway buffers.
+
+    Raises
+    ------
+    CompileError
+        When an emitter fails (the message names the node).
+    """
+    params, source, sizes = ParamsBuilder(), _Source(), {}
+    for t, fused in enumerate(fusion.ops):
+        if fused.kind in ("alias", "copy"):
+            continue
+        ctx = CEmitContext(fused, plan, params, source, plan.arena_bytes)
+        _emit_checked(fused, ctx)
+        if ctx.scratch_used:
+            sizes[t] = ctx.scratch_used
+    return sizes
+
+
 def generate(
     graph: Graph,
     fusion: Fusion,
@@ -385,19 +418,20 @@ def generate(
     params = ParamsBuilder()
     source = _Source()
     op_functions, nodes = [], []
-    scratch_max = 0
-    for fused in fusion.ops:
+    tail = 0  # scratch of ops the plan did not place: after the planned arena
+    for t, fused in enumerate(fusion.ops):
         if fused.kind == "alias":
             continue
-        ctx = CEmitContext(fused, plan, params, source, plan.arena_bytes)
-        try:
-            body = _emit_body(fused, ctx)
-        except MonolibError as e:
-            if fused.name and repr(fused.name) in str(e):
-                raise
-            raise type(e)(f"node {fused.name!r} ({fused.op_type}): {e}") from e
-        except Exception as e:  # an emitter bug must name the node
-            raise CompileError(f"emitting node {fused.name!r} ({fused.op_type}) failed: {e}") from e
+        base = plan.scratch.get(t, plan.arena_bytes)
+        ctx = CEmitContext(fused, plan, params, source, base)
+        body = _emit_checked(fused, ctx)
+        if t in plan.scratch and ctx.scratch_used > align(plan.scratch_sizes[t]):
+            raise CompileError(
+                f"node {fused.name!r} ({fused.op_type}) asked for {ctx.scratch_used} bytes of "
+                f"scratch, {plan.scratch_sizes[t]} were planned (its emitter is not deterministic)"
+            )
+        if t not in plan.scratch:
+            tail = max(tail, ctx.scratch_used)
         i = len(nodes)
         chain = " -> ".join([fused.op_type, *fused.fused_types])
         op_functions.append(
@@ -406,14 +440,13 @@ def generate(
             f"  (void)params; (void)arena;\n{body}\n}}"
         )
         nodes.append(_node_json(fused))
-        scratch_max = max(scratch_max, ctx.scratch_used)
     src = _assemble(source, op_functions, len(nodes))
     blob = params.blob()
     graph_json = {
         "format": "monolib.graph",
         "version": 1,
         "name": graph.name,
-        "arena_bytes": align(plan.arena_bytes + scratch_max, ALIGN),
+        "arena_bytes": align(plan.arena_bytes + tail, ALIGN),
         "params_bytes": int(blob.nbytes),
         "inputs": _io_json(fusion.inputs, plan),
         "outputs": _io_json(fusion.outputs, plan),

@@ -11,13 +11,17 @@ Liveness runs over the fused ops in order (see :mod:`.fuse_elementwise`):
   a fused elementwise loop writes in place over an input of its shape and dtype that
   dies there (each element is read before it is written, at the same index);
 * an ``alias`` value (Reshape...) shares its source's region and extends its lifetime;
-* constants live in the params blob, not in the arena.
+* constants live in the params blob, not in the arena;
+* per-op scratch buffers (``ctx.scratch``, sizes measured by a first emission) are
+  allocated while their op runs, after its outputs and before its inputs are freed,
+  and released right after it, so they reuse the space of dead activations.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from ...runtime.errors import CompileError
 from ..ir import Value
@@ -50,12 +54,18 @@ class MemoryPlan:
         Planned arena size in bytes (a multiple of 64).
     buffers : int
         Number of distinct regions allocated (reused regions count once).
+    scratch : dict
+        Index of the fused op -> byte offset of its scratch block.
+    scratch_sizes : dict
+        Index of the fused op -> bytes of scratch planned for it.
     """
 
     offsets: dict[int, int] = field(default_factory=dict)
     roots: dict[int, Value] = field(default_factory=dict)
     arena_bytes: int = 0
     buffers: int = 0
+    scratch: dict[int, int] = field(default_factory=dict)
+    scratch_sizes: dict[int, int] = field(default_factory=dict)
 
     def root(self, v: Value) -> Value:
         """The value whose storage ``v`` shares."""
@@ -143,13 +153,15 @@ def _lifetimes(fusion: Fusion, roots: dict[int, Value]):
     return born, dies, values
 
 
-def plan_memory(fusion: Fusion) -> MemoryPlan:
+def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> MemoryPlan:
     """Plan the arena for ``fusion``'s ops (see the module docstring).
 
     Parameters
     ----------
     fusion : Fusion
         The fused ops in run order, with the graph inputs and outputs.
+    scratch : dict, optional
+        Index in ``fusion.ops`` -> bytes of scratch the op needs while it runs.
 
     Returns
     -------
@@ -176,6 +188,11 @@ def plan_memory(fusion: Fusion) -> MemoryPlan:
         for uid in [u for u, b in born.items() if b == t]:
             if uid not in root_off and not values[uid].is_const:
                 root_off[uid] = alloc.alloc(values[uid].nbytes)
+        need = int((scratch or {}).get(t, 0))
+        if need > 0:
+            plan.scratch[t] = alloc.alloc(need)
+            plan.scratch_sizes[t] = need
+            alloc.release(plan.scratch[t], need)
         for uid in frees.get(t, []):
             if uid in root_off and uid not in persistent and uid in values and uid != kept:
                 alloc.release(root_off[uid], values[uid].nbytes)

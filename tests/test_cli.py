@@ -214,3 +214,27 @@ def test_run_profile(lib, capsys):
     assert main(["run", lib, "--random", "--repeat", "4", "--profile"]) == 0
     out = capsys.readouterr().out
     assert "slowest ops (of 1" in out and "Mul+Add" in out and "3 more runs" in out
+
+
+def test_run_inputs_from_npz(lib, tmp_path, capsys):
+    x = np.full((2, 3), 2.0, np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    out = tmp_path / "o.npz"
+    assert main(["run", lib, "--input", str(tmp_path / "in.npz"), "-o", str(out)]) == 0
+    with np.load(out) as npz:
+        np.testing.assert_allclose(npz["y"], reference(x))
+
+
+def test_compile_failure_names_the_step(tmp_path, monkeypatch, capsys):
+    from monolib.compiler import build
+    from monolib.runtime.errors import UnsupportedOpError
+
+    def failing(model, target, shapes, constants, progress):
+        progress("import")
+        raise UnsupportedOpError("1 unsupported operator(s) in the model: Foo (opset 17)")
+
+    monkeypatch.setattr(build, "compile", failing)
+    assert main(["compile", "m.onnx", "-o", str(tmp_path / "m.so")]) == 1
+    captured = capsys.readouterr()
+    assert "✗ import" in captured.out and "unsupported operator" in captured.err
+    assert os.listdir(tmp_path) == []

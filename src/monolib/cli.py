@@ -168,10 +168,14 @@ class StepDisplay:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self.finish()
         if self._status is not None:
             self._status.stop()
+        if exc[0] is None:
+            self.finish()
+        elif self.current is not None:
+            dt = time.perf_counter() - self.started
+            mark = "[red]✗[/red]" if self._status is not None else "failed"
+            self.console.print(f"  {mark} {self.current:<32} {dt:8.2f} s")
 
     def __call__(self, name: str) -> None:
         self.finish()

@@ -214,6 +214,7 @@ def test_fcompile_hook_and_progress(tmp_path):
     )
     assert calls and calls[0][1] == [".c", ".s"]
     assert "compile and link" in steps and steps[0] == "collect modules"
+    assert steps[-1] == "finish"
     x = x_input()
     np.testing.assert_allclose(run(load_module(out), x), reference(x), rtol=1e-6)
 
@@ -402,3 +403,21 @@ def test_import_cycle_is_an_export_error(tmp_path):
     with pytest.raises(ExportError, match="import cycle"):
         f.export_library(str(tmp_path / "cyc.so"))
     assert os.listdir(tmp_path) == []
+
+
+def test_tar_export_links_later(tmp_path):
+    import tarfile
+
+    from monolib.export.toolchain import link_shared
+
+    out = tiny_factory().export_library(str(tmp_path / "model.tar"))
+    assert out.endswith("model.tar") and os.listdir(tmp_path) == ["model.tar"]
+    with pytest.raises(LibraryLoadError, match="tar archive of object files"):
+        load_module(out)
+    with tarfile.open(out) as tar:
+        assert sorted(tar.getnames()) == ["container.o", "lib.o"]
+        tar.extractall(tmp_path / "objs", filter="data")
+    objs = [str(tmp_path / "objs" / n) for n in ("lib.o", "container.o")]
+    link_shared(objs, str(tmp_path / "linked.so"))
+    x = x_input()
+    np.testing.assert_allclose(run(load_module(str(tmp_path / "linked.so")), x), reference(x))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,7 +34,7 @@ from ..runtime.module import Module
 from .csource import CSourceModule
 from .embed import write_embed_asm
 from .targets import Target
-from .toolchain import link_shared
+from .toolchain import compile_objects, link_shared
 
 __all__ = ["collect_modules", "export_library"]
 
@@ -114,7 +115,39 @@ def _output_path(path: Any, target: Target) -> str:
     return path
 
 
-def _build(work: str, tmp_out: str, modules, tree, lib, target, fcompile, compress, step):
+def _link_library(work: str, files: list[str], target: Target, fcompile) -> str:
+    """Compile and link ``files`` into a shared library inside ``work``."""
+    # Link inside the work directory: some linkers write companions (.lib, .pdb for
+    # a .dll) beside their output, and nothing but the library may reach the user.
+    linked = os.path.join(work, "lib" + target.lib_suffix)
+    if fcompile is not None:
+        fcompile(linked, files, target)
+    else:
+        link_shared(files, linked, target, cwd=work)
+    if not os.path.isfile(linked) or os.path.getsize(linked) == 0:
+        raise ExportError(f"the compiler produced no library at {linked}")
+    read_container(linked)  # the file must read back (no dlopen)
+    return linked
+
+
+def _pack_objects(work: str, files: list[str], target: Target, fcompile) -> str:
+    """Compile ``files`` to object files and pack them into ``model.tar``, to be linked
+    later into the user's own library or program (as TVM's ``.tar`` export)."""
+    objects = compile_objects(files, target, cwd=work)
+    packed = os.path.join(work, "model.tar")
+    with tarfile.open(packed, "w") as tar:
+        for obj in objects:
+            tar.add(obj, arcname=os.path.basename(obj))
+    return packed
+
+
+# output suffix -> how the C source and the container's assembler file become the
+# output (default: a shared library)
+OUTPUT_FORMATS = {".tar": _pack_objects}
+
+
+def _build(work: str, tmp_out: str, modules, tree, lib, target, options) -> None:
+    fcompile, compress, step, suffix = options
     step("pack container")
     blob = os.path.join(work, "container.bin")
     with open(blob, "wb") as f:
@@ -125,21 +158,12 @@ def _build(work: str, tmp_out: str, modules, tree, lib, target, fcompile, compre
     with open(src, "w", encoding="utf-8") as f:
         f.write(lib.source if isinstance(lib, CSourceModule) else _EMPTY_C)
     step("compile and link")
-    # Link inside the work directory: some linkers write companions (.lib, .pdb for
-    # a .dll) beside their output, and nothing but the library may reach the user.
-    linked = os.path.join(work, "lib" + target.lib_suffix)
-    if fcompile is not None:
-        fcompile(linked, [src, asm], target)
-    else:
-        link_shared([src, asm], linked, target, cwd=work)
-    step("check library")
-    if not os.path.isfile(linked) or os.path.getsize(linked) == 0:
-        raise ExportError(f"the compiler produced no library at {linked}")
-    read_container(linked)  # the file must read back (no dlopen)
+    out = OUTPUT_FORMATS.get(suffix, _link_library)(work, [src, asm], target, fcompile)
+    step("finish")
     try:
-        os.replace(linked, tmp_out)  # same file system: a rename
+        os.replace(out, tmp_out)  # same file system: a rename
     except OSError:
-        shutil.copyfile(linked, tmp_out)
+        shutil.copyfile(out, tmp_out)
 
 
 def export_library(
@@ -158,7 +182,8 @@ def export_library(
         Root of the tree (what ``load_module`` will return), e.g. the factory.
     path : str or os.PathLike
         Output file. Without a suffix, the target OS's is appended (``.so``,
-        ``.dylib``, ``.dll``); a given suffix is kept.
+        ``.dylib``, ``.dll``); a given suffix is kept. ``.tar``: the object files
+        (``lib.o``, ``container.o``) packed, to be linked later by the user.
     fcompile : callable, optional
         ``fcompile(output, files, target)``: compile and link the C source and the
         assembler file in ``files`` into ``output`` (default: the system C compiler).
@@ -194,7 +219,8 @@ def export_library(
     os.close(fd)
     try:
         with tempfile.TemporaryDirectory(prefix="monolib-export-") as work:
-            _build(work, tmp_out, modules, (row_ptr, child), lib, target, fcompile, compress, step)
+            options = (fcompile, compress, step, os.path.splitext(path)[1].lower())
+            _build(work, tmp_out, modules, (row_ptr, child), lib, target, options)
         os.chmod(tmp_out, 0o755 & ~_umask())
         os.replace(tmp_out, path)
     except BaseException:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from ..runtime.errors import ToolchainError
 from .targets import Target
 
-__all__ = ["find_compiler", "link_shared", "run_tool"]
+__all__ = ["compile_objects", "find_compiler", "link_shared", "run_tool"]
 
 logger = logging.getLogger(__name__)
 
@@ -137,3 +137,37 @@ def link_shared(
     cmd += target.cflags() + LINK_FLAGS[target.os]
     cmd += ["-o", output, *sources, "-lm", *options]
     run_tool(cmd, cwd=cwd)
+
+
+def compile_objects(
+    sources: Sequence[str],
+    target: Target | str = "c",
+    *,
+    compiler: Sequence[str] | None = None,
+    cwd: str | None = None,
+) -> list[str]:
+    """Compile each C / assembler source to an object file beside it (``x.c`` -> ``x.o``).
+
+    Flags: the target's ``cflags()`` and ``-fPIC`` (the objects go into a shared
+    library or a position-independent executable later).
+
+    Returns
+    -------
+    list of str
+        The object files, in the order of ``sources``.
+
+    Raises
+    ------
+    ToolchainError
+        No compiler, or the compiler failed.
+    """
+    target = Target(target)
+    cmd = list(compiler or find_compiler(target)) + target.cflags()
+    if target.os != "windows":
+        cmd.append("-fPIC")
+    objects = []
+    for src in sources:
+        obj = os.path.splitext(src)[0] + ".o"
+        run_tool([*cmd, "-c", "-o", obj, src], cwd=cwd)
+        objects.append(obj)
+    return objects

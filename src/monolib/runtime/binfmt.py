@@ -259,4 +259,10 @@ def parse_binary(buf, path: str = "<memory>") -> ElfInfo:
         from .macho import parse_macho
 
         return parse_macho(buf, path)
+    if bytes(buf[257:262]) == b"ustar":
+        raise _fail(
+            path,
+            "a tar archive of object files (export_library to '.tar'): link them into a "
+            "shared library first, e.g. cc -shared -o model.so lib.o container.o -lm",
+        )
     raise _fail(path, f"not a shared library (ELF, PE or Mach-O): starts with {bytes(buf[:16])!r}")

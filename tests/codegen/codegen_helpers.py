@@ -176,7 +176,12 @@ class TScale(OpDef):
         shape = y.shape
         idx = [f"i{d}" for d in range(len(shape))]
         loops = "".join(f"  for (int64_t {i} = 0; {i} < {n}; ++{i})\n" for i, n in zip(idx, shape))
-        flat = " + ".join(f"{i} * {int(np.prod(shape[d + 1:], dtype=np.int64))}" for d, i in enumerate(idx)) or "0"
+        flat = (
+            " + ".join(
+                f"{i} * {int(np.prod(shape[d + 1 :], dtype=np.int64))}" for d, i in enumerate(idx)
+            )
+            or "0"
+        )
         alpha = c_literal(node.attrs["alpha"], y.dtype)
         val = ctx.output_expr(f"{ctx.ptr(x)}[{flat}] * {alpha}", idx)
         return f"{loops}    {ctx.ptr(y)}[{flat}] = {val};"
@@ -243,7 +248,7 @@ class GraphBuilder:
 
         self.k += 1
         node = Node(op_type, f"{op_type}_{self.k}", list(inputs), [], attrs, domain=D, opset=1)
-        (shape, dtype), = lookup(op_type, 1, D).infer(node)
+        ((shape, dtype),) = lookup(op_type, 1, D).infer(node)
         out = Value(f"v{self.k}", shape, dtype)
         node.outputs = [out]
         self.nodes.append(node)

@@ -38,7 +38,10 @@ def test_elementwise_chain_with_broadcasts_is_one_loop():
     t = b.op("TSub", b.const("bias", rng.standard_normal((4, 1)).astype(np.float32)), t)
     t = b.op("TRelu", t)
     g = b.graph(t)
-    feeds = {"x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32), "y": rng.standard_normal((3, 1, 5)).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32),
+        "y": rng.standard_normal((3, 1, 5)).astype(np.float32),
+    }
     source, gj = check(g, feeds)
     assert len(gj["nodes"]) == 1
     assert gj["nodes"][0]["op"] == "TAdd" and gj["nodes"][0]["fused"] == ["TMul", "TSub", "TRelu"]
@@ -54,7 +57,12 @@ def test_chain_is_a_dag_and_stops_at_outside_readers():
     v = b.op("TMul", u, x)
     w = b.op("TSub", v, u)  # u read by two group nodes: still one op
     o = b.op("TMul", w, w)
-    p = b.op("TRelu", b.op("TMatMul", b.op("TReshape", w, shape=(1, 8)), b.const("m", np.eye(8, dtype=np.float32))))
+    p = b.op(
+        "TRelu",
+        b.op(
+            "TMatMul", b.op("TReshape", w, shape=(1, 8)), b.const("m", np.eye(8, dtype=np.float32))
+        ),
+    )
     g = b.graph(o, p)  # w is read by TMul and, outside, by the reshape -> the group ends at w
     _, gj = check(g, {"x": rng.standard_normal(8).astype(np.float32)})
     assert [n["op"] for n in gj["nodes"]] == ["TRelu", "TMul", "TMatMul"]
@@ -68,7 +76,7 @@ def test_dag_epilogue_on_anchor_output_read_twice():
     h = b.op("TRelu", b.op("TAdd", t, b.const("three", np.float32(3))))
     y = b.op("TMul", t, h)  # t * relu(t + 3): t feeds two group nodes
     g = b.graph(y)
-    source, gj = check(g, {"x": rng.standard_normal((2, 3, 4)).astype(np.float32)}, rtol=1e-5)
+    _, gj = check(g, {"x": rng.standard_normal((2, 3, 4)).astype(np.float32)}, rtol=1e-5)
     assert [n["op"] for n in gj["nodes"]] == ["TMatMul"]
     assert gj["nodes"][0]["fused"] == ["TAdd", "TRelu", "TMul"]
 
@@ -95,7 +103,10 @@ def test_matmul_anchor_with_tile_epilogue():
     t = b.op("TMul", t, b.const("rowscale", rng.standard_normal((5, 1)).astype(np.float32)))
     t = b.op("TRelu", t)
     g = b.graph(t)
-    feeds = {"x": rng.standard_normal((2, 5, 6)).astype(np.float32), "res": rng.standard_normal((2, 5, 7)).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((2, 5, 6)).astype(np.float32),
+        "res": rng.standard_normal((2, 5, 7)).astype(np.float32),
+    }
     source, gj = check(g, feeds, rtol=1e-5)
     assert len(gj["nodes"]) == 1 and gj["nodes"][0]["fused"] == ["TAdd", "TAdd", "TMul", "TRelu"]
     assert "static void epi_" in source
@@ -111,7 +122,10 @@ def test_side_input_not_fitting_groups_is_not_fused():
     # A [2,5,1]-vs-[5,4] mix that is partial inside no group still fits; a transposed
     # layout cannot: [4,5] -> reshaped view is not broadcastable, so use a 4-D case.
     g = b.graph(t)
-    feeds = {"x": rng.standard_normal((2, 5, 6)).astype(np.float32), "full_bn": rng.standard_normal((2, 1, 4)).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((2, 5, 6)).astype(np.float32),
+        "full_bn": rng.standard_normal((2, 1, 4)).astype(np.float32),
+    }
     _, gj = check(g, feeds, rtol=1e-5)
     assert gj["nodes"][0]["fused"] == ["TAdd"]
 
@@ -122,7 +136,10 @@ def test_side_input_not_fitting_groups_is_not_fused():
     t = b.op("TMatMul", x, b.const("w", rng.standard_normal((6, 4)).astype(np.float32)))
     t = b.op("TAdd", t, b.input("half_b", (2, 1, 1, 4)))
     g = b.graph(t)
-    feeds = {"x": rng.standard_normal((2, 3, 4, 6)).astype(np.float32), "half_b": rng.standard_normal((2, 1, 1, 4)).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((2, 3, 4, 6)).astype(np.float32),
+        "half_b": rng.standard_normal((2, 1, 1, 4)).astype(np.float32),
+    }
     _, gj = check(g, feeds, rtol=1e-5)
     assert [n["op"] for n in gj["nodes"]] == ["TMatMul", "TAdd"]
 
@@ -136,7 +153,10 @@ def test_output_expr_epilogue_and_ignored_epilogue():
     n = b.op("TNegNoEpi", x)
     n = b.op("TMul", n, b.const("k", rng.standard_normal((3, 4)).astype(np.float32)))
     g = b.graph(t, n)
-    feeds = {"x": rng.standard_normal((3, 4)).astype(np.float32), "c": rng.standard_normal((3, 1)).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((3, 4)).astype(np.float32),
+        "c": rng.standard_normal((3, 1)).astype(np.float32),
+    }
     source, gj = check(g, feeds)
     assert [len(n["fused"]) for n in gj["nodes"]] == [2, 1]
     assert "epv_" in source
@@ -184,7 +204,9 @@ def test_run_twice_same_result_and_run_op():
     for i in range(dll.monolib_num_ops()):
         assert dll.monolib_run_op(i, blob.ctypes.data, arena.ctypes.data) == 0
     o = gj["outputs"][0]["offset"]
-    np.testing.assert_array_equal(np.frombuffer(arena[o : o + 256].tobytes(), np.float32), first[0][0])
+    np.testing.assert_array_equal(
+        np.frombuffer(arena[o : o + 256].tobytes(), np.float32), first[0][0]
+    )
 
 
 def test_fusion_of_graph_without_nodes():
@@ -217,7 +239,10 @@ def test_emitter_errors_name_the_node():
                 raise UnsupportedOpError("dtype float16 is not supported")
             raise KeyError("oops")
 
-    for kind, err, msg in (("unsupported", UnsupportedOpError, "float16"), ("bug", CompileError, "oops")):
+    for kind, err, msg in (
+        ("unsupported", UnsupportedOpError, "float16"),
+        ("bug", CompileError, "oops"),
+    ):
         x = Value("x", (2,), np.float32)
         y = Value("y", (2,), np.float32)
         node = Node("TBroken", "broken_7", [x], [y], {"kind": kind}, domain=D, opset=1)

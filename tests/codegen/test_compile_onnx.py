@@ -18,7 +18,10 @@ rng = np.random.default_rng(2)
 
 def model_of(nodes, inputs, outputs, inits=(), metadata=None):
     """A model from (name, array) inputs, typed (name, dtype, shape) outputs."""
-    ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in inputs]
+    ins = [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for k, v in inputs
+    ]
     outs = [helper.make_tensor_value_info(k, dt, shape) for k, dt, shape in outputs]
     inits = [numpy_helper.from_array(np.asarray(a), k) for k, a in inits]
     g = helper.make_graph(nodes, "g", ins, outs, initializer=inits)
@@ -79,7 +82,9 @@ def test_elementwise_chain_with_broadcasts_fuses_into_one_loop():
         helper.make_node("Relu", ["t2"], ["out"]),
     ]
     m = model_of(
-        nodes, [("x", x), ("y", y)], [("out", TensorProto.FLOAT, x.shape)],
+        nodes,
+        [("x", x), ("y", y)],
+        [("out", TensorProto.FLOAT, x.shape)],
         inits=[("half", np.float32(0.5)), ("bias", rng.standard_normal((5, 1)).astype(np.float32))],
     )
     _, gj, _ = lower(m)
@@ -98,7 +103,9 @@ def test_conv_add_relu_fuses_residual_epilogue():
         helper.make_node("Mul", ["h", "k"], ["out"]),
     ]
     m = model_of(
-        nodes, [("x", x)], [("out", TensorProto.FLOAT, x.shape)],
+        nodes,
+        [("x", x)],
+        [("out", TensorProto.FLOAT, x.shape)],
         inits=[("w", w), ("k", rng.standard_normal((1, 8, 1, 1)).astype(np.float32))],
     )
     _, gj, _ = lower(m)
@@ -116,14 +123,20 @@ def test_constant_alias_and_repeated_outputs_get_copies():
         helper.make_node("Identity", ["r"], ["r2"]),
     ]
     m = model_of(
-        nodes, [("x", x)],
-        [("xr", TensorProto.FLOAT, (3, 4)), ("r", TensorProto.FLOAT, (2, 6)),
-         ("r2", TensorProto.FLOAT, (2, 6)), ("c", TensorProto.INT64, (3,)), ("x", TensorProto.FLOAT, (2, 6))],
+        nodes,
+        [("x", x)],
+        [
+            ("xr", TensorProto.FLOAT, (3, 4)),
+            ("r", TensorProto.FLOAT, (2, 6)),
+            ("r2", TensorProto.FLOAT, (2, 6)),
+            ("c", TensorProto.INT64, (3,)),
+            ("x", TensorProto.FLOAT, (2, 6)),
+        ],
         inits=[("shape", np.array([3, 4], np.int64)), ("c", np.array([7, 8, 9], np.int64))],
     )
     got = assert_matches_ort(m, {"x": x})
     np.testing.assert_array_equal(got[3], [7, 8, 9])
-    _, gj, params = lower(m)
+    _, gj, _ = lower(m)
     offs = [o["offset"] for o in gj["outputs"]] + [gj["inputs"][0]["offset"]]
     assert len(set(offs)) == len(offs)
 
@@ -132,7 +145,9 @@ def test_compile_records_constants_metadata_and_progress_and_runs_twice():
     x = rng.standard_normal((3, 4)).astype(np.float32)
     nodes = [helper.make_node("Mul", ["x", "s"], ["y"]), helper.make_node("Sigmoid", ["y"], ["z"])]
     m = model_of(
-        nodes, [("x", x), ("s", np.zeros((), np.float32))], [("z", TensorProto.FLOAT, (3, 4))],
+        nodes,
+        [("x", x), ("s", np.zeros((), np.float32))],
+        [("z", TensorProto.FLOAT, (3, 4))],
         metadata={"character": "abc"},
     )
     steps = []
@@ -156,7 +171,9 @@ def test_multiple_outputs_of_different_dtypes():
         helper.make_node("Neg", ["x"], ["n"]),
     ]
     m = model_of(
-        nodes, [("x", x)], [("g", TensorProto.BOOL, x.shape), ("n", TensorProto.FLOAT, x.shape)],
+        nodes,
+        [("x", x)],
+        [("g", TensorProto.BOOL, x.shape), ("n", TensorProto.FLOAT, x.shape)],
         inits=[("thr", np.float32(0.5))],
     )
     got = assert_matches_ort(m, {"x": x})
@@ -173,7 +190,10 @@ def test_run_model_rejects_unknown_input():
 def test_elementwise_op_with_non_broadcasting_input_is_emitted_alone():
     x = rng.standard_normal((3, 2, 2)).astype(np.float64)
     like = np.zeros((1,), np.float32)
-    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("CastLike", ["r", "like"], ["y"])]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("CastLike", ["r", "like"], ["y"]),
+    ]
     m = model_of(nodes, [("x", x), ("like", like)], [("y", TensorProto.FLOAT, x.shape)])
     got = assert_matches_ort(m, {"x": x, "like": like})
     assert got[0].dtype == np.float32

@@ -15,7 +15,9 @@ def matmul_chain(n: int, width: int = 64):
     b = GraphBuilder()
     t = b.input("x", (1, width))
     for i in range(n):
-        t = b.op("TMatMul", t, b.const(f"w{i}", rng.standard_normal((width, width)).astype(np.float32)))
+        t = b.op(
+            "TMatMul", t, b.const(f"w{i}", rng.standard_normal((width, width)).astype(np.float32))
+        )
     return b.graph(t)
 
 
@@ -34,7 +36,10 @@ def intervals(fusion, plan):
             live[r.uid] = (off, off + align(max(r.nbytes, 1)), min(lo, t), max(hi, t))
     pinned = {plan.root(v).uid for v in [*fusion.inputs, *fusion.outputs]}
     n = len(fusion.ops)
-    return {u: (o, e, 0 if u in pinned else a, n if u in pinned else z) for u, (o, e, a, z) in live.items()}
+    return {
+        u: (o, e, 0 if u in pinned else a, n if u in pinned else z)
+        for u, (o, e, a, z) in live.items()
+    }
 
 
 def assert_no_overlap(fusion, plan):
@@ -64,7 +69,9 @@ def test_inputs_and_outputs_never_reused():
     b = GraphBuilder()
     x = b.input("x", (1, 32))
     a = b.op("TMatMul", x, b.const("w0", np.eye(32, dtype=np.float32)))
-    mid = b.op("TMatMul", a, b.const("w1", np.eye(32, dtype=np.float32)))  # graph output, also read later
+    mid = b.op(
+        "TMatMul", a, b.const("w1", np.eye(32, dtype=np.float32))
+    )  # graph output, also read later
     c = b.op("TMatMul", mid, b.const("w2", np.eye(32, dtype=np.float32)))
     d = b.op("TMatMul", c, b.const("w3", np.eye(32, dtype=np.float32)))
     g = b.graph(d, mid)
@@ -117,7 +124,10 @@ def test_elementwise_loop_writes_in_place_over_dying_input():
 
     b = GraphBuilder()
     x = b.input("x", (1, 16))
-    a = b.op("TOpaque", b.op("TMatMul", x, b.const("w0", rng.standard_normal((16, 16)).astype(np.float32))))
+    a = b.op(
+        "TOpaque",
+        b.op("TMatMul", x, b.const("w0", rng.standard_normal((16, 16)).astype(np.float32))),
+    )
     c = b.op("TOpaque", x)
     s = b.op("TRelu", b.op("TAdd", a, c))  # a and c die here
     y = b.op("TMatMul", s, b.const("w2", rng.standard_normal((16, 16)).astype(np.float32)))
@@ -129,7 +139,9 @@ def test_elementwise_loop_writes_in_place_over_dying_input():
     feeds = {"x": rng.standard_normal((1, 16)).astype(np.float32)}
     source, gj, params = lower(g)
     assert "restrict in" in source and "out[i0] = " in source
-    np.testing.assert_allclose(run_c(source, gj, params, feeds)[0], evaluate(g, feeds)[0], rtol=1e-5)
+    np.testing.assert_allclose(
+        run_c(source, gj, params, feeds)[0], evaluate(g, feeds)[0], rtol=1e-5
+    )
 
 
 def test_scratch_is_planned_into_dead_space():

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -87,11 +88,15 @@ def lower(
 def _jsonable(constants: dict[str, Any] | None) -> dict[str, Any]:
     out = {}
     for k, v in (constants or {}).items():
-        out[k] = v.tolist() if isinstance(v, np.ndarray) else (v.item() if isinstance(v, np.generic) else v)
+        out[k] = (
+            v.tolist()
+            if isinstance(v, np.ndarray)
+            else (v.item() if isinstance(v, np.generic) else v)
+        )
     return out
 
 
-def compile(  # noqa: A001  (the public name, as in TVM's relay.build / monolib.compile)
+def compile(
     model: Any,
     target: str = "c",
     shapes: dict[str, tuple[int, ...]] | None = None,

@@ -24,13 +24,14 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..runtime.errors import CompileError, InputError, ToolchainError
 
-__all__ = ["make_node_model", "run_model", "ort_run", "run_c", "build_c", "aligned_empty"]
+__all__ = ["aligned_empty", "build_c", "make_node_model", "ort_run", "run_c", "run_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,12 +75,19 @@ def make_node_model(
     onnx.ModelProto
         Output types filled by ONNX shape inference where it can.
     """
-    import onnx
     from onnx import helper, numpy_helper
 
-    names = list(outputs) if not isinstance(outputs, int) else ["y"] + [f"y{i}" for i in range(1, outputs)]
+    names = (
+        list(outputs)
+        if not isinstance(outputs, int)
+        else ["y"] + [f"y{i}" for i in range(1, outputs)]
+    )
     node = helper.make_node(
-        op_type, [k if v is not None else "" for k, v in inputs.items()], names, domain=domain or None, **(attrs or {})
+        op_type,
+        [k if v is not None else "" for k, v in inputs.items()],
+        names,
+        domain=domain or None,
+        **(attrs or {}),
     )
     consts = set(constant_inputs)
     inits, graph_inputs = [], []
@@ -98,7 +106,9 @@ def make_node_model(
     if domain:
         imports.append(helper.make_opsetid(domain, opset))
     model = helper.make_model(graph, opset_imports=imports, ir_version=10)
-    _fill_output_types(model, {k: np.asarray(v) for k, v in inputs.items() if v is not None and k not in consts})
+    _fill_output_types(
+        model, {k: np.asarray(v) for k, v in inputs.items() if v is not None and k not in consts}
+    )
     return model
 
 
@@ -116,19 +126,23 @@ def _fill_output_types(model, feeds: dict[str, np.ndarray]) -> None:
             tt = known[vi.name].type.tensor_type if vi.name in known else None
             if tt is not None and tt.elem_type and tt.HasField("shape"):
                 vi.CopyFrom(known[vi.name])
-    except Exception as e:  # inference is a convenience; ORT below is the fallback
+    except Exception as e:  # noqa: BLE001  (inference is a convenience; ORT below is the fallback)
         logger.debug("ONNX shape inference failed: %s", e)
     if all(vi.type.tensor_type.HasField("shape") for vi in outs):
         return
     try:
         results = ort_run(model, feeds)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001  (the model then fails the checker, with its message)
         logger.debug("ONNX Runtime could not type the outputs: %s", e)
         return
     for vi, r in zip(outs, results):
         if not vi.type.tensor_type.HasField("shape"):
             r = np.asarray(r)
-            vi.CopyFrom(helper.make_tensor_value_info(vi.name, helper.np_dtype_to_tensor_dtype(r.dtype), r.shape))
+            vi.CopyFrom(
+                helper.make_tensor_value_info(
+                    vi.name, helper.np_dtype_to_tensor_dtype(r.dtype), r.shape
+                )
+            )
 
 
 def ort_run(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -223,11 +237,14 @@ def build_c(source: str, flags: Sequence[str] = ("-O3", "-march=native")) -> cty
     with open(src, "w") as fh:
         fh.write(source)
     cmd = [cc, *flags, "-shared", "-fPIC", "-o", lib, src, "-lm"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise ToolchainError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
     dll = ctypes.CDLL(lib)
-    for fn, argtypes in (("monolib_run", [ctypes.c_void_p] * 2), ("monolib_run_op", [ctypes.c_int32] + [ctypes.c_void_p] * 2)):
+    for fn, argtypes in (
+        ("monolib_run", [ctypes.c_void_p] * 2),
+        ("monolib_run_op", [ctypes.c_int32] + [ctypes.c_void_p] * 2),
+    ):
         getattr(dll, fn).argtypes = argtypes
         getattr(dll, fn).restype = ctypes.c_int32
     dll.monolib_num_ops.restype = ctypes.c_int32
@@ -235,7 +252,9 @@ def build_c(source: str, flags: Sequence[str] = ("-O3", "-march=native")) -> cty
     return dll
 
 
-def run_c(source: str, graph_json: dict, params: np.ndarray, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def run_c(
+    source: str, graph_json: dict, params: np.ndarray, feeds: dict[str, np.ndarray]
+) -> list[np.ndarray]:
     """Build ``source`` with gcc, run ``monolib_run`` once on ``feeds`` and return the
     outputs (the executor's job, done minimally with ctypes for tests).
 
@@ -259,7 +278,9 @@ def run_c(source: str, graph_json: dict, params: np.ndarray, feeds: dict[str, np
             raise InputError(f"input {info['name']!r} is missing")
         x = np.asarray(feeds[info["name"]], dtype=info["dtype"], order="C")
         if list(x.shape) != info["shape"]:
-            raise InputError(f"input {info['name']!r}: shape {list(x.shape)}, expected {info['shape']}")
+            raise InputError(
+                f"input {info['name']!r}: shape {list(x.shape)}, expected {info['shape']}"
+            )
         arena[info["offset"] : info["offset"] + x.nbytes] = np.frombuffer(x.tobytes(), np.uint8)
     rc = dll.monolib_run(blob.ctypes.data, arena.ctypes.data)
     if rc != 0:
@@ -268,5 +289,9 @@ def run_c(source: str, graph_json: dict, params: np.ndarray, feeds: dict[str, np
     for info in graph_json["outputs"]:
         dt = np.dtype(info["dtype"])
         n = int(np.prod(info["shape"], dtype=np.int64)) * dt.itemsize
-        outs.append(np.frombuffer(arena[info["offset"] : info["offset"] + n].tobytes(), dt).reshape(info["shape"]))
+        outs.append(
+            np.frombuffer(arena[info["offset"] : info["offset"] + n].tobytes(), dt).reshape(
+                info["shape"]
+            )
+        )
     return outs

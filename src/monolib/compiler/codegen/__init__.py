@@ -8,4 +8,4 @@
 
 from .c import CEmitContext, generate
 
-__all__ = ["generate", "CEmitContext"]
+__all__ = ["CEmitContext", "generate"]

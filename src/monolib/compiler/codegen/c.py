@@ -20,10 +20,11 @@ an op whose scratch was not planned gets it after the planned arena.
 from __future__ import annotations
 
 import hashlib
-import re
 import logging
+import re
+from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from ..passes.fuse_elementwise import FusedOp, Fusion
 from ..passes.plan_memory import ALIGN, MemoryPlan, align
 from . import epilogue
 
-__all__ = ["generate", "scratch_sizes", "CEmitContext", "ParamsBuilder", "PRELUDE"]
+__all__ = ["PRELUDE", "CEmitContext", "ParamsBuilder", "generate", "scratch_sizes"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,13 @@ class ParamsBuilder:
         self.names.add(name)
         off = align(self.size)
         self.entries.append(
-            {"name": name, "shape": list(array.shape), "dtype": array.dtype.name, "offset": off, "nbytes": array.nbytes}
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "dtype": array.dtype.name,
+                "offset": off,
+                "nbytes": array.nbytes,
+            }
         )
         self.arrays.append(array)
         self.size = off + array.nbytes
@@ -146,7 +153,9 @@ def _kernel_header(header: str) -> str:
     try:
         return resources.files("monolib.compiler.codegen").joinpath("kernels", header).read_text()
     except (FileNotFoundError, OSError):
-        raise CompileError(f"kernel header {header!r} not found in monolib/compiler/codegen/kernels") from None
+        raise CompileError(
+            f"kernel header {header!r} not found in monolib/compiler/codegen/kernels"
+        ) from None
 
 
 class CEmitContext:
@@ -164,7 +173,14 @@ class CEmitContext:
         Arena offset where scratch buffers start.
     """
 
-    def __init__(self, fused: FusedOp, plan: MemoryPlan, params: ParamsBuilder, source: _Source, scratch_base: int):
+    def __init__(
+        self,
+        fused: FusedOp,
+        plan: MemoryPlan,
+        params: ParamsBuilder,
+        source: _Source,
+        scratch_base: int,
+    ):
         self.fused = fused
         self.plan = plan
         self.params = params
@@ -209,7 +225,9 @@ class CEmitContext:
 
     def include(self, header: str) -> None:
         """Paste ``codegen/kernels/<header>`` once."""
-        self.source.once(self.source.headers, f"/* ---- {header} ---- */\n" + _kernel_header(header).strip("\n"))
+        self.source.once(
+            self.source.headers, f"/* ---- {header} ---- */\n" + _kernel_header(header).strip("\n")
+        )
 
     def unique(self, prefix: str) -> str:
         """A fresh C identifier starting with ``prefix``."""
@@ -280,7 +298,9 @@ def _emit_body(fused: FusedOp, ctx: CEmitContext) -> str:
             for v in epilogue.leaves_of(fused.steps)
             if not ctx.plan.root(v).is_const and ctx.plan.offset(v) == out_off
         )
-        return epilogue.elementwise_loop(fused.steps, fused.out, ctx.ptr, ctx.ptr(fused.out), in_place)
+        return epilogue.elementwise_loop(
+            fused.steps, fused.out, ctx.ptr, ctx.ptr(fused.out), in_place
+        )
     node = fused.anchor
     code = op_of(node).emit(node, ctx)
     if fused.steps and not ctx.epilogue_used:
@@ -297,7 +317,12 @@ def _whole_output_epilogue(fused: FusedOp, ctx: CEmitContext) -> str:
     lines = [f"  {{ {T}* restrict y = {ctx.ptr(fused.out)};"]
     for i, n in zip(idx, shape):
         lines.append(f"  for (int64_t {i} = 0; {i} < {n}; ++{i})")
-    flat = " + ".join(f"{i} * {int(np.prod(shape[d + 1:], dtype=np.int64))}" for d, i in enumerate(idx)) or "0"
+    flat = (
+        " + ".join(
+            f"{i} * {int(np.prod(shape[d + 1 :], dtype=np.int64))}" for d, i in enumerate(idx)
+        )
+        or "0"
+    )
     lines.append(f"    y[{flat}] = {ctx.output_expr(f'y[{flat}]', idx)};")
     lines.append("  }")
     return "\n".join(lines)
@@ -317,7 +342,8 @@ def _node_json(fused: FusedOp) -> dict[str, Any]:
 
 def _io_json(values: Sequence[Value], plan: MemoryPlan) -> list[dict[str, Any]]:
     return [
-        {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name, "offset": plan.offset(v)} for v in values
+        {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name, "offset": plan.offset(v)}
+        for v in values
     ]
 
 
@@ -335,8 +361,12 @@ def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
     parts = [PRELUDE, *source.headers, *source.helpers, *source.functions, *op_functions]
     if n:
         table = ", ".join(f"op_{i}" for i in range(n))
-        parts.append(f"static void (*const monolib_ops[{n}])(const uint8_t* restrict, uint8_t* restrict) = {{{table}}};")
-        run_op = f"  if (i < 0 || i >= {n}) return -1;\n  monolib_ops[i](params, arena);\n  return 0;"
+        parts.append(
+            f"static void (*const monolib_ops[{n}])(const uint8_t* restrict, uint8_t* restrict) = {{{table}}};"
+        )
+        run_op = (
+            f"  if (i < 0 || i >= {n}) return -1;\n  monolib_ops[i](params, arena);\n  return 0;"
+        )
         run = f"  for (int32_t i = 0; i < {n}; ++i) monolib_ops[i](params, arena);\n  return 0;"
     else:
         run_op = "  (void)i; (void)params; (void)arena;\n  return -1;"
@@ -455,5 +485,10 @@ def generate(
         "constants": dict(constants or {}),
         "metadata": dict(graph.metadata),
     }
-    logger.info("generated %d ops, %d bytes of C, arena %d bytes", len(nodes), len(src), graph_json["arena_bytes"])
+    logger.info(
+        "generated %d ops, %d bytes of C, arena %d bytes",
+        len(nodes),
+        len(src),
+        graph_json["arena_bytes"],
+    )
     return src, graph_json, blob

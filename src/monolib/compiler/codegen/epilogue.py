@@ -24,7 +24,7 @@ expression valid in the function being written); scalar constants become literal
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ...runtime.errors import CompileError
 from ..ir import Value
@@ -32,13 +32,13 @@ from ..ops.base import c_literal, ctype
 from ..passes.fuse_elementwise import ChainStep, broadcast_strides, group_strides, is_scalar_const
 
 __all__ = [
-    "compose",
-    "leaves_of",
     "coalesce",
+    "compose",
     "elementwise_loop",
+    "leaves_of",
+    "scalar_literal",
     "tile_epilogue_function",
     "value_function",
-    "scalar_literal",
 ]
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,10 @@ def leaves_of(steps: Sequence[ChainStep]) -> list[Value]:
 
 
 def compose(
-    steps: Sequence[ChainStep], x: tuple[Value, str] | None, leaf: Callable[[Value], str], indent: str
+    steps: Sequence[ChainStep],
+    x: tuple[Value, str] | None,
+    leaf: Callable[[Value], str],
+    indent: str,
 ) -> tuple[list[str], str]:
     """C lines computing the chain, and the name of the final local.
 
@@ -140,7 +143,11 @@ def _index(vars_: Sequence[str], strides: Sequence[int]) -> str:
 
 
 def elementwise_loop(
-    steps: Sequence[ChainStep], out: Value, pointer: Pointer, out_ptr: str, in_place: frozenset[int] = frozenset()
+    steps: Sequence[ChainStep],
+    out: Value,
+    pointer: Pointer,
+    out_ptr: str,
+    in_place: frozenset[int] = frozenset(),
 ) -> str:
     """C statements computing a chain headed by an elementwise node into ``out``.
 
@@ -229,7 +236,9 @@ def tile_epilogue_function(
         Tj = ctype(v.dtype)
         head.append(f"  const {Tj}* restrict s{j} = {pointer(v)} + b * {gs[0]};")
         rows.append(f"    const {Tj}* restrict r{j} = s{j} + m * {gs[1]};")
-        names[v.uid] = f"r{j}[n * {gs[2]}]" if gs[2] not in (0, 1) else (f"r{j}[n]" if gs[2] else f"r{j}[0]")
+        names[v.uid] = (
+            f"r{j}[n * {gs[2]}]" if gs[2] not in (0, 1) else (f"r{j}[n]" if gs[2] else f"r{j}[0]")
+        )
     x = steps[0].node.inputs[steps[0].positions[0]]
     body, final = compose(steps, (x, "x"), lambda v: names[v.uid], "      ")
     lines = head + [
@@ -254,7 +263,9 @@ def value_function(name: str, steps: Sequence[ChainStep], out: Value, pointer: P
     shape = out.shape
     T = ctype(out.dtype)
     idx = [f"i{d}" for d in range(len(shape))]
-    sig = ", ".join([f"{T} x", "const uint8_t* params", "uint8_t* arena", *(f"int64_t {i}" for i in idx)])
+    sig = ", ".join(
+        [f"{T} x", "const uint8_t* params", "uint8_t* arena", *(f"int64_t {i}" for i in idx)]
+    )
     lines = [f"static inline {T} {name}({sig}) {{", "  (void)params; (void)arena;"]
     for i in idx:
         lines.append(f"  (void){i};")

@@ -29,6 +29,7 @@ carry over, code does not).
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 from dataclasses import dataclass, field
 
@@ -37,14 +38,14 @@ from ..ir import Graph, Node, Value
 from ..ops.base import OpDef, op_of
 
 __all__ = [
+    "MAX_BAKED_ELEMENTS",
     "ChainStep",
     "FusedOp",
     "Fusion",
-    "fuse_elementwise",
     "broadcast_strides",
+    "fuse_elementwise",
     "group_strides",
     "is_scalar_const",
-    "MAX_BAKED_ELEMENTS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,9 @@ class ChainStep:
 
     def side_inputs(self) -> list[Value]:
         """The inputs that are not group values (omitted inputs skipped)."""
-        return [v for i, v in enumerate(self.node.inputs) if v is not None and i not in self.positions]
+        return [
+            v for i, v in enumerate(self.node.inputs) if v is not None and i not in self.positions
+        ]
 
 
 @dataclass(eq=False)
@@ -198,7 +201,7 @@ def group_strides(strides, out_shape, groups) -> tuple[int, int, int] | None:
             continue
         if any(strides[d] == 0 for d in dims):
             return None
-        for a, b in zip(dims, dims[1:]):
+        for a, b in itertools.pairwise(dims):
             if strides[a] != strides[b] * out_shape[b]:
                 return None
         result.append(strides[dims[-1]])
@@ -259,7 +262,11 @@ class _Fuser:
             return fused
         groups = op.epilogue_groups(node)
         fused = FusedOp("op", node, [], out=node.outputs[0])
-        if groups is not None and node.outputs and _valid_groups(groups, len(node.outputs[0].shape)):
+        if (
+            groups is not None
+            and node.outputs
+            and _valid_groups(groups, len(node.outputs[0].shape))
+        ):
             self._extend(fused, groups)
         return fused
 
@@ -304,7 +311,9 @@ class _Fuser:
             return False
         return fused.kind != "op" or last.dtype == fused.anchor.outputs[0].dtype
 
-    def _candidate(self, fused: FusedOp, node: Node, pending: dict[int, int], groups) -> ChainStep | None:
+    def _candidate(
+        self, fused: FusedOp, node: Node, pending: dict[int, int], groups
+    ) -> ChainStep | None:
         """``node`` as a group member, or None when it cannot join."""
         if id(node) in self.claimed:
             return None
@@ -314,7 +323,9 @@ class _Fuser:
         out = node.outputs[0]
         if out.shape != fused.out.shape:  # fused.out is still the group's first value
             return None
-        positions = tuple(i for i, v in enumerate(node.inputs) if v is not None and v.uid in pending)
+        positions = tuple(
+            i for i, v in enumerate(node.inputs) if v is not None and v.uid in pending
+        )
         step = ChainStep(node, op, positions)
         if groups is not None and not self._fits_epilogue(fused, step, groups):
             return None

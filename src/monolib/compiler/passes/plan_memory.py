@@ -20,14 +20,14 @@ Liveness runs over the fused ops in order (see :mod:`.fuse_elementwise`):
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from ...runtime.errors import CompileError
 from ..ir import Value
 from .fuse_elementwise import Fusion
 
-__all__ = ["MemoryPlan", "plan_memory", "ALIGN", "align"]
+__all__ = ["ALIGN", "MemoryPlan", "align", "plan_memory"]
 
 logger = logging.getLogger(__name__)
 

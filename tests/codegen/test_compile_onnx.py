@@ -197,3 +197,20 @@ def test_elementwise_op_with_non_broadcasting_input_is_emitted_alone():
     m = model_of(nodes, [("x", x), ("like", like)], [("y", TensorProto.FLOAT, x.shape)])
     got = assert_matches_ort(m, {"x": x, "like": like})
     assert got[0].dtype == np.float32
+
+
+def test_compile_from_path_and_bytes_then_export_and_load(tmp_path):
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]), helper.make_node("Add", ["sq", "one"], ["y"])]
+    m = model_of(nodes, [("x", x)], [("y", TensorProto.FLOAT, x.shape)], inits=[("one", np.ones(5, np.float32))])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    want = x * x + 1
+    for source in (path, str(path), m.SerializeToString()):
+        np.testing.assert_allclose(run_model(source, {"x": x})[0], want, rtol=1e-6)
+    lib = compile_model(path)
+    out = tmp_path / "m.so"
+    lib.export_library(str(out))
+    gm = monolib.GraphModule(monolib.load_module(str(out))["default"](monolib.cpu()))
+    gm.run(x=x)
+    np.testing.assert_allclose(gm.get_output(0).numpy(), want, rtol=1e-6)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .runtime.errors import InputError, MonolibError
+from .runtime.errors import CompileError, InputError, MonolibError
 
 __all__ = ["build_parser", "main", "parse_const", "parse_shape"]
 
@@ -198,7 +198,12 @@ class StepDisplay:
 
 
 def cmd_compile(args: argparse.Namespace, console: Any) -> int:
-    from .compiler.build import compile as build_compile  # the compiler: lazily
+    try:
+        from .compiler.build import compile as build_compile  # the compiler: lazily
+    except ImportError as exc:  # a runtime-only install (NumPy alone)
+        raise CompileError(
+            f"the compiler is not installed ({exc}): pip install 'monolib[compiler]'"
+        ) from None
 
     t0 = time.perf_counter()
     with StepDisplay(console) as steps:

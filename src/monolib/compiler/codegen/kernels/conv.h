@@ -126,6 +126,68 @@ static inline int64_t ml_dw_plane_floats(int64_t OH, int64_t OW, int KH, int KW,
     return Hp * SW * ((Wp + SW - 1) / SW + 2 * ML_VW);
 }
 
+#ifndef ML_KC_DIRECT
+#define ML_KC_DIRECT 128
+#endif
+
+/* Micro-kernel reading B straight from the image: row k of the tile starts at
+ * base + koff[k] (np panels of NR columns side by side). Same tile as ml_ukernel. */
+ML_INLINE void ml_ukernel_direct(const int np, int64_t K, const float* restrict a,
+                                 const float* restrict base, const int32_t* restrict koff,
+                                 float* restrict c, int64_t ldc, int mr, int nr,
+                                 const float* bias_m, int load_c) {
+    ml_vf acc[ML_MR][ML_NP * ML_NV];
+    for (int r = 0; r < ML_MR; ++r)
+        for (int j = 0; j < np * ML_NV; ++j) acc[r][j] = (ml_vf){0};
+    for (int64_t k = 0; k < K; ++k) {
+        const float* b = base + koff[k];
+        ml_vf bv[ML_NP * ML_NV];
+        for (int j = 0; j < np * ML_NV; ++j) bv[j] = *(const ml_vf*)(b + j * ML_VW);
+        for (int r = 0; r < ML_MR; ++r) {
+            ml_vf av = a[k * ML_MR + r] - (ml_vf){0};
+            for (int j = 0; j < np * ML_NV; ++j) acc[r][j] += av * bv[j];
+        }
+    }
+    ml_store_tile(np, acc, c, ldc, mr, nr, 1.0f, load_c, bias_m, 0);
+}
+
+/* Convolution of one image (one group) without im2col: x is the image padded and split
+ * into SW column phases by ml_dw_pad_plane per channel ([C][Hp][SW][Wq]); koff[k] is the
+ * offset of tap k = (ci*KH+ky)*KW+kx: ci*Hp*SW*Wq + ky*DH*SW*Wq + ((kx*DW)%SW)*Wq + kx*DW/SW.
+ * Output row oh, columns ow.. read base = x + oh*SH*SW*Wq + ow. Tiles never cross an output
+ * row; a short last tile reads up to 2*ML_VW floats past the row (Wq has that slack).
+ * a: packed A (M x K, full-K); y: [M][OH*OW]; calls epi per finished output row. */
+static void ml_conv_direct(int64_t M, int64_t K, const float* restrict a,
+                           const int32_t* restrict koff, const float* restrict x, int64_t SH,
+                           int64_t SW, int64_t Wq, int64_t OH, int64_t OW,
+                           const float* restrict bias, float* restrict y, ml_epi_fn epi,
+                           void* epi_out, int64_t epi_b, int64_t epi_m0) {
+    int64_t ohw = OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+        const float* row = x + oh * SH * SW * Wq;
+        for (int64_t ow = 0; ow < OW; ow += ML_NP * ML_NR) {
+            int nr = (int)ML_MIN(ML_NP * ML_NR, OW - ow);
+            /* depth blocks keep the tile's B rows in L1 across the row panels */
+            for (int64_t k0 = 0; k0 < K; k0 += ML_KC_DIRECT) {
+                int64_t kc = ML_MIN(ML_KC_DIRECT, K - k0);
+                for (int64_t m = 0; m < M; m += ML_MR) {
+                    int mr = (int)ML_MIN(ML_MR, M - m);
+                    const float* am = a + (m / ML_MR) * K * ML_MR + k0 * ML_MR;
+                    float* c = y + m * ohw + oh * OW + ow;
+                    const float* bm = (bias && k0 == 0) ? bias + m : 0;
+                    if (nr > ML_NR)
+                        ml_ukernel_direct(ML_NP, kc, am, row + ow, koff + k0, c, ohw, mr, nr,
+                                          bm, k0 > 0);
+                    else
+                        ml_ukernel_direct(1, kc, am, row + ow, koff + k0, c, ohw, mr, nr, bm,
+                                          k0 > 0);
+                }
+            }
+        }
+        if (epi) epi(epi_out, epi_b, epi_m0, epi_m0 + M, oh * OW, (oh + 1) * OW);
+    }
+}
+
 /* Zero-pad a [C][H][W] image into dst [C][Hp][Wp], the input placed at (PT, PL); input
  * rows/columns past Hp/Wp are dropped (no window reads them). For ML_B_IM2COL. */
 static void ml_pad_image(int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp, int64_t PT,

@@ -158,6 +158,51 @@ def _weights(node: Node, ctx: EmitContext, group: int, mg: int, k: int) -> tuple
     return f"((const float*){buf})", per_group, code
 
 
+# Convolutions with fewer output channels (per group) than this read the padded image
+# directly in the micro-kernel (ml_conv_direct): with few rows to share it, packing B
+# costs as much as the multiply.
+DIRECT_BELOW = 64
+
+
+def _pointwise(d: dict[str, int]) -> bool:
+    return (d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1 and d["PT"] == d["PL"] == 0
+            and d["OH"] == d["H"] and d["OW"] == d["W"])
+
+
+def _emit_direct(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group: int,
+                 ap: str, per_group: int) -> str:
+    """Per image: pad + phase-split every channel (ml_dw_pad_plane), then per group one
+    ml_conv_direct with a compile-time table of tap offsets."""
+    x, b, y = node.inputs[0], node.input(2), node.outputs[0]
+    n, c = x.shape[:2]
+    m = node.inputs[1].shape[0]
+    cg, mg = c // group, m // group
+    sh, sw = d["SH"], d["SW"]
+    hp = (d["OH"] - 1) * sh + (d["KH"] - 1) * d["DH"] + 1
+    wp = (d["OW"] - 1) * sw + (d["KW"] - 1) * d["DW"] + 1
+    wq = -(-wp // sw) + 32  # slack >= the widest tile (2 panels of 16)
+    plane = hp * sw * wq
+    ci, ky, kx = np.meshgrid(np.arange(cg), np.arange(d["KH"]), np.arange(d["KW"]),
+                             indexing="ij")
+    koff = (ci * plane + ky * d["DH"] * sw * wq + ((kx * d["DW"]) % sw) * wq
+            + (kx * d["DW"]) // sw).astype(np.int32).ravel()
+    table = ctx.param(koff, f"{node.name}.tap_offsets")
+    buf = ctx.scratch(4 * (c * plane + 64))
+    hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+    yp = ctx.ptr(y)
+    bias = f"{ctx.ptr(b)} + g * {mg}" if b is not None else "0"
+    return (
+        f"for (int64_t n = 0; n < {n}; ++n) {{\n"
+        f"  for (int64_t ch = 0; ch < {c}; ++ch)\n"
+        f"    ml_dw_pad_plane({ctx.ptr(x)} + (n * {c} + ch) * {hw}, {d['H']}, {d['W']}, {hp}, "
+        f"{wp}, {sw}, {wq}, {d['PT']}, {d['PL']}, (float*){buf} + ch * {plane});\n"
+        f"  for (int64_t g = 0; g < {group}; ++g)\n"
+        f"    ml_conv_direct({mg}, {cg * d['KH'] * d['KW']}, {ap} + g * {per_group}, {table}, "
+        f"(const float*){buf} + g * {cg * plane}, {sh}, {sw}, {wq}, {d['OH']}, {d['OW']}, "
+        f"{bias}, {yp} + (n * {m} + g * {mg}) * {ohw}, {epi}, {yp}, n, g * {mg});\n}}"
+    )
+
+
 # A batch of images whose outputs are smaller than this many pixels runs as ONE GEMM over
 # all images' columns (then scattered to NCHW): narrow per-image GEMMs waste the 16-wide tile.
 FOLD_BATCH_BELOW = 64
@@ -171,8 +216,7 @@ def _b_source(node: Node, ctx: EmitContext, d: dict[str, int], folded: bool
     n, c = x.shape[:2]
     cg = c // int(node.attrs["group"])
     hw = d["H"] * d["W"]
-    pointwise = (d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1 and d["PT"] == d["PL"] == 0
-                 and d["OH"] == d["H"] and d["OW"] == d["W"])
+    pointwise = _pointwise(d)
     first = "0" if folded else "n"
     if pointwise and not folded:
         return {"kind": "ML_B_STRIDED", "p": f"{ctx.ptr(x)} + (n * {c} + g * {cg}) * {hw}",
@@ -205,6 +249,8 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
     ohw = d["OH"] * d["OW"]
     ap, per_group, code = _weights(node, ctx, group, mg, k)
     folded = n > 1 and ohw < FOLD_BATCH_BELOW
+    if not folded and mg < DIRECT_BELOW and not _pointwise(d):
+        return code + _emit_direct(node, ctx, d, epi, group, ap, per_group)
     bsrc, pad = _b_source(node, ctx, d, folded)
     cols = n * ohw if folded else ohw
     bbuf = ctx.scratch(4 * bbuf_floats(k, cols))

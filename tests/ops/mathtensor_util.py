@@ -166,34 +166,21 @@ def apply_test_epilogue(y: np.ndarray) -> np.ndarray:
     return (y * np.float32(2) + idx.astype(np.float32)).astype(np.float32)
 
 
-def compile_and_run(node: Node, inputs, epilogue=False):
-    """Emit ``node``, compile it with gcc, run it on ``inputs``; returns the outputs."""
+def _prepare(node: Node, epilogue: bool) -> tuple[MiniContext, str]:
+    """Lay out the arena and emit the node's C body."""
     ctx = MiniContext(node, epilogue)
     for v in node.inputs:
         if v is not None and v.const is None:
             ctx.ptr(v)
     if op_of(node).alias:  # output 0 shares input 0's storage
-        src = node.inputs[0]
-        ctx.arena[node.outputs[0].uid] = ctx.arena[src.uid] if src.const is None else None
-        if src.const is not None:
-            return [src.const.reshape(node.outputs[0].shape).copy()]
+        ctx.arena[node.outputs[0].uid] = ctx.arena[node.inputs[0].uid]
     for v in node.outputs:
         ctx.ptr(v)
-    body = op_of(node).emit(node, ctx)
-    for v in node.outputs:
-        ctx.ptr(v)
-    parts = [
-        "#include <stdint.h>",
-        "#include <math.h>",
-        "#include <string.h>",
-        "#include <float.h>",
-    ]
-    parts += [(KERNELS / h).read_text() for h in ctx.headers]
-    parts += ctx.helpers
-    parts.append(
-        "void run(const uint8_t* restrict params, uint8_t* restrict arena) {\n" + body + "\n}"
-    )
-    src = "\n".join(parts)
+    return ctx, op_of(node).emit(node, ctx)
+
+
+def _build(src: str) -> ctypes.CDLL:
+    """Compile ``src`` to a shared library (cached by content) and load it."""
     _CACHE.mkdir(exist_ok=True)
     key = hashlib.sha256(src.encode()).hexdigest()[:20]
     so = _CACHE / f"k_{key}.so"
@@ -201,44 +188,57 @@ def compile_and_run(node: Node, inputs, epilogue=False):
         c = _CACHE / f"k_{key}.c"
         c.write_text(src)
         tmp = _CACHE / f"k_{key}.{os.getpid()}.so"
-        r = subprocess.run(
-            [
-                "gcc",
-                "-O3",
-                "-march=native",
-                "-std=gnu11",
-                "-fPIC",
-                "-shared",
-                "-Wall",
-                "-Werror=implicit-function-declaration",
-                "-o",
-                str(tmp),
-                str(c),
-                "-lm",
-            ],
-            capture_output=True,
-            check=False,
-            text=True,
-            timeout=120,
-        )
+        cmd = ["gcc", "-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-Wall",
+               "-Werror=implicit-function-declaration", "-o", str(tmp), str(c), "-lm"]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, check=False, text=True, timeout=120)
         if r.returncode:
             raise AssertionError(f"gcc failed:\n{r.stderr}\n--- source ---\n{src}")
         os.replace(tmp, so)
-    lib = ctypes.CDLL(str(so))
+    return ctypes.CDLL(str(so))
+
+
+def _execute(fn, node: Node, ctx: MiniContext, inputs) -> list[np.ndarray]:
     arena = np.zeros(ctx.arena_bytes + 64, np.uint8)
     params = np.frombuffer(bytes(ctx.params) + b"\0" * 64, np.uint8).copy()
     for v, x in zip(node.inputs, inputs):
         if v is not None and v.const is None:
             off = ctx.arena[v.uid]
-            arena[off : off + v.nbytes] = (
-                np.ascontiguousarray(x, v.dtype).view(np.uint8).reshape(-1)
-            )
-    lib.run(params.ctypes.data_as(ctypes.c_void_p), arena.ctypes.data_as(ctypes.c_void_p))
+            data = np.ascontiguousarray(x, v.dtype).view(np.uint8).reshape(-1)
+            arena[off : off + v.nbytes] = data
+    fn(params.ctypes.data_as(ctypes.c_void_p), arena.ctypes.data_as(ctypes.c_void_p))
     outs = []
     for v in node.outputs:
         off = ctx.arena[v.uid]
         outs.append(arena[off : off + v.nbytes].view(v.dtype).reshape(v.shape).copy())
     return outs
+
+
+def compile_variants(node: Node, inputs, variants=(False,)) -> list[list[np.ndarray]]:
+    """Emit ``node`` once per epilogue variant, compile all of them in ONE gcc call,
+    run each on ``inputs``; returns the outputs per variant."""
+    if op_of(node).alias and node.inputs[0].const is not None:
+        return [[node.inputs[0].const.reshape(node.outputs[0].shape).copy()] for _ in variants]
+    prepared = [_prepare(node, e) for e in variants]
+    headers: list[str] = []
+    helpers: list[str] = []
+    for ctx, _ in prepared:
+        headers += [h for h in ctx.headers if h not in headers]
+        helpers += [h for h in ctx.helpers if h not in helpers]
+    parts = ["#include <stdint.h>", "#include <math.h>", "#include <string.h>"]
+    parts += [(KERNELS / h).read_text() for h in headers] + helpers
+    for k, (_, body) in enumerate(prepared):
+        parts.append(
+            f"void run{k}(const uint8_t* restrict params, uint8_t* restrict arena) {{\n{body}\n}}"
+        )
+    lib = _build("\n".join(parts))
+    return [
+        _execute(getattr(lib, f"run{k}"), node, ctx, inputs) for k, (ctx, _) in enumerate(prepared)
+    ]
+
+
+def compile_and_run(node: Node, inputs, epilogue=False):
+    """Emit ``node``, compile it with gcc, run it on ``inputs``; returns the outputs."""
+    return compile_variants(node, inputs, (epilogue,))[0]
 
 
 def assert_close(got, want, rtol, atol, what):
@@ -274,20 +274,12 @@ def check_op(
     for i, (r, w) in enumerate(zip(ref, want)):
         assert_close(r, w, rtol, atol, f"reference output {i}")
     if emit:
-        got = compile_and_run(node, inputs)
-        for i, (g, w) in enumerate(zip(got, want)):
+        op = op_of(node)
+        with_epilogue = epilogue and (op.elementwise or op.epilogue_groups(node) is not None)
+        runs = compile_variants(node, inputs, (False, True) if with_epilogue else (False,))
+        for i, (g, w) in enumerate(zip(runs[0], want)):
             assert_close(g, w, rtol, atol, f"emitted C output {i}")
-        if (
-            epilogue
-            and op_of(node).epilogue_groups(node) is not None
-            or (epilogue and op_of(node).elementwise)
-        ):
-            got = compile_and_run(node, inputs, epilogue=True)
-            assert_close(
-                got[0],
-                apply_test_epilogue(want[0]),
-                rtol,
-                atol * 4 + 1e-6,
-                "emitted C with epilogue",
-            )
+        if with_epilogue:
+            want0 = apply_test_epilogue(want[0])
+            assert_close(runs[1][0], want0, rtol, atol * 4 + 1e-6, "emitted C with epilogue")
     return want

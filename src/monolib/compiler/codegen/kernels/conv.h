@@ -141,6 +141,9 @@ ML_INLINE void ml_ukernel_direct(const int np, int64_t K, const float* restrict 
         for (int j = 0; j < np * ML_NV; ++j) acc[r][j] = (ml_vf){0};
     for (int64_t k = 0; k < K; ++k) {
         const float* b = base + koff[k];
+        /* the tap rows are hundreds of short streams the hardware prefetcher does not
+         * follow: fetch the same row a few tiles ahead (+30% measured on 3x3 convs) */
+        __builtin_prefetch(b + 3 * ML_NP * ML_NR);
         ml_vf bv[ML_NP * ML_NV];
         for (int j = 0; j < np * ML_NV; ++j) bv[j] = *(const ml_vf*)(b + j * ML_VW);
         for (int r = 0; r < ML_MR; ++r) {

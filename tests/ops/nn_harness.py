@@ -230,8 +230,10 @@ def ort_node(node: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray
 def check_node(op_type: str, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any],
                const: Sequence[int] = (), opset: int = 17, n_outputs: int = 1,
                rtol: float = 1e-4, atol: float = 1e-4, epilogue: bool = True,
-               ort: bool = True) -> Node:
-    """Check reference vs ORT, and C (plain and with the test epilogue) vs reference."""
+               ort: bool = True, cflags: Sequence[str] = ("-O2", "-march=native")) -> Node:
+    """Check reference vs ORT, and C (plain and with the test epilogue) vs reference.
+    ``cflags`` are the C compiler's flags (e.g. ``-DML_VW=8 -DML_NP=2`` for the AVX-512
+    tiling of gemm.h on an AVX2 machine)."""
     node = make_node(op_type, inputs, attrs, const, opset, n_outputs)
     ref = op_of(node).reference(node, list(inputs))
     for v, r in zip(node.outputs, ref):
@@ -240,11 +242,11 @@ def check_node(op_type: str, inputs: Sequence[np.ndarray | None], attrs: dict[st
         got = ort_node(node, inputs)
         for r, o in zip(ref, got):
             np.testing.assert_allclose(r, o, rtol=rtol, atol=atol, err_msg="reference vs ORT")
-    outs = run_c(node, inputs)
+    outs = run_c(node, inputs, cflags=cflags)
     for r, o in zip(ref, outs):
         np.testing.assert_allclose(o, r, rtol=rtol, atol=atol, err_msg="C vs reference")
     if epilogue and op_of(node).epilogue_groups(node) is not None:
-        outs = run_c(node, inputs, epilogue=True)
+        outs = run_c(node, inputs, epilogue=True, cflags=cflags)
         np.testing.assert_allclose(outs[0], ref[0] * EPI[0] + EPI[1], rtol=rtol, atol=atol,
                                    err_msg="C with epilogue vs reference")
     return node

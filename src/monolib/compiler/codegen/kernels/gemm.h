@@ -22,7 +22,10 @@
 
 #define ML_MR 6
 #define ML_NR 16
-#if defined(__AVX512F__)
+/* ML_VW (floats per vector) and ML_NP (16-column panels per micro-tile) follow the ISA;
+ * a build may set both (tests run the AVX-512 tiling, ML_NP 2, on AVX2 machines). */
+#if defined(ML_VW) && defined(ML_NP)
+#elif defined(__AVX512F__)
 #define ML_VW 16
 #define ML_NP 2
 #elif defined(__AVX__)

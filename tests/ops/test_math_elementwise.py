@@ -195,3 +195,18 @@ def test_int_division_by_zero_gives_zero_not_a_trap():
     (got,) = compile_and_run(node, [a, z])
     np.testing.assert_array_equal(got, [0, 0, 0])
     np.testing.assert_array_equal(op_of(node).reference(node, [a, z])[0], [0, 0, 0])
+
+
+def test_int_min_divided_by_minus_one_does_not_trap():
+    from mathtensor_util import compile_and_run
+
+    for dt in (np.int32, np.int64):
+        lo = np.iinfo(dt).min
+        a = np.array([lo, 7, lo], dt)
+        b = np.array([-1, -1, 3], dt)
+        for op in ("Div", "Mod"):
+            node = ir_node(op, [a, b], {}, 13)
+            (got,) = compile_and_run(node, [a, b])
+            with np.errstate(all="ignore"):
+                (want,) = op_of(node).reference(node, [a, b])
+            np.testing.assert_array_equal(got, want)

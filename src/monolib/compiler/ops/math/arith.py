@@ -16,7 +16,7 @@ import numpy as np
 
 from ....runtime.errors import UnsupportedOpError
 from ...ir import Node
-from ..base import register
+from ..base import ctype, register
 from .elementwise import (
     Elementwise,
     bind,
@@ -31,6 +31,17 @@ from .elementwise import (
 __all__ = ["Add", "Div", "Max", "Mean", "Min", "Mod", "Mul", "Pow", "Sub", "Sum"]
 
 logger = logging.getLogger(__name__)
+
+
+def _safe_div(a: str, b: str, dtype: np.dtype, op: str) -> str:
+    """C integer ``a / b`` or ``a % b`` that never traps: ``x / 0`` and ``x % 0`` give
+    0; for signed types ``b == -1`` is done without dividing (``INT_MIN / -1``
+    raises SIGFPE on x86): ``-a`` wrapped through unsigned, and 0 for ``%``."""
+    dt = np.dtype(dtype)
+    if dt.kind == "u" or dt.itemsize < 4:
+        return f"({b} == 0 ? 0 : {a} {op} {b})"
+    neg = f"({ctype(dt)})(0 - (u{ctype(dt)}){a})" if op == "/" else "0"
+    return f"({b} == 0 ? 0 : ({b} == -1 ? {neg} : {a} {op} {b}))"
 
 
 def _narrow(expr: str, dtype: np.dtype) -> str:
@@ -88,11 +99,13 @@ class Mul(_Binary):
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Integer division truncated toward zero (C semantics); ``x / 0`` gives 0."""
+    """Integer division truncated toward zero (C semantics); ``x / 0`` gives 0 and
+    ``INT_MIN / -1`` wraps to ``INT_MIN`` like the emitted C."""
     a, b = np.broadcast_arrays(a, b)
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    q = np.where((a < 0) != (safe < 0), -q, q)
+    safe = np.where(b == 0, 1, b).astype(a.dtype)
+    q = np.floor_divide(a, safe)
+    r = a - q * safe
+    q = np.where((r != 0) & ((a < 0) != (safe < 0)), q + 1, q)
     return np.where(b == 0, 0, q).astype(a.dtype)
 
 
@@ -114,7 +127,7 @@ class Div(_Binary):
         dt = node.outputs[0].dtype
         if is_float(dt):
             return f"({args[0]} / {args[1]})"
-        return bind(args, [dt, dt], lambda a, b: _narrow(f"({b} == 0 ? 0 : {a} / {b})", dt))
+        return bind(args, [dt, dt], lambda a, b: _narrow(_safe_div(a, b, dt, "/"), dt))
 
 
 @register
@@ -149,10 +162,10 @@ class Mod(_Binary):
         if is_float(dt):
             return f"{cfn('fmod', dt)}({args[0]}, {args[1]})"
         if node.attrs["fmod"]:
-            return bind(args, [dt, dt], lambda a, b: _narrow(f"({b} == 0 ? 0 : {a} % {b})", dt))
+            return bind(args, [dt, dt], lambda a, b: _narrow(_safe_div(a, b, dt, "%"), dt))
 
         def python_mod(a: str, b: str) -> str:
-            r = f"({b} == 0 ? 0 : {a} % {b})"
+            r = _safe_div(a, b, dt, "%")
             return bind(
                 [r],
                 [dt],

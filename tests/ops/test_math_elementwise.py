@@ -210,3 +210,53 @@ def test_int_min_divided_by_minus_one_does_not_trap():
             with np.errstate(all="ignore"):
                 (want,) = op_of(node).reference(node, [a, b])
             np.testing.assert_array_equal(got, want)
+
+
+EXTRA = [
+    ("Tan", [f32(6, lo=-1, hi=1)], {}, 7, ()),
+    ("Asin", [f32(6, lo=-0.9, hi=0.9)], {}, 7, ()),
+    ("Acos", [f32(6, lo=-0.9, hi=0.9)], {}, 7, ()),
+    ("Atan", [f32(6)], {}, 7, ()),
+    ("Sinh", [f32(6)], {}, 9, ()),
+    ("Cosh", [f32(6)], {}, 9, ()),
+    ("Asinh", [f32(6)], {}, 9, ()),
+    ("Acosh", [f32(6, lo=1.1, hi=5)], {}, 9, ()),
+    ("Atanh", [f32(6, lo=-0.9, hi=0.9)], {}, 9, ()),
+    ("IsNaN", [np.array([1.0, np.nan, np.inf, -np.inf], np.float32)], {}, 13, ()),
+    ("IsInf", [np.array([1.0, np.nan, np.inf, -np.inf], np.float32)], {}, 10, ()),
+    (
+        "IsInf",
+        [np.array([1.0, np.nan, np.inf, -np.inf], np.float32)],
+        {"detect_negative": 0},
+        10,
+        (),
+    ),
+    ("Mish", [f32(3, 4)], {}, 18, ()),
+    ("ThresholdedRelu", [f32(3, 4)], {"alpha": 0.5}, 10, ()),
+    ("Celu", [f32(3, 4)], {"alpha": 0.7}, 12, ()),
+    ("Shrink", [f32(3, 4)], {"lambd": 0.8, "bias": 0.3}, 9, ()),
+    ("BitwiseAnd", [i32(3, 4, lo=0, hi=99), i32(4, lo=0, hi=99)], {}, 18, ()),
+    ("BitwiseOr", [i32(3, 4), i32(3, 4)], {}, 18, ()),
+    ("BitwiseXor", [i32(3, 4), i32(1)], {}, 18, ()),
+    ("BitwiseNot", [i32(5)], {}, 18, ()),
+    (
+        "BitShift",
+        [np.array([16, 4, 1], np.uint32), np.array([1, 2, 3], np.uint32)],
+        {"direction": "RIGHT"},
+        11,
+        (),
+    ),
+    (
+        "BitShift",
+        [np.array([16, 4, 1], np.uint8), np.array([1, 2, 3], np.uint8)],
+        {"direction": "LEFT"},
+        11,
+        (),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", EXTRA, ids=[_id(c) for c in EXTRA])
+def test_extra_elementwise_matches_ort(case):
+    op, ins, attrs, opset, consts = case
+    check_op(op, ins, attrs, opset=opset, constant_inputs=consts, rtol=1e-5, atol=1e-6)

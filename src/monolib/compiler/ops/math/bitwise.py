@@ -1,0 +1,97 @@
+"""Bitwise integer ops: BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot (18) and
+BitShift (11; ``direction`` "LEFT"/"RIGHT", unsigned types only per the spec)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from ....runtime.errors import UnsupportedOpError
+from ...ir import Node
+from ..base import register
+from .elementwise import Elementwise, cast_expr, check_same_dtype
+
+__all__ = ["BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor"]
+
+logger = logging.getLogger(__name__)
+
+
+class _IntOnly(Elementwise):
+    def infer(self, node: Node):
+        check_same_dtype(node)
+        dt = node.inputs[0].dtype
+        if dt.kind not in "iu":
+            raise UnsupportedOpError(
+                f"{self.op_type} (node {node.name!r}) takes integers, got {dt}"
+            )
+        return super().infer(node)
+
+
+class _Bitwise(_IntOnly):
+    sym = "&"
+    ufunc = staticmethod(np.bitwise_and)
+
+    def np_fn(self, node: Node, a, b):
+        return self.ufunc(a, b)
+
+    def c_expr(self, node: Node, args: Sequence[str]) -> str:
+        return cast_expr(f"{args[0]} {self.sym} {args[1]}", node.outputs[0].dtype)
+
+
+@register
+class BitwiseAnd(_Bitwise):
+    """ONNX ``BitwiseAnd`` (18)."""
+
+    op_type, since_version = "BitwiseAnd", 18
+
+
+@register
+class BitwiseOr(_Bitwise):
+    """ONNX ``BitwiseOr`` (18)."""
+
+    op_type, since_version, sym = "BitwiseOr", 18, "|"
+    ufunc = staticmethod(np.bitwise_or)
+
+
+@register
+class BitwiseXor(_Bitwise):
+    """ONNX ``BitwiseXor`` (18)."""
+
+    op_type, since_version, sym = "BitwiseXor", 18, "^"
+    ufunc = staticmethod(np.bitwise_xor)
+
+
+@register
+class BitwiseNot(_IntOnly):
+    """ONNX ``BitwiseNot`` (18)."""
+
+    op_type, since_version = "BitwiseNot", 18
+
+    def np_fn(self, node: Node, x):
+        return np.invert(x)
+
+    def c_expr(self, node: Node, args: Sequence[str]) -> str:
+        return cast_expr(f"~{args[0]}", node.outputs[0].dtype)
+
+
+@register
+class BitShift(_IntOnly):
+    """ONNX ``BitShift`` (11): ``x << y`` or ``x >> y``; a shift by the type's width or
+    more gives 0 (C leaves it undefined)."""
+
+    op_type, since_version = "BitShift", 11
+
+    def np_fn(self, node: Node, x, y):
+        bits = x.dtype.itemsize * 8
+        fn = np.left_shift if node.attrs["direction"] == "LEFT" else np.right_shift
+        safe = np.where(y >= bits, 0, y).astype(x.dtype)
+        return np.where(y >= bits, 0, fn(x, safe)).astype(x.dtype)
+
+    def c_expr(self, node: Node, args: Sequence[str]) -> str:
+        dt = node.outputs[0].dtype
+        op = "<<" if node.attrs["direction"] == "LEFT" else ">>"
+        bits = dt.itemsize * 8
+        x, y = args
+        return cast_expr(f"(({y}) >= {bits} ? 0 : ({x}) {op} ({y}))", dt)

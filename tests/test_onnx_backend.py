@@ -2,7 +2,7 @@
 conformance cases for the operators monolib implements.
 
 CI runs a representative subset (the first ``MONOLIB_CONFORMANCE_PER_OP`` in-scope
-cases of each implemented operator, default 4); ``MONOLIB_CONFORMANCE_PER_OP=0`` runs
+cases of each implemented operator, default 3); ``MONOLIB_CONFORMANCE_PER_OP=0`` runs
 every in-scope case. ``bench/conformance.py`` does the full sweep and writes the pass
 count per operator to ``bench/CONFORMANCE.md``.
 
@@ -25,7 +25,7 @@ from monolib.onnx_conformance import check_case, load_cases, unsupported_reason
 from monolib.runtime.errors import InputError, MonolibError, UnsupportedOpError
 
 REGISTERED = {op for (domain, op) in registered_ops() if domain == ""}
-PER_OP = int(os.environ.get("MONOLIB_CONFORMANCE_PER_OP", "4"))
+PER_OP = int(os.environ.get("MONOLIB_CONFORMANCE_PER_OP", "3"))
 
 #: Cases of implemented operators that fail for a known, documented reason
 #: (found by bench/conformance.py): name -> reason.

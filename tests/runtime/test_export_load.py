@@ -421,3 +421,17 @@ def test_tar_export_links_later(tmp_path):
     link_shared(objs, str(tmp_path / "linked.so"))
     x = x_input()
     np.testing.assert_allclose(run(load_module(str(tmp_path / "linked.so")), x), reference(x))
+
+
+def test_io_failure_is_an_export_error(tmp_path, monkeypatch):
+    import errno
+
+    import monolib.export.library as export
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(export, "write_container", full)
+    with pytest.raises(ExportError, match=r"full\.so: export failed.*No space left"):
+        tiny_factory().export_library(str(tmp_path / "full.so"))
+    assert os.listdir(tmp_path) == []

@@ -42,7 +42,9 @@ def assert_same(got: dict, want: dict) -> None:
 
 
 def data_inside(arr: np.ndarray, base: int, size: int) -> bool:
-    return arr.nbytes == 0 or base <= arr.ctypes.data and arr.ctypes.data + arr.nbytes <= base + size
+    return (
+        arr.nbytes == 0 or base <= arr.ctypes.data and arr.ctypes.data + arr.nbytes <= base + size
+    )
 
 
 def test_file_round_trip_is_zero_copy_and_aligned(tmp_path):

@@ -211,11 +211,14 @@ def export_library(
     lib = next((m for m in modules if m.exports_to_library), None)
     target = lib.target if isinstance(lib, CSourceModule) else Target("c")
     path = _output_path(path, target)
-    fd, tmp_out = tempfile.mkstemp(
-        prefix=f".{os.path.basename(path)}.",
-        suffix=".tmp",
-        dir=os.path.dirname(os.path.abspath(path)),
-    )
+    try:
+        fd, tmp_out = tempfile.mkstemp(
+            prefix=f".{os.path.basename(path)}.",
+            suffix=".tmp",
+            dir=os.path.dirname(os.path.abspath(path)),
+        )
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot write beside the output: {exc}") from exc
     os.close(fd)
     try:
         with tempfile.TemporaryDirectory(prefix="monolib-export-") as work:
@@ -223,9 +226,11 @@ def export_library(
             _build(work, tmp_out, modules, (row_ptr, child), lib, target, options)
         os.chmod(tmp_out, 0o755 & ~_umask())
         os.replace(tmp_out, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp_out):
             os.unlink(tmp_out)
+        if isinstance(exc, OSError):  # disk full, permissions...: name the output
+            raise ExportError(f"{path}: export failed: {exc}") from exc
         raise
     logger.info("exported %s (%d modules)", path, len(modules))
     return path

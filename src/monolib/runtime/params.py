@@ -221,7 +221,9 @@ def _read_header(buf: np.ndarray, where: str) -> tuple[dict, int]:
             f"({buf.size} bytes) or the {_MAX_HEADER}-byte limit"
         )
     try:
-        header = json.loads(buf[8 : 8 + n].tobytes().decode("utf-8"), object_pairs_hook=_no_duplicates)
+        header = json.loads(
+            buf[8 : 8 + n].tobytes().decode("utf-8"), object_pairs_hook=_no_duplicates
+        )
     except ParamsError as exc:
         raise ParamsError(f"{where}: safetensors header has a {exc}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -292,7 +294,9 @@ def load_params(source: Any) -> dict[str, np.ndarray]:
     header, start = _read_header(buf, where)
     data = buf[start:]
     entries = {
-        name: _entry(name, e, data.size, where) for name, e in header.items() if name != "__metadata__"
+        name: _entry(name, e, data.size, where)
+        for name, e in header.items()
+        if name != "__metadata__"
     }
     _check_overlap(entries, where)
     out = {}

@@ -244,11 +244,16 @@ class GraphBuilder:
         return Value.constant(name, np.asarray(array))
 
     def op(self, op_type, *inputs, **attrs) -> Value:
+        """A test op; ``onnx=True`` takes the real ONNX op (opset 17) instead."""
+        import monolib.compiler.ops  # noqa: F401  (registers the real ops)
         from monolib.compiler.ops.base import lookup
 
         self.k += 1
-        node = Node(op_type, f"{op_type}_{self.k}", list(inputs), [], attrs, domain=D, opset=1)
-        ((shape, dtype),) = lookup(op_type, 1, D).infer(node)
+        domain, opset = ("", 17) if attrs.pop("onnx", False) else (D, 1)
+        node = Node(
+            op_type, f"{op_type}_{self.k}", list(inputs), [], attrs, domain=domain, opset=opset
+        )
+        ((shape, dtype),) = lookup(op_type, opset, domain).infer(node)
         out = Value(f"v{self.k}", shape, dtype)
         node.outputs = [out]
         self.nodes.append(node)

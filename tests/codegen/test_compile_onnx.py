@@ -201,8 +201,16 @@ def test_elementwise_op_with_non_broadcasting_input_is_emitted_alone():
 
 def test_compile_from_path_and_bytes_then_export_and_load(tmp_path):
     x = rng.standard_normal((2, 5)).astype(np.float32)
-    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]), helper.make_node("Add", ["sq", "one"], ["y"])]
-    m = model_of(nodes, [("x", x)], [("y", TensorProto.FLOAT, x.shape)], inits=[("one", np.ones(5, np.float32))])
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"]),
+        helper.make_node("Add", ["sq", "one"], ["y"]),
+    ]
+    m = model_of(
+        nodes,
+        [("x", x)],
+        [("y", TensorProto.FLOAT, x.shape)],
+        inits=[("one", np.ones(5, np.float32))],
+    )
     path = tmp_path / "m.onnx"
     onnx.save(m, path)
     want = x * x + 1

@@ -21,37 +21,94 @@ def matmul_chain(n: int, width: int = 64):
     return b.graph(t)
 
 
-def intervals(fusion, plan):
-    """Per storage root: (offset, end, first op, last op) from the fused ops."""
-    live = {}
-    for t, f in enumerate(fusion.ops):
-        if f.kind == "alias":
-            continue
-        for v in f.reads() + f.writes():
-            r = plan.root(v)
-            if r.is_const:
-                continue
-            off = plan.offset(v)
-            lo, hi = live.get(r.uid, (t, t))[2:] if r.uid in live else (t, t)
-            live[r.uid] = (off, off + align(max(r.nbytes, 1)), min(lo, t), max(hi, t))
-    pinned = {plan.root(v).uid for v in [*fusion.inputs, *fusion.outputs]}
-    n = len(fusion.ops)
-    return {
-        u: (o, e, 0 if u in pinned else a, n if u in pinned else z)
-        for u, (o, e, a, z) in live.items()
-    }
+class Storage:
+    """Independent model of where values live: alias roots and concat containers."""
+
+    def __init__(self, fusion):
+        self.alias = {f.out.uid: f.src for f in fusion.ops if f.kind == "alias"}
+        self.container = {}
+        self.members = {}
+        for f in fusion.ops:
+            if f.kind == "concat":
+                for v in f.anchor.inputs:
+                    self.container[v.uid] = f.out
+                self.members[self.root(f.out).uid] = [self.root(v) for v in f.anchor.inputs]
+
+    def root(self, v):
+        while v.uid in self.alias:
+            v = self.alias[v.uid]
+        return v
+
+    def chain(self, v):
+        """v's root, then the roots of the concats holding it (innermost first)."""
+        out = [self.root(v)]
+        while out[-1].uid in self.container:
+            out.append(self.root(self.container[out[-1].uid]))
+        return out
+
+    def inside(self, r):
+        """Root r and every root stored inside it (concat members, recursively)."""
+        out = [r]
+        for m in self.members.get(r.uid, []):
+            out += self.inside(m)
+        return out
 
 
 def assert_no_overlap(fusion, plan):
-    iv = list(intervals(fusion, plan).values())
-    iv += [(o, o + align(plan.scratch_sizes[t]), t, t) for t, o in plan.scratch.items()]
-    for i, (o1, e1, a1, z1) in enumerate(iv):
-        assert o1 % ALIGN == 0 and e1 <= plan.arena_bytes
-        for o2, e2, a2, z2 in iv[i + 1 :]:
-            if a1 <= z2 and a2 <= z1:  # live at the same time (inclusive)
-                handover = (z1 == a2 or z2 == a1) and (o1, e1) == (o2, e2)
-                in_place = handover and fusion.ops[max(a1, a2)].kind == "elementwise"
-                assert in_place or e1 <= o2 or e2 <= o1, "live regions overlap"
+    """Simulate the run: no op (nor its scratch) writes over bytes some other value
+    still needs, except an elementwise loop over an input that dies in it."""
+    st = Storage(fusion)
+    forever = len(fusion.ops) + 1
+    need, written = {}, {}
+    for v in [*fusion.inputs, *fusion.outputs]:
+        for r in st.inside(st.root(v)):
+            need[r.uid] = forever
+    for v in fusion.inputs:
+        written[st.root(v).uid] = -1
+    for t, f in enumerate(fusion.ops):
+        if f.has_code:
+            for u in f.reads():
+                for r in st.inside(st.root(u)):
+                    if not r.is_const:
+                        need[r.uid] = max(need.get(r.uid, t), t)
+
+    def span(v):
+        o = plan.offset(v)
+        assert o % ALIGN == 0 and o + v.nbytes <= plan.arena_bytes
+        return o, o + v.nbytes
+
+    roots = {}
+    for t, f in enumerate(fusion.ops):
+        if not f.has_code:
+            continue
+        writes = [(span(w), w) for w in f.writes()]
+        if t in plan.scratch:
+            o = plan.scratch[t]
+            writes.append(((o, o + plan.scratch_sizes[t]), None))
+        read_roots = {st.root(u).uid for u in f.reads()}
+        for (wo, we), w in writes:
+            for uid, r in roots.items():
+                if written.get(uid, forever) >= t or need.get(uid, -1) < t:
+                    continue
+                ro, re = span(r)
+                if we <= ro or re <= wo:
+                    continue
+                if w is not None and any(c.uid == uid for c in st.chain(w)):
+                    continue  # writing a member of a concat being assembled
+                handover = (
+                    f.kind == "elementwise"
+                    and need[uid] == t
+                    and uid in read_roots
+                    and (wo, we) == (ro, re)
+                )
+                assert handover, f"op {t} ({f.name}) overwrites live {r.name}"
+        for (_, _), w in writes:
+            if w is not None:
+                r = st.root(w)
+                roots[r.uid] = r
+                written.setdefault(r.uid, t)
+        for v in fusion.inputs:
+            roots[st.root(v).uid] = st.root(v)
 
 
 def test_chain_of_ten_ops_reuses_buffers():
@@ -156,3 +213,48 @@ def test_scratch_is_planned_into_dead_space():
     assert_no_overlap(fusion, plan)
     _, gj, _ = generate(g, fusion, plan)
     assert gj["arena_bytes"] == plan.arena_bytes  # nothing appended after the plan
+
+
+def test_concat_inputs_are_computed_in_place():
+    from codegen_helpers import evaluate
+
+    from monolib.compiler.build import lower
+    from monolib.compiler.testing import run_c
+
+    b = GraphBuilder()
+    x = b.input("x", (1, 2, 8))
+    w = b.const("w", rng.standard_normal((8, 8)).astype(np.float32))
+    a = b.op("TMatMul", x, w)
+    c = b.op("TOpaque", x)
+    d = b.op("TRelu", b.op("TAdd", x, b.const("one", np.float32(1))))
+    inner = b.op("Concat", a, c, axis=1, onnx=True)  # [1, 4, 8]
+    outer = b.op("Concat", inner, d, axis=-2, onnx=True)  # nested: [1, 6, 8]
+    y = b.op("TMatMul", outer, w)
+    side = b.op("Concat", x, a, axis=2, onnx=True)  # x is a graph input: a real copy
+    g = b.graph(y, side)
+    fusion = fuse_elementwise(g)
+    assert [f.kind for f in fusion.ops].count("concat") == 2
+    plan = plan_memory(fusion)
+    assert_no_overlap(fusion, plan)
+    base = plan.offset(outer)
+    assert [plan.offset(v) - base for v in (inner, a, c, d)] == [0, 0, 64, 128]
+    feeds = {"x": rng.standard_normal((1, 2, 8)).astype(np.float32)}
+    _, gj, _ = lower(g)
+    assert [n["op"] for n in gj["nodes"]].count("Concat") == 1  # only the one with x
+    source, gj, params = lower(g)
+    for got, want in zip(run_c(source, gj, params, feeds), evaluate(g, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_concat_not_in_place_when_blocks_are_strided_or_misaligned():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    a, c = b.op("TOpaque", x), b.op("TRelu", x)
+    strided = b.op("Concat", a, c, axis=1, onnx=True)  # dim 0 is 2: interleaved blocks
+    g = b.graph(strided)
+    assert "concat" not in [f.kind for f in fuse_elementwise(g).ops]
+    b = GraphBuilder()
+    x = b.input("x", (3,))
+    odd = b.op("Concat", b.op("TOpaque", x), b.op("TRelu", x), axis=0, onnx=True)
+    g = b.graph(odd)  # 12-byte blocks would start off a 64-byte boundary
+    assert "concat" not in [f.kind for f in fuse_elementwise(g).ops]

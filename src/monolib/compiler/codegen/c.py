@@ -402,7 +402,7 @@ def scratch_sizes(fusion: Fusion, plan: MemoryPlan) -> dict[int, int]:
     """
     params, source, sizes = ParamsBuilder(), _Source(), {}
     for t, fused in enumerate(fusion.ops):
-        if fused.kind in ("alias", "copy"):
+        if not fused.has_code or fused.kind == "copy":
             continue
         ctx = CEmitContext(fused, plan, params, source, plan.arena_bytes)
         _emit_checked(fused, ctx)
@@ -450,7 +450,7 @@ def generate(
     op_functions, nodes = [], []
     tail = 0  # scratch of ops the plan did not place: after the planned arena
     for t, fused in enumerate(fusion.ops):
-        if fused.kind == "alias":
+        if not fused.has_code:
             continue
         base = plan.scratch.get(t, plan.arena_bytes)
         ctx = CEmitContext(fused, plan, params, source, base)

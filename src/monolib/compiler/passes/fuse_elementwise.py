@@ -17,6 +17,11 @@ intermediates never need storage.
   it is either broadcast on all of them or full on all of them with row-major strides.
 * ``OpDef.alias`` nodes (Reshape, Squeeze...) become kind ``"alias"``: no code, the
   output shares the storage of input 0.
+* A ``Concat`` whose inputs are each one contiguous block of its output (every output
+  dim before the axis is 1) becomes kind ``"concat"``: no code, each input is computed
+  in place inside the output (the memory plan places it at its byte offset), when every
+  input is a fresh intermediate (not a constant, a graph input or output, an alias, or a
+  member of another concat).
 * Graph outputs that are constants, graph inputs, or share storage with an earlier graph
   output get a ``"copy"`` op writing a fresh value (``Fusion.outputs``), so every graph
   output has its own region of the arena.
@@ -80,7 +85,7 @@ class FusedOp:
 
     Attributes
     ----------
-    kind : {"op", "elementwise", "alias", "copy"}
+    kind : {"op", "elementwise", "alias", "concat", "copy"}
     anchor : Node or None
         The first node (``None`` for ``copy``).
     steps : list of ChainStep
@@ -118,10 +123,17 @@ class FusedOp:
         head = [] if self.kind in ("elementwise", "copy") else [self.anchor]
         return head + [s.node for s in self.steps]
 
+    @property
+    def has_code(self) -> bool:
+        """False for ops that only share storage (``alias``, ``concat``)."""
+        return self.kind not in ("alias", "concat")
+
     def reads(self) -> list[Value]:
         """Values the op reads (distinct, in order)."""
         if self.kind in ("alias", "copy"):
             vals = [self.src]
+        elif self.kind == "concat":
+            vals = list(self.anchor.inputs)
         else:
             head = [] if self.kind == "elementwise" else list(self.anchor.inputs)
             vals = head + [v for s in self.steps for v in s.side_inputs()]
@@ -237,6 +249,9 @@ class _Fuser:
         self.consumers = graph.consumers()
         self.position = {id(n): i for i, n in enumerate(graph.nodes)}
         self.output_uids = {v.uid for v in graph.outputs}
+        self.input_uids = {v.uid for v in graph.inputs}
+        self.producers = graph.producers()
+        self.members: set[int] = set()  # values computed in place inside a concat
         self.claimed: set[int] = set()
 
     def run(self) -> list[tuple[int, FusedOp]]:
@@ -255,6 +270,8 @@ class _Fuser:
         op = op_of(node)
         if op.alias:
             return FusedOp("alias", node, out=node.outputs[0], src=node.inputs[0])
+        if self._concat_in_place(node):
+            return FusedOp("concat", node, out=node.outputs[0])
         if op.elementwise and _broadcasts(node):
             head = ChainStep(node, op, ())
             fused = FusedOp("elementwise", node, [head], out=node.outputs[0])
@@ -269,6 +286,35 @@ class _Fuser:
         ):
             self._extend(fused, groups)
         return fused
+
+    def _concat_in_place(self, node: Node) -> bool:
+        """Whether ``node`` is a Concat whose inputs can live inside its output."""
+        if (node.domain, node.op_type) != ("", "Concat") or len(node.outputs) != 1:
+            return False
+        y = node.outputs[0]
+        axis = int(node.attrs.get("axis", 0))
+        axis += len(y.shape) if axis < 0 else 0
+        if any(d != 1 for d in y.shape[:axis]):
+            return False
+        uids = [v.uid for v in node.inputs if v is not None]
+        if len(uids) != len(node.inputs) or len(set(uids)) != len(uids):
+            return False
+        if any(v.nbytes % 64 for v in node.inputs[:-1]):
+            return False  # every member must start 64-byte aligned, like any region
+        for v in node.inputs:
+            producer = self.producers.get(v.uid)
+            if (
+                v.is_const
+                or v.dtype != y.dtype
+                or v.uid in self.input_uids
+                or v.uid in self.output_uids
+                or v.uid in self.members
+                or producer is None
+                or op_of(producer).alias
+            ):
+                return False
+        self.members.update(uids)
+        return True
 
     def _extend(self, fused: FusedOp, groups) -> None:
         """Grow the group over elementwise consumers (a DAG: a value may feed several

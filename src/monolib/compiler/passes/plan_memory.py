@@ -11,6 +11,8 @@ Liveness runs over the fused ops in order (see :mod:`.fuse_elementwise`):
   a fused elementwise loop writes in place over an input of its shape and dtype that
   dies there (each element is read before it is written, at the same index);
 * an ``alias`` value (Reshape...) shares its source's region and extends its lifetime;
+* the inputs of an in-place ``concat`` live inside its output's region at their byte
+  offsets; the output's region lives from the first input's birth to its last reader;
 * constants live in the params blob, not in the arena;
 * per-op scratch buffers (``ctx.scratch``, sizes measured by a first emission) are
   allocated while their op runs, after its outputs and before its inputs are freed,
@@ -134,8 +136,32 @@ def _roots(fusion: Fusion) -> dict[int, Value]:
     return roots
 
 
-def _lifetimes(fusion: Fusion, roots: dict[int, Value]):
-    """Per storage root: (first op writing it, last op reading or writing it)."""
+class _Owners:
+    """Where a value's bytes live: ``(owner, delta)``, the value that owns the region
+    (through aliases and in-place concats) and the byte offset inside it."""
+
+    def __init__(self, fusion: Fusion, roots: dict[int, Value]):
+        self.roots = roots
+        self.member: dict[int, tuple[Value, int]] = {}
+        for f in fusion.ops:
+            if f.kind == "concat":
+                off = 0
+                for v in f.anchor.inputs:
+                    self.member[v.uid] = (f.out, off)
+                    off += v.nbytes
+        #: owners and members of concats: never handed over in place
+        self.shared = set(self.member) | {y.uid for y, _ in self.member.values()}
+
+    def __call__(self, v: Value) -> tuple[Value, int]:
+        r, delta = self.roots.get(v.uid, v), 0
+        while r.uid in self.member:
+            y, d = self.member[r.uid]
+            r, delta = self.roots.get(y.uid, y), delta + d
+        return r, delta
+
+
+def _lifetimes(fusion: Fusion, owner: _Owners):
+    """Per owner: (first op writing it, last op reading or writing it)."""
     born: dict[int, int] = {}
     dies: dict[int, int] = {}
     values: dict[int, Value] = {}
@@ -143,12 +169,12 @@ def _lifetimes(fusion: Fusion, roots: dict[int, Value]):
         if f.kind == "alias":
             continue
         for v in f.writes():
-            r = roots.get(v.uid, v)
+            r, _ = owner(v)
             values[r.uid] = r
             born.setdefault(r.uid, t)
             dies[r.uid] = max(dies.get(r.uid, t), t)
         for v in f.reads():
-            r = roots.get(v.uid, v)
+            r, _ = owner(v)
             dies[r.uid] = max(dies.get(r.uid, t), t)
     return born, dies, values
 
@@ -169,22 +195,23 @@ def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> Mem
         Offsets (bytes, 64-aligned) of every non-constant value, and ``arena_bytes``.
     """
     roots = _roots(fusion)
+    owner = _Owners(fusion, roots)
     plan = MemoryPlan(roots=roots)
     alloc = _Allocator()
     root_off: dict[int, int] = {}
     for v in [*fusion.inputs, *fusion.outputs]:
-        r = roots.get(v.uid, v)
+        r, _ = owner(v)
         if r.is_const or r.uid in root_off:
             continue
         root_off[r.uid] = alloc.alloc(r.nbytes)
     persistent = set(root_off)
 
-    born, dies, values = _lifetimes(fusion, roots)
+    born, dies, values = _lifetimes(fusion, owner)
     frees: dict[int, list[int]] = {}
     for uid, t in dies.items():
         frees.setdefault(t, []).append(uid)
     for t, f in enumerate(fusion.ops):
-        kept = _in_place(f, t, roots, root_off, persistent, dies, born)
+        kept = _in_place(f, t, owner, root_off, persistent, dies, born)
         for uid in [u for u, b in born.items() if b == t]:
             if uid not in root_off and not values[uid].is_const:
                 root_off[uid] = alloc.alloc(values[uid].nbytes)
@@ -197,26 +224,28 @@ def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> Mem
             if uid in root_off and uid not in persistent and uid in values and uid != kept:
                 alloc.release(root_off[uid], values[uid].nbytes)
 
-    _assign(fusion, plan, roots, root_off)
+    _assign(fusion, plan, owner, root_off)
     plan.arena_bytes = align(alloc.end)
     plan.buffers = alloc.regions
     logger.debug("arena: %d bytes, %d regions", plan.arena_bytes, plan.buffers)
     return plan
 
 
-def _in_place(f, t, roots, root_off, persistent, dies, born) -> int | None:
+def _in_place(f, t, owner: _Owners, root_off, persistent, dies, born) -> int | None:
     """Let an elementwise loop write over an input that dies in it (same shape and
     dtype: element i is read before it is written, at the same index). Returns the uid
     of the root whose region passed to the output (not to be freed), or None."""
     if f.kind != "elementwise":
         return None
-    out = roots.get(f.out.uid, f.out)
-    if born.get(out.uid) != t or out.uid in root_off:
+    out, _ = owner(f.out)
+    if born.get(out.uid) != t or out.uid in root_off or out.uid in owner.shared:
         return None
     for v in f.reads():
-        r = roots.get(v.uid, v)
+        r, delta = owner(v)
         if (
             r.uid in root_off
+            and delta == 0
+            and r.uid not in owner.shared
             and r.uid not in persistent
             and dies.get(r.uid) == t
             and v.shape == f.out.shape
@@ -228,14 +257,14 @@ def _in_place(f, t, roots, root_off, persistent, dies, born) -> int | None:
     return None
 
 
-def _assign(fusion: Fusion, plan: MemoryPlan, roots, root_off) -> None:
-    """Give every non-constant value of the plan its root's offset."""
+def _assign(fusion: Fusion, plan: MemoryPlan, owner: _Owners, root_off) -> None:
+    """Give every non-constant value of the plan its owner's offset (+ its delta)."""
     every = [*fusion.inputs, *fusion.outputs]
     for f in fusion.ops:
         every += f.reads() + f.writes()
     for v in every:
-        r = roots.get(v.uid, v)
+        r, delta = owner(v)
         if r.uid in root_off:
-            plan.offsets[v.uid] = root_off[r.uid]
+            plan.offsets[v.uid] = root_off[r.uid] + delta
         elif not r.is_const:
             raise CompileError(f"value {v.name!r} is read but never written by any op")

@@ -1,8 +1,19 @@
 """Graph passes: each ``call(graph) -> PassResult``; :class:`PassManager` runs a list
 of them, optionally to a fixed point (the onnx-ir pass design).
 
-``fuse_elementwise`` and ``plan_memory`` live in their own modules (imported there
-directly); this package exports the graph-level passes that run before fusion.
+This package exports the graph-level passes that run before fusion, one per module:
+
+* :class:`FoldConstants` -- compute nodes whose inputs are all constant (``fold_constants``)
+* :class:`FoldBatchNorm` -- BatchNormalization and per-channel Mul/Add/Sub into the
+  preceding Conv/ConvTranspose (``fold_batchnorm``)
+* :class:`CollapseReshapes` -- chains of reshape-like nodes into one Reshape
+  (``collapse_reshapes``)
+* :class:`RemoveNoOps` -- identity-like nodes rewired away (``remove_noops``)
+* :class:`OneHotMatMulToGather` -- one-hot embedding MatMul as a Gather (``onehot_gather``)
+* :class:`DeadCodeElimination` -- nodes that reach no graph output (``dce``)
+
+:func:`simplify` runs them to a fixed point. ``fuse_elementwise`` and ``plan_memory``
+live in their own modules (imported there directly).
 """
 
 from .base import Pass, PassManager, PassResult
@@ -18,6 +29,7 @@ __all__ = [
     "DeadCodeElimination",
     "FoldBatchNorm",
     "FoldConstants",
+    "OneHotMatMulToGather",
     "Pass",
     "PassManager",
     "PassResult",

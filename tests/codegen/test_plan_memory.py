@@ -6,7 +6,7 @@ import numpy as np
 from codegen_helpers import GraphBuilder
 
 from monolib.compiler.passes.fuse_elementwise import fuse_elementwise
-from monolib.compiler.passes.plan_memory import ALIGN, align, plan_memory
+from monolib.compiler.passes.plan_memory import ALIGN, plan_memory
 
 rng = np.random.default_rng(1)
 

@@ -435,3 +435,25 @@ def test_io_failure_is_an_export_error(tmp_path, monkeypatch):
     with pytest.raises(ExportError, match=r"full\.so: export failed.*No space left"):
         tiny_factory().export_library(str(tmp_path / "full.so"))
     assert os.listdir(tmp_path) == []
+
+
+def test_load_params_swaps_weights_per_executor(tiny_lib, tmp_path):
+    from monolib.runtime.params import ParamsError, save_params
+
+    mod = load_module(tiny_lib)
+    a, b = GraphModule(mod["default"](cpu())), GraphModule(mod["default"](cpu()))
+    w2 = np.full((2, 3), 3.0, np.float32)
+    path = str(tmp_path / "w2.safetensors")
+    save_params({"w": w2}, path)
+    b.load_params(path)
+    x = x_input()
+    a.run(x=x)
+    b.run(x=x)
+    np.testing.assert_allclose(a.get_output(0).numpy(), reference(x), rtol=1e-6)
+    np.testing.assert_allclose(b.get_output(0).numpy(), x * w2 + B, rtol=1e-6)
+    b.load_params({"b": np.array([1.0], np.float32)})  # from the factory's values again
+    b.run()
+    np.testing.assert_allclose(b.get_output(0).numpy(), x * W + 1.0, rtol=1e-6)
+    with pytest.raises(ParamsError, match="'w': got"):
+        b.load_params({"w": np.zeros(3, np.float32)})
+    np.testing.assert_array_equal(mod.get_params()["w"], W)  # the mapping is untouched

@@ -266,7 +266,30 @@ class GraphExecutor:
         self._in_views = [self._view(t) for t in self.inputs]
         self._out_views = [self._view(t) for t in self.outputs]
         self._run = self._c_function("monolib_run", [ctypes.c_void_p, ctypes.c_void_p])
-        self._args = (factory.params.ctypes.data, self.arena.ctypes.data)
+        self.params = factory.params  # shared, read-only; load_params gives a private copy
+        self._args = (self.params.ctypes.data, self.arena.ctypes.data)
+
+    def load_params(self, params: Any) -> None:
+        """Run this executor with other weights (TVM's ``load_params``); the factory
+        and other executors keep theirs.
+
+        Parameters
+        ----------
+        params : mapping of str -> array, or a safetensors file path / bytes
+            New values of some or all of the graph's params (names, shapes and dtypes
+            as in ``graph_json["params"]``); the others keep the factory's values.
+
+        Raises
+        ------
+        ParamsError
+            Unknown name, wrong shape or dtype, or a malformed safetensors file.
+        """
+        from .params import load_params as read_params
+        from .params import params_blob
+
+        tensors = params if isinstance(params, Mapping) else read_params(params)
+        self.params = params_blob(self.factory.graph_json, tensors, base=self.factory.params)
+        self._args = (self.params.ctypes.data, self.arena.ctypes.data)
 
     def _view(self, info: TensorInfo) -> np.ndarray:
         return (
@@ -498,6 +521,11 @@ class GraphModule:
         """``(shape_dict, dtype_dict)`` of the outputs, by name."""
         outs = self.executor.outputs
         return {t.name: t.shape for t in outs}, {t.name: str(t.dtype) for t in outs}
+
+    def load_params(self, params: Any) -> None:
+        """Use other weights: ``{name: array}`` or a safetensors file path / bytes
+        (see :meth:`GraphExecutor.load_params`)."""
+        self.executor.load_params(params)
 
     def benchmark(self, repeat: int = 10, number: int = 1, warmup: int = 1) -> BenchmarkResult:
         """Time :meth:`run` on the current inputs (TVM's ``GraphModule.benchmark``).

@@ -238,4 +238,23 @@ static void ml_col2im_add(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t
             }
 }
 
+/* col2im when the kernel tiles the output exactly (stride == kernel, no pads, no
+ * dilation): every output pixel gets one tap, so y = col + bias is written once, row by
+ * row, with no initialisation pass and no read of y. */
+static void ml_col2im_exact(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t W,
+                            const float* restrict col, const float* restrict bias,
+                            float* restrict y) {
+    int64_t OW = W * KW;
+    for (int64_t co = 0; co < CO; ++co) {
+        float b = bias ? bias[co] : 0.0f;
+        for (int64_t ih = 0; ih < H; ++ih)
+            for (int64_t ky = 0; ky < KH; ++ky) {
+                float* d = y + (co * H * KH + ih * KH + ky) * OW;
+                const float* src = col + ((co * KH + ky) * KW) * H * W + ih * W;
+                for (int64_t iw = 0; iw < W; ++iw)
+                    for (int64_t kx = 0; kx < KW; ++kx) d[iw * KW + kx] = src[kx * H * W + iw] + b;
+            }
+    }
+}
+
 #endif /* MONOLIB_CONV_H */

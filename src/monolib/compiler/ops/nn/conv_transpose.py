@@ -193,6 +193,19 @@ def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
     geo_args = ", ".join(str(d[k]) for k in
                          ("KH", "KW", "H", "W", "OH", "OW", "SH", "SW", "PT", "PL", "DH", "DW"))
     epi_line = f"  {epi}({yp}, n, 0, {cout}, 0, {ohw});\n" if epi != "0" else ""
+    exact = (d["SH"] == d["KH"] and d["SW"] == d["KW"] and d["DH"] == d["DW"] == 1
+             and d["OH"] == d["H"] * d["KH"] and d["OW"] == d["W"] * d["KW"]
+             and d["PT"] == d["PL"] == 0)
+    if exact:  # every output pixel gets exactly one tap: write y once
+        bias = f"{ctx.ptr(b)} + g * {mg}" if b is not None else "0"
+        return (
+            code + f"for (int64_t n = 0; n < {n}; ++n) {{\n"
+            f"  float* yn = {yp} + n * {cout * ohw};\n"
+            f"  for (int64_t g = 0; g < {group}; ++g) {{\n{gemm}\n"
+            f"    ml_col2im_exact({mg}, {d['KH']}, {d['KW']}, {d['H']}, {d['W']}, "
+            f"(const float*){col}, {bias}, yn + g * {mg * ohw});\n"
+            f"  }}\n{epi_line}}}"
+        )
     return (
         code + f"for (int64_t n = 0; n < {n}; ++n) {{\n"
         f"  float* yn = {yp} + n * {cout * ohw};\n"

@@ -457,3 +457,11 @@ def test_load_params_swaps_weights_per_executor(tiny_lib, tmp_path):
     with pytest.raises(ParamsError, match="'w': got"):
         b.load_params({"w": np.zeros(3, np.float32)})
     np.testing.assert_array_equal(mod.get_params()["w"], W)  # the mapping is untouched
+
+
+def test_relative_path_is_the_file_not_a_library_search(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert tiny_factory().export_library("rel") == "rel.so"
+    assert os.listdir(".") == ["rel.so"]
+    x = x_input()
+    np.testing.assert_allclose(run(load_module("rel.so"), x), reference(x), rtol=1e-6)

@@ -183,6 +183,9 @@ def _load_path(path: str, verify: bool, shown: str, keepalive: Any = None) -> Mo
             f"{shown}: library built for {elf.machine}, this machine is "
             f"{host_machine()}; run it on the target"
         )
+    for i, entry in enumerate(container.modules):  # fail before running any of its code
+        if entry.type_key != "library":
+            get_loader(entry.type_key, where=f"{shown} (module {i})")
     # dlopen searches the library path for a name without a slash: make it absolute
     cdll = open_library(os.path.abspath(path))
     dso = DSOModule(cdll, shown, keepalive=keepalive)

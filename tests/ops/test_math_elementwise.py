@@ -260,3 +260,16 @@ EXTRA = [
 def test_extra_elementwise_matches_ort(case):
     op, ins, attrs, opset, consts = case
     check_op(op, ins, attrs, opset=opset, constant_inputs=consts, rtol=1e-5, atol=1e-6)
+
+
+def test_signed_bitshift_by_width_or_more():
+    from mathtensor_util import compile_and_run
+
+    x = np.array([-128, 64, -3, 5], np.int8)
+    y = np.array([9, 8, 1, 2], np.int8)
+    for direction in ("LEFT", "RIGHT"):
+        node = ir_node("BitShift", [x, y], {"direction": direction}, 11)
+        (got,) = compile_and_run(node, [x, y])
+        (want,) = op_of(node).reference(node, [x, y])
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(want, [-1, 0, -2, 1])

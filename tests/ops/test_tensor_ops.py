@@ -173,3 +173,50 @@ def test_tensor_op_errors(op, ins, attrs, consts, err, match):
 def test_unsupported_pad_mode():
     with pytest.raises(UnsupportedOpError, match="mode"):
         ir_node("Pad", [f32(2, 3), I64(1, 1, 1, 1)], {"mode": "mirror"}, 13, (1,))
+
+
+# (op, inputs, attrs, opset, constant_inputs)
+MORE = [
+    ("GatherElements", [f32(3, 4), I64([0, 2, 1, -1], [2, 0, 0, 1])], {"axis": 0}, 13, ()),
+    (
+        "GatherElements",
+        [f32(3, 4, 2), R.integers(-4, 4, (3, 2, 2)).astype(np.int64)],
+        {"axis": 1},
+        13,
+        (),
+    ),
+    ("GatherElements", [f32(3, 4), np.array([[3, 0], [1, 1]], np.int32)], {"axis": -1}, 11, (1,)),
+    ("Trilu", [f32(4, 5)], {}, 14, ()),
+    ("Trilu", [f32(2, 4, 5), np.array(-1, np.int64)], {"upper": 0}, 14, (1,)),
+    ("Trilu", [f32(3, 3), np.array(2, np.int64)], {"upper": 1}, 14, (1,)),
+    (
+        "OneHot",
+        [I64(0, 2, -1, 5), np.array(4, np.int64), np.array([0.0, 1.0], np.float32)],
+        {},
+        11,
+        (1,),
+    ),
+    (
+        "OneHot",
+        [I64([1, 0], [2, 3]), np.array(4, np.int64), np.array([2.0, 7.0], np.float32)],
+        {"axis": 0},
+        11,
+        (1,),
+    ),
+    ("CumSum", [f32(3, 4), np.array(1, np.int64)], {}, 14, (1,)),
+    ("CumSum", [f32(3, 4, 2), np.array(-2, np.int32)], {"exclusive": 1}, 14, (1,)),
+    ("CumSum", [f32(5, 3), np.array(0, np.int64)], {"reverse": 1}, 11, (1,)),
+    (
+        "CumSum",
+        [np.arange(12, dtype=np.int64).reshape(3, 4), np.array(1, np.int64)],
+        {"reverse": 1, "exclusive": 1},
+        14,
+        (1,),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", MORE, ids=[f"{c[0]}{c[3]}-{i}" for i, c in enumerate(MORE)])
+def test_more_tensor_ops_match_ort(case):
+    op, ins, attrs, opset, consts = case
+    check_op(op, ins, attrs, opset=opset, constant_inputs=consts)

@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (registration side effects)
     bitwise,
     cast,
     clip,
+    cumsum,
     logic,
     norm,
     reduce,

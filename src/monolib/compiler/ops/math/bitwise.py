@@ -10,7 +10,7 @@ import numpy as np
 
 from ....runtime.errors import UnsupportedOpError
 from ...ir import Node
-from ..base import register
+from ..base import ctype, register
 from .elementwise import Elementwise, cast_expr, check_same_dtype
 
 __all__ = ["BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor"]
@@ -79,19 +79,32 @@ class BitwiseNot(_IntOnly):
 @register
 class BitShift(_IntOnly):
     """ONNX ``BitShift`` (11): ``x << y`` or ``x >> y``; a shift by the type's width or
-    more gives 0 (C leaves it undefined)."""
+    more gives 0 (-1 for a negative signed value shifted right), where C leaves it
+    undefined."""
 
     op_type, since_version = "BitShift", 11
 
     def np_fn(self, node: Node, x, y):
         bits = x.dtype.itemsize * 8
-        fn = np.left_shift if node.attrs["direction"] == "LEFT" else np.right_shift
-        safe = np.where(y >= bits, 0, y).astype(x.dtype)
-        return np.where(y >= bits, 0, fn(x, safe)).astype(x.dtype)
+        left = node.attrs["direction"] == "LEFT"
+        big = y >= bits
+        safe = np.where(big, 0, y).astype(x.dtype)
+        fn = np.left_shift if left else np.right_shift
+        # a shift by the width or more: 0, or -1 for a negative signed value shifted right
+        fill = (x < 0).astype(x.dtype) * np.asarray(-1).astype(x.dtype) if not left else 0
+        return np.where(big, fill, fn(x, safe)).astype(x.dtype)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
-        op = "<<" if node.attrs["direction"] == "LEFT" else ">>"
         bits = dt.itemsize * 8
         x, y = args
-        return cast_expr(f"(({y}) >= {bits} ? 0 : ({x}) {op} ({y}))", dt)
+        if node.attrs["direction"] == "LEFT":
+            # through unsigned: left-shifting a negative signed value is undefined in C
+            shifted = (
+                f"(({ctype(dt)})((u{ctype(dt)})({x}) << ({y})))"
+                if dt.kind == "i"
+                else f"(({x}) << ({y}))"
+            )
+            return cast_expr(f"({y}) >= {bits} ? 0 : {shifted}", dt)
+        big = f"(({x}) < 0 ? -1 : 0)" if dt.kind == "i" else "0"
+        return cast_expr(f"({y}) >= {bits} ? {big} : ({x}) >> ({y})", dt)

@@ -8,7 +8,9 @@ from . import (  # noqa: F401  (registration side effects)
     depth_to_space,
     expand,
     gather,
+    gather_elements,
     loops,
+    onehot,
     pad,
     reshape,
     resize,
@@ -16,4 +18,5 @@ from . import (  # noqa: F401  (registration side effects)
     slice,
     split,
     transpose,
+    trilu,
 )

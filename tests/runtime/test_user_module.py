@@ -49,7 +49,13 @@ def test_user_module_in_fresh_process(tmp_path, subprocess_env):
 
 
 def test_without_the_loader_the_key_is_named(tmp_path, subprocess_env):
+    """Refused before dlopen: a constructor that aborts the process never runs."""
     factory = tiny_factory()
+    lib = factory.imported_modules[0]
+    lib.source += (
+        "\n#include <stdlib.h>\n"
+        "__attribute__((constructor)) static void boom(void) { abort(); }\n"
+    )
     factory.import_module(EchoModule("x", 1.0))
     path = factory.export_library(str(tmp_path / "u.so"))
     script = f"import monolib\nmonolib.load_module({path!r})"

@@ -72,7 +72,10 @@ class Value:
     @classmethod
     def constant(cls, name: str, array: np.ndarray) -> "Value":
         """A constant value holding ``array`` (kept as given, made C-contiguous)."""
-        array = np.ascontiguousarray(array)
+        # np.ascontiguousarray would turn a 0-d scalar into shape (1,)
+        array = np.asarray(array)
+        if not array.flags.c_contiguous:
+            array = array.copy(order="C")
         return cls(name, array.shape, array.dtype, array)
 
     def __repr__(self) -> str:

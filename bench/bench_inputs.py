@@ -3,15 +3,15 @@ inputs (rendered text, synthesized speech, a Python source file) for monolib and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from monolib.models import fetch_model, magika, ocr, vad
 
-__all__ = ["BenchModel", "MODEL_INPUTS"]
+__all__ = ["MODEL_INPUTS", "BenchModel"]
 
 Feeds = dict[str, np.ndarray]
 

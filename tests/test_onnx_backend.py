@@ -15,7 +15,6 @@ message; any other error or a numeric mismatch fails.
 import os
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 

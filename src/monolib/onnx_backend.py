@@ -18,7 +18,8 @@ Follows the ONNX backend API (``onnx/backend/base.py``).
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -29,8 +30,16 @@ from onnx.backend.base import Backend, BackendRep
 
 from .runtime.errors import MonolibError
 
-__all__ = ["MonolibBackend", "MonolibRep", "SHAPE_INPUTS", "fit_opset", "prepare", "run_model", "run_node",
-           "supports_device"]
+__all__ = [
+    "SHAPE_INPUTS",
+    "MonolibBackend",
+    "MonolibRep",
+    "fit_opset",
+    "prepare",
+    "run_model",
+    "run_node",
+    "supports_device",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +80,10 @@ def fit_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     if default is None or default.version in DEFAULT_OPSETS:
         return model
     target = min(max(default.version, DEFAULT_OPSETS.start), DEFAULT_OPSETS.stop - 1)
-    same = all(_schema_version(n.op_type, default.version, "")
-               == _schema_version(n.op_type, target, "") is not None
-               for n in model.graph.node if (n.domain or "") in ("", "ai.onnx"))
-    if same:
+    ops = {n.op_type for n in model.graph.node if (n.domain or "") in ("", "ai.onnx")}
+    versions = [(_schema_version(op, default.version, ""), _schema_version(op, target, ""))
+                for op in ops]
+    if all(now is not None and now == then for now, then in versions):
         fitted = onnx.ModelProto()
         fitted.CopyFrom(model)
         for o in fitted.opset_import:

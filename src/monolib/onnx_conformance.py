@@ -19,8 +19,14 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
-__all__ = ["NodeCase", "load_cases", "primary_op", "unsupported_reason", "check_case",
-           "SUPPORTED_DTYPES"]
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "NodeCase",
+    "check_case",
+    "load_cases",
+    "primary_op",
+    "unsupported_reason",
+]
 
 logger = logging.getLogger(__name__)
 

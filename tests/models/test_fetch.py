@@ -7,9 +7,8 @@ import zipfile
 
 import pytest
 
-from monolib.models import fetch as fetch_mod
 from monolib.models import FetchError, cache_dir, fetch_model
-
+from monolib.models import fetch as fetch_mod
 
 PAYLOAD = b"not really an onnx model"
 

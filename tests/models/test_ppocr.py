@@ -29,7 +29,7 @@ def test_det_matches_onnxruntime(det_outputs, matches):
 
 def test_det_map_finds_the_text_band(det_outputs, page):
     (prob,), _, _ = det_outputs
-    image, bands = page
+    _, bands = page
     m = prob[0, 0]
     for y0, y1 in bands:
         assert m[y0:y1].mean() > 0.1, f"text band {y0}:{y1} mean {m[y0:y1].mean():.3f}"

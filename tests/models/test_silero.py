@@ -5,8 +5,6 @@ checked for meaning (silence ~0, speech > 0.5), and against each other."""
 import numpy as np
 import pytest
 
-from monolib.models import vad
-
 pytestmark = pytest.mark.slow
 
 SEQ = 32  # chunks per call of the sequence model (its compiled T)

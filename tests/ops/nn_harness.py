@@ -15,8 +15,9 @@ import itertools
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -26,7 +27,7 @@ from onnx import helper, numpy_helper
 from monolib.compiler.ir import Node, Value
 from monolib.compiler.ops import ctype, op_of
 
-__all__ = ["HarnessContext", "make_node", "run_c", "ort_node", "check_node", "EPI"]
+__all__ = ["EPI", "HarnessContext", "check_node", "make_node", "ort_node", "run_c"]
 
 KERNELS = Path(__file__).resolve().parents[2] / "src/monolib/compiler/codegen/kernels"
 EPI = (0.5, 1.0)  # test epilogue: v * 0.5 + 1
@@ -113,8 +114,14 @@ class HarnessContext:
         return f"(({acc}) * {s} + {t})"
 
 
-def make_node(op_type: str, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any],
-              const: Sequence[int] = (), opset: int = 17, n_outputs: int = 1) -> Node:
+def make_node(
+    op_type: str,
+    inputs: Sequence[np.ndarray | None],
+    attrs: dict[str, Any],
+    const: Sequence[int] = (),
+    opset: int = 17,
+    n_outputs: int = 1,
+) -> Node:
     """A typed Node with schema defaults filled in (as the frontend does); inputs whose
     index is in ``const`` are constants. Output types come from the op's ``infer``."""
     schema = onnx.defs.get_schema(op_type, opset)
@@ -140,8 +147,12 @@ def make_node(op_type: str, inputs: Sequence[np.ndarray | None], attrs: dict[str
     return node
 
 
-def run_c(node: Node, inputs: Sequence[np.ndarray | None], epilogue: bool = False,
-          cflags: Sequence[str] = ("-O2", "-march=native")) -> list[np.ndarray]:
+def run_c(
+    node: Node,
+    inputs: Sequence[np.ndarray | None],
+    epilogue: bool = False,
+    cflags: Sequence[str] = ("-O2", "-march=native"),
+) -> list[np.ndarray]:
     """Emit, compile and run ``node``; returns its outputs."""
     ctx = HarnessContext(node, epilogue)
     body = op_of(node).emit(node, ctx)
@@ -152,16 +163,36 @@ def run_c(node: Node, inputs: Sequence[np.ndarray | None], epilogue: bool = Fals
             ctx.ptr(v)
     head = _prelude()
     head += "".join((KERNELS / h).read_text() + "\n" for h in ctx.headers)
-    src = head + "\n".join(ctx.helpers) + (
-        "\nvoid run(const uint8_t* restrict params, uint8_t* restrict arena) {\n"
-        + body + "\n}\n"
+    src = (
+        head
+        + "\n".join(ctx.helpers)
+        + (
+            "\nvoid run(const uint8_t* restrict params, uint8_t* restrict arena) {\n"
+            + body
+            + "\n}\n"
+        )
     )
     with tempfile.TemporaryDirectory() as tmp:
         c, so = Path(tmp) / "k.c", Path(tmp) / "k.so"
         c.write_text(src)
         cc = os.environ.get("CC", "gcc")
-        res = subprocess.run([cc, *cflags, "-fPIC", "-shared", "-Wall", "-Wno-unused-function",
-                              str(c), "-o", str(so), "-lm"], capture_output=True, text=True)
+        res = subprocess.run(
+            [
+                cc,
+                *cflags,
+                "-fPIC",
+                "-shared",
+                "-Wall",
+                "-Wno-unused-function",
+                str(c),
+                "-o",
+                str(so),
+                "-lm",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if res.returncode != 0:
             raise AssertionError(f"gcc failed:\n{res.stderr}\n--- source ---\n{src[-4000:]}")
         lib = ctypes.CDLL(str(so))
@@ -172,13 +203,14 @@ def run_c(node: Node, inputs: Sequence[np.ndarray | None], epilogue: bool = Fals
         for v, a in zip(node.inputs, inputs):
             if v is not None and v.const is None:
                 _, off = ctx.offsets[v.uid]
-                arena[off: off + v.nbytes] = np.frombuffer(
-                    np.ascontiguousarray(a, v.dtype).tobytes(), np.uint8)
+                arena[off : off + v.nbytes] = np.frombuffer(
+                    np.ascontiguousarray(a, v.dtype).tobytes(), np.uint8
+                )
         lib.run(ctypes.c_void_p(params.ctypes.data), ctypes.c_void_p(arena.ctypes.data))
         outs = []
         for v in node.outputs:
             _, off = ctx.offsets[v.uid]
-            outs.append(arena[off: off + v.nbytes].view(v.dtype).reshape(v.shape).copy())
+            outs.append(arena[off : off + v.nbytes].view(v.dtype).reshape(v.shape).copy())
     return outs
 
 
@@ -195,7 +227,7 @@ def _prelude() -> str:
 def _aligned(n: int) -> np.ndarray:
     buf = np.zeros(n + 64, np.uint8)
     off = (-buf.ctypes.data) % 64
-    return buf[off: off + n]
+    return buf[off : off + n]
 
 
 def ort_node(node: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
@@ -212,25 +244,41 @@ def ort_node(node: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray
             inits.append(numpy_helper.from_array(v.const, v.name))
         else:
             feeds[v.name] = a
-            graph_inputs.append(helper.make_tensor_value_info(
-                v.name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
-    outs = [helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(v.dtype), None)
-            for v in node.outputs]
-    onode = helper.make_node(node.op_type, names, [v.name for v in node.outputs],
-                             **{k: v for k, v in node.attrs.items()})
+            graph_inputs.append(
+                helper.make_tensor_value_info(
+                    v.name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)
+                )
+            )
+    outs = [
+        helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+        for v in node.outputs
+    ]
+    onode = helper.make_node(
+        node.op_type, names, [v.name for v in node.outputs], **{k: v for k, v in node.attrs.items()}
+    )
     graph = helper.make_graph([onode], "t", graph_inputs, outs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", node.opset)],
-                              ir_version=10)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", node.opset)], ir_version=10
+    )
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
 
 
-def check_node(op_type: str, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any],
-               const: Sequence[int] = (), opset: int = 17, n_outputs: int = 1,
-               rtol: float = 1e-4, atol: float = 1e-4, epilogue: bool = True,
-               ort: bool = True, cflags: Sequence[str] = ("-O2", "-march=native")) -> Node:
+def check_node(
+    op_type: str,
+    inputs: Sequence[np.ndarray | None],
+    attrs: dict[str, Any],
+    const: Sequence[int] = (),
+    opset: int = 17,
+    n_outputs: int = 1,
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+    epilogue: bool = True,
+    ort: bool = True,
+    cflags: Sequence[str] = ("-O2", "-march=native"),
+) -> Node:
     """Check reference vs ORT, and C (plain and with the test epilogue) vs reference.
     ``cflags`` are the C compiler's flags (e.g. ``-DML_VW=8 -DML_NP=2`` for the AVX-512
     tiling of gemm.h on an AVX2 machine)."""
@@ -247,6 +295,11 @@ def check_node(op_type: str, inputs: Sequence[np.ndarray | None], attrs: dict[st
         np.testing.assert_allclose(o, r, rtol=rtol, atol=atol, err_msg="C vs reference")
     if epilogue and op_of(node).epilogue_groups(node) is not None:
         outs = run_c(node, inputs, epilogue=True, cflags=cflags)
-        np.testing.assert_allclose(outs[0], ref[0] * EPI[0] + EPI[1], rtol=rtol, atol=atol,
-                                   err_msg="C with epilogue vs reference")
+        np.testing.assert_allclose(
+            outs[0],
+            ref[0] * EPI[0] + EPI[1],
+            rtol=rtol,
+            atol=atol,
+            err_msg="C with epilogue vs reference",
+        )
     return node

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nn_harness import check_node, make_node, run_c
 
 from monolib.runtime.errors import MonolibError, ShapeError, UnsupportedOpError
-
-from nn_harness import check_node, make_node, run_c
 
 RNG = np.random.default_rng(1234)
 
@@ -29,11 +28,13 @@ CONV_CASES = {
     "pointwise_big_m": ((1, 16, 6, 6), (150, 16, 1, 1), {}),
     "stem_3x3_s2": ((1, 3, 33, 30), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     "3x3_s1_group1": ((2, 5, 9, 11), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
-    "3x3_s2_packed_path": ((1, 5, 19, 21), (70, 5, 3, 3), {"pads": [1, 1, 1, 1],
-                                                            "strides": [2, 2]}),
+    "3x3_s2_packed_path": (
+        (1, 5, 19, 21),
+        (70, 5, 3, 3),
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+    ),
     "3x3_packed_path_no_pad": ((2, 4, 9, 30), (66, 4, 3, 3), {}),
-    "direct_wide_rows": ((1, 6, 5, 70), (10, 6, 3, 5), {"pads": [1, 2, 1, 2],
-                                                         "strides": [1, 3]}),
+    "direct_wide_rows": ((1, 6, 5, 70), (10, 6, 3, 5), {"pads": [1, 2, 1, 2], "strides": [1, 3]}),
     "1x3_pad_w": ((1, 6, 1, 20), (12, 6, 1, 3), {"pads": [0, 1, 0, 1]}),
     "5x1_magika": ((1, 4, 20, 3), (6, 4, 5, 1), {}),
     "asym_pads": ((1, 3, 10, 10), (4, 3, 3, 3), {"pads": [0, 1, 2, 0]}),
@@ -44,20 +45,37 @@ CONV_CASES = {
     "grouped": ((1, 8, 9, 9), (12, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
     "grouped_dw_mult": ((1, 4, 9, 9), (8, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
     "dw3_s1": ((1, 16, 20, 37), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}),
-    "dw3_s2": ((1, 32, 21, 40), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1],
-                                               "strides": [2, 2]}),
-    "dw3_s21": ((1, 8, 12, 41), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1],
-                                              "strides": [2, 1]}),
-    "dw3_s12": ((1, 8, 12, 41), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1],
-                                              "strides": [1, 2]}),
+    "dw3_s2": (
+        (1, 32, 21, 40),
+        (32, 1, 3, 3),
+        {"group": 32, "pads": [1, 1, 1, 1], "strides": [2, 2]},
+    ),
+    "dw3_s21": (
+        (1, 8, 12, 41),
+        (8, 1, 3, 3),
+        {"group": 8, "pads": [1, 1, 1, 1], "strides": [2, 1]},
+    ),
+    "dw3_s12": (
+        (1, 8, 12, 41),
+        (8, 1, 3, 3),
+        {"group": 8, "pads": [1, 1, 1, 1], "strides": [1, 2]},
+    ),
     "dw5_s1": ((2, 12, 13, 50), (12, 1, 5, 5), {"group": 12, "pads": [2, 2, 2, 2]}),
-    "dw5_s2": ((1, 12, 13, 50), (12, 1, 5, 5), {"group": 12, "pads": [2, 2, 2, 2],
-                                               "strides": [2, 2]}),
-    "dw5_s21": ((1, 12, 12, 40), (12, 1, 5, 5), {"group": 12, "pads": [2, 2, 2, 2],
-                                                "strides": [2, 1]}),
-    "dw_dilated_generic": ((1, 4, 11, 12), (4, 1, 3, 2), {"group": 4, "pads": [2, 1, 2, 1],
-                                                         "dilations": [2, 2],
-                                                         "strides": [1, 3]}),
+    "dw5_s2": (
+        (1, 12, 13, 50),
+        (12, 1, 5, 5),
+        {"group": 12, "pads": [2, 2, 2, 2], "strides": [2, 2]},
+    ),
+    "dw5_s21": (
+        (1, 12, 12, 40),
+        (12, 1, 5, 5),
+        {"group": 12, "pads": [2, 2, 2, 2], "strides": [2, 1]},
+    ),
+    "dw_dilated_generic": (
+        (1, 4, 11, 12),
+        (4, 1, 3, 2),
+        {"group": 4, "pads": [2, 1, 2, 1], "dilations": [2, 2], "strides": [1, 3]},
+    ),
     "conv1d_k3_s2": ((1, 9, 33), (16, 9, 3), {"pads": [1, 1], "strides": [2]}),
     "conv1d_k1": ((2, 16, 7), (1, 16, 1), {}),
     "conv1d_stft": ((1, 1, 1152), (258, 1, 256), {"strides": [128]}),
@@ -109,8 +127,11 @@ def test_conv_float64_is_unsupported_in_c() -> None:
 
 TCONV_CASES = {
     "det_k2_s2": ((1, 8, 5, 6), (8, 4, 2, 2), {"strides": [2, 2]}),
-    "pads_outpad_groups": ((2, 6, 5, 6), (6, 2, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1],
-                                                      "output_padding": [1, 1], "group": 2}),
+    "pads_outpad_groups": (
+        (2, 6, 5, 6),
+        (6, 2, 3, 3),
+        {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1], "group": 2},
+    ),
     "dilated": ((1, 3, 4, 5), (3, 2, 3, 3), {"dilations": [2, 1], "pads": [1, 0, 0, 1]}),
     "output_shape": ((1, 3, 4, 4), (3, 2, 3, 3), {"strides": [2, 2], "output_shape": [8, 8]}),
     "same_upper_1d": ((1, 4, 7), (4, 3, 3), {"strides": [2], "auto_pad": "SAME_UPPER"}),
@@ -122,8 +143,7 @@ TCONV_CASES = {
 def test_conv_transpose(name: str) -> None:
     xs, ws, attrs = TCONV_CASES[name]
     cout = ws[1] * attrs.get("group", 1)
-    check_node("ConvTranspose", [r(*xs), r(*ws, scale=0.3), r(cout)], attrs, const=[1, 2],
-               opset=11)
+    check_node("ConvTranspose", [r(*xs), r(*ws, scale=0.3), r(cout)], attrs, const=[1, 2], opset=11)
 
 
 def test_conv_transpose_runtime_weights_no_bias() -> None:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nn_harness import check_node, make_node
 
 from monolib.runtime.errors import ShapeError
-
-from nn_harness import check_node, make_node
 
 RNG = np.random.default_rng(99)
 
@@ -25,8 +24,13 @@ def r(*shape: int) -> np.ndarray:
 
 GEMM_CASES = {
     "fc_bias_row": ((7, 13), (13, 19), (19,), {}, [1, 2]),
-    "trans_both_col_bias": ((13, 7), (19, 13), (7, 1), {"transA": 1, "transB": 1,
-                                                          "alpha": 0.5, "beta": 2.0}, [2]),
+    "trans_both_col_bias": (
+        (13, 7),
+        (19, 13),
+        (7, 1),
+        {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0},
+        [2],
+    ),
     "full_c_runtime": ((7, 13), (13, 19), (7, 19), {"beta": 0.5}, []),
     "full_c_const": ((7, 13), (13, 19), (7, 19), {}, [1, 2]),
     "scalar_c": ((5, 4), (4, 3), (1,), {"beta": -1.0}, [1, 2]),

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nn_harness import check_node, make_node
 
 from monolib.runtime.errors import UnsupportedOpError
-
-from nn_harness import check_node, make_node
 
 RNG = np.random.default_rng(5)
 T, B, I, H = 5, 2, 7, 16
@@ -20,53 +19,106 @@ def r(*shape: int, scale: float = 0.3) -> np.ndarray:
 
 
 def test_lstm_forward_full() -> None:
-    check_node("LSTM", [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), r(1, 8 * H), None,
-                        r(1, B, H), r(1, B, H)], {"hidden_size": H}, const=[1, 2, 3],
-               n_outputs=3)
+    check_node(
+        "LSTM",
+        [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), r(1, 8 * H), None, r(1, B, H), r(1, B, H)],
+        {"hidden_size": H},
+        const=[1, 2, 3],
+        n_outputs=3,
+    )
 
 
 def test_lstm_runtime_weights_no_bias_no_state() -> None:
-    check_node("LSTM", [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H)], {"hidden_size": H},
-               n_outputs=3)
+    check_node(
+        "LSTM", [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H)], {"hidden_size": H}, n_outputs=3
+    )
 
 
 def test_lstm_runtime_bias() -> None:
-    check_node("LSTM", [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), r(1, 8 * H)],
-               {"hidden_size": H}, n_outputs=3)
+    check_node(
+        "LSTM",
+        [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), r(1, 8 * H)],
+        {"hidden_size": H},
+        n_outputs=3,
+    )
 
 
 def test_lstm_bidirectional_peepholes_clip() -> None:
-    check_node("LSTM", [r(T, B, I), r(2, 4 * H, I), r(2, 4 * H, H), r(2, 8 * H), None,
-                        r(2, B, H), r(2, B, H), r(2, 3 * H)],
-               {"hidden_size": H, "direction": "bidirectional", "clip": 0.5},
-               const=[1, 2, 3, 7], n_outputs=3)
+    check_node(
+        "LSTM",
+        [
+            r(T, B, I),
+            r(2, 4 * H, I),
+            r(2, 4 * H, H),
+            r(2, 8 * H),
+            None,
+            r(2, B, H),
+            r(2, B, H),
+            r(2, 3 * H),
+        ],
+        {"hidden_size": H, "direction": "bidirectional", "clip": 0.5},
+        const=[1, 2, 3, 7],
+        n_outputs=3,
+    )
 
 
 def test_lstm_reverse_two_outputs() -> None:
-    check_node("LSTM", [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), r(1, 8 * H)],
-               {"hidden_size": H, "direction": "reverse"}, const=[1, 2], n_outputs=2)
+    check_node(
+        "LSTM",
+        [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), r(1, 8 * H)],
+        {"hidden_size": H, "direction": "reverse"},
+        const=[1, 2],
+        n_outputs=2,
+    )
 
 
 def test_lstm_silero_shape() -> None:
-    check_node("LSTM", [r(1, 1, 128), r(1, 512, 128), r(1, 512, 128), r(1, 1024), None,
-                        r(1, 1, 128), r(1, 1, 128)], {"hidden_size": 128}, const=[1, 2, 3],
-               n_outputs=3, opset=14)
+    check_node(
+        "LSTM",
+        [
+            r(1, 1, 128),
+            r(1, 512, 128),
+            r(1, 512, 128),
+            r(1, 1024),
+            None,
+            r(1, 1, 128),
+            r(1, 1, 128),
+        ],
+        {"hidden_size": 128},
+        const=[1, 2, 3],
+        n_outputs=3,
+        opset=14,
+    )
 
 
 def test_lstm_full_sequence_lens_accepted() -> None:
     seq = np.full(B, T, np.int32)
-    check_node("LSTM", [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), r(1, 8 * H), seq],
-               {"hidden_size": H}, const=[1, 2, 3, 4], n_outputs=3)
+    check_node(
+        "LSTM",
+        [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), r(1, 8 * H), seq],
+        {"hidden_size": H},
+        const=[1, 2, 3, 4],
+        n_outputs=3,
+    )
 
 
 def test_lstm_ragged_sequence_lens_unsupported() -> None:
     seq = np.array([T, T - 1], np.int32)
     with pytest.raises(UnsupportedOpError, match="sequence_lens"):
-        make_node("LSTM", [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), None, seq],
-                  {"hidden_size": H}, const=[1, 2, 4], n_outputs=3)
+        make_node(
+            "LSTM",
+            [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), None, seq],
+            {"hidden_size": H},
+            const=[1, 2, 4],
+            n_outputs=3,
+        )
 
 
 def test_lstm_other_activations_unsupported() -> None:
     with pytest.raises(UnsupportedOpError, match="activations"):
-        make_node("LSTM", [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H)],
-                  {"hidden_size": H, "activations": ["Relu", "Tanh", "Tanh"]}, const=[1, 2])
+        make_node(
+            "LSTM",
+            [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H)],
+            {"hidden_size": H, "activations": ["Relu", "Tanh", "Tanh"]},
+            const=[1, 2],
+        )

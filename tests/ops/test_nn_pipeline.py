@@ -26,8 +26,7 @@ def _model(nodes, inputs: dict, consts: dict, outputs: list[str], opset: int = 1
     init = [numpy_helper.from_array(v, k) for k, v in consts.items()]
     ins = [helper.make_tensor_value_info(k, 1, v.shape) for k, v in inputs.items()]
     graph = helper.make_graph(nodes, "g", ins, [], init)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=10)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
     # typed outputs (the ONNX checker wants a shape): from ONNX shape inference
     known = {vi.name: vi for vi in onnx.shape_inference.infer_shapes(model).graph.value_info}
     model.graph.output.extend(known[o] for o in outputs)
@@ -71,19 +70,23 @@ def test_conv_relu_residual(conv: str) -> None:
 
 def test_gemm_sigmoid() -> None:
     x = r(5, 40)
-    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
-             helper.make_node("Sigmoid", ["g"], ["y"])]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+        helper.make_node("Sigmoid", ["g"], ["y"]),
+    ]
     _check(_model(nodes, {"x": x}, {"w": r(33, 40), "b": r(33)}, ["y"]), {"x": x})
 
 
 def test_attention_block() -> None:
     q, k, v = r(1, 4, 10, 16), r(1, 4, 16, 10), r(1, 4, 10, 16)
-    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]),
-             helper.make_node("Mul", ["s", "scale"], ["s2"]),
-             helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "v"], ["o"]),
-             helper.make_node("MatMul", ["o", "wo"], ["y0"]),
-             helper.make_node("Add", ["y0", "bo"], ["y"])]
+    nodes = [
+        helper.make_node("MatMul", ["q", "k"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["s2"]),
+        helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["o"]),
+        helper.make_node("MatMul", ["o", "wo"], ["y0"]),
+        helper.make_node("Add", ["y0", "bo"], ["y"]),
+    ]
     consts = {"scale": np.array(0.25, np.float32), "wo": r(16, 24), "bo": r(24)}
     feeds = {"q": q, "k": k, "v": v}
     _check(_model(nodes, feeds, consts, ["y"]), feeds)
@@ -91,18 +94,22 @@ def test_attention_block() -> None:
 
 def test_pools_then_activation() -> None:
     x = r(1, 6, 12, 20)
-    nodes = [helper.make_node("AveragePool", ["x"], ["a"], kernel_shape=[3, 2], strides=[3, 2]),
-             helper.make_node("Relu", ["a"], ["ra"]),
-             helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
-             helper.make_node("GlobalAveragePool", ["m"], ["g"]),
-             helper.make_node("Sigmoid", ["g"], ["sg"])]
+    nodes = [
+        helper.make_node("AveragePool", ["x"], ["a"], kernel_shape=[3, 2], strides=[3, 2]),
+        helper.make_node("Relu", ["a"], ["ra"]),
+        helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["m"], ["g"]),
+        helper.make_node("Sigmoid", ["g"], ["sg"]),
+    ]
     _check(_model(nodes, {"x": x}, {}, ["ra", "sg"]), {"x": x})
 
 
 def test_conv_transpose_bias_relu() -> None:
     x = r(1, 8, 6, 7)
-    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["t"], strides=[2, 2]),
-             helper.make_node("Relu", ["t"], ["y"])]
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["t"], strides=[2, 2]),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
     _check(_model(nodes, {"x": x}, {"w": r(8, 4, 2, 2), "b": r(4)}, ["y"]), {"x": x})
 
 
@@ -110,9 +117,18 @@ def test_lstm_single_node() -> None:
     t, b, i, h = 4, 1, 6, 12
     feeds = {"x": r(t, b, i, scale=0.5)}
     model = make_node_model(
-        "LSTM", {"x": feeds["x"], "w": r(1, 4 * h, i, scale=0.3),
-                 "r": r(1, 4 * h, h, scale=0.3), "b": r(1, 8 * h, scale=0.3)},
-        {"hidden_size": h}, outputs=3, constant_inputs=["w", "r", "b"], opset=14)
+        "LSTM",
+        {
+            "x": feeds["x"],
+            "w": r(1, 4 * h, i, scale=0.3),
+            "r": r(1, 4 * h, h, scale=0.3),
+            "b": r(1, 8 * h, scale=0.3),
+        },
+        {"hidden_size": h},
+        outputs=3,
+        constant_inputs=["w", "r", "b"],
+        opset=14,
+    )
     _check(model, feeds)
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nn_harness import check_node, make_node
 
 from monolib.runtime.errors import ShapeError
-
-from nn_harness import check_node, make_node
 
 RNG = np.random.default_rng(7)
 
@@ -20,12 +19,15 @@ def r(*shape: int) -> np.ndarray:
 
 MAX_CASES = {
     "cls_2x2_s2": ((1, 3, 8, 9), {"kernel_shape": [2, 2], "strides": [2, 2]}),
-    "3x3_s2_pad_ceil": ((1, 3, 8, 9), {"kernel_shape": [3, 3], "strides": [2, 2],
-                                       "pads": [1, 1, 1, 1], "ceil_mode": 1}),
-    "1d_same_upper": ((1, 3, 10), {"kernel_shape": [3], "strides": [2],
-                                   "auto_pad": "SAME_UPPER"}),
-    "dilated": ((2, 2, 11, 10), {"kernel_shape": [2, 3], "dilations": [2, 2],
-                                 "pads": [1, 0, 1, 2]}),
+    "3x3_s2_pad_ceil": (
+        (1, 3, 8, 9),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+    ),
+    "1d_same_upper": ((1, 3, 10), {"kernel_shape": [3], "strides": [2], "auto_pad": "SAME_UPPER"}),
+    "dilated": (
+        (2, 2, 11, 10),
+        {"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 0, 1, 2]},
+    ),
 }
 
 
@@ -36,21 +38,36 @@ def test_maxpool(name: str) -> None:
 
 
 def test_maxpool_indices() -> None:
-    check_node("MaxPool", [r(2, 3, 8, 9)], {"kernel_shape": [3, 3], "strides": [2, 2],
-                                            "pads": [1, 1, 1, 1]}, n_outputs=2, opset=12)
+    check_node(
+        "MaxPool",
+        [r(2, 3, 8, 9)],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        n_outputs=2,
+        opset=12,
+    )
 
 
 AVG_CASES = {
     "rec_3x2_s3x2": ((1, 4, 12, 20), {"kernel_shape": [3, 2], "strides": [3, 2]}),
-    "pad_exclude": ((1, 3, 8, 9), {"kernel_shape": [3, 3], "strides": [2, 2],
-                                   "pads": [1, 1, 1, 1]}),
-    "pad_include": ((1, 3, 8, 9), {"kernel_shape": [3, 3], "strides": [2, 2],
-                                   "pads": [1, 1, 1, 1], "count_include_pad": 1}),
-    "pad_include_ceil": ((1, 3, 8, 9), {"kernel_shape": [3, 3], "strides": [2, 2],
-                                        "pads": [1, 1, 1, 1], "count_include_pad": 1,
-                                        "ceil_mode": 1}),
-    "ceil_no_pad": ((1, 3, 7, 10), {"kernel_shape": [3, 3], "strides": [2, 2],
-                                    "ceil_mode": 1}),
+    "pad_exclude": (
+        (1, 3, 8, 9),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    ),
+    "pad_include": (
+        (1, 3, 8, 9),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    ),
+    "pad_include_ceil": (
+        (1, 3, 8, 9),
+        {
+            "kernel_shape": [3, 3],
+            "strides": [2, 2],
+            "pads": [1, 1, 1, 1],
+            "count_include_pad": 1,
+            "ceil_mode": 1,
+        },
+    ),
+    "ceil_no_pad": ((1, 3, 7, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
     "same_lower": ((1, 2, 7, 7), {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"}),
 }
 

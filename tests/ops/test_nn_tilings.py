@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from nn_harness import check_node
 
 RNG = np.random.default_rng(11)
@@ -31,16 +30,31 @@ CASES = {
     "gemm_runtime_b": ("Gemm", [r(20, 260), r(260, 1030)], {"alpha": 2.0}, []),
     "matmul_batched": ("MatMul", [r(2, 3, 7, 13), r(2, 3, 13, 40)], {}, []),
     "conv_pointwise": ("Conv", [r(1, 8, 7, 9), r(13, 8, 1, 1, scale=0.3), r(13)], {}, [1, 2]),
-    "conv_direct": ("Conv", [r(1, 6, 9, 45), r(10, 6, 3, 3, scale=0.3), r(10)],
-                    {"pads": [1, 1, 1, 1]}, [1, 2]),
-    "conv_direct_s2": ("Conv", [r(1, 6, 9, 70), r(10, 6, 3, 5, scale=0.3), r(10)],
-                       {"pads": [1, 2, 1, 2], "strides": [2, 2]}, [1, 2]),
-    "conv_packed": ("Conv", [r(1, 5, 19, 21), r(70, 5, 3, 3, scale=0.3), r(70)],
-                    {"pads": [1, 1, 1, 1], "strides": [2, 2]}, [1, 2]),
-    "conv_folded": ("Conv", [r(5, 9, 4), r(16, 9, 3, scale=0.3), r(16)], {"pads": [1, 1]},
-                    [1, 2]),
-    "depthwise_5x5": ("Conv", [r(1, 12, 13, 50), r(12, 1, 5, 5, scale=0.3), r(12)],
-                      {"group": 12, "pads": [2, 2, 2, 2], "strides": [2, 1]}, [1, 2]),
+    "conv_direct": (
+        "Conv",
+        [r(1, 6, 9, 45), r(10, 6, 3, 3, scale=0.3), r(10)],
+        {"pads": [1, 1, 1, 1]},
+        [1, 2],
+    ),
+    "conv_direct_s2": (
+        "Conv",
+        [r(1, 6, 9, 70), r(10, 6, 3, 5, scale=0.3), r(10)],
+        {"pads": [1, 2, 1, 2], "strides": [2, 2]},
+        [1, 2],
+    ),
+    "conv_packed": (
+        "Conv",
+        [r(1, 5, 19, 21), r(70, 5, 3, 3, scale=0.3), r(70)],
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+        [1, 2],
+    ),
+    "conv_folded": ("Conv", [r(5, 9, 4), r(16, 9, 3, scale=0.3), r(16)], {"pads": [1, 1]}, [1, 2]),
+    "depthwise_5x5": (
+        "Conv",
+        [r(1, 12, 13, 50), r(12, 1, 5, 5, scale=0.3), r(12)],
+        {"group": 12, "pads": [2, 2, 2, 2], "strides": [2, 1]},
+        [1, 2],
+    ),
 }
 
 
@@ -54,7 +68,17 @@ def test_tiling(tiling: str, case: str) -> None:
 @pytest.mark.parametrize("tiling", sorted(TILINGS))
 def test_lstm_tiling(tiling: str) -> None:
     h = 20  # 4H = 80: not a multiple of the 4-vector block
-    check_node("LSTM", [r(3, 2, 7, scale=0.3), r(1, 4 * h, 7, scale=0.3),
-                        r(1, 4 * h, h, scale=0.3), r(1, 8 * h, scale=0.3)],
-               {"hidden_size": h}, const=[1, 2, 3], n_outputs=3, cflags=TILINGS[tiling],
-               ort=False)
+    check_node(
+        "LSTM",
+        [
+            r(3, 2, 7, scale=0.3),
+            r(1, 4 * h, 7, scale=0.3),
+            r(1, 4 * h, h, scale=0.3),
+            r(1, 8 * h, scale=0.3),
+        ],
+        {"hidden_size": h},
+        const=[1, 2, 3],
+        n_outputs=3,
+        cflags=TILINGS[tiling],
+        ort=False,
+    )

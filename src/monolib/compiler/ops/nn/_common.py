@@ -16,7 +16,7 @@ import numpy as np
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 
-__all__ = ["Geometry", "geometry", "require_float32", "attr_ints", "epi_call", "f32"]
+__all__ = ["Geometry", "attr_ints", "epi_call", "f32", "geometry", "require_float32"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +55,9 @@ def require_float32(node: Node, *idx: int) -> None:
             )
 
 
-def geometry(node: Node, in_sizes: list[int], kernel: list[int], ceil_mode: bool = False
-             ) -> Geometry:
+def geometry(
+    node: Node, in_sizes: list[int], kernel: list[int], ceil_mode: bool = False
+) -> Geometry:
     """Pads and output sizes of a Conv/pool node over spatial sizes ``in_sizes``.
 
     Raises

@@ -16,7 +16,7 @@ import logging
 
 import numpy as np
 
-__all__ = ["MR", "NR", "KC", "NC", "pack_a", "pack_b", "bbuf_floats", "gemm_call"]
+__all__ = ["KC", "MR", "NC", "NR", "bbuf_floats", "gemm_call", "pack_a", "pack_b"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,10 @@ def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
     """
     lines = [
         "{",
-        f"  ml_gemm_args ga_ = ml_gemm_defaults({fields['M']}, {fields['N']}, {fields['K']}, "
-        f"{fields['a']}, {fields['c']});",
+        (
+            f"  ml_gemm_args ga_ = ml_gemm_defaults({fields['M']}, {fields['N']}, {fields['K']}, "
+            f"{fields['a']}, {fields['c']});"
+        ),
     ]
     for key, val in fields.items():
         if key not in ("M", "N", "K", "a", "c"):

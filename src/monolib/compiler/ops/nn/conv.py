@@ -25,7 +25,7 @@ from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32
 from ._gemm import MR, bbuf_floats, gemm_call, pack_a
 
-__all__ = ["Conv", "conv_geometry", "conv_reference", "as_2d"]
+__all__ = ["Conv", "as_2d", "conv_geometry", "conv_reference"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,20 +40,25 @@ def conv_geometry(node: Node) -> Geometry:
     """
     x, w = node.inputs[0], node.inputs[1]
     if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape):
-        raise ShapeError(f"Conv node {node.name!r}: needs X [N,C,...] and W of the same rank, "
-                         f"got {x and x.shape} and {w and w.shape}")
+        raise ShapeError(
+            f"Conv node {node.name!r}: needs X [N,C,...] and W of the same rank, "
+            f"got {x and x.shape} and {w and w.shape}"
+        )
     group = int(node.attrs.get("group", 1))
     if group < 1 or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
-        raise ShapeError(f"Conv node {node.name!r}: X {x.shape}, W {w.shape} and group "
-                         f"{group} disagree (C_in must be W.shape[1]*group)")
+        raise ShapeError(
+            f"Conv node {node.name!r}: X {x.shape}, W {w.shape} and group "
+            f"{group} disagree (C_in must be W.shape[1]*group)"
+        )
     kernel = attr_ints(node, "kernel_shape", list(w.shape[2:]))
     if kernel != list(w.shape[2:]):
         raise ShapeError(f"Conv node {node.name!r}: kernel_shape {kernel} != W {w.shape}")
     return geometry(node, list(x.shape[2:]), kernel)
 
 
-def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Geometry,
-                   group: int) -> np.ndarray:
+def conv_reference(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Geometry, group: int
+) -> np.ndarray:
     """N-D grouped convolution (ONNX Conv) in NumPy, float32, one einsum per tap."""
     n, c = x.shape[:2]
     m = w.shape[0]
@@ -62,8 +67,10 @@ def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Geom
     y = np.zeros((n, group, mg, *geo.out), np.float32)
     wg = w.reshape(group, mg, cg, *geo.kernel)
     for tap in np.ndindex(*geo.kernel):
-        sl = tuple(slice(k * d, k * d + (o - 1) * s + 1, s)
-                   for k, d, o, s in zip(tap, geo.dilations, geo.out, geo.strides))
+        sl = tuple(
+            slice(k * d, k * d + (o - 1) * s + 1, s)
+            for k, d, o, s in zip(tap, geo.dilations, geo.out, geo.strides)
+        )
         patch = xp[(slice(None), slice(None)) + sl].reshape(n, group, cg, *geo.out)
         y += np.einsum("gmc,ngc...->ngm...", wg[(Ellipsis,) + tap], patch)
     y = y.reshape(n, m, *geo.out)
@@ -75,11 +82,34 @@ def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Geom
 def as_2d(shape: list[int], geo: Geometry) -> dict[str, int]:
     """The 2-D view (H=1 for 1-D) of a spatial ``shape`` and its geometry."""
     if len(shape) == 1:
-        return dict(H=1, W=shape[0], KH=1, KW=geo.kernel[0], SH=1, SW=geo.strides[0], PT=0,
-                    PL=geo.begin[0], DH=1, DW=geo.dilations[0], OH=1, OW=geo.out[0])
-    return dict(H=shape[0], W=shape[1], KH=geo.kernel[0], KW=geo.kernel[1], SH=geo.strides[0],
-                SW=geo.strides[1], PT=geo.begin[0], PL=geo.begin[1], DH=geo.dilations[0],
-                DW=geo.dilations[1], OH=geo.out[0], OW=geo.out[1])
+        return {
+            "H": 1,
+            "W": shape[0],
+            "KH": 1,
+            "KW": geo.kernel[0],
+            "SH": 1,
+            "SW": geo.strides[0],
+            "PT": 0,
+            "PL": geo.begin[0],
+            "DH": 1,
+            "DW": geo.dilations[0],
+            "OH": 1,
+            "OW": geo.out[0],
+        }
+    return {
+        "H": shape[0],
+        "W": shape[1],
+        "KH": geo.kernel[0],
+        "KW": geo.kernel[1],
+        "SH": geo.strides[0],
+        "SW": geo.strides[1],
+        "PT": geo.begin[0],
+        "PL": geo.begin[1],
+        "DH": geo.dilations[0],
+        "DW": geo.dilations[1],
+        "OH": geo.out[0],
+        "OW": geo.out[1],
+    }
 
 
 @register
@@ -111,10 +141,12 @@ class Conv(OpDef):
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         require_float32(node, 0, 1, 2)
-        x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        x, w = node.inputs[0], node.inputs[1]
         if len(x.shape) not in (3, 4):
-            raise UnsupportedOpError(f"Conv node {node.name!r}: only 1-D and 2-D convolutions "
-                                     f"are emitted, X is {x.shape}")
+            raise UnsupportedOpError(
+                f"Conv node {node.name!r}: only 1-D and 2-D convolutions "
+                f"are emitted, X is {x.shape}"
+            )
         geo = conv_geometry(node)
         d = as_2d(list(x.shape[2:]), geo)
         ctx.include("gemm.h")
@@ -152,9 +184,11 @@ def _weights(node: Node, ctx: EmitContext, group: int, mg: int, k: int) -> tuple
         packed = np.concatenate([pack_a(wg[g]) for g in range(group)])
         return ctx.param(packed, f"{node.name}.packed_w"), per_group, ""
     buf = ctx.scratch(4 * per_group * group)
-    code = (f"for (int64_t g = 0; g < {group}; ++g)\n"
-            f"  ml_pack_a({mg}, {k}, {ctx.ptr(w)} + g * {mg * k}, {k}, 1, "
-            f"(float*){buf} + g * {per_group});\n")
+    code = (
+        f"for (int64_t g = 0; g < {group}; ++g)\n"
+        f"  ml_pack_a({mg}, {k}, {ctx.ptr(w)} + g * {mg * k}, {k}, 1, "
+        f"(float*){buf} + g * {per_group});\n"
+    )
     return f"((const float*){buf})", per_group, code
 
 
@@ -165,12 +199,17 @@ DIRECT_BELOW = 64
 
 
 def _pointwise(d: dict[str, int]) -> bool:
-    return (d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1 and d["PT"] == d["PL"] == 0
-            and d["OH"] == d["H"] and d["OW"] == d["W"])
+    return (
+        d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1
+        and d["PT"] == d["PL"] == 0
+        and d["OH"] == d["H"]
+        and d["OW"] == d["W"]
+    )
 
 
-def _emit_direct(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group: int,
-                 ap: str, per_group: int) -> str:
+def _emit_direct(
+    node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group: int, ap: str, per_group: int
+) -> str:
     """Per image: pad + phase-split every channel (ml_dw_pad_plane), then per group one
     ml_conv_direct with a compile-time table of tap offsets."""
     x, b, y = node.inputs[0], node.input(2), node.outputs[0]
@@ -182,10 +221,12 @@ def _emit_direct(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, grou
     wp = (d["OW"] - 1) * sw + (d["KW"] - 1) * d["DW"] + 1
     wq = -(-wp // sw) + 32  # slack >= the widest tile (2 panels of 16)
     plane = hp * sw * wq
-    ci, ky, kx = np.meshgrid(np.arange(cg), np.arange(d["KH"]), np.arange(d["KW"]),
-                             indexing="ij")
-    koff = (ci * plane + ky * d["DH"] * sw * wq + ((kx * d["DW"]) % sw) * wq
-            + (kx * d["DW"]) // sw).astype(np.int32).ravel()
+    ci, ky, kx = np.meshgrid(np.arange(cg), np.arange(d["KH"]), np.arange(d["KW"]), indexing="ij")
+    koff = (
+        (ci * plane + ky * d["DH"] * sw * wq + ((kx * d["DW"]) % sw) * wq + (kx * d["DW"]) // sw)
+        .astype(np.int32)
+        .ravel()
+    )
     table = ctx.param(koff, f"{node.name}.tap_offsets")
     buf = ctx.scratch(4 * (c * plane + 64))
     hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
@@ -208,8 +249,9 @@ def _emit_direct(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, grou
 FOLD_BATCH_BELOW = 64
 
 
-def _b_source(node: Node, ctx: EmitContext, d: dict[str, int], folded: bool
-              ) -> tuple[dict[str, str], str]:
+def _b_source(
+    node: Node, ctx: EmitContext, d: dict[str, int], folded: bool
+) -> tuple[dict[str, str], str]:
     """(ml_bsrc fields for image ``n`` (all images when folded) and group ``g``, C that
     pads the input first or "")."""
     x = node.inputs[0]
@@ -219,8 +261,12 @@ def _b_source(node: Node, ctx: EmitContext, d: dict[str, int], folded: bool
     pointwise = _pointwise(d)
     first = "0" if folded else "n"
     if pointwise and not folded:
-        return {"kind": "ML_B_STRIDED", "p": f"{ctx.ptr(x)} + (n * {c} + g * {cg}) * {hw}",
-                "ldk": str(hw), "ldn": "1"}, ""
+        return {
+            "kind": "ML_B_STRIDED",
+            "p": f"{ctx.ptr(x)} + (n * {c} + g * {cg}) * {hw}",
+            "ldk": str(hw),
+            "ldn": "1",
+        }, ""
     hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
     wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
     pad = ""
@@ -228,14 +274,21 @@ def _b_source(node: Node, ctx: EmitContext, d: dict[str, int], folded: bool
     if d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"]:
         images = n if folded else 1
         padded = ctx.scratch(4 * images * c * hp * wp)
-        pad = (f"for (int64_t i = 0; i < {images}; ++i)\n"
-               f"  ml_pad_image({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, {d['PL']}, "
-               f"{ctx.ptr(x)} + ({first} + i) * {c * hw}, (float*){padded} + i * {c * hp * wp});\n")
+        pad = (
+            f"for (int64_t i = 0; i < {images}; ++i)\n"
+            f"  ml_pad_image({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, {d['PL']}, "
+            f"{ctx.ptr(x)} + ({first} + i) * {c * hw}, (float*){padded} + i * {c * hp * wp});\n"
+        )
         src = f"(const float*){padded} + g * {cg * hp * wp}"
     else:
         hp, wp = d["H"], d["W"]
-    bsrc = {"kind": "ML_B_IM2COL", "p": src, "H": str(hp), "W": str(wp),
-            "img": str(c * hp * wp if folded else 0)}
+    bsrc = {
+        "kind": "ML_B_IM2COL",
+        "p": src,
+        "H": str(hp),
+        "W": str(wp),
+        "img": str(c * hp * wp if folded else 0),
+    }
     bsrc.update({key: str(d[key]) for key in ("KH", "KW", "SH", "SW", "DH", "DW", "OH", "OW")})
     return bsrc, pad
 
@@ -255,21 +308,41 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
     cols = n * ohw if folded else ohw
     bbuf = ctx.scratch(4 * bbuf_floats(k, cols))
     yp = ctx.ptr(y)
-    fields = {"M": str(mg), "N": str(cols), "K": str(k), "a": f"{ap} + g * {per_group}",
-              "bbuf": f"(float*){bbuf}"}
+    fields = {
+        "M": str(mg),
+        "N": str(cols),
+        "K": str(k),
+        "a": f"{ap} + g * {per_group}",
+        "bbuf": f"(float*){bbuf}",
+    }
     if b is not None:
         fields["bias_m"] = f"{ctx.ptr(b)} + g * {mg}"
     if not folded:
-        fields.update({"c": f"{yp} + (n * {m} + g * {mg}) * {ohw}", "epi": epi,
-                       "epi_out": yp, "epi_b": "n", "epi_m0": f"g * {mg}"})
-        return (code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad}"
-                f"for (int64_t g = 0; g < {group}; ++g)\n{gemm_call(fields, bsrc)}\n}}")
+        fields.update(
+            {
+                "c": f"{yp} + (n * {m} + g * {mg}) * {ohw}",
+                "epi": epi,
+                "epi_out": yp,
+                "epi_b": "n",
+                "epi_m0": f"g * {mg}",
+            }
+        )
+        return (
+            code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad}"
+            f"for (int64_t g = 0; g < {group}; ++g)\n{gemm_call(fields, bsrc)}\n}}"
+        )
     # folded: C' [mg, n*ohw] per group in scratch, then scattered to [n, m, ohw]
     tmp = ctx.scratch(4 * mg * cols)
     fields["c"] = f"(float*){tmp}"
-    epi_line = f"    ({epi})({yp}, i, g * {mg}, (g + 1) * {mg}, 0, {ohw});\n" if epi != "(ml_epi_fn)0" else ""
-    return (code + pad + f"for (int64_t g = 0; g < {group}; ++g) {{\n{gemm_call(fields, bsrc)}\n"
-            f"  for (int64_t i = 0; i < {n}; ++i) {{\n"
-            f"    for (int64_t r = 0; r < {mg}; ++r)\n"
-            f"      memcpy({yp} + (i * {m} + g * {mg} + r) * {ohw}, (const float*){tmp} + "
-            f"r * {cols} + i * {ohw}, {4 * ohw});\n{epi_line}  }}\n}}")
+    epi_line = (
+        f"    ({epi})({yp}, i, g * {mg}, (g + 1) * {mg}, 0, {ohw});\n"
+        if epi != "(ml_epi_fn)0"
+        else ""
+    )
+    return (
+        code + pad + f"for (int64_t g = 0; g < {group}; ++g) {{\n{gemm_call(fields, bsrc)}\n"
+        f"  for (int64_t i = 0; i < {n}; ++i) {{\n"
+        f"    for (int64_t r = 0; r < {mg}; ++r)\n"
+        f"      memcpy({yp} + (i * {m} + g * {mg} + r) * {ohw}, (const float*){tmp} + "
+        f"r * {cols} + i * {ohw}, {4 * ohw});\n{epi_line}  }}\n}}"
+    )

@@ -20,7 +20,7 @@ import numpy as np
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
-from ._common import attr_ints, epi_call, require_float32
+from ._common import attr_ints, require_float32
 from ._gemm import MR, bbuf_floats, gemm_call, pack_a
 
 __all__ = ["ConvTranspose", "TGeometry", "tconv_geometry"]
@@ -51,10 +51,19 @@ def tconv_geometry(node: Node) -> TGeometry:
     """
     x, w = node.inputs[0], node.inputs[1]
     group = int(node.attrs.get("group", 1))
-    if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape) \
-            or x.shape[1] != w.shape[0] or group < 1 or w.shape[0] % group:
-        raise ShapeError(f"ConvTranspose node {node.name!r}: X {x and x.shape}, W "
-                         f"{w and w.shape}, group {group} disagree (W is [C_in, C_out/group, ...])")
+    if (
+        x is None
+        or w is None
+        or len(x.shape) < 3
+        or len(w.shape) != len(x.shape)
+        or x.shape[1] != w.shape[0]
+        or group < 1
+        or w.shape[0] % group
+    ):
+        raise ShapeError(
+            f"ConvTranspose node {node.name!r}: X {x and x.shape}, W "
+            f"{w and w.shape}, group {group} disagree (W is [C_in, C_out/group, ...])"
+        )
     nd = len(x.shape) - 2
     ins = list(x.shape[2:])
     kernel = attr_ints(node, "kernel_shape", list(w.shape[2:]))
@@ -63,12 +72,18 @@ def tconv_geometry(node: Node) -> TGeometry:
     opad = attr_ints(node, "output_padding", [0] * nd)
     pads = attr_ints(node, "pads", [0] * 2 * nd)
     oshape = attr_ints(node, "output_shape", [])[-nd:] if node.attrs.get("output_shape") else []
-    if kernel != list(w.shape[2:]) or not (len(strides) == len(dil) == len(opad) == nd) \
-            or len(pads) != 2 * nd:
-        raise ShapeError(f"ConvTranspose node {node.name!r}: attribute lengths do not match "
-                         f"{nd} spatial dims / W {w.shape}")
-    full = [s * (i - 1) + o + (k - 1) * d + 1
-            for s, i, o, k, d in zip(strides, ins, opad, kernel, dil)]
+    if (
+        kernel != list(w.shape[2:])
+        or not (len(strides) == len(dil) == len(opad) == nd)
+        or len(pads) != 2 * nd
+    ):
+        raise ShapeError(
+            f"ConvTranspose node {node.name!r}: attribute lengths do not match "
+            f"{nd} spatial dims / W {w.shape}"
+        )
+    full = [
+        s * (i - 1) + o + (k - 1) * d + 1 for s, i, o, k, d in zip(strides, ins, opad, kernel, dil)
+    ]
     auto = node.attrs.get("auto_pad", "NOTSET") or "NOTSET"
     if oshape or auto in ("SAME_UPPER", "SAME_LOWER"):
         target = oshape or [i * s for i, s in zip(ins, strides)]
@@ -89,8 +104,9 @@ def tconv_geometry(node: Node) -> TGeometry:
     return TGeometry(kernel, strides, dil, begin, end, full, out)
 
 
-def tconv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: TGeometry,
-                    group: int) -> np.ndarray:
+def tconv_reference(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: TGeometry, group: int
+) -> np.ndarray:
     """N-D grouped transposed convolution in NumPy (scatter of one einsum per tap)."""
     n, c = x.shape[:2]
     mg = w.shape[1]
@@ -100,10 +116,13 @@ def tconv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: TGe
     wg = w.reshape(group, cg, mg, *geo.kernel)
     xg = x.reshape(n, group, cg, *x.shape[2:])
     for tap in np.ndindex(*geo.kernel):
-        sl = tuple(slice(k * d, k * d + (i - 1) * s + 1, s)
-                   for k, d, i, s in zip(tap, geo.dilations, x.shape[2:], geo.strides))
-        canvas[(slice(None),) * 3 + sl] += np.einsum("gcm,ngc...->ngm...",
-                                                     wg[(Ellipsis,) + tap], xg)
+        sl = tuple(
+            slice(k * d, k * d + (i - 1) * s + 1, s)
+            for k, d, i, s in zip(tap, geo.dilations, x.shape[2:], geo.strides)
+        )
+        canvas[(slice(None),) * 3 + sl] += np.einsum(
+            "gcm,ngc...->ngm...", wg[(Ellipsis,) + tap], xg
+        )
     crop = tuple(slice(bb, bb + o) for bb, o in zip(geo.begin, geo.out))
     y = canvas[(slice(None),) * 3 + crop].reshape(n, group * mg, *geo.out)
     if b is not None:
@@ -130,8 +149,9 @@ class ConvTranspose(OpDef):
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         b = inputs[2] if len(inputs) > 2 else None
-        y = tconv_reference(inputs[0], inputs[1], b, tconv_geometry(node),
-                            int(node.attrs.get("group", 1)))
+        y = tconv_reference(
+            inputs[0], inputs[1], b, tconv_geometry(node), int(node.attrs.get("group", 1))
+        )
         return [y]
 
     def epilogue_groups(self, node: Node) -> list[list[int]]:
@@ -141,8 +161,9 @@ class ConvTranspose(OpDef):
         require_float32(node, 0, 1, 2)
         x = node.inputs[0]
         if len(x.shape) not in (3, 4):
-            raise UnsupportedOpError(f"ConvTranspose node {node.name!r}: only 1-D and 2-D are "
-                                     f"emitted, X is {x.shape}")
+            raise UnsupportedOpError(
+                f"ConvTranspose node {node.name!r}: only 1-D and 2-D are emitted, X is {x.shape}"
+            )
         geo = tconv_geometry(node)
         ctx.include("gemm.h")
         ctx.include("conv.h")
@@ -152,11 +173,34 @@ class ConvTranspose(OpDef):
 
 def _dims(x_shape: tuple[int, ...], geo: TGeometry) -> dict[str, int]:
     if len(x_shape) == 3:
-        return dict(H=1, W=x_shape[2], KH=1, KW=geo.kernel[0], SH=1, SW=geo.strides[0], PT=0,
-                    PL=geo.begin[0], DH=1, DW=geo.dilations[0], OH=1, OW=geo.out[0])
-    return dict(H=x_shape[2], W=x_shape[3], KH=geo.kernel[0], KW=geo.kernel[1],
-                SH=geo.strides[0], SW=geo.strides[1], PT=geo.begin[0], PL=geo.begin[1],
-                DH=geo.dilations[0], DW=geo.dilations[1], OH=geo.out[0], OW=geo.out[1])
+        return {
+            "H": 1,
+            "W": x_shape[2],
+            "KH": 1,
+            "KW": geo.kernel[0],
+            "SH": 1,
+            "SW": geo.strides[0],
+            "PT": 0,
+            "PL": geo.begin[0],
+            "DH": 1,
+            "DW": geo.dilations[0],
+            "OH": 1,
+            "OW": geo.out[0],
+        }
+    return {
+        "H": x_shape[2],
+        "W": x_shape[3],
+        "KH": geo.kernel[0],
+        "KW": geo.kernel[1],
+        "SH": geo.strides[0],
+        "SW": geo.strides[1],
+        "PT": geo.begin[0],
+        "PL": geo.begin[1],
+        "DH": geo.dilations[0],
+        "DW": geo.dilations[1],
+        "OH": geo.out[0],
+        "OW": geo.out[1],
+    }
 
 
 def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
@@ -172,30 +216,49 @@ def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
     code = ""
     if w.const is not None:
         wt = w.const.reshape(group, cg, rows).transpose(0, 2, 1)
-        ap = ctx.param(np.concatenate([pack_a(wt[g]) for g in range(group)]),
-                       f"{node.name}.packed_w")
+        ap = ctx.param(
+            np.concatenate([pack_a(wt[g]) for g in range(group)]), f"{node.name}.packed_w"
+        )
     else:
         buf = ctx.scratch(4 * per_group * group)
         ap = f"((const float*){buf})"
-        code = (f"for (int64_t g = 0; g < {group}; ++g)\n"
-                f"  ml_pack_a({rows}, {cg}, {ctx.ptr(w)} + g * {cg * rows}, 1, {rows}, "
-                f"(float*){buf} + g * {per_group});\n")
+        code = (
+            f"for (int64_t g = 0; g < {group}; ++g)\n"
+            f"  ml_pack_a({rows}, {cg}, {ctx.ptr(w)} + g * {cg * rows}, 1, {rows}, "
+            f"(float*){buf} + g * {per_group});\n"
+        )
     col = ctx.scratch(4 * rows * hw)
     bbuf = ctx.scratch(4 * bbuf_floats(cg, hw))
     yp, xp = ctx.ptr(y), ctx.ptr(x)
     init = f"{ctx.ptr(b)}[co]" if b is not None else "0.0f"
     gemm = gemm_call(
-        {"M": str(rows), "N": str(hw), "K": str(cg), "a": f"{ap} + g * {per_group}",
-         "c": f"(float*){col}", "bbuf": f"(float*){bbuf}"},
-        {"kind": "ML_B_STRIDED", "p": f"{xp} + (n * {c} + g * {cg}) * {hw}", "ldk": str(hw),
-         "ldn": "1"},
+        {
+            "M": str(rows),
+            "N": str(hw),
+            "K": str(cg),
+            "a": f"{ap} + g * {per_group}",
+            "c": f"(float*){col}",
+            "bbuf": f"(float*){bbuf}",
+        },
+        {
+            "kind": "ML_B_STRIDED",
+            "p": f"{xp} + (n * {c} + g * {cg}) * {hw}",
+            "ldk": str(hw),
+            "ldn": "1",
+        },
     )
-    geo_args = ", ".join(str(d[k]) for k in
-                         ("KH", "KW", "H", "W", "OH", "OW", "SH", "SW", "PT", "PL", "DH", "DW"))
+    geo_args = ", ".join(
+        str(d[k]) for k in ("KH", "KW", "H", "W", "OH", "OW", "SH", "SW", "PT", "PL", "DH", "DW")
+    )
     epi_line = f"  {epi}({yp}, n, 0, {cout}, 0, {ohw});\n" if epi != "0" else ""
-    exact = (d["SH"] == d["KH"] and d["SW"] == d["KW"] and d["DH"] == d["DW"] == 1
-             and d["OH"] == d["H"] * d["KH"] and d["OW"] == d["W"] * d["KW"]
-             and d["PT"] == d["PL"] == 0)
+    exact = (
+        d["SH"] == d["KH"]
+        and d["SW"] == d["KW"]
+        and d["DH"] == d["DW"] == 1
+        and d["OH"] == d["H"] * d["KH"]
+        and d["OW"] == d["W"] * d["KW"]
+        and d["PT"] == d["PL"] == 0
+    )
     if exact:  # every output pixel gets exactly one tap: write y once
         bias = f"{ctx.ptr(b)} + g * {mg}" if b is not None else "0"
         return (

@@ -27,19 +27,23 @@ logger = logging.getLogger(__name__)
 def _mnk(node: Node) -> tuple[int, int, int]:
     a, b = node.inputs[0], node.inputs[1]
     if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
-        raise ShapeError(f"Gemm node {node.name!r}: A and B must be 2-D, got "
-                         f"{a and a.shape} and {b and b.shape}")
+        raise ShapeError(
+            f"Gemm node {node.name!r}: A and B must be 2-D, got {a and a.shape} and {b and b.shape}"
+        )
     m, k = a.shape[::-1] if node.attrs.get("transA", 0) else a.shape
     kb, n = b.shape[::-1] if node.attrs.get("transB", 0) else b.shape
     if k != kb:
-        raise ShapeError(f"Gemm node {node.name!r}: inner dims differ ({a.shape} transA="
-                         f"{node.attrs.get('transA', 0)}, {b.shape} transB="
-                         f"{node.attrs.get('transB', 0)})")
+        raise ShapeError(
+            f"Gemm node {node.name!r}: inner dims differ ({a.shape} transA="
+            f"{node.attrs.get('transA', 0)}, {b.shape} transB="
+            f"{node.attrs.get('transB', 0)})"
+        )
     return m, n, k
 
 
-def a_operand(ctx: EmitContext, v: Value, m: int, k: int, ldm: int, ldk: int, offset: int = 0,
-              name: str = "A") -> tuple[str, str]:
+def a_operand(
+    ctx: EmitContext, v: Value, m: int, k: int, ldm: int, ldk: int, offset: int = 0, name: str = "A"
+) -> tuple[str, str]:
     """(packed-A pointer, C that packs it at run time or ""): ``A[i][j] = v[offset + i*ldm +
     j*ldk]``; packed at compile time when ``v`` is constant."""
     if v.const is not None:
@@ -51,8 +55,17 @@ def a_operand(ctx: EmitContext, v: Value, m: int, k: int, ldm: int, ldk: int, of
     return f"((const float*){buf})", code
 
 
-def b_operand(ctx: EmitContext, v: Value, k: int, n: int, ldk: int, ldn: int, offset: str = "0",
-              const_offset: int = 0, name: str = "B") -> dict[str, str]:
+def b_operand(
+    ctx: EmitContext,
+    v: Value,
+    k: int,
+    n: int,
+    ldk: int,
+    ldn: int,
+    offset: str = "0",
+    const_offset: int = 0,
+    name: str = "B",
+) -> dict[str, str]:
     """``ml_bsrc`` fields for ``B[i][j] = v[offset + i*ldk + j*ldn]``: prepacked at compile
     time when ``v`` is constant (``const_offset`` then locates the matrix), else strided."""
     if v.const is not None:
@@ -60,8 +73,12 @@ def b_operand(ctx: EmitContext, v: Value, k: int, n: int, ldk: int, ldn: int, of
         idx = const_offset + np.arange(k)[:, None] * ldk + np.arange(n)[None, :] * ldn
         p = ctx.param(pack_b(flat[idx].astype(np.float32)), f"{name}.packed")
         return {"kind": "ML_B_PACKED", "p": p, "k_total": str(k)}
-    return {"kind": "ML_B_STRIDED", "p": f"{ctx.ptr(v)} + {offset}", "ldk": str(ldk),
-            "ldn": str(ldn)}
+    return {
+        "kind": "ML_B_STRIDED",
+        "p": f"{ctx.ptr(v)} + {offset}",
+        "ldk": str(ldk),
+        "ldn": str(ldn),
+    }
 
 
 @register
@@ -79,8 +96,9 @@ class Gemm(OpDef):
             try:
                 np.broadcast_shapes(c.shape, (m, n))
             except ValueError:
-                raise ShapeError(f"Gemm node {node.name!r}: C {c.shape} does not broadcast "
-                                 f"to ({m}, {n})") from None
+                raise ShapeError(
+                    f"Gemm node {node.name!r}: C {c.shape} does not broadcast to ({m}, {n})"
+                ) from None
         return [((m, n), node.inputs[0].dtype)]
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
@@ -107,10 +125,16 @@ class Gemm(OpDef):
         ap, code = a_operand(ctx, a, m, k, *((1, m) if ta else (k, 1)), name=node.name + ".A")
         bsrc = b_operand(ctx, b, k, n, *((1, k) if tb else (n, 1)), name=node.name + ".B")
         yp = ctx.ptr(y)
-        fields = {"M": str(m), "N": str(n), "K": str(k), "a": ap, "c": yp,
-                  "alpha": f32(node.attrs.get("alpha", 1.0)),
-                  "epi": epi_call(ctx.tile_epilogue(self.epilogue_groups(node))),
-                  "epi_out": yp}
+        fields = {
+            "M": str(m),
+            "N": str(n),
+            "K": str(k),
+            "a": ap,
+            "c": yp,
+            "alpha": f32(node.attrs.get("alpha", 1.0)),
+            "epi": epi_call(ctx.tile_epilogue(self.epilogue_groups(node))),
+            "epi_out": yp,
+        }
         if bsrc["kind"] != "ML_B_PACKED":
             fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
         code += _c_term(node, ctx, m, n, fields)
@@ -130,12 +154,15 @@ def _c_term(node: Node, ctx: EmitContext, m: int, n: int, fields: dict[str, str]
         if shape[0] == 1 and shape[1] == n and n > 1:
             fields["bias_n"] = ctx.param(cb.ravel(), f"{node.name}.bias_n")
         else:
-            fields["bias_m"] = ctx.param(np.broadcast_to(cb, (m, 1)).ravel().copy(),
-                                         f"{node.name}.bias_m")
+            fields["bias_m"] = ctx.param(
+                np.broadcast_to(cb, (m, 1)).ravel().copy(), f"{node.name}.bias_m"
+            )
         return ""
     fields["accumulate"] = "1"
     sm = shape[1] if shape[0] != 1 else 0
     sn = 1 if shape[1] != 1 else 0
-    return (f"for (int64_t i = 0; i < {m}; ++i) for (int64_t j = 0; j < {n}; ++j)\n"
-            f"  {ctx.ptr(node.outputs[0])}[i * {n} + j] = {f32(beta)} * "
-            f"{ctx.ptr(c)}[i * {sm} + j * {sn}];\n")
+    return (
+        f"for (int64_t i = 0; i < {m}; ++i) for (int64_t j = 0; j < {n}; ++j)\n"
+        f"  {ctx.ptr(node.outputs[0])}[i * {n} + j] = {f32(beta)} * "
+        f"{ctx.ptr(c)}[i * {sm} + j * {sn}];\n"
+    )

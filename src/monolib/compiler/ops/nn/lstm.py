@@ -39,16 +39,24 @@ def _dims(node: Node) -> tuple[int, int, int, int, int]:
         raise UnsupportedOpError(f"{where}: layout=1 is not supported")
     if node.attrs.get("input_forget", 0):
         raise UnsupportedOpError(f"{where}: input_forget=1 is not supported")
-    if x is None or w is None or r is None or len(x.shape) != 3 or len(w.shape) != 3 \
-            or len(r.shape) != 3:
+    if (
+        x is None
+        or w is None
+        or r is None
+        or len(x.shape) != 3
+        or len(w.shape) != 3
+        or len(r.shape) != 3
+    ):
         raise ShapeError(f"{where}: needs X [T,B,I], W [D,4H,I], R [D,4H,H]")
     t, b, i = x.shape
     ndir, h = r.shape[0], r.shape[2]
     want_dirs = 2 if node.attrs.get("direction", "forward") == "bidirectional" else 1
     hs = node.attrs.get("hidden_size") or h
     if ndir != want_dirs or hs != h or w.shape != (ndir, 4 * h, i) or r.shape != (ndir, 4 * h, h):
-        raise ShapeError(f"{where}: W {w.shape}, R {r.shape}, hidden_size {hs}, direction "
-                         f"{node.attrs.get('direction', 'forward')!r} disagree with X {x.shape}")
+        raise ShapeError(
+            f"{where}: W {w.shape}, R {r.shape}, hidden_size {hs}, direction "
+            f"{node.attrs.get('direction', 'forward')!r} disagree with X {x.shape}"
+        )
     acts = [a.lower() for a in node.attrs.get("activations") or []]
     if acts and acts != _DEFAULT_ACTS * ndir:
         raise UnsupportedOpError(f"{where}: activations {acts}; only Sigmoid/Tanh/Tanh")
@@ -84,10 +92,10 @@ class LSTM(OpDef):
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         t, b, _, h, ndir = _dims(node)
         x, w, r = (np.asarray(a, np.float64) for a in inputs[:3])
-        get = lambda i: inputs[i] if len(inputs) > i and inputs[i] is not None else None  # noqa: E731
+        get = lambda i: inputs[i] if len(inputs) > i and inputs[i] is not None else None
         bias, h0, c0, p = get(3), get(5), get(6), get(7)
         clip = float(node.attrs.get("clip") or 0.0)
-        cl = (lambda v: np.clip(v, -clip, clip)) if clip > 0 else (lambda v: v)  # noqa: E731
+        cl = (lambda v: np.clip(v, -clip, clip)) if clip > 0 else (lambda v: v)
         y = np.zeros((t, ndir, b, h))
         hs, cs = np.zeros((ndir, b, h)), np.zeros((ndir, b, h))
         for d in range(ndir):
@@ -98,12 +106,12 @@ class LSTM(OpDef):
             reverse = node.attrs.get("direction", "forward") == "reverse" or d == 1
             for s in range(t):
                 step = t - 1 - s if reverse else s
-                g = x[step] @ w[d].T + hd @ r[d].T + bb[: 4 * h] + bb[4 * h:]
+                g = x[step] @ w[d].T + hd @ r[d].T + bb[: 4 * h] + bb[4 * h :]
                 gi, go, gf, gc = np.split(g, 4, axis=1)
                 i_ = _sigmoid(cl(gi + pp[:h] * cd))
-                f_ = _sigmoid(cl(gf + pp[2 * h:] * cd))
+                f_ = _sigmoid(cl(gf + pp[2 * h :] * cd))
                 cd = f_ * cd + i_ * np.tanh(cl(gc))
-                o_ = _sigmoid(cl(go + pp[h: 2 * h] * cd))
+                o_ = _sigmoid(cl(go + pp[h : 2 * h] * cd))
                 hd = o_ * np.tanh(cd)
                 y[step, d] = hd
             hs[d], cs[d] = hd, cd
@@ -131,14 +139,24 @@ def _out_ptr(ctx: EmitContext, outs: list, idx: int, offset: int, nbytes: int) -
     return f"(float*){ctx.scratch(nbytes)}"
 
 
-def _emit_direction(node: Node, ctx: EmitContext, d: int, ap: str, gx: str, gates: str,
-                    outs: list) -> str:
+def _emit_direction(
+    node: Node, ctx: EmitContext, d: int, ap: str, gx: str, gates: str, outs: list
+) -> str:
     t, b, i, h, ndir = _dims(node)
     w, r, bias, p = node.inputs[1], node.inputs[2], node.input(3), node.input(7)
     g4 = 4 * h
     code = ""
-    bsrc = b_operand(ctx, w, i, g4, 1, i, offset=str(d * g4 * i), const_offset=d * g4 * i,
-                     name=f"{node.name}.W{d}")
+    bsrc = b_operand(
+        ctx,
+        w,
+        i,
+        g4,
+        1,
+        i,
+        offset=str(d * g4 * i),
+        const_offset=d * g4 * i,
+        name=f"{node.name}.W{d}",
+    )
     fields = {"M": str(t * b), "N": str(g4), "K": str(i), "a": ap, "c": gx}
     if bsrc["kind"] != "ML_B_PACKED":
         fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(i, g4))}"
@@ -147,25 +165,31 @@ def _emit_direction(node: Node, ctx: EmitContext, d: int, ap: str, gx: str, gate
         fields["bias_n"] = ctx.param(bsum, f"{node.name}.bias{d}")
     elif bias is not None:
         buf = ctx.scratch(4 * g4)
-        code += (f"for (int64_t j = 0; j < {g4}; ++j) ((float*){buf})[j] = "
-                 f"{ctx.ptr(bias)}[{d * 2 * g4} + j] + {ctx.ptr(bias)}[{d * 2 * g4 + g4} + j];\n")
+        code += (
+            f"for (int64_t j = 0; j < {g4}; ++j) ((float*){buf})[j] = "
+            f"{ctx.ptr(bias)}[{d * 2 * g4} + j] + {ctx.ptr(bias)}[{d * 2 * g4 + g4} + j];\n"
+        )
         fields["bias_n"] = f"(const float*){buf}"
     code += gemm_call(fields, bsrc) + "\n"
     if r.const is not None:
         rt = ctx.param(np.ascontiguousarray(r.const[d].T, np.float32), f"{node.name}.RT{d}")
     else:
         buf = ctx.scratch(4 * h * g4)
-        code += (f"for (int64_t k = 0; k < {h}; ++k) for (int64_t j = 0; j < {g4}; ++j)\n"
-                 f"  ((float*){buf})[k * {g4} + j] = {ctx.ptr(r)}[{d * g4 * h} + j * {h} + k];\n")
+        code += (
+            f"for (int64_t k = 0; k < {h}; ++k) for (int64_t j = 0; j < {g4}; ++j)\n"
+            f"  ((float*){buf})[k * {g4} + j] = {ctx.ptr(r)}[{d * g4 * h} + j * {h} + k];\n"
+        )
         rt = f"(const float*){buf}"
     state = b * h
-    opt = lambda v, off: f"({ctx.ptr(v)} + {off})" if v is not None else "0"  # noqa: E731
+    opt = lambda v, off: f"({ctx.ptr(v)} + {off})" if v is not None else "0"
     reverse = int(node.attrs.get("direction", "forward") == "reverse" or d == 1)
     y = _out_ptr(ctx, outs, 0, d * state, 0) if len(outs) > 0 and outs[0] is not None else "0"
     hout = _out_ptr(ctx, outs, 1, d * state, 4 * state)
     cout = _out_ptr(ctx, outs, 2, d * state, 4 * state)
     clip = float(node.attrs.get("clip") or 0.0)
-    code += (f"ml_lstm_dir({t}, {b}, {h}, {reverse}, {gx}, {rt}, {opt(p, d * 3 * h)}, "
-             f"{opt(node.input(5), d * state)}, {opt(node.input(6), d * state)}, {f32(clip)}, "
-             f"{y}, {ndir * state}, {hout}, {cout}, {gates});\n")
+    code += (
+        f"ml_lstm_dir({t}, {b}, {h}, {reverse}, {gx}, {rt}, {opt(p, d * 3 * h)}, "
+        f"{opt(node.input(5), d * state)}, {opt(node.input(6), d * state)}, {f32(clip)}, "
+        f"{y}, {ndir * state}, {hout}, {cout}, {gates});\n"
+    )
     return code

@@ -43,8 +43,9 @@ def matmul_shapes(node: Node) -> tuple[tuple[int, ...], int, int, int, tuple[int
     try:
         batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
     except ValueError:
-        raise ShapeError(f"MatMul node {node.name!r}: batch dims of {a} and {b} do not "
-                         f"broadcast") from None
+        raise ShapeError(
+            f"MatMul node {node.name!r}: batch dims of {a} and {b} do not broadcast"
+        ) from None
     m, k, n = a2[-2], a2[-1], b2[-1]
     out = batch + ((m,) if len(a) > 1 else ()) + ((n,) if len(b) > 1 else ())
     return batch, m, n, k, out
@@ -97,16 +98,25 @@ class MatMul(OpDef):
             # X @ W: fold every batch of A into M
             ap, code = a_operand(ctx, a, nbatch * m, k, k, 1, name=node.name + ".A")
             bsrc = b_operand(ctx, b, k, n, n, 1, name=node.name + ".B")
-            fields = {"M": str(nbatch * m), "N": str(n), "K": str(k), "a": ap, "c": yp,
-                      "epi": epi, "epi_out": yp, "epi_mrows": str(m)}
+            fields = {
+                "M": str(nbatch * m),
+                "N": str(n),
+                "K": str(k),
+                "a": ap,
+                "c": yp,
+                "epi": epi,
+                "epi_out": yp,
+                "epi_mrows": str(m),
+            }
             if bsrc["kind"] != "ML_B_PACKED":
                 fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
             return code + gemm_call(fields, bsrc)
         return _emit_batched(node, ctx, batch, m, n, k, epi)
 
 
-def _emit_batched(node: Node, ctx: EmitContext, batch: tuple[int, ...], m: int, n: int, k: int,
-                  epi: str) -> str:
+def _emit_batched(
+    node: Node, ctx: EmitContext, batch: tuple[int, ...], m: int, n: int, k: int, epi: str
+) -> str:
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     a2 = (1,) + a.shape if len(a.shape) == 1 else a.shape
     b2 = b.shape + (1,) if len(b.shape) == 1 else b.shape
@@ -115,26 +125,45 @@ def _emit_batched(node: Node, ctx: EmitContext, batch: tuple[int, ...], m: int, 
     yp = ctx.ptr(y)
     nb = len(offa)
     table = ctx.unique("mm_off")
-    lines = [f"static const int64_t {table}[{2 * nb}] = {{"
-             + ", ".join(str(v) for pair in zip(offa, offb) for v in pair) + "};"]
+    lines = [
+        f"static const int64_t {table}[{2 * nb}] = {{"
+        + ", ".join(str(v) for pair in zip(offa, offb) for v in pair)
+        + "};"
+    ]
     if a.const is not None:
-        packed = [pack_a(a.const.ravel()[o: o + m * k].reshape(m, k)) for o in offa]
+        packed = [pack_a(a.const.ravel()[o : o + m * k].reshape(m, k)) for o in offa]
         ap = ctx.param(np.concatenate(packed), f"{node.name}.A.packed")
         a_ptr = f"{ap} + bi * {packed[0].size}"
     else:
         buf = ctx.scratch(4 * -(-m // MR) * MR * k)
-        lines.append(f"  ml_pack_a({m}, {k}, {ctx.ptr(a)} + {table}[2 * bi], {k}, 1, "
-                     f"(float*){buf});")
+        lines.append(
+            f"  ml_pack_a({m}, {k}, {ctx.ptr(a)} + {table}[2 * bi], {k}, 1, (float*){buf});"
+        )
         a_ptr = f"(const float*){buf}"
     if b.const is not None:
         per = -(-n // NR) * NR * k
-        bsrc = {"kind": "ML_B_PACKED", "k_total": str(k),
-                "p": _packed_b_batches(node, ctx, offb, k, n) + f" + bi * {per}"}
+        bsrc = {
+            "kind": "ML_B_PACKED",
+            "k_total": str(k),
+            "p": _packed_b_batches(node, ctx, offb, k, n) + f" + bi * {per}",
+        }
     else:
-        bsrc = {"kind": "ML_B_STRIDED", "p": f"{ctx.ptr(b)} + {table}[2 * bi + 1]",
-                "ldk": str(n), "ldn": "1"}
-    fields = {"M": str(m), "N": str(n), "K": str(k), "a": a_ptr, "c": f"{yp} + bi * {m * n}",
-              "epi": epi, "epi_out": yp, "epi_b": "bi"}
+        bsrc = {
+            "kind": "ML_B_STRIDED",
+            "p": f"{ctx.ptr(b)} + {table}[2 * bi + 1]",
+            "ldk": str(n),
+            "ldn": "1",
+        }
+    fields = {
+        "M": str(m),
+        "N": str(n),
+        "K": str(k),
+        "a": a_ptr,
+        "c": f"{yp} + bi * {m * n}",
+        "epi": epi,
+        "epi_out": yp,
+        "epi_b": "bi",
+    }
     if bsrc["kind"] != "ML_B_PACKED":
         fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
     body = "\n".join(lines[1:]) + "\n" + gemm_call(fields, bsrc)
@@ -143,5 +172,5 @@ def _emit_batched(node: Node, ctx: EmitContext, batch: tuple[int, ...], m: int, 
 
 def _packed_b_batches(node: Node, ctx: EmitContext, offb: list[int], k: int, n: int) -> str:
     flat = node.inputs[1].const.ravel()
-    packed = [pack_b(flat[o: o + k * n].reshape(k, n).astype(np.float32)) for o in offb]
+    packed = [pack_b(flat[o : o + k * n].reshape(k, n).astype(np.float32)) for o in offb]
     return ctx.param(np.concatenate(packed), f"{node.name}.B.packed")

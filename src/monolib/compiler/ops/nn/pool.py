@@ -22,7 +22,7 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, geometry, require_float32
 
-__all__ = ["MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "pool_geometry"]
+__all__ = ["AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MaxPool", "pool_geometry"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,20 +37,24 @@ def pool_geometry(node: Node) -> Geometry:
     """
     x = node.inputs[0]
     if x is None or len(x.shape) < 3:
-        raise ShapeError(f"{node.op_type} node {node.name!r}: X must be [N, C, ...], got "
-                         f"{x and x.shape}")
+        raise ShapeError(
+            f"{node.op_type} node {node.name!r}: X must be [N, C, ...], got {x and x.shape}"
+        )
     kernel = [int(k) for k in node.attrs.get("kernel_shape") or []]
     if len(kernel) != len(x.shape) - 2:
-        raise ShapeError(f"{node.op_type} node {node.name!r}: kernel_shape {kernel} does not "
-                         f"match X {x.shape}")
+        raise ShapeError(
+            f"{node.op_type} node {node.name!r}: kernel_shape {kernel} does not match X {x.shape}"
+        )
     return geometry(node, list(x.shape[2:]), kernel, bool(node.attrs.get("ceil_mode", 0)))
 
 
 def _windows(x: np.ndarray, geo: Geometry, fill: float) -> tuple[np.ndarray, np.ndarray]:
     """(taps ``[T, N, C, *out]`` of x padded with ``fill``, flat input index per tap or -1)."""
     nd = len(geo.out)
-    need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in
-            zip(geo.out, geo.strides, geo.kernel, geo.dilations)]
+    need = [
+        (o - 1) * s + (k - 1) * d + 1
+        for o, s, k, d in zip(geo.out, geo.strides, geo.kernel, geo.dilations)
+    ]
     ends = [max(0, nd_ - i - b) for nd_, i, b in zip(need, x.shape[2:], geo.begin)]
     pad = [(0, 0), (0, 0)] + list(zip(geo.begin, ends))
     xp = np.pad(x, pad, constant_values=fill)
@@ -60,7 +64,8 @@ def _windows(x: np.ndarray, geo: Geometry, fill: float) -> tuple[np.ndarray, np.
     for tap in np.ndindex(*geo.kernel):
         sl = (slice(None),) * 2 + tuple(
             slice(k * d, k * d + (o - 1) * s + 1, s)
-            for k, d, o, s in zip(tap, geo.dilations, geo.out, geo.strides))
+            for k, d, o, s in zip(tap, geo.dilations, geo.out, geo.strides)
+        )
         taps.append(xp[sl])
         idx.append(ip[sl])
     del nd
@@ -70,9 +75,9 @@ def _windows(x: np.ndarray, geo: Geometry, fill: float) -> tuple[np.ndarray, np.
 def _divisor(x_shape: tuple[int, ...], geo: Geometry) -> np.ndarray:
     """count_include_pad divisor: window positions inside input + explicit pads."""
     counts = []
-    for i, (size, o, s, k, d, b, e) in enumerate(zip(x_shape[2:], geo.out, geo.strides,
-                                                    geo.kernel, geo.dilations, geo.begin,
-                                                    geo.end)):
+    for i, (size, o, s, k, d, b, e) in enumerate(
+        zip(x_shape[2:], geo.out, geo.strides, geo.kernel, geo.dilations, geo.begin, geo.end)
+    ):
         start = np.arange(o) * s - b
         pos = start[:, None] + np.arange(k)[None, :] * d
         cnt = ((pos >= -b) & (pos < size + e)).sum(axis=1)
@@ -106,12 +111,14 @@ class _Pool(OpDef):
         require_float32(node, 0)
         x = node.inputs[0]
         if len(x.shape) not in (3, 4):
-            raise UnsupportedOpError(f"{node.op_type} node {node.name!r}: only 1-D and 2-D "
-                                     f"pools are emitted, X is {x.shape}")
+            raise UnsupportedOpError(
+                f"{node.op_type} node {node.name!r}: only 1-D and 2-D "
+                f"pools are emitted, X is {x.shape}"
+            )
         geo = pool_geometry(node)
         d = _dims2d(x.shape, geo)
         n, c = x.shape[:2]
-        index = ["(nc / %d)" % c, "(nc %% %d)" % c] + (["ow"] if len(x.shape) == 3 else ["oh", "ow"])
+        index = [f"(nc / {c})", f"(nc % {c})"] + (["ow"] if len(x.shape) == 3 else ["oh", "ow"])
         head = (
             f"for (int64_t nc = 0; nc < {n * c}; ++nc) {{\n"
             f"  const float* xc = {ctx.ptr(x)} + nc * {d['H'] * d['W']};\n"
@@ -135,13 +142,38 @@ class _Pool(OpDef):
 
 def _dims2d(x_shape: tuple[int, ...], geo: Geometry) -> dict[str, int]:
     if len(x_shape) == 3:
-        return dict(H=1, W=x_shape[2], KH=1, KW=geo.kernel[0], SH=1, SW=geo.strides[0],
-                    PT=0, PB=0, PL=geo.begin[0], PR=geo.end[0], DH=1, DW=geo.dilations[0],
-                    OH=1, OW=geo.out[0])
-    return dict(H=x_shape[2], W=x_shape[3], KH=geo.kernel[0], KW=geo.kernel[1],
-                SH=geo.strides[0], SW=geo.strides[1], PT=geo.begin[0], PB=geo.end[0],
-                PL=geo.begin[1], PR=geo.end[1], DH=geo.dilations[0], DW=geo.dilations[1],
-                OH=geo.out[0], OW=geo.out[1])
+        return {
+            "H": 1,
+            "W": x_shape[2],
+            "KH": 1,
+            "KW": geo.kernel[0],
+            "SH": 1,
+            "SW": geo.strides[0],
+            "PT": 0,
+            "PB": 0,
+            "PL": geo.begin[0],
+            "PR": geo.end[0],
+            "DH": 1,
+            "DW": geo.dilations[0],
+            "OH": 1,
+            "OW": geo.out[0],
+        }
+    return {
+        "H": x_shape[2],
+        "W": x_shape[3],
+        "KH": geo.kernel[0],
+        "KW": geo.kernel[1],
+        "SH": geo.strides[0],
+        "SW": geo.strides[1],
+        "PT": geo.begin[0],
+        "PB": geo.end[0],
+        "PL": geo.begin[1],
+        "PR": geo.end[1],
+        "DH": geo.dilations[0],
+        "DW": geo.dilations[1],
+        "OH": geo.out[0],
+        "OW": geo.out[1],
+    }
 
 
 @register
@@ -165,8 +197,10 @@ class MaxPool(_Pool):
 
     def _body(self, node: Node, ctx: EmitContext, d: dict, index: list[str]):
         pre = "    float acc = -INFINITY; int64_t arg = -1;\n"
-        inner = ("        if (v > acc || arg < 0) { acc = v; "
-                 f"arg = nc * {d['H'] * d['W']} + ih * {d['W']} + iw; }}\n")
+        inner = (
+            "        if (v > acc || arg < 0) { acc = v; "
+            f"arg = nc * {d['H'] * d['W']} + ih * {d['W']} + iw; }}\n"
+        )
         tail = f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr('acc', index)};\n"
         if len(node.outputs) > 1 and node.outputs[1] is not None:
             if node.attrs.get("storage_order", 0):
@@ -206,7 +240,8 @@ class AveragePool(_Pool):
                 f"      for (int64_t kx = 0; kx < {d['KW']}; ++kx) {{\n"
                 f"        int64_t iw = ws + kx * {d['DW']};\n"
                 f"        cnt += iw >= -{d['PL']} && iw < {d['W'] + d['PR']};\n"
-                "      }\n    }\n")
+                "      }\n    }\n"
+            )
         val = "(acc / (float)(cnt > 0 ? cnt : 1))"
         tail += f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr(val, index)};\n"
         return (pre, inner), tail
@@ -218,8 +253,9 @@ class _GlobalPool(OpDef):
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         if x is None or len(x.shape) < 3:
-            raise ShapeError(f"{node.op_type} node {node.name!r}: X must be [N, C, ...], got "
-                             f"{x and x.shape}")
+            raise ShapeError(
+                f"{node.op_type} node {node.name!r}: X must be [N, C, ...], got {x and x.shape}"
+            )
         return [((*x.shape[:2], *([1] * (len(x.shape) - 2))), x.dtype)]
 
     def epilogue_groups(self, node: Node) -> list[list[int]]:
@@ -236,9 +272,11 @@ class _GlobalPool(OpDef):
         if self.op_type == "GlobalAveragePool":
             val = f"({val} / {float(hw)!r}f)"
         index = [f"(nc / {c})", f"(nc % {c})"] + ["0"] * (len(x.shape) - 2)
-        return (f"for (int64_t nc = 0; nc < {n * c}; ++nc) {{\n"
-                f"  const float* xc = {ctx.ptr(x)} + nc * {hw};\n"
-                f"  {ctx.ptr(node.outputs[0])}[nc] = {ctx.output_expr(val, index)};\n}}")
+        return (
+            f"for (int64_t nc = 0; nc < {n * c}; ++nc) {{\n"
+            f"  const float* xc = {ctx.ptr(x)} + nc * {hw};\n"
+            f"  {ctx.ptr(node.outputs[0])}[nc] = {ctx.output_expr(val, index)};\n}}"
+        )
 
 
 @register

@@ -44,12 +44,22 @@ def test_inspect_json(lib, capsys):
     assert g["fused_ops"] == 1 and g["onnx_ops"] == {"Mul": 1, "Add": 1}
     assert g["params_count"] == 2 and g["params_bytes"] == 128
     assert report["file_size"] == os.path.getsize(lib)
+    assert report["exports"]["abi_complete"]
+    assert "monolib_run" in report["exports"]["symbols"]
 
 
 def test_inspect_table(lib, capsys):
     assert main(["inspect", lib]) == 0
     out = capsys.readouterr().out
-    for word in ("format v1", "graph_executor_factory", "library", "params", "fused ops: 1"):
+    words = (
+        "format v1",
+        "graph_executor_factory",
+        "library",
+        "params",
+        "fused ops: 1",
+        "exports: __monolib_container_end",
+    )
+    for word in words:
         assert word in out
     from monolib.tools.inspect import inspect_library
 
@@ -238,3 +248,14 @@ def test_compile_failure_names_the_step(tmp_path, monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "✗ import" in captured.out and "unsupported operator" in captured.err
     assert os.listdir(tmp_path) == []
+
+
+def test_inspect_reports_a_missing_abi(tmp_path, capsys):
+    from monolib.export.csource import CSourceModule
+
+    path = CSourceModule("int f(void) { return 1; }\n").export_library(str(tmp_path / "f.so"))
+    assert main(["inspect", path, "--json"]) == 0
+    exports = json.loads(capsys.readouterr().out)["exports"]
+    assert not exports["abi_complete"] and "monolib_run" not in exports["symbols"]
+    assert main(["inspect", path]) == 0
+    assert "MISSING monolib_run" in capsys.readouterr().out

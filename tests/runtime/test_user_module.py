@@ -53,8 +53,7 @@ def test_without_the_loader_the_key_is_named(tmp_path, subprocess_env):
     factory = tiny_factory()
     lib = factory.imported_modules[0]
     lib.source += (
-        "\n#include <stdlib.h>\n"
-        "__attribute__((constructor)) static void boom(void) { abort(); }\n"
+        "\n#include <stdlib.h>\n__attribute__((constructor)) static void boom(void) { abort(); }\n"
     )
     factory.import_module(EchoModule("x", 1.0))
     path = factory.export_library(str(tmp_path / "u.so"))

@@ -27,6 +27,7 @@ __all__ = [
     "ElfInfo",
     "ElfSection",
     "ElfSegment",
+    "exported_symbols",
     "find_container",
     "host_format",
     "host_machine",
@@ -68,6 +69,7 @@ class ElfSection(NamedTuple):
     addr: int
     offset: int
     size: int
+    link: int = 0
 
 
 class ElfSegment(NamedTuple):
@@ -88,6 +90,7 @@ class ElfInfo(NamedTuple):
     sections: list[ElfSection]
     segments: list[ElfSegment]
     format: str = "ELF"
+    byteorder: str = "<"
 
     def section(self, name: str) -> ElfSection | None:
         """The first section called ``name``, or None."""
@@ -163,7 +166,7 @@ def _read_sections(buf, path, end, hdr, sh_fmt) -> list[ElfSection]:
         stop = names.find(b"\0", off)
         return names[off : stop if stop >= 0 else len(names)].decode("utf-8", "replace")
 
-    return [ElfSection(name_of(sh[0]), sh[1], sh[2], sh[3], sh[4], sh[5]) for sh in raw]
+    return [ElfSection(name_of(sh[0]), sh[1], sh[2], sh[3], sh[4], sh[5], sh[6]) for sh in raw]
 
 
 def parse_elf(buf, path: str = "<memory>") -> ElfInfo:
@@ -189,7 +192,40 @@ def parse_elf(buf, path: str = "<memory>") -> ElfInfo:
     segments = _read_segments(buf, path, end, hdr, ph_fmt, ph_idx)
     sections = _read_sections(buf, path, end, hdr, sh_fmt)
     machine = MACHINES.get(hdr[1], f"machine {hdr[1]}")
-    return ElfInfo(32 * bits_code, machine, sections, segments)
+    return ElfInfo(32 * bits_code, machine, sections, segments, "ELF", end)
+
+
+_SHT_DYNSYM = 11
+_SYM = {32: "IIIBBH", 64: "IBBHQQ"}  # Elf32_Sym / Elf64_Sym
+_SHN_UNDEF = 0
+
+
+def exported_symbols(buf, info: ElfInfo) -> list[str] | None:
+    """Names of the defined global/weak symbols of an ELF file's ``.dynsym`` (what
+    ``dlsym`` can find), read from the file; None for other formats.
+
+    ``info`` is :func:`parse_elf`'s result for ``buf`` (whose ranges it checked).
+    """
+    if info.format != "ELF":
+        return None
+    names: list[str] = []
+    fmt = info.byteorder + _SYM[info.bits]
+    size = struct.calcsize(fmt)
+    for sec in info.sections:
+        if sec.type != _SHT_DYNSYM or not 0 <= sec.link < len(info.sections):
+            continue
+        strtab = info.sections[sec.link]
+        strings = bytes(buf[strtab.offset : strtab.offset + strtab.size])
+        for pos in range(sec.offset, sec.offset + sec.size - size + 1, size):
+            sym = struct.unpack_from(fmt, buf, pos)
+            name_off, bind_info, shndx = (
+                (sym[0], sym[3], sym[5]) if info.bits == 32 else (sym[0], sym[1], sym[3])
+            )
+            if shndx == _SHN_UNDEF or (bind_info >> 4) not in (1, 2) or name_off >= len(strings):
+                continue
+            stop = strings.find(b"\0", name_off)
+            names.append(strings[name_off : stop if stop >= 0 else None].decode("utf-8", "replace"))
+    return sorted(names)
 
 
 def host_machine() -> str:

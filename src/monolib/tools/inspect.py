@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import sys
 from collections import Counter
 from typing import Any
 
+from ..runtime.binfmt import exported_symbols
 from ..runtime.container import Container
 from ..runtime.errors import ContainerError
 from ..runtime.library import read_container
@@ -128,7 +130,22 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
         "legacy_layout": legacy,
         "verified": bool(verify),
         "graphs": {str(i): _graph_summary(g) for i, g in info["extracted"].items()},
+        "exports": _exports(path, info["elf"]),
     }
+
+
+ABI_SYMBOLS = ("monolib_run", "monolib_run_op", "monolib_num_ops")
+
+
+def _exports(path: str, elf: Any) -> dict[str, Any] | None:
+    """The library's exported ``monolib_*`` symbols (ELF ``.dynsym``, read from the
+    file) and whether the whole ABI of ``docs/ARCHITECTURE.md`` is there."""
+    if elf is None or elf.format != "ELF":
+        return None
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        names = exported_symbols(mm, elf) or []
+    ours = [n for n in names if "monolib" in n]
+    return {"symbols": ours, "abi_complete": all(s in ours for s in ABI_SYMBOLS)}
 
 
 class _PlainConsole:
@@ -229,6 +246,15 @@ def render_report(report: dict, console: Any = None) -> None:
         ["module", "type_key", "section", "size", "stored", "codec", "sha256"],
         rows,
     )
+    exports = report.get("exports")
+    if exports is not None:
+        missing = [s for s in ABI_SYMBOLS if s not in exports["symbols"]]
+        console.print(
+            "exports: "
+            + ", ".join(exports["symbols"])
+            + (f" (MISSING {', '.join(missing)})" if missing else ""),
+            markup=False,
+        )
     for idx, g in report["graphs"].items():
         _render_graph(console, idx, g)
 

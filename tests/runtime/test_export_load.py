@@ -465,3 +465,19 @@ def test_relative_path_is_the_file_not_a_library_search(tmp_path, monkeypatch):
     assert os.listdir(".") == ["rel.so"]
     x = x_input()
     np.testing.assert_allclose(run(load_module("rel.so"), x), reference(x), rtol=1e-6)
+
+
+def test_separate_artifacts_create_and_devices():
+    from monolib.runtime.graph_executor import create
+
+    graph, params = tiny_graph()
+    gm = create(graph, CSourceModule(tiny_source()), cpu(), params=params)
+    x = x_input()
+    gm.run(x=x)
+    np.testing.assert_allclose(gm.get_output(0).numpy(), reference(x), rtol=1e-6)
+    gm2 = GraphModule(tiny_factory())  # a factory runs on cpu()
+    assert gm2.executor.device == monolib.Device("cpu", 0) and str(gm2.executor.device) == "cpu(0)"
+    with pytest.raises(InputError, match="runs on cpu, not opencl"):
+        tiny_factory().default(monolib.Device("opencl", 0))
+    with pytest.raises(TypeError, match="GraphExecutor"):
+        GraphModule(object())

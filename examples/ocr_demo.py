@@ -69,24 +69,20 @@ def read_page(lines: list[str], work: Path) -> list[str]:
     det = load(det_lib, timer, "det")
     rec = load(rec_lib, timer, "rec")
 
-    image, _ = ocr.render_page(lines)
-    x = ocr.det_preprocess(image)
-    with timer("det first run"):
-        det.run(x=x)
-        prob = det.get_output(0).numpy()
-    with timer("det second run"):  # warm caches: the steady-state latency
-        det.run(x=x)
-    boxes = ocr.text_boxes(prob)
-    texts = []
-    for x0, y0, x1, y1 in boxes:
-        crop = image[y0:y1, x0:x1]
-        with timer(f"rec run, line {len(texts) + 1}"):
-            rec.run(x=ocr.line_preprocess(crop, REC_SHAPE[2], REC_SHAPE[3]))
-            probs = rec.get_output(0).numpy()
-        texts.append(ocr.ctc_greedy_decode(probs, charset))
+    def run(gm: monolib.GraphModule, label: str):
+        def call(x):
+            with timer(label):
+                gm.run(x=x)
+                return gm.get_output(0).numpy()
+        return call
 
-    for (x0, y0, x1, y1), text in zip(boxes, texts):
+    image, _ = ocr.render_page(lines)
+    found = ocr.read_page(image, run(det, "det first run"), run(rec, "rec (all lines)"),
+                          charset, REC_SHAPE[3])
+    run(det, "det second run")(ocr.det_preprocess(image))  # warm: the steady-state latency
+    for (x0, y0, x1, y1), text in found:
         print(f"  box ({x0:3d},{y0:3d})-({x1:3d},{y1:3d}): {text!r}")
+    texts = [text for _, text in found]
     print("\ntimings:")
     for name, t in timer.times.items():
         print(f"  {name:18s} {t * 1e3:9.1f} ms")

@@ -80,3 +80,23 @@ def test_cls_tells_upright_from_rotated(cls_io):
     assert up.shape == (1, 2)
     assert up[0, 0] > 0.9 and up[0, 1] < 0.1, up
     assert down[0, 1] > 0.9 and down[0, 0] < 0.1, down
+
+
+def test_detect_then_read_the_page(model_lib, page):
+    """The README's main job: boxes from the det library, lines read by the rec library."""
+    import monolib
+
+    def runner(name):
+        gm = monolib.GraphModule(monolib.load_module(str(model_lib(name)))["default"](monolib.cpu()))
+
+        def call(x):
+            gm.run(x=x)
+            return gm.get_output(0).numpy()
+        return call
+
+    image, bands = page
+    charset = ocr.load_charset(fetch_model("ppocr_rec"))
+    found = ocr.read_page(image, runner("det"), runner("rec"), charset)
+    assert [text for _, text in found] == PAGE
+    for ((_, y0, _, y1), _), (b0, b1) in zip(found, bands):
+        assert b0 < (y0 + y1) / 2 < b1, (found, bands)  # each box sits on its line

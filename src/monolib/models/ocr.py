@@ -25,6 +25,7 @@ __all__ = [
     "det_preprocess",
     "line_preprocess",
     "load_charset",
+    "read_page",
     "render_line",
     "render_page",
     "text_boxes",
@@ -201,3 +202,31 @@ def text_boxes(prob_map: np.ndarray, threshold: float = 0.3, pad: int = 6,
             boxes.append((max(0, int(cols[0]) - pad), max(0, y0 - pad),
                           min(w, int(cols[-1]) + 1 + pad), min(h, y + pad)))
     return boxes
+
+
+def read_page(image: np.ndarray, detect, recognize, charset: list[str],
+              rec_width: int = 320, threshold: float = 0.3):
+    """Detect and read every text line of ``image`` (the PP-OCR pipeline, simplified).
+
+    Parameters
+    ----------
+    image : numpy.ndarray
+        uint8 RGB ``[H, W, 3]``, H and W multiples of 32.
+    detect : callable
+        ``detect(x [1, 3, H, W] float32) -> probability map [1, 1, H, W]``.
+    recognize : callable
+        ``recognize(x [1, 3, 48, rec_width] float32) -> [1, T, C]`` class probabilities.
+    charset : list of str
+        From :func:`load_charset`.
+
+    Returns
+    -------
+    list of ((x0, y0, x1, y1), str)
+        Each text box (top to bottom, see :func:`text_boxes`) with its text.
+    """
+    prob = detect(det_preprocess(image))
+    lines = []
+    for x0, y0, x1, y1 in text_boxes(prob, threshold):
+        probs = recognize(line_preprocess(image[y0:y1, x0:x1], 48, rec_width))
+        lines.append(((x0, y0, x1, y1), ctc_greedy_decode(probs, charset)))
+    return lines

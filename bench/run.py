@@ -49,16 +49,21 @@ class Result:
     error: str = ""
 
 
-def median_time(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float:
-    """Median wall time of ``fn()`` over ``repeat`` calls after ``warmup`` calls."""
+def median_time(fn: Callable[[], object], repeat: int,
+                warmup: int = 2) -> tuple[float, float]:
+    """Median wall time and median CPU time of the calling thread (``thread_time``)
+    of ``fn()`` over ``repeat`` calls after ``warmup`` calls. For single-threaded work
+    the CPU time does not count the time other processes held the core, so it is the
+    steadier figure on a shared machine."""
     for _ in range(warmup):
         fn()
-    times = []
+    walls, cpus = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.thread_time() - c0)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def ort_session(path: Path, threads: int):
@@ -89,7 +94,10 @@ def bench_model(name: str, repeat: int, cold_runs: int, work: Path,
     feeds_ml, feeds_ort = spec.make()
     for threads in (1, 2):
         sess = ort_session(path, threads)
-        res.latency[f"ort{threads}"] = median_time(partial(sess.run, None, feeds_ort), repeat)
+        wall, cpu = median_time(partial(sess.run, None, feeds_ort), repeat)
+        res.latency[f"ort{threads}"] = wall
+        if threads == 1:
+            res.latency["ort1_cpu"] = cpu
     want = sess.run(None, feeds_ort)
     np.savez(work / f"{name}_ort.npz", **feeds_ort)
     res.cold["ort1"] = cold_start(["ort", str(path), str(work / f"{name}_ort.npz"), "1"],
@@ -113,7 +121,7 @@ def bench_model(name: str, repeat: int, cold_runs: int, work: Path,
         got = run_monolib()
         res.max_diff = max(float(np.abs(g.astype(np.float64) - w).max())
                            for g, w in zip(got, want))
-        res.latency["monolib"] = median_time(run_monolib, repeat)
+        res.latency["monolib"], res.latency["monolib_cpu"] = median_time(run_monolib, repeat)
         np.savez(work / f"{name}_ml.npz", **feeds_ml)
         res.cold["monolib"] = cold_start(["monolib", str(lib), str(work / f"{name}_ml.npz")],
                                          cold_runs)
@@ -160,9 +168,12 @@ def rows(results: list[Result]) -> list[list[str]]:
         def ratio(k, ml=ml, lat=lat):
             return f"{ml / lat[k]:.2f}x" if ml else "-"
         cold_ml = r.cold.get("monolib", {}).get("cold_s")
+        ml_cpu, ort_cpu = lat.get("monolib_cpu"), lat.get("ort1_cpu")
         out.append([
             r.name, _ms(ml), _ms(lat.get("ort1")), ratio("ort1"), _ms(lat.get("ort2")),
-            ratio("ort2"), _ms(cold_ml), _ms(r.cold["ort1"]["cold_s"]),
+            ratio("ort2"), f"{_ms(ml_cpu)} / {_ms(ort_cpu)}",
+            f"{ml_cpu / ort_cpu:.2f}x" if ml_cpu and ort_cpu else "-",
+            _ms(cold_ml), _ms(r.cold["ort1"]["cold_s"]),
             f"{r.build['compile_s']:.1f} + {r.build['export_s']:.1f}" if r.build else "-",
             f"{r.build['size'] / 1e6:.2f}" if r.build else "-",
             "-" if r.max_diff is None else f"{r.max_diff:.1e}",
@@ -171,7 +182,7 @@ def rows(results: list[Result]) -> list[list[str]]:
 
 
 HEADER = ["model", "monolib ms", "ORT@1 ms", "ratio@1", "ORT@2 ms", "ratio@2",
-          "cold monolib ms", "cold ORT ms", "compile+export s", "lib MB", "max abs diff",
+          "CPU ms monolib / ORT@1", "CPU ratio@1", "cold monolib ms", "cold ORT ms", "compile+export s", "lib MB", "max abs diff",
           "status"]
 
 
@@ -205,8 +216,10 @@ def write_markdown(results: list[Result], info: dict, args, path: Path) -> None:
         f"monolib {info['monolib']}"),
         ("- monolib runs single-threaded (no thread pool yet); ORT with "
         "`intra_op_num_threads` 1 and 2, `inter_op_num_threads=1`."),
-        ("- Latency: median of the repeats, inputs set + run + outputs as NumPy. "
-        "Ratio = monolib / ORT (below 1: monolib is faster)."),
+        ("- Latency: median wall time of the repeats, inputs set + run + outputs as NumPy. "
+         "Ratio = monolib / ORT (below 1: monolib is faster). CPU ms: median CPU time of "
+         "the calling thread in the single-threaded runs (monolib, ORT@1); it leaves out "
+         "the time other processes held the core: the steadier figure on a shared machine."),
         ("- Cold: a fresh process, from before `load_module` / `InferenceSession` to the first "
         "output (interpreter start and `import numpy` excluded); median of "
         f"{args.cold_runs} processes. Importing the runtime: monolib "

@@ -137,6 +137,8 @@ class _Source:
         self._seen: set[str] = set()
         self.functions: list[str] = []
         self.counter = 0
+        #: constants baked into static arrays for epilogues, by Value.uid
+        self.baked: dict[int, str] = {}
 
     def once(self, bucket: list[str], text: str) -> None:
         key = hashlib.sha256(text.encode()).hexdigest()
@@ -189,7 +191,6 @@ class CEmitContext:
         self.scratch_used = 0
         self._tile: dict[str, str] = {}
         self._value_fn: str | None = None
-        self.baked: dict[int, str] = {}
         #: the emitter asked for the epilogue (tile function or output expression)
         self.epilogue_used = False
 
@@ -236,9 +237,9 @@ class CEmitContext:
     # -- epilogues -----------------------------------------------------------------
     def _const_pointer(self, v: Value) -> str:
         """A baked static array for a constant side input of an epilogue."""
-        name = self.baked.get(v.uid)
+        name = self.source.baked.get(v.uid)
         if name is None:
-            name = self.baked[v.uid] = self.unique("k")
+            name = self.source.baked[v.uid] = self.unique("k")
             flat = v.const.reshape(-1)
             body = ", ".join(c_literal(x, v.dtype) for x in flat.tolist())
             self.source.once(

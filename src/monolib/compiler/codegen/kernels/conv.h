@@ -11,6 +11,12 @@
  */
 #ifndef MONOLIB_CONV_H
 #define MONOLIB_CONV_H
+/* gcc warns about loops it proves dead after inlining constant shapes (a known false
+ * positive); keep the generated build quiet. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
+#endif
 #include <stdint.h>
 #include <string.h>
 
@@ -88,7 +94,7 @@ ML_INLINE void ml_dw_channel(const int KH, const int KW, const int SH, const int
 
 /* Depthwise conv of one NCHW image. w: [C][KH][KW]; bias: [C] or NULL; plane: scratch of
  * ml_dw_plane_floats(...) floats. Calls epi(epi_out, epi_b, c, c+1, 0, OH*OW) per channel. */
-static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW, int KH, int KW,
+ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW, int KH, int KW,
                         int SH, int SW, int64_t PT, int64_t PL, int DH, int DW,
                         const float* restrict x, const float* restrict w,
                         const float* restrict bias, float* restrict y, float* restrict plane,
@@ -160,7 +166,7 @@ ML_INLINE void ml_ukernel_direct(const int np, int64_t K, const float* restrict 
  * Output row oh, columns ow.. read base = x + oh*SH*SW*Wq + ow. Tiles never cross an output
  * row; a short last tile reads up to 2*ML_VW floats past the row (Wq has that slack).
  * a: packed A (M x K, full-K); y: [M][OH*OW]; calls epi per finished output row. */
-static void ml_conv_direct(int64_t M, int64_t K, const float* restrict a,
+ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict a,
                            const int32_t* restrict koff, const float* restrict x, int64_t SH,
                            int64_t SW, int64_t Wq, int64_t OH, int64_t OW,
                            const float* restrict bias, float* restrict y, ml_epi_fn epi,
@@ -193,7 +199,7 @@ static void ml_conv_direct(int64_t M, int64_t K, const float* restrict a,
 
 /* Zero-pad a [C][H][W] image into dst [C][Hp][Wp], the input placed at (PT, PL); input
  * rows/columns past Hp/Wp are dropped (no window reads them). For ML_B_IM2COL. */
-static void ml_pad_image(int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp, int64_t PT,
+ML_UNUSED static void ml_pad_image(int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp, int64_t PT,
                          int64_t PL, const float* restrict x, float* restrict dst) {
     int64_t w0 = ML_MIN(PL, Wp), w1 = ML_MIN(Wp, PL + W);
     for (int64_t c = 0; c < C; ++c)
@@ -214,7 +220,7 @@ static void ml_pad_image(int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp
 
 /* col2im for ConvTranspose: y[co][oh][ow] += col[(co*KH+ky)*KW+kx][ih*W+iw] where
  * oh = ih*SH - PT + ky*DH, ow = iw*SW - PL + kx*DW, skipping positions outside OH x OW. */
-static void ml_col2im_add(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t W, int64_t OH,
+ML_UNUSED static void ml_col2im_add(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t W, int64_t OH,
                           int64_t OW, int64_t SH, int64_t SW, int64_t PT, int64_t PL,
                           int64_t DH, int64_t DW, const float* restrict col,
                           float* restrict y) {
@@ -241,7 +247,7 @@ static void ml_col2im_add(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t
 /* col2im when the kernel tiles the output exactly (stride == kernel, no pads, no
  * dilation): every output pixel gets one tap, so y = col + bias is written once, row by
  * row, with no initialisation pass and no read of y. */
-static void ml_col2im_exact(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t W,
+ML_UNUSED static void ml_col2im_exact(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t W,
                             const float* restrict col, const float* restrict bias,
                             float* restrict y) {
     int64_t OW = W * KW;
@@ -257,4 +263,7 @@ static void ml_col2im_exact(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64
     }
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif /* MONOLIB_CONV_H */

@@ -9,6 +9,12 @@
  */
 #ifndef MONOLIB_LSTM_H
 #define MONOLIB_LSTM_H
+/* gcc warns about loops it proves dead after inlining constant shapes (a known false
+ * positive); keep the generated build quiet. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -76,7 +82,7 @@ static inline void ml_lstm_cell_peep(int64_t H, float clip, const float* restric
  * peepholes (i, o, f) or NULL; h0, c0: [B][H] or NULL (zeros). y: output of step t at
  * y + t*y_tstride (+ b*H), or NULL. h, c: [B][H] state, final values on return.
  * gates: scratch of 4H floats. Needs gemm.h (ml_vf). */
-static void ml_lstm_dir(int64_t T, int64_t B, int64_t H, int reverse, const float* restrict gx,
+ML_UNUSED static void ml_lstm_dir(int64_t T, int64_t B, int64_t H, int reverse, const float* restrict gx,
                         const float* restrict rt, const float* restrict p,
                         const float* restrict h0, const float* restrict c0, float clip,
                         float* restrict y, int64_t y_tstride, float* restrict h,
@@ -102,4 +108,7 @@ static void ml_lstm_dir(int64_t T, int64_t B, int64_t H, int reverse, const floa
     }
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif /* MONOLIB_LSTM_H */

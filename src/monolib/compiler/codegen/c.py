@@ -255,7 +255,12 @@ class CEmitContext:
         return f"((const {ctype(v.dtype)}*)(arena + {self.plan.offset(v)}))"
 
     def tile_epilogue(self, groups: Sequence[Sequence[int]]) -> str:
-        """Name of the in-place tile epilogue function for ``groups``; ``"0"`` if none."""
+        """Name of the in-place tile epilogue function for ``groups``; ``"0"`` if none.
+
+        The kernel must pass ``ctx.ptr(node.outputs[0])`` itself (the output's base, not
+        a tile pointer) as the function's ``out``: the function finds the arena, and so
+        the side inputs, at a fixed offset from it.
+        """
         f = self.fused
         if f.kind != "op" or not f.steps:
             return "0"

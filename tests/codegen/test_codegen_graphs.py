@@ -113,6 +113,24 @@ def test_matmul_anchor_with_tile_epilogue():
     assert gj["params"][0]["name"].endswith(".wt")  # packed weights via ctx.param
 
 
+def test_tile_epilogue_on_single_column_output():
+    b = GraphBuilder()
+    x = b.input("x", (2, 5, 6))
+    t = b.op("TMatMul", x, b.const("w", rng.standard_normal((6, 1)).astype(np.float32)))
+    t = b.op("TAdd", t, b.const("bias", rng.standard_normal((5, 1)).astype(np.float32)))
+    t = b.op("TMul", t, b.input("s", (2, 5, 1)))
+    t = b.op("TRelu", b.op("TSub", t, b.input("u", (2, 1, 1))))
+    g = b.graph(t)
+    feeds = {
+        "x": rng.standard_normal((2, 5, 6)).astype(np.float32),
+        "s": rng.standard_normal((2, 5, 1)).astype(np.float32),
+        "u": rng.standard_normal((2, 1, 1)).astype(np.float32),
+    }
+    source, gj = check(g, feeds, rtol=1e-5)
+    assert gj["nodes"][0]["fused"] == ["TAdd", "TMul", "TSub", "TRelu"]
+    assert "const float x = out[m];" in source
+
+
 def test_side_input_not_fitting_groups_is_not_fused():
     b = GraphBuilder()
     x = b.input("x", (2, 5, 6))

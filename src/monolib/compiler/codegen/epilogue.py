@@ -228,7 +228,7 @@ def tile_epilogue_function(
         f"  uint8_t* arena = (uint8_t*)out_ - {out_offset};",
         "  (void)arena;",
     ]
-    rows, names = [], {}
+    rows, names, row_strides = [], {}, []
     for j, v in enumerate(leaves):
         gs = group_strides(broadcast_strides(v.shape, shape), shape, groups)
         if gs is None:
@@ -236,10 +236,24 @@ def tile_epilogue_function(
         Tj = ctype(v.dtype)
         head.append(f"  const {Tj}* restrict s{j} = {pointer(v)} + b * {gs[0]};")
         rows.append(f"    const {Tj}* restrict r{j} = s{j} + m * {gs[1]};")
+        row_strides.append(gs[1])
         names[v.uid] = (
             f"r{j}[n * {gs[2]}]" if gs[2] not in (0, 1) else (f"r{j}[n]" if gs[2] else f"r{j}[0]")
         )
     x = steps[0].node.inputs[steps[0].positions[0]]
+    if N == 1:  # [B, M, 1] (squeeze-excite vectors...): walk m, the contiguous dim
+        single = {v.uid: f"s{j}[m * {gs}]" for j, (v, gs) in enumerate(zip(leaves, row_strides))}
+        body, final = compose(steps, (x, "x"), lambda v: single[v.uid], "    ")
+        lines = head + [
+            "  if (n0 >= n1) return;",
+            "  for (int64_t m = m0; m < m1; ++m) {",
+            f"    const {T} x = out[m];",
+            *body,
+            f"    out[m] = {final};",
+            "  }",
+            "}",
+        ]
+        return "\n".join(lines)
     body, final = compose(steps, (x, "x"), lambda v: names[v.uid], "      ")
     lines = head + [
         "  for (int64_t m = m0; m < m1; ++m) {",

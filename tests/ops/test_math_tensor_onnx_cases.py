@@ -20,9 +20,11 @@ from monolib.runtime.errors import UnsupportedOpError
 
 # Cases where monolib follows ONNX Runtime and the ONNX reference differs.
 ORT_SEMANTICS = {
-    # align_corners with a fractional scale: ORT divides by (int output length - 1), the
-    # reference by (scale * input length - 1)
+    # align_corners with a fractional scale: the spec's formula divides by
+    # (length_resized - 1), the integer output length, as ORT does; the reference
+    # implementation divides by (scale * input length - 1)
     "test_resize_downsample_scales_linear_align_corners",
+    "test_resize_downsample_scales_cubic_align_corners",
 }
 
 

@@ -142,9 +142,23 @@ def test_linear_3d_trilinear():
     )
 
 
+@pytest.mark.parametrize("coord", COORDS)
+@pytest.mark.parametrize("scales", [(1, 1, 2, 2), (1, 1, 0.6, 1.7)], ids=str)
+@pytest.mark.parametrize("exclude", [0, 1])
+def test_cubic(coord, scales, exclude):
+    attrs = {"mode": "cubic", "coordinate_transformation_mode": coord, "exclude_outside": exclude}
+    if exclude:
+        attrs["cubic_coeff_a"] = -0.5
+    check_op("Resize", [x4(1, 2, 5, 6), EMPTY, F(*scales)], attrs, opset=13,
+             constant_inputs=(1, 2), rtol=1e-4, atol=1e-5)  # fmt: skip
+
+
 def test_unsupported_modes():
-    with pytest.raises(UnsupportedOpError, match="cubic"):
-        ir_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)], {"mode": "cubic"}, 13, (1, 2))
+    with pytest.raises(UnsupportedOpError, match="mode 'area'"):
+        ir_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)], {"mode": "area"}, 13, (1, 2))
+    with pytest.raises(UnsupportedOpError, match="antialias"):
+        ir_node("Resize", [x4(1, 1, 4, 4), None, F(1, 1, 0.5, 0.5)],
+                {"mode": "linear", "antialias": 1}, 18, (2,))  # fmt: skip
     with pytest.raises(UnsupportedOpError, match="tf_crop_and_resize"):
         ir_node(
             "Resize",

@@ -29,7 +29,7 @@ import numpy as np
 
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
 from .loops import contiguous_strides, emit_loops, has_epilogue, linear_offset, normalize_axis
 
 __all__ = [
@@ -49,9 +49,10 @@ logger = logging.getLogger(__name__)
 class ResizePlan:
     """What the emitter needs: output shape, mode, and per-axis tables.
 
-    ``index[d]`` is ``None`` for an untouched axis, else an int64 array of source
-    indices (nearest) or of the left neighbours (linear); ``weight[d]`` is the float
-    weight of the right neighbour ``min(index + 1, in - 1)`` (linear only).
+    ``index[d]`` is ``None`` for an untouched axis. For nearest it is the int64 source
+    index of each output position ``[out]``; for linear and cubic it is ``[out, T]``:
+    the ``T`` (2 or 4) source taps of each output position, clamped into the input
+    (edge padding), with ``weight[d]`` ``[out, T]`` float32 their weights.
     """
 
     shape: tuple[int, ...]
@@ -113,6 +114,8 @@ def resize_plan(
     nearest_mode: str,
     axes=None,
     policy: str = "stretch",
+    cubic_a: float = -0.75,
+    exclude_outside: bool = False,
     where: str = "Resize",
 ) -> ResizePlan:
     """The output shape and index/weight tables of a Resize.
@@ -126,8 +129,10 @@ def resize_plan(
     """
     rank = len(in_shape)
     axes = list(range(rank)) if axes is None else [normalize_axis(a, rank, where) for a in axes]
-    if mode not in ("nearest", "linear"):
-        raise UnsupportedOpError(f"{where}: mode {mode!r} is not supported (nearest, linear)")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise UnsupportedOpError(
+            f"{where}: mode {mode!r} is not supported (nearest, linear, cubic)"
+        )
     if (scales is None) == (sizes is None):
         raise ShapeError(f"{where}: exactly one of scales and sizes must be given")
     given = scales if scales is not None else sizes
@@ -162,13 +167,37 @@ def resize_plan(
         x = source_coords(coord, n_out, n_in, scale[d])
         if mode == "nearest":
             index[d] = _nearest(x, nearest_mode, n_in)
-        else:
+            if n_in == n_out and np.array_equal(index[d], np.arange(n_out)):
+                index[d] = None
+        elif mode == "linear":
             x = np.clip(x, 0, n_in - 1)
             i0 = np.floor(x).astype(np.int64)
-            index[d], weight[d] = i0, (x - i0).astype(np.float32)
-        if mode == "nearest" and n_in == n_out and np.array_equal(index[d], np.arange(n_out)):
-            index[d] = None
+            w1 = (x - i0).astype(np.float32)
+            index[d] = np.stack([i0, np.minimum(i0 + 1, n_in - 1)], axis=1)
+            weight[d] = np.stack([np.float32(1) - w1, w1], axis=1)
+        else:
+            index[d], weight[d] = _cubic_taps(x, n_in, cubic_a, exclude_outside)
     return ResizePlan(tuple(out), mode, index, weight)
+
+
+def _cubic_taps(x: np.ndarray, n_in: int, a: float, exclude: bool):
+    """Cubic convolution taps ``floor(x) - 1 .. floor(x) + 2`` and their weights
+    (Keys' kernel with coefficient ``a``, the ONNX spec's formula); with ``exclude``
+    the taps outside the input get weight 0 and the rest are renormalized."""
+    x64 = np.asarray(x, np.float64)
+    i0 = np.floor(x64).astype(np.int64)
+    t = x64 - i0
+    d = np.stack([t + 1, t, 1 - t, 2 - t], axis=1)  # distances to the 4 taps
+    w = np.where(
+        d <= 1,
+        ((a + 2) * d - (a + 3)) * d * d + 1,
+        ((a * d - 5 * a) * d + 8 * a) * d - 4 * a,
+    )
+    taps = i0[:, None] + np.arange(-1, 3)[None, :]
+    if exclude:
+        w = np.where((taps < 0) | (taps >= n_in), 0.0, w)
+        w = w / np.where(w.sum(axis=1, keepdims=True) == 0, 1, w.sum(axis=1, keepdims=True))
+    return np.clip(taps, 0, n_in - 1), w.astype(np.float32)
 
 
 def _apply_reference(x: np.ndarray, plan: ResizePlan) -> np.ndarray:
@@ -179,9 +208,14 @@ def _apply_reference(x: np.ndarray, plan: ResizePlan) -> np.ndarray:
         if plan.mode == "nearest":
             x = np.take(x, idx, axis=d)
             continue
-        i1 = np.minimum(idx + 1, x.shape[d] - 1)
-        w = plan.weight[d].astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - d - 1))
-        x = np.take(x, idx, axis=d) * (1 - w) + np.take(x, i1, axis=d) * w
+        shape = (-1,) + (1,) * (x.ndim - d - 1)
+        acc = None
+        for t in range(idx.shape[1]):
+            term = np.take(x, idx[:, t], axis=d) * plan.weight[d][:, t].astype(x.dtype).reshape(
+                shape
+            )
+            acc = term if acc is None else acc + term
+        x = acc
     return np.array(x, order="C")
 
 
@@ -211,6 +245,8 @@ class _Resize(OpDef):
             nearest_mode=nearest,
             axes=node.attrs.get("axes"),
             policy=node.attrs.get("keep_aspect_ratio_policy", "stretch"),
+            cubic_a=node.attrs.get("cubic_coeff_a", -0.75),
+            exclude_outside=bool(node.attrs.get("exclude_outside", 0)),
             where=where,
         )
 
@@ -246,37 +282,34 @@ class _Resize(OpDef):
         ost = contiguous_strides(y.shape)
         epi = has_epilogue(ctx, len(y.shape))
         lin = [d for d, w in enumerate(plan.weight) if w is not None]
-        if len(lin) > 3:
+        taps = plan.index[lin[0]].shape[1] if lin else 1
+        if taps ** len(lin) > 64:
             raise UnsupportedOpError(
-                f"{node.op_type} (node {node.name!r}): linear resize of more than 3 axes"
+                f"{node.op_type} (node {node.name!r}): {plan.mode} resize of {len(lin)} axes"
             )
         tables = {
             d: self._table(ctx, plan, d, x.shape[d])
             for d, t in enumerate(plan.index)
-            if t is not None
+            if t is not None and d not in lin
         }
-        weights = {d: ctx.param(plan.weight[d], "resize_w") for d in lin}
-        px, ct = ctx.ptr(x), ctype(x.dtype)
+        tap_idx = {
+            d: ctx.param(plan.index[d].astype(np.int32).reshape(-1), "resize_taps") for d in lin
+        }
+        tap_w = {d: ctx.param(plan.weight[d].reshape(-1), "resize_w") for d in lin}
+        px = ctx.ptr(x)
 
         def body(o: list[str]) -> str:
-            src = []
-            for d, od in enumerate(o):
-                src.append(tables[d](od) if d in tables else od)
+            src = [tables[d](od) if d in tables else od for d, od in enumerate(o)]
             if plan.mode == "nearest":
                 val = f"{px}[{linear_offset(src, ist)}]"
             else:
                 terms = []
-                for taps in itertools.product((0, 1), repeat=len(lin)):
+                for combo in itertools.product(range(taps), repeat=len(lin)):
                     idx, w = list(src), []
-                    for d, t in zip(lin, taps):
-                        wd = f"{weights[d]}[{o[d]}]"
-                        if t:
-                            idx[d] = (
-                                f"({src[d]} + 1 < {x.shape[d]} ? {src[d]} + 1 : {x.shape[d] - 1})"
-                            )
-                            w.append(wd)
-                        else:
-                            w.append(f"(({ct})1 - {wd})")
+                    for d, t in zip(lin, combo):
+                        k = f"{o[d]}*{taps} + {t}"
+                        idx[d] = f"(int64_t){tap_idx[d]}[{k}]"
+                        w.append(f"{tap_w[d]}[{k}]")
                     terms.append(" * ".join(w + [f"{px}[{linear_offset(idx, ist)}]"]))
                 val = "(" + " + ".join(terms) + ")"
             if epi:

@@ -92,17 +92,21 @@ ML_INLINE void ml_dw_channel(const int KH, const int KW, const int SH, const int
         ml_dw_row(KH, KW, SW, DH, DW, OW, Wq, rs, plane + oh * SH * rs, w, b, y + oh * OW);
 }
 
-/* Depthwise conv of one NCHW image. w: [C][KH][KW]; bias: [C] or NULL; plane: scratch of
- * ml_dw_plane_floats(...) floats. Calls epi(epi_out, epi_b, c, c+1, 0, OH*OW) per channel. */
-ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW, int KH, int KW,
-                        int SH, int SW, int64_t PT, int64_t PL, int DH, int DW,
-                        const float* restrict x, const float* restrict w,
-                        const float* restrict bias, float* restrict y, float* restrict plane,
-                        ml_epi_fn epi, void* epi_out, int64_t epi_b) {
+/* Depthwise conv of channels c0..c1-1 of one NCHW image (a thread pool may split the
+ * channels; each part needs its own plane). w: [C][KH][KW]; bias: [C] or NULL; plane:
+ * scratch of ml_dw_plane_floats(...) floats. Calls epi(epi_out, epi_b, c, c+1, 0, OH*OW)
+ * per channel. */
+ML_UNUSED static void ml_dwconv2d_channels(int64_t c0, int64_t c1, int64_t H, int64_t W,
+                                           int64_t OH, int64_t OW, int KH, int KW, int SH,
+                                           int SW, int64_t PT, int64_t PL, int DH, int DW,
+                                           const float* restrict x, const float* restrict w,
+                                           const float* restrict bias, float* restrict y,
+                                           float* restrict plane, ml_epi_fn epi,
+                                           void* epi_out, int64_t epi_b) {
     int64_t Hp = (OH - 1) * SH + (KH - 1) * DH + 1;
     int64_t Wp = (OW - 1) * SW + (KW - 1) * DW + 1;
     int64_t Wq = (Wp + SW - 1) / SW + 2 * ML_VW; /* slack: vector reads stay inside */
-    for (int64_t c = 0; c < C; ++c) {
+    for (int64_t c = c0; c < c1; ++c) {
         const float* wc = w + c * KH * KW;
         float b = bias ? bias[c] : 0.0f;
         float* yc = y + c * OH * OW;
@@ -122,6 +126,17 @@ ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, i
             ml_dw_channel(KH, KW, SH, SW, DH, DW, OH, OW, Wq, plane, wc, b, yc);
         if (epi) epi(epi_out, epi_b, c, c + 1, 0, OH * OW);
     }
+}
+
+/* Depthwise conv of one NCHW image, all C channels (see ml_dwconv2d_channels). */
+ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                  int KH, int KW, int SH, int SW, int64_t PT, int64_t PL,
+                                  int DH, int DW, const float* restrict x,
+                                  const float* restrict w, const float* restrict bias,
+                                  float* restrict y, float* restrict plane, ml_epi_fn epi,
+                                  void* epi_out, int64_t epi_b) {
+    ml_dwconv2d_channels(0, C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, x, w, bias, y,
+                         plane, epi, epi_out, epi_b);
 }
 
 /* Floats of scratch ml_dwconv2d needs. */
@@ -166,13 +181,16 @@ ML_INLINE void ml_ukernel_direct(const int np, int64_t K, const float* restrict 
  * Output row oh, columns ow.. read base = x + oh*SH*SW*Wq + ow. Tiles never cross an output
  * row; a short last tile reads up to 2*ML_VW floats past the row (Wq has that slack).
  * a: packed A (M x K, full-K); y: [M][OH*OW]; calls epi per finished output row. */
-ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict a,
-                           const int32_t* restrict koff, const float* restrict x, int64_t SH,
-                           int64_t SW, int64_t Wq, int64_t OH, int64_t OW,
-                           const float* restrict bias, float* restrict y, ml_epi_fn epi,
-                           void* epi_out, int64_t epi_b, int64_t epi_m0) {
+ML_UNUSED static void ml_conv_direct_rows(int64_t oh0, int64_t oh1, int64_t M, int64_t K,
+                                          const float* restrict a,
+                                          const int32_t* restrict koff,
+                                          const float* restrict x, int64_t SH, int64_t SW,
+                                          int64_t Wq, int64_t OH, int64_t OW,
+                                          const float* restrict bias, float* restrict y,
+                                          ml_epi_fn epi, void* epi_out, int64_t epi_b,
+                                          int64_t epi_m0) {
     int64_t ohw = OH * OW;
-    for (int64_t oh = 0; oh < OH; ++oh) {
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
         const float* row = x + oh * SH * SW * Wq;
         for (int64_t ow = 0; ow < OW; ow += ML_NP * ML_NR) {
             int nr = (int)ML_MIN(ML_NP * ML_NR, OW - ow);
@@ -195,6 +213,17 @@ ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict
         }
         if (epi) epi(epi_out, epi_b, epi_m0, epi_m0 + M, oh * OW, (oh + 1) * OW);
     }
+}
+
+/* ml_conv_direct_rows over all OH output rows (a thread pool may split the rows). */
+ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict a,
+                                     const int32_t* restrict koff, const float* restrict x,
+                                     int64_t SH, int64_t SW, int64_t Wq, int64_t OH, int64_t OW,
+                                     const float* restrict bias, float* restrict y,
+                                     ml_epi_fn epi, void* epi_out, int64_t epi_b,
+                                     int64_t epi_m0) {
+    ml_conv_direct_rows(0, OH, M, K, a, koff, x, SH, SW, Wq, OH, OW, bias, y, epi, epi_out,
+                        epi_b, epi_m0);
 }
 
 /* Zero-pad a [C][H][W] image into dst [C][Hp][Wp], the input placed at (PT, PL); input

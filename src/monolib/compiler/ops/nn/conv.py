@@ -207,6 +207,20 @@ def _pointwise(d: dict[str, int]) -> bool:
     )
 
 
+def _plane(d: dict[str, int]) -> tuple[int, int, int, int]:
+    """(Hp, Wp, Wq, floats per channel) of the padded, phase-split image of the direct
+    path; Wq carries 32 floats of slack (the widest tile reads that far past a row)."""
+    hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
+    wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
+    wq = -(-wp // d["SW"]) + 32
+    return hp, wp, wq, hp * d["SW"] * wq
+
+
+def _direct_fits(d: dict[str, int], cg: int) -> bool:
+    """The tap offsets of the direct path are int32: the group's planes must fit."""
+    return cg * _plane(d)[3] < 2**31 - 1
+
+
 def _emit_direct(
     node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group: int, ap: str, per_group: int
 ) -> str:
@@ -217,10 +231,7 @@ def _emit_direct(
     m = node.inputs[1].shape[0]
     cg, mg = c // group, m // group
     sh, sw = d["SH"], d["SW"]
-    hp = (d["OH"] - 1) * sh + (d["KH"] - 1) * d["DH"] + 1
-    wp = (d["OW"] - 1) * sw + (d["KW"] - 1) * d["DW"] + 1
-    wq = -(-wp // sw) + 32  # slack >= the widest tile (2 panels of 16)
-    plane = hp * sw * wq
+    hp, wp, wq, plane = _plane(d)
     ci, ky, kx = np.meshgrid(np.arange(cg), np.arange(d["KH"]), np.arange(d["KW"]), indexing="ij")
     koff = (
         (ci * plane + ky * d["DH"] * sw * wq + ((kx * d["DW"]) % sw) * wq + (kx * d["DW"]) // sw)
@@ -302,7 +313,7 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
     ohw = d["OH"] * d["OW"]
     ap, per_group, code = _weights(node, ctx, group, mg, k)
     folded = n > 1 and ohw < FOLD_BATCH_BELOW
-    if not folded and mg < DIRECT_BELOW and not _pointwise(d):
+    if not folded and mg < DIRECT_BELOW and not _pointwise(d) and _direct_fits(d, cg):
         return code + _emit_direct(node, ctx, d, epi, group, ap, per_group)
     bsrc, pad = _b_source(node, ctx, d, folded)
     cols = n * ohw if folded else ohw

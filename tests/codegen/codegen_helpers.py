@@ -226,6 +226,24 @@ class TOpaque(OpDef):
         return f"  for (int64_t i = 0; i < {y.size}; ++i) {ctx.ptr(y)}[i] = {ctx.ptr(x)}[i];"
 
 
+@register
+class TBroken(OpDef):
+    """An emitter that fails: with a MonolibError, or with a plain bug."""
+
+    op_type = "TBroken"
+    domain = D
+
+    def infer(self, node):
+        return [(node.inputs[0].shape, node.inputs[0].dtype)]
+
+    def emit(self, node, ctx):
+        from monolib.runtime.errors import UnsupportedOpError
+
+        if node.attrs.get("kind") == "unsupported":
+            raise UnsupportedOpError("dtype float16 is not supported")
+        raise KeyError("oops")
+
+
 class GraphBuilder:
     """Build a typed :class:`Graph` of test ops and evaluate it with the references."""
 

@@ -240,22 +240,8 @@ def test_fusion_of_graph_without_nodes():
 def test_emitter_errors_name_the_node():
     from codegen_helpers import D
 
-    from monolib.compiler.ir import Node, Value
-    from monolib.compiler.ops.base import OpDef, register
+    from monolib.compiler.ir import Graph, Node, Value
     from monolib.runtime.errors import CompileError, UnsupportedOpError
-
-    @register
-    class TBroken(OpDef):
-        op_type = "TBroken"
-        domain = D
-
-        def infer(self, node):
-            return [(node.inputs[0].shape, node.inputs[0].dtype)]
-
-        def emit(self, node, ctx):
-            if node.attrs.get("kind") == "unsupported":
-                raise UnsupportedOpError("dtype float16 is not supported")
-            raise KeyError("oops")
 
     for kind, err, msg in (
         ("unsupported", UnsupportedOpError, "float16"),
@@ -264,7 +250,5 @@ def test_emitter_errors_name_the_node():
         x = Value("x", (2,), np.float32)
         y = Value("y", (2,), np.float32)
         node = Node("TBroken", "broken_7", [x], [y], {"kind": kind}, domain=D, opset=1)
-        from monolib.compiler.ir import Graph
-
         with pytest.raises(err, match=f"broken_7.*{msg}"):
             lower(Graph("g", [x], [y], [node]))

@@ -29,7 +29,7 @@ import numpy as np
 
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OpDef, OutType, ctype, register
 from .loops import contiguous_strides, emit_loops, has_epilogue, linear_offset, normalize_axis
 
 __all__ = [
@@ -281,6 +281,10 @@ class _Resize(OpDef):
         ist = contiguous_strides(x.shape)
         ost = contiguous_strides(y.shape)
         epi = has_epilogue(ctx, len(y.shape))
+        if not epi:
+            fast = self._emit_integer_upsample(ctx, plan, x, y)
+            if fast:
+                return fast
         lin = [d for d, w in enumerate(plan.weight) if w is not None]
         taps = plan.index[lin[0]].shape[1] if lin else 1
         if taps ** len(lin) > 64:
@@ -317,6 +321,48 @@ class _Resize(OpDef):
             return f"{ctx.ptr(y)}[{linear_offset(o, ost)}] = {val};"
 
         return emit_loops(ctx, y.shape, body)
+
+    def _emit_integer_upsample(self, ctx: EmitContext, plan: ResizePlan, x, y) -> str:
+        """Nearest upsampling of the last two dims by integer factors (the FPN's 2x):
+        each input row is widened once, then copied ``fy - 1`` times with ``memcpy``.
+        ``""`` when the plan is not of that form."""
+        rank = len(x.shape)
+        if (
+            plan.mode != "nearest"
+            or rank < 2
+            or any(plan.index[d] is not None for d in range(rank - 2))
+        ):
+            return ""
+        f = []
+        for d in (rank - 2, rank - 1):
+            idx, n_in = plan.index[d], x.shape[d]
+            if idx is None:
+                f.append(1)
+                continue
+            n_out = len(idx)
+            if (
+                n_in == 0
+                or n_out % n_in
+                or not np.array_equal(idx, np.arange(n_out) // (n_out // n_in))
+            ):
+                return ""
+            f.append(n_out // n_in)
+        fy, fx = f
+        h, w = x.shape[-2:]
+        ow = w * fx
+        outer = int(np.prod(x.shape[:-2], dtype=np.int64))
+        ct = ctype(y.dtype)
+        r, j, k, q = (ctx.unique(p) for p in ("r", "j", "k", "q"))
+        orow, irow = ctx.unique("orow"), ctx.unique("irow")
+        return (
+            f"for (int64_t {r} = 0; {r} < {outer * h}; ++{r}) {{\n"
+            f"{ct}* {orow} = {ctx.ptr(y)} + {r}*{fy * ow};\n"
+            f"const {ct}* {irow} = {ctx.ptr(x)} + {r}*{w};\n"
+            f"for (int64_t {j} = 0; {j} < {w}; ++{j}) for (int64_t {k} = 0; {k} < {fx}; ++{k}) "
+            f"{orow}[{j}*{fx} + {k}] = {irow}[{j}];\n"
+            f"for (int64_t {q} = 1; {q} < {fy}; ++{q}) "
+            f"memcpy({orow} + {q}*{ow}, {orow}, {ow * y.dtype.itemsize});\n}}"
+        )
 
     def _table(self, ctx: EmitContext, plan: ResizePlan, d: int, n_in: int):
         """A function from the output loop variable to the C source index."""

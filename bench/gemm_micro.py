@@ -54,6 +54,8 @@ SHAPES = [
     (40, 6625, 120),  # rec head
     (100, 100, 16),  # attention-like small
     (37, 53, 71),  # odd sizes
+    (1, 512, 128),  # GEMV: LSTM input projection, one step
+    (1, 1000, 1024),  # GEMV: classifier head
 ]
 
 

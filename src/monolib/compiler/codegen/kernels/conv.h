@@ -172,7 +172,7 @@ ML_INLINE void ml_ukernel_direct(const int np, int64_t K, const float* restrict 
             for (int j = 0; j < np * ML_NV; ++j) acc[r][j] += av * bv[j];
         }
     }
-    ml_store_tile(np, acc, c, ldc, mr, nr, 1.0f, load_c, bias_m, 0);
+    ml_store_tile(np, ML_MR, acc, c, ldc, mr, nr, 1.0f, load_c, bias_m, 0);
 }
 
 /* Convolution of one image (one group) without im2col: x is the image padded and split

@@ -170,12 +170,13 @@ static inline void ml_pack_b_full(const ml_bsrc* s, int64_t K, int64_t N, float*
     }
 }
 
-/* Finish one tile: C = alpha*acc + (C | bias), on a full tile with vectors, else scalars. */
-ML_INLINE void ml_store_tile(const int np, ml_vf acc[ML_MR][ML_NP * ML_NV], float* restrict c,
-                             int64_t ldc, int mr, int nr, float alpha, int load_c,
-                             const float* bias_m, const float* bias_n) {
-    if (mr == ML_MR && nr == np * ML_NR) {
-        for (int r = 0; r < ML_MR; ++r)
+/* Finish one tile of `rows` computed rows: C = alpha*acc + (C | bias), with vectors on a
+ * full tile, else with scalars. */
+ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_NP * ML_NV],
+                             float* restrict c, int64_t ldc, int mr, int nr, float alpha,
+                             int load_c, const float* bias_m, const float* bias_n) {
+    if (mr == rows && nr == np * ML_NR) {
+        for (int r = 0; r < rows; ++r)
             for (int j = 0; j < np * ML_NV; ++j) {
                 ml_vf* cp = (ml_vf*)(c + r * ldc + j * ML_VW);
                 ml_vf v = acc[r][j] * alpha;
@@ -189,7 +190,7 @@ ML_INLINE void ml_store_tile(const int np, ml_vf acc[ML_MR][ML_NP * ML_NV], floa
         return;
     }
     float t[ML_MR][ML_NP * ML_NR] __attribute__((aligned(64)));
-    for (int r = 0; r < ML_MR; ++r)
+    for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) *(ml_vf*)&t[r][j * ML_VW] = acc[r][j];
     for (int r = 0; r < mr; ++r)
         for (int j = 0; j < nr; ++j) {
@@ -203,26 +204,45 @@ ML_INLINE void ml_store_tile(const int np, ml_vf acc[ML_MR][ML_NP * ML_NV], floa
         }
 }
 
-/* The micro-kernel: an MR x np*NR tile over kc; b points at np panels bps floats apart. */
-ML_INLINE void ml_ukernel(const int np, int64_t kc, const float* restrict a,
+/* The micro-kernel: a rows x np*NR tile (rows <= MR, the first rows of an A panel) over
+ * kc; b points at np panels bps floats apart. */
+ML_INLINE void ml_ukernel(const int np, const int rows, int64_t kc, const float* restrict a,
                           const float* restrict b, int64_t bps, float* restrict c, int64_t ldc,
                           int mr, int nr, float alpha, int load_c, const float* bias_m,
                           const float* bias_n) {
     ml_vf acc[ML_MR][ML_NP * ML_NV];
-    for (int r = 0; r < ML_MR; ++r)
+    for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) acc[r][j] = (ml_vf){0};
     for (int64_t k = 0; k < kc; ++k) {
         ml_vf bv[ML_NP * ML_NV];
         for (int p = 0; p < np; ++p)
             for (int v = 0; v < ML_NV; ++v)
                 bv[p * ML_NV + v] = *(const ml_vf*)(b + p * bps + k * ML_NR + v * ML_VW);
-        for (int r = 0; r < ML_MR; ++r) {
+        for (int r = 0; r < rows; ++r) {
             /* x - 0.0f folds to a plain broadcast (x + 0.0f would not: -0.0f). */
             ml_vf av = a[k * ML_MR + r] - (ml_vf){0};
             for (int j = 0; j < np * ML_NV; ++j) acc[r][j] += av * bv[j];
         }
     }
-    ml_store_tile(np, acc, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
+    ml_store_tile(np, rows, acc, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
+}
+
+/* The micro-kernel specialised for the row count of the tile (short last panels do not
+ * pay for MR rows: M = 1 is a GEMV at full width). */
+ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a,
+                               const float* restrict b, int64_t bps, float* restrict c,
+                               int64_t ldc, int mr, int nr, float alpha, int load_c,
+                               const float* bias_m, const float* bias_n) {
+#define ML_UK_(rows) ml_ukernel(np, rows, kc, a, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
+    switch (mr) {
+    case 1: ML_UK_(1); break;
+    case 2: ML_UK_(2); break;
+    case 3: ML_UK_(3); break;
+    case 4: ML_UK_(4); break;
+    case 5: ML_UK_(5); break;
+    default: ML_UK_(ML_MR); break;
+    }
+#undef ML_UK_
 }
 
 /* Call the epilogue on rows m0..m1 (GEMM rows), columns n0..n1, splitting folded batches. */
@@ -264,9 +284,9 @@ static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, 
             float* c = g->c + m * g->ldc + jc + jr;
             const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
             if (nr > ML_NR)
-                ml_ukernel(ML_NP, kc, a, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn);
+                ml_ukernel_rows(ML_NP, kc, a, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn);
             else
-                ml_ukernel(1, kc, a, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn);
+                ml_ukernel_rows(1, kc, a, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn);
         }
     }
 }

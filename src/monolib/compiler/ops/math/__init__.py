@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (registration side effects)
     cumsum,
     logic,
     norm,
+    quantize,
     reduce,
     softmax,
     special,

@@ -1,0 +1,157 @@
+"""Linear (de)quantization: ``QuantizeLinear`` and ``DequantizeLinear`` (10, 13, 19,
+21), per tensor or per axis.
+
+ONNX specs: ``DequantizeLinear``: ``y = (x - zero_point) * scale`` (float32 out);
+``QuantizeLinear``: ``y = saturate(round_half_even(x / scale) + zero_point)`` into the
+zero point's type (uint8 without one; ``output_dtype`` from 21). ``scale`` and
+``zero_point`` are scalars or 1-D along ``axis`` (13+). Blocked quantization
+(``block_size`` > 0) and the float8/int4 types are not supported.
+
+With constant inputs (QDQ models' weights) these fold at compile time; at run time
+they are one loop over ``[outer, C, inner]``, like ONNX Runtime's kernels (division
+for Quantize, ``nearbyint`` rounding in the default mode).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar
+
+import numpy as np
+
+from ....runtime.errors import ShapeError, UnsupportedOpError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..tensor.loops import flat_index_exprs, normalize_axis
+from .cast import onnx_dtype
+from .reduce import flat_groups
+
+__all__ = ["DequantizeLinear", "QuantizeLinear"]
+
+logger = logging.getLogger(__name__)
+
+_QTYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32)}
+
+
+class _Linear(OpDef):
+    """Shared shape logic: the per-axis view ``[outer, C, inner]``."""
+
+    quantize: ClassVar[bool] = False
+
+    def _where(self, node: Node) -> str:
+        return f"{self.op_type} (node {node.name!r})"
+
+    def view(self, node: Node) -> tuple[int, int, int]:
+        x, scale = node.inputs[0], node.inputs[1]
+        if node.attrs.get("block_size", 0):
+            raise UnsupportedOpError(f"{self._where(node)}: blocked quantization is not supported")
+        if scale.size == 1 and len(scale.shape) <= 1:
+            return x.size, 1, 1
+        if len(scale.shape) != 1:
+            raise ShapeError(
+                f"{self._where(node)}: scale must be a scalar or 1-D, got {list(scale.shape)}"
+            )
+        a = normalize_axis(node.attrs.get("axis", 1), len(x.shape), self._where(node))
+        if x.shape[a] != scale.size:
+            raise ShapeError(
+                f"{self._where(node)}: {scale.size} scales for dim {a} of size {x.shape[a]}"
+            )
+        outer = int(np.prod(x.shape[:a], dtype=np.int64))
+        inner = int(np.prod(x.shape[a + 1 :], dtype=np.int64))
+        return outer, x.shape[a], inner
+
+    def epilogue_groups(self, node: Node):
+        return flat_groups(len(node.outputs[0].shape))
+
+    def _params(self, node: Node, inputs):
+        outer, c, inner = self.view(node)
+        scale = inputs[1].reshape(1, c, 1)
+        zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+        zp = np.zeros((1, c, 1), np.int64) if zp is None else zp.reshape(1, c, 1).astype(np.int64)
+        return inputs[0].reshape(outer, c, inner), scale, zp
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        x, scale, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        if x.size == 0:
+            return ""
+        outer, c, inner = self.view(node)
+        zp = node.input(2)
+        o, k, i = ctx.unique("o"), ctx.unique("c"), ctx.unique("i")
+        flat = f"({o}*{c} + {k})*{inner} + {i}"
+        xv, sv = f"{ctx.ptr(x)}[{flat}]", f"{ctx.ptr(scale)}[{k}]"
+        zv = f"(int32_t){ctx.ptr(zp)}[{k}]" if zp is not None else "0"
+        val = self._c_value(node, xv, sv, zv)
+        store = ctx.output_expr(val, flat_index_exprs(flat, y.shape))
+        return (
+            f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) for (int64_t {k} = 0; {k} < {c}; ++{k})\n"
+            f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {ctx.ptr(y)}[{flat}] = {store};"
+        )
+
+    def _c_value(self, node: Node, xv: str, sv: str, zv: str) -> str:
+        raise NotImplementedError
+
+
+@register
+class DequantizeLinear(_Linear):
+    """``DequantizeLinear``: int8/uint8/int16/uint16/int32 to float32."""
+
+    op_type, since_version = "DequantizeLinear", 10
+
+    def infer(self, node: Node) -> list[OutType]:
+        x, scale = node.inputs[0], node.inputs[1]
+        if x.dtype not in _QTYPES or scale.dtype != np.float32:
+            raise UnsupportedOpError(
+                f"{self._where(node)}: x {x.dtype} / scale {scale.dtype} is not supported "
+                "(8/16/32-bit integers, float32 scale)"
+            )
+        self.view(node)
+        return [(x.shape, np.dtype(np.float32))]
+
+    def reference(self, node: Node, inputs):
+        x, scale, zp = self._params(node, inputs)
+        y = (x.astype(np.int64) - zp).astype(np.float32) * scale
+        return [y.astype(np.float32).reshape(node.inputs[0].shape)]
+
+    def _c_value(self, node: Node, xv: str, sv: str, zv: str) -> str:
+        return f"((float)((int64_t){xv} - {zv}) * {sv})"
+
+
+@register
+class QuantizeLinear(_Linear):
+    """``QuantizeLinear``: float32 to int8/uint8 (int16/uint16 from 21), saturating."""
+
+    op_type, since_version = "QuantizeLinear", 10
+
+    def _out_dtype(self, node: Node) -> np.dtype:
+        zp = node.input(2)
+        if zp is not None:
+            return zp.dtype
+        od = node.attrs.get("output_dtype", 0)
+        return onnx_dtype(od, self._where(node)) if od else np.dtype(np.uint8)
+
+    def infer(self, node: Node) -> list[OutType]:
+        x, scale = node.inputs[0], node.inputs[1]
+        dt = self._out_dtype(node)
+        if (
+            dt not in _QTYPES - {np.dtype(np.int32)}
+            or x.dtype != np.float32
+            or scale.dtype != np.float32
+        ):
+            raise UnsupportedOpError(
+                f"{self._where(node)}: {x.dtype} -> {dt} with a {scale.dtype} scale is not supported"
+            )
+        self.view(node)
+        return [(x.shape, dt)]
+
+    def reference(self, node: Node, inputs):
+        x, scale, zp = self._params(node, inputs)
+        dt = self._out_dtype(node)
+        info = np.iinfo(dt)
+        q = np.rint(x / scale).astype(np.float64) + zp
+        return [np.clip(q, info.min, info.max).astype(dt).reshape(node.inputs[0].shape)]
+
+    def _c_value(self, node: Node, xv: str, sv: str, zv: str) -> str:
+        dt = self._out_dtype(node)
+        info = np.iinfo(dt)
+        q = f"(nearbyintf({xv} / {sv}) + (float)({zv}))"
+        return f"(({ctype(dt)})({q} < {info.min}.0f ? {info.min}.0f : ({q} > {info.max}.0f ? {info.max}.0f : {q})))"

@@ -25,6 +25,7 @@ __all__ = [
     "check_case",
     "load_cases",
     "primary_op",
+    "supported_ops",
     "unsupported_reason",
 ]
 
@@ -33,6 +34,15 @@ logger = logging.getLogger(__name__)
 #: Tensor element types monolib has a C type for (``compiler/ops/base.py``).
 SUPPORTED_DTYPES = {"float32", "float64", "int64", "int32", "int16", "int8", "uint64",
                     "uint32", "uint16", "uint8", "bool"}
+
+
+def supported_ops() -> set[str]:
+    """Default-domain op types monolib compiles: the op registry plus the ops the
+    frontend resolves itself (Constant, Identity, Dropout, Shape, Size, If)."""
+    from .compiler.frontend.support import FRONTEND_OPS
+    from .compiler.ops import registered_ops
+
+    return {op for (domain, op) in registered_ops() if domain == ""} | set(FRONTEND_OPS)
 
 
 @dataclass

@@ -99,9 +99,10 @@ def c_literal(value: Any, dtype: Any) -> str:
             return "NAN"
         if np.isinf(v):
             return "INFINITY" if v > 0 else "(-INFINITY)"
-        if dt == np.float32:
-            return f"{np.float32(v).item():.9g}f".replace("inff", "INFINITY")
-        return repr(v)
+        text = f"{np.float32(v).item():.9g}" if dt == np.float32 else repr(v)
+        if not any(c in text for c in ".en"):
+            text += ".0"  # "0f" is not a C literal; "0.0f" is
+        return text + "f" if dt == np.float32 else text
     if dt.kind == "b":
         return "1" if value else "0"
     if dt == np.int64:

@@ -147,3 +147,18 @@ def test_fit_opset_moves_unchanged_ops_into_range():
                   [_f32("y", [2])], opset=7)
     assert fit_opset(relu).opset_import[0].version == 11
     assert relu.opset_import[0].version == 7  # the caller's model is not changed
+
+
+def test_fit_opset_uses_the_version_converter_for_type_only_changes():
+    from monolib.onnx_backend import fit_opset
+
+    # Selu's version 22 only added bfloat16: ONNX's converter takes it back to 21
+    selu = _model([helper.make_node("Selu", ["x"], ["y"])], [_f32("x", [3])],
+                  [_f32("y", [3])], opset=22)
+    fitted = fit_opset(selu)
+    assert fitted.opset_import[0].version == 21
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    (y,) = MonolibBackend.run_model(selu, [x])
+    alpha, gamma = 1.67326319217681884765625, 1.05070102214813232421875
+    np.testing.assert_allclose(y, np.where(x > 0, gamma * x, gamma * alpha * (np.exp(x) - 1)),
+                               rtol=1e-6)

@@ -220,3 +220,17 @@ MORE = [
 def test_more_tensor_ops_match_ort(case):
     op, ins, attrs, opset, consts = case
     check_op(op, ins, attrs, opset=opset, constant_inputs=consts)
+
+
+TOPK = [
+    (f32(3, 7), 3, {"axis": 1}, 11),
+    (R.integers(0, 4, (4, 6)).astype(np.float32), 4, {"axis": 0}, 11),  # ties
+    (R.integers(0, 4, (2, 5, 3)).astype(np.float32), 2, {"axis": 1, "largest": 0}, 11),
+    (R.integers(-9, 9, (3, 8)).astype(np.int64), 8, {"axis": -1}, 11),
+    (f32(10), 1, {}, 10),
+]
+
+
+@pytest.mark.parametrize("x,k,attrs,opset", TOPK, ids=[f"topk{i}" for i in range(len(TOPK))])
+def test_topk(x, k, attrs, opset):
+    check_op("TopK", [x, I64(k)], attrs, opset=opset, constant_inputs=(1,), n_outputs=2)

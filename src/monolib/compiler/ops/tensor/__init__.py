@@ -17,6 +17,7 @@ from . import (  # noqa: F401  (registration side effects)
     shape,
     slice,
     split,
+    topk,
     transpose,
     trilu,
 )

@@ -39,7 +39,9 @@ class GatherElements(OpDef):
         if len(idx.shape) != len(data.shape) or any(
             i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != a
         ):
-            raise ShapeError(f"{where}: indices {list(idx.shape)} do not fit data {list(data.shape)}")
+            raise ShapeError(
+                f"{where}: indices {list(idx.shape)} do not fit data {list(data.shape)}"
+            )
         if idx.is_const and idx.size:
             dim = data.shape[a]
             if idx.const.min() < -dim or idx.const.max() >= dim:

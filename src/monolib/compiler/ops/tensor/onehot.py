@@ -35,7 +35,9 @@ class OneHot(OpDef):
     def _depth(self, node: Node) -> int:
         v = node.inputs[1]
         if v.const is None or v.size != 1 or float(v.const.reshape(-1)[0]) < 1:
-            raise ShapeError(f"OneHot (node {node.name!r}): depth must be a positive constant scalar")
+            raise ShapeError(
+                f"OneHot (node {node.name!r}): depth must be a positive constant scalar"
+            )
         return int(v.const.reshape(-1)[0])
 
     def _axis(self, node: Node) -> int:

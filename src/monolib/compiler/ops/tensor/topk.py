@@ -1,0 +1,98 @@
+"""ONNX ``TopK`` (10, 11): the ``K`` largest (``largest=1``) or smallest elements along
+``axis`` and their int64 indices, sorted; equal values keep the lower index first (the
+spec's tie rule). ``K`` must be a compile-time constant (it is a shape).
+
+The emitter keeps a sorted buffer of the best ``K`` per (outer, inner) position and
+inserts each element by shifting (``O(n K)``, fine for the small ``K`` of
+classification heads and detectors)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....runtime.errors import ShapeError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, ctype, register
+from .loops import const_ints, normalize_axis
+
+__all__ = ["TopK"]
+
+logger = logging.getLogger(__name__)
+
+
+@register
+class TopK(OpDef):
+    """``TopK``: outputs ``Values`` (input dtype) and ``Indices`` (int64).
+
+    Raises
+    ------
+    ShapeError
+        When ``K`` is not a constant in ``[0, dim]``.
+    """
+
+    op_type, since_version = "TopK", 10
+
+    def _view(self, node: Node) -> tuple[int, int, int, int, int]:
+        x = node.inputs[0]
+        where = f"TopK (node {node.name!r})"
+        a = normalize_axis(node.attrs["axis"], len(x.shape), where)
+        k = const_ints(node, 1, "K")
+        if k is None or len(k) != 1 or not 0 <= k[0] <= x.shape[a]:
+            raise ShapeError(f"{where}: K must be a constant in [0, {x.shape[a]}], got {k}")
+        outer = int(np.prod(x.shape[:a], dtype=np.int64))
+        inner = int(np.prod(x.shape[a + 1 :], dtype=np.int64))
+        return a, outer, x.shape[a], inner, k[0]
+
+    def infer(self, node: Node) -> list[OutType]:
+        x = node.inputs[0]
+        a, _, _, _, k = self._view(node)
+        shape = x.shape[:a] + (k,) + x.shape[a + 1 :]
+        return [(shape, x.dtype), (shape, np.dtype(np.int64))][: max(len(node.outputs), 1)]
+
+    def reference(self, node: Node, inputs):
+        x = inputs[0]
+        a, _, _, _, k = self._view(node)
+        key = -x if node.attrs.get("largest", 1) else x
+        if x.dtype.kind in "ub" and node.attrs.get("largest", 1):
+            key = -x.astype(np.int64)
+        order = np.argsort(key, axis=a, kind="stable")
+        idx = np.take(order, np.arange(k), axis=a)
+        return [np.take_along_axis(x, idx, axis=a), idx.astype(np.int64)]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        x = node.inputs[0]
+        _, outer, n, inner, k = self._view(node)
+        if k == 0 or outer * inner == 0:
+            return ""
+        ct = ctype(x.dtype)
+        better = ">" if node.attrs.get("largest", 1) else "<"
+        o, i, j, p = (ctx.unique(s) for s in ("o", "i", "j", "p"))
+        bv, bi, cnt, v = ctx.unique("bv"), ctx.unique("bi"), ctx.unique("cnt"), ctx.unique("v")
+        vals = ctx.ptr(node.outputs[0])
+        idxs = (
+            ctx.ptr(node.outputs[1])
+            if len(node.outputs) > 1 and node.outputs[1] is not None
+            else None
+        )
+        out_off = f"({o}*{k} + {p})*{inner} + {i}"
+        stores = f"{vals}[{out_off}] = {bv}[{p}];" + (
+            f" {idxs}[{out_off}] = {bi}[{p}];" if idxs else ""
+        )
+        # strict comparison: a later equal element never passes an earlier one
+        return (
+            f"{ct}* {bv} = ({ct}*){ctx.scratch(k * x.dtype.itemsize)};\n"
+            f"int64_t* {bi} = (int64_t*){ctx.scratch(k * 8)};\n"
+            f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{\n"
+            f"  int64_t {cnt} = 0;\n"
+            f"  for (int64_t {j} = 0; {j} < {n}; ++{j}) {{\n"
+            f"    {ct} {v} = {ctx.ptr(x)}[({o}*{n} + {j})*{inner} + {i}];\n"
+            f"    if ({cnt} == {k} && !({v} {better} {bv}[{k - 1}])) continue;\n"
+            f"    int64_t {p} = {cnt} < {k} ? {cnt}++ : {k - 1};\n"
+            f"    while ({p} > 0 && {v} {better} {bv}[{p} - 1]) {{ {bv}[{p}] = {bv}[{p} - 1]; {bi}[{p}] = {bi}[{p} - 1]; --{p}; }}\n"
+            f"    {bv}[{p}] = {v}; {bi}[{p}] = {j};\n"
+            f"  }}\n"
+            f"  for (int64_t {p} = 0; {p} < {k}; ++{p}) {{ {stores} }}\n"
+            f"}}"
+        )

@@ -234,3 +234,30 @@ TOPK = [
 @pytest.mark.parametrize("x,k,attrs,opset", TOPK, ids=[f"topk{i}" for i in range(len(TOPK))])
 def test_topk(x, k, attrs, opset):
     check_op("TopK", [x, I64(k)], attrs, opset=opset, constant_inputs=(1,), n_outputs=2)
+
+
+SCATTER = [
+    ("ScatterElements", [f32(3, 4), I64([1, 0, 2], [0, 2, 1]), f32(2, 3)], {"axis": 0}, 11),
+    (
+        "ScatterElements",
+        [f32(3, 4), I64([1, -1], [0, 3]), f32(2, 2)],
+        {"axis": 1, "reduction": "add"},
+        16,
+    ),
+    (
+        "ScatterElements",
+        [f32(3, 4), I64([1, 1], [0, 0]), f32(2, 2)],
+        {"axis": 1, "reduction": "max"},
+        18,
+    ),
+    ("ScatterND", [f32(4, 3), I64([1], [3]), f32(2, 3)], {}, 11),
+    ("ScatterND", [f32(2, 3, 4), I64([0, 1], [1, -1]), f32(2, 4)], {}, 13),
+    ("ScatterND", [f32(4, 3), I64([1], [1]), f32(2, 3)], {"reduction": "mul"}, 16),
+]
+
+
+@pytest.mark.parametrize(
+    "op,ins,attrs,opset", SCATTER, ids=[f"{c[0]}{i}" for i, c in enumerate(SCATTER)]
+)
+def test_scatter(op, ins, attrs, opset):
+    check_op(op, ins, attrs, opset=opset)

@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (registration side effects)
     pad,
     reshape,
     resize,
+    scatter,
     shape,
     slice,
     split,

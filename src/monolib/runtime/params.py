@@ -19,6 +19,7 @@ crash. :func:`params_blob` packs tensors into a factory's params blob (what
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import mmap
@@ -313,7 +314,7 @@ def load_params(source: Any) -> dict[str, np.ndarray]:
 def _check_overlap(entries: dict, where: str) -> None:
     """ParamsError if two non-empty tensors share bytes (the format packs them)."""
     spans = sorted((b, e, n) for n, (_, _, b, e) in entries.items() if e > b)
-    for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
+    for (_, e0, n0), (b1, _, n1) in itertools.pairwise(spans):
         if b1 < e0:
             raise ParamsError(f"{where}: tensors {n0!r} and {n1!r} overlap (at byte {b1})")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import itertools
 import json
 import logging
 import math
@@ -48,7 +49,7 @@ NODE_W, NODE_H = 210, 50  # px of a node box
 GAP_X, GAP_Y = 36, 46  # px between boxes, between layers
 SWEEPS = 6  # barycentre sweeps (down and up each)
 DUMMY_W, DUMMY_GAP = 8, 10  # px of the slot a long edge takes in a layer it crosses
-MAX_SPAN = 300  # layers; a longer edge is one curve (no slots: keeps big graphs fast)
+MAX_SPAN = 100_000  # layers; a longer edge is one curve (bounds the work on huge graphs)
 
 
 class VisualizeError(MonolibError, ValueError):
@@ -86,7 +87,9 @@ def read_graphs(path: str) -> tuple[dict, dict[str, dict]]:
             try:
                 out[str(i)] = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError) as exc:
-                raise ContainerError(f"{container.source}: graph JSON of module {i}: {exc}") from None
+                raise ContainerError(
+                    f"{container.source}: graph JSON of module {i}: {exc}"
+                ) from None
         return out
 
     report = inspect_library(path)
@@ -121,20 +124,42 @@ def _vertices(graph: dict) -> tuple[list[dict], dict[str, int]]:
     producer: dict[str, int] = {}
     for t in graph.get("inputs", []):
         producer[t["name"]] = len(verts)
-        verts.append({"kind": "input", "name": t["name"], "shape": t.get("shape"),
-                      "dtype": t.get("dtype", "")})  # fmt: skip
+        verts.append(
+            {
+                "kind": "input",
+                "name": t["name"],
+                "shape": t.get("shape"),
+                "dtype": t.get("dtype", ""),
+            }
+        )
     for i, n in enumerate(graph.get("nodes", [])):
         if not isinstance(n, dict) or "name" not in n:
             raise VisualizeError(f"graph {graph.get('name', '')!r}: node {i} is malformed")
         for t in n.get("outputs", []):
             producer[t] = len(verts)
-        verts.append({"kind": "op", "index": i, "name": n["name"], "op": n.get("op", "?"),
-                      "fused": list(n.get("fused", [])), "shape": n.get("shape"),
-                      "dtype": n.get("dtype", ""), "inputs": list(n.get("inputs", [])),
-                      "outputs": list(n.get("outputs", []))})  # fmt: skip
+        verts.append(
+            {
+                "kind": "op",
+                "index": i,
+                "name": n["name"],
+                "op": n.get("op", "?"),
+                "fused": list(n.get("fused", [])),
+                "shape": n.get("shape"),
+                "dtype": n.get("dtype", ""),
+                "inputs": list(n.get("inputs", [])),
+                "outputs": list(n.get("outputs", [])),
+            }
+        )
     for t in graph.get("outputs", []):
-        verts.append({"kind": "output", "name": t["name"], "shape": t.get("shape"),
-                      "dtype": t.get("dtype", ""), "inputs": [t["name"]]})  # fmt: skip
+        verts.append(
+            {
+                "kind": "output",
+                "name": t["name"],
+                "shape": t.get("shape"),
+                "dtype": t.get("dtype", ""),
+                "inputs": [t["name"]],
+            }
+        )
     return verts, producer
 
 
@@ -157,12 +182,20 @@ def _edges(verts: list[dict], producer: dict[str, int], graph: dict) -> list[dic
                 continue  # a param or a constant folded into the code
             p, found = verts[i], True
             first = p["kind"] == "input" or (p.get("outputs") or [None])[0] == aliases.get(t, t)
-            edges.append({"s": i, "d": j, "t": t, "shape": p["shape"] if first else None,
-                          "dtype": p["dtype"] if first else ""})  # fmt: skip
+            edges.append(
+                {
+                    "s": i,
+                    "d": j,
+                    "t": t,
+                    "shape": p["shape"] if first else None,
+                    "dtype": p["dtype"] if first else "",
+                }
+            )
         orphans = [t for t in v.get("inputs", []) if t not in params and t not in producer]
         if not found and v["kind"] == "op" and orphans and j > 0 and verts[j - 1]["kind"] == "op":
-            edges.append({"s": j - 1, "d": j, "t": orphans[0], "shape": None, "dtype": "",
-                          "guess": True})  # fmt: skip
+            edges.append(
+                {"s": j - 1, "d": j, "t": orphans[0], "shape": None, "dtype": "", "guess": True}
+            )
     return edges
 
 
@@ -199,7 +232,7 @@ def _order(layers: list[int], chains: list[list[int]]) -> list[list[int]]:
     preds: list[list[int]] = [[] for _ in layers]
     succs: list[list[int]] = [[] for _ in layers]
     for chain in chains:
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             preds[b].append(a)
             succs[a].append(b)
     pos = [0.0] * len(layers)
@@ -224,7 +257,7 @@ def _place(rows: list[list[int]], nreal: int, chains: list[list[int]]) -> list[f
     pushed right as little as needed to keep the layer's order without overlap."""
     preds: dict[int, list[int]] = {}
     for chain in chains:
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             preds.setdefault(b, []).append(a)
     x = [0.0] * (nreal + sum(len(c) - 2 for c in chains))
     for row in rows:
@@ -278,7 +311,14 @@ def layout_graph(graph: dict, profile: Any = None) -> dict:
     for v, vert in enumerate(verts):
         vert["x"], vert["y"] = round(x[v], 1), y[v]
     for e, chain in zip(edges, chains):
-        e["pts"] = [[round(x[v], 1), y[v]] for v in chain]
+        pts = [[round(x[v], 1), y[v]] for v in chain]
+        # Inner points of a vertical run add nothing to the drawn curve: drop them.
+        keep = [
+            0,
+            *(k for k in range(1, len(pts) - 1) if not pts[k - 1][0] == pts[k][0] == pts[k + 1][0]),
+            len(pts) - 1,
+        ]
+        e["pts"] = [pts[k] for k in keep]
     _attach_params(graph, verts)
     total = sum(times.get(v["name"], 0.0) for v in verts if v["kind"] == "op")
     for v in verts:
@@ -287,8 +327,9 @@ def layout_graph(graph: dict, profile: Any = None) -> dict:
             v["share"] = v["time"] / total if total else 0.0
     unknown = set(times) - {v["name"] for v in verts if v["kind"] == "op"}
     if unknown:
-        logger.warning("profile names %d nodes not in the graph, e.g. %s", len(unknown),
-                       sorted(unknown)[:3])  # fmt: skip
+        logger.warning(
+            "profile names %d nodes not in the graph, e.g. %s", len(unknown), sorted(unknown)[:3]
+        )
     return {
         "name": graph.get("name", ""),
         "vertices": verts,
@@ -307,9 +348,13 @@ def _attach_params(graph: dict, verts: list[dict]) -> None:
             continue
         prefix = v["name"] + "."
         names = [t for t in v["inputs"] if t in params]
-        names += [n for n in params if isinstance(n, str) and n.startswith(prefix) and n not in names]
-        v["params"] = [[n, params[n].get("shape"), params[n].get("dtype", ""),
-                        int(params[n].get("nbytes", 0))] for n in names]  # fmt: skip
+        names += [
+            n for n in params if isinstance(n, str) and n.startswith(prefix) and n not in names
+        ]
+        v["params"] = [
+            [n, params[n].get("shape"), params[n].get("dtype", ""), int(params[n].get("nbytes", 0))]
+            for n in names
+        ]
 
 
 def _summary(graph: dict, total: float | None) -> dict:
@@ -320,10 +365,13 @@ def _summary(graph: dict, total: float | None) -> dict:
         "outputs": graph.get("outputs", []),
         "fused_ops": len(graph.get("nodes", [])),
         "params_count": len(params),
-        "params_bytes": int(graph.get("params_bytes", sum(int(p.get("nbytes", 0)) for p in params))),
+        "params_bytes": int(
+            graph.get("params_bytes", sum(int(p.get("nbytes", 0)) for p in params))
+        ),
         "arena_bytes": int(graph.get("arena_bytes", 0)),
-        "largest_params": [[p.get("name"), p.get("shape"), p.get("dtype"), int(p.get("nbytes", 0))]
-                           for p in big],  # fmt: skip
+        "largest_params": [
+            [p.get("name"), p.get("shape"), p.get("dtype"), int(p.get("nbytes", 0))] for p in big
+        ],
         "total_time": total,
     }
 
@@ -394,8 +442,11 @@ def add_view_parser(sub: Any) -> None:
     p = sub.add_parser("view", help="write an HTML picture of a library (module tree, graph)")
     p.add_argument("library", help="the exported library (.so)")
     p.add_argument("-o", "--output", help="the HTML file (default: LIBRARY.html)")
-    p.add_argument("--profile", action="store_true",
-                   help="load and run the library (random inputs) to show op times")  # fmt: skip
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="load and run the library (random inputs) to show op times",
+    )
     p.add_argument("--repeat", type=int, default=5, help="profile runs per op (best of)")
 
 
@@ -536,7 +587,7 @@ function drawEdges() {
       (e.guess ? "\n(producer not recorded in the graph JSON: the op before in run order)" : "");
     el("title", {}, p, lab);
     const a = e.pts[0], b = e.pts[1];
-    if (e.shape) el("text", {class: "elabel", x: (a[0] + b[0]) / 2 + 4,
+    if (e.shape && e.pts.length === 2) el("text", {class: "elabel", x: (a[0] + b[0]) / 2 + 4,
       y: (a[1] + H / 2 + b[1] - (e.pts.length === 2 ? H / 2 : 0)) / 2 + 3}, eg, shp(e.shape) + " " + e.dtype);
   });
 }
@@ -686,6 +737,10 @@ function wire() {
 }
 
 wire();
-if (DOC.graphs.length) show(0);
+if (DOC.graphs.length) {
+  show(0);
+  const q = new URLSearchParams(location.hash.slice(1)).get("q");  // view.html#q=Conv
+  if (q) { $("search").value = q; search(q); }
+}
 else $("info").textContent = "this library holds no graph executor factory";
 """

@@ -234,14 +234,11 @@ ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a
                                int64_t ldc, int mr, int nr, float alpha, int load_c,
                                const float* bias_m, const float* bias_n) {
 #define ML_UK_(rows) ml_ukernel(np, rows, kc, a, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
-    switch (mr) {
-    case 1: ML_UK_(1); break;
-    case 2: ML_UK_(2); break;
-    case 3: ML_UK_(3); break;
-    case 4: ML_UK_(4); break;
-    case 5: ML_UK_(5); break;
-    default: ML_UK_(ML_MR); break;
-    }
+    /* 1, 2, 4 or MR rows: enough for GEMV-like shapes, few instances to compile */
+    if (mr == 1) ML_UK_(1);
+    else if (mr == 2) ML_UK_(2);
+    else if (mr <= 4) ML_UK_(4);
+    else ML_UK_(ML_MR);
 #undef ML_UK_
 }
 

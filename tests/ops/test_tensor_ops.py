@@ -261,3 +261,16 @@ SCATTER = [
 )
 def test_scatter(op, ins, attrs, opset):
     check_op(op, ins, attrs, opset=opset)
+
+
+GATHER_ND = [
+    (f32(3, 4), I64([1, 2], [0, -1])),
+    (f32(3, 4, 2), I64([1], [2], [0])),
+    (f32(2, 3), I64([[1, 0]], [[0, 2]])),
+    (f32(4), I64([3], [0])),
+]
+
+
+@pytest.mark.parametrize("x,idx", GATHER_ND, ids=[f"gnd{i}" for i in range(len(GATHER_ND))])
+def test_gather_nd(x, idx):
+    check_op("GatherND", [x, idx], {}, opset=13)

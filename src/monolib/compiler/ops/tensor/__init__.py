@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (registration side effects)
     expand,
     gather,
     gather_elements,
+    gather_nd,
     loops,
     onehot,
     pad,

@@ -1,0 +1,91 @@
+"""ONNX ``GatherND`` (11, 12, 13) with ``batch_dims`` 0: ``out[p] = data[idx[p]]`` where
+each ``idx[p]`` names the ``q = indices.shape[-1]`` leading coordinates of a slice
+``data.shape[q:]``; output shape ``indices.shape[:-1] + data.shape[q:]``. Negative
+indices count from the end; runtime out-of-range ones are clamped (C cannot raise)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....runtime.errors import ShapeError, UnsupportedOpError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, register
+from .loops import contiguous_strides, flat_index_exprs, has_epilogue
+
+__all__ = ["GatherND"]
+
+logger = logging.getLogger(__name__)
+
+
+@register
+class GatherND(OpDef):
+    """``GatherND`` (``batch_dims=0`` only).
+
+    Raises
+    ------
+    UnsupportedOpError
+        For ``batch_dims`` other than 0.
+    ShapeError
+        When ``indices.shape[-1]`` exceeds the data rank.
+    """
+
+    op_type, since_version = "GatherND", 11
+
+    def _q(self, node: Node) -> int:
+        x, idx = node.inputs[0], node.inputs[1]
+        if node.attrs.get("batch_dims", 0):
+            raise UnsupportedOpError(
+                f"GatherND (node {node.name!r}): batch_dims > 0 is not supported"
+            )
+        if not idx.shape or idx.shape[-1] > len(x.shape):
+            raise ShapeError(
+                f"GatherND (node {node.name!r}): indices {list(idx.shape)} for data {list(x.shape)}"
+            )
+        return idx.shape[-1]
+
+    def infer(self, node: Node) -> list[OutType]:
+        x, idx = node.inputs[0], node.inputs[1]
+        q = self._q(node)
+        return [(idx.shape[:-1] + x.shape[q:], x.dtype)]
+
+    def reference(self, node: Node, inputs):
+        x, idx = inputs
+        q = self._q(node)
+        shape = self.infer(node)[0][0]
+        out = np.empty(shape, x.dtype)
+        for p in np.ndindex(*idx.shape[:-1]):
+            t = tuple(int(v) + (x.shape[d] if v < 0 else 0) for d, v in enumerate(idx[p][:q]))
+            out[p] = x[t]
+        return [out]
+
+    def epilogue_groups(self, node: Node):
+        rank = len(node.outputs[0].shape)
+        return [[], list(range(rank - 1)), [rank - 1]] if rank else [[], [], []]
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        x, idx, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        if y.size == 0:
+            return ""
+        q = self._q(node)
+        xs = contiguous_strides(x.shape)
+        inner = int(np.prod(x.shape[q:], dtype=np.int64))
+        n = idx.size // max(q, 1)
+        p, j, base = ctx.unique("p"), ctx.unique("j"), ctx.unique("base")
+        lines = [f"for (int64_t {p} = 0; {p} < {n}; ++{p}) {{", f"int64_t {base} = 0;"]
+        for d in range(q):
+            t = ctx.unique("ix")
+            dim = x.shape[d]
+            lines += [
+                f"int64_t {t} = (int64_t){ctx.ptr(idx)}[{p}*{q} + {d}];",
+                f"if ({t} < 0) {t} += {dim};",
+                f"if ({t} < 0) {t} = 0; else if ({t} >= {dim}) {t} = {dim - 1};",
+                f"{base} += {t}*{xs[d]};",
+            ]
+        flat = f"{p}*{inner} + {j}"
+        val = f"{ctx.ptr(x)}[{base} + {j}]"
+        if has_epilogue(ctx, len(y.shape)):
+            val = ctx.output_expr(val, flat_index_exprs(flat, y.shape))
+        lines += [f"for (int64_t {j} = 0; {j} < {inner}; ++{j}) {ctx.ptr(y)}[{flat}] = {val};", "}"]
+        return "\n".join(lines)

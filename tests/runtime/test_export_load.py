@@ -451,9 +451,9 @@ def test_load_params_swaps_weights_per_executor(tiny_lib, tmp_path):
     b.run(x=x)
     np.testing.assert_allclose(a.get_output(0).numpy(), reference(x), rtol=1e-6)
     np.testing.assert_allclose(b.get_output(0).numpy(), x * w2 + B, rtol=1e-6)
-    b.load_params({"b": np.array([1.0], np.float32)})  # from the factory's values again
+    b.load_params({"b": np.array([1.0], np.float32)})  # the others keep their values (TVM)
     b.run()
-    np.testing.assert_allclose(b.get_output(0).numpy(), x * W + 1.0, rtol=1e-6)
+    np.testing.assert_allclose(b.get_output(0).numpy(), x * w2 + 1.0, rtol=1e-6)
     with pytest.raises(ParamsError, match="'w': got"):
         b.load_params({"w": np.zeros(3, np.float32)})
     np.testing.assert_array_equal(mod.get_params()["w"], W)  # the mapping is untouched

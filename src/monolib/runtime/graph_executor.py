@@ -14,6 +14,7 @@ import copy
 import ctypes
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -21,9 +22,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .device import Device, cpu
-from .errors import ContainerError, ExecutionError, FunctionNotFoundError, InputError
+from .errors import ContainerError, ExecutionError, ExportError, FunctionNotFoundError, InputError
 from .module import Module
 from .ndarray import NDArray
+from .params import ParamsError, params_blob
+from .params import load_params as read_params
 
 __all__ = [
     "ALIGN",
@@ -31,6 +34,7 @@ __all__ = [
     "GraphExecutor",
     "GraphExecutorFactoryModule",
     "GraphModule",
+    "ParamsInputError",
     "TensorInfo",
     "create",
     "load_factory",
@@ -41,6 +45,11 @@ logger = logging.getLogger(__name__)
 ALIGN = 64
 GRAPH_FORMAT = "monolib.graph"
 GRAPH_VERSIONS = (1,)
+
+
+class ParamsInputError(InputError, ParamsError):
+    """A param given to an executor has an unknown name, or the wrong shape or dtype.
+    Both an :class:`InputError` and a ``ParamsError`` (what it was before)."""
 
 
 def aligned_empty(nbytes: int, align: int = ALIGN, zero: bool = True) -> np.ndarray:
@@ -84,8 +93,11 @@ def _tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInf
     return info
 
 
-def check_graph_json(graph: Mapping, params_nbytes: int) -> None:
+def check_graph_json(graph: Mapping, params_nbytes: int | None) -> None:
     """Check the graph JSON's format, version and that every range fits.
+
+    ``params_nbytes`` None: a factory without weights (:meth:`remove_params`); the
+    params table is checked against ``params_bytes`` instead of a blob.
 
     Raises
     ------
@@ -102,6 +114,8 @@ def check_graph_json(graph: Mapping, params_nbytes: int) -> None:
     for key in ("arena_bytes", "inputs", "outputs"):
         if key not in graph:
             raise ContainerError(f"graph JSON: missing {key!r}")
+    if params_nbytes is None:
+        params_nbytes = int(graph.get("params_bytes", 0))
     if int(graph.get("params_bytes", 0)) > params_nbytes:
         raise ContainerError(
             f"graph JSON: params_bytes {graph['params_bytes']} exceeds the "
@@ -115,6 +129,18 @@ def check_graph_json(graph: Mapping, params_nbytes: int) -> None:
         _tensor_info(raw, "param", params_nbytes, "params blob")
 
 
+def _aligned_blob(params: Any) -> np.ndarray:
+    """``params`` as a 1-D uint8 array with a 64-byte aligned base (copied if not)."""
+    params = np.asarray(params)
+    if params.dtype != np.uint8 or params.ndim != 1:
+        params = np.ascontiguousarray(params).reshape(-1).view(np.uint8)
+    if params.ctypes.data % ALIGN or not params.flags.c_contiguous:
+        aligned = aligned_empty(params.nbytes, zero=False)
+        aligned[:] = params
+        params = aligned
+    return params
+
+
 class GraphExecutorFactoryModule(Module):
     """Holds a compiled graph: its JSON, its params blob, and (as import) the library.
 
@@ -122,10 +148,11 @@ class GraphExecutorFactoryModule(Module):
     ----------
     graph_json : dict or str
         The graph JSON (see "The graph JSON" in ``docs/ARCHITECTURE.md``).
-    params : np.ndarray of uint8, 1-D
+    params : np.ndarray of uint8, 1-D, or None
         The params blob, each tensor at a 64-byte aligned offset. Copied only if its
         base is not 64-byte aligned; a loaded factory's params are a read-only view
-        of the mapped library.
+        of the mapped library. None: a factory without weights (see
+        :meth:`remove_params`); its executors need ``load_params`` before ``run``.
     lib : Module, optional
         The module holding ``monolib_run`` (CSourceModule or DSOModule); imported.
 
@@ -142,16 +169,9 @@ class GraphExecutorFactoryModule(Module):
         if isinstance(graph_json, (str, bytes, bytearray, memoryview)):
             graph_json = _parse_json(graph_json)
         self.graph_json = dict(graph_json)
-        params = np.zeros(0, np.uint8) if params is None else np.asarray(params)
-        if params.dtype != np.uint8 or params.ndim != 1:
-            params = np.ascontiguousarray(params).reshape(-1).view(np.uint8)
-        if params.ctypes.data % ALIGN or not params.flags.c_contiguous:
-            aligned = aligned_empty(params.nbytes, zero=False)
-            aligned[:] = params
-            params = aligned
-        self.params = params
+        self.params = None if params is None else _aligned_blob(params)
         self._library: Module | None = None
-        check_graph_json(self.graph_json, params.nbytes)
+        check_graph_json(self.graph_json, None if params is None else self.params.nbytes)
         if lib is not None:
             self.import_module(lib)
 
@@ -195,9 +215,53 @@ class GraphExecutorFactoryModule(Module):
         """A copy of the graph JSON (dict)."""
         return copy.deepcopy(self.graph_json)
 
+    @property
+    def has_params(self) -> bool:
+        """False for a factory without weights (:meth:`remove_params`)."""
+        return self.params is not None
+
+    def remove_params(self) -> GraphExecutorFactoryModule:
+        """A factory of the same graph and library WITHOUT the weights (TVM's
+        ``remove_params``): ``export_library`` of it writes no params section, and its
+        executors run once given the params with ``load_params`` / ``set_input``.
+
+        Only the tensors of the graph JSON ``params`` table live in the blob; small
+        constants are baked into the generated C and stay in the library.
+
+        Returns
+        -------
+        GraphExecutorFactoryModule
+            Sharing this one's imports (the library and any user modules).
+        """
+        bare = GraphExecutorFactoryModule(copy.deepcopy(self.graph_json), None)
+        for mod in self._imports:
+            bare.import_module(mod)
+        bare._library = self._library
+        return bare
+
+    def save_graph_json(self, path: Any) -> str:
+        """Write the graph JSON (UTF-8) to ``path`` for the separate-artifact path
+        (:func:`create`); returns the path.
+
+        Raises
+        ------
+        ExportError
+            The file cannot be written.
+        """
+        path = os.fspath(path)
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(self.graph_json, f, indent=1)
+        except OSError as exc:
+            raise ExportError(f"{path}: cannot write the graph JSON: {exc}") from None
+        return path
+
     def get_params(self) -> dict[str, np.ndarray]:
-        """``{name: read-only ndarray view}`` of every tensor in the params blob."""
-        out = {}
+        """``{name: read-only ndarray view}`` of every tensor in the params blob
+        (empty for a factory without weights)."""
+        out: dict[str, np.ndarray] = {}
+        if self.params is None:
+            return out
         for raw in self.graph_json.get("params", []):
             info = _tensor_info(raw, "param", self.params.nbytes, "params blob")
             arr = self.params[info.offset : info.offset + info.nbytes].view(info.dtype)
@@ -207,13 +271,17 @@ class GraphExecutorFactoryModule(Module):
         return out
 
     def save_sections(self) -> dict[str, Any]:
-        """``{"graph": UTF-8 JSON, "params": the blob}`` (the blob is not copied)."""
+        """``{"graph": UTF-8 JSON, "params": the blob}`` (the blob is not copied);
+        no ``"params"`` for a factory without weights."""
         graph = json.dumps(self.graph_json, separators=(",", ":")).encode("utf-8")
+        if self.params is None:
+            return {"graph": graph}
         return {"graph": graph, "params": self.params}
 
     def __repr__(self) -> str:
         name = self.graph_json.get("name", "")
-        return f"GraphExecutorFactoryModule({name!r}, params={self.params.nbytes} bytes)"
+        size = "removed" if self.params is None else f"{self.params.nbytes} bytes"
+        return f"GraphExecutorFactoryModule({name!r}, params={size})"
 
 
 def _parse_json(data: Any) -> dict:
@@ -228,12 +296,19 @@ def load_factory(sections: Mapping[str, Any]) -> GraphExecutorFactoryModule:
     """Loader of ``"graph_executor_factory"`` (``register_loader(..., sections=True)``).
 
     The params stay a read-only view of the section (the mapped library): no copy.
+    No ``"params"`` section: a factory exported after :meth:`remove_params`.
+
+    Raises
+    ------
+    ContainerError
+        No ``"graph"`` section, or a malformed graph JSON.
     """
-    missing = {"graph", "params"} - set(sections)
-    if missing:
-        raise ContainerError(f"graph executor factory lacks sections {sorted(missing)}")
-    params = np.frombuffer(sections["params"], dtype=np.uint8)
-    params.flags.writeable = False
+    if "graph" not in sections:
+        raise ContainerError("graph executor factory lacks section 'graph'")
+    params = None
+    if "params" in sections:
+        params = np.frombuffer(sections["params"], dtype=np.uint8)
+        params.flags.writeable = False
     return GraphExecutorFactoryModule(_parse_json(sections["graph"]), params)
 
 
@@ -266,30 +341,96 @@ class GraphExecutor:
         self._in_views = [self._view(t) for t in self.inputs]
         self._out_views = [self._view(t) for t in self.outputs]
         self._run = self._c_function("monolib_run", [ctypes.c_void_p, ctypes.c_void_p])
-        self.params = factory.params  # shared, read-only; load_params gives a private copy
-        self._args = (self.params.ctypes.data, self.arena.ctypes.data)
+        self.param_infos = {
+            r["name"]: _tensor_info(r, "param", int(graph.get("params_bytes", 0)), "params blob")
+            for r in graph.get("params", [])
+        }
+        # Shared and read-only; load_params gives this executor a private copy. A
+        # factory without weights leaves every param missing until it is given.
+        self._use_params(factory.params, set() if factory.has_params else set(self.param_infos))
+
+    def _use_params(self, blob: np.ndarray | None, missing: set[str]) -> None:
+        self.params, self._missing = blob, missing
+        self._args = None if blob is None else (blob.ctypes.data, self.arena.ctypes.data)
+
+    @property
+    def missing_params(self) -> list[str]:
+        """Names of the params not given yet (a factory without weights), sorted."""
+        return sorted(self._missing)
 
     def load_params(self, params: Any) -> None:
         """Run this executor with other weights (TVM's ``load_params``); the factory
         and other executors keep theirs.
 
+        Only the tensors of the graph JSON ``params`` table live in the params blob
+        and are replaced; small constants are baked into the generated C.
+
         Parameters
         ----------
         params : mapping of str -> array, or a safetensors file path / bytes
             New values of some or all of the graph's params (names, shapes and dtypes
-            as in ``graph_json["params"]``); the others keep the factory's values.
+            as in ``graph_json["params"]``, see :func:`monolib.save_params`); the
+            others keep their current values (or stay missing for a factory without
+            weights).
 
         Raises
         ------
+        ParamsInputError
+            (an InputError and a ParamsError) Unknown name, wrong shape or dtype;
+            the message names the param and what the graph expects.
         ParamsError
-            Unknown name, wrong shape or dtype, or a malformed safetensors file.
+            A malformed safetensors file or buffer.
         """
-        from .params import load_params as read_params
-        from .params import params_blob
-
         tensors = params if isinstance(params, Mapping) else read_params(params)
-        self.params = params_blob(self.factory.graph_json, tensors, base=self.factory.params)
-        self._args = (self.params.ctypes.data, self.arena.ctypes.data)
+        tensors = {name: self._checked_param(name, value) for name, value in tensors.items()}
+        blob = params_blob(self.factory.graph_json, tensors, base=self.params)
+        self._use_params(blob, self._missing - set(tensors))
+
+    def _checked_param(self, name: Any, value: Any) -> np.ndarray:
+        info = self.param_infos.get(name) if isinstance(name, str) else None
+        if info is None:
+            known = ", ".join(list(self.param_infos)[:8]) or "none"
+            raise ParamsInputError(
+                f"unknown param {name!r} for graph {self.factory.graph_json.get('name', '')!r} "
+                f"(its params: {known}{', ...' if len(self.param_infos) > 8 else ''})"
+            )
+        arr = np.asarray(value)
+        if arr.shape != info.shape or arr.dtype != info.dtype:
+            raise ParamsInputError(
+                f"param {name!r}: got {arr.dtype}{list(arr.shape)}, the graph "
+                f"expects {info.describe()}"
+            )
+        return arr
+
+    def share_params(self, other: GraphExecutor) -> None:
+        """Run with ``other``'s params blob, no copy (TVM's ``share_params``): e.g.
+        weights loaded once into one executor, used by several (one per thread).
+
+        Later ``load_params`` calls on either give that one a private blob again.
+
+        Raises
+        ------
+        InputError
+            ``other`` is not a GraphExecutor of a graph with the same params table.
+        """
+        other = getattr(other, "executor", other)  # a GraphModule too
+        if not isinstance(other, GraphExecutor):
+            raise InputError(f"share_params expects a GraphExecutor, got {type(other).__name__}")
+        if other.param_infos != self.param_infos:
+            raise InputError(
+                f"share_params: graph {other.factory.graph_json.get('name', '')!r} has "
+                f"another params table than {self.factory.graph_json.get('name', '')!r}"
+            )
+        self._use_params(other.params, set(other._missing))
+
+    def _check_ready(self) -> None:
+        if self._missing or self._args is None:
+            missing = self.missing_params
+            shown = ", ".join(repr(n) for n in missing[:5]) + (", ..." if len(missing) > 5 else "")
+            raise InputError(
+                f"graph {self.factory.graph_json.get('name', '')!r} has no weights for "
+                f"{len(missing)} params ({shown}): give them with load_params or set_input"
+            )
 
     def _view(self, info: TensorInfo) -> np.ndarray:
         return (
@@ -306,9 +447,12 @@ class GraphExecutor:
 
         Raises
         ------
+        InputError
+            Params are missing (a factory without weights, no ``load_params`` yet).
         ExecutionError
             ``monolib_run`` returned nonzero.
         """
+        self._check_ready()
         ret = self._run(*self._args)
         if ret != 0:
             raise ExecutionError(
@@ -331,6 +475,7 @@ class GraphExecutor:
         """
         if not 0 <= i < self.num_ops():
             raise InputError(f"op index {i} out of range [0, {self.num_ops()})")
+        self._check_ready()
         if not hasattr(self, "_run_op"):
             self._run_op = self._c_function(
                 "monolib_run_op", [ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p]
@@ -445,7 +590,9 @@ class GraphModule:
             A NumPy array, any DLPack object (``np.from_dlpack``), or a NDArray; its
             dtype and shape must match the model's exactly.
         **inputs
-            More ``name=array`` pairs.
+            More ``name=array`` pairs. A name of the graph JSON ``params`` table (and
+            not an input) sets that param for this executor, as TVM's ``set_input``
+            does (see :meth:`GraphExecutor.load_params`).
 
         Raises
         ------
@@ -455,10 +602,20 @@ class GraphModule:
         """
         if key is not None:
             self._set_one(key, value)
+        params = {n: v for n, v in inputs.items() if self._is_param(n)}
         for name, val in inputs.items():
-            self._set_one(name, val)
+            if name not in params:
+                self._set_one(name, val)
+        if params:
+            self.executor.load_params(params)
+
+    def _is_param(self, key: Any) -> bool:
+        return isinstance(key, str) and key not in self._by_name and key in self.executor.param_infos
 
     def _set_one(self, key: Any, value: Any) -> None:
+        if self._is_param(key):
+            self.executor.load_params({key: value})
+            return
         i = self._index(key)
         info = self.executor.inputs[i]
         arr = value if type(value) is np.ndarray else _as_array(value, info)
@@ -526,6 +683,11 @@ class GraphModule:
         """Use other weights: ``{name: array}`` or a safetensors file path / bytes
         (see :meth:`GraphExecutor.load_params`)."""
         self.executor.load_params(params)
+
+    def share_params(self, other: Any) -> None:
+        """Run with the params of ``other`` (GraphModule or GraphExecutor), no copy
+        (see :meth:`GraphExecutor.share_params`)."""
+        self.executor.share_params(other)
 
     def benchmark(self, repeat: int = 10, number: int = 1, warmup: int = 1) -> BenchmarkResult:
         """Time :meth:`run` on the current inputs (TVM's ``GraphModule.benchmark``).
@@ -602,7 +764,37 @@ class BenchmarkResult:
 def create(
     graph_json: Any, lib: Module, device: Device | None = None, params: Any = None
 ) -> GraphModule:
-    """The separate-artifact path: a GraphModule from a graph JSON, a library module
-    and a params blob (TVM's ``graph_executor.create``)."""
-    factory = GraphExecutorFactoryModule(graph_json, params, lib)
-    return GraphModule(factory.default(device or cpu()))
+    """The separate-artifact path (TVM's ``graph_executor.create``): a GraphModule
+    from a graph JSON, a library module and, optionally, params.
+
+    Parameters
+    ----------
+    graph_json : str, bytes or dict
+        The graph JSON (e.g. the text written by ``factory.save_graph_json``).
+    lib : Module
+        The module holding ``monolib_run``: a loaded library (``load_module`` of a
+        library exported from ``factory.lib`` or ``factory.remove_params()``) or a
+        CSourceModule.
+    device : Device, optional
+        Default ``cpu()``.
+    params : optional
+        A params blob (1-D uint8 ndarray, laid out as the graph's ``params`` table),
+        or what :meth:`GraphModule.load_params` takes (``{name: array}``, a
+        safetensors path or bytes). None: call ``load_params`` before ``run``.
+
+    Raises
+    ------
+    ContainerError
+        A malformed graph JSON.
+    InputError
+        Wrong params (see :meth:`GraphExecutor.load_params`).
+    """
+    if lib is not None and not lib.exports_to_library:
+        lib = next((m for m in lib.imported_modules if m.exports_to_library), lib)
+    blob = params if isinstance(params, np.ndarray) and params.dtype == np.uint8 else None
+    factory = GraphExecutorFactoryModule(graph_json, blob, None)
+    factory.use_library(lib)
+    gm = GraphModule(factory.default(device or cpu()))
+    if params is not None and blob is None:
+        gm.load_params(params)
+    return gm

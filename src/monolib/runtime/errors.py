@@ -17,6 +17,7 @@ __all__ = [
     "LibraryLoadError",
     "MonolibError",
     "ShapeError",
+    "SignatureError",
     "TargetError",
     "ToolchainError",
     "UnknownTypeKeyError",
@@ -48,6 +49,12 @@ class ExportError(MonolibError):
 
 class ToolchainError(ExportError):
     """No usable C compiler or assembler was found, or it failed."""
+
+
+class SignatureError(MonolibError):
+    """A library's detached signature is missing, malformed, made with a key that is
+    not trusted, or does not match the library's bytes; or signing/key handling
+    failed. Raised BEFORE the library is loaded: none of its code has run."""
 
 
 class InputError(MonolibError):

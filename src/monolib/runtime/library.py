@@ -26,7 +26,7 @@ import numpy as np
 from .binfmt import find_container, host_format, host_machine
 from .container import HEADER_SIZE, Container
 from .dso import DSOModule, open_library
-from .errors import ContainerError, LibraryLoadError, MonolibError
+from .errors import ContainerError, LibraryLoadError, MonolibError, SignatureError
 from .module import Module, get_loader
 
 __all__ = ["END_SYMBOL", "START_SYMBOL", "load_module", "read_container"]
@@ -195,27 +195,90 @@ def _load_path(path: str, verify: bool, shown: str, keepalive: Any = None) -> Mo
     return root
 
 
-def _load_bytes(data: Any, verify: bool) -> Module:
-    """Load a library held in memory: memfd + /proc/self/fd/N (a temp file elsewhere)."""
+def _seal(fd: int) -> None:
+    """Forbid any further change of the memfd's content (write, grow, shrink)."""
+    try:
+        import fcntl
+
+        seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    except (ImportError, AttributeError, OSError) as exc:  # old kernel: best effort
+        logger.debug("could not seal the library memfd: %s", exc)
+
+
+def _load_bytes(data: Any, verify: bool, shown: str = "<bytes>") -> Module:
+    """Load a library held in memory: memfd + /proc/self/fd/N (a temp file elsewhere).
+
+    The memfd is sealed before ``dlopen``: once written, not even a process that
+    opens ``/proc/PID/fd/N`` can change the bytes that were (possibly) verified.
+    """
     view = memoryview(data).cast("B")
     if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-        fd = os.memfd_create("monolib-library", 0)
+        flags = getattr(os, "MFD_CLOEXEC", 0) | getattr(os, "MFD_ALLOW_SEALING", 0)
+        fd = os.memfd_create("monolib-library", flags)
         try:
             with os.fdopen(os.dup(fd), "wb") as f:
                 f.write(view)
-            return _load_path(f"/proc/self/fd/{fd}", verify, "<bytes>")
+            _seal(fd)
+            return _load_path(f"/proc/self/fd/{fd}", verify, shown)
         finally:
             os.close(fd)  # the mapping made by dlopen keeps the memory alive
+    # No memfd (not Linux): a private temp file, less strict than a sealed memfd.
     fd, tmp = tempfile.mkstemp(suffix=".so", prefix="monolib-")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(view)
-        return _load_path(tmp, verify, "<bytes>")
+        return _load_path(tmp, verify, shown)
     finally:
         os.unlink(tmp)
 
 
-def load_module(path: Any, verify: bool = False) -> Module:
+def _read_once(path: str) -> bytes:
+    """The whole content of the regular file ``path``, read through one descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise LibraryLoadError(f"{path}: cannot open library file: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LibraryLoadError(f"{path}: not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise LibraryLoadError(f"{path}: cannot read library file: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _load_trusted(path: Any, verify: bool, trusted_keys: Any, signature: Any) -> Module:
+    """Read once, verify those bytes, load those bytes (never the path again)."""
+    from ..tools.sign import signature_path, verify_bytes  # needs `cryptography`: lazily
+
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        if signature is None:
+            raise SignatureError(
+                "<bytes>: a library given in memory has no signature file beside it: "
+                "pass signature= (the .sig path or its content)"
+            )
+        data, shown = bytes(path), "<bytes>"  # a private copy: the caller's cannot change it
+    else:
+        shown = _fspath(path)
+        data = _read_once(shown)
+        if signature is None:
+            signature = signature_path(shown)
+    info = verify_bytes(data, signature, trusted_keys, where=shown)
+    logger.info("%s: signed by trusted key %s; loading the verified bytes", shown, info.key_id)
+    return _load_bytes(data, verify, f"{shown} (verified)")
+
+
+def _fspath(path: Any) -> str:
+    path = os.fspath(path)
+    return os.fsdecode(path) if isinstance(path, bytes) else path
+
+
+def load_module(
+    path: Any, verify: bool = False, trusted_keys: Any = None, signature: Any = None
+) -> Module:
     """Load an exported library and return the ROOT of its module tree.
 
     Parameters
@@ -225,6 +288,17 @@ def load_module(path: Any, verify: bool = False) -> Module:
     verify : bool
         Check the SHA-256 of every container section, weights included (O(size));
         a plain load checks the header, manifest and sections <= 1 MiB only.
+    trusted_keys : sequence of (path, bytes or Ed25519PublicKey), optional
+        When given, the library must carry a valid Ed25519 signature by one of these
+        public keys (:mod:`monolib.tools.sign`). The file is read ONCE into memory,
+        its signature is checked over exactly those bytes, and exactly those bytes
+        are loaded (sealed memfd + ``/proc/self/fd/N``): the path is never opened
+        again, so the file cannot be swapped between check and load, and no code of
+        an unverified library runs. Needs the ``cryptography`` package.
+    signature : str, os.PathLike, bytes or dict, optional
+        The detached signature (path, JSON content or parsed document); default
+        ``path + ".sig"``. Required when ``path`` is bytes. Ignored without
+        ``trusted_keys``.
 
     Returns
     -------
@@ -241,15 +315,19 @@ def load_module(path: Any, verify: bool = False) -> Module:
         Corrupt container (bad magic, version, digest, manifest).
     UnknownTypeKeyError
         A module type key has no registered loader.
+    SignatureError
+        With ``trusted_keys``: the signature is missing or malformed, the bytes were
+        modified after signing, the signer is not trusted, ``trusted_keys`` is empty,
+        or ``cryptography`` is not installed. Nothing was loaded.
 
     Notes
     -----
     Raw sections are used in place: the factory's params are a read-only view of
     the mapped library, never copied.
     """
+    if trusted_keys is not None:
+        return _load_trusted(path, verify, trusted_keys, signature)
     if isinstance(path, (bytes, bytearray, memoryview)):
         return _load_bytes(path, verify)
-    path = os.fspath(path)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
+    path = _fspath(path)
     return _load_path(path, verify, path)

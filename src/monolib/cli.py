@@ -1,14 +1,19 @@
-"""The ``monolib`` command: ``compile``, ``run``, ``inspect``.
+"""The ``monolib`` command: ``compile``, ``run``, ``inspect``, ``keygen``, ``sign``, ``verify``.
 
 ::
 
     monolib compile model.onnx -o model.so --shape x=1,3,48,320 [--const sr=16000]
                                            [--target "c"]
     monolib run model.so --input x=image.npy [--output out.npz] [--repeat N]
+                         [--trusted-key key.pub]
     monolib inspect model.so [--verify] [--json]
+    monolib keygen --out key                 # writes key (private) and key.pub
+    monolib sign model.so --key key          # writes model.so.sig
+    monolib verify model.so --key key.pub [--sig model.so.sig]
 
 ``run`` and ``inspect`` need the runtime only (NumPy); ``compile`` imports the
-compiler. Errors are printed as one line ``error: ...`` and exit with status 1.
+compiler; ``keygen``/``sign``/``verify`` (and ``run --trusted-key``) need
+``cryptography``. Errors are printed as one line ``error: ...`` and exit with status 1.
 """
 
 from __future__ import annotations
@@ -135,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--verify", action="store_true", help="check every SHA-256 at load")
     run.add_argument(
+        "--trusted-key",
+        action="append",
+        default=None,
+        metavar="KEY.pub",
+        help="refuse the library unless signed by this public key (repeatable); "
+        "see `monolib sign`",
+    )
+    run.add_argument("--sig", help="its signature (default LIBRARY.sig), with --trusted-key")
+    run.add_argument(
         "--profile",
         action="store_true",
         help="also time each fused op (monolib_run_op) and list the slowest",
@@ -144,7 +158,31 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("library")
     insp.add_argument("--verify", action="store_true", help="check every section's SHA-256")
     insp.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_signing_parsers(sub)
     return parser
+
+
+def _add_signing_parsers(sub: Any) -> None:
+    keygen = sub.add_parser("keygen", help="create an Ed25519 key pair for signing libraries")
+    keygen.add_argument("--out", "-o", required=True, help="private key file (KEY.pub beside it)")
+    keygen.add_argument("--force", action="store_true", help="overwrite existing key files")
+
+    sign = sub.add_parser("sign", help="write a detached signature LIBRARY.sig")
+    sign.add_argument("library")
+    sign.add_argument("--key", "-k", required=True, help="the private key (from keygen)")
+    sign.add_argument("--sig", help="where to write the signature (default LIBRARY.sig)")
+
+    ver = sub.add_parser("verify", help="check a library's signature (without loading it)")
+    ver.add_argument("library")
+    ver.add_argument(
+        "--key",
+        "-k",
+        required=True,
+        action="append",
+        metavar="KEY.pub",
+        help="a trusted public key (repeatable: any one of them may have signed)",
+    )
+    ver.add_argument("--sig", help="the signature file (default LIBRARY.sig)")
 
 
 # --------------------------------------------------------------------------- compile
@@ -262,7 +300,9 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
     from .tools.inspect import print_table
 
     t0 = time.perf_counter()
-    mod = load_module(args.library, verify=args.verify)
+    mod = load_module(
+        args.library, verify=args.verify, trusted_keys=args.trusted_key, signature=args.sig
+    )
     gm = GraphModule(mod["default"](cpu()))
     t_load = time.perf_counter() - t0
     inputs = _load_inputs(args.input)
@@ -331,7 +371,45 @@ def cmd_inspect(args: argparse.Namespace, console: Any) -> int:
     return 0
 
 
-COMMANDS = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect}
+# --------------------------------------------------------------------------- signing
+def cmd_keygen(args: argparse.Namespace, console: Any) -> int:
+    from .tools.sign import generate_keypair, key_id, load_public_key
+
+    priv, pub = generate_keypair(args.out, overwrite=args.force)
+    console.print(f"wrote {priv} (private: keep it secret) and {pub} (public)")
+    console.print(f"key id {key_id(load_public_key(pub))}")
+    return 0
+
+
+def cmd_sign(args: argparse.Namespace, console: Any) -> int:
+    from .tools.sign import sign_file
+
+    out = sign_file(args.library, args.key, signature=args.sig)
+    with open(out, encoding="utf-8") as f:
+        doc = json.load(f)
+    console.print(f"wrote {out}: {args.library} signed by key {doc['key_id']}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, console: Any) -> int:
+    from .tools.sign import verify_file
+
+    info = verify_file(args.library, args.key, signature=args.sig)
+    console.print(
+        f"OK: {args.library} ({info.size} bytes, sha256 {info.sha256}) "
+        f"is signed by trusted key {info.key_id}"
+    )
+    return 0
+
+
+COMMANDS = {
+    "compile": cmd_compile,
+    "run": cmd_run,
+    "inspect": cmd_inspect,
+    "keygen": cmd_keygen,
+    "sign": cmd_sign,
+    "verify": cmd_verify,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

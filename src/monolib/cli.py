@@ -144,8 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="KEY.pub",
-        help="refuse the library unless signed by this public key (repeatable); "
-        "see `monolib sign`",
+        help="refuse the library unless signed by this public key (repeatable); see `monolib sign`",
     )
     run.add_argument("--sig", help="its signature (default LIBRARY.sig), with --trusted-key")
     run.add_argument(

@@ -164,7 +164,9 @@ def load_public_key(key: Any) -> Any:
         where = os.fspath(key)
         key = _read_small(key, "public key")
     if not isinstance(key, (bytes, bytearray, memoryview)):
-        raise SignatureError(f"a trusted key must be a path, bytes or key, got {type(key).__name__}")
+        raise SignatureError(
+            f"a trusted key must be a path, bytes or key, got {type(key).__name__}"
+        )
     data = bytes(key)
     try:
         if len(data) == 32:
@@ -209,7 +211,9 @@ def load_private_key(key: Any, password: bytes | None = None) -> Any:
         where = os.fspath(key)
         key = _read_small(key, "private key")
     if not isinstance(key, (bytes, bytearray)):
-        raise SignatureError(f"a signing key must be a path, bytes or key, got {type(key).__name__}")
+        raise SignatureError(
+            f"a signing key must be a path, bytes or key, got {type(key).__name__}"
+        )
     try:
         loaded = ser.load_pem_private_key(bytes(key), password=password)
     except (ValueError, TypeError) as exc:

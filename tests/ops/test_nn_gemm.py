@@ -83,3 +83,12 @@ def test_matmul_batch_mismatch_is_shape_error() -> None:
 def test_gemm_bad_c_is_shape_error() -> None:
     with pytest.raises(ShapeError, match="broadcast"):
         make_node("Gemm", [r(3, 4), r(4, 6), r(5)], {}, opset=13)
+
+
+def test_matmul_empty_inner_dim_gives_zeros() -> None:
+    check_node("MatMul", [np.ones((3, 0), np.float32), np.ones((0, 4), np.float32)], {}, opset=13)
+
+
+def test_gemm_empty_inner_dim_gives_bias() -> None:
+    a, b = np.ones((3, 0), np.float32), np.ones((0, 4), np.float32)
+    check_node("Gemm", [a, b, np.arange(4, dtype=np.float32)], {}, const=[2], opset=13)

@@ -122,3 +122,21 @@ def test_lstm_other_activations_unsupported() -> None:
             {"hidden_size": H, "activations": ["Relu", "Tanh", "Tanh"]},
             const=[1, 2],
         )
+
+
+def test_lstm_layout1_unsupported() -> None:
+    with pytest.raises(UnsupportedOpError, match="layout"):
+        make_node(
+            "LSTM",
+            [r(B, T, I), r(1, 4 * H, I), r(1, 4 * H, H)],
+            {"hidden_size": H, "layout": 1},
+            const=[1, 2],
+            opset=14,
+        )
+
+
+def test_lstm_bad_weight_shape_is_shape_error() -> None:
+    from monolib.runtime.errors import ShapeError
+
+    with pytest.raises(ShapeError, match="LSTM node"):
+        make_node("LSTM", [r(T, B, I), r(1, 4 * H, I + 1), r(1, 4 * H, H)], {"hidden_size": H})

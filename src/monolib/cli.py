@@ -1,4 +1,4 @@
-"""The ``monolib`` command: ``compile``, ``run``, ``inspect``, ``keygen``, ``sign``, ``verify``.
+"""The ``monolib`` command: compile, run, inspect, view, keygen, sign, verify.
 
 ::
 
@@ -7,6 +7,7 @@
     monolib run model.so --input x=image.npy [--output out.npz] [--repeat N]
                          [--trusted-key key.pub]
     monolib inspect model.so [--verify] [--json]
+    monolib view model.so [-o model.so.html] [--profile]
     monolib keygen --out key                 # writes key (private) and key.pub
     monolib sign model.so --key key          # writes model.so.sig
     monolib verify model.so --key key.pub [--sig model.so.sig]
@@ -158,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--verify", action="store_true", help="check every section's SHA-256")
     insp.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_signing_parsers(sub)
+    from .tools.visualize import add_view_parser  # plain stdlib + runtime: cheap
+
+    add_view_parser(sub)
     return parser
 
 
@@ -401,8 +405,15 @@ def cmd_verify(args: argparse.Namespace, console: Any) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace, console: Any) -> int:
+    from .tools.visualize import cmd_view as run_view
+
+    return run_view(args, console)
+
+
 COMMANDS = {
     "compile": cmd_compile,
+    "view": cmd_view,
     "run": cmd_run,
     "inspect": cmd_inspect,
     "keygen": cmd_keygen,

@@ -398,7 +398,7 @@ class GraphExecutor:
         if arr.shape != info.shape or arr.dtype != info.dtype:
             raise ParamsInputError(
                 f"param {name!r}: got {arr.dtype}{list(arr.shape)}, the graph "
-                f"expects {info.describe()}"
+                f"expects {info.dtype}{list(info.shape)}"
             )
         return arr
 
@@ -576,7 +576,12 @@ class GraphModule:
             )
         i = self._by_name.get(key) if isinstance(key, str) else None
         if i is None:
-            raise InputError(f"unknown input {key!r}: the model expects {self._expected()}")
+            params = list(self.executor.param_infos)
+            extra = f"; params: {', '.join(params[:8])}{', ...' if len(params) > 8 else ''}"
+            raise InputError(
+                f"unknown input {key!r}: the model expects {self._expected()}"
+                + (extra if params else "")
+            )
         return i
 
     def set_input(self, key: Any = None, value: Any = None, **inputs: Any) -> None:
@@ -610,7 +615,9 @@ class GraphModule:
             self.executor.load_params(params)
 
     def _is_param(self, key: Any) -> bool:
-        return isinstance(key, str) and key not in self._by_name and key in self.executor.param_infos
+        return (
+            isinstance(key, str) and key not in self._by_name and key in self.executor.param_infos
+        )
 
     def _set_one(self, key: Any, value: Any) -> None:
         if self._is_param(key):

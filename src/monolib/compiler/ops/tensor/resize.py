@@ -176,6 +176,13 @@ def resize_plan(
             index[d] = np.stack([i0, np.minimum(i0 + 1, n_in - 1)], axis=1)
             weight[d] = np.stack([np.float32(1) - w1, w1], axis=1)
         else:
+            if coord == "align_corners" and float(np.float32(n_in) * np.float32(scale[d])) != n_out:
+                # ONNX Runtime divides by (n_out - 1) like the spec's text, ONNX's reference
+                # by (n_in * scale - 1); linear follows ORT, cubic declines to choose
+                raise UnsupportedOpError(
+                    f"{where}: cubic align_corners with a fractional output length "
+                    f"({n_in} * {scale[d]:g}) is ambiguous (ONNX Runtime and the ONNX reference differ)"
+                )
             index[d], weight[d] = _cubic_taps(x, n_in, cubic_a, exclude_outside)
     return ResizePlan(tuple(out), mode, index, weight)
 

@@ -6,17 +6,38 @@ follows TVM's runtime ``Module`` (``tvm.runtime.Module``, RFC "Standardize
 GraphRuntime exports into a single DLL"): every module other than the DSO module
 serializes itself with :meth:`Module.save_sections` and is rebuilt on load by the
 loader registered for its type key with :func:`register_loader`.
+
+User-defined module types are an extension point: subclass :class:`Module`, set a
+``type_key``, implement ``_get_own_function`` and ``save_to_bytes`` (or
+``save_sections``), and register a loader at import time of the defining Python
+module. Exporting stores a small ``"loader_hint"`` section beside a user module's
+own sections (JSON: the defining Python module, its file, the class), so a process
+that loads the library without that loader registered gets an
+:class:`UnknownTypeKeyError` saying what to import (see ``examples/user_module/``).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
+import os
+import re
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ExportError, FunctionNotFoundError, UnknownTypeKeyError
 
-__all__ = ["Loader", "Module", "get_loader", "register_loader", "registered_type_keys"]
+__all__ = [
+    "LOADER_HINT_SECTION",
+    "Loader",
+    "Module",
+    "get_loader",
+    "read_loader_hints",
+    "register_loader",
+    "registered_type_keys",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +47,35 @@ Loader = Callable[[Any], "Module"]
 
 # type_key -> (floader, takes_sections)
 _LOADERS: dict[str, tuple[Loader, bool]] = {}
+
+#: The section export adds to a user-defined module: UTF-8 JSON ``{"module",
+#: "file", "class"}`` of its defining Python module (read back only to word an
+#: :class:`UnknownTypeKeyError`; loaders taking ``sections=True`` see it too).
+LOADER_HINT_SECTION = "loader_hint"
+
+
+def _loader_hint(module: Module) -> bytes:
+    cls = type(module)
+    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    hint = {"module": cls.__module__, "file": file and os.path.abspath(file), "class": cls.__name__}
+    return json.dumps(hint).encode("utf-8")
+
+
+def _with_hint(module: Module, sections: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``sections`` plus the loader hint, for module types defined outside monolib
+    (the built-in loaders are registered whenever monolib.runtime is imported)."""
+    if type(module).__module__.startswith("monolib.") or LOADER_HINT_SECTION in sections:
+        return sections
+    return {**sections, LOADER_HINT_SECTION: _loader_hint(module)}
+
+
+def _hinted(save_sections: Callable) -> Callable:
+    @functools.wraps(save_sections)
+    def wrapper(self: Module) -> Mapping[str, Any]:
+        return _with_hint(self, save_sections(self))
+
+    wrapper._adds_loader_hint = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 class Module:
@@ -47,6 +97,13 @@ class Module:
 
     def __init__(self) -> None:
         self._imports: list[Module] = []
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A subclass's own save_sections also gets the loader hint added.
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("save_sections")
+        if own is not None and not getattr(own, "_adds_loader_hint", False):
+            cls.save_sections = _hinted(own)
 
     # -- the tree ---------------------------------------------------------------
     @property
@@ -124,8 +181,10 @@ class Module:
 
         The default is one section ``{"data": save_to_bytes()}``; a module with large
         parts (the factory's params) returns several so each is aligned and checked.
+        For a module type defined outside monolib, a ``"loader_hint"`` section is
+        added (see :data:`LOADER_HINT_SECTION`), overrides included.
         """
-        return {"data": self.save_to_bytes()}
+        return _with_hint(self, {"data": self.save_to_bytes()})
 
     def export_library(
         self,
@@ -180,21 +239,80 @@ def register_loader(type_key: str, floader: Loader, sections: bool = False) -> N
 def get_loader(type_key: str, where: str = "") -> tuple[Loader, bool]:
     """The loader registered for ``type_key`` and whether it takes all sections.
 
+    Parameters
+    ----------
+    type_key : str
+    where : str
+        Where the key was met, for the message: ``"<library path> (module <i>)"`` as
+        ``load_module`` passes it, from which the module's loader hint is read.
+
     Raises
     ------
     UnknownTypeKeyError
-        No loader is registered; the message names the key, ``where`` and the known keys.
+        No loader is registered; the message names the key, ``where``, the known keys
+        and, when the library recorded it, the Python module to import (attributes
+        ``type_key`` and ``loader_hint``: that dict or None).
     """
     try:
         return _LOADERS[type_key]
     except KeyError:
-        known = ", ".join(sorted(_LOADERS)) or "none"
-        at = f" in {where}" if where else ""
-        raise UnknownTypeKeyError(
-            f"no loader registered for module type key {type_key!r}{at} "
-            f"(registered: {known}); import the package that defines it and calls "
-            "monolib.register_loader"
-        ) from None
+        pass
+    known = ", ".join(sorted(_LOADERS)) or "none"
+    at = f" in {where}" if where else ""
+    hint = _hint_at(where)
+    if hint and hint.get("module") not in (None, "__main__"):
+        todo = (
+            f"import {hint['module']} (class {hint.get('class')}, file {hint.get('file')}: "
+            "importing it registers the loader)"
+        )
+    elif hint and hint.get("file"):
+        todo = f"run the code of {hint['file']} that defines {hint.get('class')} and registers it"
+    else:
+        todo = "import the package that defines it and calls monolib.register_loader"
+    err = UnknownTypeKeyError(
+        f"no loader registered for module type key {type_key!r}{at} (registered: {known}); "
+        f"{todo}, before load_module"
+    )
+    err.type_key, err.loader_hint = type_key, hint
+    raise err
+
+
+_WHERE = re.compile(r"^(?P<path>.*) \(module (?P<index>\d+)\)$")
+
+
+def _hint_at(where: str) -> dict | None:
+    """The loader hint of module ``i`` of the library named in ``where`` (best effort)."""
+    m = _WHERE.match(where or "")
+    if not m or not os.path.isfile(m["path"]):
+        return None
+    try:
+        return read_loader_hints(m["path"]).get(int(m["index"]))
+    except Exception as exc:  # noqa: BLE001  (only the wording of an error depends on it)
+        logger.debug("no loader hint from %s: %r", where, exc)
+        return None
+
+
+def read_loader_hints(path: str) -> dict[int, dict]:
+    """``{module index: loader hint}`` of a library file, read without dlopen.
+
+    Raises
+    ------
+    LibraryLoadError, ContainerError
+        The file is not a readable monolib library.
+    """
+    from .library import read_container  # lazy: library imports this module
+
+    def extract(container: Any) -> dict[int, dict]:
+        out = {}
+        for i, entry in enumerate(container.modules):
+            for sec in entry.sections:
+                if sec.name == LOADER_HINT_SECTION:
+                    raw = bytes(container.section_data(i, sec))
+                    out[i] = json.loads(raw.decode("utf-8"))
+        return out
+
+    _, info = read_container(path, extract=extract)
+    return info["extracted"]
 
 
 def registered_type_keys() -> list[str]:

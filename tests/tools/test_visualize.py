@@ -3,6 +3,7 @@ HTML page of a real exported library, and the page as a headless browser draws i
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
 import os
@@ -312,3 +313,82 @@ def test_browser_draws_1500_nodes(tmp_path):
     )
     dom = chromium(tmp_path, f"file://{page}", "--dump-dom")
     assert len(re.findall(r'class="node op[ "]', dom)) == 1500
+
+
+class _Console:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def print(self, *args, **kwargs) -> None:
+        self.lines.append(" ".join(map(str, args)))
+
+
+@pytest.mark.slow
+def test_view_command(tmp_path, cls_lib):
+    import argparse
+
+    from monolib.tools.visualize import add_view_parser, cmd_view
+
+    parser = argparse.ArgumentParser()
+    add_view_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "v.html"
+    args = parser.parse_args(["view", cls_lib, "-o", str(out), "--profile", "--repeat", "2"])
+    console = _Console()
+    assert cmd_view(args, console) == 0 and console.lines == [f"wrote {out}"]
+    page = out.read_text("utf-8")
+    data = json.loads(re.search(r'id="data">(.*?)</script>', page, re.DOTALL).group(1))
+    ops = [v for v in data["graphs"][0]["vertices"] if v["kind"] == "op"]
+    assert len(ops) == 75 and all(v["time"] > 0 for v in ops)
+    assert data["graphs"][0]["summary"]["total_time"] == pytest.approx(sum(v["time"] for v in ops))
+    args = parser.parse_args(["view", cls_lib])
+    assert cmd_view(args, _Console()) == 0 and os.path.exists(cls_lib + ".html")
+
+
+INTERACT = """<script>
+(() => {
+  const svg = document.getElementById("svg"), vp = document.getElementById("vp");
+  const tr = () => vp.getAttribute("transform"), log = [tr()];
+  const mouse = (el, type, x, y) =>
+    el.dispatchEvent(new MouseEvent(type, {clientX: x, clientY: y, bubbles: true}));
+  svg.dispatchEvent(new WheelEvent("wheel", {deltaY: -300, clientX: 700, clientY: 400,
+                                             bubbles: true, cancelable: true}));
+  log.push(tr());
+  mouse(svg, "mousedown", 500, 500); mouse(window, "mousemove", 600, 450);
+  mouse(window, "mouseup", 600, 450);
+  log.push(tr());
+  const node = document.querySelector('.node.op[data-i="3"]');
+  mouse(node, "mousedown", 10, 10); mouse(node, "mouseup", 10, 10);
+  const box = document.getElementById("search");
+  box.value = "conv+relu"; box.dispatchEvent(new Event("input"));
+  document.getElementById("fit").click();
+  log.push(tr(), svg.getAttribute("class"));
+  document.body.setAttribute("data-log", JSON.stringify(log));
+})();
+</script></body>"""
+
+
+def transform(text: str) -> tuple[float, float, float]:
+    x, y, k = re.fullmatch(r"translate\((.+),(.+)\) scale\((.+)\)", text).groups()
+    return float(x), float(y), float(k)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_browser_zoom_pan_click_search_fit(tmp_path, cls_page):
+    out, graph = cls_page
+    page = tmp_path / "interact.html"
+    page.write_text(Path(out).read_text("utf-8").replace("</body>", INTERACT), "utf-8")
+    dom = chromium(tmp_path, f"file://{page}", "--dump-dom", "--window-size=1400,900")
+    log = json.loads(html.unescape(re.search(r'data-log="([^"]*)"', dom).group(1)))
+    start, zoomed, panned, fitted, classes = log
+    (x0, y0, k0), (x1, y1, k1) = transform(start), transform(zoomed)
+    assert k0 == 1 and k1 == pytest.approx(np.exp(0.45))  # wheel: zoom in around the cursor
+    assert (x1, y1) != (x0, y0)
+    x2, y2, k2 = transform(panned)
+    assert (x2 - x1, y2 - y1, k2) == pytest.approx((100, -50, k1))  # drag: pan
+    assert transform(fitted)[2] < 0.2 and "far" in classes and "dim" in classes  # fit; search
+    assert len(re.findall(r'class="node op[^"]*\bsel\b', dom)) == 1  # the clicked node
+    assert f"#2 {graph['nodes'][2]['name']}" in html.unescape(dom)  # vertex 3 = op 2 (after x)
+    labels = ["+".join([n["op"], *n["fused"]]).lower() for n in graph["nodes"]]
+    conv_relu = sum("conv+relu" in label for label in labels)
+    assert len(re.findall(r'class="node op[^"]*\bmatch\b', dom)) == conv_relu > 0

@@ -461,8 +461,9 @@ def cmd_view(args: argparse.Namespace, console: Any) -> int:
 
         gm = GraphModule(load_module(args.library)["default"](cpu()))
         rng = np.random.default_rng(0)
-        for name, (shape, dtype) in gm.get_input_info().items():
-            gm.set_input(name, rng.standard_normal(shape).astype(dtype))
+        shapes, dtypes = gm.get_input_info()
+        for name, shape in shapes.items():  # integer inputs get small values
+            gm.set_input(name, (rng.standard_normal(shape) * 2).astype(dtypes[name]))
         profile = gm.executor.profile(repeat=max(1, args.repeat))
     out = args.output or f"{args.library}.html"
     render_html(args.library, out, profile)
@@ -633,7 +634,8 @@ function details(i) {
 function search(q) {
   q = q.trim().toLowerCase(); hits = []; hit = -1;
   G.vertices.forEach((v, i) => {
-    const s = [v.name, v.op || "", ...(v.fused || []), shp(v.shape), ...(v.outputs || [])].join(" ").toLowerCase();
+    const ops = v.kind === "op" ? [v.op, ...v.fused].join("+") : v.kind;  // "conv+relu" finds fusions
+    const s = [v.name, ops, shp(v.shape), v.dtype, ...(v.outputs || [])].join(" ").toLowerCase();
     const m = q !== "" && s.includes(q);
     nodeEls[i].classList.toggle("match", m);
     if (m) hits.push(i);

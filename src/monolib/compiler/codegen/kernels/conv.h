@@ -179,7 +179,8 @@ ML_INLINE void ml_ukernel_direct(const int np, int64_t K, const float* restrict 
  * into SW column phases by ml_dw_pad_plane per channel ([C][Hp][SW][Wq]); koff[k] is the
  * offset of tap k = (ci*KH+ky)*KW+kx: ci*Hp*SW*Wq + ky*DH*SW*Wq + ((kx*DW)%SW)*Wq + kx*DW/SW.
  * Output row oh, columns ow.. read base = x + oh*SH*SW*Wq + ow. Tiles never cross an output
- * row; a short last tile reads up to 2*ML_VW floats past the row (Wq has that slack).
+ * row; a short last tile reads up to ML_NP*ML_NR-1 floats past the row (junk columns that
+ * are never stored): the buffer needs that much slack after its last row.
  * a: packed A (M x K, full-K); y: [M][OH*OW]; calls epi per finished output row. */
 ML_UNUSED static void ml_conv_direct_rows(int64_t oh0, int64_t oh1, int64_t M, int64_t K,
                                           const float* restrict a,

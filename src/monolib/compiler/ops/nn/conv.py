@@ -209,10 +209,12 @@ def _pointwise(d: dict[str, int]) -> bool:
 
 def _plane(d: dict[str, int]) -> tuple[int, int, int, int]:
     """(Hp, Wp, Wq, floats per channel) of the padded, phase-split image of the direct
-    path; Wq carries 32 floats of slack (the widest tile reads that far past a row)."""
+    path. A short last tile of a row reads up to 31 floats past the row's end: into the
+    next row (junk columns, never stored), or, at the very end, into the 64 floats of
+    slack the buffer carries."""
     hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
     wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
-    wq = -(-wp // d["SW"]) + 32
+    wq = -(-wp // d["SW"])
     return hp, wp, wq, hp * d["SW"] * wq
 
 

@@ -10,9 +10,13 @@ repeated N times: each non-carried input holds the N per-step values stacked on 
 leading axis; a carried input ``IN`` holds its initial value and takes output ``OUT``
 (an index) of the previous step, as a streaming model's state does. ``OUTPUTS.npz``
 holds ``out0``, ``out1``, ... (stacked over steps when ``--steps`` is given).
+
+It fails (exit 1) if running the library imported the compiler, ``onnx`` or
+``onnxruntime``: a deployed model needs ``monolib.runtime`` and NumPy only.
 """
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -51,6 +55,10 @@ def main() -> None:
                 state[name] = per_step[o][-1]
         outs = [np.stack(p) for p in per_step]
     np.savez(args.outputs, **{f"out{i}": o for i, o in enumerate(outs)})
+    heavy = sorted(m for m in sys.modules
+                   if m.split(".")[0] in ("onnx", "onnxruntime") or m.startswith("monolib.compiler"))
+    if heavy:
+        sys.exit(f"running the library imported {heavy[:5]}: the runtime must not need them")
 
 
 if __name__ == "__main__":

@@ -165,7 +165,13 @@ def _build_tree(container: Container, mapped: np.ndarray, dso: DSOModule, path: 
     return modules[container.root]
 
 
-def _load_path(path: str, verify: bool, shown: str, keepalive: Any = None) -> Module:
+def _load_path(
+    path: str,
+    verify: bool,
+    shown: str,
+    keepalive: Any = None,
+    on_dlopen: Callable[[], None] | None = None,
+) -> Module:
     container, info = read_container(path, verify=verify, shown=shown)
     elf = info["elf"]
     if elf is None:
@@ -188,11 +194,21 @@ def _load_path(path: str, verify: bool, shown: str, keepalive: Any = None) -> Mo
             get_loader(entry.type_key, where=f"{shown} (module {i})")
     # dlopen searches the library path for a name without a slash: make it absolute
     cdll = open_library(os.path.abspath(path))
+    if on_dlopen is not None:
+        on_dlopen()
     dso = DSOModule(cdll, shown, keepalive=keepalive)
     mapped = _map_container(dso, container, shown)
     root = _build_tree(container, mapped, dso, shown)
     logger.debug("loaded %s: %d modules, root %s", shown, len(container.modules), root.type_key)
     return root
+
+
+# glibc's dlopen hands back an already loaded library whose NAME equals the path
+# asked for: a reused "/proc/self/fd/N" would silently return an EARLIER library
+# (its code, not the new bytes, and not the verified ones). So a memfd that was
+# dlopen'd stays open, its number never reused, for the process's life - as long as
+# the mapping itself, since ctypes never dlcloses.
+_LOADED_MEMFDS: list[int] = []
 
 
 def _seal(fd: int) -> None:
@@ -216,13 +232,18 @@ def _load_bytes(data: Any, verify: bool, shown: str = "<bytes>") -> Module:
     if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
         flags = getattr(os, "MFD_CLOEXEC", 0) | getattr(os, "MFD_ALLOW_SEALING", 0)
         fd = os.memfd_create("monolib-library", flags)
+        opened: list[bool] = []
         try:
             with os.fdopen(os.dup(fd), "wb") as f:
                 f.write(view)
             _seal(fd)
-            return _load_path(f"/proc/self/fd/{fd}", verify, shown)
+            path = f"/proc/self/fd/{fd}"
+            return _load_path(path, verify, shown, on_dlopen=lambda: opened.append(True))
         finally:
-            os.close(fd)  # the mapping made by dlopen keeps the memory alive
+            if opened:
+                _LOADED_MEMFDS.append(fd)
+            else:
+                os.close(fd)  # never dlopen'd: its number may be reused
     # No memfd (not Linux): a private temp file, less strict than a sealed memfd.
     fd, tmp = tempfile.mkstemp(suffix=".so", prefix="monolib-")
     try:

@@ -49,15 +49,17 @@ Loader = Callable[[Any], "Module"]
 _LOADERS: dict[str, tuple[Loader, bool]] = {}
 
 #: The section export adds to a user-defined module: UTF-8 JSON ``{"module",
-#: "file", "class"}`` of its defining Python module (read back only to word an
+#: "class"}`` naming its defining Python module (``"file"`` too for ``__main__``) (read back only to word an
 #: :class:`UnknownTypeKeyError`; loaders taking ``sections=True`` see it too).
 LOADER_HINT_SECTION = "loader_hint"
 
 
 def _loader_hint(module: Module) -> bytes:
     cls = type(module)
-    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    hint = {"module": cls.__module__, "file": file and os.path.abspath(file), "class": cls.__name__}
+    hint = {"module": cls.__module__, "class": cls.__name__}
+    if cls.__module__ == "__main__":  # a script: its file is the only clue (else not stored)
+        file = getattr(sys.modules.get("__main__"), "__file__", None)
+        hint["file"] = file and os.path.abspath(file)
     return json.dumps(hint).encode("utf-8")
 
 
@@ -261,10 +263,7 @@ def get_loader(type_key: str, where: str = "") -> tuple[Loader, bool]:
     at = f" in {where}" if where else ""
     hint = _hint_at(where)
     if hint and hint.get("module") not in (None, "__main__"):
-        todo = (
-            f"import {hint['module']} (class {hint.get('class')}, file {hint.get('file')}: "
-            "importing it registers the loader)"
-        )
+        todo = f"import {hint['module']} (it defines {hint.get('class')} and registers its loader)"
     elif hint and hint.get("file"):
         todo = f"run the code of {hint['file']} that defines {hint.get('class')} and registers it"
     else:

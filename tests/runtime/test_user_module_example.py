@@ -1,0 +1,54 @@
+"""``examples/user_module/run.py``: a user module type shipped inside the compiled
+PP-OCR classifier library, loaded and called in a fresh process; without the import,
+the error names the Python module to import."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.expanduser("~/.cache/monolib/models/ch_ppocr_mobile_v2.0_cls_infer.onnx")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(MODEL), reason="the PP-OCR cls model is not cached")
+def test_run_example_in_fresh_processes(tmp_path):
+    import onnxruntime as ort
+
+    res = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "examples", "user_module", "run.py"),
+            "--out",
+            str(tmp_path),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(tmp_path),  # not the repo root: the script must find its package itself
+    )
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout.strip().splitlines()[-1])
+    assert os.path.isfile(report["library"])
+
+    ran = report["run"]
+    assert ran["imports"] == ["library", "example_cls_postprocess"]
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)
+    sess = ort.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(np.array(ran["probs"]), want, rtol=1e-4, atol=1e-5)
+    k = int(want[0].argmax())
+    assert ran["label"] == ["0", "180"][k]
+    assert abs(ran["score"] - float(want[0, k])) < 1e-4
+
+    refused = report["without_import"]
+    assert refused["error"] == "UnknownTypeKeyError"
+    assert "'example_cls_postprocess'" in refused["message"]
+    assert "import examples.user_module.postprocess" in refused["message"]

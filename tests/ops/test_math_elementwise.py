@@ -273,3 +273,9 @@ def test_signed_bitshift_by_width_or_more():
         (want,) = op_of(node).reference(node, [x, y])
         np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(want, [-1, 0, -2, 1])
+
+
+def test_c_expr_is_deterministic():
+    node = ir_node("HardSwish", [f32(3)], {}, 14)
+    op = op_of(node)
+    assert op.c_expr(node, ["expf(v)"]) == op.c_expr(node, ["expf(v)"])

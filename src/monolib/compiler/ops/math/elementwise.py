@@ -9,7 +9,7 @@ come from :class:`Elementwise`.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -45,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 # a call (other than the INT64_C literal macro) or a nested statement expression
 _CALL = re.compile(r"(?<!INT64_C)(?<![A-Za-z0-9_])(?!INT64_C\b)[A-Za-z_][A-Za-z0-9_]*\s*\(|\(\{|\?")
-_temps = itertools.count()
 
 
 def lit(value, dtype) -> str:
@@ -94,7 +93,8 @@ def bind(args: Sequence[str], dtypes: Sequence[np.dtype], body: Callable[..., st
         if len(a) < 160 and not _CALL.search(a):
             names.append(a)
             continue
-        t = f"ml_t{next(_temps)}"
+        # named after the expression (not a counter) so the generated C is deterministic
+        t = f"ml_t{len(decls)}_{hashlib.sha1(a.encode()).hexdigest()[:8]}"
         decls.append(f"{ctype(dt)} {t} = {a};")
         names.append(t)
     out = body(*names)

@@ -392,3 +392,24 @@ def test_browser_zoom_pan_click_search_fit(tmp_path, cls_page):
     labels = ["+".join([n["op"], *n["fused"]]).lower() for n in graph["nodes"]]
     conv_relu = sum("conv+relu" in label for label in labels)
     assert len(re.findall(r'class="node op[^"]*\bmatch\b', dom)) == conv_relu > 0
+
+
+def test_guess_takes_the_nearest_unread_output():
+    """Two slices nobody reads (their Squeeze consumers were removed as no-ops): a
+    later op reading an unknown tensor first is fed by the nearest one."""
+    graph = {
+        "name": "slices",
+        "inputs": [t("x")],
+        "outputs": [t("y")],
+        "nodes": [
+            node("S1", "Slice", ["x", "c1"], "s1"),
+            node("S2", "Slice", ["x", "c2"], "s2"),
+            node("T", "Transpose", ["s2_squeezed"], "tt"),
+            node("M", "MatMul", ["s1_squeezed", "tt"], "y"),
+        ],
+    }
+    g = layout_graph(graph)
+    names = [v["name"] for v in g["vertices"]]
+    guess = {(names[e["s"]], names[e["d"]]) for e in g["edges"] if e.get("guess")}
+    assert guess == {("S2", "T"), ("S1", "M")}
+    assert all(e["shape"] is None for e in g["edges"] if e.get("guess"))

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monolib.runtime.errors import LibraryLoadError, MonolibError
 from monolib.tools.inspect import inspect_library
@@ -162,11 +164,59 @@ def test_bad_profiles(profile, match):
     assert isinstance(info.value, MonolibError)
 
 
-def test_malformed_node():
+@pytest.mark.parametrize(
+    ("path", "value", "match"),
+    [
+        (("nodes", 2), {"op": "Relu"}, r"nodes\[2\] is not an object with a string name"),
+        (("nodes", 1, "inputs"), "a", r"nodes\[1\] \('B'\): bad inputs 'a'"),
+        (("nodes", 1, "shape"), [1.5], r"nodes\[1\] \('B'\): bad shape"),
+        (("inputs",), {"x": 1}, "inputs is not a list"),
+        (("params", 0, "nbytes"), -1, r"params\[0\] \('w'\): bad nbytes -1"),
+        (("params_bytes",), "12", "params_bytes '12' is not a byte count"),
+        (("aliases",), [], "aliases must map"),
+    ],
+)
+def test_malformed_graphs(path, value, match):
     graph = diamond()
-    graph["nodes"][2] = {"op": "Relu"}
-    with pytest.raises(VisualizeError, match="node 2 is malformed"):
+    target = graph
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(VisualizeError, match=match):
         layout_graph(graph)
+    with pytest.raises(VisualizeError, match="not an object"):
+        layout_graph([])
+
+
+JUNK = st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=3), st.floats(),
+                 st.lists(st.integers(-1, 4), max_size=3), st.dictionaries(st.text(max_size=2),
+                 st.integers(), max_size=2))  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_any_corruption_is_a_visualize_error_or_a_picture(data):
+    graph = diamond()
+    target = graph
+    keys = ["inputs", "outputs", "nodes", "params", "params_bytes", "name", "aliases"]
+    key = data.draw(st.sampled_from(keys))
+    while isinstance(target.get(key) if isinstance(target, dict) else None, (list, dict)):
+        inner = target[key]
+        if isinstance(inner, list) and inner:
+            idx = data.draw(st.integers(0, len(inner) - 1))
+            if not isinstance(inner[idx], dict) or data.draw(st.booleans()):
+                inner[idx] = data.draw(JUNK)
+                break
+            target, key = inner[idx], data.draw(st.sampled_from(sorted(inner[idx])))
+        else:
+            break
+    else:
+        target[key] = data.draw(JUNK)
+    try:
+        g = layout_graph(graph)
+    except VisualizeError:
+        return
+    render_page({"title": "fuzz", "library": None, "graphs": [g]})
 
 
 def test_page_is_self_contained_and_escapes_names():

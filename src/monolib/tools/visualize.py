@@ -118,6 +118,53 @@ def _profile_seconds(profile: Any) -> dict[str, float]:
     return out
 
 
+def _check_tensors(where: str, items: Any, keys: dict[str, Any]) -> None:
+    """VisualizeError unless ``items`` is a list of dicts whose ``keys`` (when
+    present; ``name`` always) have the given types."""
+    if not isinstance(items, list):
+        raise VisualizeError(f"{where} is not a list")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise VisualizeError(f"{where}[{i}] is not an object with a string name")
+        for key, check in keys.items():
+            if key in item and not check(item[key]):
+                raise VisualizeError(f"{where}[{i}] ({item['name']!r}): bad {key} {item[key]!r}")
+
+
+def _ints(v: Any) -> bool:
+    return isinstance(v, list) and all(type(d) is int for d in v)
+
+
+def _strs(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(d, str) for d in v)
+
+
+def _count(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+_TENSOR_KEYS = {"shape": _ints, "dtype": lambda v: isinstance(v, str)}
+_NODE_KEYS = {**_TENSOR_KEYS, "op": lambda v: isinstance(v, str), "fused": _strs,
+              "inputs": _strs, "outputs": _strs}  # fmt: skip
+
+
+def _check_graph(graph: Any) -> None:
+    """VisualizeError naming the first field of the graph JSON of the wrong type."""
+    if not isinstance(graph, dict):
+        raise VisualizeError("graph JSON is not an object")
+    where = f"graph {graph.get('name', '')!r}"
+    _check_tensors(f"{where}: inputs", graph.get("inputs", []), _TENSOR_KEYS)
+    _check_tensors(f"{where}: outputs", graph.get("outputs", []), _TENSOR_KEYS)
+    _check_tensors(f"{where}: nodes", graph.get("nodes", []), _NODE_KEYS)
+    _check_tensors(f"{where}: params", graph.get("params", []), {**_TENSOR_KEYS, "nbytes": _count})
+    for key in ("params_bytes", "arena_bytes"):
+        if key in graph and not _count(graph[key]):
+            raise VisualizeError(f"{where}: {key} {graph[key]!r} is not a byte count")
+    aliases = graph.get("aliases", {})
+    if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
+        raise VisualizeError(f"{where}: aliases must map tensor names to tensor names")
+
+
 def _vertices(graph: dict) -> tuple[list[dict], dict[str, int]]:
     """Graph inputs, fused ops, graph outputs as vertices; tensor -> producer index."""
     verts: list[dict] = []
@@ -133,8 +180,6 @@ def _vertices(graph: dict) -> tuple[list[dict], dict[str, int]]:
             }
         )
     for i, n in enumerate(graph.get("nodes", [])):
-        if not isinstance(n, dict) or "name" not in n:
-            raise VisualizeError(f"graph {graph.get('name', '')!r}: node {i} is malformed")
         for t in n.get("outputs", []):
             producer[t] = len(verts)
         verts.append(
@@ -175,7 +220,7 @@ def _edges(verts: list[dict], producer: dict[str, int], graph: dict) -> list[dic
     of PP-OCRv4 rec/det and the cls model: 12 of 14 right, where first-come order
     got 5), else, for an op with no producer at all, from the op before it.
     """
-    aliases = graph.get("aliases", {}) if isinstance(graph.get("aliases"), dict) else {}
+    aliases = graph.get("aliases", {})
     params = {p.get("name") for p in graph.get("params", []) if isinstance(p, dict)}
     read = {aliases.get(t, t) for v in verts for t in v.get("inputs", [])}
     dangling = [i for i, v in enumerate(verts) if v["kind"] == "op"
@@ -310,6 +355,7 @@ def layout_graph(graph: dict, profile: Any = None) -> dict:
     VisualizeError
         Malformed nodes; profile times that are not seconds >= 0.
     """
+    _check_graph(graph)
     times = _profile_seconds(profile)
     verts, producer = _vertices(graph)
     edges = _edges(verts, producer, graph)
@@ -340,7 +386,7 @@ def layout_graph(graph: dict, profile: Any = None) -> dict:
             "profile names %d nodes not in the graph, e.g. %s", len(unknown), sorted(unknown)[:3]
         )
     return {
-        "name": graph.get("name", ""),
+        "name": str(graph.get("name", "")),
         "vertices": verts,
         "edges": edges,
         "width": max(x, default=0.0) + NODE_W / 2 + GAP_X,
@@ -370,8 +416,12 @@ def _summary(graph: dict, total: float | None) -> dict:
     params = [p for p in graph.get("params", []) if isinstance(p, dict)]
     big = sorted(params, key=lambda p: -int(p.get("nbytes", 0)))[:12]
     return {
-        "inputs": graph.get("inputs", []),
-        "outputs": graph.get("outputs", []),
+        "inputs": [
+            {k: t.get(k) for k in ("name", "shape", "dtype")} for t in graph.get("inputs", [])
+        ],
+        "outputs": [
+            {k: t.get(k) for k in ("name", "shape", "dtype")} for t in graph.get("outputs", [])
+        ],
         "fused_ops": len(graph.get("nodes", [])),
         "params_count": len(params),
         "params_bytes": int(

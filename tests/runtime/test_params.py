@@ -223,3 +223,18 @@ def test_random_round_trip(tensors):
     stn = pytest.importorskip("safetensors.numpy")
     assert_same(stn.load(data), tensors)
     assert_same(load_params(stn.save(tensors)), tensors)
+
+
+def test_metadata_and_other_sources(tmp_path):
+    from monolib.runtime.params import params_metadata
+
+    data = save_params(TENSORS, None, {"model": "cls", "version": "1"})
+    assert params_metadata(data) == {"model": "cls", "version": "1"}
+    assert params_metadata(save_params({"a": np.zeros(1)})) == {}
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(data)
+    assert params_metadata(str(path)) == {"model": "cls", "version": "1"}
+    words = np.frombuffer(data + bytes(-len(data) % 4), np.uint32)  # a typed buffer
+    assert_same(load_params(memoryview(words)), TENSORS)
+    with pytest.raises(ParamsError, match="path or bytes, not int"):
+        load_params(3)

@@ -38,6 +38,7 @@ __all__ = [
     "ParamsFileError",
     "load_params",
     "params_blob",
+    "params_metadata",
     "save_params",
 ]
 
@@ -260,6 +261,39 @@ def _entry(name: str, entry: Any, size: int, where: str) -> tuple[np.dtype, tupl
     return dtype, tuple(shape), begin, end
 
 
+def _source(source: Any) -> tuple[np.ndarray, str]:
+    """(uint8 view, name for messages) of a file path or a bytes-like object."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        view = memoryview(source)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")  # a typed or multi-dimensional buffer: its bytes
+        return np.frombuffer(
+            view, dtype=np.uint8
+        ), f"<{type(source).__name__} of {view.nbytes} bytes>"
+    if not isinstance(source, (str, os.PathLike)):
+        raise ParamsError(f"params source must be a path or bytes, not {type(source).__name__}")
+    where = os.fspath(source)
+    return _map_file(where), where
+
+
+def params_metadata(source: Any) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file or buffer (``{}`` if none).
+
+    Parameters
+    ----------
+    source : str, os.PathLike, bytes, bytearray or memoryview
+        As for :func:`load_params`; only the header is read.
+
+    Raises
+    ------
+    ParamsFileError, ParamsError
+        As :func:`load_params` for the header.
+    """
+    buf, where = _source(source)
+    header, _ = _read_header(buf, where)
+    return dict(header.get("__metadata__", {}))
+
+
 def load_params(source: Any) -> dict[str, np.ndarray]:
     """Read safetensors: ``{name: read-only ndarray}`` views, no copy.
 
@@ -286,12 +320,7 @@ def load_params(source: Any) -> dict[str, np.ndarray]:
         the buffer, not matching its byte size, or overlapping another tensor; a
         BOOL tensor holding bytes other than 0 and 1.
     """
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        where = f"<{type(source).__name__} of {memoryview(source).nbytes} bytes>"
-        buf = np.frombuffer(source, dtype=np.uint8)
-    else:
-        where = os.fspath(source)
-        buf = _map_file(where)
+    buf, where = _source(source)
     header, start = _read_header(buf, where)
     data = buf[start:]
     entries = {

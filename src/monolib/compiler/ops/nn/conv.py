@@ -4,10 +4,18 @@ Lowering (``emit``):
 
 * depthwise (``group == C_in == C_out``): ``ml_dwconv2d`` of ``kernels/conv.h``, a direct
   vectorised kernel (3x3/5x5, strides 1 and 2 specialised);
-* everything else: per image and group one GEMM of ``kernels/gemm.h``,
-  ``y[Cout_g, OH*OW] = W[Cout_g, Cin_g*KH*KW] @ cols``, with the weights packed at
-  compile time and ``cols`` the input itself for 1x1 stride-1 convolutions, or an
-  implicit im2col done while packing B blocks otherwise.
+* everything else is ``y[Cout_g, OH*OW] = W[Cout_g, Cin_g*KH*KW] @ cols`` with the weights
+  packed at compile time (``_gemm.pack_a``), per image and group:
+
+  - 1x1 stride-1: one GEMM of ``kernels/gemm.h`` on the input itself (no im2col);
+  - fewer than ``DIRECT_BELOW`` output channels per group: ``ml_conv_direct``, whose
+    micro-kernel reads the zero-padded, phase-split image through a compile-time table of
+    tap offsets (no B packing: with few rows to share it, packing costs as much as the
+    multiply);
+  - otherwise one GEMM whose B blocks are packed straight from the padded image (an
+    implicit im2col);
+  - a batch of images with small outputs (``FOLD_BATCH_BELOW`` pixels) runs as ONE GEMM
+    over every image's columns, then is scattered to NCHW.
 
 1-D convolutions are 2-D ones with ``H = 1``. The fused epilogue sees output 0 as
 ``[N, C_out, spatial]``.

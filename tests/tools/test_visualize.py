@@ -463,3 +463,21 @@ def test_guess_takes_the_nearest_unread_output():
     guess = {(names[e["s"]], names[e["d"]]) for e in g["edges"] if e.get("guess")}
     assert guess == {("S2", "T"), ("S1", "M")}
     assert all(e["shape"] is None for e in g["edges"] if e.get("guess"))
+
+
+@needs_chromium
+def test_browser_switches_between_graphs(tmp_path):
+    first, second = layout_graph(diamond()), layout_graph(big_graph(30))
+    first["module"], second["module"] = 0, 2
+    page = tmp_path / "two.html"
+    switch = """<script>
+    const sel = document.getElementById("graphsel");
+    document.body.setAttribute("data-first", document.querySelectorAll(".node.op").length);
+    sel.value = "1"; sel.dispatchEvent(new Event("change"));
+    </script></body>"""
+    text = render_page({"title": "two", "library": None, "graphs": [first, second]})
+    page.write_text(text.replace("</body>", switch), "utf-8")
+    dom = chromium(tmp_path, f"file://{page}", "--dump-dom")
+    assert 'data-first="4"' in dom and 'data-nodes="32"' in dom
+    assert len(re.findall(r'class="node op[ "]', dom)) == 30
+    assert "module 0: diamond" in dom and "module 2: big" in dom

@@ -537,7 +537,7 @@ _PAGE = """<!DOCTYPE html>
 <aside id="side"><h1>@@TITLE@@</h1><div id="info"></div></aside>
 <main id="main">
 <div id="bar"><select id="graphsel"></select>
-<input id="search" type="search" placeholder="search ops, names, shapes (Enter: next)">
+<input id="search" type="search" placeholder="search ops (conv+relu), names, shapes  [/ focus, Enter next, Esc clear]">
 <span id="hits"></span><button id="fit">fit</button><button id="one">1:1</button></div>
 <svg id="svg" xmlns="http://www.w3.org/2000/svg"><defs><marker id="arrow" viewBox="0 0 8 8"
  refX="7" refY="4" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0L8,4L0,8z"
@@ -665,7 +665,9 @@ function drawNodes() {
       shp(v.shape) + " " + v.dtype, 34));
     if (v.time !== undefined)
       el("text", {class: "t", x: 8, y: 45}, g, ms(v.time) + "  " + (100 * v.share).toFixed(1) + "%");
-    el("title", {}, g, title + "\n" + v.name + "\n" + shp(v.shape) + " " + v.dtype);
+    const pb = (v.params || []).reduce((a, p) => a + p[3], 0);
+    el("title", {}, g, title + "\n" + v.name + "\n" + shp(v.shape) + " " + v.dtype +
+      (pb ? "\nparams " + bytes(pb) : "") + (v.time !== undefined ? "\n" + ms(v.time) : ""));
     nodeEls.push(g);
   });
 }
@@ -791,6 +793,13 @@ function wire() {
   $("search").addEventListener("input", (ev) => search(ev.target.value));
   $("search").addEventListener("keydown", (ev) => { if (ev.key === "Enter") next(); });
   $("fit").onclick = fit; $("one").onclick = one;
+  window.addEventListener("keydown", (ev) => {  // "/" to search, Escape to clear
+    if (ev.key === "/" && document.activeElement !== $("search")) {
+      ev.preventDefault(); $("search").focus();
+    } else if (ev.key === "Escape") {
+      $("search").value = ""; search(""); $("details").style.display = "none";
+    }
+  });
   const sel = $("graphsel");
   DOC.graphs.forEach((g, i) => { const o = h("option", `module ${g.module}: ${g.name}`, sel); o.value = i; });
   sel.style.display = DOC.graphs.length > 1 ? "" : "none";

@@ -165,46 +165,21 @@ def _check_graph(graph: Any) -> None:
         raise VisualizeError(f"{where}: aliases must map tensor names to tensor names")
 
 
+def _tensor(kind: str, t: dict) -> dict:
+    return {"kind": kind, "name": t["name"], "shape": t.get("shape"), "dtype": t.get("dtype", "")}
+
+
 def _vertices(graph: dict) -> tuple[list[dict], dict[str, int]]:
     """Graph inputs, fused ops, graph outputs as vertices; tensor -> producer index."""
-    verts: list[dict] = []
-    producer: dict[str, int] = {}
-    for t in graph.get("inputs", []):
-        producer[t["name"]] = len(verts)
-        verts.append(
-            {
-                "kind": "input",
-                "name": t["name"],
-                "shape": t.get("shape"),
-                "dtype": t.get("dtype", ""),
-            }
-        )
+    verts = [_tensor("input", t) for t in graph.get("inputs", [])]
+    producer = {v["name"]: i for i, v in enumerate(verts)}
     for i, n in enumerate(graph.get("nodes", [])):
-        for t in n.get("outputs", []):
-            producer[t] = len(verts)
-        verts.append(
-            {
-                "kind": "op",
-                "index": i,
-                "name": n["name"],
-                "op": n.get("op", "?"),
-                "fused": list(n.get("fused", [])),
-                "shape": n.get("shape"),
-                "dtype": n.get("dtype", ""),
-                "inputs": list(n.get("inputs", [])),
-                "outputs": list(n.get("outputs", [])),
-            }
-        )
+        producer.update((t, len(verts)) for t in n.get("outputs", []))
+        vert = {**_tensor("op", n), "index": i, "op": n.get("op", "?")}
+        vert.update((k, list(n.get(k, []))) for k in ("fused", "inputs", "outputs"))
+        verts.append(vert)
     for t in graph.get("outputs", []):
-        verts.append(
-            {
-                "kind": "output",
-                "name": t["name"],
-                "shape": t.get("shape"),
-                "dtype": t.get("dtype", ""),
-                "inputs": [t["name"]],
-            }
-        )
+        verts.append({**_tensor("output", t), "inputs": [t["name"]]})
     return verts, producer
 
 

@@ -344,21 +344,43 @@ def test_runtime_import_does_not_import_cryptography():
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
 
 
-def test_loaded_bytes_are_sealed():
-    """The memfd a library is loaded from cannot be written once sealed."""
-    from monolib.runtime.library import _seal
+def test_loaded_bytes_are_sealed(plain_lib, keys):
+    """A verified library is dlopen'd from a sealed memfd holding exactly its bytes:
+    nobody (not even through /proc/PID/fd/N) can change them after the check."""
+    import fcntl
 
-    fd = os.memfd_create("monolib-test", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        os.write(fd, b"verified bytes")
-        _seal(fd)
-        with pytest.raises(PermissionError):
-            os.pwrite(fd, b"X", 0)
-        with pytest.raises(PermissionError):
-            os.ftruncate(fd, 1)
-        assert os.pread(fd, 14, 0) == b"verified bytes"
-    finally:
-        os.close(fd)
+    from monolib.runtime import library
+
+    load_module(plain_lib, trusted_keys=[keys["good.pub"]])
+    fd = library._LOADED_MEMFDS[-1]
+    seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    for seal in (fcntl.F_SEAL_WRITE, fcntl.F_SEAL_SHRINK, fcntl.F_SEAL_GROW, fcntl.F_SEAL_SEAL):
+        assert seals & seal
+    size = os.fstat(fd).st_size
+    assert os.pread(fd, size, 0) == Path(plain_lib).read_bytes()
+    with pytest.raises(PermissionError):
+        os.pwrite(fd, b"X", 0)
+    # as another process could: reopen it for writing (allowed), then write (refused)
+    with open(f"/proc/self/fd/{fd}", "r+b", buffering=0) as f, pytest.raises(PermissionError):
+        f.write(b"X")
+
+
+def test_without_memfd_the_private_copy_is_verified(
+    evil_lib, keys, evil_marker, tmp_path, monkeypatch
+):
+    """Where there is no memfd (not Linux) the same checks hold (temp-file path)."""
+    from monolib.runtime import library
+
+    monkeypatch.setattr(library, "_has_memfd", lambda: False)
+    path, data = evil_lib
+    bad = tampered_copy(data, tmp_path)
+    Path(bad + ".sig").write_bytes(Path(path + ".sig").read_bytes())
+    with pytest.raises(SignatureError, match="does not match its signature"):
+        load_module(bad, trusted_keys=[keys["good.pub"]])
+    assert not evil_marker.exists()
+    mod = load_module(path, trusted_keys=[keys["good.pub"]])
+    assert evil_marker.read_text() == "constructor ran\n"
+    np.testing.assert_array_equal(run_plus_one(mod), np.arange(4, dtype=np.float32) + 1)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -222,28 +222,47 @@ def _seal(fd: int) -> None:
         logger.debug("could not seal the library memfd: %s", exc)
 
 
-def _load_bytes(data: Any, verify: bool, shown: str = "<bytes>") -> Module:
-    """Load a library held in memory: memfd + /proc/self/fd/N (a temp file elsewhere).
+def _has_memfd() -> bool:
+    return hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 
-    The memfd is sealed before ``dlopen``: once written, not even a process that
-    opens ``/proc/PID/fd/N`` can change the bytes that were (possibly) verified.
-    """
+
+def _new_memfd() -> int:
+    flags = getattr(os, "MFD_CLOEXEC", 0) | getattr(os, "MFD_ALLOW_SEALING", 0)
+    return os.memfd_create("monolib-library", flags)
+
+
+def _load_memfd(
+    fd: int, verify: bool, shown: str, check: Callable[[int], None] | None = None
+) -> Module:
+    """Seal the memfd ``fd`` (holding a whole library), run ``check(fd)`` on the sealed
+    content, then dlopen it as ``/proc/self/fd/N``. Takes ownership of ``fd``."""
+    opened: list[bool] = []
+    try:
+        _seal(fd)
+        if check is not None:
+            check(fd)
+        path = f"/proc/self/fd/{fd}"
+        return _load_path(path, verify, shown, on_dlopen=lambda: opened.append(True))
+    finally:
+        if opened:
+            _LOADED_MEMFDS.append(fd)
+        else:
+            os.close(fd)  # never dlopen'd: its number may be reused
+
+
+def _load_bytes(data: Any, verify: bool, shown: str = "<bytes>") -> Module:
+    """Load a library held in memory: sealed memfd + /proc/self/fd/N (a temp file
+    where there is no memfd)."""
     view = memoryview(data).cast("B")
-    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-        flags = getattr(os, "MFD_CLOEXEC", 0) | getattr(os, "MFD_ALLOW_SEALING", 0)
-        fd = os.memfd_create("monolib-library", flags)
-        opened: list[bool] = []
+    if _has_memfd():
+        fd = _new_memfd()
         try:
             with os.fdopen(os.dup(fd), "wb") as f:
                 f.write(view)
-            _seal(fd)
-            path = f"/proc/self/fd/{fd}"
-            return _load_path(path, verify, shown, on_dlopen=lambda: opened.append(True))
-        finally:
-            if opened:
-                _LOADED_MEMFDS.append(fd)
-            else:
-                os.close(fd)  # never dlopen'd: its number may be reused
+        except BaseException:
+            os.close(fd)
+            raise
+        return _load_memfd(fd, verify, shown)
     # No memfd (not Linux): a private temp file, less strict than a sealed memfd.
     fd, tmp = tempfile.mkstemp(suffix=".so", prefix="monolib-")
     try:
@@ -254,42 +273,89 @@ def _load_bytes(data: Any, verify: bool, shown: str = "<bytes>") -> Module:
         os.unlink(tmp)
 
 
-def _read_once(path: str) -> bytes:
-    """The whole content of the regular file ``path``, read through one descriptor."""
+def _open_regular(path: str) -> int:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
         raise LibraryLoadError(f"{path}: cannot open library file: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LibraryLoadError(f"{path}: not a regular file")
+    return fd
+
+
+def _copy_file(path: str, write: Callable[[bytes], Any]) -> None:
+    """Read the regular file ``path`` once, through one descriptor, into ``write``."""
+    fd = _open_regular(path)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise LibraryLoadError(f"{path}: not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
+        while chunk := os.read(fd, 1 << 22):
+            write(chunk)
     except OSError as exc:
         raise LibraryLoadError(f"{path}: cannot read library file: {exc.strerror}") from None
     finally:
         os.close(fd)
 
 
+def _verify_memfd(fd: int, signature: Any, trusted_keys: Any, shown: str) -> None:
+    """Verify the signature over the (sealed) content of ``fd``, read via a mapping."""
+    from ..tools.sign import verify_bytes  # needs `cryptography`: lazily
+
+    size = os.fstat(fd).st_size
+    if size == 0:
+        info = verify_bytes(b"", signature, trusted_keys, where=shown)
+    else:
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        try:
+            info = verify_bytes(mm, signature, trusted_keys, where=shown)
+        finally:
+            mm.close()
+    logger.info("%s: signed by trusted key %s; loading the verified bytes", shown, info.key_id)
+
+
 def _load_trusted(path: Any, verify: bool, trusted_keys: Any, signature: Any) -> Module:
-    """Read once, verify those bytes, load those bytes (never the path again)."""
+    """Read once, verify those bytes, load those bytes (never the path again).
+
+    With a memfd: the file (or the given bytes) is copied into a memfd, the memfd is
+    SEALED (no write, grow or shrink, by anyone), the signature is checked over the
+    sealed content, and that same memfd is dlopen'd. Elsewhere: a private copy in
+    memory is verified and then loaded through a temp file.
+    """
     from ..tools.sign import signature_path, verify_bytes  # needs `cryptography`: lazily
 
-    if isinstance(path, (bytes, bytearray, memoryview)):
-        if signature is None:
+    in_memory = isinstance(path, (bytes, bytearray, memoryview))
+    shown = "<bytes>" if in_memory else _fspath(path)
+    if signature is None:
+        if in_memory:
             raise SignatureError(
                 "<bytes>: a library given in memory has no signature file beside it: "
                 "pass signature= (the .sig path or its content)"
             )
-        data, shown = bytes(path), "<bytes>"  # a private copy: the caller's cannot change it
-    else:
-        shown = _fspath(path)
-        data = _read_once(shown)
-        if signature is None:
-            signature = signature_path(shown)
-    info = verify_bytes(data, signature, trusted_keys, where=shown)
-    logger.info("%s: signed by trusted key %s; loading the verified bytes", shown, info.key_id)
-    return _load_bytes(data, verify, f"{shown} (verified)")
+        signature = signature_path(shown)
+    if not _has_memfd():
+        data = bytes(path) if in_memory else _read_all(shown)  # a private copy
+        verify_bytes(data, signature, trusted_keys, where=shown)
+        return _load_bytes(data, verify, f"{shown} (verified)")
+    fd = _new_memfd()
+    try:
+        with os.fdopen(os.dup(fd), "wb") as f:
+            if in_memory:
+                f.write(memoryview(path).cast("B"))
+            else:
+                _copy_file(shown, f.write)
+    except BaseException:
+        os.close(fd)
+        raise
+
+    def check(sealed: int) -> None:
+        _verify_memfd(sealed, signature, trusted_keys, shown)
+
+    return _load_memfd(fd, verify, f"{shown} (verified)", check)
+
+
+def _read_all(path: str) -> bytes:
+    parts: list[bytes] = []
+    _copy_file(path, parts.append)
+    return b"".join(parts)
 
 
 def _fspath(path: Any) -> str:
@@ -311,11 +377,12 @@ def load_module(
         a plain load checks the header, manifest and sections <= 1 MiB only.
     trusted_keys : sequence of (path, bytes or Ed25519PublicKey), optional
         When given, the library must carry a valid Ed25519 signature by one of these
-        public keys (:mod:`monolib.tools.sign`). The file is read ONCE into memory,
-        its signature is checked over exactly those bytes, and exactly those bytes
-        are loaded (sealed memfd + ``/proc/self/fd/N``): the path is never opened
-        again, so the file cannot be swapped between check and load, and no code of
-        an unverified library runs. Needs the ``cryptography`` package.
+        public keys (:mod:`monolib.tools.sign`). The file is read ONCE into a memfd
+        that is then sealed (nobody can change it any more), the signature is checked
+        over exactly those bytes, and exactly that memfd is dlopen'd
+        (``/proc/self/fd/N``): the path is never opened again, so the file cannot be
+        swapped between check and load, and no code of an unverified library runs.
+        Needs the ``cryptography`` package.
     signature : str, os.PathLike, bytes or dict, optional
         The detached signature (path, JSON content or parsed document); default
         ``path + ".sig"``. Required when ``path`` is bytes. Ignored without

@@ -316,16 +316,17 @@ def sign_bytes(data: Any, private_key: Any) -> dict:
         Bad key, or ``cryptography`` missing.
     """
     key = load_private_key(private_key)
-    view = memoryview(data).cast("B")
-    digest = hashlib.sha256(view).digest()
+    with memoryview(data) as mv, mv.cast("B") as view:
+        digest = hashlib.sha256(view).digest()
+        nbytes = view.nbytes
     raw_pub = _raw_public(key.public_key())
-    sig = key.sign(signed_message(digest, view.nbytes))
+    sig = key.sign(signed_message(digest, nbytes))
     return {
         "format": FORMAT,
         "version": VERSION,
         "algorithm": ALGORITHM,
         "sha256": digest.hex(),
-        "size": view.nbytes,
+        "size": nbytes,
         "public_key": raw_pub.hex(),
         "key_id": key_id(raw_pub),
         "signature": base64.b64encode(sig).decode("ascii"),
@@ -454,12 +455,13 @@ def verify_bytes(
     """
     keys = _trusted(trusted_keys)
     doc = _parse_signature(signature, f"{where}{SIG_SUFFIX}")
-    view = memoryview(data).cast("B")
-    digest = hashlib.sha256(view).digest()
-    if view.nbytes != doc["size"] or not hmac.compare_digest(digest.hex(), doc["sha256"]):
+    with memoryview(data) as mv, mv.cast("B") as view:  # released even on error (mmap)
+        digest = hashlib.sha256(view).digest()
+        nbytes = view.nbytes
+    if nbytes != doc["size"] or not hmac.compare_digest(digest.hex(), doc["sha256"]):
         raise SignatureError(
             f"{where}: the library does not match its signature: it was modified after "
-            f"signing ({view.nbytes} bytes, sha256 {digest.hex()[:16]}...; signed: "
+            f"signing ({nbytes} bytes, sha256 {digest.hex()[:16]}...; signed: "
             f"{doc['size']} bytes, sha256 {doc['sha256'][:16]}...)"
         )
     key = _pick_key(doc, keys, where)
@@ -470,14 +472,14 @@ def verify_bytes(
     from cryptography.exceptions import InvalidSignature
 
     try:
-        key.verify(sig, signed_message(digest, view.nbytes))
+        key.verify(sig, signed_message(digest, nbytes))
     except InvalidSignature:
         raise SignatureError(
             f"{where}: INVALID signature for key {key_id(key)}: the signature file was "
             "forged or altered"
         ) from None
     logger.debug("%s: signature by key %s verified", where, key_id(key))
-    return SignatureInfo(key_id(key), digest.hex(), view.nbytes)
+    return SignatureInfo(key_id(key), digest.hex(), nbytes)
 
 
 def _trusted(trusted_keys: Any) -> list[Any]:

@@ -100,3 +100,27 @@ def test_detect_then_read_the_page(model_lib, page):
     assert [text for _, text in found] == PAGE
     for ((_, y0, _, y1), _), (b0, b1) in zip(found, bands):
         assert b0 < (y0 + y1) / 2 < b1, (found, bands)  # each box sits on its line
+
+
+def test_readme_ocr_demo(model_lib, monkeypatch, capsys):
+    """examples/ocr_demo.py end to end, with the session's det/rec libraries standing in
+    for its own compile+export step (tested by every other test here)."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / "ocr_demo.py"
+    spec = importlib.util.spec_from_file_location("ocr_demo", path)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    libs = {"ppocr_det": model_lib("det"), "ppocr_rec": model_lib("rec")}
+
+    def prebuilt(key, shape, out, timer, label):
+        shutil.copyfile(libs[key], out)
+        return out
+
+    monkeypatch.setattr(demo, "build", prebuilt)
+    monkeypatch.setattr("sys.argv", ["ocr_demo.py", *PAGE])
+    assert demo.main() == 0
+    out = capsys.readouterr().out
+    assert "all lines read exactly" in out and "det first run" in out

@@ -306,6 +306,8 @@ def test_malformed_signature(plain_lib, keys, edit, message):
 
 def test_bad_arguments(plain_lib, keys, tmp_path):
     data = Path(plain_lib).read_bytes()
+    with pytest.raises(SignatureError, match="signature= given without trusted_keys="):
+        load_module(plain_lib, signature=plain_lib + ".sig")
     with pytest.raises(SignatureError, match="trusted_keys is empty"):
         load_module(plain_lib, trusted_keys=[])
     with pytest.raises(SignatureError, match="pass signature="):

@@ -8,6 +8,11 @@ dynamic loader, so a truncated, corrupt or foreign file raises a
 then used in place from the mapped library: the weights are never copied (TVM RFC
 "Standardize GraphRuntime exports into a single DLL", with its container's missing
 magic, version, digest and alignment added).
+
+With ``trusted_keys`` the library's detached Ed25519 signature
+(:mod:`monolib.tools.sign`) is checked before ANY of the above: ``dlopen`` runs a
+library's constructors, so the bytes are read once into a sealed memfd, verified
+there, and that memfd is what gets loaded (never the path again).
 """
 
 from __future__ import annotations
@@ -385,8 +390,8 @@ def load_module(
         Needs the ``cryptography`` package.
     signature : str, os.PathLike, bytes or dict, optional
         The detached signature (path, JSON content or parsed document); default
-        ``path + ".sig"``. Required when ``path`` is bytes. Ignored without
-        ``trusted_keys``.
+        ``path + ".sig"``. Required when ``path`` is bytes. Giving it without
+        ``trusted_keys`` is an error (it would check nothing).
 
     Returns
     -------
@@ -415,6 +420,8 @@ def load_module(
     """
     if trusted_keys is not None:
         return _load_trusted(path, verify, trusted_keys, signature)
+    if signature is not None:  # fail closed: a caller must not believe it was checked
+        raise SignatureError("signature= given without trusted_keys=: nothing would be verified")
     if isinstance(path, (bytes, bytearray, memoryview)):
         return _load_bytes(path, verify)
     path = _fspath(path)

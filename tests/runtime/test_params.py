@@ -238,3 +238,8 @@ def test_metadata_and_other_sources(tmp_path):
     assert_same(load_params(memoryview(words)), TENSORS)
     with pytest.raises(ParamsError, match="path or bytes, not int"):
         load_params(3)
+
+
+def test_unwritable_path(tmp_path):
+    with pytest.raises(ParamsFileError, match="nodir/p.safetensors: cannot write params file"):
+        save_params(TENSORS, tmp_path / "nodir" / "p.safetensors")

@@ -162,6 +162,8 @@ def save_params(
     ------
     ParamsError
         A dtype safetensors cannot represent, a bad name or metadata.
+    ParamsFileError
+        The file cannot be written (no such folder, no permission, disk full).
     """
     if isinstance(params, (str, os.PathLike)) and isinstance(path, Mapping):
         save_params(path, params, metadata)  # legacy order (path, params)
@@ -184,9 +186,11 @@ def save_params(
             for arr, _ in placed:  # packed in order: no seek needed
                 f.write(memoryview(arr.reshape(-1).view(np.uint8)))
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise ParamsFileError(f"{path}: cannot write params file: {exc.strerror}") from None
         raise
     return None
 

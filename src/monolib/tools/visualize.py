@@ -635,9 +635,9 @@ function drawNodes() {
     const r = el("rect", {width: W, height: H, rx: 6}, g);
     if (v.share !== undefined) r.style.fill = heat(v.share);
     const title = v.kind === "op" ? [v.op, ...v.fused].join("+") : v.kind + " " + v.name;
-    el("text", {x: 8, y: 16}, g, cut(title, 30));
+    el("text", {x: 8, y: 16}, g, cut(title, 28));
     el("text", {class: "sub", x: 8, y: 31}, g, cut((v.kind === "op" ? v.name + "  " : "") +
-      shp(v.shape) + " " + v.dtype, 34));
+      shp(v.shape) + " " + v.dtype, 31));
     if (v.time !== undefined)
       el("text", {class: "t", x: 8, y: 45}, g, ms(v.time) + "  " + (100 * v.share).toFixed(1) + "%");
     const pb = (v.params || []).reduce((a, p) => a + p[3], 0);

@@ -8,8 +8,8 @@
                          [--trusted-key key.pub]
     monolib inspect model.so [--verify] [--json]
     monolib view model.so [-o model.so.html] [--profile]
-    monolib keygen --out key                 # writes key (private) and key.pub
-    monolib sign model.so --key key          # writes model.so.sig
+    monolib keygen --out key [--password-env VAR]   # writes key (private) and key.pub
+    monolib sign model.so --key key [--password-env VAR]   # writes model.so.sig
     monolib verify model.so --key key.pub [--sig model.so.sig]
 
 ``run`` and ``inspect`` need the runtime only (NumPy); ``compile`` imports the
@@ -165,15 +165,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_PASSWORD_HELP = "environment variable holding the private key's password"
+
+
+def _password(args: argparse.Namespace) -> bytes | None:
+    """The password named by ``--password-env`` (never taken on the command line,
+    where other users could read it in the process list)."""
+    if not args.password_env:
+        return None
+    value = os.environ.get(args.password_env)
+    if not value:
+        from .runtime.errors import SignatureError
+
+        raise SignatureError(f"--password-env {args.password_env}: that variable is not set")
+    return value.encode("utf-8")
+
+
 def _add_signing_parsers(sub: Any) -> None:
     keygen = sub.add_parser("keygen", help="create an Ed25519 key pair for signing libraries")
     keygen.add_argument("--out", "-o", required=True, help="private key file (KEY.pub beside it)")
     keygen.add_argument("--force", action="store_true", help="overwrite existing key files")
+    keygen.add_argument("--password-env", metavar="VAR", help=_PASSWORD_HELP + " (encrypts it)")
 
     sign = sub.add_parser("sign", help="write a detached signature LIBRARY.sig")
     sign.add_argument("library")
     sign.add_argument("--key", "-k", required=True, help="the private key (from keygen)")
     sign.add_argument("--sig", help="where to write the signature (default LIBRARY.sig)")
+    sign.add_argument("--password-env", metavar="VAR", help=_PASSWORD_HELP)
 
     ver = sub.add_parser("verify", help="check a library's signature (without loading it)")
     ver.add_argument("library")
@@ -378,7 +396,7 @@ def cmd_inspect(args: argparse.Namespace, console: Any) -> int:
 def cmd_keygen(args: argparse.Namespace, console: Any) -> int:
     from .tools.sign import generate_keypair, key_id, load_public_key
 
-    priv, pub = generate_keypair(args.out, overwrite=args.force)
+    priv, pub = generate_keypair(args.out, overwrite=args.force, password=_password(args))
     console.print(f"wrote {priv} (private: keep it secret) and {pub} (public)")
     console.print(f"key id {key_id(load_public_key(pub))}")
     return 0
@@ -387,7 +405,7 @@ def cmd_keygen(args: argparse.Namespace, console: Any) -> int:
 def cmd_sign(args: argparse.Namespace, console: Any) -> int:
     from .tools.sign import sign_file
 
-    out = sign_file(args.library, args.key, signature=args.sig)
+    out = sign_file(args.library, args.key, signature=args.sig, password=_password(args))
     with open(out, encoding="utf-8") as f:
         doc = json.load(f)
     console.print(f"wrote {out}: {args.library} signed by key {doc['key_id']}")

@@ -407,6 +407,21 @@ def test_cli_keygen_sign_verify(plain_lib, tmp_path, capsys):
     assert main(argv) == 0
 
 
+def test_cli_encrypted_key(plain_lib, tmp_path, capsys, monkeypatch):
+    key = str(tmp_path / "locked")
+    monkeypatch.setenv("MONOLIB_TEST_PASSWORD", "correct horse")
+    assert main(["keygen", "--out", key, "--password-env", "MONOLIB_TEST_PASSWORD"]) == 0
+    assert b"ENCRYPTED PRIVATE KEY" in Path(key).read_bytes()
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(Path(plain_lib).read_bytes())
+    assert main(["sign", str(lib), "--key", key]) == 1
+    assert "not a usable PEM private key" in capsys.readouterr().err
+    assert main(["sign", str(lib), "--key", key, "--password-env", "NO_SUCH_VAR_X"]) == 1
+    assert "NO_SUCH_VAR_X: that variable is not set" in capsys.readouterr().err
+    assert main(["sign", str(lib), "--key", key, "--password-env", "MONOLIB_TEST_PASSWORD"]) == 0
+    assert main(["verify", str(lib), "--key", key + ".pub"]) == 0
+
+
 def test_cli_verify_failures(plain_lib, keys, tmp_path, capsys):
     assert main(["verify", plain_lib, "--key", keys["other.pub"]]) == 1
     assert "which is not a trusted key" in capsys.readouterr().err

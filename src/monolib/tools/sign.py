@@ -245,7 +245,9 @@ def _write_atomic(path: str, data: bytes, mode: int) -> None:
         raise
 
 
-def generate_keypair(out: Any, overwrite: bool = False) -> tuple[str, str]:
+def generate_keypair(
+    out: Any, overwrite: bool = False, password: bytes | None = None
+) -> tuple[str, str]:
     """Create an Ed25519 key pair: ``out`` (private, PKCS#8 PEM, mode 0600) and
     ``out.pub`` (public, SubjectPublicKeyInfo PEM).
 
@@ -255,6 +257,9 @@ def generate_keypair(out: Any, overwrite: bool = False) -> tuple[str, str]:
         Path of the private key file.
     overwrite : bool
         Replace existing files (default: refuse, so a key is never lost by accident).
+    password : bytes, optional
+        Encrypt the private key with it (PKCS#8, the best encryption ``cryptography``
+        offers); default: unencrypted, protected by its 0600 mode only.
 
     Returns
     -------
@@ -273,7 +278,8 @@ def generate_keypair(out: Any, overwrite: bool = False) -> tuple[str, str]:
         if os.path.exists(p) and not overwrite:
             raise SignatureError(f"{p}: exists; refusing to overwrite a key (use --force)")
     key = ed25519.Ed25519PrivateKey.generate()
-    pem = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption())
+    crypt = ser.BestAvailableEncryption(password) if password else ser.NoEncryption()
+    pem = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, crypt)
     pub = key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo)
     _write_atomic(priv_path, pem, 0o600)
     _write_atomic(pub_path, pub, 0o644)
@@ -300,7 +306,7 @@ def signed_message(digest: bytes, size: int) -> bytes:
     return DOMAIN + digest + int(size).to_bytes(8, "little")
 
 
-def sign_bytes(data: Any, private_key: Any) -> dict:
+def sign_bytes(data: Any, private_key: Any, password: bytes | None = None) -> dict:
     """The signature document (a dict, see the module docstring) of ``data``.
 
     Parameters
@@ -309,13 +315,15 @@ def sign_bytes(data: Any, private_key: Any) -> dict:
         The whole library file.
     private_key : Ed25519PrivateKey, bytes or path
         See :func:`load_private_key`.
+    password : bytes, optional
+        Password of an encrypted private key.
 
     Raises
     ------
     SignatureError
         Bad key, or ``cryptography`` missing.
     """
-    key = load_private_key(private_key)
+    key = load_private_key(private_key, password)
     with memoryview(data) as mv, mv.cast("B") as view:
         digest = hashlib.sha256(view).digest()
         nbytes = view.nbytes
@@ -333,7 +341,9 @@ def sign_bytes(data: Any, private_key: Any) -> dict:
     }
 
 
-def sign_file(path: Any, private_key: Any, signature: Any = None) -> str:
+def sign_file(
+    path: Any, private_key: Any, signature: Any = None, password: bytes | None = None
+) -> str:
     """Sign the library file ``path``; write the detached signature atomically.
 
     Parameters
@@ -342,6 +352,8 @@ def sign_file(path: Any, private_key: Any, signature: Any = None) -> str:
         The library (``model.so``); read once.
     private_key : Ed25519PrivateKey, bytes or path
         See :func:`load_private_key`.
+    password : bytes, optional
+        Password of an encrypted private key.
     signature : str or os.PathLike, optional
         Where to write (default ``path + ".sig"``).
 
@@ -361,7 +373,7 @@ def sign_file(path: Any, private_key: Any, signature: Any = None) -> str:
             data = f.read()
     except OSError as exc:
         raise SignatureError(f"{path}: cannot read the library to sign: {exc.strerror}") from None
-    doc = sign_bytes(data, private_key)
+    doc = sign_bytes(data, private_key, password)
     out = os.fspath(signature) if signature is not None else signature_path(path)
     _write_atomic(out, (json.dumps(doc, indent=1) + "\n").encode("utf-8"), 0o644)
     logger.info("signed %s with key %s -> %s", path, doc["key_id"], out)

@@ -382,7 +382,7 @@ def sign_file(
 
 # --------------------------------------------------------------------------- verify
 def _parse_signature(signature: Any, where: str) -> dict:
-    """The checked signature document from a path, JSON bytes/str, or dict."""
+    """The checked signature document from a path, JSON bytes, or dict."""
     if isinstance(signature, (str, os.PathLike)):
         where = os.fspath(signature)
         if not os.path.exists(where):
@@ -470,7 +470,7 @@ def verify_bytes(
     with memoryview(data) as mv, mv.cast("B") as view:  # released even on error (mmap)
         digest = hashlib.sha256(view).digest()
         nbytes = view.nbytes
-    if nbytes != doc["size"] or not hmac.compare_digest(digest.hex(), doc["sha256"]):
+    if nbytes != doc["size"] or not hmac.compare_digest(digest.hex(), doc["sha256"].lower()):
         raise SignatureError(
             f"{where}: the library does not match its signature: it was modified after "
             f"signing ({nbytes} bytes, sha256 {digest.hex()[:16]}...; signed: "

@@ -50,6 +50,9 @@ _CALL = re.compile(r"(?<!INT64_C)(?<![A-Za-z0-9_])(?!INT64_C\b)[A-Za-z_][A-Za-z0
 def lit(value, dtype) -> str:
     """:func:`c_literal` that is always valid C (``0.0f``, never ``0f``, for an
     integral float32 value)."""
+    dt = np.dtype(dtype)
+    if dt == np.int64 and int(value) == np.iinfo(np.int64).min:
+        return "(-INT64_C(9223372036854775807) - 1)"  # the literal 9223372036854775808 overflows
     s = c_literal(value, dtype)
     if s.endswith("f") and not any(c in s for c in ".eEIN"):
         s = s[:-1] + ".0f"

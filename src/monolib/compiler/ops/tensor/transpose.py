@@ -74,7 +74,9 @@ class Transpose(OpDef):
                 ctx, y.shape, ctx.ptr(y), dst_op, ctx.ptr(x), (src_strides, 0), lambda idx: idx
             )
         shape, (dst, src) = collapse_dims(y.shape, [dst_op, (src_strides, 0)])
-        if len(shape) >= 2 and src[-1] != 1 and 1 in src[:-1]:
+        # tiles help when both walked dims are long; a short inner dim (<= 64) already
+        # keeps its source lines in L1 across consecutive outer iterations
+        if len(shape) >= 2 and src[-1] != 1 and 1 in src[:-1] and shape[-1] > 64:
             return self._blocked(ctx, ctx.ptr(y), ctx.ptr(x), shape, dst, src)
         return emit_copy(ctx, shape, ctx.ptr(y), (dst, 0), ctx.ptr(x), (src, 0))
 

@@ -38,6 +38,8 @@ CASES = [
     ("Transpose", [f32(2, 3, 4, 5)], {"perm": [0, 2, 3, 1]}, 13, (), 1),
     ("Transpose", [f32(2, 3, 4, 5)], {"perm": [3, 1, 0, 2]}, 13, (), 1),
     ("Transpose", [f32(37, 53)], {"perm": [1, 0]}, 13, (), 1),
+    ("Transpose", [f32(70, 133)], {"perm": [1, 0]}, 13, (), 1),  # blocked tiles, ragged edges
+    ("Transpose", [f32(2, 67, 3, 81)], {"perm": [0, 3, 2, 1]}, 13, (), 1),
     ("Transpose", [f32(1, 40, 1, 96)], {"perm": [0, 2, 3, 1]}, 13, (), 1),
     ("Transpose", [np.arange(24, dtype=np.int64).reshape(2, 3, 4)], {"perm": [2, 0, 1]}, 13, (), 1),
     ("Concat", [f32(2, 3), f32(2, 5)], {"axis": 1}, 13, (), 1),

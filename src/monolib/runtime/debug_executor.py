@@ -30,9 +30,11 @@ __all__ = ["GraphModuleDebug", "ProfileRow", "ProfileTable", "create", "locate_o
 logger = logging.getLogger(__name__)
 
 # Arena fill bytes of the probe: two different patterns tell written bytes from
-# untouched ones; as float32 both are huge (~1e30, +/-), so a corrupted value reaches
-# the graph outputs through Relu, pools and sums alike.
+# untouched ones. Corrupting a block to test whether later ops read it uses these and
+# more: as float32, 0x71/0xF1 are huge (+/-1e30), 0x3F/0xBF moderate (+/-0.75), since a
+# saturating op (Clip, HardSigmoid, Sigmoid) can absorb one kind of change but not all.
 _FILL = (0x71, 0xF1)
+_CORRUPT = (0x71, 0xF1, 0x3F, 0xBF, 0x00)
 
 
 class ProfileRow(NamedTuple):
@@ -145,7 +147,7 @@ class _Liveness:
 
     def _changes_outputs(self, start: int) -> bool:
         ex = self.probe.ex
-        for fill in _FILL:
+        for fill in _CORRUPT:
             ex.arena[:] = self.state
             ex.arena[start : start + ALIGN] = fill
             self.probe.run(self.i + 1, ex.num_ops())
@@ -168,6 +170,15 @@ def _first_block(live: _Liveness, span: int) -> int | None:
     return lo
 
 
+def _starts(block_start: int, written: np.ndarray, itemsize: int) -> list[int]:
+    """Output starts to try in the first output block: the block start (the planner
+    aligns values to 64 bytes; an unwritten first element is a value written over an
+    equal one), then the first written element (a value placed inside another's)."""
+    hits = np.flatnonzero(written[block_start : block_start + ALIGN])
+    inner = block_start + int(hits[0]) // itemsize * itemsize if hits.size else block_start
+    return [block_start] if inner == block_start else [block_start, inner]
+
+
 def locate_output(executor: GraphExecutor, i: int) -> int:
     """The arena offset of fused op ``i``'s output, found by probing (the graph JSON of
     a library has no per-node offsets).
@@ -186,7 +197,10 @@ def locate_output(executor: GraphExecutor, i: int) -> int:
     Raises
     ------
     ExecutionError
-        The output was not found (e.g. it reaches no graph output).
+        The output was not found: probing cannot see bytes an op rewrites with their
+        old value, so an op computed in place (``y = x * s`` over ``x`` with
+        ``s == 1`` in places) can hide its output's extent; never a wrong window
+        (both ends of the one returned are read by later ops).
     """
     node = executor.factory.graph_json["nodes"][i]
     dtype = np.dtype(node.get("dtype", "float32"))
@@ -202,16 +216,15 @@ def locate_output(executor: GraphExecutor, i: int) -> int:
     span = max(1, nbytes // ALIGN)
     first = _first_block(live, span)
     if first is not None:
-        off = first * ALIGN
-        if not written[off : off + dtype.itemsize].any():  # placed inside a block
-            hits = np.flatnonzero(written[off : off + ALIGN])
-            off += int(hits[0]) // dtype.itemsize * dtype.itemsize if hits.size else 0
-        if off + nbytes <= executor.arena_bytes and live((off + nbytes - 1) // ALIGN):
-            logger.debug("op %d (%s): output at arena offset %d", i, node.get("name"), off)
-            return off
+        for off in _starts(first * ALIGN, written, dtype.itemsize):
+            if off + nbytes <= executor.arena_bytes and live((off + nbytes - 1) // ALIGN):
+                logger.debug("op %d (%s): output at arena offset %d", i, node.get("name"), off)
+                return off
     raise ExecutionError(
-        f"cannot locate the output of op {i} ({node.get('name')!r}) in the arena: no "
-        "block it wrote reaches a graph output"
+        f"cannot locate the output of op {i} ({node.get('name')!r}) in the arena by "
+        "probing: its written bytes reaching a graph output do not form one "
+        f"{nbytes}-byte window (an op computed in place whose output equals its input "
+        'in places); a graph JSON whose nodes carry "offset" needs no probing'
     )
 
 

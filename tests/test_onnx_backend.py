@@ -31,9 +31,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_resize_downsample_scales_linear_align_corners":
         "monolib follows ONNX Runtime ([1, 4]); ONNX's expected [1, 3.142857] uses the "
         "unrounded output length (2 * 0.6 = 2.4... per axis) in the align_corners formula",
-    "test_resize_downsample_scales_cubic_align_corners":
-        "monolib equals ONNX Runtime exactly; ONNX's expected output differs from ORT by "
-        "1.05 (same align_corners output-length reading as the linear case)",
 }
 
 

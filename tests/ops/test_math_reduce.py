@@ -161,3 +161,19 @@ def test_instancenorm(shape):
         rtol=1e-4,
         atol=1e-5,
     )
+
+
+@pytest.mark.parametrize(
+    "op,x,attrs,opset",
+    [
+        ("Hardmax", R.integers(0, 3, (3, 5)).astype(np.float32), {"axis": -1}, 13),
+        ("Hardmax", R.integers(0, 3, (2, 4, 3)).astype(np.float32), {"axis": 1}, 13),
+        ("Hardmax", R.integers(0, 3, (2, 4, 3)).astype(np.float32), {"axis": 1}, 11),
+        ("LpNormalization", f32(3, 5), {"axis": -1, "p": 2}, 13),
+        ("LpNormalization", f32(3, 5, 2), {"axis": 1, "p": 1}, 13),
+        ("LpNormalization", np.zeros((2, 3), np.float32), {"axis": 1, "p": 2}, 13),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_hardmax_lpnorm(op, x, attrs, opset):
+    check_op(op, [x], attrs, opset=opset, rtol=1e-5, atol=1e-6)

@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (registration side effects)
     cast,
     clip,
     cumsum,
+    hardmax,
     logic,
     norm,
     quantize,

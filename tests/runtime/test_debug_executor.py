@@ -108,6 +108,19 @@ def test_locate_needs_an_output_that_reaches_the_graph_outputs():
     assert locate_output(gm.executor, 0) == 64  # the graph output's offset, found by probing
 
 
+def test_node_offset_in_the_graph_json_is_used_as_is():
+    from monolib.runtime import GraphExecutorFactoryModule
+
+    factory = tiny_factory()
+    graph = factory.get_graph_json()
+    graph["nodes"][0]["offset"] = 0  # claims the output is where x is: taken as given
+    gm = GraphModuleDebug(GraphExecutorFactoryModule(graph, factory.params, factory.lib))
+    x = np.full((2, 3), 7.0, np.float32)
+    gm.set_input(x=x)
+    assert gm.output_offset("Mul_0") == 0
+    np.testing.assert_array_equal(gm.debug_get_output(0).numpy(), x)
+
+
 def test_create_from_a_graph_json_needs_the_library():
     with pytest.raises(InputError, match="needs the library module"):
         debug_executor.create(tiny_factory().get_graph_json())

@@ -199,8 +199,9 @@ def locate_output(executor: GraphExecutor, i: int) -> int:
     ExecutionError
         The output was not found: probing cannot see bytes an op rewrites with their
         old value, so an op computed in place (``y = x * s`` over ``x`` with
-        ``s == 1`` in places) can hide its output's extent; never a wrong window
-        (both ends of the one returned are read by later ops).
+        ``s == 1`` in places) can hide its output's extent. The window returned has
+        both end blocks read by later ops (a value placed inside another's at an
+        offset not 64-byte aligned may still be misplaced: give offsets instead).
     """
     node = executor.factory.graph_json["nodes"][i]
     dtype = np.dtype(node.get("dtype", "float32"))

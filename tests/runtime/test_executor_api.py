@@ -196,9 +196,17 @@ def test_executors_of_one_factory_run_in_parallel_threads():
     errors: list[BaseException] = []
     start = threading.Barrier(4)
 
+    # Weights loaded once (into executor 0, from safetensors bytes), shared by the
+    # others; each executor has its own arena.
+    bare = factory.remove_params()
+    executors = [bare.default(cpu()) for _ in range(4)]
+    executors[0].load_params(monolib.save_params(factory.get_params()))
+    for ex in executors[1:]:
+        ex.share_params(executors[0])
+
     def work(k: int) -> None:
         try:
-            gm = GraphModule(factory.default(cpu()))  # its own arena
+            gm = GraphModule(executors[k])
             start.wait()
             outs = []
             for _ in range(20):

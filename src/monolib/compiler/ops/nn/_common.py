@@ -15,6 +15,7 @@ import numpy as np
 
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
+from ..base import c_literal
 
 __all__ = ["Geometry", "attr_ints", "epi_call", "f32", "geometry", "require_float32"]
 
@@ -115,11 +116,5 @@ def epi_call(fn: str) -> str:
 
 
 def f32(value: float) -> str:
-    """A float32 C literal that is valid for every finite value (``1.0f``, ``1e+10f``)."""
-    v = float(np.float32(value))
-    if not np.isfinite(v):
-        return "NAN" if np.isnan(v) else ("INFINITY" if v > 0 else "(-INFINITY)")
-    text = f"{v:.9g}"
-    if not any(ch in text for ch in ".en"):
-        text += ".0"
-    return text + "f"
+    """A float32 C literal (``1.0f``, ``1e+10f``, ``INFINITY``): ``c_literal`` for float32."""
+    return c_literal(value, np.float32)

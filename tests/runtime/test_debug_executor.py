@@ -150,3 +150,24 @@ def test_cls_model_profile_and_intermediates_vs_onnxruntime(tmp_path):
         got = gm.debug_get_output(name).numpy()  # by ONNX tensor name
         assert got.shape == tuple(gm.nodes[i]["shape"])
         np.testing.assert_allclose(got, want[name], rtol=1e-3, atol=1e-4, err_msg=name)
+
+
+DET = os.path.expanduser("~/.cache/monolib/models/ch_PP-OCRv4_det_infer.onnx")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(DET), reason="the PP-OCRv4 det model is not cached")
+def test_det_model_in_place_squeeze_excite_outputs_vs_onnxruntime():
+    """The squeeze-excite ``x * hardsigmoid(...)`` ops run in place over ``x`` and leave
+    bytes unchanged where the gate is 1: their outputs are still found."""
+    gm = debug_executor.create(monolib.compile(DET, shapes={"x": (1, 3, 96, 128)}))
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 96, 128)).astype(np.float32)
+    gm.set_input(x=x)
+    picks = [i for i, n in enumerate(gm.nodes) if n["op"] == "Mul"]
+    assert picks
+    names = [gm.nodes[i]["outputs"][0] for i in picks]
+    want = ort_values(DET, {"x": x}, names)
+    for i, name in zip(picks, names):
+        got = gm.debug_get_output(i).numpy()
+        scale = float(np.abs(want[name]).max())  # float32 sums of values up to ~1e2
+        np.testing.assert_allclose(got, want[name], rtol=1e-3, atol=1e-5 * scale, err_msg=name)

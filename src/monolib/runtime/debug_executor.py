@@ -15,6 +15,7 @@ op by probing (see :func:`locate_output`), which needs no compiler help.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -141,6 +142,12 @@ class _Liveness:
         """Block ``block`` was written by op ``i`` and reaches a graph output."""
         if not 0 <= block < self.written.size or not self.written[block]:
             return False
+        return self.reads(block)
+
+    def reads(self, block: int) -> bool:
+        """Block ``block`` (written by op ``i`` or not) reaches a graph output."""
+        if not 0 <= block < self.written.size:
+            return False
         if block not in self._seen:
             self._seen[block] = self._changes_outputs(block * ALIGN)
         return self._seen[block]
@@ -156,18 +163,21 @@ class _Liveness:
         return False
 
 
-def _first_block(live: _Liveness, span: int) -> int | None:
-    """The first block of the live written run holding the output (``span`` blocks)."""
+def _first_block(live: _Liveness, span: int) -> tuple[int, int] | None:
+    """(first block of the live written run holding the output, a block inside it)
+    for an output of ``span`` blocks."""
     # Any ``span`` consecutive blocks hold one index divisible by ``span``: probing
     # those finds a block inside the output; scratch written by the op is dead.
     hit = next((b for b in range(0, live.written.size, span) if live(b)), None)
+    if hit is None:  # blocks rewritten with their old value hid the one probed: all
+        hit = next((int(b) for b in np.flatnonzero(live.written) if live(b)), None)
     if hit is None:
         return None
     lo, hi = max(0, hit - span + 1), hit
     while lo < hi:  # blocks before the output are dead or not written by the op
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if live(mid) else (mid + 1, hi)
-    return lo
+    return lo, hit
 
 
 def _starts(block_start: int, written: np.ndarray, itemsize: int) -> list[int]:
@@ -179,7 +189,7 @@ def _starts(block_start: int, written: np.ndarray, itemsize: int) -> list[int]:
     return [block_start] if inner == block_start else [block_start, inner]
 
 
-def locate_output(executor: GraphExecutor, i: int) -> int:
+def locate_output(executor: GraphExecutor, i: int, in_place: Sequence[int] = ()) -> int:
     """The arena offset of fused op ``i``'s output, found by probing (the graph JSON of
     a library has no per-node offsets).
 
@@ -188,6 +198,17 @@ def locate_output(executor: GraphExecutor, i: int) -> int:
     its scratch). Of those, the output's 64-byte blocks are the ones the later ops
     read: corrupting one changes a graph output. The output is the run of such blocks
     (found with ``O(written / size + log size)`` partial runs).
+
+    Parameters
+    ----------
+    executor : GraphExecutor
+    i : int
+        The fused op.
+    in_place : sequence of int
+        Offsets of op ``i``'s inputs of its output's size: if the written blocks do
+        not form the output (an op computed in place rewrites some bytes with their
+        old value, unseen), an input window holding a block it wrote whose both end
+        blocks are read later is the output.
 
     Returns
     -------
@@ -215,10 +236,16 @@ def locate_output(executor: GraphExecutor, i: int) -> int:
         written |= executor.arena != before
     live = _Liveness(probe, i, written)
     span = max(1, nbytes // ALIGN)
-    first = _first_block(live, span)
-    if first is not None:
-        for off in _starts(first * ALIGN, written, dtype.itemsize):
-            if off + nbytes <= executor.arena_bytes and live((off + nbytes - 1) // ALIGN):
+    found = _first_block(live, span)
+    if found is not None:
+        first, hit = found
+        # A start from the written blocks must end in a written block read later; an
+        # input's window (in place) in any block read later.
+        tries = [(off, live) for off in _starts(first * ALIGN, written, dtype.itemsize)]
+        tries += [(h, live.reads) for h in in_place if h <= hit * ALIGN < h + nbytes]
+        for off, ends_ok in tries:
+            end = (off + nbytes - 1) // ALIGN
+            if off + nbytes <= executor.arena_bytes and ends_ok(off // ALIGN) and ends_ok(end):
                 logger.debug("op %d (%s): output at arena offset %d", i, node.get("name"), off)
                 return off
     raise ExecutionError(
@@ -292,10 +319,40 @@ class GraphModuleDebug(GraphModule):
         if i not in self._offsets:
             saved = _Probe(self.executor)
             try:
-                self._offsets[i] = locate_output(self.executor, i)
+                self._offsets[i] = self._locate(i, saved)
             finally:
                 saved.restore_inputs()
         return self._offsets[i]
+
+    def _locate(self, i: int, saved: _Probe) -> int:
+        try:
+            return locate_output(self.executor, i)
+        except ExecutionError:
+            saved.restore_inputs()  # the inputs' own offsets are found from clean inputs
+            hints = self._same_size_inputs(i)
+            saved.restore_inputs()
+            if not hints:
+                raise
+            return locate_output(self.executor, i, in_place=hints)
+
+    def _same_size_inputs(self, i: int) -> list[int]:
+        """Offsets of the outputs of earlier ops that op ``i`` reads, of its output's
+        size (where an op computed in place writes)."""
+        size = tuple(self.nodes[i].get("shape", [])), self.nodes[i].get("dtype")
+        producers = {n["outputs"][0]: j for j, n in enumerate(self.nodes[:i]) if n.get("outputs")}
+        out = []
+        for name in self.nodes[i].get("inputs", []):
+            j = producers.get(name)
+            if (
+                j is None
+                or (tuple(self.nodes[j].get("shape", [])), self.nodes[j].get("dtype")) != size
+            ):
+                continue
+            try:
+                out.append(self.output_offset(j))
+            except ExecutionError:
+                logger.debug("op %d: input op %d not located either", i, j)
+        return out
 
     def debug_get_output(self, node: Any, out: np.ndarray | None = None) -> NDArray:
         """Run ops ``0..i`` on the current inputs (``monolib_run_op``) and return op

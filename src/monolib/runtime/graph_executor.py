@@ -6,6 +6,15 @@ imports the library; ``factory["default"](dev)`` makes an executor; ``GraphModul
 wraps it with ``set_input`` / ``run`` / ``get_output``. Unlike TVM's interpreter, a
 whole run is ONE native call, ``monolib_run(params, arena)``, into the generated C
 (see "The generated C library" in ``docs/ARCHITECTURE.md``).
+
+Weights: the params blob holds the tensors of the graph JSON ``params`` table (small
+constants are baked into the C). ``factory.remove_params()`` gives a factory without
+them (exported without a params section); an executor then takes them with
+``load_params`` (safetensors, :mod:`.params`) or ``set_input(name=array)``, or shares
+another executor's with ``share_params``. ``save_graph_json`` + :func:`create` is the
+separate-artifact path. Each executor owns its arena and ctypes releases the GIL
+during ``monolib_run``, so executors of one factory run in parallel threads.
+Per-op profiles and outputs: :mod:`.debug_executor`.
 """
 
 from __future__ import annotations

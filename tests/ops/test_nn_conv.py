@@ -79,6 +79,10 @@ CONV_CASES = {
     "conv1d_k3_s2": ((1, 9, 33), (16, 9, 3), {"pads": [1, 1], "strides": [2]}),
     "conv1d_k1": ((2, 16, 7), (1, 16, 1), {}),
     "conv1d_stft": ((1, 1, 1152), (258, 1, 256), {"strides": [128]}),
+    # one-column 2-D convs run as 1-D ones (Magika: [1, 256, 512, 1], kernel 5x1)
+    "column_packed": ((1, 20, 40, 1), (70, 20, 5, 1), {}),
+    "column_direct": ((2, 6, 33, 1), (8, 6, 3, 1), {"pads": [1, 0, 1, 0], "strides": [2, 1]}),
+    "column_depthwise": ((1, 6, 33, 1), (6, 1, 3, 1), {"group": 6, "pads": [1, 0, 1, 0]}),
     # batches of small images fold into one GEMM (silero sequence: N=32, 4 positions)
     "fold_stft": ((6, 1, 832), (258, 1, 256), {"strides": [128]}),
     "fold_1d_k3": ((5, 9, 4), (16, 9, 3), {"pads": [1, 1]}),

@@ -88,7 +88,28 @@ def conv_reference(
 
 
 def as_2d(shape: list[int], geo: Geometry) -> dict[str, int]:
-    """The 2-D view (H=1 for 1-D) of a spatial ``shape`` and its geometry."""
+    """The 2-D view (H=1 for 1-D) of a spatial ``shape`` and its geometry.
+
+    A 2-D convolution over a single column (``W == 1``, ``KW == 1``, no W padding, e.g.
+    Magika's ``[N, C, 508, 1]``) is the same memory as a 1-D one along W and is viewed so:
+    the kernels vectorise and copy along W, never along a 1-wide row.
+    """
+    if (
+        len(shape) == 2
+        and shape[1] == 1
+        and geo.kernel[1] == 1
+        and geo.out[1] == 1
+        and geo.begin[1] == 0
+    ):
+        shape = [shape[0]]
+        geo = Geometry(
+            geo.kernel[:1],
+            geo.strides[:1],
+            geo.dilations[:1],
+            geo.begin[:1],
+            geo.end[:1],
+            geo.out[:1],
+        )
     if len(shape) == 1:
         return {
             "H": 1,

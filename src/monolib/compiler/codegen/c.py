@@ -334,7 +334,8 @@ def _whole_output_epilogue(fused: FusedOp, ctx: CEmitContext) -> str:
     return "\n".join(lines)
 
 
-def _node_json(fused: FusedOp) -> dict[str, Any]:
+def _node_json(fused: FusedOp, plan: MemoryPlan) -> dict[str, Any]:
+    # "offset": where output 0 lies in the arena, so the debug executor reads it directly
     return {
         "name": fused.name,
         "op": fused.op_type,
@@ -343,6 +344,7 @@ def _node_json(fused: FusedOp) -> dict[str, Any]:
         "outputs": [v.name for v in fused.writes()],
         "shape": list(fused.out.shape),
         "dtype": fused.out.dtype.name,
+        "offset": plan.offset(fused.out),
     }
 
 
@@ -475,7 +477,7 @@ def generate(
             f"static void op_{i}(const uint8_t* restrict params, uint8_t* restrict arena) {{\n"
             f"  (void)params; (void)arena;\n{body}\n}}"
         )
-        nodes.append(_node_json(fused))
+        nodes.append(_node_json(fused, plan))
     src = _assemble(source, op_functions, len(nodes))
     blob = params.blob()
     graph_json = {
@@ -488,6 +490,8 @@ def generate(
         "outputs": _io_json(fusion.outputs, plan),
         "nodes": nodes,
         "params": params.entries,
+        # storage shared without code (Reshape, Squeeze, in-place Concat): name -> source
+        "aliases": {f.out.name: f.src.name for f in fusion.ops if f.kind == "alias"},
         "constants": dict(constants or {}),
         "metadata": dict(graph.metadata),
     }

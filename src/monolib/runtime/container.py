@@ -23,7 +23,6 @@ never touches files or the dynamic loader.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
@@ -46,6 +45,7 @@ __all__ = [
     "ModuleEntry",
     "SectionEntry",
     "pack_container",
+    "sha256",
     "write_container",
 ]
 
@@ -59,8 +59,42 @@ HEADER_SIZE = 128
 PAYLOAD_ALIGN = 4096
 MIN_ALIGN = 64
 #: Sections up to this size are digest-checked on every load; larger ones on verify.
-SMALL_SECTION_BYTES = 1 << 20
+#: 128 KiB: a manifest and a graph JSON fit; weights beyond it are checked on verify
+#: only, so a plain load hashes < 1 ms and never needs OpenSSL (see :func:`sha256`).
+SMALL_SECTION_BYTES = 1 << 17
 PRODUCER = "monolib 0.1.0"
+
+#: Up to this many bytes are hashed with the interpreter's built-in SHA-256 (no
+#: OpenSSL to load: importing ``hashlib`` costs ~3-5 ms, more than hashing a manifest
+#: and a graph JSON at ~250 MB/s); larger inputs go to OpenSSL's (SHA-NI, ~1.5 GB/s).
+_BUILTIN_SHA_BYTES = SMALL_SECTION_BYTES
+
+
+def _builtin_sha256() -> Any:
+    try:
+        from _sha256 import sha256 as builtin  # CPython <= 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256 as builtin  # CPython >= 3.12
+        except ImportError:
+            return None
+    return builtin
+
+
+def sha256(data: Any) -> Any:
+    """A SHA-256 hash object of ``data`` (bytes-like): ``hashlib.sha256``'s interface.
+
+    Inputs up to :data:`_BUILTIN_SHA_BYTES` use CPython's built-in ``_sha256`` so a
+    plain load never imports ``hashlib`` (OpenSSL); larger ones ``hashlib.sha256``.
+    """
+    if memoryview(data).nbytes <= _BUILTIN_SHA_BYTES:
+        builtin = _builtin_sha256()
+        if builtin is not None:
+            return builtin(data)
+    import hashlib
+
+    return hashlib.sha256(data)
+
 
 # magic, version, flags, total, manifest offset, manifest size, reserved, digest, reserved
 _HEADER = struct.Struct("<8sIIQQQ24s32s32s")
@@ -123,7 +157,7 @@ def _write_section(out: BinaryIO, pos: int, name: str, data: Any, codec: str):
     encode = CODECS[codec][0]
     stored = memoryview(encode(view)) if encode else view
     pos = _pad_to(out, pos, PAYLOAD_ALIGN)
-    digest = hashlib.sha256(stored).hexdigest()
+    digest = sha256(stored).hexdigest()
     out.write(stored)
     entry = SectionEntry(name, pos, view.nbytes, stored.nbytes, codec, digest)
     return entry, pos + stored.nbytes
@@ -189,7 +223,7 @@ def write_container(
     out.write(blob)
     total = pos + len(blob)
     header = _HEADER.pack(
-        MAGIC, FORMAT_VERSION, 0, total, pos, len(blob), b"", hashlib.sha256(blob).digest(), b""
+        MAGIC, FORMAT_VERSION, 0, total, pos, len(blob), b"", sha256(blob).digest(), b""
     )
     end = out.tell()
     out.seek(base)
@@ -271,7 +305,7 @@ class Container:
     def _read_manifest(self) -> dict:
         moff, msize = self._manifest_range
         blob = self._buf[moff : moff + msize]
-        if hashlib.sha256(blob).digest() != self._manifest_digest:
+        if sha256(blob).digest() != self._manifest_digest:
             raise self._fail(f"manifest at offset {moff} fails its SHA-256 check (corrupt)")
         try:
             manifest = json.loads(bytes(blob).decode("utf-8"))
@@ -366,7 +400,7 @@ class Container:
 
     def check_section(self, index: int, sec: SectionEntry) -> None:
         """Check ``sec``'s SHA-256; raises ContainerError naming it on mismatch."""
-        if hashlib.sha256(self.stored(sec)).hexdigest() != sec.sha256:
+        if sha256(self.stored(sec)).hexdigest() != sec.sha256:
             raise self._fail(
                 f"section {sec.name!r} of module {index} ({self.modules[index].type_key}) "
                 f"at offset {sec.offset} fails its SHA-256 check (corrupt)"

@@ -17,13 +17,14 @@ there, and that memfd is what gets loaded (never the path again).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import logging
 import mmap
 import os
 import stat
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -170,6 +171,20 @@ def _build_tree(container: Container, mapped: np.ndarray, dso: DSOModule, path: 
     return modules[container.root]
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Hold off the cyclic GC while a load builds its many small objects (the manifest
+    and graph JSON): in a fresh process a full collection over NumPy's objects costs
+    ~1 ms, more than the parse itself. Load creates no cycles worth collecting."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _load_path(
     path: str,
     verify: bool,
@@ -269,6 +284,8 @@ def _load_bytes(data: Any, verify: bool, shown: str = "<bytes>") -> Module:
             raise
         return _load_memfd(fd, verify, shown)
     # No memfd (not Linux): a private temp file, less strict than a sealed memfd.
+    import tempfile  # only this path needs it (it imports random, shutil...)
+
     fd, tmp = tempfile.mkstemp(suffix=".so", prefix="monolib-")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -379,7 +396,8 @@ def load_module(
         The library file (``model.so``), or its whole content in memory.
     verify : bool
         Check the SHA-256 of every container section, weights included (O(size));
-        a plain load checks the header, manifest and sections <= 1 MiB only.
+        a plain load checks the header, manifest and sections <= 128 KiB only
+        (``container.SMALL_SECTION_BYTES``).
     trusted_keys : sequence of (path, bytes or Ed25519PublicKey), optional
         When given, the library must carry a valid Ed25519 signature by one of these
         public keys (:mod:`monolib.tools.sign`). The file is read ONCE into a memfd
@@ -425,4 +443,5 @@ def load_module(
     if isinstance(path, (bytes, bytearray, memoryview)):
         return _load_bytes(path, verify)
     path = _fspath(path)
-    return _load_path(path, verify, path)
+    with _gc_paused():
+        return _load_path(path, verify, path)

@@ -23,6 +23,7 @@ import copy
 import ctypes
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -90,7 +91,7 @@ def _tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInf
             shape,
             dtype,
             int(raw["offset"]),
-            int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+            math.prod(shape) * dtype.itemsize,  # exact (np.prod would wrap at 2**63)
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ContainerError(f"graph JSON: malformed {where} entry {raw!r} ({exc})") from None
@@ -180,6 +181,7 @@ class GraphExecutorFactoryModule(Module):
         self.graph_json = dict(graph_json)
         self.params = None if params is None else _aligned_blob(params)
         self._library: Module | None = None
+        self._param_infos: dict[str, TensorInfo] | None = None
         check_graph_json(self.graph_json, None if params is None else self.params.nbytes)
         if lib is not None:
             self.import_module(lib)
@@ -207,6 +209,24 @@ class GraphExecutorFactoryModule(Module):
         """Run with ``lib`` without importing it (a legacy container's factory is an
         import OF the DSO module, so importing it back would make a cycle)."""
         self._library = lib
+
+    def param_infos(self) -> dict[str, TensorInfo]:
+        """``{name: TensorInfo}`` of the graph's params table, each range checked
+        against ``params_bytes``; parsed once and shared by every executor (do not
+        modify it).
+
+        Raises
+        ------
+        ContainerError
+            A malformed entry or a range outside ``params_bytes``.
+        """
+        if self._param_infos is None:
+            limit = int(self.graph_json.get("params_bytes", 0))
+            self._param_infos = {
+                r["name"]: _tensor_info(r, "param", limit, "params blob")
+                for r in self.graph_json.get("params", [])
+            }
+        return self._param_infos
 
     def _get_own_function(self, name: str) -> Callable | None:
         table = {
@@ -350,10 +370,7 @@ class GraphExecutor:
         self._in_views = [self._view(t) for t in self.inputs]
         self._out_views = [self._view(t) for t in self.outputs]
         self._run = self._c_function("monolib_run", [ctypes.c_void_p, ctypes.c_void_p])
-        self.param_infos = {
-            r["name"]: _tensor_info(r, "param", int(graph.get("params_bytes", 0)), "params blob")
-            for r in graph.get("params", [])
-        }
+        self.param_infos = factory.param_infos()  # shared, read-only
         # Shared and read-only; load_params gives this executor a private copy. A
         # factory without weights leaves every param missing until it is given.
         self._use_params(factory.params, set() if factory.has_params else set(self.param_infos))

@@ -15,6 +15,7 @@ from .graph_executor import (
     GraphExecutorFactoryModule,
     GraphModule,
     load_factory,
+    set_num_threads,
 )
 from .library import load_module
 from .module import Module, register_loader
@@ -35,6 +36,7 @@ __all__ = [
     "load_params",
     "register_loader",
     "save_params",
+    "set_num_threads",
 ]
 __all__ += _errors_all  # noqa: PLE0605  (every error class is public)
 

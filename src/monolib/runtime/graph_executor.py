@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -48,6 +49,7 @@ __all__ = [
     "TensorInfo",
     "create",
     "load_factory",
+    "set_num_threads",
 ]
 
 logger = logging.getLogger(__name__)
@@ -341,6 +343,59 @@ def load_factory(sections: Mapping[str, Any]) -> GraphExecutorFactoryModule:
     return GraphExecutorFactoryModule(_parse_json(sections["graph"]), params)
 
 
+# Threads: each library has its own pool (MONOLIB_NUM_THREADS at load, else the CPUs the
+# process may use). set_num_threads reaches every library an executor was made for.
+_num_threads: int | None = None
+_thread_setters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def set_num_threads(n: int) -> int:
+    """Run the ops of every loaded model library on ``n`` threads (its own thread pool).
+
+    Applies to the libraries of existing executors and to those made later. Without a
+    call, a library uses ``MONOLIB_NUM_THREADS`` (read when it is loaded) or the number
+    of CPUs the process may run on (``sched_getaffinity``). Small ops always run on the
+    calling thread. Calls ``monolib_set_num_threads`` (docs/ARCHITECTURE.md, "The
+    generated C library"); libraries built before it existed are left alone.
+
+    Parameters
+    ----------
+    n : int
+        Threads, ``>= 1`` (a library caps it at its ``ML_MAX_THREADS``, 64).
+
+    Returns
+    -------
+    int
+        ``n``.
+
+    Raises
+    ------
+    InputError
+        ``n`` is not an integer ``>= 1``.
+    """
+    global _num_threads
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"set_num_threads: n must be an integer >= 1, got {n!r}")
+    _num_threads = int(n)
+    for setter in list(_thread_setters.values()):
+        setter(_num_threads)
+    return _num_threads
+
+
+def _register_threads(lib: Module) -> None:
+    """Remember ``lib``'s ``monolib_set_num_threads`` and apply the chosen count."""
+    if lib in _thread_setters:
+        return
+    try:
+        fn = lib.get_function("monolib_set_num_threads", query_imports=True)
+    except FunctionNotFoundError:
+        return  # a library from before the thread pool: single-threaded
+    fn.restype, fn.argtypes = ctypes.c_int32, [ctypes.c_int32]
+    _thread_setters[lib] = fn
+    if _num_threads is not None:
+        fn(_num_threads)
+
+
 class GraphExecutor:
     """Runs a compiled graph: owns a 64-byte aligned arena, calls ``monolib_run``.
 
@@ -370,6 +425,7 @@ class GraphExecutor:
         self._in_views = [self._view(t) for t in self.inputs]
         self._out_views = [self._view(t) for t in self.outputs]
         self._run = self._c_function("monolib_run", [ctypes.c_void_p, ctypes.c_void_p])
+        _register_threads(factory.lib)
         self.param_infos = factory.param_infos()  # shared, read-only
         # Shared and read-only; load_params gives this executor a private copy. A
         # factory without weights leaves every param missing until it is given.

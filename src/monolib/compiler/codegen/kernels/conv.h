@@ -128,13 +128,48 @@ ML_UNUSED static void ml_dwconv2d_channels(int64_t c0, int64_t c1, int64_t H, in
     }
 }
 
-/* Depthwise conv of one NCHW image, all C channels (see ml_dwconv2d_channels). */
+#ifdef MONOLIB_THREADPOOL_H
+typedef struct {
+    int64_t C, H, W, OH, OW, PT, PL, chunk, epi_b;
+    int KH, KW, SH, SW, DH, DW;
+    const float *x, *w, *bias;
+    float* y;
+    ml_epi_fn epi;
+    void* epi_out;
+} ml_dw_job;
+
+/* Task t of ml_dwconv2d: channels [t*chunk, +chunk), scratch is the thread's plane. */
+static void ml_dw_task(void* ctx, int64_t t, void* scratch) {
+    const ml_dw_job* j = (const ml_dw_job*)ctx;
+    int64_t c0 = t * j->chunk, c1 = ML_MIN(j->C, c0 + j->chunk);
+    ml_dwconv2d_channels(c0, c1, j->H, j->W, j->OH, j->OW, j->KH, j->KW, j->SH, j->SW, j->PT,
+                         j->PL, j->DH, j->DW, j->x, j->w, j->bias, j->y, (float*)scratch,
+                         j->epi, j->epi_out, j->epi_b);
+}
+#endif
+
+static inline int64_t ml_dw_plane_floats(int64_t OH, int64_t OW, int KH, int KW, int SH, int SW,
+                                         int DH, int DW);
+
+/* Depthwise conv of one NCHW image, all C channels (see ml_dwconv2d_channels); split
+ * over channels on the thread pool when threadpool.h is included and the work is large. */
 ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW,
                                   int KH, int KW, int SH, int SW, int64_t PT, int64_t PL,
                                   int DH, int DW, const float* restrict x,
                                   const float* restrict w, const float* restrict bias,
                                   float* restrict y, float* restrict plane, ml_epi_fn epi,
                                   void* epi_out, int64_t epi_b) {
+#ifdef MONOLIB_THREADPOOL_H
+    int64_t tasks = ml_par_tasks((double)C * OH * OW * KH * KW, C);
+    if (tasks > 1) {
+        int64_t chunk = (C + tasks - 1) / tasks;
+        ml_dw_job j = {C, H, W, OH, OW, PT, PL, chunk, epi_b, KH, KW, SH, SW, DH, DW,
+                       x, w, bias, y, epi, epi_out};
+        size_t bytes = 4 * (size_t)ml_dw_plane_floats(OH, OW, KH, KW, SH, SW, DH, DW);
+        ml_parallel_for((C + chunk - 1) / chunk, ml_dw_task, &j, plane, bytes);
+        return;
+    }
+#endif
     ml_dwconv2d_channels(0, C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, x, w, bias, y,
                          plane, epi, epi_out, epi_b);
 }
@@ -216,13 +251,45 @@ ML_UNUSED static void ml_conv_direct_rows(int64_t oh0, int64_t oh1, int64_t M, i
     }
 }
 
-/* ml_conv_direct_rows over all OH output rows (a thread pool may split the rows). */
+#ifdef MONOLIB_THREADPOOL_H
+typedef struct {
+    int64_t M, K, SH, SW, Wq, OH, OW, epi_b, epi_m0, chunk;
+    const float* a;
+    const int32_t* koff;
+    const float *x, *bias;
+    float* y;
+    ml_epi_fn epi;
+    void* epi_out;
+} ml_direct_job;
+
+/* Task t of ml_conv_direct: output rows [t*chunk, +chunk). */
+static void ml_direct_task(void* ctx, int64_t t, void* scratch) {
+    const ml_direct_job* j = (const ml_direct_job*)ctx;
+    (void)scratch;
+    int64_t oh0 = t * j->chunk, oh1 = ML_MIN(j->OH, oh0 + j->chunk);
+    ml_conv_direct_rows(oh0, oh1, j->M, j->K, j->a, j->koff, j->x, j->SH, j->SW, j->Wq, j->OH,
+                        j->OW, j->bias, j->y, j->epi, j->epi_out, j->epi_b, j->epi_m0);
+}
+#endif
+
+/* ml_conv_direct_rows over all OH output rows, split over rows on the thread pool when
+ * threadpool.h is included and the work is large. */
 ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict a,
                                      const int32_t* restrict koff, const float* restrict x,
                                      int64_t SH, int64_t SW, int64_t Wq, int64_t OH, int64_t OW,
                                      const float* restrict bias, float* restrict y,
                                      ml_epi_fn epi, void* epi_out, int64_t epi_b,
                                      int64_t epi_m0) {
+#ifdef MONOLIB_THREADPOOL_H
+    int64_t tasks = ml_par_tasks((double)M * K * OH * OW, OH);
+    if (tasks > 1) {
+        int64_t chunk = (OH + tasks - 1) / tasks;
+        ml_direct_job j = {M, K, SH, SW, Wq, OH, OW, epi_b, epi_m0, chunk, a, koff, x,
+                           bias, y, epi, epi_out};
+        ml_parallel_for((OH + chunk - 1) / chunk, ml_direct_task, &j, 0, 0);
+        return;
+    }
+#endif
     ml_conv_direct_rows(0, OH, M, K, a, koff, x, SH, SW, Wq, OH, OW, bias, y, epi, epi_out,
                         epi_b, epi_m0);
 }

@@ -338,6 +338,40 @@ static inline ml_gemm_args ml_gemm_defaults(int64_t M, int64_t N, int64_t K, con
     return g;
 }
 
+#ifdef MONOLIB_THREADPOOL_H
+typedef struct {
+    const ml_gemm_args* g;
+    int64_t chunk;
+} ml_sgemm_job;
+
+/* Task t of ml_sgemm_par: columns [n_begin + t*chunk, +chunk), its own B buffer. */
+static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
+    const ml_sgemm_job* j = (const ml_sgemm_job*)ctx;
+    ml_gemm_args a = *j->g;
+    a.n_begin = j->g->n_begin + t * j->chunk;
+    a.n_end = ML_MIN(j->g->n_end, a.n_begin + j->chunk);
+    a.bbuf = (float*)scratch;
+    ml_sgemm(&a);
+}
+#endif
+
+/* ml_sgemm on the thread pool (threadpool.h, when included before): the columns are
+ * split into chunks of a multiple of 32, each computed (and its epilogue applied) by one
+ * thread with its own B block buffer; small GEMMs stay on the calling thread. */
+ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
+#ifdef MONOLIB_THREADPOOL_H
+    int64_t n = g->n_end - g->n_begin;
+    int64_t tasks = g->K > 0 ? ml_par_tasks((double)g->M * n * g->K, (n + 31) / 32) : 1;
+    if (tasks > 1) {
+        ml_sgemm_job j = {g, (((n + tasks - 1) / tasks) + 31) / 32 * 32};
+        size_t bytes = g->b.kind == ML_B_PACKED ? 0 : 4 * ml_gemm_bbuf_floats(g->K, j.chunk);
+        ml_parallel_for((n + j.chunk - 1) / j.chunk, ml_sgemm_task, &j, g->bbuf, bytes);
+        return;
+    }
+#endif
+    ml_sgemm(g);
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

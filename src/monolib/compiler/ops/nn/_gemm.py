@@ -57,7 +57,8 @@ def bbuf_floats(k: int, n: int) -> int:
 
 
 def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
-    """C block that fills an ``ml_gemm_args`` (named ``ga_``) and calls ``ml_sgemm``.
+    """C block that fills an ``ml_gemm_args`` (named ``ga_``) and calls ``ml_sgemm_par``
+    (``ml_sgemm`` split over columns on the library's thread pool when large).
 
     Parameters
     ----------
@@ -79,5 +80,6 @@ def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
             lines.append(f"  ga_.{key} = {val};")
     for key, val in bsrc.items():
         lines.append(f"  ga_.b.{key} = {val};")
-    lines += ["  ml_sgemm(&ga_);", "}"]
+    # ml_sgemm_par: on the library's thread pool when the GEMM is large (gemm.h)
+    lines += ["  ml_sgemm_par(&ga_);", "}"]
     return "\n".join(lines)

@@ -1,0 +1,273 @@
+/* threadpool.h -- the library's own thread pool (monolib kernel library).
+ *
+ * Persistent pthread workers, no OpenMP: the library stays one self-contained file
+ * (pthread is in libc on glibc >= 2.34, musl and macOS; elsewhere link with -pthread).
+ *
+ *   ml_parallel_for(n_tasks, fn, ctx, scratch0, scratch_bytes)
+ *
+ * runs fn(ctx, task, scratch) for task = 0..n_tasks-1 on up to ml_num_threads() threads;
+ * the calling thread takes part (as thread 0) and returns when every task is done. Tasks
+ * are handed out one at a time from a shared counter, so a thread slowed down by another
+ * process does not hold up the rest. `scratch` is thread-private memory of scratch_bytes
+ * (64-aligned): scratch0 (the op's planned arena scratch) for the calling thread, a
+ * buffer owned by the pool for each worker.
+ *
+ * Waiting: a worker spins on its own "go" word for a while after each job (an op that
+ * follows soon wakes it in well under a microsecond), then sleeps on a condition
+ * variable. One job at a time: a second thread calling in while a job runs (two
+ * executors of one library in parallel threads) runs its tasks alone, serially.
+ *
+ * Thread count: MONOLIB_NUM_THREADS at load, else the CPUs the process may run on
+ * (sched_getaffinity); ml_set_num_threads changes it (capped at ML_MAX_THREADS).
+ * Windows builds (and -DML_NO_THREADS) get a serial stand-in with the same interface.
+ */
+#ifndef MONOLIB_THREADPOOL_H
+#define MONOLIB_THREADPOOL_H
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#define ML_MAX_THREADS 64
+/* Work (multiply-adds) below which an op stays on the calling thread: a pool round
+ * trip costs a few microseconds, an op this small takes about as long. */
+#define ML_PAR_MIN_WORK (1 << 18)
+
+typedef void (*ml_task_fn)(void* ctx, int64_t task, void* scratch);
+
+#if defined(_WIN32) || defined(ML_NO_THREADS)
+
+static int32_t ml_pool_nthreads = 1;
+static inline int32_t ml_num_threads(void) { return 1; }
+static inline int32_t ml_set_num_threads(int32_t n) { (void)n; return 1; }
+static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scratch0,
+                                   size_t scratch_bytes) {
+    (void)scratch_bytes;
+    for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i, scratch0);
+}
+
+#else
+
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define ML_PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define ML_PAUSE() __asm__ __volatile__("yield")
+#else
+#define ML_PAUSE() ((void)0)
+#endif
+/* After a job a worker spins (pause instructions) for ML_SPIN_NS before it sleeps:
+ * waking a sleeping thread costs tens of microseconds on a VM, more than many ops take,
+ * while the serial ops between two parallel ones rarely last longer than this. */
+#ifndef ML_SPIN_NS
+#define ML_SPIN_NS 300000
+#endif
+#define ML_SPIN_CALLER 4000
+#define ML_STOP UINT64_MAX
+
+typedef struct {
+    pthread_mutex_t busy;  /* held for the length of one job */
+    pthread_mutex_t mu;    /* with wake: sleeping workers */
+    pthread_cond_t wake;
+    pthread_t th[ML_MAX_THREADS];
+    int32_t started;       /* workers 1..started-1 exist */
+    int32_t nthreads;      /* threads a job may use (1 = serial) */
+    int32_t sleepers;
+    uint64_t gen;
+    uint64_t go[ML_MAX_THREADS]; /* worker t runs the job when go[t] changes */
+    ml_task_fn fn;
+    void* ctx;
+    int64_t n_tasks;
+    uint64_t ticket;       /* (job generation << 32) | next task to hand out */
+    int64_t done;          /* tasks of the current job finished */
+    void* scratch[ML_MAX_THREADS];
+    size_t scratch_size[ML_MAX_THREADS];
+} ml_pool_t;
+
+static ml_pool_t ml_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+                            PTHREAD_COND_INITIALIZER};
+
+static inline int32_t ml_num_threads(void) {
+    return __atomic_load_n(&ml_pool.nthreads, __ATOMIC_RELAXED);
+}
+
+/* Claim and run tasks of job `gen` until none is left. A task is claimed by a CAS on the
+ * ticket, which also carries the job: a worker arriving after its job finished claims
+ * nothing (and reads the job's fields only under a ticket of that job), so the caller
+ * never waits for a worker that was late or descheduled, only for claimed tasks. */
+static inline void ml_pool_run_tasks(uint64_t gen, void* scratch) {
+    for (;;) {
+        uint64_t tk = __atomic_load_n(&ml_pool.ticket, __ATOMIC_ACQUIRE);
+        if ((tk >> 32) != (gen & 0xffffffffu)) return;
+        ml_task_fn fn = __atomic_load_n(&ml_pool.fn, __ATOMIC_RELAXED);
+        void* ctx = __atomic_load_n(&ml_pool.ctx, __ATOMIC_RELAXED);
+        int64_t n = __atomic_load_n(&ml_pool.n_tasks, __ATOMIC_RELAXED);
+        int64_t i = (int64_t)(tk & 0xffffffffu);
+        if (i >= n) return;
+        if (!__atomic_compare_exchange_n(&ml_pool.ticket, &tk, tk + 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            continue;
+        fn(ctx, i, scratch);
+        __atomic_fetch_add(&ml_pool.done, 1, __ATOMIC_RELEASE);
+    }
+}
+
+static inline int64_t ml_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void* ml_pool_worker(void* arg) {
+    int t = (int)(intptr_t)arg;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g;
+        int spins = 0;
+        int64_t spin_until = 0;
+        while ((g = __atomic_load_n(&ml_pool.go[t], __ATOMIC_ACQUIRE)) == seen) {
+            ML_PAUSE();
+            if (++spins & 63) continue;
+            if (!spin_until) spin_until = ml_now_ns() + ML_SPIN_NS;
+            if (ml_now_ns() < spin_until) continue;
+            pthread_mutex_lock(&ml_pool.mu);
+            __atomic_fetch_add(&ml_pool.sleepers, 1, __ATOMIC_SEQ_CST);
+            while (__atomic_load_n(&ml_pool.go[t], __ATOMIC_SEQ_CST) == seen)
+                pthread_cond_wait(&ml_pool.wake, &ml_pool.mu);
+            __atomic_fetch_sub(&ml_pool.sleepers, 1, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&ml_pool.mu);
+            spin_until = 0;
+        }
+        seen = g;
+        if (g == ML_STOP) return 0;
+        ml_pool_run_tasks(g, ml_pool.scratch[t]);
+    }
+}
+
+/* Make go[t] visible to worker t, waking sleepers (the seq_cst store/load pairs with the
+ * worker's sleepers++ / go[t] check: one of the two sides sees the other). */
+static void ml_pool_signal(int32_t nt, uint64_t value) {
+    for (int32_t t = 1; t < nt; ++t) __atomic_store_n(&ml_pool.go[t], value, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&ml_pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&ml_pool.mu);
+        pthread_cond_broadcast(&ml_pool.wake);
+        pthread_mutex_unlock(&ml_pool.mu);
+    }
+}
+
+/* Under busy: workers 1..nt-1 exist and own scratch_bytes each; returns the threads
+ * actually usable (fewer when a thread or buffer could not be had). */
+static int32_t ml_pool_prepare(int32_t nt, size_t scratch_bytes) {
+    while (ml_pool.started < nt) {
+        int32_t t = ml_pool.started < 1 ? 1 : ml_pool.started;
+        ml_pool.go[t] = 0;
+        if (pthread_create(&ml_pool.th[t], 0, ml_pool_worker, (void*)(intptr_t)t) != 0) break;
+        ml_pool.started = t + 1;
+    }
+    if (ml_pool.started < nt) nt = ml_pool.started < 1 ? 1 : ml_pool.started;
+    for (int32_t t = 1; t < nt; ++t) {
+        if (ml_pool.scratch_size[t] >= scratch_bytes) continue;
+        void* p = 0;
+        size_t want = (scratch_bytes + 63) & ~(size_t)63;
+        if (posix_memalign(&p, 64, want) != 0) return t;
+        free(ml_pool.scratch[t]);
+        ml_pool.scratch[t] = p;
+        ml_pool.scratch_size[t] = want;
+    }
+    return nt;
+}
+
+static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scratch0,
+                            size_t scratch_bytes) {
+    int32_t nt = ml_num_threads();
+    if (nt > n_tasks) nt = (int32_t)n_tasks;
+    if (nt <= 1 || pthread_mutex_trylock(&ml_pool.busy) != 0) {
+        for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i, scratch0);
+        return;
+    }
+    nt = ml_pool_prepare(nt, scratch_bytes);
+    __atomic_store_n(&ml_pool.fn, fn, __ATOMIC_RELAXED);
+    __atomic_store_n(&ml_pool.ctx, ctx, __ATOMIC_RELAXED);
+    __atomic_store_n(&ml_pool.n_tasks, n_tasks, __ATOMIC_RELAXED);
+    __atomic_store_n(&ml_pool.done, 0, __ATOMIC_RELAXED);
+    uint64_t gen = ++ml_pool.gen & 0xffffffffu;
+    if (gen == 0 || gen == (ML_STOP & 0xffffffffu)) gen = ml_pool.gen = 1; /* 0: "seen" */
+    __atomic_store_n(&ml_pool.ticket, gen << 32, __ATOMIC_RELEASE);
+    ml_pool_signal(nt, gen);
+    ml_pool_run_tasks(gen, scratch0);
+    for (int spins = 0; __atomic_load_n(&ml_pool.done, __ATOMIC_ACQUIRE) < n_tasks;)
+        if (++spins < ML_SPIN_CALLER) ML_PAUSE();
+        else sched_yield();
+    pthread_mutex_unlock(&ml_pool.busy);
+}
+
+/* The default thread count: the CPUs this process may run on. */
+static int32_t ml_default_threads(void) {
+    long n = 1;
+#if defined(__linux__) && defined(CPU_COUNT)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    else n = sysconf(_SC_NPROCESSORS_ONLN);
+#elif defined(_SC_NPROCESSORS_ONLN)
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+    return n < 1 ? 1 : (n > ML_MAX_THREADS ? ML_MAX_THREADS : (int32_t)n);
+}
+
+/* n >= 1: use n threads (capped at ML_MAX_THREADS); n <= 0: leave it. Returns the count
+ * in effect. Waits for a running job to finish. */
+static int32_t ml_set_num_threads(int32_t n) {
+    if (n >= 1) {
+        if (n > ML_MAX_THREADS) n = ML_MAX_THREADS;
+        pthread_mutex_lock(&ml_pool.busy);
+        __atomic_store_n(&ml_pool.nthreads, n, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&ml_pool.busy);
+    }
+    return ml_num_threads();
+}
+
+/* A forked child has only the forking thread: forget the parent's workers. */
+static void ml_pool_atfork_child(void) {
+    pthread_mutex_init(&ml_pool.busy, 0);
+    pthread_mutex_init(&ml_pool.mu, 0);
+    pthread_cond_init(&ml_pool.wake, 0);
+    ml_pool.started = 0;
+    ml_pool.sleepers = 0;
+}
+
+__attribute__((constructor)) static void ml_pool_init(void) {
+    int32_t n = ml_default_threads();
+    const char* env = getenv("MONOLIB_NUM_THREADS");
+    if (env && *env) {
+        long v = strtol(env, 0, 10);
+        if (v >= 1) n = v > ML_MAX_THREADS ? ML_MAX_THREADS : (int32_t)v;
+    }
+    ml_pool.nthreads = n;
+    pthread_atfork(0, 0, ml_pool_atfork_child);
+}
+
+/* Unload (dlclose or exit): stop and join the workers before their code goes away. */
+__attribute__((destructor)) static void ml_pool_fini(void) {
+    pthread_mutex_lock(&ml_pool.busy);
+    ml_pool_signal(ml_pool.started, ML_STOP);
+    for (int32_t t = 1; t < ml_pool.started; ++t) pthread_join(ml_pool.th[t], 0);
+    for (int32_t t = 1; t < ml_pool.started; ++t) free(ml_pool.scratch[t]);
+    ml_pool.started = 0;
+    pthread_mutex_unlock(&ml_pool.busy);
+}
+
+#endif /* threads */
+
+/* Tasks for `work` multiply-adds split into pieces of at most `units` units: one (serial)
+ * when small, else about 4 per thread so a delayed thread is covered by the others. */
+static inline int64_t ml_par_tasks(double work, int64_t units) {
+    int32_t nt = ml_num_threads();
+    if (nt <= 1 || work < ML_PAR_MIN_WORK || units < 2) return 1;
+    int64_t t = (int64_t)nt * 4;
+    return t < units ? t : units;
+}
+#endif /* MONOLIB_THREADPOOL_H */

@@ -1,0 +1,178 @@
+"""The library's thread pool (kernels/threadpool.h): large Conv (direct, depthwise,
+im2col and pointwise GEMM paths) and MatMul split over threads give the single-thread
+results bit for bit and match ONNX Runtime; thread counts from set_num_threads,
+MONOLIB_NUM_THREADS and the CPU affinity; executors in parallel Python threads."""
+
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import monolib
+from monolib.compiler.testing import ort_run
+from monolib.runtime import GraphModule, InputError, cpu, set_num_threads
+
+RNG = np.random.default_rng(7)
+
+
+def _w(name, *shape):
+    return numpy_helper.from_array((RNG.standard_normal(shape) * 0.1).astype(np.float32), name)
+
+
+def _conv_model() -> onnx.ModelProto:
+    """x [1,16,40,40] -> direct 3x3 conv (32 out) -> Relu -> depthwise 3x3 -> pointwise
+    64 (GEMM) -> strided 3x3 conv 64 (im2col GEMM) -> y; each above the parallel
+    threshold. Second output: MatMul of z [96,128] by a [128,160] weight."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=32),
+        helper.make_node("Conv", ["c2", "w3", "b3"], ["c3"]),
+        helper.make_node("Conv", ["c3", "w4"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("MatMul", ["z", "w5"], ["m"]),
+        helper.make_node("Sigmoid", ["m"], ["s"]),
+    ]
+    inits = [_w("w1", 32, 16, 3, 3), _w("b1", 32), _w("w2", 32, 1, 3, 3), _w("w3", 64, 32, 1, 1),
+             _w("b3", 64), _w("w4", 64, 64, 3, 3), _w("w5", 128, 160)]
+    graph = helper.make_graph(
+        nodes, "threads",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 40, 40]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [96, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 20, 20]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [96, 160])],
+        inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+FEEDS = {"x": RNG.standard_normal((1, 16, 40, 40)).astype(np.float32),
+         "z": RNG.standard_normal((96, 128)).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return _conv_model()
+
+
+@pytest.fixture(scope="module")
+def factory(model):
+    return monolib.compile(model, target="c")
+
+
+@pytest.fixture(scope="module")
+def library(factory, tmp_path_factory):
+    path = tmp_path_factory.mktemp("threads") / "threads.so"
+    factory.export_library(str(path))
+    return path
+
+
+def _run(gm: GraphModule) -> list[np.ndarray]:
+    gm.run(**FEEDS)
+    return [gm.get_output(i).numpy().copy() for i in range(gm.get_num_outputs())]
+
+
+@pytest.fixture
+def restore_threads():
+    yield
+    set_num_threads(len(os.sched_getaffinity(0)))
+
+
+def test_threads_give_the_single_thread_result(factory, model, restore_threads):
+    gm = GraphModule(factory["default"](cpu()))
+    set_num_threads(1)
+    one = _run(gm)
+    want = ort_run(model, FEEDS)
+    for got, ref in zip(one, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    for n in (2, 3, 1, 2):
+        set_num_threads(n)
+        for got, ref in zip(_run(gm), one):
+            # tasks split output columns/rows/channels: every sum keeps its order
+            np.testing.assert_array_equal(got, ref, err_msg=f"{n} threads")
+
+
+def test_run_op_and_profile_use_the_pool(factory, restore_threads):
+    gm = GraphModule(factory["default"](cpu()))
+    set_num_threads(1)
+    want = _run(gm)
+    set_num_threads(2)
+    gm.set_input(**FEEDS)
+    ex = gm.executor
+    for i in range(ex.num_ops()):
+        ex.run_op(i)
+    for i, ref in enumerate(want):
+        np.testing.assert_array_equal(gm.get_output(i).numpy(), ref)
+    assert len(ex.profile(repeat=1)) == ex.num_ops()
+
+
+def test_executors_in_parallel_python_threads(factory, restore_threads):
+    """Two executors of one library run at once: one gets the pool, the other runs its
+    ops serially; both stay right."""
+    set_num_threads(2)
+    gms = [GraphModule(factory["default"](cpu())) for _ in range(2)]
+    want = _run(gms[0])
+    errors = []
+
+    def work(gm):
+        try:
+            for _ in range(15):
+                for got, ref in zip(_run(gm), want):
+                    np.testing.assert_array_equal(got, ref)
+        except AssertionError as e:  # reported in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(gm,)) for gm in gms]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2", None])
+def test_set_num_threads_rejects(bad):
+    with pytest.raises(InputError, match="set_num_threads: n must be an integer >= 1"):
+        set_num_threads(bad)
+
+
+_PROBE = """
+import ctypes, sys
+import numpy as np
+import monolib
+mod = monolib.load_module(sys.argv[1])
+gm = monolib.GraphModule(mod["default"](monolib.cpu()))
+lib = ctypes.CDLL(sys.argv[1])
+print(lib.monolib_set_num_threads(0), lib.monolib_set_num_threads(1000))
+"""
+
+
+def _probe(library, env_threads):
+    env = {k: v for k, v in os.environ.items() if k != "MONOLIB_NUM_THREADS"}
+    if env_threads is not None:
+        env["MONOLIB_NUM_THREADS"] = env_threads
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(library)], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    return [int(v) for v in out.stdout.split()]
+
+
+def test_thread_count_from_environment(library):
+    # read at load; monolib_set_num_threads(0) queries; counts are capped at 64
+    assert _probe(library, "3") == [3, 64]
+    assert _probe(library, None) == [len(os.sched_getaffinity(0)), 64]
+    assert _probe(library, "junk") == [len(os.sched_getaffinity(0)), 64]
+
+
+def test_set_num_threads_reaches_the_library(library, restore_threads):
+    mod = monolib.load_module(str(library))
+    gm = GraphModule(mod["default"](cpu()))
+    lib = ctypes.CDLL(str(library))
+    set_num_threads(3)
+    assert lib.monolib_set_num_threads(0) == 3
+    set_num_threads(1)
+    assert lib.monolib_set_num_threads(0) == 1
+    assert _run(gm)[0].shape == (1, 64, 20, 20)

@@ -84,10 +84,24 @@ class TensorInfo(NamedTuple):
         return f"{self.name}: {self.dtype}{list(self.shape)}"
 
 
+# dtype name -> np.dtype: parsing a dtype string costs ~1 us, and a graph names a few
+# dtypes hundreds of times.
+_DTYPES: dict[str, np.dtype] = {}
+
+
+def _dtype(name: Any) -> np.dtype:
+    if isinstance(name, str):
+        found = _DTYPES.get(name)
+        if found is None:
+            found = _DTYPES[name] = np.dtype(name)
+        return found
+    return np.dtype(name)
+
+
 def _tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInfo:
     try:
         shape = tuple(int(d) for d in raw["shape"])
-        dtype = np.dtype(raw["dtype"])
+        dtype = _dtype(raw["dtype"])
         info = TensorInfo(
             str(raw["name"]),
             shape,
@@ -105,11 +119,16 @@ def _tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInf
     return info
 
 
-def check_graph_json(graph: Mapping, params_nbytes: int | None) -> None:
+def check_graph_json(graph: Mapping, params_nbytes: int | None) -> list[TensorInfo]:
     """Check the graph JSON's format, version and that every range fits.
 
     ``params_nbytes`` None: a factory without weights (:meth:`remove_params`); the
     params table is checked against ``params_bytes`` instead of a blob.
+
+    Returns
+    -------
+    list of TensorInfo
+        The params table, in order (each range checked against the blob).
 
     Raises
     ------
@@ -137,8 +156,8 @@ def check_graph_json(graph: Mapping, params_nbytes: int | None) -> None:
     for kind in ("inputs", "outputs"):
         for raw in graph[kind]:
             _tensor_info(raw, kind[:-1], arena, "arena")
-    for raw in graph.get("params", []):
-        _tensor_info(raw, "param", params_nbytes, "params blob")
+    table = graph.get("params", [])
+    return [_tensor_info(raw, "param", params_nbytes, "params blob") for raw in table]
 
 
 def _aligned_blob(params: Any) -> np.ndarray:
@@ -184,7 +203,9 @@ class GraphExecutorFactoryModule(Module):
         self.params = None if params is None else _aligned_blob(params)
         self._library: Module | None = None
         self._param_infos: dict[str, TensorInfo] | None = None
-        check_graph_json(self.graph_json, None if params is None else self.params.nbytes)
+        self._param_table = check_graph_json(
+            self.graph_json, None if params is None else self.params.nbytes
+        )
         if lib is not None:
             self.import_module(lib)
 
@@ -224,10 +245,11 @@ class GraphExecutorFactoryModule(Module):
         """
         if self._param_infos is None:
             limit = int(self.graph_json.get("params_bytes", 0))
-            self._param_infos = {
-                r["name"]: _tensor_info(r, "param", limit, "params blob")
-                for r in self.graph_json.get("params", [])
-            }
+            raws = self.graph_json.get("params", [])
+            for raw, info in zip(raws, self._param_table, strict=True):
+                if info.offset + info.nbytes > limit:  # checked against the blob only
+                    _tensor_info(raw, "param", limit, "params blob")  # raises, naming it
+            self._param_infos = {info.name: info for info in self._param_table}
         return self._param_infos
 
     def _get_own_function(self, name: str) -> Callable | None:

@@ -17,14 +17,12 @@ there, and that memfd is what gets loaded (never the path again).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import gc
 import logging
 import mmap
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -169,20 +167,6 @@ def _build_tree(container: Container, mapped: np.ndarray, dso: DSOModule, path: 
         for c in container.children(i):
             m.import_module(modules[c])
     return modules[container.root]
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold off the cyclic GC while a load builds its many small objects (the manifest
-    and graph JSON): in a fresh process a full collection over NumPy's objects costs
-    ~1 ms, more than the parse itself. Load creates no cycles worth collecting."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _load_path(
@@ -443,5 +427,4 @@ def load_module(
     if isinstance(path, (bytes, bytearray, memoryview)):
         return _load_bytes(path, verify)
     path = _fspath(path)
-    with _gc_paused():
-        return _load_path(path, verify, path)
+    return _load_path(path, verify, path)

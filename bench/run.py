@@ -1,10 +1,11 @@
 """monolib against ONNX Runtime on real models, side by side in one run.
 
     python bench/run.py [--models det,rec,cls,silero,silero_seq,magika] [--repeat 20]
+                        [--threads 1,2]
 
 For each model: compile and export time, library size; median latency of monolib
-(single-threaded: monolib has no thread pool yet) and of ONNX Runtime at 1 and 2
-threads (``intra_op_num_threads``, ``inter_op_num_threads=1``) with the ratio
+(``monolib.runtime.set_num_threads``) and of ONNX Runtime (``intra_op_num_threads``,
+``inter_op_num_threads=1``) at 1 and 2 threads (``--threads``) with the ratio
 monolib / ORT; cold start (load + first output) in a fresh process for both; the
 largest difference from ORT's outputs. Prints a table and writes ``bench/RESULTS.md``.
 A latency counts what a caller waits for: inputs in, run, every output out as NumPy.
@@ -87,17 +88,17 @@ def cold_start(args: list[str], runs: int) -> dict:
 
 
 def bench_model(name: str, repeat: int, cold_runs: int, work: Path,
-                verbose: bool = False) -> Result:
+                verbose: bool = False, threads: tuple[int, ...] = (1, 2)) -> Result:
     """Every measurement of one model (see the module docstring)."""
     spec = MODEL_INPUTS[name]
     res = Result(name)
     path = fetch_model(spec.key)
     feeds_ml, feeds_ort = spec.make()
-    for threads in (1, 2):
-        sess = ort_session(path, threads)
+    for t in sorted({1, 2, *threads}):
+        sess = ort_session(path, t)
         wall, cpu = median_time(partial(sess.run, None, feeds_ort), repeat)
-        res.latency[f"ort{threads}"] = wall
-        if threads == 1:
+        res.latency[f"ort{t}"] = wall
+        if t == 1:
             res.latency["ort1_cpu"] = cpu
     want = sess.run(None, feeds_ort)
     np.savez(work / f"{name}_ort.npz", **feeds_ort)
@@ -122,7 +123,12 @@ def bench_model(name: str, repeat: int, cold_runs: int, work: Path,
         got = run_monolib()
         res.max_diff = max(float(np.abs(g.astype(np.float64) - w).max())
                            for g, w in zip(got, want))
-        res.latency["monolib"], res.latency["monolib_cpu"] = median_time(run_monolib, repeat)
+        for t in sorted({1, *threads}):
+            monolib.runtime.set_num_threads(t)
+            wall, cpu = median_time(run_monolib, repeat)
+            res.latency["monolib" if t == 1 else f"monolib{t}"] = wall
+            if t == 1:
+                res.latency["monolib_cpu"] = cpu
         np.savez(work / f"{name}_ml.npz", **feeds_ml)
         res.cold["monolib"] = cold_start(["monolib", str(lib), str(work / f"{name}_ml.npz")],
                                          cold_runs)
@@ -159,7 +165,17 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.3f}" if x < 1e-2 else f"{x * 1e3:.2f}"
 
 
-def rows(results: list[Result]) -> list[list[str]]:
+def thread_cells(r: Result, threads: tuple[int, ...]) -> list[str]:
+    """monolib at each thread count > 1 and its ratio to ORT at as many threads."""
+    cells = []
+    for t in threads:
+        if t > 1:
+            ml, ort = r.latency.get(f"monolib{t}"), r.latency.get(f"ort{t}")
+            cells += [_ms(ml), f"{ml / ort:.2f}x" if ml and ort else "-"]
+    return cells
+
+
+def rows(results: list[Result], threads: tuple[int, ...] = (1, 2)) -> list[list[str]]:
     """The table's rows (one per model)."""
     out = []
     for r in results:
@@ -171,7 +187,7 @@ def rows(results: list[Result]) -> list[list[str]]:
         ml_cpu, ort_cpu = lat.get("monolib_cpu"), lat.get("ort1_cpu")
         out.append([
             r.name, _ms(ml), _ms(lat.get("ort1")), ratio("ort1"), _ms(lat.get("ort2")),
-            ratio("ort2"), f"{_ms(ml_cpu)} / {_ms(ort_cpu)}",
+            ratio("ort2"), *thread_cells(r, threads), f"{_ms(ml_cpu)} / {_ms(ort_cpu)}",
             f"{ml_cpu / ort_cpu:.2f}x" if ml_cpu and ort_cpu else "-",
             _ms(cold_ml), _ms(r.cold["ort1"]["cold_s"]),
             f"{r.build['compile_s']:.1f} + {r.build['export_s']:.1f}" if r.build else "-",
@@ -186,15 +202,22 @@ HEADER = ["model", "monolib ms", "ORT@1 ms", "ratio@1", "ORT@2 ms", "ratio@2",
           "status"]
 
 
-def print_table(results: list[Result], info: dict) -> None:
+def header(threads: tuple[int, ...]) -> list[str]:
+    """HEADER with monolib@N / ORT@N columns for each thread count N > 1 after ORT@2
+    ("monolib ms" and "ratio@2" there are monolib at 1 thread)."""
+    extra = [h for t in threads if t > 1 for h in (f"monolib@{t} ms", f"ratio@{t} (both {t})")]
+    return HEADER[:6] + extra + HEADER[6:]
+
+
+def print_table(results: list[Result], info: dict, threads: tuple[int, ...] = (1, 2)) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"monolib vs ONNX Runtime {info['onnxruntime']} - {info['cpu']}, "
-                        f"{info['cores']} cores (monolib runs 1 thread)")
-    for h in HEADER:
+                        f"{info['cores']} cores (monolib ms: 1 thread)")
+    for h in header(threads):
         table.add_column(h, justify="left" if h in ("model", "status") else "right")
-    for row in rows(results):
+    for row in rows(results, threads):
         table.add_row(*row)
     console = Console(width=180)
     console.print(table)
@@ -203,13 +226,15 @@ def print_table(results: list[Result], info: dict) -> None:
             console.print(f"[red]{r.name}[/red]: {r.error}", markup=True, highlight=False)
 
 
-def write_markdown(results: list[Result], info: dict, args, path: Path) -> None:
+def write_markdown(results: list[Result], info: dict, args, path: Path,
+                   threads: tuple[int, ...] = (1, 2)) -> None:
     imports = [(r.cold.get("monolib", {}).get("import_s"), r.cold["ort1"]["import_s"])
                for r in results]
     ml_imp = [a for a, _ in imports if a is not None]
     lines = [
         "# Benchmarks: monolib vs ONNX Runtime", "",
-        (f"Generated by `python bench/run.py --repeat {args.repeat}` on "
+        (f"Generated by `python bench/run.py --repeat {args.repeat} --threads "
+         f"{','.join(map(str, threads))}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."), "",
         (f"- CPU: {info['cpu']}, {info['cores']} cores; {info['gcc']}; 1-minute load average "
          f"{info['load']:.1f} at the start and {os.getloadavg()[0]:.1f} at the end"
@@ -218,8 +243,10 @@ def write_markdown(results: list[Result], info: dict, args, path: Path) -> None:
             if max(info["load"], os.getloadavg()[0]) > info["cores"] else "")),
         (f"- Python {info['python']}, NumPy {info['numpy']}, onnxruntime {info['onnxruntime']}, "
         f"monolib {info['monolib']}"),
-        ("- monolib runs single-threaded (no thread pool yet); ORT with "
-        "`intra_op_num_threads` 1 and 2, `inter_op_num_threads=1`."),
+        ("- monolib at 1 thread (`monolib ms`, ratios @1 and @2) and at "
+         f"{', '.join(str(t) for t in threads if t > 1) or 'no other count'} threads "
+         "(`monolib.runtime.set_num_threads`; `ratio@N (both N)`: monolib@N / ORT@N); ORT "
+         "with `intra_op_num_threads` 1 and 2, `inter_op_num_threads=1`."),
         ("- Latency: median wall time of the repeats, inputs set + run + outputs as NumPy. "
          "Ratio = monolib / ORT (below 1: monolib is faster). CPU ms: median CPU time of "
          "the calling thread in the single-threaded runs (monolib, ORT@1); it leaves out "
@@ -230,8 +257,8 @@ def write_markdown(results: list[Result], info: dict, args, path: Path) -> None:
         f"{_ms(statistics.median(ml_imp)) if ml_imp else '-'} ms, onnxruntime "
         f"{_ms(statistics.median(b for _, b in imports))} ms (medians)."),
         "- max abs diff: largest absolute difference from ORT's outputs.", "",
-        "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows(results)]
+        "| " + " | ".join(header(threads)) + " |", "|" + "---|" * len(header(threads))]
+    lines += ["| " + " | ".join(row) + " |" for row in rows(results, threads)]
     errors = [r for r in results if r.error]
     if errors:
         lines += ["", "## Failures", ""] + [f"- {r.name}: `{r.error[:600]}`" for r in errors]
@@ -245,7 +272,15 @@ def main() -> None:
     ap.add_argument("--cold-runs", type=int, default=3)
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     ap.add_argument("-v", "--verbose", action="store_true", help="print tracebacks")
+    ap.add_argument("--threads", default="1,2",
+                    help="monolib (and ORT) thread counts, e.g. 1,2 (1 is always run)")
     args = ap.parse_args()
+    try:
+        threads = tuple(sorted({1, *(int(t) for t in args.threads.split(",") if t)}))
+    except ValueError:
+        ap.error(f"--threads: comma-separated integers, got {args.threads!r}")
+    if threads[0] < 1:
+        ap.error(f"--threads: counts must be >= 1, got {args.threads!r}")
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in MODEL_INPUTS]
     if unknown:
@@ -256,9 +291,9 @@ def main() -> None:
         for name in names:
             print(f"== {name}", flush=True)
             results.append(bench_model(name, args.repeat, args.cold_runs, Path(tmp),
-                                       args.verbose))
-    print_table(results, info)
-    write_markdown(results, info, args, Path(args.out))
+                                       args.verbose, threads))
+    print_table(results, info, threads)
+    write_markdown(results, info, args, Path(args.out), threads)
     print(f"wrote {args.out}")
 
 

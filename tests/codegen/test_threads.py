@@ -1,5 +1,5 @@
 """The library's thread pool (kernels/threadpool.h): large Conv (direct, depthwise,
-im2col and pointwise GEMM paths) and MatMul split over threads give the single-thread
+im2col and pointwise GEMM paths), ConvTranspose and MatMul split over threads give the single-thread
 results bit for bit and match ONNX Runtime; thread counts from set_num_threads,
 MONOLIB_NUM_THREADS and the CPU affinity; executors in parallel Python threads."""
 
@@ -28,7 +28,9 @@ def _w(name, *shape):
 def _conv_model() -> onnx.ModelProto:
     """x [1,16,40,40] -> direct 3x3 conv (32 out) -> Relu -> depthwise 3x3 -> pointwise
     64 (GEMM) -> strided 3x3 conv 64 (im2col GEMM) -> y; each above the parallel
-    threshold. Second output: MatMul of z [96,128] by a [128,160] weight."""
+    threshold. Second output: MatMul of z [96,128] by a [128,160] weight. Third: u
+    [1,32,48,48] -> ConvTranspose 2x2/2 (16) + Relu -> ConvTranspose 2x2/2 (1) + Sigmoid
+    (col2im and epilogue split over channels, then over row blocks of one channel)."""
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -37,21 +39,29 @@ def _conv_model() -> onnx.ModelProto:
         helper.make_node("Conv", ["c3", "w4"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("MatMul", ["z", "w5"], ["m"]),
         helper.make_node("Sigmoid", ["m"], ["s"]),
+        helper.make_node("ConvTranspose", ["u", "w6", "b6"], ["t1"], strides=[2, 2]),
+        helper.make_node("Relu", ["t1"], ["r6"]),
+        helper.make_node("ConvTranspose", ["r6", "w7"], ["t2"], strides=[2, 2]),
+        helper.make_node("Sigmoid", ["t2"], ["v"]),
     ]
     inits = [_w("w1", 32, 16, 3, 3), _w("b1", 32), _w("w2", 32, 1, 3, 3), _w("w3", 64, 32, 1, 1),
-             _w("b3", 64), _w("w4", 64, 64, 3, 3), _w("w5", 128, 160)]
+             _w("b3", 64), _w("w4", 64, 64, 3, 3), _w("w5", 128, 160), _w("w6", 32, 16, 2, 2),
+             _w("b6", 16), _w("w7", 16, 1, 2, 2)]
     graph = helper.make_graph(
         nodes, "threads",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 40, 40]),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, [96, 128])],
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [96, 128]),
+         helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 32, 48, 48])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 20, 20]),
-         helper.make_tensor_value_info("s", TensorProto.FLOAT, [96, 160])],
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [96, 160]),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 1, 192, 192])],
         inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 FEEDS = {"x": RNG.standard_normal((1, 16, 40, 40)).astype(np.float32),
-         "z": RNG.standard_normal((96, 128)).astype(np.float32)}
+         "z": RNG.standard_normal((96, 128)).astype(np.float32),
+         "u": RNG.standard_normal((1, 32, 48, 48)).astype(np.float32)}
 
 
 @pytest.fixture(scope="module")

@@ -360,6 +360,70 @@ ML_UNUSED static void ml_col2im_exact(int64_t CO, int64_t KH, int64_t KW, int64_
     }
 }
 
+/* Rows ih0..ih1-1 of channel co of ml_col2im_exact (output rows ih*KH..ih1*KH-1). */
+static inline void ml_col2im_exact_rows(int64_t co, int64_t ih0, int64_t ih1, int64_t CO,
+                                        int64_t KH, int64_t KW, int64_t H, int64_t W,
+                                        const float* restrict col, const float* restrict bias,
+                                        float* restrict y) {
+    (void)CO;
+    int64_t OW = W * KW;
+    float b = bias ? bias[co] : 0.0f;
+    for (int64_t ih = ih0; ih < ih1; ++ih)
+        for (int64_t ky = 0; ky < KH; ++ky) {
+            float* d = y + (co * H * KH + ih * KH + ky) * OW;
+            const float* src = col + ((co * KH + ky) * KW) * H * W + ih * W;
+            for (int64_t iw = 0; iw < W; ++iw)
+                for (int64_t kx = 0; kx < KW; ++kx) d[iw * KW + kx] = src[kx * H * W + iw] + b;
+        }
+}
+
+typedef struct {
+    int64_t CO, KH, KW, H, W, pieces, rows, epi_b, epi_m0;
+    const float *col, *bias;
+    float* y;
+    ml_epi_fn epi;
+    void* epi_out;
+} ml_col2im_job;
+
+/* Task t: channel t / pieces, input rows [(t % pieces) * rows, +rows), then the epilogue
+ * on the output rows written (disjoint from every other task's). */
+static void ml_col2im_task(void* ctx, int64_t t, void* scratch) {
+    const ml_col2im_job* j = (const ml_col2im_job*)ctx;
+    (void)scratch;
+    int64_t co = t / j->pieces, ih0 = (t % j->pieces) * j->rows;
+    int64_t ih1 = ML_MIN(j->H, ih0 + j->rows), OW = j->W * j->KW;
+    if (ih0 >= ih1) return;
+    ml_col2im_exact_rows(co, ih0, ih1, j->CO, j->KH, j->KW, j->H, j->W, j->col, j->bias, j->y);
+    if (j->epi)
+        j->epi(j->epi_out, j->epi_b, j->epi_m0 + co, j->epi_m0 + co + 1, ih0 * j->KH * OW,
+               ih1 * j->KH * OW);
+}
+
+/* ml_col2im_exact followed by the tile epilogue on channels epi_m0..epi_m0+CO-1 (view
+ * [B, M, OH*OW]), split over channels and row blocks on the thread pool when
+ * threadpool.h is included (one task otherwise). */
+ML_UNUSED static void ml_col2im_exact_epi(int64_t CO, int64_t KH, int64_t KW, int64_t H,
+                                          int64_t W, const float* restrict col,
+                                          const float* restrict bias, float* restrict y,
+                                          ml_epi_fn epi, void* epi_out, int64_t epi_b,
+                                          int64_t epi_m0) {
+    int64_t pieces = 1;
+#ifdef MONOLIB_THREADPOOL_H
+    /* memory-bound: count each output float as a few multiply-adds of work */
+    int64_t tasks = ml_par_tasks(8.0 * CO * H * KH * W * KW, CO * H);
+    if (tasks > CO) pieces = (tasks + CO - 1) / CO;
+#endif
+    ml_col2im_job j = {CO, KH, KW, H, W, pieces, (H + pieces - 1) / pieces, epi_b, epi_m0,
+                       col, bias, y, epi, epi_out};
+#ifdef MONOLIB_THREADPOOL_H
+    if (tasks > 1) {
+        ml_parallel_for(CO * pieces, ml_col2im_task, &j, 0, 0);
+        return;
+    }
+#endif
+    for (int64_t t = 0; t < CO * pieces; ++t) ml_col2im_task(&j, t, 0);
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

@@ -261,13 +261,15 @@ def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
     )
     if exact:  # every output pixel gets exactly one tap: write y once
         bias = f"{ctx.ptr(b)} + g * {mg}" if b is not None else "0"
+        # col2im and the epilogue per channel / row block, on the thread pool when large
+        epi_fn = "(ml_epi_fn)0" if epi == "0" else f"(ml_epi_fn){epi}"
         return (
             code + f"for (int64_t n = 0; n < {n}; ++n) {{\n"
             f"  float* yn = {yp} + n * {cout * ohw};\n"
             f"  for (int64_t g = 0; g < {group}; ++g) {{\n{gemm}\n"
-            f"    ml_col2im_exact({mg}, {d['KH']}, {d['KW']}, {d['H']}, {d['W']}, "
-            f"(const float*){col}, {bias}, yn + g * {mg * ohw});\n"
-            f"  }}\n{epi_line}}}"
+            f"    ml_col2im_exact_epi({mg}, {d['KH']}, {d['KW']}, {d['H']}, {d['W']}, "
+            f"(const float*){col}, {bias}, yn + g * {mg * ohw}, {epi_fn}, {yp}, n, g * {mg});\n"
+            f"  }}\n}}"
         )
     return (
         code + f"for (int64_t n = 0; n < {n}; ++n) {{\n"

@@ -10,10 +10,16 @@ import subprocess
 
 import numpy as np
 import pytest
-from tinylib import PYTHON, W
+from tinylib import PYTHON, W, tiny_graph
 
 import monolib.runtime.container as container_mod
-from monolib.runtime import GraphModule, cpu, load_module
+from monolib.runtime import (
+    ContainerError,
+    GraphExecutorFactoryModule,
+    GraphModule,
+    cpu,
+    load_module,
+)
 from monolib.runtime.container import SMALL_SECTION_BYTES, sha256
 from monolib.runtime.library import read_container
 
@@ -73,6 +79,22 @@ def test_params_view_points_into_the_mapped_library(big_lib):
     assert _mapping_of(params.ctypes.data + params.nbytes - 1) == big_lib
     executor = factory["default"](cpu())
     assert executor.params.ctypes.data == params.ctypes.data  # shared, not copied
+
+
+def test_params_table_parsed_once_and_shared(big_lib):
+    factory = load_module(big_lib)
+    first, second = factory["default"](cpu()), factory["default"](cpu())
+    assert first.param_infos is second.param_infos is factory.param_infos()
+    big = first.param_infos["big"]
+    assert (big.offset, big.nbytes, big.shape, big.dtype) == (128, 3 << 20, (3 << 20,), np.uint8)
+
+
+def test_param_beyond_params_bytes_still_refused_at_executor_creation():
+    graph, params = tiny_graph()
+    graph["params_bytes"] = 64  # "b" at 64 now lies past it, though inside the blob
+    factory = GraphExecutorFactoryModule(graph, params)
+    with pytest.raises(ContainerError, match=r"param 'b' \[64, 68\) lies outside the params blob"):
+        factory.param_infos()
 
 
 def test_builtin_and_openssl_sha256_agree():

@@ -360,6 +360,60 @@ ML_UNUSED static void ml_col2im_exact(int64_t CO, int64_t KH, int64_t KW, int64_
     }
 }
 
+/* Padding the input of a convolution: C channels split over the thread pool when large
+ * (memory-bound: each float written counts as a few multiply-adds). kind 0: phase-split
+ * planes of ml_dw_pad_plane (plane floats apart); kind 1: ml_pad_image. */
+typedef struct {
+    int kind;
+    int64_t C, H, W, Hp, Wp, SW, Wq, PT, PL, plane, chunk;
+    const float* x;
+    float* dst;
+} ml_pad_job;
+
+static void ml_pad_task(void* ctx, int64_t t, void* scratch) {
+    const ml_pad_job* j = (const ml_pad_job*)ctx;
+    (void)scratch;
+    int64_t c0 = t * j->chunk, c1 = ML_MIN(j->C, c0 + j->chunk);
+    for (int64_t c = c0; c < c1; ++c)
+        if (j->kind == 0)
+            ml_dw_pad_plane(j->x + c * j->H * j->W, j->H, j->W, j->Hp, j->Wp, j->SW, j->Wq,
+                            j->PT, j->PL, j->dst + c * j->plane);
+        else
+            ml_pad_image(1, j->H, j->W, j->Hp, j->Wp, j->PT, j->PL, j->x + c * j->H * j->W,
+                         j->dst + c * j->Hp * j->Wp);
+}
+
+static void ml_pad_run(ml_pad_job* j) {
+    int64_t tasks = 1;
+#ifdef MONOLIB_THREADPOOL_H
+    tasks = ml_par_tasks(4.0 * j->C * j->plane, j->C);
+#endif
+    j->chunk = (j->C + tasks - 1) / tasks;
+#ifdef MONOLIB_THREADPOOL_H
+    if (tasks > 1) {
+        ml_parallel_for((j->C + j->chunk - 1) / j->chunk, ml_pad_task, j, 0, 0);
+        return;
+    }
+#endif
+    ml_pad_task(j, 0, 0);
+}
+
+/* ml_dw_pad_plane of channels 0..C-1 of x ([C][H][W]) into planes `plane` floats apart. */
+ML_UNUSED static void ml_pad_planes(int64_t C, const float* restrict x, int64_t H, int64_t W,
+                                    int64_t Hp, int64_t Wp, int64_t SW, int64_t Wq, int64_t PT,
+                                    int64_t PL, float* restrict dst, int64_t plane) {
+    ml_pad_job j = {0, C, H, W, Hp, Wp, SW, Wq, PT, PL, plane, 0, x, dst};
+    ml_pad_run(&j);
+}
+
+/* ml_pad_image, channels split over the thread pool when large. */
+ML_UNUSED static void ml_pad_image_par(int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp,
+                                       int64_t PT, int64_t PL, const float* restrict x,
+                                       float* restrict dst) {
+    ml_pad_job j = {1, C, H, W, Hp, Wp, 1, 0, PT, PL, Hp * Wp, 0, x, dst};
+    ml_pad_run(&j);
+}
+
 /* Rows ih0..ih1-1 of channel co of ml_col2im_exact (output rows ih*KH..ih1*KH-1). */
 static inline void ml_col2im_exact_rows(int64_t co, int64_t ih0, int64_t ih1, int64_t CO,
                                         int64_t KH, int64_t KW, int64_t H, int64_t W,

@@ -255,8 +255,9 @@ def _direct_fits(d: dict[str, int], cg: int) -> bool:
 def _emit_direct(
     node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group: int, ap: str, per_group: int
 ) -> str:
-    """Per image: pad + phase-split every channel (ml_dw_pad_plane), then per group one
-    ml_conv_direct with a compile-time table of tap offsets."""
+    """Per image: pad + phase-split every channel (ml_pad_planes: ml_dw_pad_plane per
+    channel, on the thread pool when large), then per group one ml_conv_direct with a
+    compile-time table of tap offsets."""
     x, b, y = node.inputs[0], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
     m = node.inputs[1].shape[0]
@@ -276,9 +277,8 @@ def _emit_direct(
     bias = f"{ctx.ptr(b)} + g * {mg}" if b is not None else "0"
     return (
         f"for (int64_t n = 0; n < {n}; ++n) {{\n"
-        f"  for (int64_t ch = 0; ch < {c}; ++ch)\n"
-        f"    ml_dw_pad_plane({ctx.ptr(x)} + (n * {c} + ch) * {hw}, {d['H']}, {d['W']}, {hp}, "
-        f"{wp}, {sw}, {wq}, {d['PT']}, {d['PL']}, (float*){buf} + ch * {plane});\n"
+        f"  ml_pad_planes({c}, {ctx.ptr(x)} + n * {c * hw}, {d['H']}, {d['W']}, {hp}, "
+        f"{wp}, {sw}, {wq}, {d['PT']}, {d['PL']}, (float*){buf}, {plane});\n"
         f"  for (int64_t g = 0; g < {group}; ++g)\n"
         f"    ml_conv_direct({mg}, {cg * d['KH'] * d['KW']}, {ap} + g * {per_group}, {table}, "
         f"(const float*){buf} + g * {cg * plane}, {sh}, {sw}, {wq}, {d['OH']}, {d['OW']}, "
@@ -318,7 +318,7 @@ def _b_source(
         padded = ctx.scratch(4 * images * c * hp * wp)
         pad = (
             f"for (int64_t i = 0; i < {images}; ++i)\n"
-            f"  ml_pad_image({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, {d['PL']}, "
+            f"  ml_pad_image_par({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, {d['PL']}, "
             f"{ctx.ptr(x)} + ({first} + i) * {c * hw}, (float*){padded} + i * {c * hp * wp});\n"
         )
         src = f"(const float*){padded} + g * {cg * hp * wp}"

@@ -78,11 +78,13 @@ def ort_session(path: Path, threads: int):
 
 
 def cold_start(args: list[str], runs: int) -> dict:
-    """Median ``import_s``/``cold_s`` of ``bench/cold_start.py ARGS`` over fresh processes."""
+    """Median ``import_s``/``cold_s`` of ``bench/cold_start.py ARGS`` over fresh
+    processes; monolib with ``MONOLIB_NUM_THREADS=1``, as ORT's cold start has 1 thread."""
     rows = []
+    env = {**os.environ, "MONOLIB_NUM_THREADS": "1"}
     for _ in range(runs):
         out = subprocess.run([sys.executable, str(HERE / "cold_start.py"), *args],
-                             capture_output=True, text=True, timeout=600, check=True)
+                             capture_output=True, text=True, timeout=600, check=True, env=env)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
 
@@ -197,14 +199,14 @@ def rows(results: list[Result], threads: tuple[int, ...] = (1, 2)) -> list[list[
     return out
 
 
-HEADER = ["model", "monolib ms", "ORT@1 ms", "ratio@1", "ORT@2 ms", "ratio@2",
-          "CPU ms monolib / ORT@1", "CPU ratio@1", "cold monolib ms", "cold ORT ms", "compile+export s", "lib MB", "max abs diff",
-          "status"]
+HEADER = ["model", "monolib@1 ms", "ORT@1 ms", "ratio@1", "ORT@2 ms", "monolib@1 / ORT@2",
+          "CPU ms monolib@1 / ORT@1", "CPU ratio@1", "cold monolib ms", "cold ORT ms",
+          "compile+export s", "lib MB", "max abs diff", "status"]
 
 
 def header(threads: tuple[int, ...]) -> list[str]:
     """HEADER with monolib@N / ORT@N columns for each thread count N > 1 after ORT@2
-    ("monolib ms" and "ratio@2" there are monolib at 1 thread)."""
+    ("monolib@1 / ORT@2" compares monolib at 1 thread with ORT at 2)."""
     extra = [h for t in threads if t > 1 for h in (f"monolib@{t} ms", f"ratio@{t} (both {t})")]
     return HEADER[:6] + extra + HEADER[6:]
 
@@ -243,7 +245,7 @@ def write_markdown(results: list[Result], info: dict, args, path: Path,
             if max(info["load"], os.getloadavg()[0]) > info["cores"] else "")),
         (f"- Python {info['python']}, NumPy {info['numpy']}, onnxruntime {info['onnxruntime']}, "
         f"monolib {info['monolib']}"),
-        ("- monolib at 1 thread (`monolib ms`, ratios @1 and @2) and at "
+        ("- monolib at 1 thread (`monolib@1 ms`) and at "
          f"{', '.join(str(t) for t in threads if t > 1) or 'no other count'} threads "
          "(`monolib.runtime.set_num_threads`; `ratio@N (both N)`: monolib@N / ORT@N); ORT "
          "with `intra_op_num_threads` 1 and 2, `inter_op_num_threads=1`."),
@@ -251,7 +253,8 @@ def write_markdown(results: list[Result], info: dict, args, path: Path,
          "Ratio = monolib / ORT (below 1: monolib is faster). CPU ms: median CPU time of "
          "the calling thread in the single-threaded runs (monolib, ORT@1); it leaves out "
          "the time other processes held the core: the steadier figure on a shared machine."),
-        ("- Cold: a fresh process, from before `load_module` / `InferenceSession` to the first "
+        ("- Cold: a fresh process at 1 thread, from before `load_module` / "
+         "`InferenceSession` to the first "
         "output (interpreter start and `import numpy` excluded); median of "
         f"{args.cold_runs} processes. Importing the runtime: monolib "
         f"{_ms(statistics.median(ml_imp)) if ml_imp else '-'} ms, onnxruntime "

@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from ..runtime.binfmt import exported_symbols
-from ..runtime.container import Container
+from ..runtime.container import SMALL_SECTION_BYTES, Container
 from ..runtime.errors import ContainerError
 from ..runtime.library import read_container
 
@@ -239,7 +239,8 @@ def render_report(report: dict, console: Any = None) -> None:
         for m in report["modules"]
         for s in m["sections"]
     ]
-    state = "all digests verified" if report["verified"] else "digests of sections <= 1 MiB checked"
+    small = f"{SMALL_SECTION_BYTES // 1024} KiB"
+    state = "all digests verified" if report["verified"] else f"digests of sections <= {small} checked"
     print_table(
         console,
         f"sections ({state})",

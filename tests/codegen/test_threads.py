@@ -1,5 +1,5 @@
 """The library's thread pool (kernels/threadpool.h): large Conv (direct, depthwise,
-im2col and pointwise GEMM paths), ConvTranspose and MatMul split over threads give the single-thread
+im2col and pointwise GEMM paths), ConvTranspose, MatMul and elementwise chains split over threads give the single-thread
 results bit for bit and match ONNX Runtime; thread counts from set_num_threads,
 MONOLIB_NUM_THREADS and the CPU affinity; executors in parallel Python threads."""
 
@@ -31,7 +31,9 @@ def _conv_model() -> onnx.ModelProto:
     direct and im2col convs) above the parallel
     threshold. Second output: MatMul of z [96,128] by a [128,160] weight. Third: u
     [1,32,48,48] -> ConvTranspose 2x2/2 (16) + Relu -> ConvTranspose 2x2/2 (1) + Sigmoid
-    (col2im and epilogue split over channels, then over row blocks of one channel)."""
+    (col2im and epilogue split over channels, then over row blocks of one channel).
+    Fourth and fifth: large elementwise chains, broadcast (Relu(e * k + e2), nested
+    loops) and flat (Sigmoid(e2), one loop split at multiples of 64)."""
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -44,25 +46,35 @@ def _conv_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["t1"], ["r6"]),
         helper.make_node("ConvTranspose", ["r6", "w7"], ["t2"], strides=[2, 2]),
         helper.make_node("Sigmoid", ["t2"], ["v"]),
+        helper.make_node("Mul", ["e", "k"], ["ek"]),
+        helper.make_node("Add", ["ek", "e2"], ["eke"]),
+        helper.make_node("Relu", ["eke"], ["o1"]),
+        helper.make_node("Sigmoid", ["e2"], ["o2"]),
     ]
     inits = [_w("w1", 32, 24, 3, 3), _w("b1", 32), _w("w2", 32, 1, 3, 3), _w("w3", 64, 32, 1, 1),
              _w("b3", 64), _w("w4", 64, 64, 3, 3), _w("w5", 128, 160), _w("w6", 32, 16, 2, 2),
-             _w("b6", 16), _w("w7", 16, 1, 2, 2)]
+             _w("b6", 16), _w("w7", 16, 1, 2, 2), _w("k", 64, 1, 1)]
     graph = helper.make_graph(
         nodes, "threads",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, 64, 64]),
          helper.make_tensor_value_info("z", TensorProto.FLOAT, [96, 128]),
-         helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 32, 48, 48])],
+         helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 32, 48, 48]),
+         helper.make_tensor_value_info("e", TensorProto.FLOAT, [4, 64, 32, 32]),
+         helper.make_tensor_value_info("e2", TensorProto.FLOAT, [4, 64, 32, 32])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 32, 32]),
          helper.make_tensor_value_info("s", TensorProto.FLOAT, [96, 160]),
-         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 1, 192, 192])],
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 1, 192, 192]),
+         helper.make_tensor_value_info("o1", TensorProto.FLOAT, [4, 64, 32, 32]),
+         helper.make_tensor_value_info("o2", TensorProto.FLOAT, [4, 64, 32, 32])],
         inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 FEEDS = {"x": RNG.standard_normal((1, 24, 64, 64)).astype(np.float32),
          "z": RNG.standard_normal((96, 128)).astype(np.float32),
-         "u": RNG.standard_normal((1, 32, 48, 48)).astype(np.float32)}
+         "u": RNG.standard_normal((1, 32, 48, 48)).astype(np.float32),
+         "e": RNG.standard_normal((4, 64, 32, 32)).astype(np.float32),
+         "e2": RNG.standard_normal((4, 64, 32, 32)).astype(np.float32)}
 
 
 @pytest.fixture(scope="module")

@@ -308,15 +308,48 @@ def _emit_body(fused: FusedOp, ctx: CEmitContext) -> str:
             for v in epilogue.leaves_of(fused.steps)
             if not ctx.plan.root(v).is_const and ctx.plan.offset(v) == out_off
         )
-        return epilogue.elementwise_loop(
-            fused.steps, fused.out, ctx.ptr, ctx.ptr(fused.out), in_place
-        )
+        return _elementwise(fused, ctx, in_place)
     node = fused.anchor
     code = op_of(node).emit(node, ctx)
     if fused.steps and not ctx.epilogue_used:
         # The emitter ignored the epilogue: apply it once on the whole output.
         code += "\n" + _whole_output_epilogue(fused, ctx)
     return code
+
+
+# Elementwise chains of at least this many element-steps are split over the thread pool
+# (threadpool.h's ML_PAR_MIN_WORK, which then decides at run time).
+PARALLEL_ELEMENTWISE = 1 << 18
+
+
+def _elementwise(fused: FusedOp, ctx: CEmitContext, in_place: frozenset[int]) -> str:
+    """An elementwise chain: one loop nest, or, when large, a task function over blocks of
+    its outermost loop run by ``ml_parallel_for`` (blocks are disjoint: safe in place)."""
+    out = fused.out
+    n, depth = epilogue.outer_extent(fused.steps, out)
+    work = int(np.prod(out.shape, dtype=np.int64)) * max(1, len(fused.steps))
+    if n < 2 or work < PARALLEL_ELEMENTWISE:
+        return epilogue.elementwise_loop(fused.steps, out, ctx.ptr, ctx.ptr(out), in_place)
+    name = ctx.unique("ew_task_")
+    loop = epilogue.elementwise_loop(
+        fused.steps, out, ctx.ptr, ctx.ptr(out), in_place, ("lo_", "lo_ + c_->chunk")
+    )
+    ctx.source.functions.append(
+        f"static void {name}(void* ctx_, int64_t t, void* scratch_) {{\n"
+        "  const ml_ew_ctx* c_ = (const ml_ew_ctx*)ctx_;\n"
+        "  const uint8_t* restrict params = c_->params;\n"
+        "  uint8_t* restrict arena = c_->arena;\n"
+        "  int64_t lo_ = t * c_->chunk;\n"
+        f"  (void)params; (void)arena; (void)scratch_;\n{loop}\n}}"
+    )
+    # a flat loop is split at multiples of 64 elements (whole vectors, whole lines)
+    align = "\n    c_.chunk = (c_.chunk + 63) & ~(int64_t)63;" if depth == 1 else ""
+    return (
+        f"  {{ ml_ew_ctx c_ = {{params, arena, 0}};\n"
+        f"    int64_t t_ = ml_par_tasks({float(work)}, {n});\n"
+        f"    c_.chunk = ({n} + t_ - 1) / t_;{align}\n"
+        f"    ml_parallel_for(({n} + c_.chunk - 1) / c_.chunk, {name}, &c_, 0, 0); }}"
+    )
 
 
 def _whole_output_epilogue(fused: FusedOp, ctx: CEmitContext) -> str:

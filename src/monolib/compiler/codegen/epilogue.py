@@ -36,6 +36,7 @@ __all__ = [
     "compose",
     "elementwise_loop",
     "leaves_of",
+    "outer_extent",
     "scalar_literal",
     "tile_epilogue_function",
     "value_function",
@@ -148,6 +149,7 @@ def elementwise_loop(
     pointer: Pointer,
     out_ptr: str,
     in_place: frozenset[int] = frozenset(),
+    outer: tuple[str, str] | None = None,
 ) -> str:
     """C statements computing a chain headed by an elementwise node into ``out``.
 
@@ -155,6 +157,8 @@ def elementwise_loop(
     (or the chain value). ``out_ptr`` is the typed pointer expression of the output.
     Leaves whose uid is in ``in_place`` share the output's storage (same shape and
     dtype): they are read through ``out`` itself, so ``restrict`` stays truthful.
+    ``outer`` = (lo, hi) C expressions: compute only indices lo..hi-1 (hi clamped to the
+    extent) of the outermost coalesced loop (:func:`outer_extent`), one thread's share.
     """
     leaves = leaves_of(steps)
     shape = out.shape
@@ -173,7 +177,14 @@ def elementwise_loop(
     vars_ = [f"i{d}" for d in range(len(dims))]
     indent = "  "
     for d, n in enumerate(dims):
-        lines.append(f"{indent}for (int64_t {vars_[d]} = 0; {vars_[d]} < {n}; ++{vars_[d]}) {{")
+        v = vars_[d]
+        if d == 0 and outer is not None:
+            lo, hi = outer
+            lines.append(
+                f"{indent}for (int64_t {v} = {lo}; {v} < (({hi}) < {n} ? ({hi}) : {n}); ++{v}) {{"
+            )
+        else:
+            lines.append(f"{indent}for (int64_t {v} = 0; {v} < {n}; ++{v}) {{")
         indent += "  "
 
     def leaf(v: Value) -> str:
@@ -187,6 +198,16 @@ def elementwise_loop(
         indent = indent[:-2]
         lines.append(f"{indent}}}")
     return "\n".join(lines)
+
+
+def outer_extent(steps: Sequence[ChainStep], out: Value) -> tuple[int, int]:
+    """(extent of the outermost loop of :func:`elementwise_loop`, number of loops); (0, 0)
+    for a single element."""
+    leaves = leaves_of(steps)
+    shape = out.shape
+    strides = [broadcast_strides(shape, shape)] + [broadcast_strides(v.shape, shape) for v in leaves]
+    dims, _ = coalesce(shape, strides)
+    return (dims[0], len(dims)) if dims else (0, 0)
 
 
 def _bmn(shape: Sequence[int], groups) -> tuple[int, int, int]:

@@ -34,6 +34,14 @@
 
 typedef void (*ml_task_fn)(void* ctx, int64_t task, void* scratch);
 
+/* The context of a generated elementwise task (codegen/c.py): an op's base pointers and
+ * the block of its outermost loop each task computes. */
+typedef struct {
+    const uint8_t* params;
+    uint8_t* arena;
+    int64_t chunk;
+} ml_ew_ctx;
+
 #if defined(_WIN32) || defined(ML_NO_THREADS)
 
 static int32_t ml_pool_nthreads = 1;

@@ -318,7 +318,8 @@ def _emit_body(fused: FusedOp, ctx: CEmitContext) -> str:
 
 
 # Elementwise chains of at least this many element-steps are split over the thread pool
-# (threadpool.h's ML_PAR_MIN_WORK, which then decides at run time).
+# (threadpool.h's ML_PAR_MIN_WORK / 4: memory-bound, an element-step counts as 4
+# multiply-adds; the pool then decides at run time).
 PARALLEL_ELEMENTWISE = 1 << 18
 
 
@@ -346,7 +347,7 @@ def _elementwise(fused: FusedOp, ctx: CEmitContext, in_place: frozenset[int]) ->
     align = "\n    c_.chunk = (c_.chunk + 63) & ~(int64_t)63;" if depth == 1 else ""
     return (
         f"  {{ ml_ew_ctx c_ = {{params, arena, 0}};\n"
-        f"    int64_t t_ = ml_par_tasks({float(work)}, {n});\n"
+        f"    int64_t t_ = ml_par_tasks({float(4 * work)}, {n});\n"
         f"    c_.chunk = ({n} + t_ - 1) / t_;{align}\n"
         f"    ml_parallel_for(({n} + c_.chunk - 1) / c_.chunk, {name}, &c_, 0, 0); }}"
     )

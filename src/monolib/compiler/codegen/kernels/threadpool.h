@@ -28,9 +28,13 @@
 #include <stdlib.h>
 
 #define ML_MAX_THREADS 64
-/* Work (multiply-adds) below which an op stays on the calling thread: a pool round
- * trip costs a few microseconds, an op this small takes about as long. */
-#define ML_PAR_MIN_WORK (1 << 18)
+/* Work (multiply-adds; a float moved by a memory-bound op counts 4) below which an op
+ * stays on the calling thread: some 30 us of work. A pool round trip costs a few
+ * microseconds when the workers spin, tens when they sleep or the cores are shared, and
+ * small ops measured no faster split (PP-OCR cls). */
+#ifndef ML_PAR_MIN_WORK
+#define ML_PAR_MIN_WORK (1 << 20)
+#endif
 
 typedef void (*ml_task_fn)(void* ctx, int64_t task, void* scratch);
 
@@ -57,6 +61,7 @@ static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, vo
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 #include <string.h>
 #include <time.h>
@@ -170,11 +175,19 @@ static void ml_pool_signal(int32_t nt, uint64_t value) {
 /* Under busy: workers 1..nt-1 exist and own scratch_bytes each; returns the threads
  * actually usable (fewer when a thread or buffer could not be had). */
 static int32_t ml_pool_prepare(int32_t nt, size_t scratch_bytes) {
-    while (ml_pool.started < nt) {
-        int32_t t = ml_pool.started < 1 ? 1 : ml_pool.started;
-        ml_pool.go[t] = 0;
-        if (pthread_create(&ml_pool.th[t], 0, ml_pool_worker, (void*)(intptr_t)t) != 0) break;
-        ml_pool.started = t + 1;
+    if (ml_pool.started < nt) {
+        /* workers block every signal: the host (e.g. Python) handles them elsewhere */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        while (ml_pool.started < nt) {
+            int32_t t = ml_pool.started < 1 ? 1 : ml_pool.started;
+            ml_pool.go[t] = 0;
+            if (pthread_create(&ml_pool.th[t], 0, ml_pool_worker, (void*)(intptr_t)t) != 0)
+                break;
+            ml_pool.started = t + 1;
+        }
+        pthread_sigmask(SIG_SETMASK, &old, 0);
     }
     if (ml_pool.started < nt) nt = ml_pool.started < 1 ? 1 : ml_pool.started;
     for (int32_t t = 1; t < nt; ++t) {
@@ -260,7 +273,8 @@ __attribute__((constructor)) static void ml_pool_init(void) {
 
 /* Unload (dlclose or exit): stop and join the workers before their code goes away. */
 __attribute__((destructor)) static void ml_pool_fini(void) {
-    pthread_mutex_lock(&ml_pool.busy);
+    /* a job still running (another thread at exit): leave the workers to the exit */
+    if (pthread_mutex_trylock(&ml_pool.busy) != 0) return;
     ml_pool_signal(ml_pool.started, ML_STOP);
     for (int32_t t = 1; t < ml_pool.started; ++t) pthread_join(ml_pool.th[t], 0);
     for (int32_t t = 1; t < ml_pool.started; ++t) free(ml_pool.scratch[t]);

@@ -33,7 +33,8 @@ def _conv_model() -> onnx.ModelProto:
     [1,32,96,96] -> ConvTranspose 2x2/2 (16) + Relu -> ConvTranspose 2x2/2 (1) + Sigmoid
     (col2im and epilogue split over channels, then over row blocks of one channel).
     Fourth and fifth: large elementwise chains, broadcast (Relu(e * k + e2), nested
-    loops) and flat (Sigmoid(e2), one loop split at multiples of 64)."""
+    loops) and flat (Sigmoid(e2), one loop split at multiples of 64). Sixth: a 1x1 conv
+    of q [1,480,1,40] to 200 channels + HardSigmoid: 40 columns, so split over rows."""
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -46,6 +47,8 @@ def _conv_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["t1"], ["r6"]),
         helper.make_node("ConvTranspose", ["r6", "w7"], ["t2"], strides=[2, 2]),
         helper.make_node("Sigmoid", ["t2"], ["v"]),
+        helper.make_node("Conv", ["q", "w8", "b8"], ["q1"]),
+        helper.make_node("HardSigmoid", ["q1"], ["o3"]),
         helper.make_node("Mul", ["e", "k"], ["ek"]),
         helper.make_node("Add", ["ek", "e2"], ["eke"]),
         helper.make_node("Relu", ["eke"], ["o1"]),
@@ -53,19 +56,22 @@ def _conv_model() -> onnx.ModelProto:
     ]
     inits = [_w("w1", 32, 32, 3, 3), _w("b1", 32), _w("w2", 32, 1, 3, 3), _w("w3", 64, 32, 1, 1),
              _w("b3", 64), _w("w4", 64, 64, 3, 3), _w("w5", 128, 160), _w("w6", 32, 16, 2, 2),
-             _w("b6", 16), _w("w7", 16, 1, 2, 2), _w("k", 64, 1, 1)]
+             _w("b6", 16), _w("w7", 16, 1, 2, 2), _w("k", 64, 1, 1),
+             _w("w8", 200, 480, 1, 1), _w("b8", 200)]
     graph = helper.make_graph(
         nodes, "threads",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 96, 96]),
          helper.make_tensor_value_info("z", TensorProto.FLOAT, [96, 128]),
          helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 32, 96, 96]),
          helper.make_tensor_value_info("e", TensorProto.FLOAT, [4, 64, 32, 32]),
-         helper.make_tensor_value_info("e2", TensorProto.FLOAT, [4, 64, 32, 32])],
+         helper.make_tensor_value_info("e2", TensorProto.FLOAT, [4, 64, 32, 32]),
+         helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 480, 1, 40])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 48, 48]),
          helper.make_tensor_value_info("s", TensorProto.FLOAT, [96, 160]),
          helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 1, 384, 384]),
          helper.make_tensor_value_info("o1", TensorProto.FLOAT, [4, 64, 32, 32]),
-         helper.make_tensor_value_info("o2", TensorProto.FLOAT, [4, 64, 32, 32])],
+         helper.make_tensor_value_info("o2", TensorProto.FLOAT, [4, 64, 32, 32]),
+         helper.make_tensor_value_info("o3", TensorProto.FLOAT, [1, 200, 1, 40])],
         inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
@@ -74,7 +80,8 @@ FEEDS = {"x": RNG.standard_normal((1, 32, 96, 96)).astype(np.float32),
          "z": RNG.standard_normal((96, 128)).astype(np.float32),
          "u": RNG.standard_normal((1, 32, 96, 96)).astype(np.float32),
          "e": RNG.standard_normal((4, 64, 32, 32)).astype(np.float32),
-         "e2": RNG.standard_normal((4, 64, 32, 32)).astype(np.float32)}
+         "e2": RNG.standard_normal((4, 64, 32, 32)).astype(np.float32),
+         "q": RNG.standard_normal((1, 480, 1, 40)).astype(np.float32)}
 
 
 @pytest.fixture(scope="module")

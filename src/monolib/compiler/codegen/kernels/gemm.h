@@ -341,31 +341,51 @@ static inline ml_gemm_args ml_gemm_defaults(int64_t M, int64_t N, int64_t K, con
 #ifdef MONOLIB_THREADPOOL_H
 typedef struct {
     const ml_gemm_args* g;
-    int64_t chunk;
+    int64_t chunk_n, chunk_m, tasks_n;
 } ml_sgemm_job;
 
-/* Task t of ml_sgemm_par: columns [n_begin + t*chunk, +chunk), its own B buffer. */
+/* Task t of ml_sgemm_par: columns [n_begin + (t % tasks_n)*chunk_n, +chunk_n) of rows
+ * [(t / tasks_n)*chunk_m, +chunk_m), with its own B block buffer. */
 static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
     const ml_sgemm_job* j = (const ml_sgemm_job*)ctx;
     ml_gemm_args a = *j->g;
-    a.n_begin = j->g->n_begin + t * j->chunk;
-    a.n_end = ML_MIN(j->g->n_end, a.n_begin + j->chunk);
+    int64_t m0 = (t / j->tasks_n) * j->chunk_m;
+    a.n_begin = j->g->n_begin + (t % j->tasks_n) * j->chunk_n;
+    a.n_end = ML_MIN(j->g->n_end, a.n_begin + j->chunk_n);
     a.bbuf = (float*)scratch;
+    if (m0 > 0 || j->chunk_m < a.M) { /* a block of rows: chunk_m is a multiple of MR */
+        a.M = ML_MIN(j->chunk_m, j->g->M - m0);
+        a.a += (m0 / ML_MR) * a.K * ML_MR;
+        a.c += m0 * a.ldc;
+        if (a.bias_m) a.bias_m += m0;
+        a.epi_m0 += m0;
+    }
     ml_sgemm(&a);
 }
 #endif
 
 /* ml_sgemm on the thread pool (threadpool.h, when included before): the columns are
- * split into chunks of a multiple of 32, each computed (and its epilogue applied) by one
- * thread with its own B block buffer; small GEMMs stay on the calling thread. */
+ * split into chunks of a multiple of 32 and, when there are too few for the threads
+ * (and no batches are folded into M), the rows into blocks of a multiple of MR; each
+ * block is computed (and its epilogue applied) by one thread with its own B block
+ * buffer. Small GEMMs stay on the calling thread. */
 ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
 #ifdef MONOLIB_THREADPOOL_H
     int64_t n = g->n_end - g->n_begin;
-    int64_t tasks = g->K > 0 ? ml_par_tasks((double)g->M * n * g->K, (n + 31) / 32) : 1;
+    int64_t units_n = (n + 31) / 32;
+    int64_t units_m = g->epi_mrows > 0 ? 1 : (g->M + ML_MR - 1) / ML_MR;
+    int64_t tasks = g->K > 0 ? ml_par_tasks((double)g->M * n * g->K, units_n * units_m) : 1;
     if (tasks > 1) {
-        ml_sgemm_job j = {g, (((n + tasks - 1) / tasks) + 31) / 32 * 32};
-        size_t bytes = g->b.kind == ML_B_PACKED ? 0 : 4 * ml_gemm_bbuf_floats(g->K, j.chunk);
-        ml_parallel_for((n + j.chunk - 1) / j.chunk, ml_sgemm_task, &j, g->bbuf, bytes);
+        /* column chunks of at least 64 (a lone 32-column chunk beside a full one halves
+         * the speed); what the columns cannot feed goes to row blocks */
+        int64_t cn = ML_MIN(tasks, n / 64 > 1 ? n / 64 : 1);
+        int64_t cm = ML_MIN(units_m, (tasks + cn - 1) / cn);
+        ml_sgemm_job j = {g, (((n + cn - 1) / cn) + 31) / 32 * 32,
+                          (((g->M + cm - 1) / cm) + ML_MR - 1) / ML_MR * ML_MR, 0};
+        j.tasks_n = (n + j.chunk_n - 1) / j.chunk_n;
+        int64_t tasks_m = (g->M + j.chunk_m - 1) / j.chunk_m;
+        size_t bytes = g->b.kind == ML_B_PACKED ? 0 : 4 * ml_gemm_bbuf_floats(g->K, j.chunk_n);
+        ml_parallel_for(j.tasks_n * tasks_m, ml_sgemm_task, &j, g->bbuf, bytes);
         return;
     }
 #endif

@@ -26,11 +26,11 @@ def _w(name, *shape):
 
 
 def _conv_model() -> onnx.ModelProto:
-    """x [1,32,96,96] -> direct 3x3 conv (32 out) -> Relu -> depthwise 3x3 -> pointwise
+    """x [1,64,96,96] -> direct 3x3 conv (32 out) -> Relu -> depthwise 3x3 -> pointwise
     64 (GEMM) -> strided 3x3 conv 64 (im2col GEMM) -> y; each (and the padding of the
     direct and im2col convs) above the parallel
-    threshold. Second output: MatMul of z [96,128] by a [128,160] weight. Third: u
-    [1,32,96,96] -> ConvTranspose 2x2/2 (16) + Relu -> ConvTranspose 2x2/2 (1) + Sigmoid
+    threshold. Second output: MatMul of z [192,128] by a [128,160] weight. Third: u
+    [1,32,144,144] -> ConvTranspose 2x2/2 (16) + Relu -> ConvTranspose 2x2/2 (1) + Sigmoid
     (col2im and epilogue split over channels, then over row blocks of one channel).
     Fourth and fifth: large elementwise chains, broadcast (Relu(e * k + e2), nested
     loops) and flat (Sigmoid(e2), one loop split at multiples of 64). Sixth: a 1x1 conv
@@ -54,33 +54,33 @@ def _conv_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["eke"], ["o1"]),
         helper.make_node("Sigmoid", ["e2"], ["o2"]),
     ]
-    inits = [_w("w1", 32, 32, 3, 3), _w("b1", 32), _w("w2", 32, 1, 3, 3), _w("w3", 64, 32, 1, 1),
+    inits = [_w("w1", 32, 64, 3, 3), _w("b1", 32), _w("w2", 32, 1, 3, 3), _w("w3", 64, 32, 1, 1),
              _w("b3", 64), _w("w4", 64, 64, 3, 3), _w("w5", 128, 160), _w("w6", 32, 16, 2, 2),
              _w("b6", 16), _w("w7", 16, 1, 2, 2), _w("k", 64, 1, 1),
              _w("w8", 200, 480, 1, 1), _w("b8", 200)]
     graph = helper.make_graph(
         nodes, "threads",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 96, 96]),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, [96, 128]),
-         helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 32, 96, 96]),
-         helper.make_tensor_value_info("e", TensorProto.FLOAT, [4, 64, 32, 32]),
-         helper.make_tensor_value_info("e2", TensorProto.FLOAT, [4, 64, 32, 32]),
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 96, 96]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [192, 128]),
+         helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 32, 144, 144]),
+         helper.make_tensor_value_info("e", TensorProto.FLOAT, [8, 64, 40, 40]),
+         helper.make_tensor_value_info("e2", TensorProto.FLOAT, [8, 64, 40, 40]),
          helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 480, 1, 40])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 48, 48]),
-         helper.make_tensor_value_info("s", TensorProto.FLOAT, [96, 160]),
-         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 1, 384, 384]),
-         helper.make_tensor_value_info("o1", TensorProto.FLOAT, [4, 64, 32, 32]),
-         helper.make_tensor_value_info("o2", TensorProto.FLOAT, [4, 64, 32, 32]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [192, 160]),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 1, 576, 576]),
+         helper.make_tensor_value_info("o1", TensorProto.FLOAT, [8, 64, 40, 40]),
+         helper.make_tensor_value_info("o2", TensorProto.FLOAT, [8, 64, 40, 40]),
          helper.make_tensor_value_info("o3", TensorProto.FLOAT, [1, 200, 1, 40])],
         inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-FEEDS = {"x": RNG.standard_normal((1, 32, 96, 96)).astype(np.float32),
-         "z": RNG.standard_normal((96, 128)).astype(np.float32),
-         "u": RNG.standard_normal((1, 32, 96, 96)).astype(np.float32),
-         "e": RNG.standard_normal((4, 64, 32, 32)).astype(np.float32),
-         "e2": RNG.standard_normal((4, 64, 32, 32)).astype(np.float32),
+FEEDS = {"x": RNG.standard_normal((1, 64, 96, 96)).astype(np.float32),
+         "z": RNG.standard_normal((192, 128)).astype(np.float32),
+         "u": RNG.standard_normal((1, 32, 144, 144)).astype(np.float32),
+         "e": RNG.standard_normal((8, 64, 40, 40)).astype(np.float32),
+         "e2": RNG.standard_normal((8, 64, 40, 40)).astype(np.float32),
          "q": RNG.standard_normal((1, 480, 1, 40)).astype(np.float32)}
 
 
@@ -206,3 +206,45 @@ def test_set_num_threads_reaches_the_library(library, restore_threads):
     set_num_threads(1)
     assert lib.monolib_set_num_threads(0) == 1
     assert _run(gm)[0].shape == (1, 64, 48, 48)
+
+
+_TRACE = """
+static int32_t ml_trace_n;
+static ml_task_fn ml_trace_fns[4096];
+static void ml_trace(ml_task_fn fn, int64_t n_tasks) {
+    if (n_tasks > 1 && ml_num_threads() > 1 && ml_trace_n < 4096) ml_trace_fns[ml_trace_n++] = fn;
+}
+"""
+
+
+def test_every_kernel_of_the_model_runs_split(model, monkeypatch):
+    """At 2 threads each parallel kernel (GEMM columns and rows, direct conv rows,
+    depthwise channels, padding, col2im, elementwise blocks) is handed to the pool with
+    more than one task: the model's sizes are above the threshold, the test is real."""
+    from monolib.compiler.build import lower
+    from monolib.compiler.testing import build_c, run_c
+
+    source, graph, params = lower(model)
+    head = "static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scratch0,"
+    assert head in source
+    source = source.replace(head, _TRACE + head, 1)
+    body = "    int32_t nt = ml_num_threads();\n    if (nt > n_tasks)"
+    assert body in source
+    source = source.replace(body, "    ml_trace(fn, n_tasks);\n" + body, 1)
+    kernels = ["ml_sgemm_task", "ml_dw_task", "ml_direct_task", "ml_pad_task", "ml_col2im_task"]
+    source += "".join(
+        f"MONOLIB_EXPORT void* trace_{k}(void) {{ return (void*){k}; }}\n" for k in kernels)
+    source += ("MONOLIB_EXPORT int32_t trace_n(void) { return ml_trace_n; }\n"
+               "MONOLIB_EXPORT void* trace_fn(int32_t i) { return (void*)ml_trace_fns[i]; }\n")
+    monkeypatch.setenv("MONOLIB_NUM_THREADS", "2")  # read when build_c loads the library
+    outs = run_c(source, graph, params, FEEDS)
+    for got, ref in zip(outs, ort_run(model, FEEDS)):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    dll = build_c(source)
+    dll.trace_fn.restype = ctypes.c_void_p
+    called = {dll.trace_fn(i) for i in range(dll.trace_n())}
+    for k in kernels:
+        getattr(dll, f"trace_{k}").restype = ctypes.c_void_p
+        assert getattr(dll, f"trace_{k}")() in called, f"{k} never ran split"
+    # the rest are the generated elementwise tasks (two chains)
+    assert len(called) - len(kernels) >= 2

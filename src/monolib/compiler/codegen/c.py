@@ -320,7 +320,7 @@ def _emit_body(fused: FusedOp, ctx: CEmitContext) -> str:
 # Elementwise chains of at least this many element-steps are split over the thread pool
 # (threadpool.h's ML_PAR_MIN_WORK / 4: memory-bound, an element-step counts as 4
 # multiply-adds; the pool then decides at run time).
-PARALLEL_ELEMENTWISE = 1 << 18
+PARALLEL_ELEMENTWISE = 1 << 19
 
 
 def _elementwise(fused: FusedOp, ctx: CEmitContext, in_place: frozenset[int]) -> str:

@@ -29,11 +29,12 @@
 
 #define ML_MAX_THREADS 64
 /* Work (multiply-adds; a float moved by a memory-bound op counts 4) below which an op
- * stays on the calling thread: some 30 us of work. A pool round trip costs a few
- * microseconds when the workers spin, tens when they sleep or the cores are shared, and
- * small ops measured no faster split (PP-OCR cls). */
+ * stays on the calling thread: some 70 us of work. A pool round trip costs a few
+ * microseconds when the workers spin, tens when they sleep or the cores are shared;
+ * measured on 2 cores, ops of 1-2M multiply-adds (PP-OCR cls's GEMMs) were no faster
+ * split, PP-OCR rec gained from 2M up. */
 #ifndef ML_PAR_MIN_WORK
-#define ML_PAR_MIN_WORK (1 << 20)
+#define ML_PAR_MIN_WORK (1 << 21)
 #endif
 
 typedef void (*ml_task_fn)(void* ctx, int64_t task, void* scratch);

@@ -248,3 +248,30 @@ def test_every_kernel_of_the_model_runs_split(model, monkeypatch):
         assert getattr(dll, f"trace_{k}")() in called, f"{k} never ran split"
     # the rest are the generated elementwise tasks (two chains)
     assert len(called) - len(kernels) >= 2
+
+
+_FORK = """
+import os, sys
+import numpy as np
+import monolib
+mod = monolib.load_module(sys.argv[1])
+gm = monolib.GraphModule(mod["default"](monolib.cpu()))
+rng = np.random.default_rng(0)
+feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in gm.executor.inputs}
+monolib.runtime.set_num_threads(2)
+gm.run(**feeds)
+want = [gm.get_output(i).numpy().copy() for i in range(gm.get_num_outputs())]
+pid = os.fork()
+if pid == 0:  # the child has no pool workers: the pool must start new ones
+    gm.run(**feeds)
+    same = all(np.array_equal(gm.get_output(i).numpy(), w) for i, w in enumerate(want))
+    os._exit(0 if same else 3)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_forked_child_runs_threaded(library):
+    out = subprocess.run([sys.executable, "-c", _FORK, str(library)], capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert out.stdout.split()[-1] == "0", out.stdout + out.stderr

@@ -236,7 +236,7 @@ def build_c(source: str, flags: Sequence[str] = ("-O3", "-march=native")) -> cty
     src, lib = os.path.join(d, f"{key}.c"), os.path.join(d, f"{key}.so")
     with open(src, "w") as fh:
         fh.write(source)
-    cmd = [cc, *flags, "-shared", "-fPIC", "-o", lib, src, "-lm"]
+    cmd = [cc, *flags, "-shared", "-fPIC", "-pthread", "-o", lib, src, "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise ToolchainError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")

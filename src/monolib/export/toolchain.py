@@ -27,7 +27,7 @@ HOST_CANDIDATES = ("cc", "gcc", "clang")
 # Target OS -> flags that make a shared library of the generated C. ELF: no executable
 # stack. PE: export every global (the C functions and the container symbols).
 LINK_FLAGS = {
-    "linux": ["-fPIC", "-shared", "-Wl,-z,noexecstack"],
+    "linux": ["-fPIC", "-shared", "-pthread", "-Wl,-z,noexecstack"],  # -pthread: older glibc
     "macos": ["-fPIC", "-shared"],
     "windows": ["-shared", "-Wl,--export-all-symbols"],
 }

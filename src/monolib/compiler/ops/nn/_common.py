@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import c_literal
 
-__all__ = ["Geometry", "attr_ints", "epi_call", "f32", "geometry", "require_float32"]
+__all__ = ["Geometry", "attr_ints", "epi_call", "f32", "geometry", "require_float32", "window_dims"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,3 +119,22 @@ def epi_call(fn: str) -> str:
 def f32(value: float) -> str:
     """A float32 C literal (``1.0f``, ``1e+10f``, ``INFINITY``): ``c_literal`` for float32."""
     return c_literal(value, np.float32)
+
+
+def window_dims(spatial: Sequence[int], geo: Any) -> dict[str, int]:
+    """The 2-D window constants the C kernels take, from a spatial input shape
+    (``[W]`` or ``[H, W]``) and its geometry (:class:`Geometry` or any object with
+    ``kernel``, ``strides``, ``dilations``, ``begin``, ``end``, ``out`` per spatial dim).
+
+    Keys: ``H W`` (input), ``KH KW`` (kernel), ``SH SW`` (strides), ``PT PB PL PR``
+    (pads top, bottom, left, right), ``DH DW`` (dilations), ``OH OW`` (output). A 1-D
+    window is a 2-D one of height 1 with no vertical padding.
+    """
+    if len(spatial) == 1:
+        return {"H": 1, "W": spatial[0], "KH": 1, "KW": geo.kernel[0], "SH": 1,
+                "SW": geo.strides[0], "PT": 0, "PB": 0, "PL": geo.begin[0], "PR": geo.end[0],
+                "DH": 1, "DW": geo.dilations[0], "OH": 1, "OW": geo.out[0]}
+    return {"H": spatial[0], "W": spatial[1], "KH": geo.kernel[0], "KW": geo.kernel[1],
+            "SH": geo.strides[0], "SW": geo.strides[1], "PT": geo.begin[0], "PB": geo.end[0],
+            "PL": geo.begin[1], "PR": geo.end[1], "DH": geo.dilations[0],
+            "DW": geo.dilations[1], "OH": geo.out[0], "OW": geo.out[1]}

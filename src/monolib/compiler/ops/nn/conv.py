@@ -30,7 +30,7 @@ import numpy as np
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
-from ._common import Geometry, attr_ints, epi_call, geometry, require_float32
+from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, pack_a
 
 __all__ = ["Conv", "as_2d", "conv_geometry", "conv_reference"]
@@ -110,35 +110,7 @@ def as_2d(shape: list[int], geo: Geometry) -> dict[str, int]:
             geo.end[:1],
             geo.out[:1],
         )
-    if len(shape) == 1:
-        return {
-            "H": 1,
-            "W": shape[0],
-            "KH": 1,
-            "KW": geo.kernel[0],
-            "SH": 1,
-            "SW": geo.strides[0],
-            "PT": 0,
-            "PL": geo.begin[0],
-            "DH": 1,
-            "DW": geo.dilations[0],
-            "OH": 1,
-            "OW": geo.out[0],
-        }
-    return {
-        "H": shape[0],
-        "W": shape[1],
-        "KH": geo.kernel[0],
-        "KW": geo.kernel[1],
-        "SH": geo.strides[0],
-        "SW": geo.strides[1],
-        "PT": geo.begin[0],
-        "PL": geo.begin[1],
-        "DH": geo.dilations[0],
-        "DW": geo.dilations[1],
-        "OH": geo.out[0],
-        "OW": geo.out[1],
-    }
+    return window_dims(shape, geo)
 
 
 @register

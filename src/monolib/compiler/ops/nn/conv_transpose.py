@@ -20,7 +20,7 @@ import numpy as np
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
-from ._common import attr_ints, require_float32
+from ._common import attr_ints, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, pack_a
 
 __all__ = ["ConvTranspose", "TGeometry", "tconv_geometry"]
@@ -171,42 +171,10 @@ class ConvTranspose(OpDef):
         return _emit(node, ctx, geo, epi)
 
 
-def _dims(x_shape: tuple[int, ...], geo: TGeometry) -> dict[str, int]:
-    if len(x_shape) == 3:
-        return {
-            "H": 1,
-            "W": x_shape[2],
-            "KH": 1,
-            "KW": geo.kernel[0],
-            "SH": 1,
-            "SW": geo.strides[0],
-            "PT": 0,
-            "PL": geo.begin[0],
-            "DH": 1,
-            "DW": geo.dilations[0],
-            "OH": 1,
-            "OW": geo.out[0],
-        }
-    return {
-        "H": x_shape[2],
-        "W": x_shape[3],
-        "KH": geo.kernel[0],
-        "KW": geo.kernel[1],
-        "SH": geo.strides[0],
-        "SW": geo.strides[1],
-        "PT": geo.begin[0],
-        "PL": geo.begin[1],
-        "DH": geo.dilations[0],
-        "DW": geo.dilations[1],
-        "OH": geo.out[0],
-        "OW": geo.out[1],
-    }
-
-
 def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     group = int(node.attrs["group"])
-    d = _dims(x.shape, geo)
+    d = window_dims(x.shape[2:], geo)
     n, c = x.shape[:2]
     cg, mg = c // group, w.shape[1]
     cout = mg * group

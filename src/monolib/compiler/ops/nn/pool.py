@@ -20,7 +20,7 @@ import numpy as np
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
-from ._common import Geometry, geometry, require_float32
+from ._common import Geometry, geometry, require_float32, window_dims
 
 __all__ = ["AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MaxPool", "pool_geometry"]
 
@@ -116,7 +116,7 @@ class _Pool(OpDef):
                 f"pools are emitted, X is {x.shape}"
             )
         geo = pool_geometry(node)
-        d = _dims2d(x.shape, geo)
+        d = window_dims(x.shape[2:], geo)
         n, c = x.shape[:2]
         index = [f"(nc / {c})", f"(nc % {c})"] + (["ow"] if len(x.shape) == 3 else ["oh", "ow"])
         head = (
@@ -138,42 +138,6 @@ class _Pool(OpDef):
         )
         body, tail = self._body(node, ctx, d, index)
         return head + body[0] + loop + body[1] + "      }\n    }\n" + tail + "  }\n}"
-
-
-def _dims2d(x_shape: tuple[int, ...], geo: Geometry) -> dict[str, int]:
-    if len(x_shape) == 3:
-        return {
-            "H": 1,
-            "W": x_shape[2],
-            "KH": 1,
-            "KW": geo.kernel[0],
-            "SH": 1,
-            "SW": geo.strides[0],
-            "PT": 0,
-            "PB": 0,
-            "PL": geo.begin[0],
-            "PR": geo.end[0],
-            "DH": 1,
-            "DW": geo.dilations[0],
-            "OH": 1,
-            "OW": geo.out[0],
-        }
-    return {
-        "H": x_shape[2],
-        "W": x_shape[3],
-        "KH": geo.kernel[0],
-        "KW": geo.kernel[1],
-        "SH": geo.strides[0],
-        "SW": geo.strides[1],
-        "PT": geo.begin[0],
-        "PB": geo.end[0],
-        "PL": geo.begin[1],
-        "PR": geo.end[1],
-        "DH": geo.dilations[0],
-        "DW": geo.dilations[1],
-        "OH": geo.out[0],
-        "OW": geo.out[1],
-    }
 
 
 @register

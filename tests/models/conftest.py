@@ -148,23 +148,26 @@ def _max_diff(a, b) -> float:
 
 def assert_matches(got: list, want: list, what: str, rel: float = 1e-4,
                    want_unopt: list | None = None) -> None:
-    """Every output has ONNX Runtime's shape and ``max|got - want| <= tol`` with
-    ``tol = rel * scale``; ``scale`` is the output's range (``ptp``), or its largest
-    magnitude when bigger (an output of one value has range 0). When ``want_unopt``
-    (ORT without graph optimizations) is given, ``tol`` is at least twice ORT's own
-    optimized-vs-unoptimized difference: monolib cannot be asked to agree with ORT
-    more closely than ORT agrees with itself (deep conv stacks: ~3e-4 on PP-OCR det)."""
+    """Every output has ONNX Runtime's shape and ``max|got - want| <= rel * scale``;
+    ``scale`` is the output's range (``ptp``), or its largest magnitude when bigger (an
+    output of one value has range 0). When ``want_unopt`` (ORT without graph
+    optimizations) is given, the bound holds against either ORT configuration: ORT's
+    fused kernels disagree with its own plain ones by more than 1e-4 of the range on
+    deep conv stacks (2.7e-4 on PP-OCR det), while monolib stays within 1e-4 of the
+    plain run (5e-5)."""
     assert len(got) >= len(want), f"{what}: {len(got)} outputs, ONNX Runtime has {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
         g, w = np.asarray(g), np.asarray(w)
         assert g.shape == w.shape, f"{what} output {i}: shape {g.shape}, ORT {w.shape}"
         scale = max(float(np.ptp(w)), float(np.abs(w).max()), 1e-12)
-        noise = _max_diff(want_unopt[i], w) if want_unopt is not None else 0.0
-        tol = max(rel * scale, 2 * noise)
-        diff = _max_diff(g, w)
+        tol = rel * scale
+        diffs = {"ORT": _max_diff(g, w)}
+        if want_unopt is not None:
+            diffs["ORT without graph optimizations"] = _max_diff(g, want_unopt[i])
+        peer, diff = min(diffs.items(), key=lambda kv: kv[1])
         assert diff <= tol, (
-            f"{what} output {i}: max abs diff {diff:.3g} > {tol:.3g} = max({rel:g} * range "
-            f"{scale:.3g}, 2 * ORT's own opt/no-opt diff {noise:.3g})")
+            f"{what} output {i}: max abs diff {diff:.3g} from {peer} > {tol:.3g} = "
+            f"{rel:g} * range {scale:.3g} (all: {diffs})")
 
 
 @pytest.fixture(scope="session")

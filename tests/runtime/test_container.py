@@ -65,11 +65,23 @@ def test_round_trip_sections_and_tree():
     assert c.manifest["producer"].startswith("monolib")
 
 
-def test_zlib_codec_round_trip():
-    c = Container(sample(big=10000, compress="zlib"))
+@pytest.mark.parametrize("codec", ["zlib", "zstd"])
+def test_compressed_codec_round_trip(codec):
+    c = Container(sample(big=10000, compress=codec))
     sec = c.modules[2].sections[0]
-    assert sec.codec == "zlib" and sec.stored_size < sec.size == 10005
+    assert sec.codec == codec and sec.stored_size < sec.size == 10005
     assert bytes(c.sections_of(2)["data"]) == b"hello" + bytes(10000)
+
+
+@pytest.mark.parametrize("codec", ["zlib", "zstd"])
+def test_compressed_section_cannot_inflate_past_its_declared_size(codec):
+    # a section whose manifest claims 16 bytes but whose stream inflates to 10005
+    blob = bytearray(sample(big=10000, compress=codec))
+    c = Container(bytes(blob))
+    sec = c.modules[2].sections[0]
+    lying = sec._replace(size=16)
+    with pytest.raises(ContainerError, match="cannot decode"):
+        c.section_data(2, lying)
 
 
 def test_raw_sections_are_views_not_copies():

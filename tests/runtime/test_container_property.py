@@ -44,7 +44,7 @@ def trees(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(root=trees(), codec=st.sampled_from([None, "zlib"]))
+@given(root=trees(), codec=st.sampled_from([None, "zlib", "zstd"]))
 def test_tree_and_sections_round_trip(root, codec):
     modules, row_ptr, child = collect_modules(root)
     blob = pack_container(

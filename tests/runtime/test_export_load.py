@@ -385,8 +385,9 @@ def test_benchmark_and_profile(tiny_lib):
     assert op["time_ms"] >= 0
 
 
-def test_zlib_container_round_trip(tmp_path):
-    path = tiny_factory(big_bytes=1 << 16).export_library(str(tmp_path / "z.so"), compress="zlib")
+@pytest.mark.parametrize("codec", ["zlib", "zstd"])
+def test_compressed_container_round_trip(tmp_path, codec):
+    path = tiny_factory(big_bytes=1 << 16).export_library(str(tmp_path / "z.so"), compress=codec)
     mod = load_module(path, verify=True)
     assert mod.params.ctypes.data % 64 == 0
     big = mod.get_params()["big"]

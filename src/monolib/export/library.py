@@ -187,7 +187,7 @@ def export_library(
     fcompile : callable, optional
         ``fcompile(output, files, target)``: compile and link the C source and the
         assembler file in ``files`` into ``output`` (default: the system C compiler).
-    compress : {None, "zlib"}
+    compress : {None, "zlib", "zstd"}
         Codec of the container sections (None: raw, used in place at load).
     progress : callable, optional
         Called with each step's name (str) as it starts.

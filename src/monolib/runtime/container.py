@@ -102,16 +102,46 @@ assert _HEADER.size == HEADER_SIZE
 
 
 def _decode_zlib(data: memoryview, size: int) -> bytes:
-    out = zlib.decompress(data)
+    # bounded: a corrupt or hostile section cannot inflate past its declared size
+    d = zlib.decompressobj()
+    out = d.decompress(data, size + 1)
+    if len(out) != size or not d.eof:
+        raise ValueError(f"decompressed to {len(out)}+ bytes, manifest says {size}")
+    return out
+
+
+def _zstd():
+    try:
+        import zstandard
+    except ImportError:
+        raise ContainerError(
+            "zstd sections need the `zstandard` package: pip install zstandard"
+        ) from None
+    return zstandard
+
+
+def _encode_zstd(data: Any) -> bytes:
+    return _zstd().ZstdCompressor(level=9).compress(bytes(data))
+
+
+def _decode_zstd(data: memoryview, size: int) -> bytes:
+    zstandard = _zstd()
+    try:
+        out = zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+    except zstandard.ZstdError as exc:
+        raise ValueError(str(exc)) from None
     if len(out) != size:
         raise ValueError(f"decompressed to {len(out)} bytes, manifest says {size}")
     return out
 
 
-# codec name -> (encode, decode); "raw" sections are used in place (zero copy).
+# codec name -> (encode, decode); "raw" sections are used in place (zero copy);
+# compressed ones are decoded into memory at load (zstd: the `zstandard` package,
+# imported only when a zstd section is met).
 CODECS: dict[str, tuple[Any, Any]] = {
     "raw": (None, None),
     "zlib": (lambda data: zlib.compress(data, 6), _decode_zlib),
+    "zstd": (_encode_zstd, _decode_zstd),
 }
 
 
@@ -184,7 +214,7 @@ def write_container(
         Index of the root module (what ``load_module`` returns).
     import_tree : (row_ptr, child_indices) or None
         CSR import tree; None writes the legacy layout (no ``import_tree`` key).
-    compress : {None, "raw", "zlib"}
+    compress : {None, "raw", "zlib", "zstd"}
         Codec for every section (None = "raw": used in place, zero copy).
 
     Returns

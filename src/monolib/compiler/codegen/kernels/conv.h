@@ -343,21 +343,28 @@ ML_UNUSED static void ml_col2im_add(int64_t CO, int64_t KH, int64_t KW, int64_t 
 
 /* col2im when the kernel tiles the output exactly (stride == kernel, no pads, no
  * dilation): every output pixel gets one tap, so y = col + bias is written once, row by
- * row, with no initialisation pass and no read of y. */
+ * row, with no initialisation pass and no read of y. This one does rows ih0..ih1-1 of
+ * channel co (output rows ih0*KH..ih1*KH-1); ml_col2im_exact below does every channel. */
+static inline void ml_col2im_exact_rows(int64_t co, int64_t ih0, int64_t ih1, int64_t CO,
+                                        int64_t KH, int64_t KW, int64_t H, int64_t W,
+                                        const float* restrict col, const float* restrict bias,
+                                        float* restrict y) {
+    (void)CO;
+    int64_t OW = W * KW;
+    float b = bias ? bias[co] : 0.0f;
+    for (int64_t ih = ih0; ih < ih1; ++ih)
+        for (int64_t ky = 0; ky < KH; ++ky) {
+            float* d = y + (co * H * KH + ih * KH + ky) * OW;
+            const float* src = col + ((co * KH + ky) * KW) * H * W + ih * W;
+            for (int64_t iw = 0; iw < W; ++iw)
+                for (int64_t kx = 0; kx < KW; ++kx) d[iw * KW + kx] = src[kx * H * W + iw] + b;
+        }
+}
+
 ML_UNUSED static void ml_col2im_exact(int64_t CO, int64_t KH, int64_t KW, int64_t H, int64_t W,
                             const float* restrict col, const float* restrict bias,
                             float* restrict y) {
-    int64_t OW = W * KW;
-    for (int64_t co = 0; co < CO; ++co) {
-        float b = bias ? bias[co] : 0.0f;
-        for (int64_t ih = 0; ih < H; ++ih)
-            for (int64_t ky = 0; ky < KH; ++ky) {
-                float* d = y + (co * H * KH + ih * KH + ky) * OW;
-                const float* src = col + ((co * KH + ky) * KW) * H * W + ih * W;
-                for (int64_t iw = 0; iw < W; ++iw)
-                    for (int64_t kx = 0; kx < KW; ++kx) d[iw * KW + kx] = src[kx * H * W + iw] + b;
-            }
-    }
+    for (int64_t co = 0; co < CO; ++co) ml_col2im_exact_rows(co, 0, H, CO, KH, KW, H, W, col, bias, y);
 }
 
 /* Padding the input of a convolution: C channels split over the thread pool when large
@@ -412,23 +419,6 @@ ML_UNUSED static void ml_pad_image_par(int64_t C, int64_t H, int64_t W, int64_t 
                                        float* restrict dst) {
     ml_pad_job j = {1, C, H, W, Hp, Wp, 1, 0, PT, PL, Hp * Wp, 0, x, dst};
     ml_pad_run(&j);
-}
-
-/* Rows ih0..ih1-1 of channel co of ml_col2im_exact (output rows ih*KH..ih1*KH-1). */
-static inline void ml_col2im_exact_rows(int64_t co, int64_t ih0, int64_t ih1, int64_t CO,
-                                        int64_t KH, int64_t KW, int64_t H, int64_t W,
-                                        const float* restrict col, const float* restrict bias,
-                                        float* restrict y) {
-    (void)CO;
-    int64_t OW = W * KW;
-    float b = bias ? bias[co] : 0.0f;
-    for (int64_t ih = ih0; ih < ih1; ++ih)
-        for (int64_t ky = 0; ky < KH; ++ky) {
-            float* d = y + (co * H * KH + ih * KH + ky) * OW;
-            const float* src = col + ((co * KH + ky) * KW) * H * W + ih * W;
-            for (int64_t iw = 0; iw < W; ++iw)
-                for (int64_t kx = 0; kx < KW; ++kx) d[iw * KW + kx] = src[kx * H * W + iw] + b;
-        }
 }
 
 typedef struct {

@@ -1,23 +1,8 @@
 """math operators (each file registers its ops): elementwise arithmetic, activations,
 comparisons, casts, reductions, Softmax and the normalizations."""
 
-from . import (  # noqa: F401  (registration side effects)
-    activation,
-    argmax,
-    arith,
-    batchnorm,
-    bitwise,
-    cast,
-    clip,
-    cumsum,
-    hardmax,
-    logic,
-    norm,
-    quantize,
-    reduce,
-    softmax,
-    special,
-    trig,
-    unary,
-    where,
-)
+from .._discover import import_all
+
+MODULES = import_all(__name__, __path__)  # registration side effects
+
+__all__: list[str] = []

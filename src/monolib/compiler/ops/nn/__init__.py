@@ -1,6 +1,8 @@
 """nn operators: Conv, ConvTranspose, Gemm, MatMul, pooling, LSTM (each file registers its
 ops at import; the C kernels live in ``codegen/kernels/gemm.h``, ``conv.h``, ...)."""
 
-from . import conv, conv_transpose, gemm, lstm, matmul, pool  # noqa: F401  (registration side effects)
+from .._discover import import_all
+
+MODULES = import_all(__name__, __path__)  # registration side effects
 
 __all__: list[str] = []

@@ -29,6 +29,7 @@ __all__ = [
     "ElfSegment",
     "exported_symbols",
     "find_container",
+    "find_symbol",
     "host_format",
     "host_machine",
     "parse_binary",
@@ -226,6 +227,65 @@ def exported_symbols(buf, info: ElfInfo) -> list[str] | None:
             stop = strings.find(b"\0", name_off)
             names.append(strings[name_off : stop if stop >= 0 else None].decode("utf-8", "replace"))
     return sorted(names)
+
+
+_SHT_SYMTAB = 2
+
+
+def _elf_symbols(buf, info: ElfInfo) -> dict[str, tuple[int, int]]:
+    """``{name: (file offset, size)}`` of the defined ELF symbols (``.symtab`` and
+    ``.dynsym``) whose bytes lie in the file; a zero ``st_size`` runs to the end of
+    its section."""
+    fmt = info.byteorder + _SYM[info.bits]
+    size = struct.calcsize(fmt)
+    nsec = len(info.sections)
+    out: dict[str, tuple[int, int]] = {}
+    for sec in info.sections:
+        if sec.type not in (_SHT_SYMTAB, _SHT_DYNSYM) or not 0 <= sec.link < nsec:
+            continue
+        strtab = info.sections[sec.link]
+        strings = bytes(buf[strtab.offset : strtab.offset + strtab.size])
+        for pos in range(sec.offset, sec.offset + sec.size - size + 1, size):
+            sym = struct.unpack_from(fmt, buf, pos)
+            if info.bits == 32:
+                name_off, value, sym_size, shndx = sym[0], sym[1], sym[2], sym[5]
+            else:
+                name_off, shndx, value, sym_size = sym[0], sym[3], sym[4], sym[5]
+            if not 0 < shndx < nsec or name_off >= len(strings):
+                continue
+            home = info.sections[shndx]
+            if home.type == _SHT_NOBITS or not home.addr <= value < home.addr + home.size:
+                continue
+            stop = strings.find(b"\0", name_off)
+            name = strings[name_off : stop if stop >= 0 else None].decode("utf-8", "replace")
+            left = home.addr + home.size - value
+            out.setdefault(name, (home.offset + value - home.addr, min(sym_size or left, left)))
+    return out
+
+
+def find_symbol(buf, info: ElfInfo, name: str, path: str = "<memory>") -> tuple[int, int] | None:
+    """File offset and size of the data symbol ``name`` (C spelling, no leading
+    underscore) in an ELF, PE or Mach-O file, read from its symbol tables, or None.
+
+    ELF: ``.symtab`` and ``.dynsym`` (``st_size``; 0 runs to the section's end).
+    PE: the export directory; Mach-O: ``LC_SYMTAB`` (``_name``); neither records a
+    size, so the range runs to the end of the symbol's section. The range always
+    lies inside the file (``info`` came from :func:`parse_binary` on ``buf``).
+
+    Raises
+    ------
+    LibraryLoadError
+        A symbol table (PE, Mach-O) lies outside the file.
+    """
+    if info.format == "ELF":
+        return _elf_symbols(buf, info).get(name)
+    if info.format == "PE":
+        from .pe import pe_exports
+
+        return pe_exports(buf, info, path).get(name)
+    from .macho import macho_symbols
+
+    return macho_symbols(buf, info, path).get("_" + name)
 
 
 def host_machine() -> str:

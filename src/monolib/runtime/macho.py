@@ -14,7 +14,14 @@ import struct
 from .binfmt import ElfInfo, ElfSection, ElfSegment
 from .errors import LibraryLoadError
 
-__all__ = ["MACHO_CPUS", "VM_PROT_EXECUTE", "VM_PROT_READ", "VM_PROT_WRITE", "parse_macho"]
+__all__ = [
+    "MACHO_CPUS",
+    "VM_PROT_EXECUTE",
+    "VM_PROT_READ",
+    "VM_PROT_WRITE",
+    "macho_symbols",
+    "parse_macho",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -107,3 +114,44 @@ def parse_macho(buf, path: str = "<memory>") -> ElfInfo:
             _segment(buf, pos, path, sections, segments)
         pos += size
     return ElfInfo(64, MACHO_CPUS.get(cpu, f"cpu {cpu:#x}"), sections, segments, format="Mach-O")
+
+
+_LC_SYMTAB = 0x2
+_SYMTAB = struct.Struct("<IIIIII")
+_NLIST = struct.Struct("<IBBHQ")
+_N_STAB, _N_TYPE, _N_SECT = 0xE0, 0x0E, 0x0E
+
+
+def macho_symbols(buf, info: ElfInfo, path: str = "<memory>") -> dict[str, tuple[int, int]]:
+    """``{name: (file offset, bytes to the end of its section)}`` of the symbols
+    defined in a section (``N_SECT``) of a Mach-O file's ``LC_SYMTAB`` (names keep
+    their leading ``_``). ``info`` is :func:`parse_macho`'s result for ``buf``.
+
+    Raises
+    ------
+    LibraryLoadError
+        The symbol or string table lies outside the file.
+    """
+    _, _, _, _, ncmds, _, _, _ = _HEADER.unpack_from(buf, 0)
+    pos, out = _HEADER.size, {}
+    for i in range(ncmds):
+        cmd, size = _unpack(_LOAD, buf, pos, path, f"load command {i}")
+        if cmd == _LC_SYMTAB:
+            _, _, symoff, nsyms, stroff, strsize = _unpack(_SYMTAB, buf, pos, path, "LC_SYMTAB")
+            if symoff + nsyms * _NLIST.size > len(buf) or stroff + strsize > len(buf):
+                raise _fail(path, "truncated Mach-O file: LC_SYMTAB tables run past the end")
+            strings = bytes(buf[stroff : stroff + strsize])
+            for j in range(nsyms):
+                strx, ntype, nsect, _, value = _NLIST.unpack_from(buf, symoff + j * _NLIST.size)
+                if ntype & _N_STAB or ntype & _N_TYPE != _N_SECT:
+                    continue
+                if not 0 < nsect <= len(info.sections) or strx >= len(strings):
+                    continue
+                sec = info.sections[nsect - 1]
+                if sec.type in _S_ZEROFILL_TYPES or not sec.addr <= value < sec.addr + sec.size:
+                    continue
+                stop = strings.find(b"\0", strx)
+                name = strings[strx : stop if stop >= 0 else None].decode("utf-8", "replace")
+                out.setdefault(name, (sec.offset + value - sec.addr, sec.addr + sec.size - value))
+        pos += size
+    return out

@@ -14,7 +14,14 @@ import struct
 from .binfmt import ElfInfo, ElfSection, ElfSegment
 from .errors import LibraryLoadError
 
-__all__ = ["PE_MACHINES", "SCN_MEM_EXECUTE", "SCN_MEM_READ", "SCN_MEM_WRITE", "parse_pe"]
+__all__ = [
+    "PE_MACHINES",
+    "SCN_MEM_EXECUTE",
+    "SCN_MEM_READ",
+    "SCN_MEM_WRITE",
+    "parse_pe",
+    "pe_exports",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -79,3 +86,59 @@ def parse_pe(buf, path: str = "<memory>") -> ElfInfo:
         segments.append(ElfSegment(0, flags, roff, rsize))
     machine_name = PE_MACHINES.get(machine, f"machine {machine:#x}")
     return ElfInfo(bits, machine_name, sections, segments, format="PE")
+
+
+_EXPORT_DIR = struct.Struct("<IIHHIIIIIII")
+
+
+def _rva_to_offset(info: ElfInfo, rva: int, need: int) -> tuple[int, int] | None:
+    """(file offset, bytes left in its section) of ``rva``, if ``need`` bytes fit."""
+    for sec in info.sections:
+        if sec.addr <= rva and rva + need <= sec.addr + sec.size:
+            return sec.offset + rva - sec.addr, sec.addr + sec.size - rva
+    return None
+
+
+def pe_exports(buf, info: ElfInfo, path: str = "<memory>") -> dict[str, tuple[int, int]]:
+    """``{name: (file offset, bytes to the end of its section)}`` of the named
+    exports of a PE file (its export directory, data directory 0), for exports whose
+    address lies in a section's raw data. ``info`` is :func:`parse_pe`'s result.
+
+    Raises
+    ------
+    LibraryLoadError
+        The export directory or its tables lie outside the file.
+    """
+    (lfanew,) = struct.unpack_from("<I", buf, 0x3C)
+    opt = lfanew + 24
+    dirs = opt + (112 if info.bits == 64 else 96)
+    (count,) = _unpack(struct.Struct("<I"), buf, dirs - 4, path, "data directory count")
+    if count < 1:
+        return {}
+    rva, size = _unpack(struct.Struct("<II"), buf, dirs, path, "export data directory")
+    if not rva or not size:
+        return {}
+    where = _rva_to_offset(info, rva, _EXPORT_DIR.size)
+    if where is None:
+        raise _fail(path, f"PE export directory at RVA {rva:#x} lies outside every section")
+    ed = _unpack(_EXPORT_DIR, buf, where[0], path, "export directory")
+    nfuncs, nnames, funcs, names, ords = ed[6], ed[7], ed[8], ed[9], ed[10]
+    tables = [(funcs, 4 * nfuncs), (names, 4 * nnames), (ords, 2 * nnames)]
+    located = [_rva_to_offset(info, t, n) if n else (0, 0) for t, n in tables]
+    if None in located:
+        raise _fail(path, "PE export tables lie outside every section (corrupt export directory)")
+    (f_off, _), (n_off, _), (o_off, _) = located
+    out: dict[str, tuple[int, int]] = {}
+    for i in range(nnames):
+        (name_rva,) = struct.unpack_from("<I", buf, n_off + 4 * i)
+        (ordinal,) = struct.unpack_from("<H", buf, o_off + 2 * i)
+        name_at = _rva_to_offset(info, name_rva, 1)
+        if ordinal >= nfuncs or name_at is None:
+            continue
+        raw = bytes(buf[name_at[0] : name_at[0] + min(name_at[1], 4096)])
+        name = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        (func_rva,) = struct.unpack_from("<I", buf, f_off + 4 * ordinal)
+        target = _rva_to_offset(info, func_rva, 1)
+        if target is not None:
+            out.setdefault(name, target)
+    return out

@@ -4,7 +4,10 @@ Reads the ELF section table (:mod:`monolib.runtime.binfmt`), the container heade
 manifest (:mod:`monolib.runtime.container`) and the graph JSON of each graph
 executor factory, and reports: format version, the module tree with type keys, each
 section's size, codec and SHA-256, graph inputs/outputs, op counts (fused ops and
-the ONNX ops inside them), params count and bytes, and the library's size.
+the ONNX ops inside them), params count and bytes, and the library's size. A library
+exported by Apache TVM (no ``.monolib`` section, a ``__tvm_ffi__library_bin`` or
+``__tvm_dev_mblob`` symbol) gets its module tree, type keys and sizes
+(:mod:`.tvm_container`).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import sys
 from collections import Counter
 from typing import Any
 
-from ..runtime.binfmt import exported_symbols
+from ..runtime.binfmt import exported_symbols, parse_binary
 from ..runtime.container import SMALL_SECTION_BYTES, Container
-from ..runtime.errors import ContainerError
+from ..runtime.errors import ContainerError, LibraryLoadError
 from ..runtime.library import read_container
+from .tvm_container import find_tvm
 
 __all__ = ["inspect_library", "make_console", "print_table", "render_report"]
 
@@ -98,7 +102,13 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
     ContainerError
         Corrupt container; with ``verify``, any digest mismatch.
     """
-    container, info = read_container(path, verify=verify, extract=_graphs)
+    try:
+        container, info = read_container(path, verify=verify, extract=_graphs)
+    except LibraryLoadError:
+        tvm = _inspect_tvm(path)
+        if tvm is None:
+            raise
+        return tvm
     elf = info["elf"]
     modules = []
     for i, mod in enumerate(container.modules):
@@ -131,6 +141,49 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
         "verified": bool(verify),
         "graphs": {str(i): _graph_summary(g) for i, g in info["extracted"].items()},
         "exports": _exports(path, info["elf"]),
+    }
+
+
+def _inspect_tvm(path: str) -> dict[str, Any] | None:
+    """The report of a library exported by Apache TVM, or None when ``path`` is
+    not a binary or holds no TVM container (see :func:`inspect_library`)."""
+    try:
+        with open(path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    try:
+        info = parse_binary(mm, path)
+        found = find_tvm(mm, info, path)
+        size = len(mm)
+    except LibraryLoadError:
+        return None
+    finally:
+        try:
+            mm.close()
+        except BufferError:
+            pass  # an error's traceback still holds a view; the GC unmaps it later
+    if found is None:
+        return None
+    offset, tvm = found
+    modules = [
+        {
+            "index": i,
+            "type_key": m.type_key,
+            "imports": tvm.children(i),
+            "sections": []
+            if m.size is None
+            else [{"name": "data", "offset": m.offset, "size": m.size, "sha256": m.sha256}],
+        }
+        for i, m in enumerate(tvm.modules)
+    ]
+    return {
+        "path": path,
+        "file_size": size,
+        "binary": f"{info.format}{info.bits} {info.machine}",
+        "tvm": {"layout": tvm.layout, "symbol": tvm.symbol, "offset": offset, "size": tvm.nbytes},
+        "modules": modules,
+        "root": 0,
     }
 
 
@@ -214,6 +267,9 @@ def render_report(report: dict, console: Any = None) -> None:
     """Print the report of :func:`inspect_library` as rich tables (plain text if
     ``rich`` is not installed)."""
     console = console or make_console()
+    if "tvm" in report:
+        _render_tvm(report, console)
+        return
     c = report["container"]
     console.print(
         f"library {report['path']}: {report['binary']}, size {_size(report['file_size'])}",
@@ -240,7 +296,9 @@ def render_report(report: dict, console: Any = None) -> None:
         for s in m["sections"]
     ]
     small = f"{SMALL_SECTION_BYTES // 1024} KiB"
-    state = "all digests verified" if report["verified"] else f"digests of sections <= {small} checked"
+    state = (
+        "all digests verified" if report["verified"] else f"digests of sections <= {small} checked"
+    )
     print_table(
         console,
         f"sections ({state})",
@@ -258,6 +316,30 @@ def render_report(report: dict, console: Any = None) -> None:
         )
     for idx, g in report["graphs"].items():
         _render_graph(console, idx, g)
+
+
+def _render_tvm(report: dict, console: Any) -> None:
+    t = report["tvm"]
+    layout = "current (tvm-ffi)" if t["layout"] == "ffi" else "legacy"
+    console.print(
+        f"library {report['path']}: {report['binary']}, size {_size(report['file_size'])}",
+        markup=False,
+    )
+    console.print(
+        f"Apache TVM container, {layout} layout: symbol {t['symbol']} at file offset "
+        f"{t['offset']} ({_size(t['size'])}); _lib = the library's own code",
+        markup=False,
+    )
+    if not report["modules"]:
+        console.print("no modules")
+        return
+    console.print("module tree:\n" + "\n".join(_tree_lines(report)), markup=False)
+    rows = [
+        [str(m["index"]), m["type_key"], _size(s["size"]), str(s["size"]), s["sha256"]]
+        for m in report["modules"]
+        for s in m["sections"] or [{"size": 0, "sha256": "(the library itself)"}]
+    ]
+    print_table(console, "modules", ["module", "type_key", "size", "bytes", "sha256"], rows)
 
 
 def _render_graph(console: Any, idx: str, g: dict) -> None:

@@ -1,0 +1,239 @@
+"""``monolib inspect`` on libraries exported by Apache TVM, built BY HAND from the
+published layouts (tvm-ffi's ``ProcessLibraryBin``, TVM's legacy
+``ProcessModuleBlob``): a C file holding the symbol's bytes compiled with gcc, and
+hand-made PE and Mach-O files carrying the symbol in their symbol tables."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+from monolib.cli import main
+from monolib.runtime.binfmt import parse_binary
+from monolib.runtime.errors import ContainerError
+from monolib.tools.inspect import inspect_library
+from monolib.tools.tvm_container import find_tvm, parse_tvm_blob
+
+
+def u64(v: int) -> bytes:
+    return struct.pack("<Q", v)
+
+
+def string(b: bytes | str) -> bytes:
+    b = b.encode() if isinstance(b, str) else b
+    return u64(len(b)) + b
+
+
+def vec(values: list[int]) -> bytes:
+    return u64(len(values)) + b"".join(u64(v) for v in values)
+
+
+VM_BYTES = b"\x01relax-vm-executable" * 50
+CUDA_BYTES = b"fatbin" * 7
+
+
+def ffi_blob() -> bytes:
+    """Current layout: 3 modules, the VM executable (root) imports _lib and cuda."""
+    body = vec([0, 2, 2, 2]) + vec([1, 2])
+    body += string("relax.VMExecutable") + string(VM_BYTES)
+    body += string("_lib")
+    body += string("cuda") + string(CUDA_BYTES)
+    return u64(len(body)) + body
+
+
+def legacy_blob(prefixed: bool = True, tree: bool = True) -> bytes:
+    """Legacy layout: graph executor factory (root) imports _lib, _lib imports metal."""
+    entries = [string("GraphExecutorFactory") + string(VM_BYTES), string("_lib")]
+    entries.append(string("metal") + string(CUDA_BYTES))
+    if tree:
+        entries.append(string("_import_tree") + vec([0, 1, 2, 2]) + vec([1, 2]))
+    body = u64(len(entries)) + b"".join(entries)
+    return (u64(len(body)) + body) if prefixed else body
+
+
+def gcc_library(tmp_path, symbol: str, blob: bytes) -> str:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    src = tmp_path / "tvmlib.c"
+    data = ", ".join(str(b) for b in blob)
+    src.write_text(
+        f"const unsigned char {symbol}[{len(blob)}] = {{{data}}};\n"
+        "int __tvm_ffi_main(void) { return 0; }\n"
+    )
+    out = tmp_path / "tvmlib.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    return str(out)
+
+
+def tree_of(report: dict) -> dict[int, tuple[str, list[int], int | None]]:
+    return {
+        m["index"]: (
+            m["type_key"],
+            m["imports"],
+            m["sections"][0]["size"] if m["sections"] else None,
+        )
+        for m in report["modules"]
+    }
+
+
+def test_current_ffi_container_in_an_elf_library(tmp_path, capsys):
+    path = gcc_library(tmp_path, "__tvm_ffi__library_bin", ffi_blob())
+    report = inspect_library(path)
+    assert report["tvm"]["layout"] == "ffi"
+    assert report["tvm"]["symbol"] == "__tvm_ffi__library_bin"
+    assert report["tvm"]["size"] == len(ffi_blob()) - 8
+    assert report["binary"].startswith("ELF64")
+    assert tree_of(report) == {
+        0: ("relax.VMExecutable", [1, 2], len(VM_BYTES)),
+        1: ("_lib", [], None),
+        2: ("cuda", [], len(CUDA_BYTES)),
+    }
+    # the recorded offset points at the module's bytes in the file
+    with open(path, "rb") as f:
+        data = f.read()
+    sec = report["modules"][2]["sections"][0]
+    start = report["tvm"]["offset"] + sec["offset"]
+    assert data[start : start + sec["size"]] == CUDA_BYTES
+
+    assert main(["inspect", path]) == 0
+    out = capsys.readouterr().out
+    assert "Apache TVM container, current (tvm-ffi) layout" in out
+    assert "[0] relax.VMExecutable" in out and "└─ [2] cuda" in out
+    assert str(len(VM_BYTES)) in out
+    assert main(["inspect", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["modules"][0]["type_key"] == "relax.VMExecutable"
+
+
+@pytest.mark.parametrize("prefixed", [True, False])
+def test_legacy_container_in_an_elf_library(tmp_path, prefixed):
+    path = gcc_library(tmp_path, "__tvm_dev_mblob", legacy_blob(prefixed))
+    report = inspect_library(path)
+    assert report["tvm"]["layout"] == "legacy"
+    assert tree_of(report) == {
+        0: ("GraphExecutorFactory", [1], len(VM_BYTES)),
+        1: ("_lib", [2], None),
+        2: ("metal", [], len(CUDA_BYTES)),
+    }
+
+
+def test_legacy_container_without_import_tree_roots_at_the_library():
+    tvm = parse_tvm_blob(legacy_blob(tree=False), "legacy")
+    assert [m.type_key for m in tvm.modules] == ["_lib", "GraphExecutorFactory", "metal"]
+    assert tvm.children(0) == [1, 2] and tvm.children(1) == [] and tvm.children(2) == []
+
+
+def test_a_plain_library_is_still_refused(tmp_path):
+    from monolib.runtime.errors import LibraryLoadError
+
+    path = gcc_library(tmp_path, "some_other_symbol", b"abc")
+    with pytest.raises(LibraryLoadError, match="no .monolib section"):
+        inspect_library(path)
+
+
+def sized(body: bytes) -> bytes:
+    return u64(len(body)) + body
+
+
+@pytest.mark.parametrize(
+    "blob, match",
+    [
+        (u64(100) + vec([0]), "the blob claims 100 bytes, 16 present"),
+        (sized(u64(1 << 60) + u64(0)), "row_ptr claims 1152921504606846976 entries"),
+        (sized(u64(2) + u64(0)), "row_ptr claims 2 entries, only 8 bytes left"),
+        (sized(vec([0, 1]) + vec([]) + string("x") + u64(9)[:7]), "truncated: length of bytes"),
+        (sized(vec([0, 1]) + vec([]) + string("x") + u64(1000)), "claims 1000 bytes, only 0"),
+        (
+            sized(vec([0, 1]) + vec([]) + u64(1 << 62)),
+            "kind of module 0 claims 4611686018427387904",
+        ),
+        (sized(vec([0, 2]) + vec([0, 5]) + string("_lib")), "module outside"),
+        (sized(vec([0, 2]) + vec([0]) + string("_lib")), "row_ptr \\[0, 2\\] does not fit 1"),
+        (sized(vec([]) + vec([])), "row_ptr is empty"),
+        (sized(vec([0, 0]) + vec([]) + string(b"\xff")), "not UTF-8"),
+    ],
+)
+def test_corrupt_ffi_blobs_are_container_errors(blob, match):
+    with pytest.raises(ContainerError, match=match):
+        parse_tvm_blob(blob, "ffi", where="t.so")
+
+
+def test_every_truncation_of_both_layouts_is_a_container_error():
+    for layout, blob in (("ffi", ffi_blob()), ("legacy", legacy_blob())):
+        full = parse_tvm_blob(blob, layout)
+        assert len(full.modules) == 3
+        for cut in range(len(blob) - 1):
+            try:
+                parse_tvm_blob(blob[:cut], layout)
+            except ContainerError:
+                continue
+            raise AssertionError(f"{layout}: a blob cut at {cut} parsed")
+
+
+# --------------------------------------------------------------------------- PE and Mach-O
+def make_pe(symbol: str, blob: bytes) -> bytes:
+    """A PE32+ DLL with one .rdata section holding an export directory naming
+    ``symbol`` and the symbol's bytes (Microsoft "PE Format")."""
+    lfanew, opt_size, va, raw = 64, 240, 0x2000, 0x400
+    name = symbol.encode() + b"\0"
+    # section layout (RVAs): export dir 40 | functions 4 | names 4 | ordinals 2 | name | data
+    ed_rva, f_rva = va, va + 40
+    n_rva, o_rva, s_rva = f_rva + 4, f_rva + 8, f_rva + 10
+    d_rva = (s_rva + len(name) + 15) // 16 * 16
+    body = struct.pack("<IIHHIIIIIII", 0, 0, 0, 0, 0, 1, 1, 1, f_rva, n_rva, o_rva)
+    body += struct.pack("<IIH", d_rva, s_rva, 0) + name
+    body += bytes(d_rva - va - len(body)) + blob
+    opt = bytearray(opt_size)
+    struct.pack_into("<H", opt, 0, 0x20B)
+    struct.pack_into("<III", opt, 108, 16, ed_rva, 40)  # NumberOfRvaAndSizes, export dir
+    dos = b"MZ" + bytes(0x3A) + struct.pack("<I", lfanew)
+    coff = b"PE\0\0" + struct.pack("<HHIIIHH", 0x8664, 1, 0, 0, 0, opt_size, 0x2022)
+    sec = struct.pack(
+        "<8sIIIIIIHHI", b".rdata", len(body), va, len(body), raw, 0, 0, 0, 0, 0x40000040
+    )
+    head = dos + coff + bytes(opt) + sec
+    return head + bytes(raw - len(head)) + body
+
+
+def make_macho(symbol: str, blob: bytes) -> bytes:
+    """A 64-bit arm64 dylib: one __TEXT,__const section with the bytes and an
+    LC_SYMTAB naming ``_symbol`` (Apple's <mach-o/loader.h>, <mach-o/nlist.h>)."""
+    off, addr = 4096, 0x4000
+    sect = struct.pack(
+        "<16s16sQQIIIIIIII", b"__const", b"__TEXT", addr, len(blob), off, 4, 0, 0, 0, 0, 0, 0
+    )
+    seg = struct.pack(
+        "<II16sQQQQiiII", 0x19, 72 + 80, b"__TEXT", addr, len(blob), off, len(blob), 5, 5, 1, 0
+    )
+    strings = b"\0_" + symbol.encode() + b"\0"
+    symoff = off + len(blob)
+    stroff = symoff + 16
+    nlist = struct.pack("<IBBHQ", 1, 0x0F, 1, 0, addr)  # N_SECT | N_EXT, section 1
+    symtab = struct.pack("<IIIIII", 0x2, 24, symoff, 1, stroff, len(strings))
+    cmds = seg + sect + symtab
+    head = struct.pack("<IiiIIIII", 0xFEEDFACF, 0x0100000C, 0, 6, 2, len(cmds), 0, 0) + cmds
+    return head + bytes(off - len(head)) + blob + nlist + strings
+
+
+@pytest.mark.parametrize("make, fmt", [(make_pe, "PE"), (make_macho, "Mach-O")])
+@pytest.mark.parametrize("symbol", ["__tvm_ffi__library_bin", "__tvm_dev_mblob"])
+def test_pe_and_macho_libraries(make, fmt, symbol, tmp_path):
+    blob = ffi_blob() if "ffi" in symbol else legacy_blob()
+    path = tmp_path / ("m.dll" if fmt == "PE" else "m.dylib")
+    path.write_bytes(make(symbol, blob))
+    report = inspect_library(str(path))
+    assert report["binary"].startswith(fmt)
+    assert report["tvm"]["symbol"] == symbol
+    types = [m["type_key"] for m in report["modules"]]
+    assert types == (
+        ["relax.VMExecutable", "_lib", "cuda"]
+        if "ffi" in symbol
+        else ["GraphExecutorFactory", "_lib", "metal"]
+    )
+    data = path.read_bytes()
+    info = parse_binary(data, str(path))
+    offset, _ = find_tvm(data, info, str(path))
+    assert data[offset : offset + len(blob)] == blob

@@ -31,6 +31,7 @@ from ..runtime.container import write_container
 from ..runtime.errors import ExportError
 from ..runtime.library import read_container
 from ..runtime.module import Module
+from .capi import tree_capi_source
 from .csource import CSourceModule
 from .embed import write_embed_asm
 from .targets import Target
@@ -157,6 +158,8 @@ def _build(work: str, tmp_out: str, modules, tree, lib, target, options) -> None
     src = os.path.join(work, "lib.c")
     with open(src, "w", encoding="utf-8") as f:
         f.write(lib.source if isinstance(lib, CSourceModule) else _EMPTY_C)
+        if isinstance(lib, CSourceModule):  # the C API of monolib.h (docs/c_api.md)
+            f.write(tree_capi_source(modules, lib, blob))
     step("compile and link")
     out = OUTPUT_FORMATS.get(suffix, _link_library)(work, [src, asm], target, fcompile)
     step("finish")

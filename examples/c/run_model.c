@@ -1,0 +1,205 @@
+/* run_model.c: run a model exported by monolib from C, with no Python.
+ *
+ *   run_model LIBRARY [-i INPUT.bin]... [-o OUTPUT_PREFIX] [-t THREADS]
+ *
+ * Loads LIBRARY with dlopen, opens the model it holds through the C API of
+ * monolib.h, prints each input and output (name, dtype, shape), fills input i from
+ * the i-th -i file (raw bytes, C order, exactly the input's size; inputs without a
+ * file stay zero), runs the graph, prints a summary of each output and, with -o,
+ * writes output i to OUTPUT_PREFIX.i.bin (raw bytes). Exit status 0 on success, 1
+ * with a message on stderr on any failure.
+ *
+ * Build (see README.md): cc -std=c99 -I<dir of monolib.h> run_model.c -o run_model -ldl
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "monolib.h"
+
+#define MAX_INPUTS 64
+
+/* The C API, looked up by name in the loaded library. */
+struct api {
+  monolib_model* (*open)(void);
+  void (*close)(monolib_model*);
+  int32_t (*num_inputs)(const monolib_model*);
+  int32_t (*num_outputs)(const monolib_model*);
+  int32_t (*input_info)(const monolib_model*, int32_t, monolib_tensor_info*);
+  int32_t (*output_info)(const monolib_model*, int32_t, monolib_tensor_info*);
+  int32_t (*set_input)(monolib_model*, int32_t, const void*, size_t);
+  int32_t (*run_model)(monolib_model*);
+  const void* (*output_data)(const monolib_model*, int32_t);
+  const char* (*last_error)(void);
+  int32_t (*set_num_threads)(int32_t);
+};
+
+static void* lookup(void* lib, const char* name) {
+  void* fn = dlsym(lib, name);
+  if (fn == NULL) {
+    fprintf(stderr, "error: the library has no %s (not exported by monolib?)\n", name);
+    exit(1);
+  }
+  return fn;
+}
+
+/* dlsym returns void*; C99 has no cast from it to a function pointer, so copy the bytes. */
+#define LOOKUP(dst, name)             \
+  do {                                \
+    void* p_ = lookup(lib, name);     \
+    memcpy(&(dst), &p_, sizeof(dst)); \
+  } while (0)
+
+static void load_api(void* lib, struct api* api) {  /* all but set_num_threads */
+  LOOKUP(api->open, "monolib_open");
+  LOOKUP(api->close, "monolib_close");
+  LOOKUP(api->num_inputs, "monolib_num_inputs");
+  LOOKUP(api->num_outputs, "monolib_num_outputs");
+  LOOKUP(api->input_info, "monolib_input_info");
+  LOOKUP(api->output_info, "monolib_output_info");
+  LOOKUP(api->set_input, "monolib_set_input");
+  LOOKUP(api->run_model, "monolib_run_model");
+  LOOKUP(api->output_data, "monolib_output_data");
+  LOOKUP(api->last_error, "monolib_last_error");
+}
+
+static void print_info(const char* kind, int32_t i, const monolib_tensor_info* info) {
+  int32_t d;
+  printf("%s %d: %s %s[", kind, (int)i, info->name, info->dtype_name);
+  for (d = 0; d < info->ndim; ++d) printf(d ? ",%lld" : "%lld", (long long)info->shape[d]);
+  printf("] (%llu bytes)\n", (unsigned long long)info->nbytes);
+}
+
+/* Read the whole file `path` into a new buffer; its size in *size. NULL + message if
+ * it cannot be read. (A wrong size is left to monolib_set_input to report.) */
+static void* read_file(const char* path, size_t* size) {
+  FILE* f = fopen(path, "rb");
+  char* buf = NULL;
+  long n = -1;
+  if (f != NULL && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0) {
+    rewind(f);
+    buf = (char*)malloc((size_t)n + 1);
+    if (buf != NULL && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+      free(buf);
+      buf = NULL;
+    }
+  }
+  if (f != NULL) fclose(f);
+  if (buf == NULL) fprintf(stderr, "error: cannot read %s\n", path);
+  *size = (size_t)n;
+  return buf;
+}
+
+/* Print a float32 output's size, min, max, and argmax over the last axis of row 0. */
+static void summarize(const monolib_tensor_info* info, const void* data) {
+  const float* x = (const float*)data;
+  uint64_t n = info->nbytes / 4, i, last = info->ndim ? (uint64_t)info->shape[info->ndim - 1] : 1;
+  float lo, hi;
+  uint64_t best = 0;
+  if (info->dtype.code != MONOLIB_DTYPE_FLOAT || info->dtype.bits != 32 || n == 0) return;
+  lo = hi = x[0];
+  for (i = 0; i < n; ++i) {
+    if (x[i] < lo) lo = x[i];
+    if (x[i] > hi) hi = x[i];
+  }
+  for (i = 0; i < last && i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  printf("  min %.6g max %.6g; argmax of the first row: %llu (%.6g)\n", lo, hi,
+         (unsigned long long)best, x[best]);
+}
+
+static int write_output(const char* prefix, int32_t i, const void* data, uint64_t nbytes) {
+  char path[4096];
+  FILE* f;
+  snprintf(path, sizeof path, "%s.%d.bin", prefix, (int)i);
+  f = fopen(path, "wb");
+  if (f == NULL || fwrite(data, 1, (size_t)nbytes, f) != (size_t)nbytes || fclose(f) != 0) {
+    fprintf(stderr, "error: cannot write %s\n", path);
+    return 0;
+  }
+  printf("  wrote %s\n", path);
+  return 1;
+}
+
+static int usage(const char* argv0) {
+  fprintf(stderr, "usage: %s LIBRARY [-i INPUT.bin]... [-o OUTPUT_PREFIX] [-t THREADS]\n",
+          argv0);
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  const char* inputs[MAX_INPUTS];
+  const char* prefix = NULL;
+  int n_files = 0, threads = 0, a, status = 1;
+  int32_t i, n_in, n_out;
+  void* lib;
+  struct api api;
+  monolib_model* model;
+  monolib_tensor_info info;
+
+  if (argc < 2 || argv[1][0] == '-') return usage(argv[0]);
+  for (a = 2; a < argc; ++a) {
+    if (a + 1 >= argc) return usage(argv[0]);
+    if (strcmp(argv[a], "-i") == 0 && n_files < MAX_INPUTS) inputs[n_files++] = argv[++a];
+    else if (strcmp(argv[a], "-o") == 0) prefix = argv[++a];
+    else if (strcmp(argv[a], "-t") == 0) threads = atoi(argv[++a]);
+    else return usage(argv[0]);
+  }
+
+  lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    fprintf(stderr, "error: dlopen: %s\n", dlerror());
+    return 1;
+  }
+  load_api(lib, &api);
+  if (threads > 0) {
+    LOOKUP(api.set_num_threads, "monolib_set_num_threads");
+    printf("threads: %d\n", (int)api.set_num_threads(threads));
+  }
+
+  model = api.open();
+  if (model == NULL) {
+    fprintf(stderr, "error: %s\n", api.last_error());
+    dlclose(lib);
+    return 1;
+  }
+  n_in = api.num_inputs(model);
+  n_out = api.num_outputs(model);
+  if (n_files > n_in) {
+    fprintf(stderr, "error: %d input files for a model with %d inputs\n", n_files, (int)n_in);
+    goto done;
+  }
+  for (i = 0; i < n_in; ++i) {
+    api.input_info(model, i, &info);
+    print_info("input", i, &info);
+    if (i < n_files) {
+      size_t size;
+      void* data = read_file(inputs[i], &size);
+      int32_t rc;
+      if (data == NULL) goto done;
+      rc = api.set_input(model, i, data, size);
+      free(data);
+      if (rc != MONOLIB_OK) {
+        fprintf(stderr, "error: %s\n", api.last_error());
+        goto done;
+      }
+    }
+  }
+  if (api.run_model(model) != MONOLIB_OK) {
+    fprintf(stderr, "error: %s\n", api.last_error());
+    goto done;
+  }
+  for (i = 0; i < n_out; ++i) {
+    const void* data = api.output_data(model, i);
+    api.output_info(model, i, &info);
+    print_info("output", i, &info);
+    summarize(&info, data);
+    if (prefix && !write_output(prefix, i, data, info.nbytes)) goto done;
+  }
+  status = 0;
+done:
+  api.close(model);
+  dlclose(lib);
+  return status;
+}

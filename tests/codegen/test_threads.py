@@ -34,7 +34,10 @@ def _conv_model() -> onnx.ModelProto:
     (col2im and epilogue split over channels, then over row blocks of one channel).
     Fourth and fifth: large elementwise chains, broadcast (Relu(e * k + e2), nested
     loops) and flat (Sigmoid(e2), one loop split at multiples of 64). Sixth: a 1x1 conv
-    of q [1,480,1,40] to 200 channels + HardSigmoid: 40 columns, so split over rows."""
+    of q [1,480,1,40] to 200 channels + HardSigmoid: 40 columns, so split over rows.
+    Seventh: f [4,300,512] @ [512,40] + a per-batch bias [4,1,40], Relu: the batches are
+    folded into 1,200 GEMM rows, split over row blocks that cross batch boundaries (the
+    epilogue must still see each row's own batch), A packed at run time on the pool."""
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -53,11 +56,14 @@ def _conv_model() -> onnx.ModelProto:
         helper.make_node("Add", ["ek", "e2"], ["eke"]),
         helper.make_node("Relu", ["eke"], ["o1"]),
         helper.make_node("Sigmoid", ["e2"], ["o2"]),
+        helper.make_node("MatMul", ["f", "w9"], ["fm"]),
+        helper.make_node("Add", ["fm", "b9"], ["fb"]),
+        helper.make_node("Relu", ["fb"], ["o4"]),
     ]
     inits = [_w("w1", 32, 64, 3, 3), _w("b1", 32), _w("w2", 32, 1, 3, 3), _w("w3", 64, 32, 1, 1),
              _w("b3", 64), _w("w4", 64, 64, 3, 3), _w("w5", 128, 160), _w("w6", 32, 16, 2, 2),
              _w("b6", 16), _w("w7", 16, 1, 2, 2), _w("k", 64, 1, 1),
-             _w("w8", 200, 480, 1, 1), _w("b8", 200)]
+             _w("w8", 200, 480, 1, 1), _w("b8", 200), _w("w9", 512, 40), _w("b9", 4, 1, 40)]
     graph = helper.make_graph(
         nodes, "threads",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 96, 96]),
@@ -65,13 +71,15 @@ def _conv_model() -> onnx.ModelProto:
          helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 32, 144, 144]),
          helper.make_tensor_value_info("e", TensorProto.FLOAT, [8, 64, 40, 40]),
          helper.make_tensor_value_info("e2", TensorProto.FLOAT, [8, 64, 40, 40]),
-         helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 480, 1, 40])],
+         helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 480, 1, 40]),
+         helper.make_tensor_value_info("f", TensorProto.FLOAT, [4, 300, 512])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 48, 48]),
          helper.make_tensor_value_info("s", TensorProto.FLOAT, [192, 160]),
          helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 1, 576, 576]),
          helper.make_tensor_value_info("o1", TensorProto.FLOAT, [8, 64, 40, 40]),
          helper.make_tensor_value_info("o2", TensorProto.FLOAT, [8, 64, 40, 40]),
-         helper.make_tensor_value_info("o3", TensorProto.FLOAT, [1, 200, 1, 40])],
+         helper.make_tensor_value_info("o3", TensorProto.FLOAT, [1, 200, 1, 40]),
+         helper.make_tensor_value_info("o4", TensorProto.FLOAT, [4, 300, 40])],
         inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
@@ -81,7 +89,8 @@ FEEDS = {"x": RNG.standard_normal((1, 64, 96, 96)).astype(np.float32),
          "u": RNG.standard_normal((1, 32, 144, 144)).astype(np.float32),
          "e": RNG.standard_normal((8, 64, 40, 40)).astype(np.float32),
          "e2": RNG.standard_normal((8, 64, 40, 40)).astype(np.float32),
-         "q": RNG.standard_normal((1, 480, 1, 40)).astype(np.float32)}
+         "q": RNG.standard_normal((1, 480, 1, 40)).astype(np.float32),
+         "f": RNG.standard_normal((4, 300, 512)).astype(np.float32)}
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +240,8 @@ def test_every_kernel_of_the_model_runs_split(model, monkeypatch):
     body = "    int32_t nt = ml_num_threads();\n    if (nt > n_tasks)"
     assert body in source
     source = source.replace(body, "    ml_trace(fn, n_tasks);\n" + body, 1)
-    kernels = ["ml_sgemm_task", "ml_dw_task", "ml_direct_task", "ml_pad_task", "ml_col2im_task"]
+    kernels = ["ml_sgemm_task", "ml_dw_task", "ml_direct_task", "ml_pad_task", "ml_col2im_task",
+               "ml_pack_a_task"]
     source += "".join(
         f"MONOLIB_EXPORT void* trace_{k}(void) {{ return (void*){k}; }}\n" for k in kernels)
     source += ("MONOLIB_EXPORT int32_t trace_n(void) { return ml_trace_n; }\n"

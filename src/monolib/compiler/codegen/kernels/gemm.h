@@ -86,6 +86,7 @@ typedef struct {
     ml_epi_fn epi;         /* NULL: none */
     void* epi_out;
     int64_t epi_b, epi_m0, epi_mrows, epi_n0; /* view offsets; epi_mrows>0 folds batches in M */
+    int64_t epi_mfold0;   /* with epi_mrows>0: the global GEMM row of this call's row 0 */
     int64_t n_begin, n_end;                   /* column range to compute (n_begin % 32 == 0) */
 } ml_gemm_args;
 
@@ -101,6 +102,39 @@ static inline void ml_pack_a(int64_t M, int64_t K, const float* a, int64_t ldm, 
             for (int64_t r = mr; r < ML_MR; ++r) d[k * ML_MR + r] = 0.0f;
         }
     }
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+typedef struct {
+    int64_t M, K, ldm, ldk, panels_per_task;
+    const float* a;
+    float* dst;
+} ml_pack_a_job;
+
+static void ml_pack_a_task(void* ctx, int64_t t, void* scratch) {
+    (void)scratch;
+    const ml_pack_a_job* j = (const ml_pack_a_job*)ctx;
+    int64_t p0 = t * j->panels_per_task * ML_MR;
+    int64_t rows = ML_MIN(j->M - p0, j->panels_per_task * ML_MR);
+    ml_pack_a(rows, j->K, j->a + p0 * j->ldm, j->ldm, j->ldk, j->dst + p0 * j->K);
+}
+#endif
+
+/* ml_pack_a split over panels on the thread pool (an activation A packed at run time
+ * is a memory-bound copy as large as the GEMM's input). */
+ML_UNUSED static void ml_pack_a_par(int64_t M, int64_t K, const float* a, int64_t ldm,
+                                    int64_t ldk, float* restrict dst) {
+#ifdef MONOLIB_THREADPOOL_H
+    int64_t panels = (M + ML_MR - 1) / ML_MR;
+    int64_t tasks = ml_par_tasks(4.0 * (double)M * K, panels);
+    if (tasks > 1) {
+        ml_pack_a_job j = {M, K, ldm, ldk, (panels + tasks - 1) / tasks, a, dst};
+        ml_parallel_for((panels + j.panels_per_task - 1) / j.panels_per_task, ml_pack_a_task,
+                        &j, 0, 0);
+        return;
+    }
+#endif
+    ml_pack_a(M, K, a, ldm, ldk, dst);
 }
 
 /* im2col row k of columns n0..n0+nc-1 into dst (panels of NR, kc*NR floats apart). */
@@ -251,6 +285,9 @@ static inline void ml_gemm_epilogue(const ml_gemm_args* g, int64_t m0, int64_t m
         g->epi(g->epi_out, g->epi_b, g->epi_m0 + m0, g->epi_m0 + m1, n0, n1);
         return;
     }
+    /* rows in global GEMM coordinates: a row block of ml_sgemm_par starts mid-way */
+    m0 += g->epi_mfold0;
+    m1 += g->epi_mfold0;
     for (int64_t m = m0; m < m1;) {
         int64_t b = m / g->epi_mrows, e = ML_MIN(m1, (b + 1) * g->epi_mrows);
         g->epi(g->epi_out, g->epi_b + b, m - b * g->epi_mrows, e - b * g->epi_mrows, n0, n1);
@@ -358,7 +395,8 @@ static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
         a.a += (m0 / ML_MR) * a.K * ML_MR;
         a.c += m0 * a.ldc;
         if (a.bias_m) a.bias_m += m0;
-        a.epi_m0 += m0;
+        if (a.epi_mrows > 0) a.epi_mfold0 += m0; /* folded batches: global row of m0 */
+        else a.epi_m0 += m0;
     }
     ml_sgemm(&a);
 }
@@ -366,14 +404,14 @@ static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
 
 /* ml_sgemm on the thread pool (threadpool.h, when included before): the columns are
  * split into chunks of a multiple of 32 and, when there are too few for the threads
- * (and no batches are folded into M), the rows into blocks of a multiple of MR; each
+ * the rows into blocks of a multiple of MR; each
  * block is computed (and its epilogue applied) by one thread with its own B block
  * buffer. Small GEMMs stay on the calling thread. */
 ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
 #ifdef MONOLIB_THREADPOOL_H
     int64_t n = g->n_end - g->n_begin;
     int64_t units_n = (n + 31) / 32;
-    int64_t units_m = g->epi_mrows > 0 ? 1 : (g->M + ML_MR - 1) / ML_MR;
+    int64_t units_m = (g->M + ML_MR - 1) / ML_MR;
     int64_t tasks = g->K > 0 ? ml_par_tasks((double)g->M * n * g->K, units_n * units_m) : 1;
     if (tasks > 1) {
         /* column chunks of at least 64 (a lone 32-column chunk beside a full one halves

@@ -51,7 +51,7 @@ def a_operand(
         idx = offset + np.arange(m)[:, None] * ldm + np.arange(k)[None, :] * ldk
         return ctx.param(pack_a(flat[idx].astype(np.float32)), f"{name}.packed"), ""
     buf = ctx.scratch(4 * -(-m // MR) * MR * k)
-    code = f"ml_pack_a({m}, {k}, {ctx.ptr(v)} + {offset}, {ldm}, {ldk}, (float*){buf});\n"
+    code = f"ml_pack_a_par({m}, {k}, {ctx.ptr(v)} + {offset}, {ldm}, {ldk}, (float*){buf});\n"
     return f"((const float*){buf})", code
 
 

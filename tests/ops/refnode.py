@@ -1,0 +1,58 @@
+"""One ONNX node compiled by monolib (through ``MonolibBackend``) against ONNX's
+reference evaluator (``onnx.reference``): the shared check of the op tests that go
+beyond ONNX's own node cases (other shapes, attributes, dtypes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from monolib.onnx_backend import MonolibBackend
+from monolib.onnx_conformance import check_case, load_cases
+
+__all__ = ["check_node", "run_onnx_cases"]
+
+
+def check_node(op: str, inputs: dict[str, np.ndarray], outputs: list[str], *,
+               opset: int = 21, domain: str = "", rtol: float = 1e-5, atol: float = 1e-6,
+               consts: dict[str, np.ndarray] | None = None, **attrs) -> list[np.ndarray]:
+    """Compile the single node ``op(inputs) -> outputs`` and compare every output with
+    ``onnx.reference``; ``consts`` become initializers. Returns monolib's outputs."""
+    consts = consts or {}
+    names = list(inputs) + list(consts)
+    node = helper.make_node(op, names, outputs, domain=domain or None, **attrs)
+    vin = [helper.make_tensor_value_info(
+        k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in inputs.items()]
+    vout = [helper.make_value_info(o, onnx.TypeProto()) for o in outputs]
+    imports = [helper.make_opsetid("", opset)]
+    if domain:
+        imports.append(helper.make_opsetid(domain, 1))
+    graph = helper.make_graph([node], "g", vin, vout,
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=imports)
+    model = onnx.shape_inference.infer_shapes(model)
+    want = ReferenceEvaluator(model).run(None, inputs)
+    got = MonolibBackend.prepare(model, "CPU").run(list(inputs.values()))
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return got
+
+
+_CASES = None
+
+
+def run_onnx_cases(ops: set[str]) -> int:
+    """Run every ONNX node case of ``ops`` through monolib; returns how many ran."""
+    global _CASES
+    if _CASES is None:
+        _CASES = load_cases()
+    n = 0
+    for case in _CASES:
+        if case.op in ops:
+            check_case(case)
+            n += 1
+    return n

@@ -1,0 +1,36 @@
+"""NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: a sample of ONNX's node
+cases, and shapes/attributes beyond them against ``onnx.reference``."""
+
+import numpy as np
+import pytest
+from refnode import check_node
+
+from monolib.onnx_conformance import check_case, load_cases
+
+RNG = np.random.default_rng(0)
+SAMPLE = [c for c in load_cases()
+          if c.name in ("test_nllloss_NCd1d2d3_sum_weight_high_ii",
+                        "test_sce_NCd1d2d3d4d5_mean_weight_log_prob",
+                        "test_sce_mean_weight_ii_3d_log_prob_expanded")]
+
+
+@pytest.mark.parametrize("case", SAMPLE, ids=lambda c: c.name)
+def test_onnx_cases(case):
+    check_case(case)
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sce_weighted_ignore(reduction, dtype):
+    x = RNG.standard_normal((3, 5, 2, 4)).astype(dtype)
+    t = RNG.integers(0, 5, (3, 2, 4)).astype(np.int64)
+    t[0, 0, 0] = 2
+    check_node("SoftmaxCrossEntropyLoss", {"x": x, "t": t}, ["loss", "logp"],
+               consts={"w": RNG.random(5).astype(dtype)}, reduction=reduction,
+               ignore_index=2)
+
+
+def test_nll_int32_target_no_weight():
+    x = RNG.standard_normal((4, 3)).astype(np.float32)
+    t = np.array([0, 2, 1, 2], np.int32)
+    check_node("NegativeLogLikelihoodLoss", {"x": x, "t": t}, ["loss"], reduction="mean")

@@ -131,6 +131,7 @@ static int usage(const char* argv0) {
 int main(int argc, char** argv) {
   const char* inputs[MAX_INPUTS];
   const char* prefix = NULL;
+  char path[4096];
   int n_files = 0, threads = 0, a, status = 1;
   int32_t i, n_in, n_out;
   void* lib;
@@ -147,6 +148,11 @@ int main(int argc, char** argv) {
     else return usage(argv[0]);
   }
 
+  /* a name without a slash would be searched on the library path: make it a path */
+  if (strchr(argv[1], '/') == NULL && strlen(argv[1]) < sizeof path - 2) {
+    snprintf(path, sizeof path, "./%s", argv[1]);
+    argv[1] = path;
+  }
   lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
     fprintf(stderr, "error: dlopen: %s\n", dlerror());

@@ -11,6 +11,7 @@
     monolib keygen --out key [--password-env VAR]   # writes key (private) and key.pub
     monolib sign model.so --key key [--password-env VAR]   # writes model.so.sig
     monolib verify model.so --key key.pub [--sig model.so.sig]
+    monolib header > monolib.h   # the C API of exported libraries (docs/c_api.md)
 
 ``run`` and ``inspect`` need the runtime only (NumPy); ``compile`` imports the
 compiler; ``keygen``/``sign``/``verify`` (and ``run --trusted-key``) need
@@ -162,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .tools.visualize import add_view_parser  # plain stdlib + runtime: cheap
 
     add_view_parser(sub)
+    sub.add_parser("header", help="print monolib.h, the C API of exported libraries")
     return parser
 
 
@@ -429,7 +431,16 @@ def cmd_view(args: argparse.Namespace, console: Any) -> int:
     return run_view(args, console)
 
 
+def cmd_header(args: argparse.Namespace, console: Any) -> int:
+    """Print ``monolib.h`` (the C API every exported library implements) byte for byte."""
+    from .export.capi import header_text
+
+    sys.stdout.write(header_text())
+    return 0
+
+
 COMMANDS = {
+    "header": cmd_header,
     "compile": cmd_compile,
     "view": cmd_view,
     "run": cmd_run,

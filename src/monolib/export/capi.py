@@ -105,7 +105,9 @@ def _tensor_table(kind: str, entries: Sequence[dict]) -> list[str]:
         )
     if not rows:
         rows.append('  {"", "", 0, 0, 0, NULL, 0u, 0u}')
-    lines.append(f"static const ml_capi_tensor ml_capi_{kind}s[] = {{\n" + ",\n".join(rows) + "\n};")
+    lines.append(
+        f"static const ml_capi_tensor ml_capi_{kind}s[] = {{\n" + ",\n".join(rows) + "\n};"
+    )
     return lines
 
 
@@ -179,7 +181,7 @@ def _refusal(modules: Sequence[Module], lib: Module, params: Any) -> str | None:
     if devices:
         return (
             f"this library's graph runs on a device ({', '.join(devices)} module); the C API "
-            "runs host-only graphs (compile with target=\"c\", or run it from Python)"
+            'runs host-only graphs (compile with target="c", or run it from Python)'
         )
     if root.type_key != FACTORY_TYPE_KEY:
         return f"the library's root module is {root.type_key!r}, not a graph executor factory"

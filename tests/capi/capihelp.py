@@ -1,0 +1,143 @@
+"""Helpers of the C API tests: a small hand-written model ("two"), ctypes bindings
+of ``monolib.h``, Python's outputs of a library, zig's C compiler."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from monolib.export.csource import CSourceModule
+from monolib.runtime import GraphExecutorFactoryModule
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "c" / "run_model.c"
+INCLUDE = ROOT / "src" / "monolib" / "include"
+CLS_SHAPE = (1, 3, 48, 192)
+
+# "two": y = x * w + n (float32[2,3]); flag = n > 0 (bool[1]); n is an int64 scalar
+# whose name needs escaping in C. Arena: x@0, n@64, y@128, flag@192 (256 bytes).
+TWO_C = r"""
+#include <stdint.h>
+int32_t monolib_run(const uint8_t* params, uint8_t* arena) {
+  const float* x = (const float*)arena;
+  int64_t n = *(const int64_t*)(arena + 64);
+  float* y = (float*)(arena + 128);
+  const float* w = (const float*)params;
+  for (int i = 0; i < 6; ++i) y[i] = x[i] * w[i] + (float)n;
+  arena[192] = n > 0;
+  return RUN_STATUS;
+}
+int32_t monolib_run_op(int32_t i, const uint8_t* params, uint8_t* arena) {
+  return i == 0 ? monolib_run(params, arena) : -1;
+}
+int32_t monolib_num_ops(void) { return 1; }
+"""
+N_NAME = 'n "count" \u00e9?'
+W = (np.arange(6, dtype=np.float32).reshape(2, 3) - 2) / 4
+
+
+def two_factory(status: int = 0) -> GraphExecutorFactoryModule:
+    """The "two" model as a factory over hand-written C (``monolib_run`` returns status)."""
+    graph = {
+        "format": "monolib.graph",
+        "version": 1,
+        "name": "two",
+        "arena_bytes": 256,
+        "params_bytes": 64,
+        "inputs": [
+            {"name": "x", "shape": [2, 3], "dtype": "float32", "offset": 0},
+            {"name": N_NAME, "shape": [], "dtype": "int64", "offset": 64},
+        ],
+        "outputs": [
+            {"name": "y", "shape": [2, 3], "dtype": "float32", "offset": 128},
+            {"name": "flag", "shape": [1], "dtype": "bool", "offset": 192},
+        ],
+        "nodes": [
+            {
+                "name": "op",
+                "op": "Custom",
+                "inputs": ["x", N_NAME],
+                "outputs": ["y"],
+                "shape": [2, 3],
+                "dtype": "float32",
+                "offset": 128,
+            }
+        ],
+        "params": [{"name": "w", "shape": [2, 3], "dtype": "float32", "offset": 0, "nbytes": 24}],
+    }
+    params = np.zeros(64, np.uint8)
+    params[:24] = np.frombuffer(W.tobytes(), np.uint8)
+    source = TWO_C.replace("RUN_STATUS", str(status))
+    return GraphExecutorFactoryModule(graph, params, CSourceModule(source))
+
+
+class TensorInfo(ctypes.Structure):
+    """``monolib_tensor_info`` of monolib.h."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype_name", ctypes.c_char_p),
+        ("code", ctypes.c_uint8),
+        ("bits", ctypes.c_uint8),
+        ("lanes", ctypes.c_uint16),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+def bind(path: str) -> ctypes.CDLL:
+    """The library at ``path`` with the argument/result types of monolib.h set."""
+    lib = ctypes.CDLL(os.path.abspath(path))
+    vp, i32, model = ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p
+    sigs = {
+        "monolib_capi_version": (i32, []),
+        "monolib_open": (model, []),
+        "monolib_close": (None, [model]),
+        "monolib_num_inputs": (i32, [model]),
+        "monolib_num_outputs": (i32, [model]),
+        "monolib_input_info": (i32, [model, i32, ctypes.POINTER(TensorInfo)]),
+        "monolib_output_info": (i32, [model, i32, ctypes.POINTER(TensorInfo)]),
+        "monolib_input_index": (i32, [model, ctypes.c_char_p]),
+        "monolib_output_index": (i32, [model, ctypes.c_char_p]),
+        "monolib_set_input": (i32, [model, i32, vp, ctypes.c_size_t]),
+        "monolib_run_model": (i32, [model]),
+        "monolib_get_output": (i32, [model, i32, vp, ctypes.c_size_t]),
+        "monolib_output_data": (vp, [model, i32]),
+        "monolib_last_error": (ctypes.c_char_p, []),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+def last_error(lib: ctypes.CDLL) -> str:
+    return lib.monolib_last_error().decode("utf-8")
+
+
+def python_outputs(lib: Path, x: np.ndarray) -> list[np.ndarray]:
+    """The outputs of ``lib`` run from Python (``load_module``) on input ``x``."""
+    from monolib.runtime import load_module
+    from monolib.runtime.graph_executor import GraphModule
+
+    mod = GraphModule(load_module(str(lib)).default())
+    mod.set_input(0, x)
+    mod.run()
+    return [mod.get_output(i).numpy().copy() for i in range(mod.get_num_outputs())]
+
+
+def zig_cc() -> list[str] | None:
+    """zig's C compiler (PyPI ``ziglang``, else ``zig`` on PATH), or None."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("ziglang") is not None:
+        return [sys.executable, "-m", "ziglang", "cc"]
+    if shutil.which("zig"):
+        return ["zig", "cc"]
+    return None

@@ -1,0 +1,364 @@
+/* qgemm.h -- packed integer GEMM and depthwise convolution for the quantized operators
+ * (monolib kernel library).
+ *
+ * C[M,N] = sum_k (A[m,k] - za) * (B[k,n] - zb) (+ bias[m]) exactly in int32, for 8-bit
+ * operands (uint8 or int8, each side on its own) with their zero points subtracted when
+ * packing: every packed value is an int16 in [-255, 255]. The micro-kernel multiplies
+ * pairs along K and adds each pair's two products into one int32 lane (x86's pmaddwd:
+ * |a0*b0 + a1*b1| <= 2*255*255 < 2^31, so the pair sum never saturates; the sum over K is
+ * the same int32 sum as the reference, wrapping only past 2^31 like it). Written with GCC
+ * vector extensions: AVX2 uses vpmaddwd (16 multiplies per instruction), elsewhere a
+ * portable pairwise multiply-add the compiler vectorises as it can.
+ *
+ * Each finished tile is stored either as int32 (MatMulInteger, ConvInteger) or
+ * requantized to uint8/int8 (QLinearConv, QLinearMatMul) the way ONNX Runtime does it:
+ * y = saturate(round_half_even((float)acc * mult) + y_zero_point), mult a float32 per
+ * tensor, per row or per column.
+ *
+ * Layouts (int16, K padded to even Kp with zeros):
+ *   packed A  panel p (rows p*QMR..): at a + p*Kp*QMR, element (r, k) at
+ *             [(k/2)*QMR*2 + r*2 + k%2]; rows past M are zero.
+ *   packed B  panel q (columns q*QNR..): at q*Kp*QNR, element (k, c) at
+ *             [(k/2)*QNR*2 + c*2 + k%2]; columns past N are zero. Either prepacked
+ *             (weights, at compile time) or packed per block of columns at run time from
+ *             a strided 8-bit matrix or from an int16 zero-padded image (implicit im2col).
+ */
+#ifndef MONOLIB_QGEMM_H
+#define MONOLIB_QGEMM_H
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ML_QMR 6
+#define ML_QNR 16
+#define ML_QMIN(a, b) ((a) < (b) ? (a) : (b))
+#define ML_QINLINE static inline __attribute__((always_inline))
+#define ML_QUNUSED __attribute__((unused))
+
+typedef int32_t ml_qv8 __attribute__((vector_size(32), aligned(4)));
+typedef int16_t ml_qv16 __attribute__((vector_size(32), aligned(4)));
+
+/* Lane i: a[2i]*b[2i] + a[2i+1]*b[2i+1] in int32. */
+ML_QINLINE ml_qv8 ml_qmadd(ml_qv16 a, ml_qv16 b) {
+#if defined(__AVX2__) && !defined(ML_QGEMM_PORTABLE)
+    return (ml_qv8)__builtin_ia32_pmaddwd256(a, b);
+#else
+    ml_qv8 r;
+    for (int i = 0; i < 8; ++i)
+        r[i] = (int32_t)a[2 * i] * b[2 * i] + (int32_t)a[2 * i + 1] * b[2 * i + 1];
+    return r;
+#endif
+}
+
+enum { ML_QB_PACKED = 0, ML_QB_STRIDED = 1, ML_QB_IM2COL = 2 };
+enum { ML_QOUT_I32 = 0, ML_QOUT_U8 = 1, ML_QOUT_S8 = 2 };
+enum { ML_QMULT_TENSOR = 0, ML_QMULT_ROW = 1, ML_QMULT_COL = 2 };
+
+/* Where B comes from. PACKED: p16 full packed (all Kp). STRIDED: B[k][n] =
+ * p8[k*ldk + n*ldn] (int8 when is_signed, else uint8) minus zp[n] (zp_n, or zp0 when
+ * NULL). IM2COL: B[(ci*KH+ky)*KW+kx][oh*OW+ow] = p16[ci*H*W + (oh*SH+ky*DH)*W +
+ * ow*SW+kx*DW], p16 an int16 image with the zero point already subtracted and zero padding
+ * (ml_qpad_image makes one), every read in range. */
+typedef struct {
+    int kind, is_signed;
+    const int16_t* p16;
+    const void* p8;
+    int64_t ldk, ldn;
+    const int32_t* zp_n;
+    int32_t zp0;
+    int64_t H, W, KH, KW, SH, SW, DH, DW, OH, OW;
+} ml_qbsrc;
+
+/* Where a finished tile goes. I32: c[m*ldc + n] = acc. U8/S8: requantized into y. */
+typedef struct {
+    int kind, mult_mode;
+    void* y;
+    int64_t ld;
+    const float* mult;
+    int32_t zp;
+} ml_qout;
+
+typedef struct {
+    int64_t M, N, K;
+    const int16_t* a; /* packed A */
+    ml_qbsrc b;
+    ml_qout out;
+    const int32_t* bias_m; /* added to row m's sums, or NULL */
+    int16_t* bbuf;         /* ml_qgemm_bbuf_bytes() */
+    int64_t n_begin, n_end;
+} ml_qgemm_args;
+
+/* Columns per B block: the block of all Kp rows stays near 512 KiB (L2). */
+static inline int64_t ml_qgemm_nc(int64_t K) {
+    int64_t kp = (K + 1) & ~(int64_t)1, nc = ((int64_t)1 << 18) / (kp > 0 ? kp : 1);
+    nc = nc / ML_QNR * ML_QNR;
+    return nc < ML_QNR ? ML_QNR : (nc > 1024 ? 1024 : nc);
+}
+
+/* Bytes of the B block buffer one thread needs (0 when B is prepacked). */
+static inline int64_t ml_qgemm_bbuf_bytes(int64_t K, int64_t N) {
+    int64_t kp = (K + 1) & ~(int64_t)1, nc = ml_qgemm_nc(K);
+    int64_t n = (N + ML_QNR - 1) / ML_QNR * ML_QNR;
+    return 2 * kp * (n < nc ? n : nc);
+}
+
+static inline int32_t ml_q8(const void* p, int is_signed, int64_t i) {
+    return is_signed ? (int32_t)((const int8_t*)p)[i] : (int32_t)((const uint8_t*)p)[i];
+}
+
+/* Pack rows 0..M-1 of an 8-bit A (A[m][k] = p[m*ldm + k*ldk] minus zp_m[m], or zp0 when
+ * zp_m is NULL) into int16 panels (layout above). dst: ceil(M/QMR)*QMR*Kp int16. */
+ML_QUNUSED static void ml_qpack_a(int64_t M, int64_t K, const void* p, int is_signed,
+                                  int64_t ldm, int64_t ldk, const int32_t* zp_m, int32_t zp0,
+                                  int16_t* restrict dst) {
+    int64_t kp = (K + 1) & ~(int64_t)1;
+    int64_t mp = (M + ML_QMR - 1) / ML_QMR * ML_QMR;
+    for (int64_t m = 0; m < mp; ++m) {
+        int16_t* d = dst + (m / ML_QMR) * kp * ML_QMR + (m % ML_QMR) * 2;
+        int32_t z = m < M ? (zp_m ? zp_m[m] : zp0) : 0;
+        for (int64_t k = 0; k < kp; ++k)
+            d[(k >> 1) * ML_QMR * 2 + (k & 1)] =
+                (m < M && k < K) ? (int16_t)(ml_q8(p, is_signed, m * ldm + k * ldk) - z) : 0;
+    }
+}
+
+/* An 8-bit [C][H][W] image minus its zero point, zero-padded into int16 [C][Hp][Wp]
+ * (PT rows above, PL columns left); the pad value 0 is the zero point's. */
+ML_QUNUSED static void ml_qpad_image(int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp,
+                                     int64_t PT, int64_t PL, const void* x, int is_signed,
+                                     int32_t zp, int16_t* restrict dst) {
+    memset(dst, 0, (size_t)(C * Hp * Wp) * sizeof(int16_t));
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t h = 0; h < H && h + PT < Hp; ++h) {
+            int16_t* d = dst + (c * Hp + h + PT) * Wp + PL;
+            int64_t o = (c * H + h) * W, w_end = ML_QMIN(W, Wp - PL);
+            if (is_signed)
+                for (int64_t w = 0; w < w_end; ++w) d[w] = (int16_t)(((const int8_t*)x)[o + w] - zp);
+            else
+                for (int64_t w = 0; w < w_end; ++w) d[w] = (int16_t)(((const uint8_t*)x)[o + w] - zp);
+        }
+}
+
+/* Pack B columns n0..n0+nc-1, all rows, into panels of QNR (panel stride Kp*QNR). */
+static void ml_qpack_b(const ml_qbsrc* s, int64_t K, int64_t n0, int64_t nc,
+                       int16_t* restrict dst) {
+    int64_t kp = (K + 1) & ~(int64_t)1, ps = kp * ML_QNR;
+    int64_t ncp = (nc + ML_QNR - 1) / ML_QNR * ML_QNR;
+    for (int64_t k = 0; k < kp; ++k) {
+        int16_t* d = dst + (k >> 1) * ML_QNR * 2 + (k & 1);
+        int64_t j = 0;
+        if (k < K && s->kind == ML_QB_STRIDED) {
+            for (; j < nc; ++j) {
+                int64_t n = n0 + j;
+                int32_t z = s->zp_n ? s->zp_n[n] : s->zp0;
+                d[(j / ML_QNR) * ps + (j % ML_QNR) * 2] =
+                    (int16_t)(ml_q8(s->p8, s->is_signed, k * s->ldk + n * s->ldn) - z);
+            }
+        } else if (k < K) { /* implicit im2col: runs along one output row */
+            int64_t kx = k % s->KW, ky = (k / s->KW) % s->KH, ci = k / (s->KW * s->KH);
+            const int16_t* x = s->p16 + ci * s->H * s->W + ky * s->DH * s->W + kx * s->DW;
+            int64_t oh = n0 / s->OW, ow = n0 % s->OW;
+            while (j < nc) {
+                const int16_t* src = x + oh * s->SH * s->W + ow * s->SW;
+                int64_t run = ML_QMIN(s->OW - ow, nc - j);
+                for (int64_t t = 0; t < run; ++t, ++j)
+                    d[(j / ML_QNR) * ps + (j % ML_QNR) * 2] = src[t * s->SW];
+                ow = 0;
+                ++oh;
+            }
+        }
+        for (; j < ncp; ++j) d[(j / ML_QNR) * ps + (j % ML_QNR) * 2] = 0;
+    }
+}
+
+/* Requantize one int32 sum: round half to even (nearbyintf in the default rounding
+ * mode), add the zero point, saturate to [lo, hi]. */
+ML_QINLINE int32_t ml_requant(int32_t v, float mult, int32_t zp, int32_t lo, int32_t hi) {
+    float f = nearbyintf((float)v * mult) + (float)zp;
+    return f <= (float)lo ? lo : (f >= (float)hi ? hi : (int32_t)f);
+}
+
+/* Store rows 0..mr-1, columns 0..nr-1 of a tile whose top-left is (m, n). */
+ML_QINLINE void ml_qstore(const ml_qout* o, int64_t m, int64_t n, int mr, int nr,
+                          int32_t t[ML_QMR][ML_QNR], const int32_t* bias_m) {
+    for (int r = 0; r < mr; ++r) {
+        int32_t b = bias_m ? bias_m[m + r] : 0;
+        if (o->kind == ML_QOUT_I32) {
+            int32_t* c = (int32_t*)o->y + (m + r) * o->ld + n;
+            for (int j = 0; j < nr; ++j) c[j] = t[r][j] + b;
+            continue;
+        }
+        int32_t lo = o->kind == ML_QOUT_U8 ? 0 : -128, hi = o->kind == ML_QOUT_U8 ? 255 : 127;
+        const float* mult = o->mult + (o->mult_mode == ML_QMULT_ROW ? m + r : 0) +
+                            (o->mult_mode == ML_QMULT_COL ? n : 0);
+        int step = o->mult_mode == ML_QMULT_COL;
+        if (o->kind == ML_QOUT_U8) {
+            uint8_t* y = (uint8_t*)o->y + (m + r) * o->ld + n;
+            for (int j = 0; j < nr; ++j)
+                y[j] = (uint8_t)ml_requant(t[r][j] + b, mult[j * step], o->zp, lo, hi);
+        } else {
+            int8_t* y = (int8_t*)o->y + (m + r) * o->ld + n;
+            for (int j = 0; j < nr; ++j)
+                y[j] = (int8_t)ml_requant(t[r][j] + b, mult[j * step], o->zp, lo, hi);
+        }
+    }
+}
+
+/* The micro-kernel: a rows x QNR tile (rows <= QMR) over kp2 pairs of K. */
+ML_QINLINE void ml_qukernel(const int rows, int64_t kp2, const int16_t* restrict a,
+                            const int16_t* restrict b, int32_t t[ML_QMR][ML_QNR]) {
+    ml_qv8 acc[ML_QMR][2];
+    for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (ml_qv8){0};
+    for (int64_t k = 0; k < kp2; ++k) {
+        ml_qv16 b0 = *(const ml_qv16*)(b + k * ML_QNR * 2);
+        ml_qv16 b1 = *(const ml_qv16*)(b + k * ML_QNR * 2 + 16);
+        for (int r = 0; r < rows; ++r) {
+            int32_t pair;
+            memcpy(&pair, a + k * ML_QMR * 2 + r * 2, 4);
+            ml_qv16 av = (ml_qv16)((ml_qv8){0} + pair);
+            acc[r][0] += ml_qmadd(av, b0);
+            acc[r][1] += ml_qmadd(av, b1);
+        }
+    }
+    for (int r = 0; r < rows; ++r) {
+        memcpy(&t[r][0], &acc[r][0], 32);
+        memcpy(&t[r][8], &acc[r][1], 32);
+    }
+}
+
+/* Columns n_begin..n_end-1 of the GEMM described by g. */
+ML_QUNUSED static void ml_qgemm(const ml_qgemm_args* g) {
+    int64_t kp = (g->K + 1) & ~(int64_t)1, ncb = ml_qgemm_nc(g->K);
+    int32_t t[ML_QMR][ML_QNR] __attribute__((aligned(64)));
+    for (int64_t jc = g->n_begin; jc < g->n_end; jc += ncb) {
+        int64_t nc = ML_QMIN(ncb, g->n_end - jc);
+        const int16_t* bp;
+        if (g->b.kind == ML_QB_PACKED) {
+            bp = g->b.p16 + (jc / ML_QNR) * kp * ML_QNR;
+        } else {
+            ml_qpack_b(&g->b, g->K, jc, nc, g->bbuf);
+            bp = g->bbuf;
+        }
+        for (int64_t jr = 0; jr < nc; jr += ML_QNR) {
+            int nr = (int)ML_QMIN(ML_QNR, nc - jr);
+            const int16_t* b = bp + (jr / ML_QNR) * kp * ML_QNR;
+            for (int64_t m = 0; m < g->M; m += ML_QMR) {
+                int mr = (int)ML_QMIN(ML_QMR, g->M - m);
+                const int16_t* a = g->a + (m / ML_QMR) * kp * ML_QMR;
+                if (mr == 1) ml_qukernel(1, kp / 2, a, b, t);
+                else if (mr <= 2) ml_qukernel(2, kp / 2, a, b, t);
+                else if (mr <= 4) ml_qukernel(4, kp / 2, a, b, t);
+                else ml_qukernel(ML_QMR, kp / 2, a, b, t);
+                ml_qstore(&g->out, m, jc + jr, mr, nr, t, g->bias_m);
+            }
+        }
+    }
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+typedef struct {
+    const ml_qgemm_args* g;
+    int64_t chunk;
+} ml_qgemm_job;
+
+static void ml_qgemm_task(void* ctx, int64_t t, void* scratch) {
+    const ml_qgemm_job* j = (const ml_qgemm_job*)ctx;
+    ml_qgemm_args a = *j->g;
+    a.n_begin = j->g->n_begin + t * j->chunk;
+    a.n_end = ML_QMIN(j->g->n_end, a.n_begin + j->chunk);
+    a.bbuf = (int16_t*)scratch;
+    ml_qgemm(&a);
+}
+#endif
+
+/* ml_qgemm split over column chunks (multiples of QNR) on the thread pool (threadpool.h,
+ * when included before) when large; each chunk packs B into its own buffer. */
+ML_QUNUSED static void ml_qgemm_par(const ml_qgemm_args* g) {
+#ifdef MONOLIB_THREADPOOL_H
+    int64_t n = g->n_end - g->n_begin, units = (n + ML_QNR - 1) / ML_QNR;
+    /* an int8 multiply-add costs about half a float one */
+    int64_t tasks = ml_par_tasks(0.5 * (double)g->M * n * g->K, units);
+    if (tasks > 1) {
+        ml_qgemm_job j = {g, (units + tasks - 1) / tasks * ML_QNR};
+        int64_t nt = (n + j.chunk - 1) / j.chunk;
+        size_t bytes = g->b.kind == ML_QB_PACKED ? 0 : (size_t)ml_qgemm_bbuf_bytes(g->K, j.chunk);
+        ml_parallel_for(nt, ml_qgemm_task, &j, g->bbuf, bytes);
+        return;
+    }
+#endif
+    ml_qgemm(g);
+}
+
+/* Depthwise convolution (group == C_in == C_out) of an 8-bit [C][H][W] image: channel c
+ * is sum over taps of (x - xzp) * w16[c][tap] (+ bias[c]), w16 the int16 weights with
+ * their zero points subtracted; output channel c stored as by ml_qstore with row c.
+ * plane: int16 scratch of Hp*Wp (the padded channel), row: int32 scratch of OW. */
+typedef struct {
+    int64_t C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, Hp, Wp;
+    const void* x;
+    int is_signed;
+    int32_t xzp;
+    const int16_t* w;
+    const int32_t* bias;
+    ml_qout out;
+} ml_qdw_args;
+
+static void ml_qdw_channel(const ml_qdw_args* d, int64_t c, int16_t* plane, int32_t* row) {
+    const int64_t ohw = d->OH * d->OW;
+    ml_qpad_image(1, d->H, d->W, d->Hp, d->Wp, d->PT, d->PL,
+                  (const uint8_t*)d->x + c * d->H * d->W, d->is_signed, d->xzp, plane);
+    const int16_t* w = d->w + c * d->KH * d->KW;
+    int32_t b = d->bias ? d->bias[c] : 0;
+    for (int64_t oh = 0; oh < d->OH; ++oh) {
+        for (int64_t ow = 0; ow < d->OW; ++ow) row[ow] = b;
+        for (int64_t ky = 0; ky < d->KH; ++ky)
+            for (int64_t kx = 0; kx < d->KW; ++kx) {
+                const int16_t* src = plane + (oh * d->SH + ky * d->DH) * d->Wp + kx * d->DW;
+                int32_t wv = w[ky * d->KW + kx];
+                if (d->SW == 1)
+                    for (int64_t ow = 0; ow < d->OW; ++ow) row[ow] += wv * src[ow];
+                else
+                    for (int64_t ow = 0; ow < d->OW; ++ow) row[ow] += wv * src[ow * d->SW];
+            }
+        /* one output row = a 1 x OW "tile" of the [C, OH*OW] result, fed in QNR pieces */
+        for (int64_t j = 0; j < d->OW; j += ML_QNR) {
+            int32_t t[ML_QMR][ML_QNR];
+            int nr = (int)ML_QMIN(ML_QNR, d->OW - j);
+            memcpy(t[0], row + j, (size_t)nr * 4);
+            ml_qout o = d->out;
+            o.ld = ohw;
+            /* the tile's row is channel c: ROW multipliers index by c, stored at c*ohw */
+            ml_qstore(&o, c, oh * d->OW + j, 1, nr, t, 0);
+        }
+    }
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+static void ml_qdw_task(void* ctx, int64_t t, void* scratch) {
+    const ml_qdw_args* d = (const ml_qdw_args*)ctx;
+    int16_t* plane = (int16_t*)scratch;
+    int32_t* row = (int32_t*)((uint8_t*)scratch + ((2 * d->Hp * d->Wp + 63) / 64) * 64);
+    ml_qdw_channel(d, t, plane, row);
+}
+#endif
+
+/* Bytes of scratch ml_qdwconv needs per thread. */
+static inline int64_t ml_qdw_scratch_bytes(int64_t Hp, int64_t Wp, int64_t OW) {
+    return ((2 * Hp * Wp + 63) / 64) * 64 + 4 * OW + 64;
+}
+
+ML_QUNUSED static void ml_qdwconv(const ml_qdw_args* d, void* scratch) {
+    size_t bytes = (size_t)ml_qdw_scratch_bytes(d->Hp, d->Wp, d->OW);
+#ifdef MONOLIB_THREADPOOL_H
+    double work = 0.5 * (double)d->C * d->OH * d->OW * d->KH * d->KW * 4;
+    if (ml_par_tasks(work, d->C) > 1) {
+        ml_parallel_for(d->C, ml_qdw_task, (void*)d, scratch, bytes);
+        return;
+    }
+#endif
+    int16_t* plane = (int16_t*)scratch;
+    int32_t* row = (int32_t*)((uint8_t*)scratch + ((2 * d->Hp * d->Wp + 63) / 64) * 64);
+    for (int64_t c = 0; c < d->C; ++c) ml_qdw_channel(d, c, plane, row);
+}
+
+#endif /* MONOLIB_QGEMM_H */

@@ -17,9 +17,11 @@ __all__ = ["check_node", "run_onnx_cases"]
 
 def check_node(op: str, inputs: dict[str, np.ndarray], outputs: list[str], *,
                opset: int = 21, domain: str = "", rtol: float = 1e-5, atol: float = 1e-6,
-               consts: dict[str, np.ndarray] | None = None, **attrs) -> list[np.ndarray]:
+               consts: dict[str, np.ndarray] | None = None, oracle: str = "reference",
+               **attrs) -> list[np.ndarray]:
     """Compile the single node ``op(inputs) -> outputs`` and compare every output with
-    ``onnx.reference``; ``consts`` become initializers. Returns monolib's outputs."""
+    ``onnx.reference`` (``oracle="ort"``: ONNX Runtime); ``consts`` become
+    initializers. Returns monolib's outputs."""
     consts = consts or {}
     names = list(inputs) + list(consts)
     node = helper.make_node(op, names, outputs, domain=domain or None, **attrs)
@@ -31,9 +33,15 @@ def check_node(op: str, inputs: dict[str, np.ndarray], outputs: list[str], *,
         imports.append(helper.make_opsetid(domain, 1))
     graph = helper.make_graph([node], "g", vin, vout,
                               [numpy_helper.from_array(v, k) for k, v in consts.items()])
-    model = helper.make_model(graph, opset_imports=imports)
+    model = helper.make_model(graph, opset_imports=imports, ir_version=10)
     model = onnx.shape_inference.infer_shapes(model)
-    want = ReferenceEvaluator(model).run(None, inputs)
+    if oracle == "ort":
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        want = sess.run(None, inputs)
+    else:
+        want = ReferenceEvaluator(model).run(None, inputs)
     got = MonolibBackend.prepare(model, "CPU").run(list(inputs.values()))
     for g, w in zip(got, want):
         w = np.asarray(w)

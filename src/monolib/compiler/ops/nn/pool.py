@@ -5,9 +5,11 @@ Sliding windows per the ONNX spec: ``pads``/``auto_pad``, ``strides``, ``dilatio
 number of input elements in the window (``count_include_pad=0``) or by the number of
 window positions inside the explicitly padded input (``count_include_pad=1``; positions
 beyond the padding, reachable only with ``ceil_mode``, never count). MaxPool's optional
-``Indices`` output is the flat NCHW index (``storage_order=0``).
+``Indices`` output is the flat index into X, row-major (``storage_order=0``) or
+column-major over the spatial dims (``storage_order=1``, the ONNX reference's rule).
+MaxPool takes float32, float64, int8 and uint8; AveragePool float32.
 
-Emitted as direct loops over 1-D/2-D windows (H=1 for 1-D), writing each output through
+Emitted as direct loops over N-D windows (1-D, 2-D, 3-D...), writing each output through
 ``ctx.output_expr`` so a fused elementwise epilogue costs nothing extra.
 """
 
@@ -19,8 +21,8 @@ import numpy as np
 
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
-from ._common import Geometry, geometry, require_float32, window_dims
+from ..base import EmitContext, OpDef, OutType, ctype, register
+from ._common import Geometry, geometry, require_float32
 
 __all__ = ["AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MaxPool", "pool_geometry"]
 
@@ -108,36 +110,51 @@ class _Pool(OpDef):
         return [[0], [1], list(range(2, len(node.outputs[0].shape)))]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
-        require_float32(node, 0)
         x = node.inputs[0]
-        if len(x.shape) not in (3, 4):
-            raise UnsupportedOpError(
-                f"{node.op_type} node {node.name!r}: only 1-D and 2-D "
-                f"pools are emitted, X is {x.shape}"
-            )
+        self._check_dtype(node)
         geo = pool_geometry(node)
-        d = window_dims(x.shape[2:], geo)
+        sizes = [int(v) for v in x.shape[2:]]
+        nd = len(sizes)
         n, c = x.shape[:2]
-        index = [f"(nc / {c})", f"(nc % {c})"] + (["ow"] if len(x.shape) == 3 else ["oh", "ow"])
+        ty = ctype(x.dtype)
+        ov = [f"o{i}" for i in range(nd)]
+        index = [f"(nc / {c})", f"(nc % {c})"] + ov
         head = (
             f"for (int64_t nc = 0; nc < {n * c}; ++nc) {{\n"
-            f"  const float* xc = {ctx.ptr(x)} + nc * {d['H'] * d['W']};\n"
-            f"  for (int64_t oh = 0; oh < {d['OH']}; ++oh)\n"
-            f"  for (int64_t ow = 0; ow < {d['OW']}; ++ow) {{\n"
-            f"    int64_t o = (nc * {d['OH']} + oh) * {d['OW']} + ow;\n"
-            f"    int64_t hs = oh * {d['SH']} - {d['PT']}, ws = ow * {d['SW']} - {d['PL']};\n"
+            f"  const {ty}* xc = {ctx.ptr(x)} + nc * {int(np.prod(sizes))};\n"
         )
-        loop = (
-            f"    for (int64_t ky = 0; ky < {d['KH']}; ++ky) {{\n"
-            f"      int64_t ih = hs + ky * {d['DH']};\n"
-            f"      if (ih < 0 || ih >= {d['H']}) continue;\n"
-            f"      for (int64_t kx = 0; kx < {d['KW']}; ++kx) {{\n"
-            f"        int64_t iw = ws + kx * {d['DW']};\n"
-            f"        if (iw < 0 || iw >= {d['W']}) continue;\n"
-            f"        float v = xc[ih * {d['W']} + iw];\n"
-        )
-        body, tail = self._body(node, ctx, d, index)
-        return head + body[0] + loop + body[1] + "      }\n    }\n" + tail + "  }\n}"
+        for i in range(nd):
+            head += f"  for (int64_t o{i} = 0; o{i} < {geo.out[i]}; ++o{i}) {{\n"
+            head += f"  int64_t s{i} = o{i} * {geo.strides[i]} - {geo.begin[i]};\n"
+        flat = "nc"
+        for i in range(nd):
+            flat = f"({flat}) * {geo.out[i]} + o{i}"
+        head += f"    int64_t o = {flat};\n"
+        loop, lin = "", "0"
+        for i in range(nd):
+            loop += (
+                f"    for (int64_t k{i} = 0; k{i} < {geo.kernel[i]}; ++k{i}) {{\n"
+                f"      int64_t i{i} = s{i} + k{i} * {geo.dilations[i]};\n"
+                f"      if (i{i} < 0 || i{i} >= {sizes[i]}) continue;\n"
+            )
+            lin = f"({lin}) * {sizes[i]} + i{i}" if i else "i0"
+        loop += f"        {ty} v = xc[{lin}];\n"
+        body, tail = self._body(node, ctx, geo, sizes, index)
+        closes = "    }\n" * nd
+        return head + body[0] + loop + body[1] + closes + tail + "  }\n" * nd + "}"
+
+
+def _storage_index(node: Node, sizes: list[int]) -> str:
+    """C expression of MaxPool's Indices value from the argmax coordinates ``a0..``:
+    row-major over the spatial dims (``storage_order=0``) or column-major (1), plus
+    the ``nc`` plane's offset (the ONNX reference's rule)."""
+    nd = len(sizes)
+    plane = int(np.prod(sizes))
+    if node.attrs.get("storage_order", 0):
+        terms = [f"a{i} * {int(np.prod(sizes[:i]))}" for i in range(nd)]
+    else:
+        terms = [f"a{i} * {int(np.prod(sizes[i + 1:]))}" for i in range(nd)]
+    return f"nc * {plane} + " + " + ".join(terms)
 
 
 @register
@@ -147,29 +164,46 @@ class MaxPool(_Pool):
 
     op_type = "MaxPool"
     since_version = 1
+    # 22 adds bfloat16 and states that a window starting in the end padding is
+    # dropped (ceil_mode), which pool_geometry already does
+    also_versions = (22,)
+
+    def _check_dtype(self, node: Node) -> None:
+        x = node.inputs[0]
+        if x.dtype not in (np.float32, np.float64, np.int8, np.uint8):
+            raise UnsupportedOpError(
+                f"MaxPool node {node.name!r}: X is {x.dtype}; monolib's MaxPool takes "
+                "float32, float64, int8 and uint8"
+            )
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]
-        taps, idx = _windows(x, pool_geometry(node), -np.inf)
+        geo = pool_geometry(node)
+        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        taps, idx = _windows(x, geo, low)
         y = taps.max(axis=0).astype(x.dtype)
         outs = [y]
         if len(node.outputs) > 1:
+            # first maximum among the taps inside the input (padding never wins a tie)
+            masked = np.where(idx >= 0, taps.astype(np.float64), -np.inf)
+            flat = np.take_along_axis(idx, masked.argmax(axis=0)[None], 0)[0]
             if node.attrs.get("storage_order", 0):
-                raise UnsupportedOpError(f"MaxPool node {node.name!r}: storage_order=1")
-            outs.append(np.take_along_axis(idx, taps.argmax(axis=0)[None], 0)[0])
+                sizes = x.shape[2:]
+                plane = int(np.prod(sizes))
+                col = np.arange(plane).reshape(sizes[::-1]).transpose().reshape(-1)
+                flat = flat // plane * plane + col[flat % plane]
+            outs.append(flat.astype(np.int64))
         return outs
 
-    def _body(self, node: Node, ctx: EmitContext, d: dict, index: list[str]):
-        pre = "    float acc = -INFINITY; int64_t arg = -1;\n"
-        inner = (
-            "        if (v > acc || arg < 0) { acc = v; "
-            f"arg = nc * {d['H'] * d['W']} + ih * {d['W']} + iw; }}\n"
-        )
+    def _body(self, node: Node, ctx: EmitContext, geo, sizes: list[int], index: list[str]):
+        ty = ctype(node.inputs[0].dtype)
+        nd = len(sizes)
+        coords = " ".join(f"a{i} = i{i};" for i in range(nd))
+        pre = f"    {ty} acc = 0; int64_t {', '.join(f'a{i} = 0' for i in range(nd))}; int arg = 0;\n"
+        inner = f"        if (v > acc || !arg) {{ acc = v; arg = 1; {coords} }}\n"
         tail = f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr('acc', index)};\n"
         if len(node.outputs) > 1 and node.outputs[1] is not None:
-            if node.attrs.get("storage_order", 0):
-                raise UnsupportedOpError(f"MaxPool node {node.name!r}: storage_order=1")
-            tail += f"    {ctx.ptr(node.outputs[1])}[o] = arg;\n"
+            tail += f"    {ctx.ptr(node.outputs[1])}[o] = {_storage_index(node, sizes)};\n"
         return (pre, inner), tail
 
 
@@ -179,6 +213,9 @@ class AveragePool(_Pool):
 
     op_type = "AveragePool"
     since_version = 1
+    # 22 adds bfloat16 and states that a window starting in the end padding is
+    # dropped (ceil_mode), which pool_geometry already does
+    also_versions = (22,)
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]
@@ -191,21 +228,22 @@ class AveragePool(_Pool):
             div = (idx >= 0).sum(axis=0).astype(np.float32)
         return [(total / np.maximum(div, 1)).astype(x.dtype)]
 
-    def _body(self, node: Node, ctx: EmitContext, d: dict, index: list[str]):
+    def _check_dtype(self, node: Node) -> None:
+        require_float32(node, 0)
+
+    def _body(self, node: Node, ctx: EmitContext, geo, sizes: list[int], index: list[str]):
         pre = "    float acc = 0.0f; int64_t cnt = 0;\n"
         inner = "        acc += v; ++cnt;\n"
         tail = ""
         if node.attrs.get("count_include_pad", 0):
-            tail = (
-                "    cnt = 0;\n"
-                f"    for (int64_t ky = 0; ky < {d['KH']}; ++ky) {{\n"
-                f"      int64_t ih = hs + ky * {d['DH']};\n"
-                f"      if (ih < -{d['PT']} || ih >= {d['H'] + d['PB']}) continue;\n"
-                f"      for (int64_t kx = 0; kx < {d['KW']}; ++kx) {{\n"
-                f"        int64_t iw = ws + kx * {d['DW']};\n"
-                f"        cnt += iw >= -{d['PL']} && iw < {d['W'] + d['PR']};\n"
-                "      }\n    }\n"
-            )
+            # window positions inside the explicitly padded input: a product over dims
+            tail = "    cnt = 1;\n"
+            for i, size in enumerate(sizes):
+                tail += (
+                    f"    {{ int64_t m = 0; for (int64_t k = 0; k < {geo.kernel[i]}; ++k) {{ "
+                    f"int64_t p = s{i} + k * {geo.dilations[i]}; "
+                    f"m += p >= -{geo.begin[i]} && p < {size + geo.end[i]}; }} cnt *= m; }}\n"
+                )
         val = "(acc / (float)(cnt > 0 ? cnt : 1))"
         tail += f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr(val, index)};\n"
         return (pre, inner), tail
@@ -249,6 +287,7 @@ class GlobalAveragePool(_GlobalPool):
 
     op_type = "GlobalAveragePool"
     since_version = 1
+    also_versions = (22,)  # 22 adds bfloat16 only
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]
@@ -261,6 +300,7 @@ class GlobalMaxPool(_GlobalPool):
 
     op_type = "GlobalMaxPool"
     since_version = 1
+    also_versions = (22,)  # 22 adds bfloat16 only
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]

@@ -139,6 +139,10 @@ def compile(
     """
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
+    from .codegen.device import compile_device, is_device_target
+
+    if is_device_target(target):  # "opencl", "cuda -arch=sm_80": docs/devices.md
+        return compile_device(model, target, shapes, constants, progress)
     source, graph_json, params = lower(model, shapes, constants, progress)
     _step(progress, "package")
     try:

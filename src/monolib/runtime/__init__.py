@@ -6,7 +6,7 @@ exist as soon as ``monolib.runtime`` is imported. ``CSourceModule`` and
 ``export_library`` live in ``monolib.export`` and are imported on first use.
 """
 
-from .device import Device, cpu
+from .device import Device, cpu, cuda, opencl
 from .dso import DSOModule
 from .errors import *
 from .errors import __all__ as _errors_all
@@ -32,6 +32,8 @@ __all__ = [
     "Module",
     "NDArray",
     "cpu",
+    "cuda",
+    "opencl",
     "load_module",
     "load_params",
     "register_loader",
@@ -43,6 +45,19 @@ __all__ += _errors_all  # noqa: PLE0605  (every error class is public)
 # The one place built-in loaders are registered. "library" needs none: the DSO
 # module is the dlopen'd file itself (see library.load_module).
 register_loader("graph_executor_factory", load_factory, sections=True)
+# device modules (docs/devices.md): pyopencl / cuda-python are imported only on use
+register_loader("opencl", lambda data: _device_loader("opencl")(data))
+register_loader("cuda", lambda data: _device_loader("cuda")(data))
+
+
+def _device_loader(kind: str):
+    if kind == "opencl":
+        from .opencl import load_opencl
+
+        return load_opencl
+    from .cuda import load_cuda
+
+    return load_cuda
 
 
 def __getattr__(name: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-__all__ = ["Device", "cpu"]
+__all__ = ["Device", "cpu", "cuda", "opencl"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,3 +32,14 @@ def cpu(dev_id: int = 0) -> Device:
         Device index (only 0 is meaningful on the host).
     """
     return Device("cpu", int(dev_id))
+
+
+def opencl(dev_id: int = 0) -> Device:
+    """OpenCL device ``dev_id`` (counted over every platform's devices), for models
+    compiled with ``target="opencl"``; see docs/devices.md."""
+    return Device("opencl", int(dev_id))
+
+
+def cuda(dev_id: int = 0) -> Device:
+    """CUDA GPU ``dev_id``, for models compiled with ``target="cuda"``."""
+    return Device("cuda", int(dev_id))

@@ -261,7 +261,12 @@ class GraphExecutorFactoryModule(Module):
         return table.get(name)
 
     def default(self, device: Device | None = None) -> GraphExecutor:
-        """A new executor on ``device`` (default ``cpu()``), with its own arena."""
+        """A new executor on ``device`` (default ``cpu()``), with its own arena; a
+        graph compiled for a device target gets a device executor (docs/devices.md)."""
+        if self.graph_json.get("device"):
+            from .device_executor import DeviceGraphExecutor
+
+            return DeviceGraphExecutor(self, device or cpu())
         return GraphExecutor(self, device or cpu())
 
     def get_graph_json(self) -> dict:

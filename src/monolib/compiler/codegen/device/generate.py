@@ -1,0 +1,183 @@
+"""The device code generator: fused ops -> one kernel each, in one C dialect.
+
+:func:`generate` walks the fused ops of :func:`~...passes.fuse_elementwise.fuse_elementwise`
+in run order and writes one kernel per op that has code (``alias`` and in-place
+``concat`` ops have none), in the :class:`~.dialect.Dialect` of the target:
+
+* an elementwise chain: one work item per output element, the ops' ``c_expr``
+  composed (:func:`~..epilogue.compose`, the same expressions as the C backend);
+* an op of :data:`~.kernels.LOWERINGS`: its scalar body, then the fused epilogue
+  applied to each value it stores (:meth:`KernelContext.store`);
+* a ``copy`` op: one element per work item.
+
+Every kernel takes ``(params, arena)``: two device buffers, laid out as the CPU
+library's (the memory plan's arena offsets, a params blob of 64-byte aligned tensors),
+so the graph JSON keeps its meaning (docs/ARCHITECTURE.md, "The graph JSON").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from ....runtime.errors import CompileError, MonolibError, UnsupportedOpError
+from ...ir import Graph, Value
+from ...ops.base import ctype
+from ...passes.fuse_elementwise import FusedOp, Fusion, broadcast_strides
+from ...passes.plan_memory import ALIGN, MemoryPlan, align
+from ..c import ParamsBuilder, _fix_float_literals, _io_json, _node_json
+from ..epilogue import compose, leaves_of
+from .dialect import Dialect
+from .kernels import LOWERINGS, Kernel, decompose, flat_of
+
+__all__ = ["KernelContext", "generate", "supported_ops"]
+
+logger = logging.getLogger(__name__)
+
+
+def supported_ops() -> list[str]:
+    """ONNX op types a device target runs as kernels (elementwise ops come on top)."""
+    return sorted(LOWERINGS)
+
+
+class KernelContext:
+    """What a lowering gets: typed device pointers and the epilogue-applying store."""
+
+    def __init__(self, fused: FusedOp, plan: MemoryPlan, params: ParamsBuilder, dialect: Dialect):
+        self.fused, self.plan, self.params, self.dialect = fused, plan, params, dialect
+
+    def ptr(self, value: Value) -> str:
+        """Typed pointer expression of ``value`` in the params blob or the arena."""
+        root = self.plan.root(value)
+        T = ctype(value.dtype)
+        if value.is_const or root.is_const:
+            src = value if value.is_const else root
+            return f"(({self.dialect.pointer(T, True)})(params + {self.params.value(src)}))"
+        return f"(({self.dialect.pointer(T)})(arena + {self.plan.offset(value)}))"
+
+    def store(self, flat: str, value: str) -> list[str]:
+        """C lines storing ``value`` (anchor output 0's element at flat index ``flat``)
+        after the fused chain: side inputs are read at that element's index."""
+        f = self.fused
+        out = f.out
+        T = ctype(out.dtype)
+        if not f.steps:
+            return [f"{self.ptr(out)}[{flat}] = ({T})({value});"]
+        shape = out.shape
+        idx = [f"o{d}" for d in range(len(shape))]
+        lines = ["{", f"const int64_t e_ = {flat};", *decompose("e_", shape, "o")]
+        lines += [f"(void){i};" for i in idx]
+        anchor = f.anchor.outputs[0]
+        lines.append(f"const {ctype(anchor.dtype)} x_ = {value};")
+        body, final = compose(f.steps, (anchor, "x_"), self._leaf(shape, idx), "")
+        lines += body
+        lines.append(f"{self.ptr(out)}[e_] = {final};")
+        lines.append("}")
+        return lines
+
+    def _leaf(self, shape: Sequence[int], idx: Sequence[str]):
+        def leaf(v: Value) -> str:
+            return f"{self.ptr(v)}[{flat_of(idx, broadcast_strides(v.shape, shape))}]"
+
+        return leaf
+
+
+def _chain_kernel(fused: FusedOp, ctx: KernelContext) -> Kernel:
+    """An elementwise chain headed by an elementwise node: one element per work item."""
+    out = fused.out
+    idx = [f"o{d}" for d in range(len(out.shape))]
+    body = [*decompose("gid", out.shape, "o"), *(f"(void){i};" for i in idx)]
+    lines, final = compose(fused.steps, None, ctx._leaf(out.shape, idx), "")
+    return Kernel(out.size, [*body, *lines, f"{ctx.ptr(out)}[gid] = {final};"])
+
+
+def _kernel(fused: FusedOp, ctx: KernelContext) -> Kernel:
+    if fused.kind == "copy":
+        return Kernel(fused.out.size, [f"{ctx.ptr(fused.out)}[gid] = {ctx.ptr(fused.src)}[gid];"])
+    if fused.kind == "elementwise":
+        return _chain_kernel(fused, ctx)
+    node = fused.anchor
+    lower = LOWERINGS.get(node.op_type)
+    if lower is None:
+        raise UnsupportedOpError(
+            f"operator {node.op_type} (node {node.name!r}) has no {ctx.dialect.name} kernel; "
+            f"device kernels exist for {', '.join(supported_ops())} and elementwise ops"
+        )
+    if any(v is not None and v.name for v in node.outputs[1:]):
+        raise UnsupportedOpError(
+            f"{node.op_type} (node {node.name!r}): {ctx.dialect.name} kernels compute output 0 only"
+        )
+    return lower(node, ctx)
+
+
+def _render(name: str, kernel: Kernel, dialect: Dialect, comment: str) -> str:
+    body = "\n".join("  " + line for line in kernel.body)
+    return (
+        f"/* {comment} */\n{dialect.signature(name)} {{\n"
+        f"  const int64_t gid = {dialect.gid};\n"
+        f"  if (gid >= {kernel.items}) return;\n"
+        f"  (void)params; (void)arena;\n{body}\n}}"
+    )
+
+
+def generate(
+    graph: Graph, fusion: Fusion, plan: MemoryPlan, dialect: Dialect, *, constants=None
+) -> tuple[str, list[dict[str, Any]], dict[str, Any], Any]:
+    """Kernel source, function table, graph JSON and params blob of a device target.
+
+    Returns
+    -------
+    source : str
+        Every kernel, in ``dialect``.
+    functions : list of dict
+        Per fused op with code, in run order: ``{"name": kernel, "node": index in the
+        graph JSON nodes, "items": work items}``.
+    graph_json : dict
+        As the C backend's (docs/ARCHITECTURE.md), plus ``"device": dialect.name``.
+    params : numpy.ndarray of uint8
+
+    Raises
+    ------
+    UnsupportedOpError
+        An op without a device kernel (the message lists those that have one).
+    CompileError
+        Another failure; the message names the node.
+    """
+    params = ParamsBuilder()
+    kernels, functions, nodes = [], [], []
+    for fused in fusion.ops:
+        if not fused.has_code:
+            continue
+        i = len(nodes)
+        name = f"k{i}"
+        ctx = KernelContext(fused, plan, params, dialect)
+        try:
+            kernel = _kernel(fused, ctx)
+        except MonolibError:
+            raise
+        except Exception as e:  # a lowering bug must name the node
+            raise CompileError(f"{dialect.name}: lowering node {fused.name!r} failed: {e}") from e
+        chain = " -> ".join([fused.op_type, *fused.fused_types])
+        kernels.append(_render(name, kernel, dialect, f"{chain}: {fused.name}"))
+        functions.append({"name": name, "node": i, "items": int(kernel.items)})
+        nodes.append(_node_json(fused, plan))
+    source = _fix_float_literals(dialect.prelude + "\n" + "\n\n".join(kernels) + "\n")
+    blob = params.blob()
+    graph_json = {
+        "format": "monolib.graph",
+        "version": 1,
+        "name": graph.name,
+        "device": dialect.name,
+        "arena_bytes": align(plan.arena_bytes, ALIGN),
+        "params_bytes": int(blob.nbytes),
+        "inputs": _io_json(fusion.inputs, plan),
+        "outputs": _io_json(fusion.outputs, plan),
+        "nodes": nodes,
+        "params": params.entries,
+        "aliases": {f.out.name: f.src.name for f in fusion.ops if f.kind == "alias"},
+        "constants": dict(constants or {}),
+        "metadata": dict(graph.metadata),
+    }
+    logger.info("%s: %d kernels, %d bytes of source", dialect.name, len(kernels), len(source))
+    return source, functions, graph_json, blob

@@ -11,7 +11,7 @@ import pytest
 from mathtensor_util import check_op, ir_node
 
 from monolib.compiler.testing import ort_run, run_model
-from monolib.runtime.errors import UnsupportedOpError
+from monolib.runtime.errors import ShapeError, UnsupportedOpError
 
 R = np.random.default_rng(3)
 
@@ -110,11 +110,13 @@ def test_quantize_matches_ort(case):
     check_op(op, ins, attrs, opset=opset, constant_inputs=consts)
 
 
-def test_blocked_quantization_unsupported():
-    with pytest.raises(UnsupportedOpError, match="blocked"):
+def test_blocked_quantization_scale_shape_checked():
+    # blocked quantization is supported (tests/ops/test_quant_linear.py); a scale whose
+    # blocked dim is not ceil(4 / 2) is refused
+    with pytest.raises(ShapeError, match="block_size 2"):
         ir_node(
             "DequantizeLinear",
-            [R.integers(0, 9, (4, 4)).astype(np.int8), np.ones((4, 2), np.float32)],
+            [R.integers(0, 9, (4, 4)).astype(np.int8), np.ones((4, 3), np.float32)],
             {"block_size": 2},
             21,
             (1,),

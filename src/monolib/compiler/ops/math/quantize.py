@@ -1,11 +1,15 @@
 """Linear (de)quantization: ``QuantizeLinear`` and ``DequantizeLinear`` (10, 13, 19,
-21), per tensor or per axis.
+21, 23-25, 28), per tensor, per axis or blocked.
 
 ONNX specs: ``DequantizeLinear``: ``y = (x - zero_point) * scale`` (float32 out);
 ``QuantizeLinear``: ``y = saturate(round_half_even(x / scale) + zero_point)`` into the
 zero point's type (uint8 without one; ``output_dtype`` from 21). ``scale`` and
-``zero_point`` are scalars or 1-D along ``axis`` (13+). Blocked quantization
-(``block_size`` > 0) and the float8/int4 types are not supported.
+``zero_point`` are scalars, 1-D along ``axis`` (13+), or blocked (21+, ``block_size``
+> 0): the shape of ``x`` with dim ``axis`` cut to ``ceil(x.shape[axis] / block_size)``,
+element ``j`` of that dim serving ``x``'s indices ``j*block_size ..`` along it. The
+float8/int4/int2 types and non-float32 scales (float16...) are refused with an
+``UnsupportedOpError`` naming the type; so are 23's ``precision`` and ``output_dtype``
+attributes other than float32.
 
 With constant inputs (QDQ models' weights) these fold at compile time; at run time
 they are one loop over ``[outer, C, inner]``, like ONNX Runtime's kernels (division
@@ -18,6 +22,7 @@ import logging
 from typing import ClassVar
 
 import numpy as np
+import onnx
 
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
@@ -42,9 +47,12 @@ class _Linear(OpDef):
         return f"{self.op_type} (node {node.name!r})"
 
     def view(self, node: Node) -> tuple[int, int, int]:
+        """``(outer, C, inner)``: x viewed as ``[outer, C, inner]`` with C the quantized
+        axis (1 for per tensor)."""
         x, scale = node.inputs[0], node.inputs[1]
+        self._check_attrs(node)
         if node.attrs.get("block_size", 0):
-            raise UnsupportedOpError(f"{self._where(node)}: blocked quantization is not supported")
+            return self._blocked_view(node)
         if scale.size == 1 and len(scale.shape) <= 1:
             return x.size, 1, 1
         if len(scale.shape) != 1:
@@ -60,15 +68,53 @@ class _Linear(OpDef):
         inner = int(np.prod(x.shape[a + 1 :], dtype=np.int64))
         return outer, x.shape[a], inner
 
+    def _check_attrs(self, node: Node) -> None:
+        """Opset 23's ``precision`` (Quantize) / ``output_dtype`` (Dequantize): float32 only."""
+        name = "precision" if self.quantize else "output_dtype"
+        v = node.attrs.get(name, 0) or 0
+        if v not in (0, 1):  # 1: TensorProto.FLOAT
+            raise UnsupportedOpError(
+                f"{self._where(node)}: {name}={v} is not supported (float32 only)"
+            )
+
+    def _blocked_view(self, node: Node) -> tuple[int, int, int]:
+        x, scale = node.inputs[0], node.inputs[1]
+        bs = int(node.attrs["block_size"])
+        a = normalize_axis(node.attrs.get("axis", 1), len(x.shape), self._where(node))
+        want = list(x.shape)
+        want[a] = -(-x.shape[a] // bs) if bs > 0 else 0
+        if bs < 0 or list(scale.shape) != want:
+            raise ShapeError(
+                f"{self._where(node)}: block_size {bs} along axis {a} of x {list(x.shape)} "
+                f"needs a scale of shape {want}, got {list(scale.shape)}"
+            )
+        zp = node.input(2)
+        if zp is not None and zp.shape != scale.shape:
+            raise ShapeError(
+                f"{self._where(node)}: zero_point {list(zp.shape)} != scale {list(scale.shape)}"
+            )
+        outer = int(np.prod(x.shape[:a], dtype=np.int64))
+        inner = int(np.prod(x.shape[a + 1 :], dtype=np.int64))
+        return outer, x.shape[a], inner
+
     def epilogue_groups(self, node: Node):
         return flat_groups(len(node.outputs[0].shape))
 
     def _params(self, node: Node, inputs):
+        """x as ``[outer, C, inner]`` with scale and zero point (int64) broadcastable to it."""
         outer, c, inner = self.view(node)
-        scale = inputs[1].reshape(1, c, 1)
+        x = inputs[0].reshape(outer, c, inner)
         zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+        bs = int(node.attrs.get("block_size", 0) or 0)
+        if bs:  # repeat each block's scale over its block, cut at the dim's end
+            def expand(v):
+                return np.repeat(v.reshape(outer, -1, inner), bs, axis=1)[:, :c]
+            scale = expand(inputs[1])
+            zp = np.zeros_like(x, np.int64) if zp is None else expand(zp).astype(np.int64)
+            return x, scale, zp
+        scale = inputs[1].reshape(1, c, 1)
         zp = np.zeros((1, c, 1), np.int64) if zp is None else zp.reshape(1, c, 1).astype(np.int64)
-        return inputs[0].reshape(outer, c, inner), scale, zp
+        return x, scale, zp
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, scale, y = node.inputs[0], node.inputs[1], node.outputs[0]
@@ -78,8 +124,11 @@ class _Linear(OpDef):
         zp = node.input(2)
         o, k, i = ctx.unique("o"), ctx.unique("c"), ctx.unique("i")
         flat = f"({o}*{c} + {k})*{inner} + {i}"
-        xv, sv = f"{ctx.ptr(x)}[{flat}]", f"{ctx.ptr(scale)}[{k}]"
-        zv = f"(int32_t){ctx.ptr(zp)}[{k}]" if zp is not None else "0"
+        bs = int(node.attrs.get("block_size", 0) or 0)
+        # the scale/zero point element of x's element (o, k, i)
+        si = f"({o}*{-(-c // bs)} + {k}/{bs})*{inner} + {i}" if bs else k
+        xv, sv = f"{ctx.ptr(x)}[{flat}]", f"{ctx.ptr(scale)}[{si}]"
+        zv = f"(int32_t){ctx.ptr(zp)}[{si}]" if zp is not None else "0"
         val = self._c_value(node, xv, sv, zv)
         store = ctx.output_expr(val, flat_index_exprs(flat, y.shape))
         return (
@@ -96,9 +145,17 @@ class DequantizeLinear(_Linear):
     """``DequantizeLinear``: int8/uint8/int16/uint16/int32 to float32."""
 
     op_type, since_version = "DequantizeLinear", 10
+    also_versions = (23, 24, 25, 28)  # new types (refused in infer) and output_dtype
+    #: 23 adds ``output_dtype`` (checked below: float32 only) and float4 inputs; 24,
+    #: 25, 28 add float8e8m0 scales and int2/float6 inputs (all refused by type)
+    also_versions = (23, 24, 25, 28)
 
     def infer(self, node: Node) -> list[OutType]:
         x, scale = node.inputs[0], node.inputs[1]
+        if node.attrs.get("output_dtype", 0) not in (0, onnx.TensorProto.FLOAT):
+            raise UnsupportedOpError(
+                f"{self._where(node)}: output_dtype {node.attrs['output_dtype']} (float32 only)"
+            )
         if x.dtype not in _QTYPES or scale.dtype != np.float32:
             raise UnsupportedOpError(
                 f"{self._where(node)}: x {x.dtype} / scale {scale.dtype} is not supported "
@@ -121,6 +178,11 @@ class QuantizeLinear(_Linear):
     """``QuantizeLinear``: float32 to int8/uint8 (int16/uint16 from 21), saturating."""
 
     op_type, since_version = "QuantizeLinear", 10
+    also_versions = (23, 24, 25, 28)  # new types (refused in infer) and precision
+    quantize = True
+    #: 23 adds ``precision`` (checked below: float32 only) and more scale types; 24,
+    #: 25, 28 add float8e8m0 scales and int2/float6 outputs (all refused by type)
+    also_versions = (23, 24, 25, 28)
 
     def _out_dtype(self, node: Node) -> np.dtype:
         zp = node.input(2)
@@ -131,6 +193,10 @@ class QuantizeLinear(_Linear):
 
     def infer(self, node: Node) -> list[OutType]:
         x, scale = node.inputs[0], node.inputs[1]
+        if node.attrs.get("precision", 0) not in (0, onnx.TensorProto.FLOAT):
+            raise UnsupportedOpError(
+                f"{self._where(node)}: precision {node.attrs['precision']} (float32 only)"
+            )
         dt = self._out_dtype(node)
         if (
             dt not in _QTYPES - {np.dtype(np.int32)}

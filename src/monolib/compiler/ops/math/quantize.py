@@ -19,7 +19,6 @@ for Quantize, ``nearbyint`` rounding in the default mode).
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
 
 import numpy as np
 import onnx
@@ -41,8 +40,6 @@ _QTYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int3
 class _Linear(OpDef):
     """Shared shape logic: the per-axis view ``[outer, C, inner]``."""
 
-    quantize: ClassVar[bool] = False
-
     def _where(self, node: Node) -> str:
         return f"{self.op_type} (node {node.name!r})"
 
@@ -50,7 +47,6 @@ class _Linear(OpDef):
         """``(outer, C, inner)``: x viewed as ``[outer, C, inner]`` with C the quantized
         axis (1 for per tensor)."""
         x, scale = node.inputs[0], node.inputs[1]
-        self._check_attrs(node)
         if node.attrs.get("block_size", 0):
             return self._blocked_view(node)
         if scale.size == 1 and len(scale.shape) <= 1:
@@ -67,15 +63,6 @@ class _Linear(OpDef):
         outer = int(np.prod(x.shape[:a], dtype=np.int64))
         inner = int(np.prod(x.shape[a + 1 :], dtype=np.int64))
         return outer, x.shape[a], inner
-
-    def _check_attrs(self, node: Node) -> None:
-        """Opset 23's ``precision`` (Quantize) / ``output_dtype`` (Dequantize): float32 only."""
-        name = "precision" if self.quantize else "output_dtype"
-        v = node.attrs.get(name, 0) or 0
-        if v not in (0, 1):  # 1: TensorProto.FLOAT
-            raise UnsupportedOpError(
-                f"{self._where(node)}: {name}={v} is not supported (float32 only)"
-            )
 
     def _blocked_view(self, node: Node) -> tuple[int, int, int]:
         x, scale = node.inputs[0], node.inputs[1]
@@ -145,7 +132,6 @@ class DequantizeLinear(_Linear):
     """``DequantizeLinear``: int8/uint8/int16/uint16/int32 to float32."""
 
     op_type, since_version = "DequantizeLinear", 10
-    also_versions = (23, 24, 25, 28)  # new types (refused in infer) and output_dtype
     #: 23 adds ``output_dtype`` (checked below: float32 only) and float4 inputs; 24,
     #: 25, 28 add float8e8m0 scales and int2/float6 inputs (all refused by type)
     also_versions = (23, 24, 25, 28)
@@ -178,8 +164,6 @@ class QuantizeLinear(_Linear):
     """``QuantizeLinear``: float32 to int8/uint8 (int16/uint16 from 21), saturating."""
 
     op_type, since_version = "QuantizeLinear", 10
-    also_versions = (23, 24, 25, 28)  # new types (refused in infer) and precision
-    quantize = True
     #: 23 adds ``precision`` (checked below: float32 only) and more scale types; 24,
     #: 25, 28 add float8e8m0 scales and int2/float6 outputs (all refused by type)
     also_versions = (23, 24, 25, 28)

@@ -29,8 +29,8 @@ __all__ = [
     "pack_b16",
     "qgemm_bbuf_bytes",
     "qgemm_call",
-    "require_q8",
     "requantize",
+    "require_q8",
     "zp_c",
     "zp_ref",
 ]

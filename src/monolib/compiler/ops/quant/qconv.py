@@ -36,8 +36,8 @@ from ._qcommon import (
     pack_a16,
     qgemm_bbuf_bytes,
     qgemm_call,
-    require_q8,
     requantize,
+    require_q8,
     zp_c,
     zp_ref,
 )

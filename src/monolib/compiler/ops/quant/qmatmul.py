@@ -31,8 +31,8 @@ from ._qcommon import (
     pack_b16,
     qgemm_bbuf_bytes,
     qgemm_call,
-    require_q8,
     requantize,
+    require_q8,
     zp_c,
     zp_ref,
 )
@@ -98,7 +98,7 @@ class _QMatMul(OpDef):
         return [(self._check(node)[-1], self._out_dtype(node))]
 
     def _acc(self, node: Node, inputs: list) -> np.ndarray:
-        batch, ash, bsh, m, k, n, out = _dims(node, inputs[self.A].shape, inputs[self.B].shape)
+        _, ash, bsh, m, _, n, out = _dims(node, inputs[self.A].shape, inputs[self.B].shape)
         a = inputs[self.A].astype(np.int64).reshape(ash)
         b = inputs[self.B].astype(np.int64).reshape(bsh)
         az = zp_ref(inputs[self.AZP] if len(inputs) > self.AZP else None, m).reshape(m, 1)
@@ -114,7 +114,7 @@ class _QMatMul(OpDef):
         if m == 0 or n == 0 or y.size == 0:
             return ""
         ctx.include("qgemm.h")
-        out, code, per_col = self._out(node, ctx)
+        out, code, _ = self._out(node, ctx)
         nb = int(np.prod(batch, dtype=np.int64))
         ai, bi = _batch_index(ash, batch), _batch_index(bsh, batch)
         kp = k + (k & 1)

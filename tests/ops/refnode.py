@@ -1,6 +1,7 @@
 """One ONNX node compiled by monolib (through ``MonolibBackend``) against ONNX's
-reference evaluator (``onnx.reference``): the shared check of the op tests that go
-beyond ONNX's own node cases (other shapes, attributes, dtypes)."""
+reference evaluator (``onnx.reference``) or ONNX Runtime: the shared check of the op
+tests that go beyond ONNX's own node cases (those run in ``tests/test_onnx_backend.py``
+and ``bench/conformance.py``; building them takes ~10 s, so these tests do not)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from monolib.onnx_backend import MonolibBackend
-from monolib.onnx_conformance import check_case, load_cases
 
-__all__ = ["check_node", "run_onnx_cases"]
+__all__ = ["check_node"]
 
 
 def check_node(op: str, inputs: dict[str, np.ndarray], outputs: list[str], *,
@@ -48,19 +48,3 @@ def check_node(op: str, inputs: dict[str, np.ndarray], outputs: list[str], *,
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
     return got
-
-
-_CASES = None
-
-
-def run_onnx_cases(ops: set[str]) -> int:
-    """Run every ONNX node case of ``ops`` through monolib; returns how many ran."""
-    global _CASES
-    if _CASES is None:
-        _CASES = load_cases()
-    n = 0
-    for case in _CASES:
-        if case.op in ops:
-            check_case(case)
-            n += 1
-    return n

@@ -5,6 +5,7 @@ classifier compared with Python's outputs."""
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 import threading
@@ -14,6 +15,7 @@ import pytest
 from capihelp import (
     INCLUDE,
     N_NAME,
+    ROOT,
     TensorInfo,
     W,
     bind,
@@ -326,3 +328,47 @@ def test_example_reports_a_wrong_input_size(tmp_path, run_model_exe, cls_host):
     assert 'error: monolib_set_input: "x" (float32, 4 dims) holds 110592 bytes, got 400' in (
         res.stderr
     )
+
+
+def test_doc_example_links_and_runs(tmp_path, cc, cls_host):
+    """The example of docs/c_api.md, linked directly against the library (no dlopen)."""
+    doc = (ROOT / "docs" / "c_api.md").read_text(encoding="utf-8")
+    code = re.search(r"## Example\n\n```c\n(.*?)```", doc, re.DOTALL).group(1)
+    (tmp_path / "app.c").write_text(code)
+    lib = tmp_path / "libcls.so"
+    lib.symlink_to(cls_host)
+    exe = tmp_path / "app"
+    subprocess.run(
+        [
+            cc,
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-pedantic",
+            "-Werror",
+            f"-I{INCLUDE}",
+            str(tmp_path / "app.c"),
+            str(lib),
+            f"-Wl,-rpath,{tmp_path}",
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
+    res = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    (want,) = python_outputs(cls_host, np.zeros((1, 3, 48, 192), np.float32))
+    assert res.stdout == f"upright {want[0, 0]:.3f}, rotated {want[0, 1]:.3f}\n"
+
+
+def test_package_data_ships_the_header_and_template():
+    """A wheel (not only an editable install) must carry monolib.h and the C template
+    that every export pastes in: pyproject's package-data globs must cover them."""
+    import fnmatch
+
+    import tomllib
+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    globs = conf["tool"]["setuptools"]["package-data"]["monolib"]
+    for path in ("include/monolib.h", "export/capi_template.c"):
+        assert any(fnmatch.fnmatch(path, g) for g in globs), f"{path} not in package-data {globs}"

@@ -4,7 +4,7 @@ At export, :func:`tree_capi_source` gives the C text appended to ``lib.c``: the
 public header (``monolib/include/monolib.h``), a table generated from the model (its
 inputs and outputs: names, shapes, dtypes, arena offsets; the arena size; where the
 params section lies in the embedded container) and the fixed implementation
-(``capi_template.c``). It is compiled with the generated code and reaches the
+(``monolib/include/monolib_capi_impl.h``, pasted, never included by users). It is compiled with the generated code and reaches the
 params through the container symbols ``__monolib_container_start/_end``, so a C
 program needs nothing but the library. Dtypes carry DLPack's type codes (dlpack.h
 ``DLDataTypeCode``).
@@ -50,7 +50,9 @@ def header_text() -> str:
 
 
 def _template_text() -> str:
-    return resources.files(__package__).joinpath("capi_template.c").read_text(encoding="utf-8")
+    # beside monolib.h, so the package data that ships the header ships it too
+    path = "include/monolib_capi_impl.h"
+    return resources.files("monolib").joinpath(path).read_text(encoding="utf-8")
 
 
 def dlpack_dtype(name: str) -> tuple[int, int]:

@@ -1,5 +1,7 @@
-/* ---- capi_template.c: the C API of monolib.h (see monolib/export/capi.py) ----
- * Pasted after monolib.h and the model's table, which defines:
+/* ---- monolib_capi_impl.h: the implementation of monolib.h's C API ----
+ * Internal: monolib/export/capi.py pastes it into every exported library's C source,
+ * after monolib.h and the model's table; programs include monolib.h only.
+ * The table defines:
  *   ML_CAPI_HOST            1: the graph runs here; 0: ml_capi_refusal says why not
  *   ml_capi_refusal         NULL, or why monolib_open refuses
  *   ml_capi_inputs[], ml_capi_outputs[], ML_CAPI_NUM_INPUTS, ML_CAPI_NUM_OUTPUTS

@@ -126,8 +126,10 @@ class _CUDASession(DeviceSession):
         drv = self.drv = _driver()
         try:
             self._call("cuInit", 0)
-        except ExecutionError as exc:
-            raise DeviceUnavailableError(f"no usable CUDA driver/GPU: {exc}") from None
+        except Exception as exc:  # noqa: BLE001  (no libcuda: the bindings raise their own)
+            raise DeviceUnavailableError(
+                f"no usable CUDA driver/GPU ({type(exc).__name__}: {exc})"
+            ) from None
         count = self._call("cuDeviceGetCount")
         if not 0 <= device.device_id < count:
             raise DeviceUnavailableError(f"no CUDA device {device.device_id} ({count} found)")
@@ -138,7 +140,8 @@ class _CUDASession(DeviceSession):
         self.ctx = self._call("cuDevicePrimaryCtxRetain", dev)
         self._call("cuCtxSetCurrent", self.ctx)
         ptx = module.ptx_for(f"sm_{major}{minor}")
-        self.mod = self._call("cuModuleLoadData", np.frombuffer(ptx + b"\0", np.uint8).ctypes.data)
+        image = np.frombuffer(ptx + b"\0", np.uint8)  # NUL-terminated PTX, kept alive
+        self.mod = self._call("cuModuleLoadData", image.ctypes.data)
         self.functions = [
             (self._call("cuModuleGetFunction", self.mod, f["name"].encode()), int(f["items"]))
             for f in module.functions
@@ -153,25 +156,28 @@ class _CUDASession(DeviceSession):
             raise ExecutionError(f"CUDA {name} failed: {err}")
         return rest[0] if len(rest) == 1 else (rest or None)
 
+    def _ptr(self, address: int) -> Any:
+        return self.drv.CUdeviceptr(address)
+
     def upload_params(self, blob: np.ndarray) -> None:
         host = np.ascontiguousarray(blob if blob.nbytes else np.zeros(64, np.uint8))
         if self.params is None:
             self.params = int(self._call("cuMemAlloc", host.nbytes))
-        self._call("cuMemcpyHtoD", self.params, host.ctypes.data, host.nbytes)
+        self._call("cuMemcpyHtoD", self._ptr(self.params), host.ctypes.data, host.nbytes)
 
     def write(self, offset: int, host: np.ndarray) -> None:
         if host.nbytes:
-            self._call("cuMemcpyHtoD", self.arena + offset, host.ctypes.data, host.nbytes)
+            self._call("cuMemcpyHtoD", self._ptr(self.arena + offset), host.ctypes.data, host.nbytes)
 
     def read(self, offset: int, host: np.ndarray) -> None:
         if host.nbytes:
-            self._call("cuMemcpyDtoH", host.ctypes.data, self.arena + offset, host.nbytes)
+            self._call("cuMemcpyDtoH", host.ctypes.data, self._ptr(self.arena + offset), host.nbytes)
 
     def launch(self, i: int) -> None:
         fn, items = self.functions[i]
         args = ((self.params, self.arena), (ctypes.c_void_p, ctypes.c_void_p))
         grid = max(1, -(-items // BLOCK))
-        self._call("cuLaunchKernel", fn, grid, 1, 1, BLOCK, 1, 1, 0, 0, args, 0)
+        self._call("cuLaunchKernel", fn, grid, 1, 1, BLOCK, 1, 1, 0, self.drv.CUstream(0), args, 0)
 
     def finish(self) -> None:
         self._call("cuCtxSynchronize")

@@ -12,9 +12,10 @@ that maps the C99 names the ops' ``c_expr`` use (``int64_t``, ``expf``, ``INT64_
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CUDA", "DIALECTS", "Dialect", "OPENCL"]
+__all__ = ["CUDA", "DIALECTS", "Dialect", "OPENCL", "statement_expressions_to_lambdas"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,43 @@ typedef unsigned char uint8_t;
 """
 
 
+def _split_top(text: str) -> list[str]:
+    """``text`` split at the ``;`` that are outside every bracket."""
+    parts, depth, start = [], 0, 0
+    for k, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            parts.append(text[start:k].strip())
+            start = k + 1
+    tail = text[start:].strip()
+    return parts + ([tail] if tail else [])
+
+
+def statement_expressions_to_lambdas(source: str) -> str:
+    """GNU statement expressions ``({ T a = e; f(a); })`` (the C backend's ``bind``,
+    inside ops' ``c_expr``) as immediately called C++ lambdas
+    ``([&]() { T a = e; return f(a); }())``: NVRTC has no GNU C extensions."""
+    out, k = [], 0
+    while True:
+        j = source.find("({", k)
+        if j < 0:
+            return "".join(out) + source[k:]
+        depth, e = 0, j
+        for e in range(j, len(source)):  # the matching ")" of "(" at j
+            depth += source[e] in "([{"
+            depth -= source[e] in ")]}"
+            if depth == 0:
+                break
+        inner = statement_expressions_to_lambdas(source[j + 2 : e - 1])
+        *stmts, value = _split_top(inner)
+        body = " ".join(s + ";" for s in stmts)
+        out += [source[k:j], f"([&]() {{ {body} return {value}; }}())"]
+        k = e + 1
+
+
 @dataclass(frozen=True)
 class Dialect:
     """What one C dialect spells differently.
@@ -95,6 +133,8 @@ class Dialect:
         C expression of the flat work-item index, as ``int64_t``.
     prelude : str
         Definitions pasted at the top of the source.
+    rewrite : callable, optional
+        ``rewrite(source) -> source``: a last pass over the whole text.
     """
 
     name: str
@@ -102,6 +142,7 @@ class Dialect:
     global_: str
     gid: str
     prelude: str
+    rewrite: Callable[[str], str] | None = None
 
     def pointer(self, ctype: str, const: bool = False) -> str:
         """The pointer type to device memory of ``ctype`` elements."""
@@ -130,6 +171,7 @@ CUDA = Dialect(
     global_="",
     gid="((int64_t)blockIdx.x * blockDim.x + threadIdx.x)",
     prelude=_CUDA_PRELUDE,
+    rewrite=statement_expressions_to_lambdas,
 )
 
 #: target kind -> dialect

@@ -163,6 +163,8 @@ def generate(
         functions.append({"name": name, "node": i, "items": int(kernel.items)})
         nodes.append(_node_json(fused, plan))
     source = _fix_float_literals(dialect.prelude + "\n" + "\n\n".join(kernels) + "\n")
+    if dialect.rewrite is not None:
+        source = dialect.rewrite(source)
     blob = params.blob()
     graph_json = {
         "format": "monolib.graph",

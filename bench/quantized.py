@@ -1,0 +1,151 @@
+"""A real quantized model: the PP-OCR line classifier (``ppocr_cls``) quantized with
+``onnxruntime.quantization`` (static, QOperator format, default ONNX domain only), and
+monolib's latency on it beside ONNX Runtime's running the same file.
+
+    python bench/quantized.py [--runs 30]
+
+The recipe (:func:`quantized_cls`) is shared with ``tests/models/test_quantized_model.py``:
+``Conv`` and ``MatMul`` become ``QLinearConv``/``QLinearMatMul`` with uint8 activations
+and per-channel uint8 weights (uint8 x uint8: ONNX Runtime's AVX2 kernels are exact for
+it, while its uint8 x int8 path may saturate int16 pair sums on CPUs without VNNI, so
+it would not be a fair reference), calibrated (MinMax) on rendered text lines, upright
+and rotated. The file is written to the model cache (``$MONOLIB_CACHE`` or
+``~/.cache/monolib/models``), never into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHAPE = (1, 3, 48, 192)
+CALIB_TEXTS = ["Hello World 2024", "monolib compiles ONNX", "quick brown fox 42", "Zebra crossing"]
+# graph outputs the comparison reads besides the softmax: the QLinearMatMul's uint8
+# logits, their float value after the bias, and the last QLinearConv's uint8 output
+EXTRA_OUTPUTS = ("linear_1.tmp_0_quantized", "linear_1.tmp_1")
+
+
+def lines(texts: list[str]) -> list[np.ndarray]:
+    """Each text rendered and preprocessed for cls ([1, 3, 48, 192] float32), upright and
+    then rotated by 180 degrees."""
+    from monolib.models import ocr
+
+    out = []
+    for t in texts:
+        img = ocr.render_line(t)
+        out.append(ocr.line_preprocess(img, SHAPE[2], SHAPE[3]))
+        out.append(ocr.line_preprocess(np.ascontiguousarray(img[::-1, ::-1]), SHAPE[2], SHAPE[3]))
+    return out
+
+
+def _last_qconv_output(model) -> str:
+    return [n for n in model.graph.node if n.op_type == "QLinearConv"][-1].output[0]
+
+
+def quantized_cls(cache: Path | None = None) -> Path:
+    """Path of the quantized cls model (built on first use, cached by onnxruntime version).
+
+    The float model's batch/height/width are fixed to ``SHAPE`` first; the extra outputs
+    (``EXTRA_OUTPUTS`` and the last QLinearConv's output) are added to the graph.
+    """
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    from monolib.models import fetch_model
+    from monolib.models.fetch import cache_dir
+
+    cache = Path(cache or cache_dir()) / "quantized"
+    cache.mkdir(parents=True, exist_ok=True)
+    tag = hashlib.sha256(f"{onnxruntime.__version__}|{CALIB_TEXTS}|qop-u8u8-pc".encode()).hexdigest()[:12]
+    out = cache / f"ppocr_cls_qop_{tag}.onnx"
+    if out.exists():
+        return out
+    model = onnx.load(str(fetch_model("ppocr_cls")))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for d, v in zip(dims, SHAPE):
+        d.ClearField("dim_param")
+        d.dim_value = v
+    feeds = iter([{"x": x} for x in lines(CALIB_TEXTS)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(feeds, None)
+
+    pid = os.getpid()
+    fixed, raw, tmp = (cache / f".{name}.{pid}.onnx" for name in ("fixed", "raw", "final"))
+    try:
+        onnx.save(model, str(fixed))
+        quantize_static(
+            str(fixed),
+            str(raw),
+            Reader(),
+            quant_format=QuantFormat.QOperator,
+            op_types_to_quantize=["Conv", "MatMul"],
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QUInt8,
+            per_channel=True,
+        )
+        q = onnx.load(str(raw))
+        types = {v.name: v for v in onnx.shape_inference.infer_shapes(q).graph.value_info}
+        for name in EXTRA_OUTPUTS:  # [1, 2]: after a Reshape inference cannot follow
+            elem = types[name].type.tensor_type.elem_type
+            q.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, [1, 2]))
+        q.graph.output.append(types[_last_qconv_output(q)])
+        onnx.save(q, str(tmp))
+        os.replace(tmp, out)  # never a partial file under the final name
+    finally:
+        for p in (fixed, raw, tmp):
+            p.unlink(missing_ok=True)
+    return out
+
+
+def _median_ms(fn, runs: int) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+def main() -> None:
+    """Print monolib and ORT median latency on the quantized cls at 1 and 2 threads."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=30)
+    args = ap.parse_args()
+    import onnxruntime as ort
+
+    import monolib
+
+    path = quantized_cls()
+    x = lines(["Hello World 2024"])[0]
+    t0 = time.perf_counter()
+    factory = monolib.compile(str(path), target="c", shapes={"x": SHAPE})
+    print(f"quantized cls: {path.name}; monolib compile {time.perf_counter() - t0:.1f} s")
+    gm = monolib.GraphModule(factory["default"](monolib.cpu()))
+    print("threads  monolib ms   ORT ms   ORT/monolib")
+    for threads in (1, 2):
+        monolib.set_num_threads(threads)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        ml = _median_ms(lambda: gm.run(x=x), args.runs)
+        ox = _median_ms(lambda s=sess: s.run(None, {"x": x}), args.runs)
+        print(f"{threads:7d}  {ml:10.3f}  {ox:7.3f}   {ox / ml:6.2f}")
+
+
+if __name__ == "__main__":
+    main()

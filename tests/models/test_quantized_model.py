@@ -1,0 +1,94 @@
+"""A real quantized model through monolib: the PP-OCR line classifier quantized with
+``onnxruntime.quantization`` (QOperator: 53 QLinearConv, 1 QLinearMatMul, Quantize/
+DequantizeLinear; recipe in ``bench/quantized.py``), compiled by monolib and compared
+with ONNX Runtime running the same file.
+
+Bound: every uint8 tensor compared (the last QLinearConv's output, the QLinearMatMul's
+logits) within one quantization step (|diff| <= 1), the dequantized logits within one
+step of their scale; and the meaning holds: upright lines are class 0, rotated ones
+class 1, with probability > 0.9, on texts outside the calibration set too.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BENCH = Path(__file__).parents[2] / "bench" / "quantized.py"
+TEXTS = ["Hello World 2024", "Paddle reads 7 lines"]  # the second is not in the calibration
+
+
+def _recipe():
+    spec = importlib.util.spec_from_file_location("bench_quantized", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    """(recipe module, quantized model path, [(monolib outputs, ORT outputs)] per input
+    in ``recipe.lines(TEXTS)`` order: upright, rotated, upright, rotated)."""
+    pytest.importorskip("PIL")
+    pytest.importorskip("onnxruntime.quantization")
+    import onnxruntime as ort
+
+    import monolib
+
+    recipe = _recipe()
+    path = recipe.quantized_cls()
+    factory = monolib.compile(str(path), target="c", shapes={"x": recipe.SHAPE})
+    gm = monolib.GraphModule(factory["default"](monolib.cpu()))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    pairs = []
+    for x in recipe.lines(TEXTS):
+        gm.run(x=x)
+        got = [gm.get_output(i).numpy() for i in range(gm.get_num_outputs())]
+        pairs.append((got, sess.run(None, {"x": x})))
+    return recipe, path, pairs
+
+
+def test_model_is_quantized_in_the_default_domain(quantized):
+    _, path, _ = quantized
+    model = onnx.load(str(path))
+    ops = [(n.domain or "", n.op_type) for n in model.graph.node]
+    assert all(d == "" for d, _ in ops), {d for d, _ in ops}
+    kinds = [t for _, t in ops]
+    assert kinds.count("QLinearConv") == 53 and kinds.count("QLinearMatMul") == 1
+    assert "Conv" not in kinds and "MatMul" not in kinds
+
+
+def test_within_one_quantization_step_of_onnxruntime(quantized):
+    _, path, pairs = quantized
+    model = onnx.load(str(path))
+    scale = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    step = float(scale["linear_1.tmp_0_scale"])
+    exact = total = 0
+    for got, want in pairs:
+        assert [g.shape for g in got] == [w.shape for w in want]
+        _, q_logits, logits, q_conv = got
+        _, w_q_logits, w_logits, w_q_conv = want
+        for g, w in ((q_logits, w_q_logits), (q_conv, w_q_conv)):
+            assert g.dtype == w.dtype == np.uint8
+            diff = np.abs(g.astype(np.int32) - w.astype(np.int32))
+            assert diff.max() <= 1, f"uint8 tensor off by {diff.max()} steps"
+            exact += int((diff == 0).sum())
+            total += diff.size
+        np.testing.assert_allclose(logits, w_logits, rtol=0, atol=step * 1.0001)
+    # the integer kernels are exact and requantize as ORT does: (nearly) all equal
+    assert exact / total > 0.999, f"{total - exact} of {total} elements differ by one step"
+
+
+def test_upright_and_rotated_lines_are_told_apart(quantized):
+    _, _, pairs = quantized
+    for i, (got, want) in enumerate(pairs):
+        probs = got[0]
+        cls = i % 2  # lines() alternates upright (class 0) and rotated (class 180: 1)
+        assert probs.shape == (1, 2)
+        assert probs[0, cls] > 0.9, (i, probs, want[0])

@@ -48,17 +48,17 @@ _SHN_XINDEX = 0xFFFF
 MACHINES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv"}
 
 # per ELF class: (file header after e_ident, section header, program header,
-# indices of p_offset, p_filesz and p_flags in the program header tuple)
+# indices of p_offset, p_filesz, p_flags, p_vaddr, p_memsz in the program header tuple)
 _LAYOUT = {
-    1: ("HHIIIIIHHHHHH", "IIIIIIIIII", "IIIIIIII", (1, 4, 6)),
-    2: ("HHIQQQIHHHHHH", "IIQQQQIIQQ", "IIQQQQQQ", (2, 5, 1)),
+    1: ("HHIIIIIHHHHHH", "IIIIIIIIII", "IIIIIIII", (1, 4, 6, 2, 5)),
+    2: ("HHIQQQIHHHHHH", "IIQQQQIIQQ", "IIQQQQQQ", (2, 5, 1, 3, 6)),
 }
 
 
 # section flags (sh_flags) and segment flags (p_flags), from elf(5)
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 PF_X, PF_W, PF_R = 0x1, 0x2, 0x4
-PT_LOAD, PT_GNU_STACK = 1, 0x6474E551
+PT_LOAD, PT_DYNAMIC, PT_GNU_STACK = 1, 2, 0x6474E551
 
 
 class ElfSection(NamedTuple):
@@ -74,12 +74,15 @@ class ElfSection(NamedTuple):
 
 
 class ElfSegment(NamedTuple):
-    """One program header: type, flags (PF_R/W/X), file offset and size."""
+    """One program header: type, flags (PF_R/W/X), file offset and size, virtual
+    address and size in memory (ELF only; 0 for PE and Mach-O)."""
 
     type: int
     flags: int
     offset: int
     filesz: int
+    vaddr: int = 0
+    memsz: int = 0
 
 
 class ElfInfo(NamedTuple):
@@ -119,7 +122,7 @@ def _read_segments(buf, path, end, hdr, ph_fmt, idx) -> list[ElfSegment]:
     segments = []
     for i in range(phnum):
         ph = _unpack(buf, end + ph_fmt, phoff + i * phentsize, path, f"program header {i}")
-        seg = ElfSegment(ph[0], ph[idx[2]], ph[idx[0]], ph[idx[1]])
+        seg = ElfSegment(ph[0], ph[idx[2]], ph[idx[0]], ph[idx[1]], ph[idx[3]], ph[idx[4]])
         if seg.offset + seg.filesz > len(buf):
             raise _fail(
                 path,
@@ -192,8 +195,62 @@ def parse_elf(buf, path: str = "<memory>") -> ElfInfo:
         raise _fail(path, f"ELF file of type {hdr[0]} is not a shared library (ET_DYN = 3)")
     segments = _read_segments(buf, path, end, hdr, ph_fmt, ph_idx)
     sections = _read_sections(buf, path, end, hdr, sh_fmt)
+    _check_mapping(path, sections, segments)
     machine = MACHINES.get(hdr[1], f"machine {hdr[1]}")
     return ElfInfo(32 * bits_code, machine, sections, segments, "ELF", end)
+
+
+def _inside(sec: ElfSection, seg: ElfSegment, nobits: bool) -> bool:
+    """``sec`` lies in ``seg`` in memory and, unless NOBITS, at the same place in
+    the file (file offset - address equal for both)."""
+    in_memory = seg.vaddr <= sec.addr and sec.addr + sec.size <= seg.vaddr + seg.memsz
+    if nobits:
+        return in_memory
+    in_file = seg.offset <= sec.offset and sec.offset + sec.size <= seg.offset + seg.filesz
+    return in_memory and in_file and sec.offset - seg.offset == sec.addr - seg.vaddr
+
+
+_RIGHTS = {PF_R: "read", PF_W: "write", PF_X: "execute"}
+
+
+def _check_mapping(path: str, sections: list[ElfSection], segments: list[ElfSegment]) -> None:
+    """The program headers (what the dynamic loader maps) agree with the section
+    headers (what the linker laid out): every allocated section lies in a PT_LOAD
+    segment at the same file offset and address, with its segment giving the write
+    and execute rights it needs, and PT_DYNAMIC lies in a PT_LOAD. A damaged program
+    header that would make ``dlopen`` map too little, or map code without execute
+    rights, and crash the process, is refused here first. (A file without section
+    headers is not checked: the loader reads program headers only.)"""
+    loads = [s for s in segments if s.type == PT_LOAD]
+    if not loads:
+        raise _fail(path, "ELF library has no PT_LOAD segment: nothing to map (damaged)")
+    for seg in loads:
+        if seg.filesz > seg.memsz:
+            raise _fail(path, f"ELF PT_LOAD at file offset {seg.offset}: filesz > memsz (damaged)")
+    need = {SHF_ALLOC: PF_R, SHF_WRITE: PF_W, SHF_EXECINSTR: PF_X}
+    for sec in sections:
+        if not sec.flags & SHF_ALLOC or sec.size == 0 or sec.flags & 0x400:  # SHF_TLS
+            continue
+        nobits = sec.type == _SHT_NOBITS
+        home = next((g for g in loads if _inside(sec, g, nobits)), None)
+        if home is None:
+            raise _fail(
+                path,
+                f"ELF section {sec.name!r} (address {sec.addr:#x}, {sec.size} bytes) lies "
+                "in no loadable segment: program headers damaged",
+            )
+        for flag, right in need.items():
+            if sec.flags & flag and not home.flags & right:
+                raise _fail(
+                    path,
+                    f"ELF section {sec.name!r} needs {_RIGHTS[right]} "
+                    "rights its segment lacks: program headers damaged",
+                )
+    for seg in segments:
+        if seg.type == PT_DYNAMIC and not any(
+            g.vaddr <= seg.vaddr and seg.vaddr + seg.memsz <= g.vaddr + g.memsz for g in loads
+        ):
+            raise _fail(path, "ELF PT_DYNAMIC lies in no loadable segment: program headers damaged")
 
 
 _SHT_DYNSYM = 11

@@ -145,6 +145,12 @@ CODECS: dict[str, tuple[Any, Any]] = {
 }
 
 
+#: The most a codec can expand its input (deflate: 1032:1; zstd: an RLE block of
+#: 128 KiB in 4 bytes, 32768:1). A section claiming more is refused before anything
+#: is allocated for it; the decoders are also bounded by the claimed size.
+MAX_RATIO = {"raw": 1, "zlib": 1032, "zstd": 1 << 15}
+
+
 class SectionEntry(NamedTuple):
     """One payload: ``offset`` from the container start, ``size`` once decoded,
     ``stored_size`` in the file, ``codec`` and ``sha256`` (hex, of the stored bytes)."""
@@ -341,6 +347,8 @@ class Container:
             manifest = json.loads(bytes(blob).decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise self._fail(f"manifest is not valid UTF-8 JSON: {exc}") from None
+        except RecursionError:  # "[[[[..." nested past the interpreter's stack
+            raise self._fail("manifest JSON is nested too deeply") from None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("modules"), list):
             raise self._fail('manifest has no "modules" list')
         return manifest
@@ -355,18 +363,25 @@ class Container:
                 str(raw["codec"]),
                 str(raw["sha256"]),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Infinity: Overflow
             raise self._fail(f"module {i} has a malformed section entry ({exc!r})") from None
         where = f"section {sec.name!r} of module {i}"
         end = sec.offset + sec.stored_size
         if sec.offset < HEADER_SIZE or sec.stored_size < 0 or end > self.total_size:
             raise self._fail(f"{where}: range [{sec.offset}, {end}) outside the container")
+        if sec.size < 0:
+            raise self._fail(f"{where}: negative size {sec.size}")
         if sec.offset % MIN_ALIGN:
             raise self._fail(f"{where}: offset {sec.offset} is not {MIN_ALIGN}-byte aligned")
         if sec.codec not in CODECS:
             raise self._fail(f"{where}: unknown codec {sec.codec!r} (known: {', '.join(CODECS)})")
         if sec.codec == "raw" and sec.size != sec.stored_size:
             raise self._fail(f"{where}: raw section with size {sec.size} != {sec.stored_size}")
+        if sec.size > MAX_RATIO.get(sec.codec, 1) * sec.stored_size + 1024:
+            raise self._fail(
+                f"{where}: {sec.codec} section of {sec.stored_size} bytes claims to decode to "
+                f"{sec.size} (more than the codec's {MAX_RATIO[sec.codec]}:1 can give)"
+            )
         return sec
 
     def _parse_modules(self) -> list[ModuleEntry]:
@@ -389,7 +404,7 @@ class Container:
         try:
             row_ptr = [int(v) for v in tree["row_ptr"]]
             child = [int(v) for v in tree["child_indices"]]
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise self._fail("import_tree needs integer lists row_ptr and child_indices") from None
         ok = len(row_ptr) == n + 1 and row_ptr[0] == 0 and row_ptr[-1] == len(child)
         ok = ok and all(a <= b for a, b in pairwise(row_ptr))
@@ -458,6 +473,10 @@ class Container:
             return memoryview(decode(stored, sec.size))
         except (zlib.error, ValueError) as exc:
             raise self._fail(f"section {sec.name!r} of module {index}: cannot decode ({exc})")
+        except MemoryError:
+            raise self._fail(
+                f"section {sec.name!r} of module {index}: no memory to decode {sec.size} bytes"
+            ) from None
 
     def sections_of(self, index: int, buf: Any = None) -> dict[str, memoryview]:
         """``{name: data}`` of every section of module ``index``."""

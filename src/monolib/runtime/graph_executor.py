@@ -93,9 +93,27 @@ def _dtype(name: Any) -> np.dtype:
     if isinstance(name, str):
         found = _DTYPES.get(name)
         if found is None:
-            found = _DTYPES[name] = np.dtype(name)
+            found = _DTYPES[name] = _parse_dtype(name)
         return found
     return np.dtype(name)
+
+
+def _parse_dtype(name: str) -> np.dtype:
+    """``np.dtype(name)``; the storage types NumPy lacks (bfloat16, float8_*, int4...)
+    come from ``ml_dtypes``, imported only when a graph names one (it registers them)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise TypeError(
+                f"dtype {name!r} needs the ml_dtypes package (pip install ml_dtypes)"
+            ) from None
+        found = getattr(ml_dtypes, name, None)
+        if found is None:
+            raise
+        return np.dtype(found)
 
 
 def _tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInfo:
@@ -109,8 +127,10 @@ def _tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInf
             int(raw["offset"]),
             math.prod(shape) * dtype.itemsize,  # exact (np.prod would wrap at 2**63)
         )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ContainerError(f"graph JSON: malformed {where} entry {raw!r} ({exc})") from None
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Infinity: Overflow
+        raise ContainerError(f"graph JSON: malformed {where} entry {raw!r:.200} ({exc})") from None
+    if dtype.hasobject or dtype.itemsize == 0:
+        raise ContainerError(f"graph JSON: {where} {info.name!r} has no tensor dtype ({dtype})")
     if min(shape, default=0) < 0 or info.offset < 0 or info.offset + info.nbytes > limit:
         raise ContainerError(
             f"graph JSON: {where} {info.name!r} [{info.offset}, {info.offset + info.nbytes}) "
@@ -145,19 +165,33 @@ def check_graph_json(graph: Mapping, params_nbytes: int | None) -> list[TensorIn
     for key in ("arena_bytes", "inputs", "outputs"):
         if key not in graph:
             raise ContainerError(f"graph JSON: missing {key!r}")
+    declared = _count(graph.get("params_bytes", 0), "params_bytes")
     if params_nbytes is None:
-        params_nbytes = int(graph.get("params_bytes", 0))
-    if int(graph.get("params_bytes", 0)) > params_nbytes:
+        params_nbytes = declared
+    if declared > params_nbytes:
         raise ContainerError(
             f"graph JSON: params_bytes {graph['params_bytes']} exceeds the "
             f"params blob ({params_nbytes} bytes)"
         )
-    arena = int(graph["arena_bytes"])
+    arena = _count(graph["arena_bytes"], "arena_bytes")
     for kind in ("inputs", "outputs"):
-        for raw in graph[kind]:
+        for raw in _list(graph[kind], kind):
             _tensor_info(raw, kind[:-1], arena, "arena")
-    table = graph.get("params", [])
+    table = _list(graph.get("params", []), "params")
     return [_tensor_info(raw, "param", params_nbytes, "params blob") for raw in table]
+
+
+def _count(value: Any, key: str) -> int:
+    """A graph JSON byte count: a non-negative integer (bool and Infinity refused)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ContainerError(f"graph JSON: {key} is {value!r:.100}, not a byte count >= 0")
+    return value
+
+
+def _list(value: Any, key: str) -> list:
+    if not isinstance(value, list):
+        raise ContainerError(f"graph JSON: {key} is a {type(value).__name__}, not a list")
+    return value
 
 
 def _aligned_blob(params: Any) -> np.ndarray:
@@ -348,6 +382,8 @@ def _parse_json(data: Any) -> dict:
         return json.loads(text)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ContainerError(f"graph JSON is not valid UTF-8 JSON: {exc}") from None
+    except RecursionError:  # "[[[[..." nested past the interpreter's stack
+        raise ContainerError("graph JSON is nested too deeply") from None
 
 
 def load_factory(sections: Mapping[str, Any]) -> GraphExecutorFactoryModule:
@@ -646,7 +682,14 @@ def _as_array(value: Any, info: TensorInfo) -> np.ndarray:
                 f"input {info.name!r}: cannot read the DLPack object "
                 f"{type(value).__name__} on the host ({exc})"
             ) from None
-    return np.asarray(value, dtype=info.dtype)  # a list or scalar has no dtype of its own
+    try:  # a list or scalar has no dtype of its own
+        arr = np.asarray(value, dtype=info.dtype)
+    except (ValueError, TypeError, OverflowError) as exc:  # ragged, text, out of range
+        raise InputError(
+            f"input {info.name!r}: cannot convert {type(value).__name__} to a "
+            f"{info.dtype} array ({exc})"
+        ) from None
+    return arr
 
 
 class GraphModule:
@@ -712,26 +755,25 @@ class GraphModule:
         ------
         InputError
             Unknown name/index, wrong shape or wrong dtype; the message lists what
-            the model expects.
+            the model expects. Every array is checked before any is copied, so on an
+            error no input has changed (the executor stays usable as it was).
         """
-        if key is not None:
-            self._set_one(key, value)
-        params = {n: v for n, v in inputs.items() if self._is_param(n)}
-        for name, val in inputs.items():
-            if name not in params:
-                self._set_one(name, val)
+        pairs = ([(key, value)] if key is not None else []) + list(inputs.items())
+        params = {n: v for n, v in pairs if self._is_param(n)}
+        checked = [self._checked(k, v) for k, v in pairs if not self._is_param(k)]
         if params:
             self.executor.load_params(params)
+        for i, arr in checked:
+            # copyto reads any strides (non-contiguous, negative, broadcast) correctly
+            np.copyto(self.executor.input_view(i), arr)
 
     def _is_param(self, key: Any) -> bool:
         return (
             isinstance(key, str) and key not in self._by_name and key in self.executor.param_infos
         )
 
-    def _set_one(self, key: Any, value: Any) -> None:
-        if self._is_param(key):
-            self.executor.load_params({key: value})
-            return
+    def _checked(self, key: Any, value: Any) -> tuple[int, np.ndarray]:
+        """(input index, array) for ``set_input``, dtype and shape checked."""
         i = self._index(key)
         info = self.executor.inputs[i]
         arr = value if type(value) is np.ndarray else _as_array(value, info)
@@ -745,7 +787,7 @@ class GraphModule:
                 f"input {info.name!r} has shape {list(arr.shape)}, the model "
                 f"expects {list(info.shape)} ({self._expected()})"
             )
-        np.copyto(self.executor.input_view(i), arr)
+        return i, arr
 
     def run(self, **inputs: Any) -> None:
         """Set ``inputs`` (``name=array``) if given, then run the whole graph."""

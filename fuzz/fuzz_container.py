@@ -1,0 +1,246 @@
+"""Fuzz the container and library readers: ``python fuzz/fuzz_container.py CORPUS``.
+
+An `atheris <https://github.com/google/atheris>`_ harness (libFuzzer, coverage
+guided) run by hand; see ``fuzz/README.md``. Each input is a library file (ELF, PE,
+Mach-O), a bare monolib container or a TVM container, after an optional fix-up chosen
+by its first byte (so mutations reach past the SHA-256 checks):
+
+* ``0``: the bytes as they are;
+* ``1``: the container's manifest digest recomputed (the manifest JSON is then
+  parsed whatever the mutation did to it);
+* ``2``: every section digest and the manifest digest recomputed (the graph JSON and
+  params table are then parsed too).
+
+:func:`check_bytes` is the target: everything ``load_module`` reads before
+``dlopen`` (:func:`monolib.runtime.binfmt.find_container`, :class:`Container` with
+every digest, each module's sections decoded, the graph executor factory's graph
+JSON and params table checked), plus ``monolib inspect``'s TVM reader. It must end
+in a :class:`MonolibError` or return; any other exception, a crash, a hang or an
+allocation past the input's size is a finding. The same function runs in the test
+suite (``tests/runtime/test_fuzz_container.py``), in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+
+__all__ = ["check_bytes", "fix_up", "reseal", "write_corpus"]
+
+_DIGEST_AT = 64  # the manifest SHA-256 in the 128-byte header (see container.py)
+
+
+def _container_offset(data: bytes) -> int | None:
+    from monolib.runtime.binfmt import find_container
+    from monolib.runtime.errors import MonolibError
+
+    try:
+        return find_container(data)[0]
+    except MonolibError:
+        return None
+
+
+def reseal(data: bytes, sections: bool = False) -> bytes:
+    """``data`` with its container's manifest SHA-256 recomputed (and, with
+    ``sections``, each in-range section's digest rewritten into the manifest), so a
+    mutation of the manifest or of a payload is parsed instead of refused at the
+    digest check. Bytes that hold no recognizable container come back unchanged."""
+    from monolib.runtime.container import HEADER_SIZE, MAGIC, sha256
+
+    off = _container_offset(data)
+    if off is None or data[off : off + 8] != MAGIC or len(data) < off + HEADER_SIZE:
+        return data
+    out = bytearray(data)
+    moff, msize = struct.unpack_from("<QQ", out, off + 24)
+    start, end = off + moff, off + moff + msize
+    if moff < HEADER_SIZE or end > len(out):
+        return data
+    if sections:
+        try:
+            manifest = json.loads(bytes(out[start:end]))
+            for mod in manifest["modules"]:
+                for sec in mod["sections"]:
+                    lo = off + int(sec["offset"])
+                    sec["sha256"] = sha256(
+                        bytes(out[lo : lo + int(sec["stored_size"])])
+                    ).hexdigest()
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError):
+            pass
+        else:
+            blob = json.dumps(manifest, separators=(",", ":")).encode()
+            if len(blob) <= msize:  # same digest length: fits unless a value grew
+                out[start:end] = blob + b" " * (msize - len(blob))
+    out[off + _DIGEST_AT : off + _DIGEST_AT + 32] = sha256(bytes(out[start:end])).digest()
+    return bytes(out)
+
+
+def fix_up(data: bytes) -> bytes:
+    """The fuzzer's input: first byte = fix-up mode (see the module docstring)."""
+    if not data:
+        return data
+    mode, rest = data[0] % 3, data[1:]
+    return rest if mode == 0 else reseal(rest, sections=mode == 2)
+
+
+def check_bytes(data: bytes) -> str:
+    """Read ``data`` as ``load_module`` does before ``dlopen``, and as ``monolib
+    inspect`` does; returns ``"ok"`` or the name of the MonolibError raised.
+
+    Raises
+    ------
+    Exception
+        Anything that is not a MonolibError: a bug (the fuzzer reports it).
+    """
+    from monolib.runtime.binfmt import find_container, parse_binary
+    from monolib.runtime.container import Container
+    from monolib.runtime.errors import MonolibError
+    from monolib.runtime.graph_executor import load_factory
+
+    try:
+        try:
+            off, size, _ = find_container(data, "fuzz")
+        except MonolibError:
+            _check_tvm(data, parse_binary)
+            raise
+        c = Container(memoryview(data)[off : off + size], source="fuzz", verify=True)
+        for i, mod in enumerate(c.modules):
+            sections = c.sections_of(i)
+            if mod.type_key == "graph_executor_factory":
+                load_factory(sections).param_infos()
+        c.children(c.root)
+        return "ok"
+    except MonolibError as exc:
+        return type(exc).__name__
+
+
+def _check_tvm(data: bytes, parse_binary) -> None:
+    from monolib.runtime.errors import MonolibError
+    from monolib.tools.tvm_container import find_tvm, parse_tvm_blob
+
+    try:
+        find_tvm(data, parse_binary(data, "fuzz"), "fuzz")
+    except MonolibError:
+        pass
+    for layout in ("ffi", "legacy"):  # the blob alone, as if it were the symbol's bytes
+        try:
+            parse_tvm_blob(data, layout, where="fuzz")
+        except MonolibError:
+            pass
+
+
+def tiny_onnx_model():
+    """A small real model (Conv, Relu, GlobalAveragePool, Flatten, Gemm) with
+    deterministic weights: input ``x`` float32[1, 3, 8, 8], output ``y`` [1, 5]."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        numpy_helper.from_array(rng.standard_normal((5, 4)).astype(np.float32), "fc"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fuzz_tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def hand_built_containers() -> dict[str, bytes]:
+    """Bare containers made with :func:`pack_container`: a factory with a graph JSON
+    and params (raw, zlib, zstd), a legacy layout, a deep import tree."""
+    import numpy as np
+
+    from monolib.runtime.container import pack_container
+
+    graph = {
+        "format": "monolib.graph",
+        "version": 1,
+        "name": "hand",
+        "arena_bytes": 128,
+        "params_bytes": 64,
+        "inputs": [{"name": "x", "shape": [2, 3], "dtype": "float32", "offset": 0}],
+        "outputs": [{"name": "y", "shape": [2, 3], "dtype": "float32", "offset": 64}],
+        "nodes": [],
+        "params": [{"name": "w", "shape": [2, 3], "dtype": "float32", "offset": 0, "nbytes": 24}],
+    }
+    sections = {
+        "graph": json.dumps(graph).encode(),
+        "params": np.arange(64, dtype=np.uint8).tobytes(),
+    }
+    factory = ("graph_executor_factory", sections)
+    out = {}
+    for codec in ("raw", "zlib", "zstd"):
+        out[f"factory_{codec}.bin"] = pack_container(
+            [factory, ("library", {})], import_tree=([0, 1, 1], [1]), compress=codec
+        )
+    out["legacy.bin"] = pack_container([("library", {}), factory])
+    chain = [("blob", {"data": bytes([i]) * 100}) for i in range(6)]
+    out["chain.bin"] = pack_container(chain, import_tree=([0, 1, 2, 3, 4, 5, 5], [1, 2, 3, 4, 5]))
+    return out
+
+
+def write_corpus(directory: str) -> list[str]:
+    """Write the seed corpus: a real exported library (the tiny model, raw and zstd)
+    and the hand-built containers, each with fix-up byte 0; returns the paths."""
+    import tempfile
+
+    import monolib
+
+    os.makedirs(directory, exist_ok=True)
+    seeds = dict(hand_built_containers())
+    factory = monolib.compile(tiny_onnx_model())
+    with tempfile.TemporaryDirectory() as tmp:
+        for codec in (None, "zstd"):
+            name = os.path.join(tmp, f"tiny_{codec or 'raw'}.so")
+            path = factory.export_library(name, compress=codec)
+            with open(path, "rb") as f:
+                seeds[os.path.basename(path)] = f.read()
+    paths = []
+    for name, data in seeds.items():
+        for mode in (0, 1, 2):
+            path = os.path.join(directory, f"{mode}_{name}")
+            with open(path, "wb") as f:
+                f.write(bytes([mode]) + data)
+            paths.append(path)
+    return paths
+
+
+def main() -> None:
+    """``fuzz_container.py --make-corpus DIR`` writes the seeds; otherwise the
+    arguments go to libFuzzer (``fuzz_container.py CORPUS -max_total_time=300``)."""
+    if len(sys.argv) == 3 and sys.argv[1] == "--make-corpus":
+        print("\n".join(write_corpus(sys.argv[2])))
+        return
+    import atheris
+
+    with atheris.instrument_imports():
+        import monolib.runtime.binfmt
+        import monolib.runtime.container
+        import monolib.runtime.graph_executor
+        import monolib.runtime.macho
+        import monolib.runtime.pe
+        import monolib.tools.tvm_container  # noqa: F401
+
+    def one_input(data: bytes) -> None:
+        check_bytes(fix_up(data))
+
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

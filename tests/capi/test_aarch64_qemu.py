@@ -20,6 +20,8 @@ SYSROOT = Path("/usr/aarch64-linux-gnu")
 # program asks for nothing newer than the sysroot's C library has.
 GLIBC = "2.36"
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def qemu() -> str:

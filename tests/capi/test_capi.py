@@ -285,6 +285,7 @@ def cls_host(export_cls):
     return export_cls("c", "cls_host.so")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["line", "noise"])
 def test_example_runs_cls_like_python(tmp_path, run_model_exe, cls_host, cls_inputs, which):
     x = cls_inputs[which]
@@ -315,6 +316,7 @@ def test_example_runs_cls_like_python(tmp_path, run_model_exe, cls_host, cls_inp
         assert got[0] > 0.9, "an upright line reads as class 0"
 
 
+@pytest.mark.slow
 def test_example_reports_a_wrong_input_size(tmp_path, run_model_exe, cls_host):
     np.zeros(100, np.float32).tofile(tmp_path / "short.bin")
     res = subprocess.run(
@@ -330,6 +332,7 @@ def test_example_reports_a_wrong_input_size(tmp_path, run_model_exe, cls_host):
     )
 
 
+@pytest.mark.slow
 def test_doc_example_links_and_runs(tmp_path, cc, cls_host):
     """The example of docs/c_api.md, linked directly against the library (no dlopen)."""
     doc = (ROOT / "docs" / "c_api.md").read_text(encoding="utf-8")
@@ -374,6 +377,7 @@ def test_package_data_ships_the_header_and_template():
         assert any(fnmatch.fnmatch(path, g) for g in globs), f"{path} not in package-data {globs}"
 
 
+@pytest.mark.slow
 def test_handles_run_concurrently_from_threads(cls_host, cls_inputs):
     """One handle per thread, run at the same time (ctypes releases the GIL): each
     gets exactly Python's outputs for its own input."""

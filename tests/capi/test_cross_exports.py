@@ -17,6 +17,7 @@ from monolib.runtime.macho import macho_symbols
 from monolib.runtime.pe import pe_exports
 
 pytest.importorskip("ziglang")
+pytestmark = pytest.mark.slow
 
 API = sorted(
     set(

@@ -1,4 +1,4 @@
-"""MaxPool/AveragePool beyond 2-D and float32: 3-D windows with pads, strides,
+"""MaxPool/AveragePool/LpPool beyond 2-D and float32: 3-D windows with pads, strides,
 dilations and ceil_mode, int8/uint8 MaxPool, and Indices in both storage orders,
 against ``onnx.reference``."""
 
@@ -34,3 +34,9 @@ def test_maxpool_indices(order):
     x = RNG.permutation(2 * 2 * 5 * 6 * 3).astype(np.float32).reshape(2, 2, 5, 6, 3)
     check_node("MaxPool", {"x": x}, ["y", "i"], kernel_shape=[2, 2, 2], strides=[2, 2, 1],
                storage_order=order)
+
+
+def test_lppool_3d_p3():
+    x = RNG.standard_normal((1, 2, 4, 5, 6)).astype(np.float32)
+    check_node("LpPool", {"x": x}, ["y"], opset=18, kernel_shape=[2, 3, 2], p=3,
+               pads=[1, 0, 1, 0, 1, 0], strides=[1, 2, 2], rtol=1e-4)

@@ -1,4 +1,4 @@
-"""MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool (ONNX opsets 1..22).
+"""MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool (ONNX opsets 1..22).
 
 Sliding windows per the ONNX spec: ``pads``/``auto_pad``, ``strides``, ``dilations``,
 ``ceil_mode`` (a window never starts in the end padding). AveragePool divides by the
@@ -24,7 +24,7 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 from ._common import Geometry, geometry, require_float32
 
-__all__ = ["AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MaxPool", "pool_geometry"]
+__all__ = ["AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "MaxPool", "pool_geometry"]
 
 logger = logging.getLogger(__name__)
 
@@ -246,6 +246,36 @@ class AveragePool(_Pool):
                 )
         val = "(acc / (float)(cnt > 0 ? cnt : 1))"
         tail += f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr(val, index)};\n"
+        return (pre, inner), tail
+
+
+@register
+class LpPool(_Pool):
+    """ONNX ``LpPool``: Y = (sum over the window of ``|x|^p``)^(1/p), padding adding
+    nothing; X ``[N, C, *S]`` float32 (versions 2..22; 18 added ceil_mode and
+    dilations, 22 only types)."""
+
+    op_type = "LpPool"
+    since_version = 2
+    also_versions = (22,)
+
+    def _check_dtype(self, node: Node) -> None:
+        require_float32(node, 0)
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        x = inputs[0]
+        p = float(node.attrs.get("p", 2))
+        taps, _ = _windows(x, pool_geometry(node), 0.0)
+        total = (np.abs(taps.astype(np.float64)) ** p).sum(axis=0)
+        return [(total ** (1.0 / p)).astype(x.dtype)]
+
+    def _body(self, node: Node, ctx: EmitContext, geo, sizes: list[int], index: list[str]):
+        p = float(node.attrs.get("p", 2))
+        term = {1.0: "fabsf(v)", 2.0: "v * v"}.get(p, f"powf(fabsf(v), {p!r}f)")
+        val = {1.0: "acc", 2.0: "sqrtf(acc)"}.get(p, f"powf(acc, {1.0 / p!r}f)")
+        pre = "    float acc = 0.0f;\n"
+        inner = f"        acc += {term};\n"
+        tail = f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr(val, index)};\n"
         return (pre, inner), tail
 
 

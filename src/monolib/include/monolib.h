@@ -150,6 +150,9 @@ MONOLIB_API const void* monolib_output_data(const monolib_model* model, int32_t 
  *  until the next failing call on this thread. Never NULL. */
 MONOLIB_API const char* monolib_last_error(void);
 
+/* Defined by the library's generated code, so not redeclared (with attributes) where
+ * the C API is compiled into it. */
+#if !defined(MONOLIB_BUILDING_LIBRARY)
 /** n >= 1: use n threads for the ops (capped at 64); n <= 0: query. Returns the
  *  count in effect. The pool is per library, shared by its handles. The initial
  *  count comes from the MONOLIB_NUM_THREADS environment variable, else the CPUs
@@ -162,6 +165,7 @@ MONOLIB_API int32_t monolib_set_num_threads(int32_t n);
 MONOLIB_API int32_t monolib_run(const uint8_t* params, uint8_t* arena);
 MONOLIB_API int32_t monolib_run_op(int32_t i, const uint8_t* params, uint8_t* arena);
 MONOLIB_API int32_t monolib_num_ops(void);
+#endif
 
 #ifdef __cplusplus
 } /* extern "C" */

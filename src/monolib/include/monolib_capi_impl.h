@@ -44,6 +44,7 @@ MONOLIB_API int32_t monolib_capi_version(void) { return MONOLIB_CAPI_VERSION; }
 MONOLIB_API const char* monolib_last_error(void) { return ml_capi_error; }
 
 #if ML_CAPI_HOST
+int32_t monolib_run(const uint8_t* params, uint8_t* arena); /* the generated code's */
 extern const uint8_t __monolib_container_start[];
 extern const uint8_t __monolib_container_end[];
 

@@ -272,6 +272,16 @@ def test_open_refuses_what_c_cannot_run(tmp_path, make, export_kw, message):
     assert last_error(lib).startswith("monolib_open: ")
 
 
+def test_every_device_module_type_is_refused():
+    from monolib.export.capi import DEVICE_TYPE_KEYS
+    from monolib.runtime.cuda import CUDAModule
+    from monolib.runtime.device_executor import DeviceModule
+    from monolib.runtime.opencl import OpenCLModule
+
+    for cls in (DeviceModule, OpenCLModule, CUDAModule):
+        assert cls.type_key in DEVICE_TYPE_KEYS, cls
+
+
 def test_dlpack_codes():
     assert dlpack_dtype("float16") == (2, 16)
     assert dlpack_dtype("uint8") == (1, 8)

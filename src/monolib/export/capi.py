@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 #: Type keys of device modules: a graph importing one runs partly off the host, so
 #: the C API refuses to open it (run it from Python).
-DEVICE_TYPE_KEYS = frozenset({"opencl", "cuda", "vulkan", "metal", "rocm"})
+DEVICE_TYPE_KEYS = frozenset({"device", "opencl", "cuda", "vulkan", "metal", "rocm"})
 FACTORY_TYPE_KEY = "graph_executor_factory"
 
 # DLPack DLDataTypeCode values (dlpack.h, v1.1)

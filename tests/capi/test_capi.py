@@ -417,3 +417,45 @@ def test_handles_run_concurrently_from_threads(cls_host, cls_inputs):
         assert len(ys) == 4
         for y in ys:
             np.testing.assert_array_equal(y, want[name])
+
+
+def test_compiled_onnx_model_runs_through_the_c_api(tmp_path):
+    """A model compiled by monolib (generated code, weights in the params section):
+    y = relu(x) * w, z = x + 1, run through the C API, equal to NumPy."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    import monolib
+
+    w = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Mul", ["r", "w"], ["y"]),
+            helper.make_node("Add", ["x", "one"], ["z"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 4]),
+        ],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(1), "one")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    lib = bind(monolib.compile(model).export_library(str(tmp_path / "g.so")))
+    x = np.random.default_rng(3).normal(size=(3, 4)).astype(np.float32)
+    handle = lib.monolib_open()
+    assert handle, last_error(lib)
+    try:
+        assert lib.monolib_output_index(handle, b"z") == 1
+        assert lib.monolib_set_input(handle, 0, x.ctypes.data, x.nbytes) == 0
+        assert lib.monolib_run_model(handle) == 0
+        y, z = np.empty_like(x), np.empty_like(x)
+        assert lib.monolib_get_output(handle, 0, y.ctypes.data, y.nbytes) == 0
+        assert lib.monolib_get_output(handle, 1, z.ctypes.data, z.nbytes) == 0
+    finally:
+        lib.monolib_close(handle)
+    np.testing.assert_array_equal(y, np.maximum(x, 0) * w)
+    np.testing.assert_array_equal(z, x + 1)

@@ -6,6 +6,13 @@ takes minutes to compile; ``.incbin`` makes the assembler copy the bytes (0.15 s
 runtime can view the weights in place from the mapping) and reached only through the
 global symbols, never by a PC-relative reference from code, so its size does not run
 into the 2 GB relocation limits of the small code model.
+
+Placement (ELF): GNU ld puts an orphan read-only section between ``.text`` and
+``.data``/``.got``, so a container over 2 GB would push the code's PC-relative
+references to its own data and GOT out of range (the small code model's +-2 GB). A
+linker script fragment (:func:`linker_options`) moves ``.monolib`` after ``.bss``, into
+its own read-only segment at the end of the image: code and data stay close together
+whatever the weights' size (as the x86-64 large-data sections ``.lrodata`` are placed).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from ..runtime.errors import ExportError
 from ..runtime.library import END_SYMBOL, START_SYMBOL
 from .targets import Target
 
-__all__ = ["ASM_TEMPLATES", "symbol_prefix", "write_embed_asm"]
+__all__ = ["ASM_TEMPLATES", "LINKER_SCRIPT", "linker_options", "symbol_prefix", "write_embed_asm"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,3 +110,30 @@ def write_embed_asm(directory: str, blob_name: str, target: Target | str = "c") 
             template.format(start=prefix + START_SYMBOL, end=prefix + END_SYMBOL, blob=blob_name)
         )
     return path
+
+
+#: GNU ld / lld script fragment (augments the default script): ``.monolib`` after
+#: ``.bss``, in a read-only segment of its own at the end of the image.
+LINKER_SCRIPT = """\
+/* monolib container placement, written by monolib.export.embed */
+SECTIONS
+{
+  .monolib : { KEEP(*(.monolib)) }
+}
+INSERT AFTER .bss;
+"""
+
+
+def linker_options(directory: str, target: Target | str = "c") -> list[str]:
+    """Link options that place the container section (ELF targets: write
+    ``container.ld`` into ``directory`` and return ``["-Wl,-T,<path>"]``; other object
+    formats need none and get ``[]``). Works with GNU ld and lld; gold cannot read an
+    ``INSERT`` script, and places the orphan section at the end by itself anyway.
+    """
+    target = Target(target)
+    if target.os != "linux":
+        return []
+    path = os.path.join(directory, "container.ld")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(LINKER_SCRIPT)
+    return [f"-Wl,-T,{path}"]

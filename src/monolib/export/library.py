@@ -33,7 +33,7 @@ from ..runtime.library import read_container
 from ..runtime.module import Module
 from .capi import tree_capi_source
 from .csource import CSourceModule
-from .embed import write_embed_asm
+from .embed import linker_options, write_embed_asm
 from .targets import Target
 from .toolchain import compile_objects, link_shared
 
@@ -124,7 +124,7 @@ def _link_library(work: str, files: list[str], target: Target, fcompile) -> str:
     if fcompile is not None:
         fcompile(linked, files, target)
     else:
-        link_shared(files, linked, target, cwd=work)
+        link_shared(files, linked, target, cwd=work, options=linker_options(work, target))
     if not os.path.isfile(linked) or os.path.getsize(linked) == 0:
         raise ExportError(f"the compiler produced no library at {linked}")
     read_container(linked)  # the file must read back (no dlopen)
@@ -224,7 +224,7 @@ def export_library(
         raise ExportError(f"{path}: cannot write beside the output: {exc}") from exc
     os.close(fd)
     try:
-        with tempfile.TemporaryDirectory(prefix="monolib-export-") as work:
+        with tempfile.TemporaryDirectory(prefix="monolib-export-", dir=_work_base(modules)) as work:
             options = (fcompile, compress, step, os.path.splitext(path)[1].lower())
             _build(work, tmp_out, modules, (row_ptr, child), lib, target, options)
         os.chmod(tmp_out, 0o755 & ~_umask())
@@ -237,6 +237,24 @@ def export_library(
         raise
     logger.info("exported %s (%d modules)", path, len(modules))
     return path
+
+
+#: Where the intermediate files (container, object, library) go when they fit: the
+#: assembler and the linker each write a full copy of the weights, and a disk that
+#: takes 200 MB/s makes that most of a large model's export time.
+_TMPFS = "/dev/shm"
+
+
+def _work_base(modules) -> str | None:
+    """A RAM-backed directory for the export's intermediates when it has room for three
+    copies of the weights with 1 GB to spare (``None``: the system's temp directory)."""
+    try:
+        st = os.statvfs(_TMPFS)
+    except OSError:
+        return None
+    weights = sum(int(getattr(getattr(m, "params", None), "nbytes", 0) or 0) for m in modules)
+    free = st.f_bavail * st.f_frsize
+    return _TMPFS if os.access(_TMPFS, os.W_OK) and free > 3 * weights + (1 << 30) else None
 
 
 def _umask() -> int:

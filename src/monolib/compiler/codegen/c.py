@@ -128,7 +128,8 @@ class ParamsBuilder:
         """The params blob, ``uint8``, length a multiple of 64."""
         out = np.zeros(align(self.size), np.uint8)
         for e, a in zip(self.entries, self.arrays):
-            out[e["offset"] : e["offset"] + e["nbytes"]] = np.frombuffer(a.tobytes(), np.uint8)
+            # a byte view of the (C-contiguous) array: one copy, straight into the blob
+            out[e["offset"] : e["offset"] + e["nbytes"]] = a.reshape(-1).view(np.uint8)
         return out
 
 

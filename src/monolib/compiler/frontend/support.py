@@ -25,8 +25,10 @@ logger = logging.getLogger(__name__)
 #: condition is inlined, ``Identity``/``Dropout`` (inference) alias their input.
 FRONTEND_OPS = frozenset({"Constant", "If", "Identity", "Dropout", "Shape", "Size"})
 
-#: Opsets of the default domain the frontend accepts.
-DEFAULT_OPSETS = range(11, 22)
+#: Opsets of the default domain the frontend accepts: 11 to the newest the installed
+#: ``onnx`` defines. Per operator, :func:`~monolib.compiler.ops.base.lookup` refuses a
+#: version whose semantics changed after the implementing class was written.
+DEFAULT_OPSETS = range(11, onnx.defs.onnx_opset_version() + 1)
 
 
 def normalize_domain(domain: str) -> str:

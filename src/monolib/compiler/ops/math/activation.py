@@ -119,6 +119,7 @@ class HardSigmoid(Elementwise):
     """ONNX ``HardSigmoid`` (6): ``max(0, min(1, alpha * x + beta))``."""
 
     op_type, since_version = "HardSigmoid", 6
+    also_versions = (22,)  # 22 adds bfloat16 only
     float_only = True
 
     def np_fn(self, node: Node, x):
@@ -135,6 +136,7 @@ class HardSwish(Elementwise):
     """ONNX ``HardSwish`` (14): ``x * max(0, min(1, x / 6 + 0.5))``."""
 
     op_type, since_version = "HardSwish", 14
+    also_versions = (22,)  # 22 adds bfloat16 only
     float_only = True
 
     def np_fn(self, node: Node, x):
@@ -152,6 +154,7 @@ class Elu(Elementwise):
     """ONNX ``Elu`` (6): ``x >= 0 ? x : alpha * (exp(x) - 1)``."""
 
     op_type, since_version = "Elu", 6
+    also_versions = (22,)  # 22 adds bfloat16 only
     float_only = True
 
     def np_fn(self, node: Node, x):
@@ -171,6 +174,7 @@ class Selu(Elementwise):
     """ONNX ``Selu`` (6): ``gamma * (x > 0 ? x : alpha * exp(x) - alpha)``."""
 
     op_type, since_version = "Selu", 6
+    also_versions = (22,)  # 22 adds bfloat16 only
     float_only = True
 
     def np_fn(self, node: Node, x):
@@ -193,6 +197,7 @@ class Softplus(Elementwise):
     ``max(x, 0) + log1p(exp(-|x|))`` so large inputs do not overflow."""
 
     op_type, since_version = "Softplus", 1
+    also_versions = (22,)  # 22 adds bfloat16 only
     float_only = True
 
     def np_fn(self, node: Node, x):
@@ -216,6 +221,7 @@ class Softsign(Elementwise):
     """ONNX ``Softsign`` (1): ``x / (1 + |x|)``."""
 
     op_type, since_version = "Softsign", 1
+    also_versions = (22,)  # 22 adds bfloat16 only
     float_only = True
 
     def np_fn(self, node: Node, x):

@@ -138,15 +138,19 @@ class Mod(_Binary):
 
     op_type = "Mod"
     since_version = 10
+    #: 28 defines ``fmod=0`` for floats: ``a - floor(a / b) * b`` (handled below)
+    also_versions = (28,)
 
     def infer(self, node: Node):
-        if is_float(node.inputs[0].dtype) and not node.attrs["fmod"]:
+        if is_float(node.inputs[0].dtype) and not node.attrs["fmod"] and node.opset < 28:
             raise UnsupportedOpError(
-                f"Mod (node {node.name!r}): fmod=0 is not defined for floats (ONNX spec)"
+                f"Mod (node {node.name!r}): fmod=0 is not defined for floats before opset 28 (ONNX spec)"
             )
         return super().infer(node)
 
     def np_fn(self, node: Node, a, b):
+        if is_float(a.dtype) and not node.attrs["fmod"]:
+            return np.mod(a, b)  # Python's float %: the sign of b, the spec's cases
         if node.attrs["fmod"]:
             if is_float(a.dtype):
                 return np.fmod(a, b)
@@ -159,6 +163,16 @@ class Mod(_Binary):
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
+        if is_float(dt) and not node.attrs["fmod"]:
+
+            def float_mod(a: str, b: str) -> str:
+                r = f"{cfn('fmod', dt)}({a}, {b})"
+                sign0 = f"{cfn('copysign', dt)}({lit(0, dt)}, {b})"
+                return bind(
+                    [r], [dt], lambda m: f"({m} == 0 ? {sign0} : (({m} < 0) != ({b} < 0) ? {m} + {b} : {m}))"
+                )
+
+            return bind(args, [dt, dt], float_mod)
         if is_float(dt):
             return f"{cfn('fmod', dt)}({args[0]}, {args[1]})"
         if node.attrs["fmod"]:

@@ -83,11 +83,14 @@ class BitShift(_IntOnly):
     undefined."""
 
     op_type, since_version = "BitShift", 11
+    # 28 adds signed types (arithmetic right shift) and defines negative or too
+    # large shifts as the sign fill: both handled below
+    also_versions = (28,)
 
     def np_fn(self, node: Node, x, y):
         bits = x.dtype.itemsize * 8
         left = node.attrs["direction"] == "LEFT"
-        big = y >= bits
+        big = (y >= bits) | (y < 0)  # negative: the sign fill too (opset 28)
         safe = np.where(big, 0, y).astype(x.dtype)
         fn = np.left_shift if left else np.right_shift
         # a shift by the width or more: 0, or -1 for a negative signed value shifted right
@@ -98,6 +101,8 @@ class BitShift(_IntOnly):
         dt = node.outputs[0].dtype
         bits = dt.itemsize * 8
         x, y = args
+        # out of range: a shift by the width or more, or (signed types) a negative one
+        y_big = f"(({y}) >= {bits} || ({y}) < 0)" if dt.kind == "i" else f"({y}) >= {bits}"
         if node.attrs["direction"] == "LEFT":
             # through unsigned: left-shifting a negative signed value is undefined in C
             shifted = (
@@ -105,6 +110,6 @@ class BitShift(_IntOnly):
                 if dt.kind == "i"
                 else f"(({x}) << ({y}))"
             )
-            return cast_expr(f"({y}) >= {bits} ? 0 : {shifted}", dt)
+            return cast_expr(f"{y_big} ? 0 : {shifted}", dt)
         big = f"(({x}) < 0 ? -1 : 0)" if dt.kind == "i" else "0"
-        return cast_expr(f"({y}) >= {bits} ? {big} : ({x}) >> ({y})", dt)
+        return cast_expr(f"{y_big} ? {big} : ({x}) >> ({y})", dt)

@@ -100,6 +100,7 @@ class LpNormalization(OpDef):
     gives 0, as ONNX Runtime does)."""
 
     op_type, since_version = "LpNormalization", 1
+    also_versions = (22,)  # 22 adds bfloat16 only
 
     def _view(self, node: Node) -> tuple[int, int, int]:
         x = node.inputs[0]

@@ -162,6 +162,7 @@ class InstanceNormalization(OpDef):
     (n, c) plane normalized over its spatial dims."""
 
     op_type, since_version = "InstanceNormalization", 6
+    also_versions = (22,)  # 22 adds bfloat16 only
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]

@@ -338,6 +338,8 @@ def _define(op_type: str, input_since: int) -> None:
             "op_type": op_type,
             "since_version": input_since,
             "axes_input": True,
+            # 28 drops the integer types of ReduceLogSum(Exp): nothing more to handle
+            "also_versions": (28,) if op_type in ("ReduceLogSum", "ReduceLogSumExp") else (),
             "__doc__": doc.format(f"versions {input_since}+", "input, noop_with_empty_axes"),
         },
     )

@@ -70,6 +70,7 @@ class Mish(Elementwise):
     """ONNX ``Mish`` (18): ``x * tanh(softplus(x))``."""
 
     op_type, since_version = "Mish", 18
+    also_versions = (22,)  # 22 adds bfloat16 only
     float_only = True
 
     def np_fn(self, node: Node, x):
@@ -90,6 +91,7 @@ class ThresholdedRelu(Elementwise):
     """ONNX ``ThresholdedRelu`` (10): ``x > alpha ? x : 0``."""
 
     op_type, since_version = "ThresholdedRelu", 10
+    also_versions = (22,)  # 22 adds bfloat16 only
     float_only = True
 
     def np_fn(self, node: Node, x):
@@ -106,6 +108,7 @@ class Celu(Elementwise):
     """ONNX ``Celu`` (12): ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
 
     op_type, since_version = "Celu", 12
+    also_versions = (28,)  # 28 adds double, float16, bfloat16 only
     float_only = True
 
     def np_fn(self, node: Node, x):

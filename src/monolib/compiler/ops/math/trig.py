@@ -36,6 +36,7 @@ for _op, _since, _fn, _c in TRIG_OPS:
             {
                 "op_type": _op,
                 "since_version": _since,
+                "also_versions": (22,),  # 22 adds bfloat16 only
                 "cname": _c,
                 "ufunc": staticmethod(_fn),
                 "__doc__": f"ONNX ``{_op}`` ({_since}): elementwise ``{_c}``.",

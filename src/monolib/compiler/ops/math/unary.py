@@ -91,6 +91,7 @@ class Sin(_MathFn):
     """ONNX ``Sin`` (7): sine (radians)."""
 
     op_type, since_version, cname = "Sin", 7, "sin"
+    also_versions = (22,)  # 22 adds bfloat16 only
     ufunc = staticmethod(np.sin)
 
 
@@ -99,6 +100,7 @@ class Cos(_MathFn):
     """ONNX ``Cos`` (7): cosine (radians)."""
 
     op_type, since_version, cname = "Cos", 7, "cos"
+    also_versions = (22,)  # 22 adds bfloat16 only
     ufunc = staticmethod(np.cos)
 
 
@@ -124,6 +126,7 @@ class Round(_MathFn):
     rounding mode; ``np.round``)."""
 
     op_type, since_version, cname = "Round", 11, "nearbyint"
+    also_versions = (22,)  # 22 adds bfloat16 only
     ufunc = staticmethod(np.round)
 
 

@@ -123,6 +123,7 @@ class Conv(OpDef):
 
     op_type = "Conv"
     since_version = 1
+    also_versions = (22,)  # 22 adds bfloat16 only
 
     def infer(self, node: Node) -> list[OutType]:
         geo = conv_geometry(node)

@@ -137,6 +137,7 @@ class ConvTranspose(OpDef):
 
     op_type = "ConvTranspose"
     since_version = 1
+    also_versions = (22,)  # 22 adds bfloat16 only
 
     def infer(self, node: Node) -> list[OutType]:
         geo = tconv_geometry(node)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+import weakref
+
 import numpy as np
 
 from ....runtime.errors import ShapeError
@@ -41,15 +43,46 @@ def _mnk(node: Node) -> tuple[int, int, int]:
     return m, n, k
 
 
+def const_matrix(v: Value, offset: int, rows: int, cols: int, ldr: int, ldc: int) -> np.ndarray:
+    """The float32 ``[rows, cols]`` matrix ``M[i][j] = v.const.flat[offset + i*ldr + j*ldc]``,
+    a strided view of the constant (no copy, no index arrays: a 256 MB weight would
+    need a 512 MB index array) when its strides are non-negative, else gathered."""
+    flat = np.ascontiguousarray(v.const, dtype=np.float32).reshape(-1)
+    last = offset + (rows - 1) * ldr + (cols - 1) * ldc
+    if ldr >= 0 and ldc >= 0 and 0 <= offset and last < flat.size:
+        item = flat.itemsize
+        return np.lib.stride_tricks.as_strided(
+            flat[offset:], (rows, cols), (ldr * item, ldc * item), writeable=False)
+    idx = offset + np.arange(rows)[:, None] * ldr + np.arange(cols)[None, :] * ldc
+    return flat[idx]
+
+
+#: Packed weights by (id of the constant, layout): the code generator emits every op
+#: twice (once to size its scratch, once for real), and packing 512 MB of weights
+#: takes seconds. Entries go when their constant is freed.
+_PACKED: dict[tuple, np.ndarray] = {}
+
+
+def packed_const(v: Value, layout: tuple, make) -> np.ndarray:
+    """``make()`` (a packed copy of constant ``v`` in ``layout``), computed once per
+    constant array and layout."""
+    key = (id(v.const),) + layout
+    hit = _PACKED.get(key)
+    if hit is None:
+        hit = _PACKED[key] = make()
+        weakref.finalize(v.const, _PACKED.pop, key, None)
+    return hit
+
+
 def a_operand(
     ctx: EmitContext, v: Value, m: int, k: int, ldm: int, ldk: int, offset: int = 0, name: str = "A"
 ) -> tuple[str, str]:
     """(packed-A pointer, C that packs it at run time or ""): ``A[i][j] = v[offset + i*ldm +
     j*ldk]``; packed at compile time when ``v`` is constant."""
     if v.const is not None:
-        flat = v.const.ravel()
-        idx = offset + np.arange(m)[:, None] * ldm + np.arange(k)[None, :] * ldk
-        return ctx.param(pack_a(flat[idx].astype(np.float32)), f"{name}.packed"), ""
+        packed = packed_const(v, ("A", offset, m, k, ldm, ldk),
+                              lambda: pack_a(const_matrix(v, offset, m, k, ldm, ldk)))
+        return ctx.param(packed, f"{name}.packed"), ""
     buf = ctx.scratch(4 * -(-m // MR) * MR * k)
     code = f"ml_pack_a_par({m}, {k}, {ctx.ptr(v)} + {offset}, {ldm}, {ldk}, (float*){buf});\n"
     return f"((const float*){buf})", code
@@ -69,9 +102,9 @@ def b_operand(
     """``ml_bsrc`` fields for ``B[i][j] = v[offset + i*ldk + j*ldn]``: prepacked at compile
     time when ``v`` is constant (``const_offset`` then locates the matrix), else strided."""
     if v.const is not None:
-        flat = v.const.ravel()
-        idx = const_offset + np.arange(k)[:, None] * ldk + np.arange(n)[None, :] * ldn
-        p = ctx.param(pack_b(flat[idx].astype(np.float32)), f"{name}.packed")
+        packed = packed_const(v, ("B", const_offset, k, n, ldk, ldn),
+                              lambda: pack_b(const_matrix(v, const_offset, k, n, ldk, ldn)))
+        p = ctx.param(packed, f"{name}.packed")
         return {"kind": "ML_B_PACKED", "p": p, "k_total": str(k)}
     return {
         "kind": "ML_B_STRIDED",

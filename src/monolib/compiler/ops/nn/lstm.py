@@ -82,6 +82,7 @@ class LSTM(OpDef):
 
     op_type = "LSTM"
     since_version = 1
+    also_versions = (22,)  # 22 adds bfloat16 only
 
     def infer(self, node: Node) -> list[OutType]:
         t, b, _, h, ndir = _dims(node)

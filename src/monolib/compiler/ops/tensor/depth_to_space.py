@@ -58,6 +58,8 @@ class DepthToSpace(_Rearrange):
     """``DepthToSpace``: ``[N, C, H, W] -> [N, C/b^2, H*b, W*b]``."""
 
     op_type, since_version = "DepthToSpace", 11
+    # 28 changes no attribute, input, output, type constraint or doc text
+    also_versions = (28,)
 
     def view(self, node: Node):
         n, c, h, w, b = self._check(node)
@@ -77,13 +79,15 @@ class SpaceToDepth(_Rearrange):
     """``SpaceToDepth``: ``[N, C, H, W] -> [N, C*b^2, H/b, W/b]``."""
 
     op_type, since_version = "SpaceToDepth", 1
+    also_versions = (28,)  # 28 adds mode CRD, handled in view()
 
     def view(self, node: Node):
         n, c, h, w, b = self._check(node)
-        if node.attrs.get("mode", "DCR") != "DCR":
-            raise UnsupportedOpError(
-                f"SpaceToDepth (node {node.name!r}): mode {node.attrs['mode']!r}"
-            )
+        mode = node.attrs.get("mode", "DCR")
+        # output channel: (bh * b + bw) * C + c for DCR, c * b * b + bh * b + bw for CRD (28)
+        perms = {"DCR": [0, 3, 5, 1, 2, 4], "CRD": [0, 1, 3, 5, 2, 4]}
+        if mode not in perms:
+            raise UnsupportedOpError(f"SpaceToDepth (node {node.name!r}): mode {mode!r}")
         if h % b or w % b:
             raise ShapeError(f"SpaceToDepth (node {node.name!r}): H, W not divisible by {b}")
-        return (n, c, h // b, b, w // b, b), [0, 3, 5, 1, 2, 4], (n, c * b * b, h // b, w // b)
+        return (n, c, h // b, b, w // b, b), perms[mode], (n, c * b * b, h // b, w // b)

@@ -31,6 +31,7 @@ class OneHot(OpDef):
     """
 
     op_type, since_version = "OneHot", 9
+    also_versions = (28,)  # 28 adds bfloat16 values only
 
     def _depth(self, node: Node) -> int:
         v = node.inputs[1]

@@ -165,3 +165,4 @@ class Pad18(_Pad):
     """``Pad`` 18, 19, 21: adds the optional ``axes`` input (19: ``wrap`` mode)."""
 
     op_type, since_version = "Pad", 18
+    also_versions = (23, 24, 25)  # new element types only

@@ -91,6 +91,7 @@ class Reshape(_View):
     """ONNX ``Reshape`` 5 and 14: the ``shape`` input must be a compile-time constant."""
 
     op_type, since_version = "Reshape", 5
+    also_versions = (23, 24, 25)  # new element types only
 
     def out_shape(self, node: Node):
         target = const_ints(node, 1, "shape")
@@ -104,6 +105,7 @@ class Flatten(_View):
     """ONNX ``Flatten``: ``[prod(shape[:axis]), prod(shape[axis:])]``."""
 
     op_type, since_version = "Flatten", 1
+    also_versions = (23, 24, 25)  # new element types only
 
     def out_shape(self, node: Node):
         shape = node.inputs[0].shape
@@ -148,6 +150,7 @@ class Squeeze13(_Squeeze):
     """ONNX ``Squeeze`` 13, 21: ``axes`` input."""
 
     op_type, since_version, axes_input = "Squeeze", 13, True
+    also_versions = (23, 24, 25)  # new element types only
 
 
 class _Unsqueeze(_Squeeze):
@@ -178,6 +181,7 @@ class Unsqueeze13(_Unsqueeze):
     """ONNX ``Unsqueeze`` 13, 21: ``axes`` input."""
 
     op_type, since_version, axes_input = "Unsqueeze", 13, True
+    also_versions = (23, 24, 25)  # new element types only
 
 
 @register
@@ -185,6 +189,7 @@ class Identity(_View):
     """ONNX ``Identity``: the input itself (the frontend usually removes it)."""
 
     op_type, since_version = "Identity", 1
+    also_versions = (23, 24, 25)  # new element types only
 
     def out_shape(self, node: Node):
         return node.inputs[0].shape

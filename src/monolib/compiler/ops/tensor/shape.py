@@ -13,7 +13,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, c_literal, register
 from .loops import const_ints
@@ -38,6 +38,7 @@ class Shape(OpDef):
     """``Shape``: the int64 shape of the input, dims ``start..end`` (15+, clamped)."""
 
     op_type, since_version = "Shape", 1
+    also_versions = (23, 24, 25)  # new element types only
 
     def _value(self, node: Node) -> np.ndarray:
         shape = node.inputs[0].shape
@@ -63,6 +64,7 @@ class Size(OpDef):
     """``Size``: the int64 number of elements of the input (a scalar)."""
 
     op_type, since_version = "Size", 1
+    also_versions = (23, 24, 25)  # new element types only
 
     def infer(self, node: Node) -> list[OutType]:
         return [((), np.dtype(np.int64))]
@@ -80,6 +82,7 @@ class ConstantOfShape(OpDef):
     the one-element ``value`` attribute (float32 zero by default)."""
 
     op_type, since_version = "ConstantOfShape", 9
+    also_versions = (23, 24, 25)  # new element types only
 
     def _fill(self, node: Node) -> np.ndarray:
         value = node.attrs.get("value")
@@ -115,6 +118,8 @@ class Range(OpDef):
     shape)."""
 
     op_type, since_version = "Range", 11
+    #: 27 adds float16/bfloat16 and ``stash_type`` (their accumulation type)
+    also_versions = (27,)
 
     def _value(self, node: Node) -> np.ndarray:
         vals = []
@@ -130,7 +135,17 @@ class Range(OpDef):
             raise ShapeError(f"Range (node {node.name!r}): delta is 0")
         dt = node.inputs[0].dtype
         n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
-        return (start + np.arange(n, dtype=dt) * np.asarray(delta, dt)).astype(dt)
+        acc = dt
+        if dt.itemsize < 4 and dt.kind not in "iub":  # float16/bfloat16 (opset 27)
+            if node.attrs.get("stash_type", 1) != 1:
+                raise UnsupportedOpError(
+                    f"Range (node {node.name!r}): {dt} with stash_type "
+                    f"{node.attrs['stash_type']} (only 1, float accumulation)"
+                )
+            acc = np.dtype(np.float32)
+        return (
+            acc.type(start) + np.arange(n, dtype=acc) * np.asarray(delta, acc)
+        ).astype(dt)
 
     def infer(self, node: Node) -> list[OutType]:
         return [(self._value(node).shape, node.inputs[0].dtype)]

@@ -33,6 +33,7 @@ class TopK(OpDef):
     """
 
     op_type, since_version = "TopK", 10
+    also_versions = (24,)  # 24 adds bfloat16 only
 
     def _view(self, node: Node) -> tuple[int, int, int, int, int]:
         x = node.inputs[0]

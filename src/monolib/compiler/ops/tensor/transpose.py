@@ -51,6 +51,7 @@ class Transpose(OpDef):
     """``Transpose``: permute the dims."""
 
     op_type, since_version = "Transpose", 1
+    also_versions = (23, 24, 25)  # new element types only
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]

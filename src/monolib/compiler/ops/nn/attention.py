@@ -1,0 +1,335 @@
+"""``Attention`` (ONNX 23, 24, 25): scaled dot-product attention with a KV cache.
+
+Follows the ONNX operator spec (``onnx.defs.get_schema("Attention")``). Q is ``[B, Hq,
+S, D]`` or 3-D ``[B, S, Hq*D]`` (with ``q_num_heads``/``kv_num_heads``); K and V have
+``Hkv`` heads (grouped-query attention when ``Hq`` is a multiple of ``Hkv``: query head
+``h`` reads KV head ``h // (Hq / Hkv)``). ``past_key``/``past_value`` are prepended
+along the sequence to give ``present_key``/``present_value`` of ``T = P + L`` rows.
+
+Per query row the emitter computes, in one pass over the ``T`` keys:
+
+* the score ``(q * sqrt(scale)) . (k * sqrt(scale))``, soft-capped when ``softcap > 0``;
+* the additive bias: ``attn_mask`` (bool: false is ``-inf``; padded with ``-inf`` past
+  its last dim), the bottom-right causal frontier ``j <= i + offset``, the sliding
+  window (25) and the ``nonpad_kv_seqlen`` padding, where ``offset`` is ``P``, or
+  ``nonpad_kv_seqlen[b] - S`` for an external cache, or 0;
+* a stable softmax; a row whose bias is ``-inf`` everywhere gives probabilities 0;
+* ``Y = P @ V`` and the optional ``qk_matmul_output`` (mode 0/1: the capped scores, 2:
+  plus the bias, 3: the probabilities).
+
+float32 and float64. ``softmax_precision`` is accepted for float32/float64 (the
+softmax runs in the input type, as the spec allows for those types).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+from ....runtime.errors import ShapeError, UnsupportedOpError
+from ...ir import Node
+from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..math.elementwise import cfn, lit
+from ..tensor.loops import broadcast_strides
+
+__all__ = ["Attention", "attention_dims"]
+
+logger = logging.getLogger(__name__)
+
+
+def attention_dims(node: Node) -> dict[str, int]:
+    """The sizes of an Attention node: ``B, Hq, Hkv, S, L, P, T, D, Dv`` and ``rank``.
+
+    Raises
+    ------
+    ShapeError
+        Inconsistent Q/K/V/past shapes, missing head counts for 3-D inputs, or a
+        query head count that is not a multiple of the KV head count.
+    """
+    q, k, v = node.inputs[0].shape, node.inputs[1].shape, node.inputs[2].shape
+    where = f"Attention (node {node.name!r})"
+    if not len(q) == len(k) == len(v) or len(q) not in (3, 4):
+        raise ShapeError(f"{where}: Q, K, V must all be 3-D or 4-D, got {q}, {k}, {v}")
+    if len(q) == 3:
+        hq, hkv = node.attrs.get("q_num_heads"), node.attrs.get("kv_num_heads")
+        if not hq or not hkv:
+            raise ShapeError(f"{where}: 3-D inputs need q_num_heads and kv_num_heads")
+        if q[2] % hq or k[2] % hkv or v[2] % hkv:
+            raise ShapeError(f"{where}: hidden sizes {q[2]}, {k[2]}, {v[2]} not divisible by heads")
+        d, dk, dv = q[2] // hq, k[2] // hkv, v[2] // hkv
+        b, s, ln = q[0], q[1], k[1]
+        if v[1] != ln:
+            raise ShapeError(f"{where}: K and V sequence lengths differ")
+    else:
+        b, hq, s, d = q
+        hkv, ln, dk = k[1], k[2], k[3]
+        dv = v[3]
+        if v[1] != hkv or v[2] != ln:
+            raise ShapeError(f"{where}: K {k} and V {v} disagree")
+    if dk != d or k[0] != b or v[0] != b:
+        raise ShapeError(f"{where}: Q {q} and K {k} disagree (batch or head size)")
+    if hq % hkv:
+        raise ShapeError(f"{where}: {hq} query heads is not a multiple of {hkv} KV heads")
+    pk, pv = node.input(4), node.input(5)
+    if (pk is None) != (pv is None):
+        raise ShapeError(f"{where}: past_key and past_value go together")
+    p = 0
+    if pk is not None:
+        p = pk.shape[2]
+        if pk.shape != (b, hkv, p, d) or pv.shape != (b, hkv, p, dv):
+            raise ShapeError(f"{where}: past_key {pk.shape} / past_value {pv.shape} do not fit")
+        if node.input(6) is not None:
+            raise ShapeError(f"{where}: nonpad_kv_seqlen cannot be used with past_key")
+    return dict(B=b, Hq=hq, Hkv=hkv, S=s, L=ln, P=p, T=p + ln, D=d, Dv=dv, rank=len(q))
+
+
+def _scale(node: Node, d: int) -> float:
+    sc = node.attrs.get("scale")
+    return float(sc) if sc is not None else 1.0 / math.sqrt(d)
+
+
+@register
+class Attention(OpDef):
+    """ONNX ``Attention`` 23; 24 adds ``nonpad_kv_seqlen``, 25 the sliding window,
+    the offset-aligned causal mask and the fully-masked-row rule, all implemented
+    here (see the module docstring).
+
+    Raises
+    ------
+    UnsupportedOpError
+        Element types other than float32/float64.
+    ShapeError
+        See :func:`attention_dims`; a mask that does not broadcast.
+    """
+
+    op_type, since_version = "Attention", 23
+    also_versions = (24, 25)
+
+    def infer(self, node: Node) -> list[OutType]:
+        q = node.inputs[0]
+        if q.dtype not in (np.float32, np.float64):
+            raise UnsupportedOpError(f"Attention (node {node.name!r}): {q.dtype} (float32/float64 only)")
+        m = attention_dims(node)
+        mask = node.input(3)
+        if mask is not None:
+            ms = (1,) * (4 - len(mask.shape)) + tuple(mask.shape)
+            if len(mask.shape) > 4 or ms[3] > m["T"] or any(
+                a not in (1, want) for a, want in zip(ms[:3], (m["B"], m["Hq"], m["S"]))
+            ):
+                raise ShapeError(
+                    f"Attention (node {node.name!r}): attn_mask {mask.shape} does not fit "
+                    f"[{m['B']}, {m['Hq']}, {m['S']}, {m['T']}]"
+                )
+        dt = q.dtype
+        if m["rank"] == 3:
+            y = (m["B"], m["S"], m["Hq"] * m["Dv"])
+        else:
+            y = (m["B"], m["Hq"], m["S"], m["Dv"])
+        types = [
+            (y, dt),
+            ((m["B"], m["Hkv"], m["T"], m["D"]), dt),
+            ((m["B"], m["Hkv"], m["T"], m["Dv"]), dt),
+            ((m["B"], m["Hq"], m["S"], m["T"]), dt),
+        ]
+        return types[: len(node.outputs)]
+
+    # -- NumPy reference -------------------------------------------------------------
+
+    def _bias(self, node: Node, m: dict, mask, nonpad) -> np.ndarray:
+        """The additive bias ``[B, Hq, S, T]`` (0 or -inf, plus a float mask)."""
+        B, Hq, S, T = m["B"], m["Hq"], m["S"], m["T"]
+        bias = np.zeros((B, Hq, S, T), np.float64)
+        if mask is not None:
+            full = np.zeros(mask.shape[:-1] + (T,), np.float64)
+            if mask.dtype == np.bool_:
+                full[...] = -np.inf
+                full[..., : mask.shape[-1]] = np.where(mask, 0.0, -np.inf)
+            else:
+                full[...] = -np.inf
+                full[..., : mask.shape[-1]] = mask
+            bias = bias + full
+        i = np.arange(S).reshape(1, S, 1)
+        j = np.arange(T).reshape(1, 1, T)
+        if nonpad is not None:
+            off = (nonpad.reshape(-1).astype(np.int64) - S).reshape(B, 1, 1)
+        else:
+            off = np.full((B, 1, 1), m["P"], np.int64)
+        allowed = np.ones((B, S, T), bool)
+        if node.attrs.get("is_causal", 0):
+            allowed &= j <= i + off
+        left, right = node.attrs.get("left_window_size", -1), node.attrs.get("right_window_size", -1)
+        diff = i + off - j
+        if left >= 0:
+            allowed &= diff <= left
+        if right >= 0:
+            allowed &= -diff <= right
+        if nonpad is not None:
+            allowed &= j < nonpad.reshape(B, 1, 1)
+        return np.where(allowed[:, None], bias, -np.inf)
+
+    def reference(self, node: Node, inputs):
+        m = attention_dims(node)
+        q, k, v = inputs[:3]
+        mask, pk, pv, nonpad = (list(inputs) + [None] * 7)[3:7]
+        dt = q.dtype
+        B, Hq, Hkv, S, D, Dv = m["B"], m["Hq"], m["Hkv"], m["S"], m["D"], m["Dv"]
+        if m["rank"] == 3:
+            q = q.reshape(B, S, Hq, D).transpose(0, 2, 1, 3)
+            k = k.reshape(B, m["L"], Hkv, D).transpose(0, 2, 1, 3)
+            v = v.reshape(B, m["L"], Hkv, Dv).transpose(0, 2, 1, 3)
+        if pk is not None:
+            k, v = np.concatenate([pk, k], axis=2), np.concatenate([pv, v], axis=2)
+        present_k, present_v = k.astype(dt), v.astype(dt)
+        rep = Hq // Hkv
+        kk, vv = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        sc = dt.type(math.sqrt(_scale(node, D)))
+        scores = (q * sc).astype(np.float64) @ np.swapaxes(kk * sc, 2, 3).astype(np.float64)
+        cap = node.attrs.get("softcap", 0.0)
+        if cap > 0:
+            scores = cap * np.tanh(scores / cap)
+        bias = self._bias(node, m, mask, nonpad)
+        x = scores + bias
+        dead = np.isneginf(bias.max(axis=-1, keepdims=True))
+        mx = np.where(dead, 0.0, x.max(axis=-1, keepdims=True))
+        e = np.where(dead, 0.0, np.exp(x - mx))
+        probs = e / np.where(dead, 1.0, e.sum(axis=-1, keepdims=True))
+        y = probs @ vv.astype(np.float64)
+        if m["rank"] == 3:
+            y = y.transpose(0, 2, 1, 3).reshape(B, S, Hq * Dv)
+        mode = node.attrs.get("qk_matmul_output_mode", 0)
+        qk = {0: scores, 1: scores, 2: x, 3: probs}[mode]
+        outs = [y.astype(dt), present_k, present_v, qk.astype(dt)]
+        return outs[: len(node.outputs)]
+
+    # -- C ------------------------------------------------------------------------------
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        m = attention_dims(node)
+        B, Hq, Hkv, S, L, P, T, D, Dv = (m[k] for k in ("B", "Hq", "Hkv", "S", "L", "P", "T", "D", "Dv"))
+        if B * Hq * S == 0:
+            return ""
+        q, k, v = node.inputs[:3]
+        dt = q.dtype
+        ct = ctype(dt)
+        three = m["rank"] == 3
+        outs = node.outputs
+        lines: list[str] = []
+        # present K/V: [B, Hkv, T, D|Dv], contiguous; the outputs when requested
+        kp = ctx.ptr(outs[1]) if len(outs) > 1 else f"(({ct}*){ctx.scratch(B * Hkv * T * D * dt.itemsize)})"
+        vp = ctx.ptr(outs[2]) if len(outs) > 2 else f"(({ct}*){ctx.scratch(B * Hkv * T * Dv * dt.itemsize)})"
+        pk, pv = node.input(4), node.input(5)
+        for dst, src, past, dd in ((kp, k, pk, D), (vp, v, pv, Dv)):
+            if T * dd == 0:
+                continue
+            # input row (b, h, j) starts at b*sb + h*sh + j*sj
+            if three:
+                sb, sh, sj = L * Hkv * dd, dd, Hkv * dd
+            else:
+                sb, sh, sj = Hkv * L * dd, L * dd, dd
+            b_, h_, j_, e_ = (ctx.unique(x) for x in "bhje")
+            row = f"{dst} + (({b_}*{Hkv} + {h_})*{T} + {j_})*{dd}"
+            past_copy = ""
+            if past is not None and P:
+                past_copy = (
+                    f"for (int64_t {j_} = 0; {j_} < {P}; ++{j_}) for (int64_t {e_} = 0; {e_} < {dd}; ++{e_}) "
+                    f"({row})[{e_}] = {ctx.ptr(past)}[(({b_}*{Hkv} + {h_})*{P} + {j_})*{dd} + {e_}];\n"
+                )
+            lines.append(
+                f"for (int64_t {b_} = 0; {b_} < {B}; ++{b_}) for (int64_t {h_} = 0; {h_} < {Hkv}; ++{h_}) {{\n"
+                + past_copy
+                + f"for (int64_t {j_} = {P}; {j_} < {T}; ++{j_}) for (int64_t {e_} = 0; {e_} < {dd}; ++{e_}) "
+                f"({row})[{e_}] = {ctx.ptr(src)}[{b_}*{sb} + {h_}*{sh} + ({j_} - {P})*{sj} + {e_}];\n}}"
+            )
+        b, h, i, j, e = (ctx.unique(x) for x in ("b", "h", "i", "j", "e"))
+        if three:
+            q_off = f"{b}*{S * Hq * D} + {i}*{Hq * D} + {h}*{D}"
+            y_off = f"{b}*{S * Hq * Dv} + {i}*{Hq * Dv} + {h}*{Dv}"
+        else:
+            q_off = f"(({b}*{Hq} + {h})*{S} + {i})*{D}"
+            y_off = f"(({b}*{Hq} + {h})*{S} + {i})*{Dv}"
+        hk = f"({h} / {Hq // Hkv})"
+        krow = f"{kp} + (({b}*{Hkv} + {hk})*{T} + {j})*{D}"
+        vrow = f"{vp} + (({b}*{Hkv} + {hk})*{T} + {j})*{Dv}"
+        sc = lit(math.sqrt(_scale(node, D)), dt)
+        qs, sbuf, bbuf = ctx.unique("qs"), ctx.unique("sc"), ctx.unique("bi")
+        lines.append(f"{ct}* {qs} = ({ct}*){ctx.scratch(max(D, 1) * dt.itemsize)};")
+        lines.append(f"{ct}* {sbuf} = ({ct}*){ctx.scratch(max(T, 1) * dt.itemsize)};")
+        lines.append(f"{ct}* {bbuf} = ({ct}*){ctx.scratch(max(T, 1) * dt.itemsize)};")
+        body = [f"for (int64_t {e} = 0; {e} < {D}; ++{e}) {qs}[{e}] = {ctx.ptr(q)}[{q_off} + {e}] * {sc};"]
+        body.append(self._emit_bias(node, ctx, m, b, h, i, j, bbuf, dt))
+        cap = float(node.attrs.get("softcap", 0.0))
+        dot, acc = ctx.unique("dot"), ctx.unique("acc")
+        score = f"{dot}"
+        if cap > 0:
+            score = f"{lit(cap, dt)} * {cfn('tanh', dt)}({dot} / {lit(cap, dt)})"
+        body.append(
+            f"for (int64_t {j} = 0; {j} < {T}; ++{j}) {{\n"
+            f"const {ct}* kr = {krow};\n{ct} {dot} = 0;\n"
+            f"for (int64_t {e} = 0; {e} < {D}; ++{e}) {dot} += {qs}[{e}] * (kr[{e}] * {sc});\n"
+            f"{sbuf}[{j}] = {score};\n}}"
+        )
+        mode = node.attrs.get("qk_matmul_output_mode", 0)
+        qk_row = f"{ctx.ptr(outs[3])} + (({b}*{Hq} + {h})*{S} + {i})*{T}" if len(outs) > 3 else None
+        if qk_row and mode in (0, 1):
+            body.append(f"for (int64_t {j} = 0; {j} < {T}; ++{j}) ({qk_row})[{j}] = {sbuf}[{j}];")
+        body.append(f"for (int64_t {j} = 0; {j} < {T}; ++{j}) {sbuf}[{j}] += {bbuf}[{j}];")
+        if qk_row and mode == 2:
+            body.append(f"for (int64_t {j} = 0; {j} < {T}; ++{j}) ({qk_row})[{j}] = {sbuf}[{j}];")
+        mx, live, tot = ctx.unique("mx"), ctx.unique("live"), ctx.unique("tot")
+        exp = cfn("exp", dt)
+        body.append(
+            f"int {live} = 0; {ct} {mx} = -INFINITY, {tot} = 0;\n"
+            f"for (int64_t {j} = 0; {j} < {T}; ++{j}) {{ if ({bbuf}[{j}] != -INFINITY) {live} = 1;"
+            f" if ({sbuf}[{j}] > {mx}) {mx} = {sbuf}[{j}]; }}\n"
+            f"if (!{live}) {{ for (int64_t {j} = 0; {j} < {T}; ++{j}) {sbuf}[{j}] = 0; }}\n"
+            f"else {{ for (int64_t {j} = 0; {j} < {T}; ++{j}) {{ {sbuf}[{j}] = {exp}({sbuf}[{j}] - {mx});"
+            f" {tot} += {sbuf}[{j}]; }}\n"
+            f"for (int64_t {j} = 0; {j} < {T}; ++{j}) {sbuf}[{j}] /= {tot}; }}"
+        )
+        if qk_row and mode == 3:
+            body.append(f"for (int64_t {j} = 0; {j} < {T}; ++{j}) ({qk_row})[{j}] = {sbuf}[{j}];")
+        yp = ctx.ptr(outs[0])
+        body.append(
+            f"{ct}* {acc} = {yp} + {y_off};\n"
+            f"for (int64_t {e} = 0; {e} < {Dv}; ++{e}) {acc}[{e}] = 0;\n"
+            f"for (int64_t {j} = 0; {j} < {T}; ++{j}) {{ const {ct} pj = {sbuf}[{j}]; if (pj == 0) continue;\n"
+            f"const {ct}* vr = {vrow};\n"
+            f"for (int64_t {e} = 0; {e} < {Dv}; ++{e}) {acc}[{e}] += pj * vr[{e}]; }}"
+        )
+        lines.append(
+            f"for (int64_t {b} = 0; {b} < {B}; ++{b}) for (int64_t {h} = 0; {h} < {Hq}; ++{h})"
+            f" for (int64_t {i} = 0; {i} < {S}; ++{i}) {{\n" + "\n".join(body) + "\n}"
+        )
+        return "\n".join(lines)
+
+    def _emit_bias(self, node, ctx, m, b, h, i, j, buf, dt) -> str:
+        """C statements filling ``buf[0..T)`` with the bias of query row (b, h, i)."""
+        T, S, P = m["T"], m["S"], m["P"]
+        ct = ctype(dt)
+        conds = []  # C conditions under which key j is allowed
+        mask, nonpad = node.input(3), node.input(6)
+        off = f"((int64_t){ctx.ptr(nonpad)}[{b}] - {S})" if nonpad is not None else str(P)
+        if node.attrs.get("is_causal", 0):
+            conds.append(f"{j} <= {i} + {off}")
+        left, right = node.attrs.get("left_window_size", -1), node.attrs.get("right_window_size", -1)
+        if left >= 0:
+            conds.append(f"{i} + {off} - {j} <= {left}")
+        if right >= 0:
+            conds.append(f"{j} - ({i} + {off}) <= {right}")
+        if nonpad is not None:
+            conds.append(f"{j} < (int64_t){ctx.ptr(nonpad)}[{b}]")
+        val = lit(0, dt)
+        if mask is not None:
+            ms = (1,) * (4 - len(mask.shape)) + tuple(mask.shape)
+            st = broadcast_strides(ms, (m["B"], m["Hq"], S, ms[3]))
+            moff = f"{b}*{st[0]} + {h}*{st[1]} + {i}*{st[2]} + {j}*{st[3]}"
+            conds.append(f"{j} < {ms[3]}")
+            mv = f"{ctx.ptr(mask)}[{moff}]"
+            if mask.dtype == np.bool_:
+                conds.append(mv)
+            else:
+                val = f"({ct}){mv}"
+        allowed = " && ".join(f"({c})" for c in conds) or "1"
+        return f"for (int64_t {j} = 0; {j} < {T}; ++{j}) {buf}[{j}] = ({allowed}) ? {val} : -INFINITY;"

@@ -11,7 +11,8 @@ switch, given ``constants={"sr": 16000}``) are replaced by the chosen branch.
 Follows the ONNX IR specification (https://onnx.ai/onnx/repo-docs/IR.html): value
 names are SSA, subgraphs see the values of their enclosing scopes, nodes are
 topologically sorted (re-sorted here to be safe), an empty input name is an omitted
-optional input. Supported: default-domain opsets 11 to 21.
+optional input. Supported: default-domain opsets 11 to the newest of the installed
+``onnx`` (``support.DEFAULT_OPSETS``).
 """
 
 from __future__ import annotations

@@ -175,6 +175,11 @@ class OpDef:
     alias: ClassVar[bool] = False
     #: ``reference`` may be used to fold the node when all its inputs are constant.
     foldable: ClassVar[bool] = True
+    #: Newer ONNX versions of the op (``since_version`` of their schemas) whose changes
+    #: this class handles: type-only additions (the C backend refuses a dtype it has
+    #: no type for) or attributes it implements. :func:`lookup` refuses any other
+    #: newer schema version at or above :data:`CHECKED_FROM`.
+    also_versions: ClassVar[tuple[int, ...]] = ()
 
     def infer(self, node: Node) -> list[OutType]:
         raise NotImplementedError(f"{self.op_type}: infer")
@@ -207,15 +212,40 @@ def register(cls: type[OpDef]) -> type[OpDef]:
 _INSTANCES: dict[type[OpDef], OpDef] = {}
 
 
+#: Schema versions from this one on must be declared by the class that serves them
+#: (``since_version`` or ``also_versions``). Versions up to 21 predate the check: the
+#: frontend accepted opsets 11 to 21 when the op classes were written, and each class
+#: follows the versions of that range it was written against.
+CHECKED_FROM = 22
+
+
+def _schema_since(op_type: str, opset: int, domain: str) -> int | None:
+    """``since_version`` of the ONNX schema of ``op_type`` in effect at ``opset``
+    (``None`` when ONNX defines no such schema, e.g. a custom domain)."""
+    import onnx.defs
+
+    try:
+        return int(onnx.defs.get_schema(op_type, opset, domain).since_version)
+    except onnx.defs.SchemaError:
+        return None
+
+
 def lookup(op_type: str, opset: int, domain: str = "", node_name: str = "") -> OpDef:
     """The implementation of ``op_type`` for a model whose ``domain`` opset is
     ``opset``: the newest registered class with ``since_version <= opset``.
 
+    The class must also cover the ONNX schema in effect at ``opset``: when that
+    schema (``onnx.defs.get_schema(op_type, opset).since_version``) is newer than the
+    class and at least :data:`CHECKED_FROM`, the class must list it in
+    ``also_versions``; otherwise ONNX changed the operator after the class was written
+    and using it silently could compute the wrong thing.
+
     Raises
     ------
     UnsupportedOpError
-        When the op is not implemented, or only for newer versions; the message lists
-        the versions monolib has.
+        When the op is not implemented, only for newer versions, or only for older
+        versions whose semantics the model's version changed; the message names the
+        op, the node and the versions.
     """
     versions = _REGISTRY.get((domain, op_type))
     where = f" (node {node_name!r})" if node_name else ""
@@ -223,13 +253,26 @@ def lookup(op_type: str, opset: int, domain: str = "", node_name: str = "") -> O
     if not versions:
         raise UnsupportedOpError(f"operator {qual}{where} is not supported by monolib")
     chosen = [c for c in versions if c.since_version <= opset]
+    have = ", ".join(str(c.since_version) for c in versions)
     if not chosen:
-        have = ", ".join(str(c.since_version) for c in versions)
         raise UnsupportedOpError(
             f"operator {qual}{where} at opset {opset} is not supported; "
             f"monolib implements versions {have}"
         )
     cls = chosen[-1]
+    since = _schema_since(op_type, opset, domain)
+    if (
+        since is not None
+        and since > cls.since_version
+        and since >= CHECKED_FROM
+        and since not in cls.also_versions
+    ):
+        covered = ", ".join(str(v) for v in (cls.since_version, *cls.also_versions))
+        raise UnsupportedOpError(
+            f"operator {qual}{where} at opset {opset} is version {since} of the ONNX "
+            f"spec; monolib implements versions {covered} (classes {have}), and "
+            f"version {since} changed the operator"
+        )
     inst = _INSTANCES.get(cls)
     if inst is None:
         inst = _INSTANCES[cls] = cls()

@@ -59,6 +59,9 @@ class Cast(Elementwise):
     """``Cast``: convert to the type named by attribute ``to``."""
 
     op_type, since_version = "Cast", 6
+    # 23, 25, 28 add float4/int2/float6 types only; 24 adds float8e8m0 and round_mode,
+    # which only applies to float8e8m0 (a dtype monolib refuses)
+    also_versions = (23, 24, 25, 28)
 
     def out_dtype(self, node: Node) -> np.dtype:
         return onnx_dtype(node.attrs["to"], f"Cast (node {node.name!r})")
@@ -79,6 +82,7 @@ class CastLike(Elementwise):
     runs as its own loop (the inherited ``emit`` honours ``data_inputs``)."""
 
     op_type, since_version = "CastLike", 15
+    also_versions = (23, 24, 25)  # as Cast: new types; round_mode is for float8e8m0
     elementwise = False
     data_inputs = (0,)
 

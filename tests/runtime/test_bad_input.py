@@ -175,7 +175,7 @@ NAN_ORACLES = {
     "Softmax": ({"axis": -1}, {}, _softmax),
     "Max": ({}, {"c": np.zeros((4, 4), np.float32)}, lambda x: np.maximum(x, 0)),
     "Min": ({}, {"c": np.zeros((4, 4), np.float32)}, lambda x: np.minimum(x, 0)),
-    "ReduceMax": ({"keepdims": 0, "axes": [1]}, {}, lambda x: np.max(x, axis=1)),
+    "ReduceMax": ({"keepdims": 0, "axes": [1]}, {}, lambda x: np.max(x, axis=1)),  # opset 17
     "MaxPool": ({"kernel_shape": [2, 2]}, {}, lambda x: _windows(x).max(axis=(4, 5))),
     "AveragePool": ({"kernel_shape": [2, 2]}, {}, lambda x: _windows(x).mean(axis=(4, 5))),
     "Conv": (
@@ -190,17 +190,47 @@ NAN_ORACLES = {
 NAN_DROPPED = {"Relu", "Max", "Min", "ReduceMax", "MaxPool"}
 
 
+POOLED = ("MaxPool", "AveragePool", "Conv")  # on x as [1, 1, 4, 4]
+
+
+def _want(op: str) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        x = NAN_X.reshape(1, 1, 4, 4) if op in POOLED else NAN_X
+        return NAN_ORACLES[op][2](x).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def nan_model():
+    """ONE model with every op of NAN_ORACLES applied to x (one output each)."""
+    nodes = [helper.make_node("Reshape", ["x", "shape4"], ["x4"])]
+    inits = [numpy_helper.from_array(np.array([1, 1, 4, 4], np.int64), "shape4")]
+    for op, (attrs, extra, _) in NAN_ORACLES.items():
+        for name, value in extra.items():
+            inits.append(numpy_helper.from_array(value, f"{op}_{name}"))
+        src = "x4" if op in POOLED else "x"
+        ins = [src, *(f"{op}_{name}" for name in extra)]
+        nodes.append(helper.make_node(op, ins, [f"y_{op}"], **attrs))
+    graph = helper.make_graph(
+        nodes,
+        "nan_ops",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [
+            helper.make_tensor_value_info(f"y_{op}", TensorProto.FLOAT, list(_want(op).shape))
+            for op in NAN_ORACLES
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    gm = monolib.GraphModule(monolib.compile(model))
+    gm.run(x=NAN_X)
+    return {op: gm.get_output(i).numpy() for i, op in enumerate(NAN_ORACLES)}
+
+
 @pytest.mark.parametrize("op", sorted(NAN_ORACLES))
-def test_nan_inf_through_ops(op, request):
+def test_nan_inf_through_ops(op, nan_model, request):
     if op in NAN_DROPPED:
         request.applymarker(pytest.mark.xfail(strict=True, reason=f"{op} drops NaN"))
-    attrs, extra, oracle = NAN_ORACLES[op]
-    x = NAN_X.reshape(1, 1, 4, 4) if op in ("MaxPool", "AveragePool", "Conv") else NAN_X
-    opset = 11 if op == "ReduceMax" else 17  # axes as an attribute
-    model = make_node_model(op, {"x": x, **extra}, attrs, constant_inputs=list(extra), opset=opset)
-    got = run(monolib.GraphModule(monolib.compile(model)), x=x)
-    with np.errstate(all="ignore"):
-        want = oracle(x).astype(np.float32)
+    got, want = nan_model[op], _want(op)
     assert got.shape == want.shape
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))

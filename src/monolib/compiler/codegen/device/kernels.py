@@ -87,6 +87,19 @@ def conv(node: Node, ctx: Any) -> Kernel:
     cg, ocg = C // group, OC // group
     T = _acc_type(node)
     i = decompose("gid", [y.shape[0], OC, g["OH"], g["OW"]], "i")
+    pointwise = all(g[k] == 1 for k in ("KH", "KW", "SH", "SW")) and not any(
+        g[k] for k in ("PT", "PB", "PL", "PR"))
+    if pointwise:  # 1x1: a dot product over channels, neighbours read neighbours
+        hw = g["H"] * g["W"]
+        body = [
+            *i,
+            f"{ctx.dialect.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)} + "
+            f"(i0 * {C} + (i1 / {ocg}) * {cg}) * {hw} + i2 * {g['W']} + i3;",
+            f"{ctx.dialect.pointer(ctype(w.dtype), True)} Wt = {ctx.ptr(w)} + i1 * {cg};",
+            f"{T} acc = {ctx.ptr(b) + '[i1]' if b is not None else c_literal(0, y.dtype)};",
+            f"for (int c = 0; c < {cg}; ++c) acc += X[c * {hw}] * Wt[c];",
+        ]
+        return _elementwise_kernel(node, ctx, body)
     body = [
         *i,
         f"{ctx.dialect.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)};",

@@ -62,8 +62,9 @@ def load_model(model: Any) -> onnx.ModelProto:
         if not os.path.isfile(path):
             raise CompileError(f"ONNX model file not found: {path!r}")
         try:
-            return onnx.load(path, load_external_data=False)
-        except (DecodeError, ValueError, OSError) as e:
+            # external data (models over 2 GB must use it) is read from beside the file
+            return onnx.load(path, load_external_data=True)
+        except (DecodeError, ValueError, OSError, onnx.checker.ValidationError) as e:
             raise CompileError(f"{path!r} is not a readable ONNX model: {e}") from e
     raise CompileError(
         f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}"
@@ -94,10 +95,11 @@ def _check(proto: onnx.ModelProto) -> dict[str, int]:
     if external:
         raise CompileError(
             f"tensor(s) {external[:5]} are stored as external data; monolib reads "
-            "self-contained models only (save the model without external data)"
+            "them from a path (compile the model's .onnx path, not a ModelProto loaded "
+            "with load_external_data=False)"
         )
     try:
-        onnx.checker.check_model(proto, full_check=False)
+        check_model_light(proto)  # the checker without a copy of the weights
     except onnx.checker.ValidationError as e:
         raise CompileError(f"the ONNX checker rejected the model: {e}") from e
     opsets = {normalize_domain(o.domain): int(o.version) for o in proto.opset_import}

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_inputs import MODEL_INPUTS  # noqa: E402
+from bench_inputs import MODEL_INPUTS
 
-import monolib  # noqa: E402
-from monolib.models import fetch_model  # noqa: E402
+import monolib
+from monolib.models import fetch_model
 
 
 def _median_ms(fn, repeat: int) -> float:
@@ -74,7 +74,7 @@ def _gpu_arch() -> str | None:
 
         if driver.cuInit(0)[0] != driver.CUresult.CUDA_SUCCESS:
             return None
-        err, dev = driver.cuDeviceGet(0)
+        dev = driver.cuDeviceGet(0)[1]
         attr = driver.CUdevice_attribute
         major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)[1]
         minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)[1]

@@ -63,7 +63,7 @@ def test_cuda_library_inspect_and_byte_round_trip(cls_cuda):
 
 
 def test_target_without_nvrtc_keeps_the_source(monkeypatch):
-    import monolib.runtime.cuda as cuda
+    from monolib.runtime import cuda
 
     monkeypatch.setattr(cuda, "nvrtc_available", lambda: False)
     model = make_node_model("Relu", {"x": np.zeros((2, 3), np.float32)})
@@ -95,7 +95,7 @@ def test_cls_on_gpu_matches_onnxruntime(cls_cuda):
     ort = pytest.importorskip("onnxruntime")
     from models.conftest import assert_matches
 
-    factory, path = cls_cuda
+    _, path = cls_cuda
     x = np.random.default_rng(0).random(CLS[1], dtype=np.float32)
     gm = monolib.GraphModule(monolib.load_module(path)["default"](monolib.cuda()))
     gm.run(x=x)

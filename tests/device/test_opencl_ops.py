@@ -13,7 +13,7 @@ import monolib
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
 RNG = np.random.default_rng(7)
 FEEDS = {
@@ -30,7 +30,7 @@ def _const(name: str, arr) -> onnx.TensorProto:
 
 def ops_model() -> onnx.ModelProto:
     """The model: inputs of FEEDS, one output per lowering."""
-    f = lambda *s: RNG.standard_normal(s).astype(np.float32)  # noqa: E731
+    f = lambda *s: RNG.standard_normal(s).astype(np.float32)
     inits = [
         _const("w_grp", f(8, 2, 3, 3)), _const("b_grp", f(8)), _const("s_grp", f(1, 8, 1, 1)),
         _const("w_dw", f(4, 1, 3, 3)), _const("w_1x1", f(5, 4, 1, 1)),

@@ -62,9 +62,7 @@ def nvrtc_compile(source: str, arch: str, required: bool = True) -> bytes | None
     """
     if not nvrtc_available():
         if required:
-            raise CompileError(
-                "CUDA needs NVRTC: pip install cuda-python nvidia-cuda-nvrtc-cu12"
-            )
+            raise CompileError("CUDA needs NVRTC: pip install cuda-python nvidia-cuda-nvrtc-cu12")
         logger.warning("NVRTC not available: the cuda module keeps its source, compiled at load")
         return None
     nvrtc = _nvrtc()
@@ -98,7 +96,9 @@ class CUDAModule(DeviceModule):
         """The stored PTX of the newest arch not above ``arch`` (the driver JITs it
         forward), else PTX compiled now with NVRTC for ``arch``."""
         want = int(arch[3:])
-        usable = sorted((int(k[3:]), k) for k in self.binaries if k[3:].isdigit() and int(k[3:]) <= want)
+        usable = sorted(
+            (int(k[3:]), k) for k in self.binaries if k[3:].isdigit() and int(k[3:]) <= want
+        )
         if usable:
             return self.binaries[usable[-1][1]]
         ptx = nvrtc_compile(self.source, arch)
@@ -135,8 +135,12 @@ class _CUDASession(DeviceSession):
             raise DeviceUnavailableError(f"no CUDA device {device.device_id} ({count} found)")
         dev = self._call("cuDeviceGet", device.device_id)
         attr = drv.CUdevice_attribute
-        major = self._call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-        minor = self._call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+        major = self._call(
+            "cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev
+        )
+        minor = self._call(
+            "cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev
+        )
         self.ctx = self._call("cuDevicePrimaryCtxRetain", dev)
         self._call("cuCtxSetCurrent", self.ctx)
         ptx = module.ptx_for(f"sm_{major}{minor}")
@@ -167,11 +171,15 @@ class _CUDASession(DeviceSession):
 
     def write(self, offset: int, host: np.ndarray) -> None:
         if host.nbytes:
-            self._call("cuMemcpyHtoD", self._ptr(self.arena + offset), host.ctypes.data, host.nbytes)
+            self._call(
+                "cuMemcpyHtoD", self._ptr(self.arena + offset), host.ctypes.data, host.nbytes
+            )
 
     def read(self, offset: int, host: np.ndarray) -> None:
         if host.nbytes:
-            self._call("cuMemcpyDtoH", host.ctypes.data, self._ptr(self.arena + offset), host.nbytes)
+            self._call(
+                "cuMemcpyDtoH", host.ctypes.data, self._ptr(self.arena + offset), host.nbytes
+            )
 
     def launch(self, i: int) -> None:
         fn, items = self.functions[i]

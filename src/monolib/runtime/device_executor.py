@@ -119,9 +119,14 @@ class DeviceModule(Module):
             table[name] = [off, len(data)]
             off += len(data)
         head = json.dumps(
-            {"type_key": self.type_key, "functions": self.functions, "meta": self.meta,
-             "blobs": table},
-            sort_keys=True, separators=(",", ":"),
+            {
+                "type_key": self.type_key,
+                "functions": self.functions,
+                "meta": self.meta,
+                "blobs": table,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
         ).encode("utf-8")
         return b"".join([_HEAD.pack(MAGIC, VERSION, len(head)), head, *(d for _, d in blobs)])
 
@@ -136,7 +141,9 @@ class DeviceModule(Module):
         """
         data = memoryview(data).cast("B")
         if len(data) < _HEAD.size:
-            raise ContainerError(f"{cls.type_key} module: payload of {len(data)} bytes is truncated")
+            raise ContainerError(
+                f"{cls.type_key} module: payload of {len(data)} bytes is truncated"
+            )
         magic, version, size = _HEAD.unpack_from(data)
         if magic != MAGIC or version != VERSION:
             raise ContainerError(
@@ -158,7 +165,7 @@ class DeviceModule(Module):
             raise ContainerError(
                 f"{cls.type_key} module: payload is of type {head.get('type_key')!r}"
             )
-        binaries = {k[len("binary:"):]: v for k, v in blobs.items() if k.startswith("binary:")}
+        binaries = {k[len("binary:") :]: v for k, v in blobs.items() if k.startswith("binary:")}
         return cls(blobs["source"].decode("utf-8"), functions, binaries, **meta)
 
     def open(self, device: Device, arena_bytes: int) -> DeviceSession:
@@ -172,8 +179,10 @@ class DeviceModule(Module):
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({len(self.functions)} kernels, "
-                f"binaries={sorted(self.binaries)})")
+        return (
+            f"{type(self).__name__}({len(self.functions)} kernels, "
+            f"binaries={sorted(self.binaries)})"
+        )
 
 
 def find_device_module(root: Module, type_key: str) -> DeviceModule:
@@ -216,8 +225,11 @@ class DeviceGraphExecutor(GraphExecutor):
         self.factory, self.device = factory, device
         self.module = find_device_module(factory, kind)
         self.arena_bytes = int(graph["arena_bytes"])
-        infos = [_tensor_info(r, k, self.arena_bytes, "arena")
-                 for k in ("inputs", "outputs") for r in graph[k]]
+        infos = [
+            _tensor_info(r, k, self.arena_bytes, "arena")
+            for k in ("inputs", "outputs")
+            for r in graph[k]
+        ]
         # host memory only for the inputs and outputs (their offsets are kept)
         self.arena = aligned_empty(max([t.offset + t.nbytes for t in infos] + [64]))
         self.inputs, self.outputs = infos[: len(graph["inputs"])], infos[len(graph["inputs"]) :]

@@ -158,15 +158,20 @@ class _OpenCLSession(DeviceSession):
         self.kernels = []
         for f in module.functions:
             items = int(f["items"])
-            self.kernels.append((cl.Kernel(program, f["name"]), (-(-items // local) * local,), (local,)))
+            self.kernels.append(
+                (cl.Kernel(program, f["name"]), (-(-items // local) * local,), (local,))
+            )
         self.arena = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(arena_bytes, 64))
         self.params = None
 
     def upload_params(self, blob: np.ndarray) -> None:
         cl = self.cl
         host = blob if blob.nbytes else np.zeros(64, np.uint8)
-        self.params = cl.Buffer(self.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
-                                hostbuf=np.ascontiguousarray(host))
+        self.params = cl.Buffer(
+            self.ctx,
+            cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+            hostbuf=np.ascontiguousarray(host),
+        )
         for kernel, _, _ in self.kernels:
             kernel.set_args(self.params, self.arena)
 

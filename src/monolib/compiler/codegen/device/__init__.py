@@ -20,7 +20,14 @@ from ....runtime.errors import TargetError
 from .dialect import DIALECTS, Dialect
 from .generate import generate, supported_ops
 
-__all__ = ["DEVICE_KINDS", "DeviceTarget", "compile_device", "generate", "is_device_target", "supported_ops"]
+__all__ = [
+    "DEVICE_KINDS",
+    "DeviceTarget",
+    "compile_device",
+    "generate",
+    "is_device_target",
+    "supported_ops",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +79,21 @@ class DeviceTarget:
         self.arch: str | None = "sm_80" if self.kind == "cuda" else None
         for w in words[1:]:
             key, _, value = w.lstrip("-").partition("=")
-            if self.kind == "cuda" and key == "arch" and value.startswith("sm_") and value[3:].isdigit():
+            if (
+                self.kind == "cuda"
+                and key == "arch"
+                and value.startswith("sm_")
+                and value[3:].isdigit()
+            ):
                 self.arch = value
             else:
                 raise TargetError(
                     f"target {spec!r}: unknown option {w!r}"
-                    + (" (cuda takes -arch=sm_XY)" if self.kind == "cuda" else " (opencl takes none)")
+                    + (
+                        " (cuda takes -arch=sm_XY)"
+                        if self.kind == "cuda"
+                        else " (opencl takes none)"
+                    )
                 )
 
     @property

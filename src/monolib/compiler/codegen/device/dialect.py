@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CUDA", "DIALECTS", "Dialect", "OPENCL", "statement_expressions_to_lambdas"]
+__all__ = ["CUDA", "DIALECTS", "OPENCL", "Dialect", "statement_expressions_to_lambdas"]
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from ...ops.base import ctype
 from ...passes.fuse_elementwise import FusedOp, Fusion, broadcast_strides
 from ...passes.plan_memory import ALIGN, MemoryPlan, align
 from ..c import ParamsBuilder, _fix_float_literals, _io_json, _node_json
-from ..epilogue import compose, leaves_of
+from ..epilogue import compose
 from .dialect import Dialect
 from .kernels import LOWERINGS, Kernel, decompose, flat_of
 

@@ -29,7 +29,7 @@ from ...ops.base import c_literal, ctype, op_of
 from ...ops.nn._common import window_dims
 from ...ops.tensor.loops import broadcast_strides, contiguous_strides, normalize_axis
 
-__all__ = ["Kernel", "LOWERINGS", "decompose", "flat_of"]
+__all__ = ["LOWERINGS", "Kernel", "decompose", "flat_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,9 @@ def conv(node: Node, ctx: Any) -> Kernel:
     x, w, b = node.inputs[0], node.inputs[1], node.input(2)
     y = node.outputs[0]
     if len(x.shape) not in (3, 4):
-        raise UnsupportedOpError(f"device Conv (node {node.name!r}): only 1-D and 2-D, got {x.shape}")
+        raise UnsupportedOpError(
+            f"device Conv (node {node.name!r}): only 1-D and 2-D, got {x.shape}"
+        )
     g = window_dims(list(x.shape[2:]), conv_geometry(node))
     group = int(node.attrs.get("group", 1))
     C, OC = x.shape[1], y.shape[1]
@@ -88,13 +90,16 @@ def conv(node: Node, ctx: Any) -> Kernel:
     T = _acc_type(node)
     i = decompose("gid", [y.shape[0], OC, g["OH"], g["OW"]], "i")
     pointwise = all(g[k] == 1 for k in ("KH", "KW", "SH", "SW")) and not any(
-        g[k] for k in ("PT", "PB", "PL", "PR"))
+        g[k] for k in ("PT", "PB", "PL", "PR")
+    )
     if pointwise:  # 1x1: a dot product over channels, neighbours read neighbours
         hw = g["H"] * g["W"]
         body = [
             *i,
-            f"{ctx.dialect.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)} + "
-            f"(i0 * {C} + (i1 / {ocg}) * {cg}) * {hw} + i2 * {g['W']} + i3;",
+            (
+                f"{ctx.dialect.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)} + "
+                f"(i0 * {C} + (i1 / {ocg}) * {cg}) * {hw} + i2 * {g['W']} + i3;"
+            ),
             f"{ctx.dialect.pointer(ctype(w.dtype), True)} Wt = {ctx.ptr(w)} + i1 * {cg};",
             f"{T} acc = {ctx.ptr(b) + '[i1]' if b is not None else c_literal(0, y.dtype)};",
             f"for (int c = 0; c < {cg}; ++c) acc += X[c * {hw}] * Wt[c];",
@@ -134,8 +139,22 @@ def pool(node: Node, ctx: Any) -> Kernel:
         raise UnsupportedOpError(f"device {node.op_type} (node {node.name!r}): 1-D or 2-D only")
     if node.op_type.startswith("Global"):
         sp = list(x.shape[2:])
-        g = {"H": 1, "W": 1, "KH": 1, "KW": 1, "SH": 1, "SW": 1, "PT": 0, "PB": 0, "PL": 0,
-             "PR": 0, "DH": 1, "DW": 1, "OH": 1, "OW": 1}
+        g = {
+            "H": 1,
+            "W": 1,
+            "KH": 1,
+            "KW": 1,
+            "SH": 1,
+            "SW": 1,
+            "PT": 0,
+            "PB": 0,
+            "PL": 0,
+            "PR": 0,
+            "DH": 1,
+            "DW": 1,
+            "OH": 1,
+            "OW": 1,
+        }
         g["H"], g["W"] = (sp[0], sp[1]) if len(sp) == 2 else (1, sp[0])
         g["KH"], g["KW"] = g["H"], g["W"]
     else:
@@ -216,7 +235,7 @@ def gemm(node: Node, ctx: Any) -> Kernel:
     M, N = y.shape
     ta, tb = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
     K = a.shape[0] if ta else a.shape[1]
-    a_idx = "k * {M} + i0".format(M=M) if ta else f"i0 * {K} + k"
+    a_idx = f"k * {M} + i0" if ta else f"i0 * {K} + k"
     b_idx = f"i1 * {K} + k" if tb else f"k * {N} + i1"
     T = _acc_type(node)
     alpha = c_literal(node.attrs.get("alpha", 1.0), y.dtype)
@@ -241,9 +260,10 @@ def gemm(node: Node, ctx: Any) -> Kernel:
 def softmax(node: Node, ctx: Any) -> Kernel:
     """Softmax / LogSoftmax (1, 11: 2-D coercion; 13: one axis): one row per work item
     (max, sum of exponentials, normalize: the C backend's order of operations)."""
-    op = op_of(node)
-    x, y = node.inputs[0], node.outputs[0]
     from ...ops.math.softmax import softmax_view
+
+    op = op_of(node)
+    x = node.inputs[0]
 
     outer, n, inner = softmax_view(x.shape, node.attrs["axis"], op.coerce_2d)
     T = _acc_type(node)
@@ -281,7 +301,7 @@ _REDUCE = {  # op -> (initial value, combine(acc, v), finish(acc, count))
 def reduce(node: Node, ctx: Any) -> Kernel:
     """ReduceMean/Sum/Max/Min/Prod/SumSquare/L1 over any axes (float): one output
     element per work item, a loop over the reduced elements."""
-    x, y = node.inputs[0], node.outputs[0]
+    x = node.inputs[0]
     if x.dtype.kind != "f":
         raise UnsupportedOpError(f"device {node.op_type} (node {node.name!r}): floats only")
     axes = op_of(node).axes(node)
@@ -357,7 +377,9 @@ def concat(node: Node, ctx: Any) -> Kernel:
             continue
         src = [i if d != a else f"({i} - {start})" for d, i in enumerate(idx)]
         cond = "" if k == len(node.inputs) - 1 else f"if (i{a} < {start + n}) "
-        body.append(f"{'else ' if start else ''}{cond}acc = {ctx.ptr(v)}[{flat_of(src, contiguous_strides(v.shape))}];")
+        body.append(
+            f"{'else ' if start else ''}{cond}acc = {ctx.ptr(v)}[{flat_of(src, contiguous_strides(v.shape))}];"
+        )
         start += n
     return _elementwise_kernel(node, ctx, body)
 

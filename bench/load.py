@@ -41,7 +41,7 @@ MODEL_DIR = os.path.expanduser("~/.cache/monolib/models")
 SYNTHETIC = {"synth_1mb": (512, 1), "synth_512mb": (8192, 2)}
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 import numpy as np
 kind, path, inputs, threads = sys.argv[1:5]
 feeds = dict(np.load(inputs)) if inputs != "-" else None
@@ -69,7 +69,9 @@ t4 = time.perf_counter()
 ms = lambda a, b: (b - a) * 1e3
 print(json.dumps({"import": ms(t0, t1), "load": ms(t1, t2), "executor": ms(t2, t3),
                   "first": ms(t3, t4), "total": ms(t1, t4),
-                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  # VmHWM: ru_maxrss survives exec on Linux (it would be the parent's peak)
+                  "maxrss_mb": next(int(l.split()[1]) for l in open("/proc/self/status")
+                                    if l.startswith("VmHWM")) / 1024}))
 """
 
 IMPORT = r"""

@@ -96,3 +96,18 @@ def test_missing_device_index_is_named(need_opencl):
     factory = monolib.compile(conv_model(), target="opencl")
     with pytest.raises(DeviceUnavailableError, match="no OpenCL device 99"):
         factory["default"](monolib.opencl(99))
+
+
+def test_params_given_later_are_uploaded_again(need_opencl):
+    factory = monolib.compile(conv_model(), target="opencl")
+    bare = factory.remove_params()
+    gm = monolib.GraphModule(bare["default"](monolib.opencl()))
+    with pytest.raises(monolib.InputError, match="no weights"):
+        gm.run(x=X)
+    weights = factory.get_params()
+    gm.load_params(weights)
+    gm.run(x=X)
+    np.testing.assert_allclose(gm.get_output(0).numpy(), conv_reference(), rtol=0, atol=1e-4)
+    gm.load_params({k: np.zeros_like(v) for k, v in weights.items()})
+    gm.run(x=X)
+    assert not gm.get_output(0).numpy().any()

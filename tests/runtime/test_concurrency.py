@@ -12,21 +12,22 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
-from concurrency import hammer, thread_inputs  # noqa: E402  (bench/ is not a package)
+from concurrency import hammer, thread_inputs  # bench/ is not a package
 
 
 @pytest.fixture(scope="module")
 def cls_factory(tmp_path_factory):
     pytest.importorskip("onnx")
+    from bench_inputs import MODEL_INPUTS
+
     import monolib
     from monolib.models import fetch_model
+    from monolib.runtime.errors import MonolibError
 
+    spec = MODEL_INPUTS["cls"]
     try:
-        from bench_inputs import MODEL_INPUTS
-
-        spec = MODEL_INPUTS["cls"]
         path = fetch_model(spec.key)
-    except Exception as exc:  # offline without a cached model: nothing to test with
+    except MonolibError as exc:  # offline without a cached model: nothing to test with
         pytest.skip(f"PP-OCR cls model unavailable: {exc}")
     lib = tmp_path_factory.mktemp("conc") / "cls.so"
     monolib.compile(str(path), shapes=spec.shapes).export_library(str(lib))

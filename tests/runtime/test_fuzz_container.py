@@ -72,6 +72,7 @@ def test_random_container_damage_is_caught(tiny_lib, tmp_path, subprocess_env):
     assert res.returncode == 0, f"loader crashed (rc {res.returncode}): {res.stderr[-2000:]}"
     results = json.loads(res.stdout)
     assert len(results) == len(paths)
+    COUNTS["random"] = COUNTS.get("random", 0) + len(paths)
     expected = float(
         (np.ones((2, 3), np.float32) * 0 + np.arange(1, 7).reshape(2, 3) / 2 + 0.25).sum()
     )
@@ -181,9 +182,11 @@ def worker(request):
     w.close()
     total = sum(COUNTS.values())
     line = f"container fuzz cases run: {total} ({', '.join(f'{k} {v}' for k, v in COUNTS.items())})"
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("\n" + line)
+    plugins = request.config.pluginmanager
+    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # past the capture, even with -q
+            reporter.write_line("\n" + line)
     if os.environ.get("MONOLIB_FUZZ_COUNT_FILE"):
         with open(os.environ["MONOLIB_FUZZ_COUNT_FILE"], "a", encoding="utf-8") as f:
             f.write(line + "\n")

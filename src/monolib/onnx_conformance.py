@@ -4,8 +4,13 @@ and the reasons a case is out of scope.
 
 The cases are the ~1,900 node tests ONNX ships as generators (``collect_testcases``,
 built in a few seconds); each is a small model with static shapes, input data and the
-expected outputs with an rtol/atol. Used by ``tests/test_onnx_backend.py`` (a subset)
-and ``bench/conformance.py`` (the full sweep).
+expected outputs with an rtol/atol. Used by ``tests/test_onnx_backend.py`` (every
+case, in CI) and ``bench/conformance.py`` (the full sweep and its report).
+
+The cases monolib does not pass are listed, each with its reason, in ONE file:
+:data:`UNSUPPORTED_FILE` (``case_name: reason`` per line), written by
+``python bench/conformance.py --write-unsupported`` and curated by hand. CI runs the
+listed cases as strict expected failures, so the list can only shrink.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import re
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -21,19 +27,51 @@ import onnx.numpy_helper
 
 __all__ = [
     "SUPPORTED_DTYPES",
+    "UNSUPPORTED_FILE",
     "NodeCase",
     "check_case",
     "load_cases",
     "primary_op",
+    "read_unsupported",
     "supported_ops",
     "unsupported_reason",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: Tensor element types monolib has a C type for (``compiler/ops/base.py``).
+#: Tensor element types monolib has a C type for (``compiler/ops/base.py``): the
+#: numeric C types, and the storage types (16/8/4/2-bit floats and ints, NumPy dtypes
+#: of ``ml_dtypes``) converted to float or int32 for computing.
 SUPPORTED_DTYPES = {"float32", "float64", "int64", "int32", "int16", "int8", "uint64",
-                    "uint32", "uint16", "uint8", "bool"}
+                    "uint32", "uint16", "uint8", "bool", "float16", "bfloat16",
+                    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                    "float8_e8m0fnu", "float4_e2m1fn", "int4", "uint4", "int2", "uint2"}
+
+#: The list of node cases CI expects to fail: ``case_name: reason`` per line.
+UNSUPPORTED_FILE = Path(__file__).with_name("conformance_unsupported.txt")
+
+
+def read_unsupported(path: Path | str = UNSUPPORTED_FILE) -> dict[str, str]:
+    """The expected-failure list: case name -> reason (``#`` lines and blank lines are
+    comments).
+
+    Raises
+    ------
+    ValueError
+        A line without ``": "`` or a case listed twice (the message names the line).
+    """
+    out: dict[str, str] = {}
+    for no, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, reason = line.partition(": ")
+        if not sep or not name.startswith("test_") or not reason.strip():
+            raise ValueError(f"{path}:{no}: expected 'test_case: reason', got {line!r}")
+        if name in out:
+            raise ValueError(f"{path}:{no}: case {name!r} is listed twice")
+        out[name] = reason.strip()
+    return out
 
 
 def supported_ops() -> set[str]:

@@ -409,6 +409,9 @@ def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
     # gemm.h / conv.h parallelise their large calls when it is there
     pool = "/* ---- threadpool.h ---- */\n" + _kernel_header("threadpool.h").strip("\n")
     parts = [PRELUDE, pool, *source.headers, *source.helpers, *source.functions, *op_functions]
+    if any("ml_from_" in p or "ml_to_" in p for p in parts[2:]):
+        # storage-type conversions (ops.base.storage_load/storage_store), before any user
+        parts.insert(2, "/* ---- types.h ---- */\n" + _kernel_header("types.h").strip("\n"))
     if n:
         table = ", ".join(f"op_{i}" for i in range(n))
         parts.append(

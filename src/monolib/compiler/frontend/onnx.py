@@ -35,6 +35,7 @@ from ..passes.node_eval import fold_node, make_const, run_infer
 from .attributes import convert_attribute, node_attributes, tensor_to_array
 from .inputs import resolve_inputs
 from .order import topological_order
+from .storage import narrow_outputs, storage_type, widen_inputs
 from .support import DEFAULT_OPSETS, check_supported, normalize_domain, walk_nodes
 
 __all__ = ["import_model", "load_model"]
@@ -204,6 +205,9 @@ class _Importer:
         used.add(candidate)
         return candidate
 
+    def _node_name(self, name: str) -> str:
+        return self._unique(name, self.node_names)
+
     def _new_value(self, name: str, array: np.ndarray | None = None) -> Value:
         name = self._unique(name, self.value_names)
         if array is not None:
@@ -307,12 +311,22 @@ class _Importer:
             handler(p, name, inputs, opset, scope)
             return
         attrs = node_attributes(p, opset, lambda g: self._import_subgraph(g, scope))
-        outputs = [self._new_value(o or f"{name}/unused{i}") for i, o in enumerate(p.output)]
+        # float16, bfloat16, float8, int4...: compute in float32 / int32 (storage.py)
+        narrow = storage_type(p.op_type, domain, inputs)
+        if narrow is not None:
+            inputs = widen_inputs(inputs, name, self._new_value, self._node_name,
+                                  self.nodes.append)
+        wide = "/wide" if narrow is not None else ""
+        outputs = [self._new_value(o + wide if o else f"{name}/unused{i}")
+                   for i, o in enumerate(p.output)]
         node = Node(p.op_type, name, inputs, outputs, attrs, domain, opset)
         op = lookup(p.op_type, opset, domain, name)
         run_infer(node, op)
         if not fold_node(node, op):
             self.nodes.append(node)
+        if narrow is not None:
+            outputs = narrow_outputs(outputs, narrow, p.output, self._new_value,
+                                     self._node_name, self.nodes.append)
         for o, v in zip(p.output, outputs):
             if o:
                 scope.values[o] = v

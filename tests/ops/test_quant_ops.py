@@ -14,6 +14,8 @@ no QLinearConv whose output type differs from x's.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -151,14 +153,22 @@ def _threaded_portable_model():
     return make_node_model("MatMulInteger", {"a": a, "b": b}, opset=13), {"a": a, "b": b}, _exact(a, b, 0, 0)
 
 
-def test_matmul_integer_threaded_equal():
-    """A GEMM large enough to be split over 2 threads: equal to the exact sums."""
+def test_threaded_split_equal():
+    """GEMMs and a depthwise convolution large enough to be split over 2 threads: equal
+    to the exact sums / to ORT."""
     model, feeds, want = _threaded_portable_model()
-    prev = monolib.set_num_threads(2)
+    convs = [((1, 32, 40, 40), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+             ((1, 64, 64, 64), (64, 1, 3, 3), {"group": 64, "pads": [1, 1, 1, 1]})]
+    cases = [Case("QLinearConv", _qconv_inputs(xs, ws, np.uint8, np.uint8, np.uint8, True, True),
+                  attrs, consts=("w", "ws", "wz", "b")) for xs, ws, attrs in convs]
+    monolib.set_num_threads(2)
     try:
         np.testing.assert_array_equal(run_model(model, feeds)[0], want)
-    finally:
-        monolib.set_num_threads(prev)
+        got, ort = run_cases(cases)
+    finally:  # back to the default: the CPUs this process may use
+        monolib.set_num_threads(len(os.sched_getaffinity(0)))
+    for g, w in zip(got, ort):
+        np.testing.assert_array_equal(g[0], w[0])
 
 
 # -- ConvInteger / QLinearConv -------------------------------------------------------------

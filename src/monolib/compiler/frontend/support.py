@@ -48,6 +48,15 @@ def walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
                     yield from walk_nodes(g)
 
 
+def _schema_since(op_type: str, opset: int, domain: str) -> int | None:
+    """The ``since_version`` of ``op_type``'s ONNX schema at ``opset`` (``None``
+    when ONNX has none)."""
+    try:
+        return int(onnx.defs.get_schema(op_type, opset, domain).since_version)
+    except onnx.defs.SchemaError:
+        return None
+
+
 def _is_supported(op_type: str, domain: str, opset: int, name: str) -> bool:
     if domain == "" and op_type in FRONTEND_OPS:
         return True
@@ -90,6 +99,10 @@ def check_supported(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
         qual = f"{domain}::{op_type}" if domain else op_type
         versions = have.get((domain, op_type))
         hint = f"; monolib has versions {', '.join(map(str, versions))}" if versions else ""
+        since = _schema_since(op_type, opset, domain)
+        if versions and since is not None and since not in versions:
+            # served by an older class that does not cover the changes of `since`
+            hint = f"; ONNX version {since}{hint}, which do not cover it"
         shown = ", ".join(n if n.startswith("<") else repr(n) for n in names[:5])
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""
         parts.append(f"{qual} (opset {opset}{hint}): node(s) {shown}{more}")

@@ -171,6 +171,8 @@ def bench_import(runs: int, env: dict) -> None:
         f"\nimport beyond numpy (median of {runs}): monolib.runtime {mono:.1f} ms "
         f"(target <= 60), onnxruntime {ort:.1f} ms"
     )
+    verdict(mono <= 60, f"import monolib.runtime {mono:.1f} ms vs onnxruntime {ort:.1f} ms "
+            "(target <= 60 ms)")
 
 
 def bench_models(names: list[str], runs: int, threads: int, workdir: str, env: dict) -> None:
@@ -178,6 +180,7 @@ def bench_models(names: list[str], runs: int, threads: int, workdir: str, env: d
         f"\ncold load + first output (ms, median of {runs} fresh processes; "
         f"ORT intra-op threads: {threads or 'default'}; monolib's run as built)"
     )
+    rows = []
     head = f"{'model':6} {'load':>6} {'exec':>6} {'run1':>7} {'total':>7} | "
     print(head + f"{'ORT sess':>8} {'run1':>7} {'total':>7} | {'ratio':>5} {'load-only':>9}")
     for name in names:
@@ -185,6 +188,7 @@ def bench_models(names: list[str], runs: int, threads: int, workdir: str, env: d
         m = median_of(runs, [CHILD, "monolib", lib, inputs, "0"], env)
         o = median_of(runs, [CHILD, "ort", onnx_path, inputs, str(threads)], env)
         load_only = (m["load"] + m["executor"]) / o["load"]
+        rows.append((name, m["total"], o["total"]))
         print(
             f"{name:6} {m['load']:6.2f} {m['executor']:6.2f} {m['first']:7.1f} {m['total']:7.1f} | "
             f"{o['load']:8.1f} {o['first']:7.1f} {o['total']:7.1f} | "
@@ -194,6 +198,9 @@ def bench_models(names: list[str], runs: int, threads: int, workdir: str, env: d
         "ratio = monolib total / ORT total (target <= 0.25); "
         "load-only = (load + exec) / ORT session creation"
     )
+    for name, ml, ort in rows:
+        verdict(ml / ort <= 0.25, f"load+first output {name} (ORT threads {threads or 'default'}, "
+                f"monolib default): {ml:.1f} ms vs ORT {ort:.1f} ms = {ml / ort:.2f}x (target <= 0.25)")
 
 
 def bench_synthetic(runs: int, workdir: str, env: dict) -> None:
@@ -211,6 +218,17 @@ def bench_synthetic(runs: int, workdir: str, env: dict) -> None:
         )
     small, big = (res[n]["load"] + res[n]["executor"] for n in SYNTHETIC)
     print(f"512 MB - 1 MB: {big - small:+.2f} ms (target <= 10 ms)")
+    verdict(big - small <= 10, f"load + executor, 512 MB vs 1 MB of weights: {big - small:+.2f} ms "
+            "(target <= +10 ms)")
+    big_lib = os.path.getsize(build_synthetic("synth_512mb", workdir)) / 2**20
+    rss = res["synth_512mb"]["maxrss_mb"]
+    verdict(rss <= big_lib + 64, f"peak RSS after loading the 512 MB library: {rss:.0f} MB "
+            f"(target <= library {big_lib:.0f} MB + 64 MB)")
+
+
+def verdict(met: bool, line: str) -> None:
+    """One target's line, as bench/targets.py collects them."""
+    print(f"  {'MET ' if met else 'MISS'} {line}")
 
 
 def main() -> None:

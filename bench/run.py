@@ -77,11 +77,12 @@ def ort_session(path: Path, threads: int):
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
-def cold_start(args: list[str], runs: int) -> dict:
+def cold_start(args: list[str], runs: int, threads: int = 1) -> dict:
     """Median ``import_s``/``cold_s`` of ``bench/cold_start.py ARGS`` over fresh
-    processes; monolib with ``MONOLIB_NUM_THREADS=1``, as ORT's cold start has 1 thread."""
+    processes; monolib with ``MONOLIB_NUM_THREADS=threads`` (ORT gets the same count in
+    ``ARGS``)."""
     rows = []
-    env = {**os.environ, "MONOLIB_NUM_THREADS": "1"}
+    env = {**os.environ, "MONOLIB_NUM_THREADS": str(threads)}
     for _ in range(runs):
         out = subprocess.run([sys.executable, str(HERE / "cold_start.py"), *args],
                              capture_output=True, text=True, timeout=600, check=True, env=env)
@@ -104,8 +105,9 @@ def bench_model(name: str, repeat: int, cold_runs: int, work: Path,
             res.latency["ort1_cpu"] = cpu
     want = sess.run(None, feeds_ort)
     np.savez(work / f"{name}_ort.npz", **feeds_ort)
-    res.cold["ort1"] = cold_start(["ort", str(path), str(work / f"{name}_ort.npz"), "1"],
-                                  cold_runs)
+    for t in sorted({1, *threads}):
+        res.cold[f"ort{t}"] = cold_start(
+            ["ort", str(path), str(work / f"{name}_ort.npz"), str(t)], cold_runs)
     try:
         t0 = time.perf_counter()
         factory = monolib.compile(str(path), target="c", shapes=spec.shapes,
@@ -132,8 +134,9 @@ def bench_model(name: str, repeat: int, cold_runs: int, work: Path,
             if t == 1:
                 res.latency["monolib_cpu"] = cpu
         np.savez(work / f"{name}_ml.npz", **feeds_ml)
-        res.cold["monolib"] = cold_start(["monolib", str(lib), str(work / f"{name}_ml.npz")],
-                                         cold_runs)
+        for t in sorted({1, *threads}):
+            res.cold["monolib" if t == 1 else f"monolib{t}"] = cold_start(
+                ["monolib", str(lib), str(work / f"{name}_ml.npz")], cold_runs, t)
     except Exception as exc:  # noqa: BLE001 -- a failed model is reported, not fatal
         res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         if verbose:
@@ -228,6 +231,34 @@ def print_table(results: list[Result], info: dict, threads: tuple[int, ...] = (1
             console.print(f"[red]{r.name}[/red]: {r.error}", markup=True, highlight=False)
 
 
+def targets(results: list[Result], threads: tuple[int, ...]) -> list[tuple[bool, str]]:
+    """Issue 3's latency and load targets as (met, line): every model's ratio <= 1.0 and
+    the geometric mean <= 0.85 at each thread count; load + first output <= 0.25 x
+    ORT's session creation + first run, at each thread count (both sides the same)."""
+    out = []
+    ok = [r for r in results if not r.error]
+    for t in threads:
+        key = "monolib" if t == 1 else f"monolib{t}"
+        ratios = {r.name: r.latency[key] / r.latency[f"ort{t}"] for r in ok
+                  if key in r.latency and f"ort{t}" in r.latency}
+        for name, x in ratios.items():
+            out.append((x <= 1.0, f"latency {name} @{t}: {x:.2f}x ORT (target <= 1.0)"))
+        if ratios:
+            gm = float(np.exp(np.mean(np.log(list(ratios.values())))))
+            out.append((gm <= 0.85 and len(ratios) == len(results),
+                        f"latency geometric mean @{t}: {gm:.3f}x ORT over {len(ratios)} models "
+                        "(target <= 0.85)"))
+        for r in ok:
+            ml, ort = r.cold.get(key, {}).get("cold_s"), r.cold.get(f"ort{t}", {}).get("cold_s")
+            if ml and ort:
+                out.append((ml / ort <= 0.25, f"load+first output {r.name} @{t}: {ml * 1e3:.1f} ms "
+                            f"vs ORT {ort * 1e3:.1f} ms = {ml / ort:.2f}x (target <= 0.25)"))
+    for r in results:
+        if r.error:
+            out.append((False, f"{r.name}: failed ({r.error[:200]})"))
+    return out
+
+
 def write_markdown(results: list[Result], info: dict, args, path: Path,
                    threads: tuple[int, ...] = (1, 2)) -> None:
     imports = [(r.cold.get("monolib", {}).get("import_s"), r.cold["ort1"]["import_s"])
@@ -253,7 +284,8 @@ def write_markdown(results: list[Result], info: dict, args, path: Path,
          "Ratio = monolib / ORT (below 1: monolib is faster). CPU ms: median CPU time of "
          "the calling thread in the single-threaded runs (monolib, ORT@1); it leaves out "
          "the time other processes held the core: the steadier figure on a shared machine."),
-        ("- Cold: a fresh process at 1 thread, from before `load_module` / "
+        ("- Cold: a fresh process at 1 thread (the targets below also at each other "
+         "thread count, both sides alike), from before `load_module` / "
          "`InferenceSession` to the first "
         "output (interpreter start and `import numpy` excluded); median of "
         f"{args.cold_runs} processes. Importing the runtime: monolib "
@@ -262,6 +294,8 @@ def write_markdown(results: list[Result], info: dict, args, path: Path,
         "- max abs diff: largest absolute difference from ORT's outputs.", "",
         "| " + " | ".join(header(threads)) + " |", "|" + "---|" * len(header(threads))]
     lines += ["| " + " | ".join(row) + " |" for row in rows(results, threads)]
+    lines += ["", "## Targets (issue 3)", ""]
+    lines += [f"- {'MET ' if met else '**MISS**'} {line}" for met, line in targets(results, threads)]
     errors = [r for r in results if r.error]
     if errors:
         lines += ["", "## Failures", ""] + [f"- {r.name}: `{r.error[:600]}`" for r in errors]
@@ -296,6 +330,8 @@ def main() -> None:
             results.append(bench_model(name, args.repeat, args.cold_runs, Path(tmp),
                                        args.verbose, threads))
     print_table(results, info, threads)
+    for met, line in targets(results, threads):
+        print(f"  {'MET ' if met else 'MISS'} {line}")
     write_markdown(results, info, args, Path(args.out), threads)
     print(f"wrote {args.out}")
 

@@ -60,13 +60,18 @@ def test_every_op_is_a_kernel(built):
         assert dev.source.count("__kernel void") == len(dev.functions)
 
 
-def test_cls_matches_onnxruntime(built, line, need_opencl, fresh_device_run):
+def test_cls_matches_onnxruntime_and_tells_rotated_lines(built, line, need_opencl, fresh_device_run):
     x = ocr.line_preprocess(line, 48, 192)
     got, info = fresh_device_run(built["cls"][1], {"x": x})
     assert info["heavy"] == [], "the run imported the compiler / onnx"
     assert info["last_build"] == "source"
     assert_matches(got, _ort("ppocr_cls", x), "PP-OCR cls on OpenCL")
     assert got[0][0].argmax() == 0  # upright
+    # the same line upside down (a second process: PoCL's kernel cache is warm now)
+    x = ocr.line_preprocess(np.ascontiguousarray(line[::-1, ::-1]), 48, 192)
+    got, _ = fresh_device_run(built["cls"][1], {"x": x})
+    assert_matches(got, _ort("ppocr_cls", x), "PP-OCR cls on OpenCL (rotated)")
+    assert got[0][0].argmax() == 1  # rotated 180 degrees
 
 
 def test_rec_matches_onnxruntime_and_reads_the_text(built, line, need_opencl, fresh_device_run):

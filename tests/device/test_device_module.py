@@ -111,3 +111,17 @@ def test_params_given_later_are_uploaded_again(need_opencl):
     gm.load_params({k: np.zeros_like(v) for k, v in weights.items()})
     gm.run(x=X)
     assert not gm.get_output(0).numpy().any()
+
+
+def test_debug_executor_reads_each_op_on_the_device(need_opencl):
+    from monolib.runtime.debug_executor import GraphModuleDebug
+
+    model = make_node_model("Conv", {"x": X, "w": W}, {"pads": [1, 1, 1, 1]},
+                            constant_inputs=["w"])
+    factory = monolib.compile(model, target="opencl")
+    dbg = GraphModuleDebug(factory["default"](monolib.opencl()))
+    dbg.set_input(x=X)
+    np.testing.assert_allclose(dbg.debug_get_output(0).numpy(), conv_reference(), rtol=0,
+                               atol=1e-4)
+    table = dbg.profile(repeat=2)
+    assert [r.ops[0] for r in table] == ["Conv"] and table[0].time_ms > 0

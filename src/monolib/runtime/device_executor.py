@@ -230,8 +230,9 @@ class DeviceGraphExecutor(GraphExecutor):
             for k in ("inputs", "outputs")
             for r in graph[k]
         ]
-        # host memory only for the inputs and outputs (their offsets are kept)
-        self.arena = aligned_empty(max([t.offset + t.nbytes for t in infos] + [64]))
+        # the host arena mirrors the device one: inputs and outputs at their offsets, and
+        # an op's output after run_op (what the debug executor reads)
+        self.arena = aligned_empty(max(self.arena_bytes, 64))
         self.inputs, self.outputs = infos[: len(graph["inputs"])], infos[len(graph["inputs"]) :]
         self._in_views = [self._view(t) for t in self.inputs]
         self._out_views = [self._view(t) for t in self.outputs]
@@ -270,7 +271,8 @@ class DeviceGraphExecutor(GraphExecutor):
         s.finish()
 
     def run_op(self, i: int) -> None:
-        """Run kernel ``i`` alone on the device arena as it is (for profiling); waits.
+        """Run kernel ``i`` alone (``profile``, the debug executor) and copy its output
+        back into the host arena at the node's offset; op 0 first writes the inputs.
 
         Raises
         ------
@@ -281,5 +283,14 @@ class DeviceGraphExecutor(GraphExecutor):
             raise InputError(f"op index {i} out of range [0, {len(self.module.functions)})")
         self._check_ready()
         self._sync_params()
-        self.session.launch(i)
-        self.session.finish()
+        s = self.session
+        if i == 0:
+            for info, view in zip(self.inputs, self._in_views):
+                s.write(info.offset, view)
+        s.launch(i)
+        node = self.factory.graph_json["nodes"][self.module.functions[i]["node"]]
+        out = _tensor_info(
+            {**node, "name": node.get("name", "")}, "node", self.arena_bytes, "arena"
+        )
+        s.read(out.offset, self.arena[out.offset : out.offset + out.nbytes])
+        s.finish()

@@ -237,3 +237,14 @@ def test_pe_and_macho_libraries(make, fmt, symbol, tmp_path):
     info = parse_binary(data, str(path))
     offset, _ = find_tvm(data, info, str(path))
     assert data[offset : offset + len(blob)] == blob
+
+
+def test_macho_section_count_is_checked_before_reading():
+    from monolib.runtime.errors import LibraryLoadError
+
+    data = bytearray(make_macho("__tvm_ffi__library_bin", ffi_blob()))
+    struct.pack_into("<I", data, 32 + 64, 1 << 31)  # nsects of the LC_SEGMENT_64
+    with pytest.raises(
+        LibraryLoadError, match="claims 2147483648 sections, its load command holds 1"
+    ):
+        parse_binary(bytes(data), "m.dylib")

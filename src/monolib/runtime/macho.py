@@ -52,7 +52,13 @@ def _name(raw: bytes) -> str:
 
 def _segment(buf, pos: int, path: str, sections: list, segments: list) -> None:
     seg = _unpack(_SEGMENT, buf, pos, path, "LC_SEGMENT_64")
-    fileoff, filesize, initprot, nsects = seg[5], seg[6], seg[8], seg[9]
+    cmdsize, fileoff, filesize, initprot, nsects = seg[1], seg[5], seg[6], seg[8], seg[9]
+    if _SEGMENT.size + nsects * _SECTION.size > cmdsize:  # before reading any of them
+        raise _fail(
+            path,
+            f"Mach-O segment {_name(seg[2])!r} claims {nsects} sections, its load "
+            f"command holds {max(cmdsize - _SEGMENT.size, 0) // _SECTION.size}",
+        )
     if fileoff + filesize > len(buf):
         raise _fail(
             path,

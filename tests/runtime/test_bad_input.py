@@ -292,3 +292,17 @@ def test_inputs_are_copied_at_set_input(gm, xz):
     gm.set_input("z", z)
     x[:] = 1e6  # changing the caller's array after set_input changes nothing
     np.testing.assert_allclose(run(gm), reference(xz[0], z), rtol=1e-5, atol=1e-6)
+
+
+def test_an_arena_too_big_for_the_machine_is_a_container_error():
+    from tinylib import tiny_graph, tiny_source
+
+    from monolib.export.csource import CSourceModule
+    from monolib.runtime import GraphExecutorFactoryModule
+    from monolib.runtime.errors import ContainerError
+
+    graph, params = tiny_graph()
+    graph["arena_bytes"] = 1 << 62  # 4 EiB: what a damaged graph JSON may ask
+    factory = GraphExecutorFactoryModule(graph, params, CSourceModule(tiny_source(), "c"))
+    with pytest.raises(ContainerError, match="4611686018427387904-byte arena, which cannot be"):
+        factory["default"](monolib.cpu())

@@ -480,7 +480,13 @@ class GraphExecutor:
         self.factory, self.device = factory, device
         graph = factory.graph_json
         self.arena_bytes = int(graph["arena_bytes"])
-        self.arena = aligned_empty(self.arena_bytes)
+        try:
+            self.arena = aligned_empty(self.arena_bytes)
+        except MemoryError:  # a damaged or hostile graph JSON, or a model too big here
+            raise ContainerError(
+                f"graph JSON asks for a {self.arena_bytes}-byte arena, which cannot be "
+                "allocated on this machine"
+            ) from None
         self.inputs = [_tensor_info(r, "input", self.arena_bytes, "arena") for r in graph["inputs"]]
         self.outputs = [
             _tensor_info(r, "output", self.arena_bytes, "arena") for r in graph["outputs"]

@@ -57,6 +57,7 @@ def test_cuda_library_inspect_and_byte_round_trip(cls_cuda):
     lib = mods[mods[report["root"]]["imports"][0]]
     assert lib["type_key"] == "library"
     assert [mods[i]["type_key"] for i in lib["imports"]] == ["cuda"]
+    assert mods[lib["imports"][0]]["device"]["binaries"] == ["sm_90"]
     loaded = monolib.load_module(path)
     dev = loaded.imported_modules[0].imported_modules[0]
     assert dev.save_to_bytes() == factory.lib.imported_modules[0].save_to_bytes()

@@ -93,9 +93,11 @@ def test_inspect_shows_the_device_module_under_the_library(built):
     (lib,) = [mods[i] for i in root["imports"]]
     assert lib["type_key"] == "library"
     assert [mods[i]["type_key"] for i in lib["imports"]] == ["opencl"]
+    n = len(built["cls"][0].lib.imported_modules[0].functions)
+    assert mods[lib["imports"][0]]["device"] == {"kernels": n, "binaries": []}
     text = subprocess.run([sys.executable, "-m", "monolib.cli", "inspect", built["cls"][1]],
                           capture_output=True, text=True, check=True).stdout
-    assert text.index("library") < text.index("opencl")
+    assert text.index("library") < text.index(f"opencl ({n} kernels, binaries: none)")
 
 
 def test_opencl_module_round_trips_byte_for_byte(built):

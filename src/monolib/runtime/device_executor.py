@@ -28,7 +28,13 @@ from .errors import ContainerError, ExecutionError, InputError
 from .graph_executor import GraphExecutor, _tensor_info, aligned_empty
 from .module import Module
 
-__all__ = ["DeviceGraphExecutor", "DeviceModule", "DeviceSession", "DeviceUnavailableError"]
+__all__ = [
+    "DeviceGraphExecutor",
+    "DeviceModule",
+    "DeviceSession",
+    "DeviceUnavailableError",
+    "read_header",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -140,18 +146,8 @@ class DeviceModule(Module):
             Wrong magic, version or type key, or a blob outside the payload.
         """
         data = memoryview(data).cast("B")
-        if len(data) < _HEAD.size:
-            raise ContainerError(
-                f"{cls.type_key} module: payload of {len(data)} bytes is truncated"
-            )
-        magic, version, size = _HEAD.unpack_from(data)
-        if magic != MAGIC or version != VERSION:
-            raise ContainerError(
-                f"{cls.type_key} module: not a monolib device module (magic {magic!r}, "
-                f"version {version}; reads version {VERSION})"
-            )
+        head, size = read_header(data, cls.type_key)
         try:
-            head = json.loads(bytes(data[_HEAD.size : _HEAD.size + size]).decode("utf-8"))
             body = data[_HEAD.size + size :]
             blobs = {}
             for name, (off, n) in head["blobs"].items():
@@ -159,14 +155,15 @@ class DeviceModule(Module):
                     raise ValueError(f"blob {name!r} [{off}, {off + n}) outside {len(body)} bytes")
                 blobs[name] = bytes(body[off : off + n])
             functions, meta = head["functions"], head["meta"]
-        except (ValueError, KeyError, TypeError) as exc:
+            source = blobs["source"].decode("utf-8")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ContainerError(f"{cls.type_key} module: malformed header ({exc})") from None
         if head.get("type_key") != cls.type_key:
             raise ContainerError(
                 f"{cls.type_key} module: payload is of type {head.get('type_key')!r}"
             )
         binaries = {k[len("binary:") :]: v for k, v in blobs.items() if k.startswith("binary:")}
-        return cls(blobs["source"].decode("utf-8"), functions, binaries, **meta)
+        return cls(source, functions, binaries, **meta)
 
     def open(self, device: Device, arena_bytes: int) -> DeviceSession:
         """A session on ``device`` with an arena of ``arena_bytes`` (subclasses).
@@ -183,6 +180,33 @@ class DeviceModule(Module):
             f"{type(self).__name__}({len(self.functions)} kernels, "
             f"binaries={sorted(self.binaries)})"
         )
+
+
+def read_header(data: Any, what: str = "device") -> tuple[dict[str, Any], int]:
+    """The JSON header of a :class:`DeviceModule` payload and its size in bytes (what
+    ``monolib inspect`` shows: kernels, binary keys, meta), without the blobs.
+
+    Raises
+    ------
+    ContainerError
+        Truncated payload, wrong magic or version, or a header that is not JSON.
+    """
+    data = memoryview(data).cast("B")
+    if len(data) < _HEAD.size:
+        raise ContainerError(f"{what} module: payload of {len(data)} bytes is truncated")
+    magic, version, size = _HEAD.unpack_from(data)
+    if magic != MAGIC or version != VERSION:
+        raise ContainerError(
+            f"{what} module: not a monolib device module (magic {magic!r}, "
+            f"version {version}; reads version {VERSION})"
+        )
+    try:
+        head = json.loads(bytes(data[_HEAD.size : _HEAD.size + size]).decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError too
+        raise ContainerError(f"{what} module: malformed header ({exc})") from None
+    if not isinstance(head, dict):
+        raise ContainerError(f"{what} module: malformed header (not an object)")
+    return head, size
 
 
 def find_device_module(root: Module, type_key: str) -> DeviceModule:

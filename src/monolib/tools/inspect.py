@@ -30,6 +30,7 @@ __all__ = ["inspect_library", "make_console", "print_table", "render_report"]
 logger = logging.getLogger(__name__)
 
 FACTORY = "graph_executor_factory"
+DEVICE_TYPE_KEYS = ("opencl", "cuda")
 
 
 def _graphs(container: Container) -> dict[int, dict]:
@@ -44,6 +45,26 @@ def _graphs(container: Container) -> dict[int, dict]:
             out[i] = json.loads(bytes(container.section_data(i, sec)).decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise ContainerError(f"{container.source}: graph JSON of module {i}: {exc}") from None
+    return out
+
+
+def _devices(container: Container) -> dict[int, dict]:
+    """Kernels and binary keys of every device module (``opencl``, ``cuda``), from the
+    header of its payload (docs/devices.md)."""
+    from ..runtime.device_executor import read_header
+
+    out = {}
+    for i, mod in enumerate(container.modules):
+        sec = next((s for s in mod.sections if s.name == "data"), None)
+        if mod.type_key not in DEVICE_TYPE_KEYS or sec is None:
+            continue
+        head, _ = read_header(container.section_data(i, sec), mod.type_key)
+        blobs = head.get("blobs", {})
+        out[i] = {
+            "kernels": len(head.get("functions", [])),
+            "binaries": sorted(k[len("binary:") :] for k in blobs if k.startswith("binary:")),
+            **head.get("meta", {}),
+        }
     return out
 
 
@@ -103,13 +124,16 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
         Corrupt container; with ``verify``, any digest mismatch.
     """
     try:
-        container, info = read_container(path, verify=verify, extract=_graphs)
+        container, info = read_container(
+            path, verify=verify, extract=lambda c: (_graphs(c), _devices(c))
+        )
     except LibraryLoadError:
         tvm = _inspect_tvm(path)
         if tvm is None:
             raise
         return tvm
     elf = info["elf"]
+    graphs, devices = info["extracted"]
     modules = []
     for i, mod in enumerate(container.modules):
         modules.append(
@@ -120,6 +144,8 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
                 "sections": [s.to_json() for s in mod.sections],
             }
         )
+        if i in devices:  # kernels and binaries of a device module
+            modules[-1]["device"] = devices[i]
     legacy = container.import_tree is None
     root = container.root
     if legacy:  # every module is an import of the DSO module, the root
@@ -139,7 +165,7 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
         "root": root,
         "legacy_layout": legacy,
         "verified": bool(verify),
-        "graphs": {str(i): _graph_summary(g) for i, g in info["extracted"].items()},
+        "graphs": {str(i): _graph_summary(g) for i, g in graphs.items()},
         "exports": _exports(path, info["elf"]),
     }
 
@@ -253,7 +279,10 @@ def _tree_lines(report: dict) -> list[str]:
 
     def walk(i: int, depth: int, seen: frozenset) -> None:
         m = mods[i]
-        lines.append(f"{'  ' * depth}{'└─ ' if depth else ''}[{i}] {m['type_key']}")
+        dev = m.get("device")
+        binaries = ", ".join(dev["binaries"]) if dev and dev["binaries"] else "none"
+        extra = f" ({dev['kernels']} kernels, binaries: {binaries})" if dev else ""
+        lines.append(f"{'  ' * depth}{'└─ ' if depth else ''}[{i}] {m['type_key']}{extra}")
         if i in seen:
             return
         for c in m["imports"]:

@@ -1,14 +1,13 @@
 """LSTM vs ONNX Runtime and the NumPy reference: forward, reverse, bidirectional,
 initial states, peepholes, clip, constant and runtime weights, omitted outputs, and the
-Silero VAD shape (hidden 128, one step)."""
+Silero VAD shape (hidden 128, one step), ragged sequence_lens and other activations
+(layout=1, which ONNX Runtime lacks, is in test_nn_rnn.py against onnx.reference)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from nn_harness import check_node, make_node
-
-from monolib.runtime.errors import UnsupportedOpError
 
 RNG = np.random.default_rng(5)
 T, B, I, H = 5, 2, 7, 16
@@ -102,37 +101,27 @@ def test_lstm_full_sequence_lens_accepted() -> None:
     )
 
 
-def test_lstm_ragged_sequence_lens_unsupported() -> None:
-    seq = np.array([T, T - 1], np.int32)
-    with pytest.raises(UnsupportedOpError, match="sequence_lens"):
-        make_node(
-            "LSTM",
-            [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H), None, seq],
-            {"hidden_size": H},
-            const=[1, 2, 4],
-            n_outputs=3,
-        )
+def test_lstm_ragged_sequence_lens_bidirectional() -> None:
+    # the generic recurrence of rnn.py: a shorter entry runs fewer steps, Y is 0 after
+    seq = np.array([T, T - 2], np.int32)
+    check_node(
+        "LSTM",
+        [r(T, B, I), r(2, 4 * H, I), r(2, 4 * H, H), r(2, 8 * H), seq],
+        {"hidden_size": H, "direction": "bidirectional"},
+        const=[1, 2],
+        n_outputs=3,
+    )
 
 
-def test_lstm_other_activations_unsupported() -> None:
-    with pytest.raises(UnsupportedOpError, match="activations"):
-        make_node(
-            "LSTM",
-            [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H)],
-            {"hidden_size": H, "activations": ["Relu", "Tanh", "Tanh"]},
-            const=[1, 2],
-        )
-
-
-def test_lstm_layout1_unsupported() -> None:
-    with pytest.raises(UnsupportedOpError, match="layout"):
-        make_node(
-            "LSTM",
-            [r(B, T, I), r(1, 4 * H, I), r(1, 4 * H, H)],
-            {"hidden_size": H, "layout": 1},
-            const=[1, 2],
-            opset=14,
-        )
+def test_lstm_other_activations() -> None:
+    check_node(
+        "LSTM",
+        [r(T, B, I), r(1, 4 * H, I), r(1, 4 * H, H)],
+        {"hidden_size": H, "activations": ["HardSigmoid", "Tanh", "Softsign"],
+         "activation_alpha": [0.3], "activation_beta": [0.4]},
+        const=[1, 2],
+        n_outputs=3,
+    )
 
 
 def test_lstm_bad_weight_shape_is_shape_error() -> None:

@@ -10,11 +10,11 @@ RNG = np.random.default_rng(1)
 
 
 @pytest.mark.parametrize("op,attrs", [
-    ("MaxPool", dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2], pads=[1, 0, 1, 0, 1, 1],
-                     dilations=[2, 1, 1])),
-    ("AveragePool", dict(kernel_shape=[3, 2, 2], strides=[2, 1, 2], pads=[1, 1, 0, 1, 0, 1],
-                         count_include_pad=1, ceil_mode=1)),
-    ("AveragePool", dict(kernel_shape=[2, 2, 3], auto_pad="SAME_UPPER")),
+    ("MaxPool", {"kernel_shape": [2, 3, 2], "strides": [1, 2, 2], "pads": [1, 0, 1, 0, 1, 1],
+                     "dilations": [2, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 2, 2], "strides": [2, 1, 2], "pads": [1, 1, 0, 1, 0, 1],
+                         "count_include_pad": 1, "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2, 3], "auto_pad": "SAME_UPPER"}),
 ])
 def test_3d(op, attrs):
     x = RNG.standard_normal((2, 3, 5, 6, 7)).astype(np.float32)

@@ -210,7 +210,7 @@ class STFT(OpDef):
 
     def reference(self, node: Node, inputs):
         x, win = inputs[0], inputs[2] if len(inputs) > 2 else None
-        step, fl, wlen, (b, frames, bins, _) = self._plan(node)
+        step, fl, wlen, (_b, frames, bins, _) = self._plan(node)
         w = np.ones(fl) if win is None else np.concatenate([win, np.zeros(fl - wlen)])
         idx = np.arange(frames)[:, None] * step + np.arange(fl)[None, :]
         fr = x[:, idx, :] * w[None, None, :, None]  # [B, frames, fl, c]

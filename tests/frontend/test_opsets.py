@@ -57,7 +57,7 @@ def test_every_served_version_is_declared():
     """For every registered default-domain op and opset, lookup either refuses or
     returns a class whose declared versions cover the schema in effect (versions
     before ``CHECKED_FROM`` predate the check)."""
-    for (domain, op), _ in registered_ops().items():
+    for domain, op in registered_ops():
         if domain or not onnx.defs.has(op):
             continue
         for opset in range(ops_base.CHECKED_FROM, NEWEST + 1):

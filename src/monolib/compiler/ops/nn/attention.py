@@ -82,7 +82,8 @@ def attention_dims(node: Node) -> dict[str, int]:
             raise ShapeError(f"{where}: past_key {pk.shape} / past_value {pv.shape} do not fit")
         if node.input(6) is not None:
             raise ShapeError(f"{where}: nonpad_kv_seqlen cannot be used with past_key")
-    return dict(B=b, Hq=hq, Hkv=hkv, S=s, L=ln, P=p, T=p + ln, D=d, Dv=dv, rank=len(q))
+    return {"B": b, "Hq": hq, "Hkv": hkv, "S": s, "L": ln, "P": p, "T": p + ln, "D": d, "Dv": dv,
+            "rank": len(q)}
 
 
 def _scale(node: Node, d: int) -> float:

@@ -8,8 +8,10 @@ ZFNet-512) compiled and run by monolib.
   fills, so these outputs are flat.
 * Hence also the small models with the fills replaced by seeded random weights,
   against ONNX Runtime, where every logit differs.
-* ``MONOLIB_LIGHT_REFERENCE=1``: every model with random weights against
-  ``ReferenceEvaluator`` itself (minutes: its convolutions are Python).
+
+``ReferenceEvaluator`` itself is not the oracle for random weights: on these opset-9
+graphs it disagrees with ONNX Runtime (and monolib), e.g. SqueezeNet's Softmax over a
+``[1, 1000, 1, 1]`` tensor comes out all ones.
 
 Compiling the nine models takes ~40 s on 2 cores; the stored-output check is what
 CI runs for all of them.
@@ -17,7 +19,6 @@ CI runs for all of them.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -92,19 +93,4 @@ def test_light_model_random_weights_vs_onnxruntime(name):
     names = [v.name for v in model.graph.input if v.name not in inits]
     (want,) = sess.run(None, dict(zip(names, feeds)))
     assert want.std() > 1e-4  # the random weights make the output informative
-    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5)
-
-
-@pytest.mark.skipif(not os.environ.get("MONOLIB_LIGHT_REFERENCE"),
-                    reason="set MONOLIB_LIGHT_REFERENCE=1 (minutes: onnx.reference is slow)")
-@pytest.mark.parametrize("name", MODELS)
-def test_light_model_random_weights_vs_reference_evaluator(name):
-    from onnx.reference import ReferenceEvaluator
-
-    model = _random_weights(_load(name))
-    feeds = _inputs(model)
-    (got,) = MonolibBackend.prepare(model, "CPU").run(feeds)
-    inits = {t.name for t in model.graph.initializer}
-    names = [v.name for v in model.graph.input if v.name not in inits]
-    (want,) = ReferenceEvaluator(model).run(None, dict(zip(names, feeds)))
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5)

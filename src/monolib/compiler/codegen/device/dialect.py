@@ -130,7 +130,7 @@ class Dialect:
     global_ : str
         Qualifier of a pointer to device memory (``"__global "`` or ``""``).
     gid : str
-        C expression of the flat work-item index, as ``int64_t``.
+        C expression of the flat work-item index, as ``idx_t`` (see ``generate``).
     prelude : str
         Definitions pasted at the top of the source.
     rewrite : callable, optional
@@ -161,7 +161,7 @@ OPENCL = Dialect(
     name="opencl",
     kernel="__kernel",
     global_="__global ",
-    gid="(int64_t)get_global_id(0)",
+    gid="(idx_t)get_global_id(0)",
     prelude=_OPENCL_PRELUDE,
 )
 
@@ -169,7 +169,7 @@ CUDA = Dialect(
     name="cuda",
     kernel='extern "C" __global__',
     global_="",
-    gid="((int64_t)blockIdx.x * blockDim.x + threadIdx.x)",
+    gid="((idx_t)blockIdx.x * blockDim.x + threadIdx.x)",
     prelude=_CUDA_PRELUDE,
     rewrite=statement_expressions_to_lambdas,
 )

@@ -66,7 +66,7 @@ class KernelContext:
             return [f"{self.ptr(out)}[{flat}] = ({T})({value});"]
         shape = out.shape
         idx = [f"o{d}" for d in range(len(shape))]
-        lines = ["{", f"const int64_t e_ = {flat};", *decompose("e_", shape, "o")]
+        lines = ["{", f"const idx_t e_ = {flat};", *decompose("e_", shape, "o")]
         lines += [f"(void){i};" for i in idx]
         anchor = f.anchor.outputs[0]
         lines.append(f"const {ctype(anchor.dtype)} x_ = {value};")
@@ -115,7 +115,7 @@ def _render(name: str, kernel: Kernel, dialect: Dialect, comment: str) -> str:
     body = "\n".join("  " + line for line in kernel.body)
     return (
         f"/* {comment} */\n{dialect.signature(name)} {{\n"
-        f"  const int64_t gid = {dialect.gid};\n"
+        f"  const idx_t gid = {dialect.gid};\n"
         f"  if (gid >= {kernel.items}) return;\n"
         f"  (void)params; (void)arena;\n{body}\n}}"
     )
@@ -162,7 +162,12 @@ def generate(
         kernels.append(_render(name, kernel, dialect, f"{chain}: {fused.name}"))
         functions.append({"name": name, "node": i, "items": int(kernel.items)})
         nodes.append(_node_json(fused, plan))
-    source = _fix_float_literals(dialect.prelude + "\n" + "\n\n".join(kernels) + "\n")
+    # element indices fit 32 bits unless a tensor has 2^31 elements; 32-bit index math
+    # is what device compilers vectorize well (PoCL: rec 30% faster than int64)
+    big = max((v.size for v in graph.values() if v is not None), default=0) >= 2**31 - 1
+    index = f"typedef {'int64_t' if big else 'int'} idx_t; /* element indices */\n"
+    source = dialect.prelude + index + "\n" + "\n\n".join(kernels) + "\n"
+    source = _fix_float_literals(source)
     if dialect.rewrite is not None:
         source = dialect.rewrite(source)
     blob = params.blob()

@@ -50,7 +50,7 @@ def decompose(flat: str, shape: Sequence[int], prefix: str) -> list[str]:
         expr = f"({flat}) / {s}" if s != 1 else f"({flat})"
         if d > 0:
             expr = f"({expr}) % {n}"
-        lines.append(f"const int64_t {prefix}{d} = {expr};")
+        lines.append(f"const idx_t {prefix}{d} = {expr};")
     return lines
 
 
@@ -110,15 +110,15 @@ def conv(node: Node, ctx: Any) -> Kernel:
         f"{ctx.dialect.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)};",
         f"{ctx.dialect.pointer(ctype(w.dtype), True)} Wt = {ctx.ptr(w)};",
         f"{T} acc = {ctx.ptr(b) + '[i1]' if b is not None else c_literal(0, y.dtype)};",
-        f"const int64_t c0 = (i1 / {ocg}) * {cg};",
-        f"for (int64_t c = 0; c < {cg}; ++c) {{",
-        f"  const int64_t xb = ((i0 * {C} + c0 + c) * {g['H']}) * {g['W']};",
-        f"  const int64_t wb = ((i1 * {cg} + c) * {g['KH']}) * {g['KW']};",
-        f"  for (int64_t kh = 0; kh < {g['KH']}; ++kh) {{",
-        f"    const int64_t ih = i2 * {g['SH']} - {g['PT']} + kh * {g['DH']};",
+        f"const idx_t c0 = (i1 / {ocg}) * {cg};",
+        f"for (idx_t c = 0; c < {cg}; ++c) {{",
+        f"  const idx_t xb = ((i0 * {C} + c0 + c) * {g['H']}) * {g['W']};",
+        f"  const idx_t wb = ((i1 * {cg} + c) * {g['KH']}) * {g['KW']};",
+        f"  for (idx_t kh = 0; kh < {g['KH']}; ++kh) {{",
+        f"    const idx_t ih = i2 * {g['SH']} - {g['PT']} + kh * {g['DH']};",
         f"    if (ih < 0 || ih >= {g['H']}) continue;",
-        f"    for (int64_t kw = 0; kw < {g['KW']}; ++kw) {{",
-        f"      const int64_t iw = i3 * {g['SW']} - {g['PL']} + kw * {g['DW']};",
+        f"    for (idx_t kw = 0; kw < {g['KW']}; ++kw) {{",
+        f"      const idx_t iw = i3 * {g['SW']} - {g['PL']} + kw * {g['DW']};",
         f"      if (iw < 0 || iw >= {g['W']}) continue;",
         f"      acc += X[xb + ih * {g['W']} + iw] * Wt[wb + kh * {g['KW']} + kw];",
         "    }",
@@ -169,12 +169,12 @@ def pool(node: Node, ctx: Any) -> Kernel:
         *decompose("gid", [y.shape[0] * y.shape[1], g["OH"], g["OW"]], "i"),
         f"{ctx.dialect.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)} + i0 * {g['H'] * g['W']};",
         f"{T} acc = {init};",
-        "int64_t n = 0;",
-        f"for (int64_t kh = 0; kh < {g['KH']}; ++kh) {{",
-        f"  const int64_t ih = i1 * {g['SH']} - {g['PT']} + kh * {g['DH']};",
+        "idx_t n = 0;",
+        f"for (idx_t kh = 0; kh < {g['KH']}; ++kh) {{",
+        f"  const idx_t ih = i1 * {g['SH']} - {g['PT']} + kh * {g['DH']};",
         f"  if (ih < 0 || ih >= {g['H']}) continue;",
-        f"  for (int64_t kw = 0; kw < {g['KW']}; ++kw) {{",
-        f"    const int64_t iw = i2 * {g['SW']} - {g['PL']} + kw * {g['DW']};",
+        f"  for (idx_t kw = 0; kw < {g['KW']}; ++kw) {{",
+        f"    const idx_t iw = i2 * {g['SW']} - {g['PL']} + kw * {g['DW']};",
         f"    if (iw < 0 || iw >= {g['W']}) continue;",
         f"    const {T} v = X[ih * {g['W']} + iw];",
         f"    {combine}",
@@ -186,9 +186,9 @@ def pool(node: Node, ctx: Any) -> Kernel:
         if node.attrs.get("count_include_pad", 0):
             # positions of the window inside [-PT, H + PB) x [-PL, W + PR)
             body += [
-                f"const int64_t h0 = i1 * {g['SH']} - {g['PT']}, w0 = i2 * {g['SW']} - {g['PL']};",
-                f"const int64_t h1 = min(h0 + {g['KH']}, (int64_t){g['H'] + g['PB']});",
-                f"const int64_t w1 = min(w0 + {g['KW']}, (int64_t){g['W'] + g['PR']});",
+                f"const idx_t h0 = i1 * {g['SH']} - {g['PT']}, w0 = i2 * {g['SW']} - {g['PL']};",
+                f"const idx_t h1 = min(h0 + {g['KH']}, (idx_t){g['H'] + g['PB']});",
+                f"const idx_t w1 = min(w0 + {g['KW']}, (idx_t){g['W'] + g['PR']});",
                 "n = (h1 - h0) * (w1 - w0);",
             ]
         body.append(f"acc = acc / ({T})n;")
@@ -223,7 +223,7 @@ def matmul(node: Node, ctx: Any) -> Kernel:
         f"{ctx.dialect.pointer(ctype(a.dtype), True)} A = {ctx.ptr(a)} + {a_off} + i{len(batch)} * {K};",
         f"{ctx.dialect.pointer(ctype(b.dtype), True)} B = {ctx.ptr(b)} + {b_off} + i{len(batch) + 1};",
         f"{T} acc = {c_literal(0, y.dtype)};",
-        f"for (int64_t k = 0; k < {K}; ++k) acc += A[k] * B[k * {N}];",
+        f"for (idx_t k = 0; k < {K}; ++k) acc += A[k] * B[k * {N}];",
     ]
     return _elementwise_kernel(node, ctx, body)
 
@@ -245,7 +245,7 @@ def gemm(node: Node, ctx: Any) -> Kernel:
         f"{ctx.dialect.pointer(ctype(a.dtype), True)} A = {ctx.ptr(a)};",
         f"{ctx.dialect.pointer(ctype(b.dtype), True)} B = {ctx.ptr(b)};",
         f"{T} acc = {c_literal(0, y.dtype)};",
-        f"for (int64_t k = 0; k < {K}; ++k) acc += A[{a_idx}] * B[{b_idx}];",
+        f"for (idx_t k = 0; k < {K}; ++k) acc += A[{a_idx}] * B[{b_idx}];",
         f"acc = {alpha} * acc;",
     ]
     if c is not None:
@@ -270,15 +270,15 @@ def softmax(node: Node, ctx: Any) -> Kernel:
     f = (lambda name: name + "f") if T == "float" else (lambda name: name)
     last = "v - m - L" if op.log else "e * inv"
     body = [
-        f"const int64_t base = (gid / {inner}) * {n * inner} + gid % {inner};",
+        f"const idx_t base = (gid / {inner}) * {n * inner} + gid % {inner};",
         f"{ctx.dialect.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)} + base;",
         f"{T} m = X[0];",
-        f"for (int64_t j = 1; j < {n}; ++j) m = {f('fmax')}(m, X[j * {inner}]);",
+        f"for (idx_t j = 1; j < {n}; ++j) m = {f('fmax')}(m, X[j * {inner}]);",
         f"{T} s = 0;",
-        f"for (int64_t j = 0; j < {n}; ++j) s += {f('exp')}(X[j * {inner}] - m);",
+        f"for (idx_t j = 0; j < {n}; ++j) s += {f('exp')}(X[j * {inner}] - m);",
         f"const {T} inv = ({T})1 / s, L = {f('log')}(s);",
         "(void)inv; (void)L;",
-        f"for (int64_t j = 0; j < {n}; ++j) {{",
+        f"for (idx_t j = 0; j < {n}; ++j) {{",
         f"  const {T} v = X[j * {inner}], e = {f('exp')}(v - m);",
         "  (void)e;",
         *("  " + s for s in ctx.store(f"base + j * {inner}", last)),
@@ -318,7 +318,7 @@ def reduce(node: Node, ctx: Any) -> Kernel:
         *decompose("gid", kept, "i"),
         f"{ctx.dialect.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)} + {base};",
         f"{T} acc = {init};",
-        f"for (int64_t r = 0; r < {R if red else 1}; ++r) {{",
+        f"for (idx_t r = 0; r < {R if red else 1}; ++r) {{",
         *inner,
         f"  const {T} v = X[{off if red else '0'}];",
         f"  acc = {comb};",

@@ -161,12 +161,28 @@ def write_unsupported(cases, results, path: Path) -> int:
     return len(lines)
 
 
+def shrink_listed(cases, timeout: float, jobs: int) -> None:
+    """Run the listed cases; rewrite the list without those that pass now."""
+    from monolib.onnx_conformance import UNSUPPORTED_FILE, read_unsupported
+
+    listed = read_unsupported(UNSUPPORTED_FILE)
+    results = sweep_parallel([c.name for c in cases if c.name in listed], timeout, jobs)
+    passing = {n for n, r in results.items() if r["status"] == "pass"}
+    lines = UNSUPPORTED_FILE.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [ln for ln in lines if ln.partition(": ")[0].strip() not in passing]
+    UNSUPPORTED_FILE.write_text("".join(kept), encoding="utf-8")
+    print(f"{len(passing)} listed cases pass now and left the list: {sorted(passing)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ops", default="", help="comma-separated operators (default: all)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
     ap.add_argument("--out", default=str(HERE / "CONFORMANCE.md"))
+    ap.add_argument("--listed", action="store_true",
+                    help="run only the cases of the expected-failure list and drop those "
+                         "that now pass from it (no report)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes run at once")
     ap.add_argument("--write-unsupported", action="store_true",
                     help="rewrite the CI list of expected failures from this sweep")
@@ -179,6 +195,9 @@ def main() -> None:
 
     registered = supported_ops()
     every = load_cases()
+    if args.listed:
+        shrink_listed(every, args.timeout, args.jobs)
+        return
     wanted = set(args.ops.split(",")) if args.ops else {c.op for c in every}
     cases = [c for c in every if c.op in wanted]
     print(f"{len(cases)} cases over {len(wanted)} operators", flush=True)

@@ -68,7 +68,7 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
 OPT_LEVEL = os.environ.get("MONOLIB_BACKEND_OPT", "-O1")
 
 
-def _build_c_modules(module: Any, opt: str = OPT_LEVEL) -> None:
+def _build_c_modules(module: Any, opt: str | None = None) -> None:
     """Build the temporary DSO of every C source module under ``module`` with ``opt``
     (appended after the target's ``-O3``, so it wins) before first use; the module then
     runs exactly as if built on demand (``export/csource.py``)."""
@@ -78,6 +78,7 @@ def _build_c_modules(module: Any, opt: str = OPT_LEVEL) -> None:
     from .export.toolchain import link_shared
     from .runtime.dso import DSOModule, open_library
 
+    opt = opt or OPT_LEVEL
     stack = [module]
     while stack:
         mod = stack.pop()

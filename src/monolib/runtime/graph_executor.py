@@ -71,6 +71,37 @@ def aligned_empty(nbytes: int, align: int = ALIGN, zero: bool = True) -> np.ndar
     return raw[skip : skip + nbytes]
 
 
+#: Arenas at least this large are mapped with transparent huge pages where the OS
+#: offers them (Linux ``madvise`` mode): a first run touches a 35 MB arena with 18
+#: faults instead of 9,000, and the kernels' scattered reads miss the TLB less.
+HUGE_ARENA_BYTES = 4 << 20
+_HUGE_PAGE = 2 << 20
+
+
+def arena_empty(nbytes: int) -> np.ndarray:
+    """A zero-filled 1-D uint8 array of ``nbytes`` for an executor's arena, 64-byte
+    aligned; from ``HUGE_ARENA_BYTES`` up, an anonymous mapping aligned to 2 MiB and
+    advised ``MADV_HUGEPAGE`` (pages are zeroed by the OS on first touch).
+
+    Raises
+    ------
+    MemoryError, OSError
+        The memory cannot be had.
+    """
+    import mmap  # built in, imported only for large arenas
+
+    if nbytes < HUGE_ARENA_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return aligned_empty(nbytes)
+    mapping = mmap.mmap(-1, nbytes + _HUGE_PAGE)
+    try:
+        mapping.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # THP off or unsupported: plain pages serve as well
+        pass
+    raw = np.frombuffer(mapping, dtype=np.uint8)  # keeps the mapping alive
+    skip = (-raw.ctypes.data) % _HUGE_PAGE
+    return raw[skip : skip + nbytes]
+
+
 class TensorInfo(NamedTuple):
     """A graph input, output or param: name, shape, dtype, byte offset, byte size."""
 
@@ -481,8 +512,8 @@ class GraphExecutor:
         graph = factory.graph_json
         self.arena_bytes = int(graph["arena_bytes"])
         try:
-            self.arena = aligned_empty(self.arena_bytes)
-        except MemoryError:  # a damaged or hostile graph JSON, or a model too big here
+            self.arena = arena_empty(self.arena_bytes)
+        except (MemoryError, OSError):  # a damaged or hostile graph JSON, or a model too big here
             raise ContainerError(
                 f"graph JSON asks for a {self.arena_bytes}-byte arena, which cannot be "
                 "allocated on this machine"

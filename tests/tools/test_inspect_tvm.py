@@ -11,6 +11,8 @@ import struct
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monolib.cli import main
 from monolib.runtime.binfmt import parse_binary
@@ -248,3 +250,26 @@ def test_macho_section_count_is_checked_before_reading():
         LibraryLoadError, match="claims 2147483648 sections, its load command holds 1"
     ):
         parse_binary(bytes(data), "m.dylib")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    layout=st.sampled_from(["ffi", "legacy"]),
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=4),
+    cut=st.none() | st.integers(0, 10_000),
+)
+def test_damaged_tvm_blobs_parse_or_raise_container_error(layout, edits, cut):
+    """Byte flips and truncation of both layouts: a ContainerError or a parse whose
+    every module lies inside the blob (no count or length is trusted unchecked)."""
+    blob = bytearray(ffi_blob() if layout == "ffi" else legacy_blob())
+    for pos, byte in edits:
+        blob[pos % len(blob)] ^= byte
+    data = bytes(blob[: cut % len(blob)] if cut is not None else blob)
+    try:
+        tvm = parse_tvm_blob(data, layout)
+    except ContainerError:
+        return
+    for i, m in enumerate(tvm.modules):
+        if m.size is not None:
+            assert 0 <= m.offset and m.offset + m.size <= len(data)
+        assert all(0 <= c < len(tvm.modules) for c in tvm.children(i))

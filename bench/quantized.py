@@ -138,18 +138,23 @@ def quantized_cls(cache: Path | None = None, reduce_range: bool = True) -> Path:
     return out
 
 
-def _median_ms(fn, runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
+def _interleaved_ms(fns, runs: int) -> list[tuple[float, float]]:
+    """(median, min) milliseconds of each function, runs alternating between them so a
+    load change on the shared machine hits both alike."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
+    times = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, t in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [(1000 * statistics.median(t), 1000 * min(t)) for t in times]
 
 
 def main() -> None:
-    """Print monolib and ORT median latency on the quantized cls at 1 and 2 threads."""
+    """Print monolib and ORT latency (median and min, interleaved runs) on the quantized
+    cls at 1 and 2 threads."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--full-range", action="store_true", help="8-bit weights (no reduce_range)")
@@ -164,15 +169,16 @@ def main() -> None:
     factory = monolib.compile(str(path), target="c", shapes={"x": SHAPE})
     print(f"quantized cls: {path.name}; monolib compile {time.perf_counter() - t0:.1f} s")
     gm = monolib.GraphModule(factory["default"](monolib.cpu()))
-    print("threads  monolib ms   ORT ms   ORT/monolib")
+    print("threads  monolib ms (median/min)   ORT ms (median/min)   ORT/monolib (medians)")
     for threads in (1, 2):
         monolib.set_num_threads(threads)
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        ml = _median_ms(lambda: gm.run(x=x), args.runs)
-        ox = _median_ms(lambda s=sess: s.run(None, {"x": x}), args.runs)
-        print(f"{threads:7d}  {ml:10.3f}  {ox:7.3f}   {ox / ml:6.2f}")
+        (ml, ml_min), (ox, ox_min) = _interleaved_ms(
+            [lambda: gm.run(x=x), lambda s=sess: s.run(None, {"x": x})], args.runs
+        )
+        print(f"{threads:7d}  {ml:8.3f} / {ml_min:6.3f}          {ox:8.3f} / {ox_min:6.3f}        {ox / ml:6.2f}")
 
 
 if __name__ == "__main__":

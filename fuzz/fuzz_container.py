@@ -27,7 +27,16 @@ import os
 import struct
 import sys
 
-__all__ = ["check_bytes", "fix_up", "reseal", "write_corpus"]
+__all__ = [
+    "check_bytes",
+    "fix_up",
+    "make_macho",
+    "make_pe",
+    "reseal",
+    "tvm_ffi_blob",
+    "tvm_legacy_blob",
+    "write_corpus",
+]
 
 _DIGEST_AT = 64  # the manifest SHA-256 in the 128-byte header (see container.py)
 
@@ -193,15 +202,104 @@ def hand_built_containers() -> dict[str, bytes]:
     return out
 
 
+# --------------------------------------------------------------------------- seeds
+# Hand-built files from published layouts (also used by tests/tools/test_inspect_tvm.py):
+# TVM containers (tvm-ffi's ProcessLibraryBin, TVM's legacy ProcessModuleBlob) and
+# minimal PE / Mach-O files carrying a data symbol in their symbol tables.
+def u64(v: int) -> bytes:
+    return struct.pack("<Q", v)
+
+
+def string(b: bytes | str) -> bytes:
+    b = b.encode() if isinstance(b, str) else b
+    return u64(len(b)) + b
+
+
+def vec(values: list[int]) -> bytes:
+    return u64(len(values)) + b"".join(u64(v) for v in values)
+
+
+VM_BYTES = b"\x01relax-vm-executable" * 50
+CUDA_BYTES = b"fatbin" * 7
+
+
+def tvm_ffi_blob() -> bytes:
+    """Current layout: 3 modules, the VM executable (root) imports _lib and cuda."""
+    body = vec([0, 2, 2, 2]) + vec([1, 2])
+    body += string("relax.VMExecutable") + string(VM_BYTES)
+    body += string("_lib")
+    body += string("cuda") + string(CUDA_BYTES)
+    return u64(len(body)) + body
+
+
+def tvm_legacy_blob(prefixed: bool = True, tree: bool = True) -> bytes:
+    """Legacy layout: graph executor factory (root) imports _lib, _lib imports metal."""
+    entries = [string("GraphExecutorFactory") + string(VM_BYTES), string("_lib")]
+    entries.append(string("metal") + string(CUDA_BYTES))
+    if tree:
+        entries.append(string("_import_tree") + vec([0, 1, 2, 2]) + vec([1, 2]))
+    body = u64(len(entries)) + b"".join(entries)
+    return (u64(len(body)) + body) if prefixed else body
+
+
+def make_pe(symbol: str, blob: bytes) -> bytes:
+    """A PE32+ DLL with one .rdata section holding an export directory naming
+    ``symbol`` and the symbol's bytes (Microsoft "PE Format")."""
+    lfanew, opt_size, va, raw = 64, 240, 0x2000, 0x400
+    name = symbol.encode() + b"\0"
+    # section layout (RVAs): export dir 40 | functions 4 | names 4 | ordinals 2 | name | data
+    ed_rva, f_rva = va, va + 40
+    n_rva, o_rva, s_rva = f_rva + 4, f_rva + 8, f_rva + 10
+    d_rva = (s_rva + len(name) + 15) // 16 * 16
+    body = struct.pack("<IIHHIIIIIII", 0, 0, 0, 0, 0, 1, 1, 1, f_rva, n_rva, o_rva)
+    body += struct.pack("<IIH", d_rva, s_rva, 0) + name
+    body += bytes(d_rva - va - len(body)) + blob
+    opt = bytearray(opt_size)
+    struct.pack_into("<H", opt, 0, 0x20B)
+    struct.pack_into("<III", opt, 108, 16, ed_rva, 40)  # NumberOfRvaAndSizes, export dir
+    dos = b"MZ" + bytes(0x3A) + struct.pack("<I", lfanew)
+    coff = b"PE\0\0" + struct.pack("<HHIIIHH", 0x8664, 1, 0, 0, 0, opt_size, 0x2022)
+    sec = struct.pack(
+        "<8sIIIIIIHHI", b".rdata", len(body), va, len(body), raw, 0, 0, 0, 0, 0x40000040
+    )
+    head = dos + coff + bytes(opt) + sec
+    return head + bytes(raw - len(head)) + body
+
+
+def make_macho(symbol: str, blob: bytes) -> bytes:
+    """A 64-bit arm64 dylib: one __TEXT,__const section with the bytes and an
+    LC_SYMTAB naming ``_symbol`` (Apple's <mach-o/loader.h>, <mach-o/nlist.h>)."""
+    off, addr = 4096, 0x4000
+    sect = struct.pack(
+        "<16s16sQQIIIIIIII", b"__const", b"__TEXT", addr, len(blob), off, 4, 0, 0, 0, 0, 0, 0
+    )
+    seg = struct.pack(
+        "<II16sQQQQiiII", 0x19, 72 + 80, b"__TEXT", addr, len(blob), off, len(blob), 5, 5, 1, 0
+    )
+    strings = b"\0_" + symbol.encode() + b"\0"
+    symoff = off + len(blob)
+    stroff = symoff + 16
+    nlist = struct.pack("<IBBHQ", 1, 0x0F, 1, 0, addr)  # N_SECT | N_EXT, section 1
+    symtab = struct.pack("<IIIIII", 0x2, 24, symoff, 1, stroff, len(strings))
+    cmds = seg + sect + symtab
+    head = struct.pack("<IiiIIIII", 0xFEEDFACF, 0x0100000C, 0, 6, 2, len(cmds), 0, 0) + cmds
+    return head + bytes(off - len(head)) + blob + nlist + strings
+
+
 def write_corpus(directory: str) -> list[str]:
-    """Write the seed corpus: a real exported library (the tiny model, raw and zstd)
-    and the hand-built containers, each with fix-up byte 0; returns the paths."""
+    """Write the seed corpus: a real exported library (the tiny model, raw and zstd),
+    the hand-built containers, TVM containers bare and in PE and Mach-O files, each
+    with fix-up bytes 0, 1 and 2; returns the paths."""
     import tempfile
 
     import monolib
 
     os.makedirs(directory, exist_ok=True)
     seeds = dict(hand_built_containers())
+    seeds["tvm_ffi.bin"], seeds["tvm_legacy.bin"] = tvm_ffi_blob(), tvm_legacy_blob()
+    for make, suffix in ((make_pe, "dll"), (make_macho, "dylib")):
+        seeds[f"tvm_ffi.{suffix}"] = make("__tvm_ffi__library_bin", tvm_ffi_blob())
+        seeds[f"tvm_legacy.{suffix}"] = make("__tvm_dev_mblob", tvm_legacy_blob())
     factory = monolib.compile(tiny_onnx_model())
     with tempfile.TemporaryDirectory() as tmp:
         for codec in (None, "zstd"):

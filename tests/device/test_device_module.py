@@ -125,3 +125,17 @@ def test_debug_executor_reads_each_op_on_the_device(need_opencl):
                                atol=1e-4)
     table = dbg.profile(repeat=2)
     assert [r.ops[0] for r in table] == ["Conv"] and table[0].time_ms > 0
+
+
+def test_separate_artifacts_run_on_the_device(need_opencl, tmp_path):
+    from monolib.runtime import graph_executor
+
+    factory = monolib.compile(conv_model(), target="opencl")
+    graph = factory.save_graph_json(tmp_path / "conv.json")
+    lib_path = factory.remove_params().export_library(str(tmp_path / "conv.so"))
+    lib = monolib.load_module(lib_path).imported_modules[0]  # the library module
+    monolib.save_params(factory.get_params(), str(tmp_path / "conv.safetensors"))
+    gm = graph_executor.create(open(graph).read(), lib, monolib.opencl(),
+                               params=str(tmp_path / "conv.safetensors"))
+    gm.run(x=X)
+    np.testing.assert_allclose(gm.get_output(0).numpy(), conv_reference(), rtol=0, atol=1e-4)

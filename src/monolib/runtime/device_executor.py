@@ -209,9 +209,16 @@ def read_header(data: Any, what: str = "device") -> tuple[dict[str, Any], int]:
     return head, size
 
 
-def find_device_module(root: Module, type_key: str) -> DeviceModule:
-    """The first module of ``type_key`` in the import tree under ``root`` (depth first)."""
-    stack, seen = [root], set()
+def find_device_module(roots: list[Module], type_key: str) -> DeviceModule:
+    """The first module of ``type_key`` in the import trees under ``roots`` (depth
+    first).
+
+    Raises
+    ------
+    InputError
+        There is none.
+    """
+    stack, seen = list(roots), set()
     while stack:
         mod = stack.pop(0)
         if id(mod) in seen:
@@ -247,7 +254,9 @@ class DeviceGraphExecutor(GraphExecutor):
                 f"with monolib.{kind}(), not {device}"
             )
         self.factory, self.device = factory, device
-        self.module = find_device_module(factory, kind)
+        # the factory's tree, or the library given to graph_executor.create
+        roots = [factory] + ([factory._library] if factory._library is not None else [])
+        self.module = find_device_module(roots, kind)
         self.arena_bytes = int(graph["arena_bytes"])
         infos = [
             _tensor_info(r, k, self.arena_bytes, "arena")

@@ -25,6 +25,12 @@
  */
 #ifndef MONOLIB_QGEMM_H
 #define MONOLIB_QGEMM_H
+/* the 32-byte vectors pass between always-inline static functions only: the ABI note
+ * gcc gives for them without AVX does not apply */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -348,8 +354,8 @@ static inline int64_t ml_qdw_scratch_bytes(int64_t Hp, int64_t Wp, int64_t OW) {
 }
 
 ML_QUNUSED static void ml_qdwconv(const ml_qdw_args* d, void* scratch) {
-    size_t bytes = (size_t)ml_qdw_scratch_bytes(d->Hp, d->Wp, d->OW);
 #ifdef MONOLIB_THREADPOOL_H
+    size_t bytes = (size_t)ml_qdw_scratch_bytes(d->Hp, d->Wp, d->OW);
     double work = 0.5 * (double)d->C * d->OH * d->OW * d->KH * d->KW * 4;
     if (ml_par_tasks(work, d->C) > 1) {
         ml_parallel_for(d->C, ml_qdw_task, (void*)d, scratch, bytes);
@@ -361,4 +367,7 @@ ML_QUNUSED static void ml_qdwconv(const ml_qdw_args* d, void* scratch) {
     for (int64_t c = 0; c < d->C; ++c) ml_qdw_channel(d, c, plane, row);
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif /* MONOLIB_QGEMM_H */

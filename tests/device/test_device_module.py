@@ -135,7 +135,9 @@ def test_separate_artifacts_run_on_the_device(need_opencl, tmp_path):
     lib_path = factory.remove_params().export_library(str(tmp_path / "conv.so"))
     lib = monolib.load_module(lib_path).imported_modules[0]  # the library module
     monolib.save_params(factory.get_params(), str(tmp_path / "conv.safetensors"))
-    gm = graph_executor.create(open(graph).read(), lib, monolib.opencl(),
+    with open(graph, encoding="utf-8") as f:
+        text = f.read()
+    gm = graph_executor.create(text, lib, monolib.opencl(),
                                params=str(tmp_path / "conv.safetensors"))
     gm.run(x=X)
     np.testing.assert_allclose(gm.get_output(0).numpy(), conv_reference(), rtol=0, atol=1e-4)

@@ -1,7 +1,10 @@
-"""ONNX ``GatherND`` (11, 12, 13) with ``batch_dims`` 0: ``out[p] = data[idx[p]]`` where
-each ``idx[p]`` names the ``q = indices.shape[-1]`` leading coordinates of a slice
-``data.shape[q:]``; output shape ``indices.shape[:-1] + data.shape[q:]``. Negative
-indices count from the end; runtime out-of-range ones are clamped (C cannot raise)."""
+"""ONNX ``GatherND`` (11, 12, 13): ``out[p] = data[idx[p]]`` where each ``idx[p]`` names
+the ``q = indices.shape[-1]`` leading coordinates of a slice ``data.shape[q:]``; output
+shape ``indices.shape[:-1] + data.shape[q:]``. With ``batch_dims = b`` (12+) the first
+b dims of data and indices are batch dims walked together: each index tuple addresses
+``data[batch]`` and the output shape is ``indices.shape[:-1] + data.shape[b + q:]``.
+Negative indices count from the end; runtime out-of-range ones are clamped (C cannot
+raise)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....runtime.errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import contiguous_strides, flat_index_exprs, has_epilogue
@@ -21,43 +24,44 @@ logger = logging.getLogger(__name__)
 
 @register
 class GatherND(OpDef):
-    """``GatherND`` (``batch_dims=0`` only).
+    """``GatherND`` with any ``batch_dims``.
 
     Raises
     ------
-    UnsupportedOpError
-        For ``batch_dims`` other than 0.
     ShapeError
-        When ``indices.shape[-1]`` exceeds the data rank.
+        When ``indices.shape[-1]`` exceeds the data rank left after the batch dims, or
+        the batch dims of data and indices differ.
     """
 
     op_type, since_version = "GatherND", 11
 
     def _q(self, node: Node) -> int:
         x, idx = node.inputs[0], node.inputs[1]
-        if node.attrs.get("batch_dims", 0):
-            raise UnsupportedOpError(
-                f"GatherND (node {node.name!r}): batch_dims > 0 is not supported"
-            )
-        if not idx.shape or idx.shape[-1] > len(x.shape):
+        b = int(node.attrs.get("batch_dims", 0) or 0)
+        if (not idx.shape or b < 0 or b >= min(len(x.shape), len(idx.shape))
+                or idx.shape[-1] > len(x.shape) - b or x.shape[:b] != idx.shape[:b]):
             raise ShapeError(
-                f"GatherND (node {node.name!r}): indices {list(idx.shape)} for data {list(x.shape)}"
+                f"GatherND (node {node.name!r}): indices {list(idx.shape)} for data "
+                f"{list(x.shape)} with batch_dims {b}"
             )
         return idx.shape[-1]
 
     def infer(self, node: Node) -> list[OutType]:
         x, idx = node.inputs[0], node.inputs[1]
         q = self._q(node)
-        return [(idx.shape[:-1] + x.shape[q:], x.dtype)]
+        b = int(node.attrs.get("batch_dims", 0) or 0)
+        return [(idx.shape[:-1] + x.shape[b + q:], x.dtype)]
 
     def reference(self, node: Node, inputs):
         x, idx = inputs
         q = self._q(node)
+        b = int(node.attrs.get("batch_dims", 0) or 0)
         shape = self.infer(node)[0][0]
         out = np.empty(shape, x.dtype)
         for p in np.ndindex(*idx.shape[:-1]):
-            t = tuple(int(v) + (x.shape[d] if v < 0 else 0) for d, v in enumerate(idx[p][:q]))
-            out[p] = x[t]
+            xb = x[p[:b]]
+            t = tuple(int(v) + (xb.shape[d] if v < 0 else 0) for d, v in enumerate(idx[p][:q]))
+            out[p] = xb[t]
         return [out]
 
     def epilogue_groups(self, node: Node):
@@ -69,19 +73,23 @@ class GatherND(OpDef):
         if y.size == 0:
             return ""
         q = self._q(node)
+        b = int(node.attrs.get("batch_dims", 0) or 0)
         xs = contiguous_strides(x.shape)
-        inner = int(np.prod(x.shape[q:], dtype=np.int64))
+        inner = int(np.prod(x.shape[b + q:], dtype=np.int64))
         n = idx.size // max(q, 1)
+        per_batch = n // max(int(np.prod(idx.shape[:b], dtype=np.int64)), 1)
+        batch_stride = int(np.prod(x.shape[b:], dtype=np.int64))
         p, j, base = ctx.unique("p"), ctx.unique("j"), ctx.unique("base")
-        lines = [f"for (int64_t {p} = 0; {p} < {n}; ++{p}) {{", f"int64_t {base} = 0;"]
+        start = f"({p} / {per_batch}) * {batch_stride}" if b else "0"
+        lines = [f"for (int64_t {p} = 0; {p} < {n}; ++{p}) {{", f"int64_t {base} = {start};"]
         for d in range(q):
             t = ctx.unique("ix")
-            dim = x.shape[d]
+            dim = x.shape[b + d]
             lines += [
                 f"int64_t {t} = (int64_t){ctx.ptr(idx)}[{p}*{q} + {d}];",
                 f"if ({t} < 0) {t} += {dim};",
                 f"if ({t} < 0) {t} = 0; else if ({t} >= {dim}) {t} = {dim - 1};",
-                f"{base} += {t}*{xs[d]};",
+                f"{base} += {t}*{xs[b + d]};",
             ]
         flat = f"{p}*{inner} + {j}"
         val = f"{ctx.ptr(x)}[{base} + {j}]"

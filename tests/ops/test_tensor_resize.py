@@ -1,5 +1,7 @@
-"""Resize (10, 11, 13, 18, 19) nearest and linear against ONNX Runtime, including the
-PP-OCR detector's configuration (nearest, asymmetric, floor, scale 2)."""
+"""Resize (10, 11, 13, 18, 19) nearest, linear and cubic against ONNX Runtime, including
+the PP-OCR detector's configuration (nearest, asymmetric, floor, scale 2); antialias,
+tf_crop_and_resize and fractional align_corners against ``onnx.reference`` (ONNX
+Runtime differs or lacks them)."""
 
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ def test_nearest_scales(coord, nearest, scales):
 @pytest.mark.parametrize("scales", [(1, 1, 2, 2), (1, 1, 0.6, 1.7), (1, 1, 1, 2.5)], ids=str)
 def test_linear_scales(coord, scales):
     attrs = {"mode": "linear", "coordinate_transformation_mode": coord}
+    if coord == "align_corners" and scales[2] == 0.6:
+        return _onnx_reference_only(attrs, scales)
     check_op(
         "Resize",
         [x4(1, 2, 5, 6), EMPTY, F(*scales)],
@@ -146,16 +150,41 @@ def test_linear_3d_trilinear():
 @pytest.mark.parametrize("scales", [(1, 1, 2, 2), (1, 1, 0.6, 1.7)], ids=str)
 @pytest.mark.parametrize("exclude", [0, 1])
 def test_cubic(coord, scales, exclude):
-    if coord == "align_corners" and scales[2] == 0.6:
-        with pytest.raises(UnsupportedOpError, match="ambiguous"):
-            ir_node("Resize", [x4(1, 2, 5, 6), EMPTY, F(*scales)],
-                    {"mode": "cubic", "coordinate_transformation_mode": coord}, 13, (1, 2))  # fmt: skip
-        return
     attrs = {"mode": "cubic", "coordinate_transformation_mode": coord, "exclude_outside": exclude}
     if exclude:
         attrs["cubic_coeff_a"] = -0.5
+    if coord == "align_corners" and scales[2] == 0.6:
+        return _onnx_reference_only(attrs, scales)
     check_op("Resize", [x4(1, 2, 5, 6), EMPTY, F(*scales)], attrs, opset=13,
              constant_inputs=(1, 2), rtol=1e-4, atol=1e-5)  # fmt: skip
+
+
+def _onnx_reference_only(attrs, scales):
+    """align_corners with a fractional output length: ONNX Runtime divides by (out - 1),
+    ONNX's reference (which monolib follows) by (scale * in - 1): compare with the latter."""
+    from refnode import check_node
+
+    check_node("Resize", {"x": x4(1, 2, 5, 6)}, ["y"], opset=13, rtol=1e-4, atol=1e-5,
+               consts={"roi": EMPTY, "scales": F(*scales)}, **attrs)
+
+
+@pytest.mark.parametrize("mode,scales", [("linear", (1, 1, 0.3, 0.45)), ("cubic", (1, 1, 0.15, 0.7))])
+def test_antialias_downsample(mode, scales):
+    # cubic at 0.15 has 2 * 14 taps on one axis: the tap-loop path, not the unrolled one
+    from refnode import check_node
+
+    check_node("Resize", {"x": x4(1, 2, 13, 11)}, ["y"], opset=18, rtol=1e-4, atol=1e-5,
+               consts={"roi": EMPTY, "scales": F(*scales)}, mode=mode, antialias=1)
+
+
+def test_tf_crop_and_resize_extrapolation():
+    from refnode import check_node
+
+    check_node("Resize", {"x": x4(1, 2, 5, 6)}, ["y"], opset=18, rtol=1e-4, atol=1e-5,
+               consts={"roi": F(0.2, -0.3, 0.9, 1.4), "scales": EMPTY, "sizes": I64(4, 7)},
+               axes=[2, 3],
+               mode="cubic", coordinate_transformation_mode="tf_crop_and_resize",
+               extrapolation_value=-3.0)
 
 
 def test_unsupported_modes():
@@ -163,15 +192,7 @@ def test_unsupported_modes():
         ir_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)], {"mode": "area"}, 13, (1, 2))
     with pytest.raises(UnsupportedOpError, match="antialias"):
         ir_node("Resize", [x4(1, 1, 4, 4), None, F(1, 1, 0.5, 0.5)],
-                {"mode": "linear", "antialias": 1}, 18, (2,))  # fmt: skip
-    with pytest.raises(UnsupportedOpError, match="tf_crop_and_resize"):
-        ir_node(
-            "Resize",
-            [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)],
-            {"coordinate_transformation_mode": "tf_crop_and_resize"},
-            13,
-            (1, 2),
-        )
+                {"mode": "nearest", "antialias": 1}, 18, (2,))  # fmt: skip
 
 
 def test_runtime_scales_rejected():

@@ -14,8 +14,15 @@ The output size is ``sizes`` or ``floor(in * scale)``; scales, sizes and roi mus
 constant. Since shapes are static, the per-axis source indices (and weights) are
 tables computed at compile time; the emitted loops only gather and blend. An axis
 upsampled by an integer factor with ``asymmetric``/``floor`` indexes by division
-instead of a table. ``cubic``, ``tf_crop_and_resize`` and ``antialias`` are not
-supported (an :class:`UnsupportedOpError` names them).
+instead of a table.
+
+``linear`` and ``cubic`` (Keys' kernel, ``cubic_coeff_a``, ``exclude_outside``) take
+their taps and weights exactly as ONNX's reference implementation does
+(:func:`reference_taps`, float64): with ``antialias`` the kernel is stretched by
+``1 / scale`` when downsampling; ``tf_crop_and_resize`` maps into the constant ``roi``
+and writes ``extrapolation_value`` where the source lies outside the input;
+``align_corners`` divides by ``scale * in - 1`` (ONNX Runtime by ``out - 1``: the two
+differ for fractional output lengths, and monolib follows ONNX).
 """
 
 from __future__ import annotations
@@ -51,14 +58,19 @@ class ResizePlan:
 
     ``index[d]`` is ``None`` for an untouched axis. For nearest it is the int64 source
     index of each output position ``[out]``; for linear and cubic it is ``[out, T]``:
-    the ``T`` (2 or 4) source taps of each output position, clamped into the input
-    (edge padding), with ``weight[d]`` ``[out, T]`` float32 their weights.
+    the ``T`` source taps of each output position (2 or 4; more with antialias),
+    clamped into the input (edge padding), with ``weight[d]`` ``[out, T]`` float32
+    their weights.
     """
 
     shape: tuple[int, ...]
     mode: str
     index: list[np.ndarray | None]
     weight: list[np.ndarray | None]
+    #: per axis, ``[out]`` bool: positions outside the input (``tf_crop_and_resize``),
+    #: whose output is ``extrapolation_value``; ``None`` when there are none
+    outside: list[np.ndarray | None] | None = None
+    extrapolation_value: float = 0.0
 
 
 def source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
@@ -116,6 +128,9 @@ def resize_plan(
     policy: str = "stretch",
     cubic_a: float = -0.75,
     exclude_outside: bool = False,
+    antialias: bool = False,
+    roi=None,
+    extrapolation_value: float = 0.0,
     where: str = "Resize",
 ) -> ResizePlan:
     """The output shape and index/weight tables of a Resize.
@@ -140,6 +155,17 @@ def resize_plan(
         raise ShapeError(f"{where}: {len(given)} scales/sizes for {len(axes)} axes")
     scale = [1.0] * rank
     out = list(in_shape)
+    if coord == "tf_crop_and_resize":
+        if mode == "nearest":
+            raise UnsupportedOpError(f"{where}: tf_crop_and_resize with nearest mode is not "
+                                     "supported (linear and cubic are)")
+        if roi is None or len(roi) != 2 * len(axes):
+            raise ShapeError(f"{where}: tf_crop_and_resize needs a constant roi of "
+                             f"{2 * len(axes)} values, got {roi}")
+    crop = [(0.0, 1.0)] * rank
+    if roi is not None and coord == "tf_crop_and_resize":
+        for i, a in enumerate(axes):
+            crop[a] = (float(roi[i]), float(roi[len(axes) + i]))
     if sizes is not None:
         ratios = [
             float(np.float32(sizes[i]) / np.float32(in_shape[a])) if in_shape[a] else 1.0
@@ -157,54 +183,107 @@ def resize_plan(
             scale[a] = float(np.float32(scales[i]))
             if scale[a] <= 0:
                 raise ShapeError(f"{where}: scale {scales[i]} must be positive")
-            out[a] = int(np.floor(np.float32(in_shape[a]) * np.float32(scale[a])))
+            span = np.float32(crop[a][1] - crop[a][0])
+            out[a] = int(np.floor(np.float32(in_shape[a]) * span * np.float32(scale[a])))
     index: list[np.ndarray | None] = [None] * rank
     weight: list[np.ndarray | None] = [None] * rank
+    outside: list[np.ndarray | None] = [None] * rank
     for d in range(rank):
         n_in, n_out = int(in_shape[d]), int(out[d])
-        if n_in == n_out and scale[d] == 1.0 or n_out == 0 or n_in == 0:
+        if n_out == 0 or n_in == 0:
+            continue
+        if n_in == n_out and scale[d] == 1.0 and crop[d] == (0.0, 1.0):
+            continue
+        if mode != "nearest":
+            # ONNX's reference in float64; sizes give the exact ratio out / in
+            s64 = n_out / n_in if sizes is not None and policy == "stretch" else scale[d]
+            index[d], weight[d], outside[d] = reference_taps(
+                coord, n_out, n_in, s64, mode, a=cubic_a, exclude=exclude_outside,
+                antialias=antialias, roi=crop[d])
+            if outside[d] is not None and not outside[d].any():
+                outside[d] = None
             continue
         x = source_coords(coord, n_out, n_in, scale[d])
-        if mode == "nearest":
-            index[d] = _nearest(x, nearest_mode, n_in)
-            if n_in == n_out and np.array_equal(index[d], np.arange(n_out)):
-                index[d] = None
-        elif mode == "linear":
-            x = np.clip(x, 0, n_in - 1)
-            i0 = np.floor(x).astype(np.int64)
-            w1 = (x - i0).astype(np.float32)
-            index[d] = np.stack([i0, np.minimum(i0 + 1, n_in - 1)], axis=1)
-            weight[d] = np.stack([np.float32(1) - w1, w1], axis=1)
-        else:
-            if coord == "align_corners" and float(np.float32(n_in) * np.float32(scale[d])) != n_out:
-                # ONNX Runtime divides by (n_out - 1) like the spec's text, ONNX's reference
-                # by (n_in * scale - 1); linear follows ORT, cubic declines to choose
-                raise UnsupportedOpError(
-                    f"{where}: cubic align_corners with a fractional output length "
-                    f"({n_in} * {scale[d]:g}) is ambiguous (ONNX Runtime and the ONNX reference differ)"
-                )
-            index[d], weight[d] = _cubic_taps(x, n_in, cubic_a, exclude_outside)
-    return ResizePlan(tuple(out), mode, index, weight)
+        index[d] = _nearest(x, nearest_mode, n_in)
+        if n_in == n_out and np.array_equal(index[d], np.arange(n_out)):
+            index[d] = None
+    has_outside = any(m is not None for m in outside)
+    return ResizePlan(tuple(out), mode, index, weight, outside if has_outside else None,
+                      float(extrapolation_value))
 
 
-def _cubic_taps(x: np.ndarray, n_in: int, a: float, exclude: bool):
-    """Cubic convolution taps ``floor(x) - 1 .. floor(x) + 2`` and their weights
-    (Keys' kernel with coefficient ``a``, the ONNX spec's formula); with ``exclude``
-    the taps outside the input get weight 0 and the rest are renormalized."""
-    x64 = np.asarray(x, np.float64)
-    i0 = np.floor(x64).astype(np.int64)
-    t = x64 - i0
-    d = np.stack([t + 1, t, 1 - t, 2 - t], axis=1)  # distances to the 4 taps
-    w = np.where(
-        d <= 1,
-        ((a + 2) * d - (a + 3)) * d * d + 1,
-        ((a * d - 5 * a) * d + 8 * a) * d - 4 * a,
-    )
-    taps = i0[:, None] + np.arange(-1, 3)[None, :]
+def _x_ori(coord: str, n_out: int, n_in: int, scale: float, roi) -> np.ndarray:
+    """Source coordinates (float64) of the n-linear/cubic modes, ONNX's reference rule:
+    ``align_corners`` divides by ``scale * in - 1`` (the unrounded output length)."""
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in
+    if coord == "align_corners":
+        return np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    if coord == "tf_crop_and_resize":
+        lo, hi = roi
+        if width == 1:
+            return np.full(n_out, (hi - lo) * (n_in - 1) / 2) + lo * (n_in - 1)
+        return y * (hi - lo) * (n_in - 1) / (width - 1) + lo * (n_in - 1)
+    if coord == "pytorch_half_pixel" and width == 1:
+        return np.full(n_out, -0.5)
+    if coord in ("half_pixel", "pytorch_half_pixel"):
+        return (y + 0.5) / scale - 0.5
+    if coord == "asymmetric":
+        return y / scale
+    if coord == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / width)
+        return offset + (y + 0.5) / scale - 0.5
+    raise UnsupportedOpError(f"Resize: coordinate_transformation_mode {coord!r} is not supported")
+
+
+def _keys(d: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with coefficient ``a`` at distances ``d >= 0``."""
+    return np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                    np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
+
+
+def _coeffs(mode: str, ratio: float, scale: float, a: float, antialias: bool) -> np.ndarray:
+    """Tap weights for the fraction ``ratio`` (ONNX reference): the linear or Keys'
+    cubic kernel; with ``antialias`` the kernel is stretched by ``1 / scale`` when
+    downsampling (more taps) and the weights normalized to sum 1."""
+    if not antialias:
+        if mode == "linear":
+            return np.array([1 - ratio, ratio])
+        return _keys(np.abs(np.array([ratio + 1, ratio, 1 - ratio, 2 - ratio])), a)
+    s = min(scale, 1.0)
+    start = int(np.floor(-(1 if mode == "linear" else 2) / s) + 1)
+    d = np.abs((np.arange(start, 2 - start) - ratio) * s)
+    w = np.clip(1 - d, 0, 1) if mode == "linear" else _keys(d, a)
+    return w / w.sum()
+
+
+def reference_taps(coord: str, n_out: int, n_in: int, scale: float, mode: str, *,
+                   a: float = -0.75, exclude: bool = False, antialias: bool = False,
+                   roi=None):
+    """(taps ``[out, T]`` clamped into ``[0, in)``, weights ``[out, T]`` float32, outside
+    mask ``[out]`` or None) of one linear/cubic axis, as ONNX's reference computes them
+    (``onnx/reference/ops/op_resize.py``): the T inputs nearest the source coordinate
+    (ties to the left), edge-padded."""
+    x = _x_ori(coord, n_out, n_in, scale, roi)
+    xi = np.floor(x)
+    ratio = np.where(x == xi, 1.0, x - xi)
+    w = np.stack([_coeffs(mode, float(r), scale, a, antialias) for r in ratio])
+    n = w.shape[1]
+    pad = (n + 1) // 2
+    xp = x + pad
+    p = np.floor(xp).astype(np.int64)
+    frac = xp - p
+    if n % 2 == 0:
+        off = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        off = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    taps = (p + off)[:, None] + np.arange(n)[None, :] - pad
     if exclude:
         w = np.where((taps < 0) | (taps >= n_in), 0.0, w)
-        w = w / np.where(w.sum(axis=1, keepdims=True) == 0, 1, w.sum(axis=1, keepdims=True))
-    return np.clip(taps, 0, n_in - 1), w.astype(np.float32)
+        total = w.sum(axis=1, keepdims=True)
+        w = w / np.where(total == 0, 1.0, total)
+    outside = ((x < 0) | (x > n_in - 1)) if coord == "tf_crop_and_resize" else None
+    return np.clip(taps, 0, n_in - 1), w.astype(np.float32), outside
 
 
 def _apply_reference(x: np.ndarray, plan: ResizePlan) -> np.ndarray:
@@ -223,6 +302,12 @@ def _apply_reference(x: np.ndarray, plan: ResizePlan) -> np.ndarray:
             )
             acc = term if acc is None else acc + term
         x = acc
+    if plan.outside is not None:
+        mask = np.zeros(x.shape, bool)
+        for d, m in enumerate(plan.outside):
+            if m is not None:
+                mask |= m.reshape((-1,) + (1,) * (x.ndim - d - 1))
+        x = np.where(mask, np.asarray(plan.extrapolation_value, x.dtype), x)
     return np.array(x, order="C")
 
 
@@ -236,10 +321,13 @@ class _Resize(OpDef):
 
     def plan(self, node: Node) -> ResizePlan:
         where = f"{node.op_type} (node {node.name!r})"
-        if node.attrs.get("antialias", 0):
-            raise UnsupportedOpError(f"{where}: antialias is not supported")
+        antialias = bool(node.attrs.get("antialias", 0))
+        if antialias and node.attrs["mode"] == "nearest":
+            raise UnsupportedOpError(f"{where}: antialias applies to linear and cubic modes, "
+                                     "not nearest")
         scales, sizes = self._inputs(node)
         coord = self.fixed_coord or node.attrs["coordinate_transformation_mode"]
+        roi = self._const(node, 1, "roi") if coord == "tf_crop_and_resize" else None
         nearest = (
             "floor" if self.fixed_coord else node.attrs.get("nearest_mode", "round_prefer_floor")
         )
@@ -254,6 +342,9 @@ class _Resize(OpDef):
             policy=node.attrs.get("keep_aspect_ratio_policy", "stretch"),
             cubic_a=node.attrs.get("cubic_coeff_a", -0.75),
             exclude_outside=bool(node.attrs.get("exclude_outside", 0)),
+            antialias=antialias,
+            roi=roi,
+            extrapolation_value=node.attrs.get("extrapolation_value", 0.0),
             where=where,
         )
 
@@ -293,11 +384,8 @@ class _Resize(OpDef):
             if fast:
                 return fast
         lin = [d for d, w in enumerate(plan.weight) if w is not None]
-        taps = plan.index[lin[0]].shape[1] if lin else 1
-        if taps ** len(lin) > 64:
-            raise UnsupportedOpError(
-                f"{node.op_type} (node {node.name!r}): {plan.mode} resize of {len(lin)} axes"
-            )
+        taps = {d: plan.index[d].shape[1] for d in lin}
+        unroll = int(np.prod(list(taps.values()), dtype=np.int64)) <= 64
         tables = {
             d: self._table(ctx, plan, d, x.shape[d])
             for d, t in enumerate(plan.index)
@@ -307,25 +395,43 @@ class _Resize(OpDef):
             d: ctx.param(plan.index[d].astype(np.int32).reshape(-1), "resize_taps") for d in lin
         }
         tap_w = {d: ctx.param(plan.weight[d].reshape(-1), "resize_w") for d in lin}
+        masks = {d: ctx.param(m.astype(np.uint8), "resize_outside")
+                 for d, m in enumerate(plan.outside or []) if m is not None}
         px = ctx.ptr(x)
+        ct = ctype(y.dtype)
 
         def body(o: list[str]) -> str:
             src = [tables[d](od) if d in tables else od for d, od in enumerate(o)]
+            pre = ""
             if plan.mode == "nearest":
                 val = f"{px}[{linear_offset(src, ist)}]"
-            else:
+            elif unroll:
                 terms = []
-                for combo in itertools.product(range(taps), repeat=len(lin)):
+                for combo in itertools.product(*(range(taps[d]) for d in lin)):
                     idx, w = list(src), []
                     for d, t in zip(lin, combo):
-                        k = f"{o[d]}*{taps} + {t}"
+                        k = f"{o[d]}*{taps[d]} + {t}"
                         idx[d] = f"(int64_t){tap_idx[d]}[{k}]"
                         w.append(f"{tap_w[d]}[{k}]")
                     terms.append(" * ".join(w + [f"{px}[{linear_offset(idx, ist)}]"]))
                 val = "(" + " + ".join(terms) + ")"
+            else:  # long (antialias) filters: one tap loop per resized axis
+                acc, tv, idx = ctx.unique("acc"), {d: ctx.unique("t") for d in lin}, list(src)
+                for d in lin:
+                    idx[d] = f"(int64_t){tap_idx[d]}[{o[d]}*{taps[d]} + {tv[d]}]"
+                w = " * ".join(f"{tap_w[d]}[{o[d]}*{taps[d]} + {tv[d]}]" for d in lin)
+                code = f"{acc} += {w} * {px}[{linear_offset(idx, ist)}];"
+                for d in reversed(lin):
+                    code = (f"for (int64_t {tv[d]} = 0; {tv[d]} < {taps[d]}; ++{tv[d]}) {{\n"
+                            f"{code}\n}}")
+                pre = f"float {acc} = 0.0f;\n{code}\n"
+                val = f"(({ct}){acc})"
+            if masks:
+                cond = " || ".join(f"{masks[d]}[{o[d]}]" for d in masks)
+                val = f"(({cond}) ? ({ct}){plan.extrapolation_value!r} : {val})"
             if epi:
                 val = ctx.output_expr(val, o)
-            return f"{ctx.ptr(y)}[{linear_offset(o, ost)}] = {val};"
+            return pre + f"{ctx.ptr(y)}[{linear_offset(o, ost)}] = {val};"
 
         return emit_loops(ctx, y.shape, body)
 

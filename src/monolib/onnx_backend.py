@@ -58,7 +58,8 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
     "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "Squeeze": (1,),
     "Unsqueeze": (1,), "TopK": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-    "OneHot": (1,), "Split": (1,), "CenterCropPad": (1,), "CumSum": (1,), "Trilu": (1,),
+    "OneHot": (1,), "Split": (1,), "CenterCropPad": (1,), "CumSum": (1,), "CumProd": (1,),
+    "Trilu": (1,),
     **{f"Reduce{r}": (1,) for r in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2",
                                     "LogSum", "LogSumExp", "SumSquare")},
 }

@@ -27,9 +27,12 @@ import numpy as np
 
 SHAPE = (1, 3, 48, 192)
 CALIB_TEXTS = ["Hello World 2024", "monolib compiles ONNX", "quick brown fox 42", "Zebra crossing"]
-# graph outputs the comparison reads besides the softmax: the QLinearMatMul's uint8
-# logits, their float value after the bias, and the last QLinearConv's uint8 output
-EXTRA_OUTPUTS = ("linear_1.tmp_0_quantized", "linear_1.tmp_1")
+# graph outputs the comparison reads besides the softmax, per format: the quantized
+# (uint8) logits, their float value after the bias, then the last conv's uint8 output
+EXTRA_OUTPUTS = {
+    "qop": ("linear_1.tmp_0_quantized", "linear_1.tmp_1"),
+    "qdq": ("linear_1.tmp_0_QuantizeLinear_Output", "linear_1.tmp_1"),
+}
 
 
 def lines(texts: list[str]) -> list[np.ndarray]:
@@ -45,8 +48,13 @@ def lines(texts: list[str]) -> list[np.ndarray]:
     return out
 
 
-def _last_qconv_output(model) -> str:
-    return [n for n in model.graph.node if n.op_type == "QLinearConv"][-1].output[0]
+def _last_conv_uint8(model) -> str:
+    """The uint8 output of the last convolution: QLinearConv's, or the QuantizeLinear
+    after the last Conv (QDQ)."""
+    conv = [n for n in model.graph.node if n.op_type in ("QLinearConv", "Conv")][-1]
+    if conv.op_type == "QLinearConv":
+        return conv.output[0]
+    return next(n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear" and conv.output[0] in n.input)
 
 
 def _constants_as_initializers(model):
@@ -69,7 +77,7 @@ def _constants_as_initializers(model):
     return model
 
 
-def quantized_cls(cache: Path | None = None, reduce_range: bool = True) -> Path:
+def quantized_cls(cache: Path | None = None, reduce_range: bool = True, fmt: str = "qop") -> Path:
     """Path of the quantized cls model (built on first use, cached by onnxruntime version).
 
     uint8 activations, per-channel int8 weights; with ``reduce_range`` (the default) the
@@ -77,8 +85,13 @@ def quantized_cls(cache: Path | None = None, reduce_range: bool = True) -> Path:
     int8 kernel then cannot saturate and stays an exact reference (with full-range
     weights it can be off by many steps; monolib's sums are exact either way). The float
     model's batch/height/width are fixed to ``SHAPE`` first; the extra outputs
-    (``EXTRA_OUTPUTS`` and the last QLinearConv's output) are added to the graph.
+    (``EXTRA_OUTPUTS[fmt]`` and the last conv's uint8 output) are added to the graph.
+    ``fmt``: ``"qop"`` (QLinearConv/QLinearMatMul) or ``"qdq"`` (QuantizeLinear/
+    DequantizeLinear around float Conv/MatMul; the model is converted to opset 13 first,
+    as per-channel DequantizeLinear needs its ``axis``).
     """
+    if fmt not in EXTRA_OUTPUTS:
+        raise ValueError(f"fmt must be one of {sorted(EXTRA_OUTPUTS)}, got {fmt!r}")
     import onnx
     import onnxruntime
     from onnxruntime.quantization import (
@@ -93,9 +106,9 @@ def quantized_cls(cache: Path | None = None, reduce_range: bool = True) -> Path:
 
     cache = Path(cache or cache_dir()) / "quantized"
     cache.mkdir(parents=True, exist_ok=True)
-    kind = "s8r" if reduce_range else "s8"
-    tag = hashlib.sha256(f"{onnxruntime.__version__}|{CALIB_TEXTS}|qop-{kind}-pc".encode()).hexdigest()[:12]
-    out = cache / f"ppocr_cls_qop_{kind}_{tag}.onnx"
+    kind = f"{fmt}_s8r" if reduce_range else f"{fmt}_s8"
+    tag = hashlib.sha256(f"{onnxruntime.__version__}|{CALIB_TEXTS}|{kind}-pc".encode()).hexdigest()[:12]
+    out = cache / f"ppocr_cls_{kind}_{tag}.onnx"
     if out.exists():
         return out
     model = _constants_as_initializers(onnx.load(str(fetch_model("ppocr_cls"))))
@@ -103,6 +116,10 @@ def quantized_cls(cache: Path | None = None, reduce_range: bool = True) -> Path:
     for d, v in zip(dims, SHAPE):
         d.ClearField("dim_param")
         d.dim_value = v
+    if fmt == "qdq":
+        import onnx.version_converter
+
+        model = onnx.version_converter.convert_version(model, 13)
     feeds = iter([{"x": x} for x in lines(CALIB_TEXTS)])
 
     class Reader(CalibrationDataReader):
@@ -117,7 +134,7 @@ def quantized_cls(cache: Path | None = None, reduce_range: bool = True) -> Path:
             str(fixed),
             str(raw),
             Reader(),
-            quant_format=QuantFormat.QOperator,
+            quant_format=QuantFormat.QOperator if fmt == "qop" else QuantFormat.QDQ,
             op_types_to_quantize=["Conv", "MatMul"],
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
@@ -126,10 +143,10 @@ def quantized_cls(cache: Path | None = None, reduce_range: bool = True) -> Path:
         )
         q = onnx.load(str(raw))
         types = {v.name: v for v in onnx.shape_inference.infer_shapes(q).graph.value_info}
-        for name in EXTRA_OUTPUTS:  # [1, 2]: after a Reshape inference cannot follow
+        for name in EXTRA_OUTPUTS[fmt]:  # [1, 2]: after a Reshape inference cannot follow
             elem = types[name].type.tensor_type.elem_type
             q.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, [1, 2]))
-        q.graph.output.append(types[_last_qconv_output(q)])
+        q.graph.output.append(types[_last_conv_uint8(q)])
         onnx.save(q, str(tmp))
         os.replace(tmp, out)  # never a partial file under the final name
     finally:
@@ -158,12 +175,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--full-range", action="store_true", help="8-bit weights (no reduce_range)")
+    ap.add_argument("--format", choices=sorted(EXTRA_OUTPUTS), default="qop")
     args = ap.parse_args()
     import onnxruntime as ort
 
     import monolib
 
-    path = quantized_cls(reduce_range=not args.full_range)
+    path = quantized_cls(reduce_range=not args.full_range, fmt=args.format)
     x = lines(["Hello World 2024"])[0]
     t0 = time.perf_counter()
     factory = monolib.compile(str(path), target="c", shapes={"x": SHAPE})

@@ -1,4 +1,4 @@
-"""ConvTranspose (ONNX opset 1 and 11): 1-D and 2-D, groups, output_padding, auto_pad.
+"""ConvTranspose (ONNX opset 1 and 11): 1-D, 2-D and N-D, groups, output_padding, auto_pad.
 
 Follows the ONNX spec: ``full = stride*(in-1) + output_padding + (kernel-1)*dilation + 1``
 and ``out = full - pad_begin - pad_end``; when ``output_shape`` is given (or auto_pad is
@@ -7,7 +7,8 @@ the smaller half at the beginning.
 
 Lowering: per image and group one GEMM ``cols[Cout_g*KH*KW, H*W] = W_g^T @ X_g`` (weights
 transposed and packed at compile time), then ``ml_col2im_add`` scatters ``cols`` into the
-bias-initialised output, then the epilogue runs once per image on ``[C_out, OH*OW]``.
+bias-initialised output (3-D and up: the generic loop nest of ``col2im.py``), then the
+epilogue runs once per image on ``[C_out, OH*OW]``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import attr_ints, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, pack_a
+from .col2im import emit_col2im
 
 __all__ = ["ConvTranspose", "TGeometry", "tconv_geometry"]
 
@@ -160,11 +162,6 @@ class ConvTranspose(OpDef):
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         require_float32(node, 0, 1, 2)
-        x = node.inputs[0]
-        if len(x.shape) not in (3, 4):
-            raise UnsupportedOpError(
-                f"ConvTranspose node {node.name!r}: only 1-D and 2-D are emitted, X is {x.shape}"
-            )
         geo = tconv_geometry(node)
         ctx.include("gemm.h")
         ctx.include("conv.h")
@@ -175,12 +172,13 @@ class ConvTranspose(OpDef):
 def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     group = int(node.attrs["group"])
-    d = window_dims(x.shape[2:], geo)
+    nd = len(x.shape) > 4  # 3-D and up: the generic col2im of col2im.py
+    d = window_dims(x.shape[2:], geo) if not nd else None
     n, c = x.shape[:2]
     cg, mg = c // group, w.shape[1]
     cout = mg * group
-    rows = mg * d["KH"] * d["KW"]  # GEMM M: (co, ky, kx)
-    hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+    rows = mg * int(np.prod(geo.kernel))  # GEMM M: (co, ky, kx)
+    hw, ohw = int(np.prod(x.shape[2:])), int(np.prod(geo.out))
     per_group = -(-rows // MR) * MR * cg
     code = ""
     if w.const is not None:
@@ -216,10 +214,22 @@ def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
             "ldn": "1",
         },
     )
+    epi_line = f"  {epi}({yp}, n, 0, {cout}, 0, {ohw});\n" if epi != "0" else ""
+    if nd:
+        scatter = emit_col2im(ctx, f"((const float*){col})", f"(yn + g * {mg * ohw})", mg,
+                              geo.kernel, list(x.shape[2:]), geo.out, geo.strides, geo.begin,
+                              geo.dilations)
+        return (
+            code + f"for (int64_t n = 0; n < {n}; ++n) {{\n"
+            f"  float* yn = {yp} + n * {cout * ohw};\n"
+            f"  for (int64_t co = 0; co < {cout}; ++co)\n"
+            f"    for (int64_t i = 0; i < {ohw}; ++i) yn[co * {ohw} + i] = {init};\n"
+            f"  for (int64_t g = 0; g < {group}; ++g) {{\n{gemm}\n{scatter}\n"
+            f"  }}\n{epi_line}}}"
+        )
     geo_args = ", ".join(
         str(d[k]) for k in ("KH", "KW", "H", "W", "OH", "OW", "SH", "SW", "PT", "PL", "DH", "DW")
     )
-    epi_line = f"  {epi}({yp}, n, 0, {cout}, 0, {ohw});\n" if epi != "0" else ""
     exact = (
         d["SH"] == d["KH"]
         and d["SW"] == d["KW"]

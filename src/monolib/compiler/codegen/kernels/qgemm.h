@@ -177,12 +177,31 @@ static void ml_qpack_b(const ml_qbsrc* s, int64_t K, int64_t n0, int64_t nc,
     }
 }
 
-/* Requantize one int32 sum: round half to even (nearbyintf in the default rounding
- * mode), add the zero point, saturate to [lo, hi]. */
-ML_QINLINE int32_t ml_requant(int32_t v, float mult, int32_t zp, int32_t lo, int32_t hi) {
-    float f = nearbyintf((float)v * mult) + (float)zp;
-    return f <= (float)lo ? lo : (f >= (float)hi ? hi : (int32_t)f);
+/* y = saturate(round_half_even((float)v * mult) + zp) for n values; lo/hi the output
+ * type's range. Clamping to [lo - zp, hi - zp] before rounding equals saturating after
+ * (the bounds are integers), keeps |f| < 2^22, where adding and subtracting 1.5 * 2^23
+ * rounds half to even (the default rounding mode; no -ffast-math), and maps NaN to the
+ * low bound (max(NaN, lo) is lo). Written as plain loops gcc vectorises. */
+#define ML_QREQUANT_(T, M)                                                                   \
+    for (int j = 0; j < nr; ++j) {                                                           \
+        float f = (float)(t[j] + b) * (M);                                                   \
+        f = f > flo ? f : flo;                                                               \
+        f = f < fhi ? f : fhi;                                                               \
+        f = (f + 12582912.0f) - 12582912.0f;                                                 \
+        ((T*)y)[j] = (T)((int32_t)f + zp);                                                   \
+    }
+
+ML_QINLINE void ml_qrequant_row(const int32_t* restrict t, int nr, int32_t b,
+                                const float* restrict mult, int step, int32_t zp, int is_u8,
+                                void* restrict y) {
+    float flo = (float)((is_u8 ? 0 : -128) - zp), fhi = (float)((is_u8 ? 255 : 127) - zp);
+    float m0 = mult[0];
+    if (is_u8 && step) { ML_QREQUANT_(uint8_t, mult[j]) }
+    else if (is_u8) { ML_QREQUANT_(uint8_t, m0) }
+    else if (step) { ML_QREQUANT_(int8_t, mult[j]) }
+    else { ML_QREQUANT_(int8_t, m0) }
 }
+#undef ML_QREQUANT_
 
 /* Store rows 0..mr-1, columns 0..nr-1 of a tile whose top-left is (m, n). */
 ML_QINLINE void ml_qstore(const ml_qout* o, int64_t m, int64_t n, int mr, int nr,
@@ -194,19 +213,11 @@ ML_QINLINE void ml_qstore(const ml_qout* o, int64_t m, int64_t n, int mr, int nr
             for (int j = 0; j < nr; ++j) c[j] = t[r][j] + b;
             continue;
         }
-        int32_t lo = o->kind == ML_QOUT_U8 ? 0 : -128, hi = o->kind == ML_QOUT_U8 ? 255 : 127;
         const float* mult = o->mult + (o->mult_mode == ML_QMULT_ROW ? m + r : 0) +
                             (o->mult_mode == ML_QMULT_COL ? n : 0);
         int step = o->mult_mode == ML_QMULT_COL;
-        if (o->kind == ML_QOUT_U8) {
-            uint8_t* y = (uint8_t*)o->y + (m + r) * o->ld + n;
-            for (int j = 0; j < nr; ++j)
-                y[j] = (uint8_t)ml_requant(t[r][j] + b, mult[j * step], o->zp, lo, hi);
-        } else {
-            int8_t* y = (int8_t*)o->y + (m + r) * o->ld + n;
-            for (int j = 0; j < nr; ++j)
-                y[j] = (int8_t)ml_requant(t[r][j] + b, mult[j * step], o->zp, lo, hi);
-        }
+        uint8_t* y = (uint8_t*)o->y + (m + r) * o->ld + n; /* one byte per element */
+        ml_qrequant_row(t[r], nr, b, mult, step, o->zp, o->kind == ML_QOUT_U8, y);
     }
 }
 

@@ -41,28 +41,29 @@ static inline float ml_rsumsq_f32(const float* x, int64_t n, float c) {
 }
 
 /* max of x[0..n), -INFINITY for n == 0 */
+/* (a NaN anywhere gives NaN: `x != x` keeps it once met) */
 static inline float ml_rmax_f32(const float* x, int64_t n) {
     float acc[ML_RED_LANES];
     for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = -INFINITY;
     int64_t i = 0;
     for (; i + ML_RED_LANES <= n; i += ML_RED_LANES)
-        for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+        for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = (x[i + j] > acc[j] || x[i + j] != x[i + j]) ? x[i + j] : acc[j];
     float m = -INFINITY;
-    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-    for (int j = 0; j < ML_RED_LANES; ++j) m = acc[j] > m ? acc[j] : m;
+    for (; i < n; ++i) m = (x[i] > m || x[i] != x[i]) ? x[i] : m;
+    for (int j = 0; j < ML_RED_LANES; ++j) m = (acc[j] > m || acc[j] != acc[j]) ? acc[j] : m;
     return m;
 }
 
-/* min of x[0..n), INFINITY for n == 0 */
+/* min of x[0..n), INFINITY for n == 0; a NaN anywhere gives NaN (as NumPy, ORT) */
 static inline float ml_rmin_f32(const float* x, int64_t n) {
     float acc[ML_RED_LANES];
     for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = INFINITY;
     int64_t i = 0;
     for (; i + ML_RED_LANES <= n; i += ML_RED_LANES)
-        for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = x[i + j] < acc[j] ? x[i + j] : acc[j];
+        for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = (x[i + j] < acc[j] || x[i + j] != x[i + j]) ? x[i + j] : acc[j];
     float m = INFINITY;
-    for (; i < n; ++i) m = x[i] < m ? x[i] : m;
-    for (int j = 0; j < ML_RED_LANES; ++j) m = acc[j] < m ? acc[j] : m;
+    for (; i < n; ++i) m = (x[i] < m || x[i] != x[i]) ? x[i] : m;
+    for (int j = 0; j < ML_RED_LANES; ++j) m = (acc[j] < m || acc[j] != acc[j]) ? acc[j] : m;
     return m;
 }
 

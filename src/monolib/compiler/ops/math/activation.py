@@ -62,7 +62,8 @@ class Relu(Elementwise):
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
         zero = _lit(0, node)
-        out = bind(args, [dt], lambda x: f"({x} > {zero} ? {x} : {zero})")
+        # x < 0 ? 0 : x keeps a NaN (np.maximum does); x > 0 ? x : 0 would make it 0
+        out = bind(args, [dt], lambda x: f"({x} < {zero} ? {zero} : {x})")
         return out if is_float(dt) else cast_expr(out, dt)
 
 

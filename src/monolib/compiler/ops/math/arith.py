@@ -252,7 +252,8 @@ class Max(_Variadic):
         return reduce(np.maximum, xs)
 
     def combine(self, a: str, b: str, dt: np.dtype) -> str:
-        return bind([a, b], [dt, dt], lambda x, y: f"({x} > {y} ? {x} : {y})")
+        # a NaN in either input gives NaN (np.maximum, ORT): x != x is false for integers
+        return bind([a, b], [dt, dt], lambda x, y: f"(({x} > {y} || {x} != {x}) ? {x} : {y})")
 
 
 @register
@@ -266,7 +267,7 @@ class Min(_Variadic):
         return reduce(np.minimum, xs)
 
     def combine(self, a: str, b: str, dt: np.dtype) -> str:
-        return bind([a, b], [dt, dt], lambda x, y: f"({x} < {y} ? {x} : {y})")
+        return bind([a, b], [dt, dt], lambda x, y: f"(({x} < {y} || {x} != {x}) ? {x} : {y})")
 
 
 @register

@@ -126,14 +126,14 @@ _KINDS: dict[str, _Kind] = {
     "ReduceMax": _Kind(
         _np(lambda x, a, k: np.max(x, a, keepdims=k, initial=_bound(x.dtype, True))),
         _lowest,
-        lambda a, x, dt: f"({x} > {a} ? {x} : {a})",
+        lambda a, x, dt: f"(({x} > {a} || {x} != {x}) ? {x} : {a})",  # NaN propagates
         _ID,
         "ml_rmax_f32",
     ),
     "ReduceMin": _Kind(
         _np(lambda x, a, k: np.min(x, a, keepdims=k, initial=_bound(x.dtype, False))),
         _highest,
-        lambda a, x, dt: f"({x} < {a} ? {x} : {a})",
+        lambda a, x, dt: f"(({x} < {a} || {x} != {x}) ? {x} : {a})",  # NaN propagates
         _ID,
         "ml_rmin_f32",
     ),

@@ -259,3 +259,12 @@ def test_inspect_reports_a_missing_abi(tmp_path, capsys):
     assert not exports["abi_complete"] and "monolib_run" not in exports["symbols"]
     assert main(["inspect", path]) == 0
     assert "MISSING monolib_run" in capsys.readouterr().out
+
+
+def test_run_device_option(lib, tmp_path, capsys):
+    """--device picks the executor's device: a host library asked to run on OpenCL is
+    refused with a message naming both, and cpu (the default) runs."""
+    assert main(["run", lib, "--random", "--device", "opencl"]) == 1
+    err = capsys.readouterr().err
+    assert "cpu" in err and "opencl" in err
+    assert main(["run", lib, "--random", "--device", "cpu"]) == 0

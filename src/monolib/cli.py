@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--output", "-o", help="write the outputs to this .npz")
     run.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "opencl", "cuda"],
+        help="where the executor runs (opencl/cuda: libraries compiled for that target)",
+    )
+    run.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -319,14 +325,15 @@ def _fill_missing(gm: Any, inputs: dict[str, Any], random: bool) -> None:
 def cmd_run(args: argparse.Namespace, console: Any) -> int:
     import numpy as np
 
-    from .runtime import GraphModule, cpu, load_module
+    from . import runtime
+    from .runtime import GraphModule, load_module
     from .tools.inspect import print_table
 
     t0 = time.perf_counter()
     mod = load_module(
         args.library, verify=args.verify, trusted_keys=args.trusted_key, signature=args.sig
     )
-    gm = GraphModule(mod["default"](cpu()))
+    gm = GraphModule(mod["default"](getattr(runtime, args.device)()))
     t_load = time.perf_counter() - t0
     inputs = _load_inputs(args.input)
     _fill_missing(gm, inputs, args.random)

@@ -88,3 +88,9 @@ def test_gqa_head_count_must_divide():
 
     with pytest.raises(ShapeError, match="3 query heads is not a multiple of 2 KV heads"):
         _check_positional([_r(1, 3, 2, 4), _r(1, 2, 2, 4), _r(1, 2, 2, 4)], 1, 23)
+
+
+@pytest.mark.parametrize("hq,hkv", [(2, 2), (4, 2)])
+def test_flex_attention(hq, hkv):
+    check_node("FlexAttention", {"q": _r(2, hq, 3, 8), "k": _r(2, hkv, 5, 8), "v": _r(2, hkv, 5, 6)},
+               ["y"], opset=26, domain="ai.onnx.preview", rtol=1e-4, atol=1e-5, scale=0.2)

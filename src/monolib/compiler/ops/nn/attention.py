@@ -34,7 +34,7 @@ from ..base import EmitContext, OpDef, OutType, ctype, register
 from ..math.elementwise import cfn, lit
 from ..tensor.loops import broadcast_strides
 
-__all__ = ["Attention", "attention_dims"]
+__all__ = ["Attention", "FlexAttention", "attention_dims"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,9 @@ class Attention(OpDef):
     def infer(self, node: Node) -> list[OutType]:
         q = node.inputs[0]
         if q.dtype not in (np.float32, np.float64):
-            raise UnsupportedOpError(f"Attention (node {node.name!r}): {q.dtype} (float32/float64 only)")
+            raise UnsupportedOpError(
+                f"{self.op_type} (node {node.name!r}): {q.dtype} (float32/float64 only)"
+            )
         m = attention_dims(node)
         mask = node.input(3)
         if mask is not None:
@@ -334,3 +336,32 @@ class Attention(OpDef):
                 val = f"({ct}){mv}"
         allowed = " && ".join(f"({c})" for c in conds) or "1"
         return f"for (int64_t {j} = 0; {j} < {T}; ++{j}) {buf}[{j}] = ({allowed}) ? {val} : -INFINITY;"
+
+
+@register
+class FlexAttention(Attention):
+    """``ai.onnx.preview`` ``FlexAttention`` 1: rank-4 Q, K, V (GQA when ``Hq`` is a
+    multiple of ``Hkv``), ``Y = softmax(Q K^T * scale) V`` -- :class:`Attention`
+    without mask or cache.
+
+    Raises
+    ------
+    UnsupportedOpError
+        The ``score_mod``/``prob_mod`` subgraphs (monolib does not compile a modifier
+        subgraph into the attention loop), or element types other than float32/float64.
+    ShapeError
+        Inputs that are not rank 4, or see :func:`attention_dims`.
+    """
+
+    op_type, domain, since_version = "FlexAttention", "ai.onnx.preview", 1
+    also_versions = ()
+
+    def infer(self, node: Node) -> list[OutType]:
+        for mod in ("score_mod", "prob_mod"):
+            if node.attrs.get(mod) is not None:
+                raise UnsupportedOpError(
+                    f"FlexAttention (node {node.name!r}): the {mod} subgraph is not supported"
+                )
+        if any(len(v.shape) != 4 for v in node.inputs[:3]):
+            raise ShapeError(f"FlexAttention (node {node.name!r}): Q, K, V must be rank 4")
+        return super().infer(node)[:1]

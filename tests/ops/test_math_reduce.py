@@ -120,10 +120,11 @@ def test_batchnorm(shape, opset, const):
     )
 
 
-def test_batchnorm_training_unsupported():
+def test_batchnorm_statistics_outputs_need_training_mode():
+    # training mode itself is tested in test_batchnorm_training.py
     c = 3
-    with pytest.raises(UnsupportedOpError, match="inference"):
-        ir_node("BatchNormalization", [f32(2, c, 4)] + [f32(c)] * 4, {"training_mode": 1}, 15)
+    with pytest.raises(UnsupportedOpError, match="extra outputs need training_mode=1"):
+        ir_node("BatchNormalization", [f32(2, c, 4)] + [f32(c)] * 4, {}, 15, n_outputs=3)
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,14 @@
-"""ONNX ``BatchNormalization`` in inference mode (versions 7, 9, 14, 15):
+"""ONNX ``BatchNormalization`` (versions 7, 9, 14, 15):
 ``y = (x - mean) / sqrt(var + epsilon) * scale + B`` per channel (dim 1).
 
 With constant statistics (the usual case) the op is folded at compile time into one
 multiply-add per element, ``y = x * a[c] + b[c]`` with ``a = scale / sqrt(var + eps)``
-and ``b = B - mean * a`` (computed in float64, stored as the input type). Training mode
-(``training_mode=1`` or the running-statistics outputs) is not supported.
+and ``b = B - mean * a`` (computed in float64, stored as the input type).
+
+Training mode (``training_mode=1``, 14+): the statistics are the batch's own (mean and
+population variance over every dim but the channel, in double), and the optional
+outputs ``running_mean``/``running_var`` are ``input * momentum + current * (1 -
+momentum)`` (ONNX spec).
 """
 
 from __future__ import annotations
@@ -48,16 +52,16 @@ class BatchNormalization(OpDef):
 
     op_type, since_version = "BatchNormalization", 7
 
+    def _training(self, node: Node) -> bool:
+        return bool(node.attrs.get("training_mode", 0))
+
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         where = f"BatchNormalization (node {node.name!r})"
-        if (
-            node.attrs.get("training_mode", 0)
-            or len(node.outputs) > 1
-            or not node.attrs.get("spatial", 1)
-        ):
+        training = self._training(node)
+        if (not training and len(node.outputs) > 1) or not node.attrs.get("spatial", 1):
             raise UnsupportedOpError(
-                f"{where}: only inference mode (one output, spatial) is supported"
+                f"{where}: extra outputs need training_mode=1; spatial=0 is not supported"
             )
         if not is_float(x.dtype) or len(x.shape) < 2:
             raise ShapeError(
@@ -67,10 +71,22 @@ class BatchNormalization(OpDef):
         for v in node.inputs[1:5]:
             if v is None or v.size != c:
                 raise ShapeError(f"{where}: scale, B, mean and var must each have {c} elements")
-        return [(x.shape, x.dtype)]
+        stats = [((c,), node.inputs[3].dtype), ((c,), node.inputs[4].dtype)]
+        return ([(x.shape, x.dtype)] + stats)[: len(node.outputs)]
 
     def reference(self, node: Node, inputs):
         x, scale, bias, mean, var = inputs[:5]
+        if self._training(node):
+            axes = (0,) + tuple(range(2, x.ndim))
+            cur_mean = x.astype(np.float64).mean(axis=axes)
+            cur_var = x.astype(np.float64).var(axis=axes)
+            a, b = batchnorm_coefficients(scale, bias, cur_mean, cur_var, node.attrs["epsilon"], np.float64)
+            shape = (1, -1) + (1,) * (x.ndim - 2)
+            y = (x * a.reshape(shape) + b.reshape(shape)).astype(x.dtype)
+            mom = node.attrs["momentum"]
+            run_mean = (mean * mom + cur_mean * (1 - mom)).astype(mean.dtype)
+            run_var = (var * mom + cur_var * (1 - mom)).astype(var.dtype)
+            return [y, run_mean, run_var][: len(node.outputs)]
         shape = (1, -1) + (1,) * (x.ndim - 2)
         eps = np.asarray(node.attrs["epsilon"], x.dtype)
         r = lambda v: v.reshape(shape).astype(x.dtype)
@@ -90,7 +106,9 @@ class BatchNormalization(OpDef):
         ct = ctype(x.dtype)
         a_name, b_name = ctx.unique("bn_a"), ctx.unique("bn_b")
         lines = []
-        if all(v.is_const for v in node.inputs[1:5]):
+        if self._training(node):
+            lines += self._emit_batch_stats(node, ctx, a_name, b_name)
+        elif all(v.is_const for v in node.inputs[1:5]):
             a, b = batchnorm_coefficients(
                 *(v.const.reshape(-1) for v in node.inputs[1:5]), node.attrs["epsilon"], x.dtype
             )
@@ -121,3 +139,39 @@ class BatchNormalization(OpDef):
             f"for (int64_t {s} = 0; {s} < {inner}; ++{s}) {ctx.ptr(y)}[{flat}] = {val};"
         )
         return "{\n" + "\n".join(lines) + "\n}"
+
+    def _emit_batch_stats(self, node: Node, ctx: EmitContext, a_name: str, b_name: str) -> list[str]:
+        """Training mode: per-channel ``a``/``b`` from the batch statistics (double), and
+        the running-statistics outputs."""
+        x = node.inputs[0]
+        n, c = x.shape[0], x.shape[1]
+        inner = x.size // max(n * c, 1)
+        ct = ctype(x.dtype)
+        sc, bi, me, va = (ctx.ptr(v) for v in node.inputs[1:5])
+        k, i, s = ctx.unique("c"), ctx.unique("n"), ctx.unique("s")
+        xv = f"{ctx.ptr(x)}[({i}*{c} + {k})*{inner} + {s}]"
+        mom = repr(float(node.attrs["momentum"]))
+        cnt = n * inner
+        body = [
+            "double m = 0, v = 0;",
+            f"for (int64_t {i} = 0; {i} < {n}; ++{i}) for (int64_t {s} = 0; {s} < {inner}; ++{s}) m += {xv};",
+            f"m /= {cnt};",
+            (
+                f"for (int64_t {i} = 0; {i} < {n}; ++{i}) for (int64_t {s} = 0; {s} < {inner}; ++{s})"
+                f" {{ double d = {xv} - m; v += d * d; }}"
+            ),
+            f"v /= {cnt};",
+            f"const double a = (double){sc}[{k}] / sqrt(v + {float(node.attrs['epsilon'])!r});",
+            f"{a_name}[{k}] = ({ct})a; {b_name}[{k}] = ({ct})((double){bi}[{k}] - m * a);",
+        ]
+        for out, inp, cur in ((1, me, "m"), (2, va, "v")):
+            if len(node.outputs) > out:
+                o = node.outputs[out]
+                body.append(
+                    f"{ctx.ptr(o)}[{k}] = ({ctype(o.dtype)})((double){inp}[{k}] * {mom} + {cur} * (1 - {mom}));"
+                )
+        return [
+            f"{ct}* {a_name} = ({ct}*){ctx.scratch(c * x.dtype.itemsize)};",
+            f"{ct}* {b_name} = ({ct}*){ctx.scratch(c * x.dtype.itemsize)};",
+            f"for (int64_t {k} = 0; {k} < {c}; ++{k}) {{\n" + "\n".join(body) + "\n}",
+        ]

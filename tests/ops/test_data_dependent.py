@@ -36,3 +36,12 @@ def test_unique_of_a_runtime_input_is_refused():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(UnsupportedOpError, match="depends on the values of input 'X'"):
         MonolibBackend.prepare(model, "CPU")
+
+
+def test_nms_folds_from_constants():
+    boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 2, 1, 3], [1, 1, 0, 0]]],
+                     np.float32)
+    scores = np.array([[[0.9, 0.8, 0.7, 0.95], [0.1, 0.6, 0.65, 0.2]]], np.float32)
+    check_node("NonMaxSuppression", {}, ["sel"], opset=11,
+               consts={"b": boxes, "s": scores, "m": np.array([2]),
+                       "iou": np.array([0.5], np.float32), "smin": np.array([0.15], np.float32)})

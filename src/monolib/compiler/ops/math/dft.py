@@ -213,7 +213,7 @@ class STFT(OpDef):
         step, fl, wlen, (_b, frames, bins, _) = self._plan(node)
         w = np.ones(fl) if win is None else np.concatenate([win, np.zeros(fl - wlen)])
         idx = np.arange(frames)[:, None] * step + np.arange(fl)[None, :]
-        fr = x[:, idx, :] * w[None, None, :, None]  # [B, frames, fl, c]
+        fr = (x[:, idx, :] * w[None, None, :, None]).astype(x.dtype)  # [B, frames, fl, c]
         return [dft_reference(fr, fl, 2, False, bins != fl)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:

@@ -51,11 +51,12 @@ class BitCast(OpDef):
         return [(tuple(node.inputs[0].shape), _target(node))]
 
     def reference(self, node: Node, inputs):
-        x = np.ascontiguousarray(inputs[0])
+        shape = np.shape(inputs[0])
+        x = np.ascontiguousarray(inputs[0]).reshape(-1)  # 0-d arrays cannot change dtype
         to = _target(node)
         if to == np.bool_:  # any nonzero byte is true
-            return [x.view(np.uint8) != 0]
-        return [x.view(to).reshape(x.shape)]
+            return [(x.view(np.uint8) != 0).reshape(shape)]
+        return [x.view(to).reshape(shape)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]

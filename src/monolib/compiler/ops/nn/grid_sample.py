@@ -26,7 +26,7 @@ import numpy as np
 from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
-from .loops import const_ints
+from ..tensor.loops import const_ints
 
 __all__ = ["AffineGrid", "GridSample", "grid_taps"]
 

@@ -199,7 +199,8 @@ class MaxPool(_Pool):
         ty = ctype(node.inputs[0].dtype)
         nd = len(sizes)
         coords = " ".join(f"a{i} = i{i};" for i in range(nd))
-        pre = f"    {ty} acc = 0; int64_t {', '.join(f'a{i} = 0' for i in range(nd))}; int arg = 0;\n"
+        low = "-INFINITY" if node.inputs[0].dtype.kind == "f" else "0"  # a window all in padding
+        pre = f"    {ty} acc = {low}; int64_t {', '.join(f'a{i} = 0' for i in range(nd))}; int arg = 0;\n"
         inner = f"        if (v > acc || !arg) {{ acc = v; arg = 1; {coords} }}\n"
         tail = f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr('acc', index)};\n"
         if len(node.outputs) > 1 and node.outputs[1] is not None:

@@ -40,3 +40,9 @@ def test_lppool_3d_p3():
     x = RNG.standard_normal((1, 2, 4, 5, 6)).astype(np.float32)
     check_node("LpPool", {"x": x}, ["y"], opset=18, kernel_shape=[2, 3, 2], p=3,
                pads=[1, 0, 1, 0, 1, 0], strides=[1, 2, 2], rtol=1e-4)
+
+
+def test_maxpool_propagates_nan():
+    x = RNG.standard_normal((1, 1, 4, 6)).astype(np.float32)
+    x[0, 0, 0, 1] = x[0, 0, 3, 5] = x[0, 0, 2, 2] = np.nan  # first, last and inner taps
+    check_node("MaxPool", {"x": x}, ["y"], oracle="ort", kernel_shape=[2, 3], pads=[0, 1, 1, 0])

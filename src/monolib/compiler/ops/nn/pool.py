@@ -201,7 +201,7 @@ class MaxPool(_Pool):
         coords = " ".join(f"a{i} = i{i};" for i in range(nd))
         low = "-INFINITY" if node.inputs[0].dtype.kind == "f" else "0"  # a window all in padding
         pre = f"    {ty} acc = {low}; int64_t {', '.join(f'a{i} = 0' for i in range(nd))}; int arg = 0;\n"
-        # a NaN wins (NumPy's and ONNX Runtime's max), the first one of the window
+        # a NaN wins (NumPy's max; ONNX Runtime drops it by position), the first one counts
         nan = " || (v != v && acc == acc)" if node.inputs[0].dtype.kind == "f" else ""
         inner = f"        if (v > acc || !arg{nan}) {{ acc = v; arg = 1; {coords} }}\n"
         tail = f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr('acc', index)};\n"

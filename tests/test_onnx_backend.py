@@ -145,3 +145,19 @@ def test_fit_opset_keeps_an_opset_in_range():
     alpha, gamma = 1.67326319217681884765625, 1.05070102214813232421875
     np.testing.assert_allclose(y, np.where(x > 0, gamma * x, gamma * alpha * (np.exp(x) - 1)),
                                rtol=1e-6)
+
+
+def test_fit_opset_uses_the_version_converter_when_semantics_changed():
+    from monolib.onnx_backend import fit_opset
+
+    # Clip's bounds moved from attributes (opset 6) to inputs (opset 11): the converter
+    # rewrites the node, and the model runs with the same meaning
+    clip = _model([helper.make_node("Clip", ["x"], ["y"], min=-1.0, max=0.5)],
+                  [_f32("x", [4])], [_f32("y", [4])], opset=9)
+    fitted = fit_opset(clip)
+    assert fitted.opset_import[0].version == 11
+    (node,) = [n for n in fitted.graph.node if n.op_type == "Clip"]
+    assert len(node.input) == 3  # the bounds are inputs now
+    x = np.array([-3.0, -0.5, 0.25, 2.0], np.float32)
+    (y,) = MonolibBackend.run_model(clip, [x])
+    np.testing.assert_array_equal(y, np.clip(x, -1.0, 0.5))

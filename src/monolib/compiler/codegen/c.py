@@ -55,6 +55,15 @@ PRELUDE = """\
 #define MONOLIB_EXPORT __attribute__((visibility("default")))
 #endif
 #if defined(__GNUC__) && !defined(__clang__)
+/* gcc 12.2's IPA (pure-const + modref) judged a one-op model's op function free of side
+   effects and dropped its calls from monolib_run at -O1/-O2 (ONNX cases
+   test_argmax_default_axis_random, test_transpose_all_permutations_4): op functions
+   are kept out of interprocedural analysis (they are called through a table anyway). */
+#define ML_OP_FN __attribute__((noipa)) static
+#else
+#define ML_OP_FN static
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
 /* Nobody reads the FP exception flags: let gcc if-convert float selects (Relu, Clip,
    HardSigmoid...) into vector blends. */
 #pragma GCC optimize("no-trapping-math")
@@ -520,7 +529,7 @@ def generate(
         chain = " -> ".join([fused.op_type, *fused.fused_types])
         op_functions.append(
             f"/* {chain}: {fused.name} */\n"
-            f"static void op_{i}(const uint8_t* restrict params, uint8_t* restrict arena) {{\n"
+            f"ML_OP_FN void op_{i}(const uint8_t* restrict params, uint8_t* restrict arena) {{\n"
             f"  (void)params; (void)arena;\n{body}\n}}"
         )
         nodes.append(_node_json(fused, plan))

@@ -1,7 +1,7 @@
 """Storage types in the frontend: operators compute float16, bfloat16, float8, float4 and
 int4/int2 tensors in float32 (int32 for the small ints): convert, compute, convert.
 
-Every default-domain node reading a storage type (``ops.base.is_storage``), other than
+Every node of an ONNX domain (:data:`WIDENED_DOMAINS`) reading a storage type (``ops.base.is_storage``), other than
 the conversions themselves (:data:`KEEP_STORAGE`), is imported as
 ``Cast(to compute type)`` on each such input, the node on the widened values, then
 ``Cast(back)`` on each output of the compute type. Widening is exact (every float16,
@@ -22,12 +22,16 @@ from ..ir import Node, Value
 from ..ops.base import compute_dtype, is_storage, lookup
 from ..passes.node_eval import fold_node, run_infer
 
-__all__ = ["KEEP_STORAGE", "narrow_outputs", "storage_type", "widen_inputs"]
+__all__ = ["KEEP_STORAGE", "WIDENED_DOMAINS", "narrow_outputs", "storage_type", "widen_inputs"]
 
 logger = logging.getLogger(__name__)
 
 #: Ops that read and write storage types themselves (their own conversions).
 KEEP_STORAGE = frozenset({"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear"})
+
+#: Domains whose ops compute as ONNX's (widening keeps their meaning); ops of other
+#: domains (custom kernels) get their inputs' types as they are.
+WIDENED_DOMAINS = frozenset({"", "ai.onnx.preview", "ai.onnx.ml"})
 
 # the opset the inserted Casts are looked up at (Cast 21 reads every storage type)
 _CAST_OPSET = 21
@@ -36,7 +40,7 @@ _CAST_OPSET = 21
 def storage_type(op_type: str, domain: str, inputs: Sequence[Value | None]) -> np.dtype | None:
     """The storage type the node computes around (its first storage-typed input), or
     ``None`` when it is imported as it is."""
-    if domain != "" or op_type in KEEP_STORAGE:
+    if domain not in WIDENED_DOMAINS or op_type in KEEP_STORAGE:
         return None
     for v in inputs:
         if v is not None and is_storage(v.dtype):

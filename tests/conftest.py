@@ -41,9 +41,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             if "test_onnx_node_case[" not in nodeid:
                 continue
             # a case's outcome is its call phase's; a failed setup or teardown counts
-            if key in ("failed", "error") or getattr(rep, "when", "call") == "call":
-                if outcomes.get(nodeid) != "failed":
-                    outcomes[nodeid] = "failed" if key == "error" else key
+            counts = key in ("failed", "error") or getattr(rep, "when", "call") == "call"
+            if counts and outcomes.get(nodeid) != "failed":
+                outcomes[nodeid] = "failed" if key == "error" else key
     if not outcomes:
         return
     passed = sum(v == "passed" for v in outcomes.values())

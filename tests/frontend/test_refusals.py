@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 import monolib
 from monolib.compiler.frontend import onnx as frontend
-from monolib.runtime.errors import CompileError, MonolibError, ShapeError, UnsupportedOpError
+from monolib.runtime.errors import CompileError, ShapeError, UnsupportedOpError
 
 
 def _vi(name, shape, elem=TensorProto.FLOAT):

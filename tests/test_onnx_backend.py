@@ -161,3 +161,23 @@ def test_fit_opset_uses_the_version_converter_when_semantics_changed():
     x = np.array([-3.0, -0.5, 0.25, 2.0], np.float32)
     (y,) = MonolibBackend.run_model(clip, [x])
     np.testing.assert_array_equal(y, np.clip(x, -1.0, 0.5))
+
+
+def test_shape_input_computed_from_a_graph_input_is_compiled_in():
+    """Range's limit is computed from input ``n`` (n + 1): ``n`` is compiled in per
+    value; ``x`` reaches the output's shape only through Shape, so it stays an input."""
+    i64 = TensorProto.INT64
+    model = _model([helper.make_node("Add", ["n", "one"], ["m"]),
+                    helper.make_node("Range", ["zero", "m", "one"], ["r"]),
+                    helper.make_node("Shape", ["x"], ["sx"]),
+                    helper.make_node("Concat", ["r", "sx"], ["y"], axis=0)],
+                   [helper.make_tensor_value_info("n", i64, []), _f32("x", [2, 3])],
+                   [helper.make_tensor_value_info("y", i64, ["k"])])
+    model.graph.initializer.extend([helper.make_tensor("one", i64, [], [1]),
+                                    helper.make_tensor("zero", i64, [], [0])])
+    rep = MonolibBackend.prepare(model)
+    assert rep.shape_inputs == ["n"]
+    x = np.zeros((2, 3), np.float32)
+    for n in (2, 4):
+        (y,) = rep.run([np.array(n, np.int64), x])
+        np.testing.assert_array_equal(y, [*range(n + 1), 2, 3])

@@ -61,7 +61,8 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "Squeeze": (1,),
     "Unsqueeze": (1,), "TopK": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
     "OneHot": (1,), "Split": (1,), "CenterCropPad": (1,), "CumSum": (1,), "CumProd": (1,),
-    "Trilu": (1,),
+    "Trilu": (1,), "AffineGrid": (1,), "HannWindow": (0,), "HammingWindow": (0,),
+    "BlackmanWindow": (0,),
     **{f"Reduce{r}": (1,) for r in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2",
                                     "LogSum", "LogSumExp", "SumSquare")},
 }
@@ -138,18 +139,37 @@ def fit_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+# ops whose outputs depend on their input's shape only (static at compile time)
+_SHAPE_ONLY = frozenset({"Shape", "Size"})
+
+
 def _shape_input_names(model: onnx.ModelProto) -> list[str]:
-    """Graph inputs (not initializers) that feed a shape-deciding input of a node."""
+    """Graph inputs (not initializers) that a shape-deciding input of a node is
+    computed from: directly, or through other nodes (``Range(0, Cast(size))`` of the
+    window functions' bodies), not counting paths that only read a shape (``Shape``,
+    ``Size``). Nodes of ``If`` branches count (their outer-scope reads)."""
+    from .compiler.frontend.support import walk_nodes
+
     graph = model.graph
     initialized = {t.name for t in graph.initializer}
-    graph_inputs = {v.name for v in graph.input} - initialized
-    names: list[str] = []
-    for node in graph.node:
-        for i in SHAPE_INPUTS.get(node.op_type, ()):
-            if i < len(node.input) and node.input[i] in graph_inputs \
-                    and node.input[i] not in names:
-                names.append(node.input[i])
-    return names
+    graph_inputs = [v.name for v in graph.input if v.name not in initialized]
+    nodes = list(walk_nodes(graph))
+    producer = {o: n for n in nodes for o in n.output if o}
+    wanted: set[str] = set()
+    stack = [n.input[i] for n in nodes for i in SHAPE_INPUTS.get(n.op_type, ())
+             if i < len(n.input) and n.input[i]]
+    while stack:
+        name = stack.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type not in _SHAPE_ONLY:
+            stack.extend(x for x in node.input if x)
+            for a in node.attribute:  # values a subgraph reads from the outer scope
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    stack.extend(x for n in walk_nodes(g) for x in n.input if x)
+    return [n for n in graph_inputs if n in wanted]
 
 
 def _is_static(value: onnx.ValueInfoProto) -> bool:

@@ -145,7 +145,7 @@ def _value_dtypes(model: onnx.ModelProto):
 def unsupported_reason(case: NodeCase, registered: set[str]) -> str | None:
     """Why monolib cannot run ``case`` by design (None if it should): an operator
     not implemented, a non-tensor value (sequence, optional), or an element type
-    without a C type (float16, bfloat16, float8, int4, string...)."""
+    without a C type (strings, complex numbers, float6...)."""
     missing = sorted({n.op_type for n in case.model.graph.node
                       if (n.domain or "") != "" or n.op_type not in registered})
     if missing:

@@ -92,7 +92,7 @@ def main() -> None:
     head = ("| model | target | program build | monolib | ONNX Runtime | ratio | max abs diff |\n"
             "|---|---|---|---|---|---|---|")
     try:
-        from monolib.runtime.opencl import devices
+        from monolib.runtime.opencl_module import devices
 
         dev = devices()[0]
         print(f"## OpenCL: {dev.platform.name} / {dev.name}\n\n{head}")

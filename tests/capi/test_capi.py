@@ -274,9 +274,9 @@ def test_open_refuses_what_c_cannot_run(tmp_path, make, export_kw, message):
 
 def test_every_device_module_type_is_refused():
     from monolib.export.capi import DEVICE_TYPE_KEYS
-    from monolib.runtime.cuda import CUDAModule
+    from monolib.runtime.cuda_module import CUDAModule
     from monolib.runtime.device_executor import DeviceModule
-    from monolib.runtime.opencl import OpenCLModule
+    from monolib.runtime.opencl_module import OpenCLModule
 
     for cls in (DeviceModule, OpenCLModule, CUDAModule):
         assert cls.type_key in DEVICE_TYPE_KEYS, cls

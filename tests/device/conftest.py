@@ -16,7 +16,7 @@ FRESH = Path(__file__).with_name("fresh_device_run.py")
 
 def _opencl_reason() -> str | None:
     try:
-        from monolib.runtime.opencl import devices
+        from monolib.runtime.opencl_module import devices
 
         devices()
     except Exception as exc:  # noqa: BLE001  (any failure means: no device here)
@@ -35,7 +35,7 @@ def need_opencl():
 @pytest.fixture(scope="session")
 def need_nvrtc():
     """Skip unless NVRTC (cuda-python + nvidia-cuda-nvrtc-cu12) loads; it needs no GPU."""
-    from monolib.runtime.cuda import nvrtc_available
+    from monolib.runtime.cuda_module import nvrtc_available
 
     if not nvrtc_available():
         pytest.skip("NVRTC not installed (pip install cuda-python nvidia-cuda-nvrtc-cu12)")

@@ -64,7 +64,7 @@ def test_cuda_library_inspect_and_byte_round_trip(cls_cuda):
 
 
 def test_target_without_nvrtc_keeps_the_source(monkeypatch):
-    from monolib.runtime import cuda
+    from monolib.runtime import cuda_module as cuda
 
     monkeypatch.setattr(cuda, "nvrtc_available", lambda: False)
     model = make_node_model("Relu", {"x": np.zeros((2, 3), np.float32)})

@@ -12,8 +12,8 @@ import pytest
 
 import monolib
 from monolib.compiler.testing import make_node_model
-from monolib.runtime.cuda import CUDAModule
-from monolib.runtime.opencl import OpenCLModule
+from monolib.runtime.cuda_module import CUDAModule
+from monolib.runtime.opencl_module import OpenCLModule
 
 RNG = np.random.default_rng(3)
 X = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)

@@ -52,10 +52,10 @@ register_loader("cuda", lambda data: _device_loader("cuda")(data))
 
 def _device_loader(kind: str):
     if kind == "opencl":
-        from .opencl import load_opencl
+        from .opencl_module import load_opencl
 
         return load_opencl
-    from .cuda import load_cuda
+    from .cuda_module import load_cuda
 
     return load_cuda
 

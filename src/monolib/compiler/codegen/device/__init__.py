@@ -149,12 +149,12 @@ def compile_device(model: Any, target: str, shapes=None, constants=None, progres
     from ....runtime.graph_executor import GraphExecutorFactoryModule
 
     if tgt.kind == "cuda":
-        from ....runtime.cuda import CUDAModule, nvrtc_compile
+        from ....runtime.cuda_module import CUDAModule, nvrtc_compile
 
         ptx = nvrtc_compile(source, tgt.arch, required=False)
         device_mod = CUDAModule(source, functions, {tgt.arch: ptx} if ptx else {}, arch=tgt.arch)
     else:
-        from ....runtime.opencl import OpenCLModule
+        from ....runtime.opencl_module import OpenCLModule
 
         device_mod = OpenCLModule(source, functions)
     host = CSourceModule(_HOST_C.format(kind=tgt.kind, n=len(functions)), "c")

@@ -31,6 +31,9 @@ class CumSum(OpDef):
     """
 
     op_type, since_version = "CumSum", 11
+    #: how emit folds an element into the running value, and the value it starts from
+    #: (CumProd sets ``*=`` and 1)
+    combine, identity = "+=", 0
 
     def _axis(self, node: Node) -> int:
         v = node.inputs[1]
@@ -75,12 +78,12 @@ class CumSum(OpDef):
         if has_epilogue(ctx, len(y.shape)):
             out = ctx.output_expr(f"({act}){out}", flat_index_exprs(flat, y.shape))
         store = f"{ctx.ptr(y)}[{flat}] = {out};"
-        step = f"{acc}[{i}] += {val};"
+        step = f"{acc}[{i}] {self.combine} {val};"
         body = f"{store} {step}" if node.attrs["exclusive"] else f"{step} {store}"
         return (
             f"{act}* {acc} = ({act}*){ctx.scratch(inner * 8)};\n"
             f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) {{\n"
-            f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {acc}[{i}] = 0;\n"
+            f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {acc}[{i}] = {self.identity};\n"
             f"for (int64_t {k} = 0; {k} < {n}; ++{k})\n"
             f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{ {body} }}\n}}"
         )

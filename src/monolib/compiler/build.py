@@ -48,6 +48,25 @@ def _import(model, shapes, constants) -> Graph:
     return import_model(model, shapes, constants)
 
 
+def prepare(model: Any, shapes=None, constants=None, progress=None):
+    """The target-independent steps: import (unless ``model`` is already a
+    :class:`~.ir.Graph`), simplify, fuse elementwise chains, plan the arena; each step
+    announced to ``progress``. Returns ``(graph, fusion, plan)`` for a code generator
+    (the C one here, the device one in ``codegen/device``)."""
+    from .passes import simplify
+    from .passes.fuse_elementwise import fuse_elementwise
+    from .passes.plan_memory import plan_memory
+
+    _step(progress, "import")
+    graph = model if isinstance(model, Graph) else _import(model, shapes, constants)
+    _step(progress, "optimize")
+    graph = simplify(graph).graph
+    _step(progress, "fuse")
+    fusion = fuse_elementwise(graph)
+    _step(progress, "plan memory")
+    return graph, fusion, plan_memory(fusion)
+
+
 def lower(
     model: Any,
     shapes: dict[str, tuple[int, ...]] | None = None,
@@ -66,18 +85,9 @@ def lower(
     params : numpy.ndarray of uint8
     """
     from .codegen.c import generate, scratch_sizes
-    from .passes import simplify
-    from .passes.fuse_elementwise import fuse_elementwise
     from .passes.plan_memory import plan_memory
 
-    _step(progress, "import")
-    graph = model if isinstance(model, Graph) else _import(model, shapes, constants)
-    _step(progress, "optimize")
-    graph = simplify(graph).graph
-    _step(progress, "fuse")
-    fusion = fuse_elementwise(graph)
-    _step(progress, "plan memory")
-    plan = plan_memory(fusion)
+    graph, fusion, plan = prepare(model, shapes, constants, progress)
     scratch = scratch_sizes(fusion, plan)  # a first emission measures per-op scratch
     if scratch:
         plan = plan_memory(fusion, scratch)

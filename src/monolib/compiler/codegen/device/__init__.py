@@ -125,21 +125,10 @@ def compile_device(model: Any, target: str, shapes=None, constants=None, progres
     UnsupportedOpError
         An op with no device kernel.
     """
-    from ...build import _import, _jsonable, _step
-    from ...ir import Graph
-    from ...passes import simplify
-    from ...passes.fuse_elementwise import fuse_elementwise
-    from ...passes.plan_memory import plan_memory
+    from ...build import _jsonable, _step, prepare
 
     tgt = DeviceTarget(target)
-    _step(progress, "import")
-    graph = model if isinstance(model, Graph) else _import(model, shapes, constants)
-    _step(progress, "optimize")
-    graph = simplify(graph).graph
-    _step(progress, "fuse")
-    fusion = fuse_elementwise(graph)
-    _step(progress, "plan memory")
-    plan = plan_memory(fusion)
+    graph, fusion, plan = prepare(model, shapes, constants, progress)
     _step(progress, f"generate {tgt.kind}")
     source, functions, graph_json, params = generate(
         graph, fusion, plan, tgt.dialect, constants=_jsonable(constants)

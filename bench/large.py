@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 BUILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -63,27 +65,15 @@ print(json.dumps({"load_s": t1 - t0, "rss_load": rss_load, "run_s": t3 - t2}))
 
 def build_model(path: str, d: int, layers: int) -> None:
     """Save the MatMul chain with its weights as external data beside ``path``."""
-    import numpy as np
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from load import matmul_chain  # bench/load.py: the same chain of MatMuls
 
-    rng = np.random.default_rng(0)
-    nodes, inits, cur = [], [], "x"
-    for i in range(layers):
-        w = rng.standard_normal((d, d), dtype=np.float32) / np.float32(np.sqrt(d))
-        inits.append(numpy_helper.from_array(w, f"w{i}"))
-        out = "y" if i == layers - 1 else f"h{i}"
-        nodes.append(helper.make_node("MatMul", [cur, f"w{i}"], [out]))
-        cur = out
-    graph = helper.make_graph(
-        nodes, "large", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, d])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, d])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    model = matmul_chain(d, layers, "large")
     onnx.save(model, path, save_as_external_data=True,
               location=os.path.basename(path) + ".weights", size_threshold=1024)
 
 
-def reference(path: str, d: int) -> "np.ndarray":
+def reference(path: str, d: int) -> np.ndarray:
     """x @ W0 @ W1 ... in float64 from the external weights file (memory-mapped)."""
     import numpy as np
     import onnx

@@ -128,18 +128,12 @@ def build_real(name: str, workdir: str) -> tuple[str, str, str]:
     return lib, onnx_path, inputs
 
 
-def build_synthetic(name: str, workdir: str) -> str:
-    """A chain of MatMuls whose weights are ONNX initializers (made with onnx.helper)."""
-    lib = os.path.join(workdir, f"{name}.so")
-    if os.path.exists(lib):
-        return lib
+def matmul_chain(d: int, n: int, name: str = "chain"):
+    """An ONNX model x [1, d] -> n MatMuls with seeded [d, d] float32 weights -> y [1, d]
+    (also bench/large.py's model)."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    import monolib
-
-    d, n = SYNTHETIC[name]
     rng = np.random.default_rng(0)
     nodes, inits, cur = [], [], "x"
     for i in range(n):
@@ -155,7 +149,20 @@ def build_synthetic(name: str, workdir: str) -> str:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, d])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def build_synthetic(name: str, workdir: str) -> str:
+    """A chain of MatMuls whose weights are ONNX initializers (made with onnx.helper)."""
+    lib = os.path.join(workdir, f"{name}.so")
+    if os.path.exists(lib):
+        return lib
+    import onnx
+
+    import monolib
+
+    d, n = SYNTHETIC[name]
+    model = matmul_chain(d, n, name)
     print(f"compiling {name} ({d}x{d} x {n}) ...", flush=True)
     onnx_path = os.path.join(workdir, f"{name}.onnx")
     onnx.save(model, onnx_path)

@@ -103,3 +103,25 @@ def test_csource_alone_exports_to_a_dso(tmp_path):
     assert num_ops() == 1
     with pytest.raises(monolib.FunctionNotFoundError, match="'library'.*'nope'"):
         root["nope"]
+
+
+def test_pt_dynamic_moved_off_the_dynamic_section_is_refused(tmp_path):
+    """A PT_DYNAMIC pointing a few bytes off .dynamic made dlopen read a garbage
+    dynamic table and crash (found by the container fuzzer); it is refused first."""
+    import struct
+
+    import monolib
+    from tinylib import tiny_factory
+
+    path = tmp_path / "tiny.so"
+    tiny_factory().export_library(str(path))
+    data = bytearray(path.read_bytes())
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    dyn = next(phoff + i * phentsize for i in range(phnum)
+               if struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 2)
+    data[dyn + 16] ^= 0xD9  # p_vaddr's low byte, as the fuzzer's case did
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(monolib.MonolibError, match="PT_DYNAMIC"):
+        monolib.load_module(str(bad))

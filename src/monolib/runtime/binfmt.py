@@ -210,6 +210,7 @@ def _inside(sec: ElfSection, seg: ElfSegment, nobits: bool) -> bool:
     return in_memory and in_file and sec.offset - seg.offset == sec.addr - seg.vaddr
 
 
+_SHT_DYNAMIC = 6
 _RIGHTS = {PF_R: "read", PF_W: "write", PF_X: "execute"}
 
 
@@ -251,6 +252,17 @@ def _check_mapping(path: str, sections: list[ElfSection], segments: list[ElfSegm
             g.vaddr <= seg.vaddr and seg.vaddr + seg.memsz <= g.vaddr + g.memsz for g in loads
         ):
             raise _fail(path, "ELF PT_DYNAMIC lies in no loadable segment: program headers damaged")
+    # the loader reads the dynamic table through PT_DYNAMIC alone: one pointing
+    # anywhere but the linker's .dynamic section feeds it garbage (a crash in dlopen)
+    dyn_segs = [s for s in segments if s.type == PT_DYNAMIC]
+    dyn_secs = [s for s in sections if s.type == _SHT_DYNAMIC]
+    if dyn_secs and (
+        len(dyn_segs) != 1
+        or (dyn_segs[0].vaddr, dyn_segs[0].offset, dyn_segs[0].filesz)
+        != (dyn_secs[0].addr, dyn_secs[0].offset, dyn_secs[0].size)
+    ):
+        raise _fail(path, "ELF PT_DYNAMIC does not match the .dynamic section: program "
+                    "headers damaged")
 
 
 _SHT_DYNSYM = 11

@@ -474,6 +474,28 @@ def scratch_sizes(fusion: Fusion, plan: MemoryPlan) -> dict[int, int]:
     return sizes
 
 
+def graph_json_of(graph, fusion, plan, nodes, params, blob, constants, *, arena_bytes,
+                  device=None) -> dict[str, Any]:
+    """The graph JSON (docs/ARCHITECTURE.md) shared by the C and device generators;
+    ``device`` (e.g. ``"opencl"``) is recorded when the kernels run on one."""
+    out: dict[str, Any] = {"format": "monolib.graph", "version": 1, "name": graph.name}
+    if device is not None:
+        out["device"] = device
+    out.update({
+        "arena_bytes": align(arena_bytes, ALIGN),
+        "params_bytes": int(blob.nbytes),
+        "inputs": _io_json(fusion.inputs, plan),
+        "outputs": _io_json(fusion.outputs, plan),
+        "nodes": nodes,
+        "params": params.entries,
+        # storage shared without code (Reshape, Squeeze, in-place Concat): name -> source
+        "aliases": {f.out.name: f.src.name for f in fusion.ops if f.kind == "alias"},
+        "constants": dict(constants or {}),
+        "metadata": dict(graph.metadata),
+    })
+    return out
+
+
 def generate(
     graph: Graph,
     fusion: Fusion,
@@ -535,21 +557,8 @@ def generate(
         nodes.append(_node_json(fused, plan))
     src = _assemble(source, op_functions, len(nodes))
     blob = params.blob()
-    graph_json = {
-        "format": "monolib.graph",
-        "version": 1,
-        "name": graph.name,
-        "arena_bytes": align(plan.arena_bytes + tail, ALIGN),
-        "params_bytes": int(blob.nbytes),
-        "inputs": _io_json(fusion.inputs, plan),
-        "outputs": _io_json(fusion.outputs, plan),
-        "nodes": nodes,
-        "params": params.entries,
-        # storage shared without code (Reshape, Squeeze, in-place Concat): name -> source
-        "aliases": {f.out.name: f.src.name for f in fusion.ops if f.kind == "alias"},
-        "constants": dict(constants or {}),
-        "metadata": dict(graph.metadata),
-    }
+    graph_json = graph_json_of(graph, fusion, plan, nodes, params, blob, constants,
+                               arena_bytes=plan.arena_bytes + tail)
     logger.info(
         "generated %d ops, %d bytes of C, arena %d bytes",
         len(nodes),

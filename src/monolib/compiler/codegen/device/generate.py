@@ -25,8 +25,8 @@ from ....runtime.errors import CompileError, MonolibError, UnsupportedOpError
 from ...ir import Graph, Value
 from ...ops.base import ctype
 from ...passes.fuse_elementwise import FusedOp, Fusion, broadcast_strides
-from ...passes.plan_memory import ALIGN, MemoryPlan, align
-from ..c import ParamsBuilder, _fix_float_literals, _io_json, _node_json
+from ...passes.plan_memory import MemoryPlan
+from ..c import ParamsBuilder, _fix_float_literals, _node_json, graph_json_of
 from ..epilogue import compose
 from .dialect import Dialect
 from .kernels import LOWERINGS, Kernel, decompose, flat_of
@@ -171,20 +171,7 @@ def generate(
     if dialect.rewrite is not None:
         source = dialect.rewrite(source)
     blob = params.blob()
-    graph_json = {
-        "format": "monolib.graph",
-        "version": 1,
-        "name": graph.name,
-        "device": dialect.name,
-        "arena_bytes": align(plan.arena_bytes, ALIGN),
-        "params_bytes": int(blob.nbytes),
-        "inputs": _io_json(fusion.inputs, plan),
-        "outputs": _io_json(fusion.outputs, plan),
-        "nodes": nodes,
-        "params": params.entries,
-        "aliases": {f.out.name: f.src.name for f in fusion.ops if f.kind == "alias"},
-        "constants": dict(constants or {}),
-        "metadata": dict(graph.metadata),
-    }
+    graph_json = graph_json_of(graph, fusion, plan, nodes, params, blob, constants,
+                               arena_bytes=plan.arena_bytes, device=dialect.name)
     logger.info("%s: %d kernels, %d bytes of source", dialect.name, len(kernels), len(source))
     return source, functions, graph_json, blob

@@ -92,7 +92,10 @@ def arena_empty(nbytes: int) -> np.ndarray:
 
     if nbytes < HUGE_ARENA_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
         return aligned_empty(nbytes)
-    mapping = mmap.mmap(-1, nbytes + _HUGE_PAGE)
+    # MAP_PRIVATE: a shared anonymous mapping is shmem, which THP's "madvise" mode
+    # never backs with huge pages (that takes shmem_enabled); a private one it does.
+    mapping = mmap.mmap(-1, nbytes + _HUGE_PAGE,
+                        flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_ANONYMOUS", 0x20))
     try:
         mapping.madvise(mmap.MADV_HUGEPAGE)
     except OSError:  # THP off or unsupported: plain pages serve as well

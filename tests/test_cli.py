@@ -37,7 +37,7 @@ def test_inspect_json(lib, capsys):
     assert [m["type_key"] for m in report["modules"]] == ["graph_executor_factory", "library"]
     assert report["modules"][0]["imports"] == [1]
     names = [s["name"] for s in report["modules"][0]["sections"]]
-    assert names == ["graph", "params"]
+    assert names == ["graph", "head", "params"]
     assert all(len(s["sha256"]) == 64 for s in report["modules"][0]["sections"])
     g = report["graphs"]["0"]
     assert g["inputs"] == [{"name": "x", "shape": [2, 3], "dtype": "float32"}]

@@ -46,9 +46,10 @@ def test_remove_params_exports_no_params_section(tmp_path):
     assert full.has_params and not bare.has_params and bare.get_params() == {}
     assert bare.lib is full.lib and "removed" in repr(bare)
     path = bare.export_library(str(tmp_path / "bare.so"))
-    assert section_names(path)[0] == ["graph"]
+    assert section_names(path)[0] == ["graph", "head"]
     assert section_names(tiny_factory().export_library(str(tmp_path / "full.so")))[0] == [
         "graph",
+        "head",
         "params",
     ]
     mod = load_module(path)

@@ -270,7 +270,6 @@ class DeviceGraphExecutor(GraphExecutor):
         self._in_views = [self._view(t) for t in self.inputs]
         self._out_views = [self._view(t) for t in self.outputs]
         self.session = self.module.open(device, self.arena_bytes)
-        self.param_infos = factory.param_infos()
         self._use_params(factory.params, set() if factory.has_params else set(self.param_infos))
 
     def _use_params(self, blob: np.ndarray | None, missing: set[str]) -> None:

@@ -31,7 +31,7 @@ def _conv_model() -> onnx.ModelProto:
     direct and im2col convs) above the parallel
     threshold. Second output: MatMul of z [192,128] by a [128,160] weight. Third: u
     [1,32,144,144] -> ConvTranspose 2x2/2 (16) + Relu -> ConvTranspose 2x2/2 (1) + Sigmoid
-    (col2im and epilogue split over channels, then over row blocks of one channel).
+    (fused GEMM + depth-to-space scatter and epilogue split over input rows).
     Fourth and fifth: large elementwise chains, broadcast (Relu(e * k + e2), nested
     loops) and flat (Sigmoid(e2), one loop split at multiples of 64). Sixth: a 1x1 conv
     of q [1,480,1,40] to 200 channels + HardSigmoid: 40 columns, so split over rows.
@@ -228,8 +228,8 @@ static void ml_trace(ml_task_fn fn, int64_t n_tasks) {
 
 def test_every_kernel_of_the_model_runs_split(model, monkeypatch):
     """At 2 threads each parallel kernel (GEMM columns and rows, direct conv rows,
-    depthwise channels, padding, col2im, elementwise blocks) is handed to the pool with
-    more than one task: the model's sizes are above the threshold, the test is real."""
+    depthwise channels, padding, ConvTranspose rows, elementwise blocks) is handed to the
+    pool with more than one task: the model's sizes are above the threshold, the test is real."""
     from monolib.compiler.build import lower
     from monolib.compiler.testing import build_c, run_c
 
@@ -240,7 +240,7 @@ def test_every_kernel_of_the_model_runs_split(model, monkeypatch):
     body = "    int32_t nt = ml_num_threads();\n    if (nt > n_tasks)"
     assert body in source
     source = source.replace(body, "    ml_trace(fn, n_tasks);\n" + body, 1)
-    kernels = ["ml_sgemm_task", "ml_dw_task", "ml_direct_task", "ml_pad_task", "ml_col2im_task",
+    kernels = ["ml_sgemm_task", "ml_dw_task", "ml_direct_task", "ml_pad_task", "ml_tconv_task",
                "ml_pack_a_task"]
     source += "".join(
         f"MONOLIB_EXPORT void* trace_{k}(void) {{ return (void*){k}; }}\n" for k in kernels)

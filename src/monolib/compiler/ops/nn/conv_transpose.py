@@ -8,7 +8,10 @@ the smaller half at the beginning.
 Lowering: per image and group one GEMM ``cols[Cout_g*KH*KW, H*W] = W_g^T @ X_g`` (weights
 transposed and packed at compile time), then ``ml_col2im_add`` scatters ``cols`` into the
 bias-initialised output (3-D and up: the generic loop nest of ``col2im.py``), then the
-epilogue runs once per image on ``[C_out, OH*OW]``.
+epilogue runs once per image on ``[C_out, OH*OW]``. When the kernel tiles the output
+(stride == kernel, no pads: U-Net / DB-head upsampling) each register tile of that GEMM
+is scattered into ``y`` with the bias and the epilogue as it is computed
+(``ml_tconv_exact``), so ``cols`` never exists.
 """
 
 from __future__ import annotations
@@ -22,12 +25,16 @@ from ....runtime.errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import attr_ints, require_float32, window_dims
-from ._gemm import MR, bbuf_floats, gemm_call, pack_a
+from ._gemm import MR, NR, bbuf_floats, gemm_call, pack_a
 from .col2im import emit_col2im
 
-__all__ = ["ConvTranspose", "TGeometry", "tconv_geometry"]
+__all__ = ["FUSED_MAX_A_BYTES", "ConvTranspose", "TGeometry", "tconv_geometry"]
 
 logger = logging.getLogger(__name__)
+
+# The fused kernel re-reads the whole packed A for every block of 16-32 input pixels:
+# above this (half a typical L2) the GEMM + col2im path, which blocks A, is used.
+FUSED_MAX_A_BYTES = 256 * 1024
 
 
 @dataclass
@@ -169,6 +176,19 @@ class ConvTranspose(OpDef):
         return _emit(node, ctx, geo, epi)
 
 
+def _tiles_exactly(d: dict[str, int]) -> bool:
+    """Whether the kernel tiles the output (stride == kernel, no dilation, no pads or
+    cropping): every output pixel then gets exactly one tap, y is written once."""
+    return (
+        d["SH"] == d["KH"]
+        and d["SW"] == d["KW"]
+        and d["DH"] == d["DW"] == 1
+        and d["OH"] == d["H"] * d["KH"]
+        and d["OW"] == d["W"] * d["KW"]
+        and d["PT"] == d["PL"] == 0
+    )
+
+
 def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     group = int(node.attrs["group"])
@@ -194,9 +214,23 @@ def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
             f"  ml_pack_a({rows}, {cg}, {ctx.ptr(w)} + g * {cg * rows}, 1, {rows}, "
             f"(float*){buf} + g * {per_group});\n"
         )
+    yp, xp = ctx.ptr(y), ctx.ptr(x)
+    exact = d is not None and _tiles_exactly(d)
+    bias = f"{ctx.ptr(b)} + g * {mg}" if b is not None else "0"
+    epi_fn = "(ml_epi_fn)0" if epi == "0" else f"(ml_epi_fn){epi}"
+    if exact and 4 * per_group <= FUSED_MAX_A_BYTES:
+        # GEMM tiles scattered straight into y (conv.h ml_tconv_exact): no cols buffer
+        buf = ctx.scratch(4 * cg * 2 * NR)
+        return (
+            code + f"for (int64_t n = 0; n < {n}; ++n)\n"
+            f"  for (int64_t g = 0; g < {group}; ++g)\n"
+            f"    ml_tconv_exact({rows}, {cg}, {d['KH']}, {d['KW']}, {d['H']}, {d['W']}, "
+            f"{ap} + g * {per_group}, {xp} + (n * {c} + g * {cg}) * {hw}, {bias}, "
+            f"{yp} + (n * {cout} + g * {mg}) * {ohw}, (float*){buf}, {epi_fn}, {yp}, n, "
+            f"g * {mg});"
+        )
     col = ctx.scratch(4 * rows * hw)
     bbuf = ctx.scratch(4 * bbuf_floats(cg, hw))
-    yp, xp = ctx.ptr(y), ctx.ptr(x)
     init = f"{ctx.ptr(b)}[co]" if b is not None else "0.0f"
     gemm = gemm_call(
         {
@@ -230,18 +264,8 @@ def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
     geo_args = ", ".join(
         str(d[k]) for k in ("KH", "KW", "H", "W", "OH", "OW", "SH", "SW", "PT", "PL", "DH", "DW")
     )
-    exact = (
-        d["SH"] == d["KH"]
-        and d["SW"] == d["KW"]
-        and d["DH"] == d["DW"] == 1
-        and d["OH"] == d["H"] * d["KH"]
-        and d["OW"] == d["W"] * d["KW"]
-        and d["PT"] == d["PL"] == 0
-    )
     if exact:  # every output pixel gets exactly one tap: write y once
-        bias = f"{ctx.ptr(b)} + g * {mg}" if b is not None else "0"
         # col2im and the epilogue per channel / row block, on the thread pool when large
-        epi_fn = "(ml_epi_fn)0" if epi == "0" else f"(ml_epi_fn){epi}"
         return (
             code + f"for (int64_t n = 0; n < {n}; ++n) {{\n"
             f"  float* yn = {yp} + n * {cout * ohw};\n"

@@ -302,16 +302,16 @@ class _GlobalPool(OpDef):
         n, c = x.shape[:2]
         hw = int(np.prod(x.shape[2:]))
         ctx.include("pool.h")
-        fn = "ml_sum_f32" if self.op_type == "GlobalAveragePool" else "ml_max_f32"
-        val = f"{fn}(xc, {hw})"
-        if self.op_type == "GlobalAveragePool":
-            val = f"({val} / {float(hw)!r}f)"
+        is_max = int(self.op_type == "GlobalMaxPool")
+        y = ctx.ptr(node.outputs[0])
+        # the reductions (split over channels on the thread pool when large), then the
+        # fused epilogue on the N*C results
+        code = f"ml_global_pool({n * c}, {hw}, {ctx.ptr(x)}, {y}, {is_max}, {float(hw)!r}f);"
         index = [f"(nc / {c})", f"(nc % {c})"] + ["0"] * (len(x.shape) - 2)
-        return (
-            f"for (int64_t nc = 0; nc < {n * c}; ++nc) {{\n"
-            f"  const float* xc = {ctx.ptr(x)} + nc * {hw};\n"
-            f"  {ctx.ptr(node.outputs[0])}[nc] = {ctx.output_expr(val, index)};\n}}"
-        )
+        val = ctx.output_expr(f"{y}[nc]", index)
+        if val != f"{y}[nc]":
+            code += f"\nfor (int64_t nc = 0; nc < {n * c}; ++nc) {y}[nc] = {val};"
+        return code
 
 
 @register

@@ -437,8 +437,9 @@ class _Resize(OpDef):
 
     def _emit_integer_upsample(self, ctx: EmitContext, plan: ResizePlan, x, y) -> str:
         """Nearest upsampling of the last two dims by integer factors (the FPN's 2x):
-        each input row is widened once, then copied ``fy - 1`` times with ``memcpy``.
-        ``""`` when the plan is not of that form."""
+        each input row is widened once, then copied ``fy - 1`` times (``resize.h``,
+        rows split over the thread pool when large). ``""`` when the plan is not of that
+        form."""
         rank = len(x.shape)
         if (
             plan.mode != "nearest"
@@ -462,19 +463,11 @@ class _Resize(OpDef):
             f.append(n_out // n_in)
         fy, fx = f
         h, w = x.shape[-2:]
-        ow = w * fx
         outer = int(np.prod(x.shape[:-2], dtype=np.int64))
-        ct = ctype(y.dtype)
-        r, j, k, q = (ctx.unique(p) for p in ("r", "j", "k", "q"))
-        orow, irow = ctx.unique("orow"), ctx.unique("irow")
+        ctx.include("resize.h")
         return (
-            f"for (int64_t {r} = 0; {r} < {outer * h}; ++{r}) {{\n"
-            f"{ct}* {orow} = {ctx.ptr(y)} + {r}*{fy * ow};\n"
-            f"const {ct}* {irow} = {ctx.ptr(x)} + {r}*{w};\n"
-            f"for (int64_t {j} = 0; {j} < {w}; ++{j}) for (int64_t {k} = 0; {k} < {fx}; ++{k}) "
-            f"{orow}[{j}*{fx} + {k}] = {irow}[{j}];\n"
-            f"for (int64_t {q} = 1; {q} < {fy}; ++{q}) "
-            f"memcpy({orow} + {q}*{ow}, {orow}, {ow * y.dtype.itemsize});\n}}"
+            f"ml_upsample_nearest({outer * h}, {w}, {fx}, {fy}, {y.dtype.itemsize}, "
+            f"{ctx.ptr(x)}, {ctx.ptr(y)});"
         )
 
     def _table(self, ctx: EmitContext, plan: ResizePlan, d: int, n_in: int):

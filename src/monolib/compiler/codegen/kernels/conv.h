@@ -594,7 +594,7 @@ ML_UNUSED static void ml_tconv_exact_block(int64_t ih0, int64_t ih1, int64_t iw0
                 const float* am = a + (m0 / ML_MR) * K * ML_MR;
 #define ML_TB_(np, kh, kw) \
     ml_tconv_tile_rows(np, kh, kw, K, am, b, ldb, m0, mr, nr, ih, iw, OHW, OW, bias, y)
-                if (nr > ML_NR) {
+                if (ML_NP > 1 && nr > ML_NR) { /* folds away with one panel a tile */
                     if (KH == 2 && KW == 2) ML_TB_(ML_NP, 2, 2);
                     else if (KH == 1 && KW == 2) ML_TB_(ML_NP, 1, 2);
                     else ML_TB_(ML_NP, KH, KW);

@@ -15,7 +15,9 @@ Lowering (``emit``):
   - otherwise one GEMM whose B blocks are packed straight from the padded image (an
     implicit im2col);
   - a batch of images with small outputs (``FOLD_BATCH_BELOW`` pixels) runs as ONE GEMM
-    over every image's columns, then is scattered to NCHW.
+    over every image's columns, then is scattered to NCHW;
+  - stride-1 3x3 and 1-D 3/5-tap convolutions with enough channels: Winograd minimal
+    filtering (``winograd.py``, ``kernels/winograd.h``), unless ``MONOLIB_WINOGRAD=0``.
 
 1-D convolutions are 2-D ones with ``H = 1``. The fused epilogue sees output 0 as
 ``[N, C_out, spatial]``.
@@ -32,6 +34,7 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, pack_a
+from .winograd import emit_winograd, plan_winograd
 
 __all__ = ["Conv", "as_2d", "conv_geometry", "conv_reference"]
 
@@ -157,6 +160,9 @@ class Conv(OpDef):
         group = int(node.attrs["group"])
         if group == x.shape[1] == w.shape[0]:
             return _emit_depthwise(node, ctx, d, epi)
+        plan = plan_winograd(node, d, group)
+        if plan is not None:
+            return emit_winograd(node, ctx, d, epi, plan)
         return _emit_gemm(node, ctx, d, epi, group)
 
 

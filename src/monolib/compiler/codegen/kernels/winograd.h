@@ -1,0 +1,289 @@
+/* winograd.h -- Winograd / Cook-Toom convolution (monolib kernel library).
+ *
+ * Needs gemm.h (ml_vf, ML_VW, ML_MR, ML_NR, ml_ukernel_rows, ml_epi_fn) before it.
+ *
+ * Stride-1 convolution of one NCHW image by minimal filtering F(mh x mw, rh x rw)
+ * (Lavin & Gray 2016, "Fast Algorithms for Convolutional Neural Networks"): the output
+ * is cut into tiles of mh x mw pixels, each computed from an ah x aw input tile
+ * (a = m + r - 1) as
+ *     Y = AT [ sum_ci U[co][ci] (.) (BT d[ci] BT^T) ] AT^T,  U = G g G^T (compile time).
+ * Per element xi of the ah x aw transformed tile the sum over ci is a GEMM
+ *     M[xi] (C_out x tiles) = U[xi] (C_out x C_in) V[xi] (C_in x tiles),
+ * run with gemm.h's micro-kernel: U is packed full-K per xi at compile time, V is written
+ * by the input transform straight into the packed-B layout (panels of ML_NR tiles).
+ *
+ * The transforms are generated C (ops/nn/winograd.py) with the matrices as constants:
+ *   in(b, rs, ps, qs, v, xs): loads d[i][j] = *(ml_vf*)(b + i*rs + (j%mw)*ps + (j/mw)*qs)
+ *       (ML_VW tiles per vector) and stores V element xi at v + xi*xs;
+ *   out(m, xs, bias, y): loads M element xi at m + xi*xs and writes the mh*mw output
+ *       vectors y[a*mw + b] (bias added).
+ * Tiles are vectorised along a tile row: the input rows a block needs are copied per
+ * channel into a zero-padded buffer split into mw column phases (phase p holds padded
+ * columns q*mw + p), so input column q*mw + j of ML_VW consecutive tiles is one vector
+ * load at phase j%mw, offset j/mw. A vector whose tiles cross a tile row (or run past
+ * the last tile) is gathered through a small buffer instead.
+ *
+ * Work is split into blocks of `nt` consecutive tiles (row-major over the tile grid),
+ * sized so V and M stay in L2; each block (times `co_split` ranges of output channels)
+ * is one task of the thread pool, with its own scratch: tasks never synchronise.
+ */
+#ifndef MONOLIB_WINOGRAD_H
+#define MONOLIB_WINOGRAD_H
+#include <stdint.h>
+#include <string.h>
+
+typedef void (*ml_wino_in_fn)(const float* b, int64_t rs, int64_t ps, int64_t qs, float* v,
+                              int64_t xs);
+typedef void (*ml_wino_out_fn)(const float* m, int64_t xs, float bias, ml_vf* y);
+
+/* One Winograd convolution of one image. A block is bh x bw tiles of the grid (fewer at
+ * the bottom and right edges); its tiles are GEMM columns r*bwp + c, each block row
+ * padded to bwp = bw rounded up to ML_VW (the padding lanes are computed, never
+ * stored). Scratch per task (floats): V (v_floats: ah*aw*C*ntp), M (m_floats:
+ * ah*aw*mb*ntp) and the phase buffer of one channel (p_floats). */
+typedef struct {
+    int64_t C, M, H, W, OH, OW, PT, PL;
+    int64_t mh, mw, ah, aw;  /* output tile, input tile */
+    int64_t TH, TW;          /* tile grid */
+    int64_t bh, bw;          /* tiles per block */
+    int64_t mb;              /* output channels per GEMM + output pass, a multiple of ML_MR */
+    int64_t co_split;        /* tasks per block, each a range of output channels */
+    int64_t v_floats, m_floats, p_floats;
+    const float* x;          /* [C][H][W] */
+    const float* u;          /* ah*aw packed A (C_out x C_in, full-K), u_stride floats apart */
+    int64_t u_stride;
+    const float* bias;       /* [M] or NULL */
+    float* y;                /* [M][OH][OW] */
+    ml_wino_in_fn in;
+    ml_wino_out_fn out;
+    ml_epi_fn epi;
+    void* epi_out;
+    int64_t epi_b;
+} ml_wino_args;
+
+#if ML_VW == 8 && defined(__clang__)
+#define ML_WSHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#elif ML_VW == 8 && defined(__GNUC__)
+typedef int32_t ml_wino_vi __attribute__((vector_size(32)));
+#define ML_WSHUF(a, b, ...) __builtin_shuffle(a, b, (ml_wino_vi){__VA_ARGS__})
+#endif
+
+/* dst[p*Q + q] = s[4*q + p] for q < n (n a multiple of 8 with the 8-lane shuffles). */
+static inline void ml_wino_split4(const float* restrict s, int64_t n, int64_t Q,
+                                  float* restrict dst) {
+    int64_t q = 0;
+#ifdef ML_WSHUF
+    /* 8 tiles of 4 phases: halves regrouped, then a 4x4 transpose in each half */
+    for (; q + 8 <= n; q += 8) {
+        const float* x = s + 4 * q;
+        ml_vf a0 = *(const ml_vf*)x, a1 = *(const ml_vf*)(x + 8);
+        ml_vf a2 = *(const ml_vf*)(x + 16), a3 = *(const ml_vf*)(x + 24);
+        ml_vf b0 = ML_WSHUF(a0, a2, 0, 1, 2, 3, 8, 9, 10, 11);
+        ml_vf b1 = ML_WSHUF(a0, a2, 4, 5, 6, 7, 12, 13, 14, 15);
+        ml_vf b2 = ML_WSHUF(a1, a3, 0, 1, 2, 3, 8, 9, 10, 11);
+        ml_vf b3 = ML_WSHUF(a1, a3, 4, 5, 6, 7, 12, 13, 14, 15);
+        ml_vf t0 = ML_WSHUF(b0, b1, 0, 8, 1, 9, 4, 12, 5, 13);
+        ml_vf t1 = ML_WSHUF(b0, b1, 2, 10, 3, 11, 6, 14, 7, 15);
+        ml_vf t2 = ML_WSHUF(b2, b3, 0, 8, 1, 9, 4, 12, 5, 13);
+        ml_vf t3 = ML_WSHUF(b2, b3, 2, 10, 3, 11, 6, 14, 7, 15);
+        *(ml_vf*)(dst + q) = ML_WSHUF(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
+        *(ml_vf*)(dst + Q + q) = ML_WSHUF(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+        *(ml_vf*)(dst + 2 * Q + q) = ML_WSHUF(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
+        *(ml_vf*)(dst + 3 * Q + q) = ML_WSHUF(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+#endif
+    for (; q < n; ++q)
+        for (int p = 0; p < 4; ++p) dst[p * Q + q] = s[4 * q + p];
+}
+
+#ifndef ML_WINO_AHEAD
+#define ML_WINO_AHEAD 2 /* channels prefetched ahead by the input transform */
+#endif
+#define ML_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Copy padded columns c0 + q*mw + p (q < Q, p < mw) of one input row (W floats) into
+ * dst[p*Q + q], zero outside the row. */
+static inline void ml_wino_split_row(const float* restrict src, int64_t W, int64_t c0,
+                                     int64_t mw, int64_t Q, float* restrict dst) {
+    /* q in [lo, hi): every phase in range */
+    int64_t lo = c0 < 0 ? (-c0 + mw - 1) / mw : 0;
+    int64_t hi = W - c0 - mw >= 0 ? (W - c0 - mw) / mw + 1 : 0;
+    if (hi > Q) hi = Q;
+    if (lo > hi) lo = hi;
+    for (int64_t p = 0; p < mw; ++p) { /* the edges, partly or wholly padding */
+        for (int64_t q = 0; q < lo; ++q) {
+            int64_t c = c0 + q * mw + p;
+            dst[p * Q + q] = c >= 0 && c < W ? src[c] : 0.0f;
+        }
+        for (int64_t q = hi; q < Q; ++q) {
+            int64_t c = c0 + q * mw + p;
+            dst[p * Q + q] = c >= 0 && c < W ? src[c] : 0.0f;
+        }
+    }
+    const float* s = src + c0 + lo * mw;
+    if (mw == 4) {
+        ml_wino_split4(s, hi - lo, Q, dst + lo);
+    } else {
+        for (int64_t p = 0; p < mw; ++p)
+            for (int64_t q = lo; q < hi; ++q) dst[p * Q + q] = s[(q - lo) * mw + p];
+    }
+}
+
+/* The stride of the ah*aw matrices V[xi] (or M[xi]) of n floats: an odd number of
+ * 64-byte lines, so the 36 or 64 rows a transform reads or writes at once fall in
+ * different L1 sets (a multiple of 4 KiB would put them all in one). */
+static inline int64_t ml_wino_stride(int64_t n) {
+    int64_t lines = (n + 15) / 16;
+    return (lines | 1) * 16;
+}
+
+/* Block geometry: tiles (ty0 + r, tx0 + c) for r < nh, c < nw; GEMM columns ntp. */
+typedef struct {
+    int64_t ty0, tx0, nh, nw, bwp, ntp;
+} ml_wino_block;
+
+static inline ml_wino_block ml_wino_block_of(const ml_wino_args* a, int64_t blk) {
+    int64_t nbx = (a->TW + a->bw - 1) / a->bw;
+    ml_wino_block b;
+    b.ty0 = (blk / nbx) * a->bh;
+    b.tx0 = (blk % nbx) * a->bw;
+    b.nh = ML_MIN(a->bh, a->TH - b.ty0);
+    b.nw = ML_MIN(a->bw, a->TW - b.tx0);
+    b.bwp = (b.nw + ML_VW - 1) / ML_VW * ML_VW;
+    b.ntp = (b.nh * b.bwp + ML_NR - 1) / ML_NR * ML_NR;
+    return b;
+}
+
+/* Input transform of a block into V (packed B panels: ntp columns per xi). */
+static void ml_wino_input(const ml_wino_args* a, const ml_wino_block* b, float* restrict V,
+                          float* restrict P) {
+    const int64_t mh = a->mh, mw = a->mw, C = a->C, ntp = b->ntp;
+    int64_t Q = b->bwp + (a->aw - 1) / mw; /* phase columns read */
+    int64_t R = (b->nh - 1) * mh + a->ah;  /* padded rows read */
+    int64_t rs = mw * Q, xs = ml_wino_stride(C * ntp), n = b->nh * b->bwp;
+    /* the rows of a block are short runs a channel (H*W floats) apart, which the
+     * hardware prefetcher does not follow: fetch those of channel ci + ML_WINO_AHEAD */
+    int64_t r0 = ML_MAX(0, b->ty0 * mh - a->PT), r1 = ML_MIN(a->H, b->ty0 * mh - a->PT + R);
+    int64_t w0 = ML_MAX(0, b->tx0 * mw - a->PL), w1 = ML_MIN(a->W, b->tx0 * mw - a->PL + mw * Q);
+    for (int64_t ci = 0; ci < C; ++ci) {
+        const float* xc = a->x + ci * a->H * a->W;
+        if (ci + ML_WINO_AHEAD < C && w0 < w1)
+            for (int64_t r = r0; r < r1; ++r) {
+                const char* p = (const char*)(xc + ML_WINO_AHEAD * a->H * a->W + r * a->W);
+                for (int64_t k = w0 * 4; k < w1 * 4 + 63; k += 64) __builtin_prefetch(p + k, 0, 3);
+            }
+        for (int64_t r = 0; r < R; ++r) {
+            int64_t ih = b->ty0 * mh + r - a->PT;
+            if (ih < 0 || ih >= a->H) memset(P + r * rs, 0, rs * sizeof(float));
+            else
+                ml_wino_split_row(xc + ih * a->W, a->W, b->tx0 * mw - a->PL, mw, Q, P + r * rs);
+        }
+        for (int64_t r = 0; r < b->nh; ++r)
+            for (int64_t c = 0; c < b->bwp; c += ML_VW) {
+                int64_t t = r * b->bwp + c;
+                a->in(P + r * mh * rs + c, rs, Q, 1,
+                      V + (t / ML_NR) * C * ML_NR + ci * ML_NR + t % ML_NR, xs);
+            }
+        if (n < ntp) /* columns no tile uses: zeros, not stale scratch */
+            for (int64_t xi = 0; xi < a->ah * a->aw; ++xi)
+                memset(V + xi * xs + (n / ML_NR) * C * ML_NR + ci * ML_NR + n % ML_NR, 0,
+                       (ntp - n) * sizeof(float));
+    }
+}
+
+/* Store the output vectors y[i*mw + j] of tiles (ty, tx..tx+cnt-1) of channel co. */
+static inline void ml_wino_store(const ml_wino_args* a, int64_t co, int64_t ty, int64_t tx,
+                                 int64_t cnt, const float* restrict y) {
+    const int64_t mh = a->mh, mw = a->mw, OH = a->OH, OW = a->OW;
+    float* yc = a->y + co * OH * OW;
+    int64_t rows = ML_MIN(mh, OH - ty * mh);
+    if (cnt == ML_VW && (tx + cnt) * mw <= OW && mw == 4) {
+        for (int64_t i = 0; i < rows; ++i) { /* constant shape: a vectorised interleave */
+            float* d = yc + (ty * mh + i) * OW + tx * 4;
+            const float* s = y + i * 4 * ML_VW;
+            for (int64_t l = 0; l < ML_VW; ++l)
+                for (int64_t j = 0; j < 4; ++j) d[l * 4 + j] = s[j * ML_VW + l];
+        }
+        return;
+    }
+    int64_t cols = ML_MIN(cnt * mw, OW - tx * mw);
+    for (int64_t i = 0; i < rows; ++i) {
+        float* d = yc + (ty * mh + i) * OW + tx * mw;
+        const float* s = y + i * mw * ML_VW;
+        for (int64_t k = 0; k < cols; ++k) d[k] = s[(k % mw) * ML_VW + k / mw];
+    }
+}
+
+/* The epilogue on output channels [c0, c1) of the pixels of block b. */
+static void ml_wino_epilogue(const ml_wino_args* a, const ml_wino_block* b, int64_t c0,
+                             int64_t c1) {
+    const int64_t OW = a->OW;
+    int64_t h0 = b->ty0 * a->mh, h1 = ML_MIN(a->OH, (b->ty0 + b->nh) * a->mh);
+    int64_t w0 = b->tx0 * a->mw, w1 = ML_MIN(OW, (b->tx0 + b->nw) * a->mw);
+    if (w0 == 0 && w1 == OW) { /* whole rows: one call */
+        a->epi(a->epi_out, a->epi_b, c0, c1, h0 * OW, h1 * OW);
+        return;
+    }
+    for (int64_t oh = h0; oh < h1; ++oh)
+        a->epi(a->epi_out, a->epi_b, c0, c1, oh * OW + w0, oh * OW + w1);
+}
+
+/* Task t: the tiles of block t / co_split, output channels of range t % co_split. */
+static void ml_wino_task(void* ctx, int64_t task, void* scratch) {
+    const ml_wino_args* a = (const ml_wino_args*)ctx;
+    const int64_t C = a->C, M = a->M, xi_n = a->ah * a->aw;
+    int64_t part = task % a->co_split;
+    int64_t panels = (M + ML_MR - 1) / ML_MR;
+    int64_t per = (panels + a->co_split - 1) / a->co_split;
+    int64_t co0 = part * per * ML_MR, co1 = ML_MIN(M, co0 + per * ML_MR);
+    if (co0 >= co1) return;
+    ml_wino_block b = ml_wino_block_of(a, task / a->co_split);
+    int64_t ntp = b.ntp;
+    float* V = (float*)scratch;
+    float* Mb = V + a->v_floats;
+    float* P = Mb + a->m_floats;
+    ml_wino_input(a, &b, V, P);
+    float y[64 * ML_VW] __attribute__((aligned(64))); /* mh*mw <= 64 output vectors */
+    int64_t mxs = ml_wino_stride(a->mb * ntp);
+    for (int64_t cb = co0; cb < co1; cb += a->mb) {
+        int64_t ce = ML_MIN(co1, cb + a->mb);
+        for (int64_t xi = 0; xi < xi_n; ++xi) {
+            const float* u = a->u + xi * a->u_stride;
+            const float* v = V + xi * ml_wino_stride(C * ntp);
+            float* m = Mb + xi * mxs;
+            for (int64_t p = cb; p < ce; p += ML_MR) {
+                int mr = (int)ML_MIN(ML_MR, ce - p);
+                for (int64_t q = 0; q < ntp; q += ML_NR)
+                    ml_ukernel_rows(1, C, u + (p / ML_MR) * C * ML_MR, v + q * C, 0,
+                                    m + (p - cb) * ntp + q, ntp, mr, ML_NR, 1.0f, 0, 0, 0);
+            }
+        }
+        for (int64_t co = cb; co < ce; ++co) {
+            float bias = a->bias ? a->bias[co] : 0.0f;
+            for (int64_t r = 0; r < b.nh; ++r)
+                for (int64_t c = 0; c < b.nw; c += ML_VW) {
+                    a->out(Mb + (co - cb) * ntp + r * b.bwp + c, mxs, bias, (ml_vf*)y);
+                    ml_wino_store(a, co, b.ty0 + r, b.tx0 + c, ML_MIN(ML_VW, b.nw - c), y);
+                }
+        }
+        if (a->epi) ml_wino_epilogue(a, &b, cb, ce);
+    }
+}
+
+/* The whole image: blocks (times output-channel ranges) on the thread pool when the work
+ * is large. */
+ML_UNUSED static void ml_winograd(const ml_wino_args* a, void* scratch) {
+    int64_t blocks = ((a->TH + a->bh - 1) / a->bh) * ((a->TW + a->bw - 1) / a->bw);
+    int64_t tasks = blocks * a->co_split;
+#ifdef MONOLIB_THREADPOOL_H
+    double work = (double)a->ah * a->aw * a->C * a->M * a->TH * a->TW;
+    if (ml_par_tasks(work, tasks) > 1) {
+        size_t bytes = 4 * (size_t)(a->v_floats + a->m_floats + a->p_floats);
+        ml_parallel_for(tasks, ml_wino_task, (void*)a, scratch, bytes);
+        return;
+    }
+#endif
+    for (int64_t t = 0; t < tasks; ++t) ml_wino_task((void*)a, t, scratch);
+}
+
+#endif /* MONOLIB_WINOGRAD_H */

@@ -1,0 +1,482 @@
+"""Winograd / Cook-Toom minimal filtering for stride-1 convolutions (``kernels/winograd.h``).
+
+F(m, r) computes ``m`` outputs of an ``r``-tap correlation from ``alpha = m + r - 1``
+inputs with ``alpha`` multiplications (Lavin & Gray 2016, "Fast Algorithms for
+Convolutional Neural Networks", after Winograd 1980 and Toom-Cook):
+
+    y = A^T [(G g) (.) (B^T d)],    y_i = sum_j d_{i+j} g_j.
+
+The matrices come from polynomial evaluation at ``alpha - 1`` finite points and infinity
+(:func:`cook_toom`), computed exactly with :class:`fractions.Fraction`: the linear
+convolution ``s = g * h`` is ``V^-1 [(V_r g) (.) (V_m h)]`` (evaluate, multiply,
+interpolate; at infinity a polynomial "evaluates" to its leading coefficient), and the
+correlation is its transpose, so ``A^T = V_m^T``, ``G = V_r``, ``B^T = V^-T``. Rows of
+``B^T`` and columns of ``A^T`` are then rescaled to small integers, the factors moving
+into ``G`` (applied to the weights at compile time, so its fractions cost nothing).
+
+2-D tiles nest two 1-D transforms (an axis whose kernel is 1 has the identity F(1, 1)).
+The convolution becomes, per element ``xi`` of the transformed tile, a GEMM
+``M[xi] = U[xi] V[xi]`` over channels, with ``U = G g G^T`` packed at compile time
+(:func:`transform_weights`). The generated C holds the two transforms as straight-line
+vector code with the matrices as constants (:func:`transform_functions`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ...ir import Node
+from ..base import EmitContext
+from ._gemm import MR, NR, pack_a
+
+__all__ = [
+    "ENABLED",
+    "POINTS",
+    "Transforms",
+    "WinogradPlan",
+    "cook_toom",
+    "emit_winograd",
+    "plan_winograd",
+    "transform_functions",
+    "transform_weights",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Interpolation points in order of preference: small integers and their reciprocals,
+#: symmetric pairs (the best-conditioned choice for float32; Lavin & Gray 2016, Barabasz
+#: et al. 2020). F(m, r) takes the first ``m + r - 2`` of them, plus infinity.
+POINTS: tuple[Fraction, ...] = tuple(
+    Fraction(p) for p in ("0", "1", "-1", "2", "-2", "1/2", "-1/2", "3", "-3", "1/3", "-1/3")
+)
+
+#: Use the Winograd path where it applies; ``MONOLIB_WINOGRAD=0`` in the environment
+#: turns it off at compile time too (both paths can then be compared).
+ENABLED = True
+
+Matrix = tuple[tuple[Fraction, ...], ...]
+
+
+@dataclass(frozen=True)
+class Transforms:
+    """The exact matrices of F(m, r): ``at`` [m, alpha], ``g`` [alpha, r], ``bt``
+    [alpha, alpha] (Fractions)."""
+
+    m: int
+    r: int
+    at: Matrix
+    g: Matrix
+    bt: Matrix
+
+    @property
+    def alpha(self) -> int:
+        """Input tile size ``m + r - 1``."""
+        return self.m + self.r - 1
+
+
+def _inverse(a: list[list[Fraction]]) -> list[list[Fraction]]:
+    """Exact Gauss-Jordan inverse of a square Fraction matrix."""
+    n = len(a)
+    w = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(a)]
+    for c in range(n):
+        p = next(r for r in range(c, n) if w[r][c] != 0)
+        w[c], w[p] = w[p], w[c]
+        piv = w[c][c]
+        w[c] = [x / piv for x in w[c]]
+        for r in range(n):
+            if r != c and w[r][c] != 0:
+                f = w[r][c]
+                w[r] = [x - f * y for x, y in zip(w[r], w[c])]
+    return [row[n:] for row in w]
+
+
+def _evaluation(points: tuple[Fraction, ...], n: int) -> list[list[Fraction]]:
+    """Rows ``[p^0 .. p^(n-1)]`` per finite point, then infinity (the leading
+    coefficient: ``e_(n-1)``)."""
+    rows = [[p**i for i in range(n)] for p in points]
+    return rows + [[Fraction(int(i == n - 1)) for i in range(n)]]
+
+
+def _integer_scale(values: list[Fraction]) -> Fraction:
+    """The positive factor that makes ``values`` coprime integers (1 for all zeros)."""
+    nz = [v for v in values if v != 0]
+    if not nz:
+        return Fraction(1)
+    den = math.lcm(*(v.denominator for v in nz))
+    num = math.gcd(*(int(v * den) for v in nz))
+    return Fraction(den, num)
+
+
+def cook_toom(m: int, r: int, points: tuple[Fraction, ...] | None = None) -> Transforms:
+    """The exact transforms of F(m, r) from ``m + r - 2`` finite points and infinity.
+
+    Parameters
+    ----------
+    m, r : int
+        Outputs per tile and kernel taps (both >= 1).
+    points : tuple of Fraction, optional
+        The finite interpolation points (distinct); default the first ``m + r - 2`` of
+        :data:`POINTS`.
+
+    Returns
+    -------
+    Transforms
+        ``at`` and ``bt`` with integer entries, ``g`` rational; they satisfy
+        ``at @ ((g @ w) * (bt @ d)) == correlate(d, w)`` exactly.
+
+    Raises
+    ------
+    ValueError
+        On ``m`` or ``r`` < 1, too few points or repeated points.
+    """
+    if m < 1 or r < 1:
+        raise ValueError(f"F({m}, {r}): m and r must be >= 1")
+    alpha = m + r - 1
+    pts = tuple(Fraction(p) for p in (POINTS[: alpha - 1] if points is None else points))
+    if len(pts) != alpha - 1 or len(set(pts)) != len(pts):
+        raise ValueError(f"F({m}, {r}) needs {alpha - 1} distinct finite points, got {pts}")
+    vinv = _inverse(_evaluation(pts, alpha))
+    bt = [[vinv[j][k] for j in range(alpha)] for k in range(alpha)]  # V^-T
+    vm = _evaluation(pts, m)
+    at = [[vm[k][i] for k in range(alpha)] for i in range(m)]  # V_m^T
+    g = _evaluation(pts, r)
+    for k in range(alpha):
+        s = _integer_scale(bt[k])
+        bt[k] = [x * s for x in bt[k]]
+        t = _integer_scale([at[i][k] for i in range(m)])
+        for i in range(m):
+            at[i][k] *= t
+        g[k] = [x / (s * t) for x in g[k]]
+    return Transforms(m, r, _frozen(at), _frozen(g), _frozen(bt))
+
+
+def _frozen(a: list[list[Fraction]]) -> Matrix:
+    return tuple(tuple(row) for row in a)
+
+
+def _f64(a: Matrix) -> np.ndarray:
+    return np.array([[float(x) for x in row] for row in a], np.float64)
+
+
+def transform_weights(w: np.ndarray, th: Transforms, tw: Transforms) -> np.ndarray:
+    """``U[xi] = G_h g G_w^T`` for every output/input channel pair.
+
+    Parameters
+    ----------
+    w : ndarray
+        Weights ``[C_out, C_in, r_h, r_w]``.
+    th, tw : Transforms
+        F(m_h, r_h) and F(m_w, r_w).
+
+    Returns
+    -------
+    ndarray
+        float32 ``[alpha_h * alpha_w, C_out, C_in]`` (xi = k * alpha_w + l), computed in
+        float64.
+    """
+    u = np.einsum("ka,mcab,lb->klmc", _f64(th.g), w.astype(np.float64), _f64(tw.g))
+    return u.reshape(th.alpha * tw.alpha, w.shape[0], w.shape[1]).astype(np.float32)
+
+
+# -- C text of the transforms ---------------------------------------------------------
+
+
+def _literal(c: Fraction) -> str:
+    v = float(c)
+    if Fraction(v) != c or Fraction(float(np.float32(v))) != c:
+        raise ValueError(f"transform coefficient {c} is not exact in float32")
+    return f"{v!r}f"
+
+
+def _combination(coefs: list[Fraction], names: list[str]) -> str:
+    """C expression of ``sum coefs[j] * names[j]`` without the zero terms."""
+    terms = []
+    for c, x in zip(coefs, names):
+        if c == 0:
+            continue
+        body = x if abs(c) == 1 else f"{_literal(abs(c))} * {x}"
+        terms.append(("-" if c < 0 else "+", body))
+    if not terms:
+        return "((ml_vf){0})"
+    out = terms[0][1] if terms[0][0] == "+" else f"-{terms[0][1]}"
+    return out + "".join(f" {s} {b}" for s, b in terms[1:])
+
+
+def _paired(a: tuple[Fraction, ...], b: tuple[Fraction, ...]) -> bool:
+    """``b[j] == (-1)^j a[j]`` with both parities present: a pair of points +-p."""
+    return (
+        all(y == (x if j % 2 == 0 else -x) for j, (x, y) in enumerate(zip(a, b)))
+        and any(x != 0 for x in a[0::2])
+        and any(x != 0 for x in a[1::2])
+    )
+
+
+def _apply_1d(t: Matrix, ins: list[str], outs: list[str], tmp: str) -> list[str]:
+    """C statements ``outs[k] = sum_j t[k][j] * ins[j]``, sharing work between the rows
+    of a point pair +-p (even and odd parts, ``E + O`` and ``E - O``) and between the
+    columns of such a pair (``x_p + x_-p`` and ``x_p - x_-p``)."""
+    rows, cols = len(t), len(t[0])
+    lines: list[str] = []
+    names = list(ins)
+    mat = [list(row) for row in t]
+    cols_t = [tuple(t[i][k] for i in range(rows)) for k in range(cols)]
+    used: set[int] = set()
+    for k1 in range(cols):  # column pairs: the output transform (A^T)
+        for k2 in range(k1 + 1, cols):
+            if k1 in used or k2 in used or not _paired(cols_t[k1], cols_t[k2]):
+                continue
+            used |= {k1, k2}
+            s, d = f"{tmp}s{k1}", f"{tmp}d{k1}"
+            lines.append(f"const ml_vf {s} = {names[k1]} + {names[k2]};")
+            lines.append(f"const ml_vf {d} = {names[k1]} - {names[k2]};")
+            names += [s, d]
+            for i in range(rows):
+                c = mat[i][k1]
+                mat[i] += [c if i % 2 == 0 else Fraction(0), c if i % 2 else Fraction(0)]
+                mat[i][k1] = mat[i][k2] = Fraction(0)
+    done: set[int] = set()
+    for a in range(rows):  # row pairs: the input transform (B^T)
+        for b in range(a + 1, rows):
+            if a in done or b in done or not _paired(tuple(mat[a]), tuple(mat[b])):
+                continue
+            done |= {a, b}
+            even = [c if j % 2 == 0 else Fraction(0) for j, c in enumerate(mat[a])]
+            odd = [c if j % 2 else Fraction(0) for j, c in enumerate(mat[a])]
+            e, o = f"{tmp}e{a}", f"{tmp}o{a}"
+            lines.append(f"const ml_vf {e} = {_combination(even, names)};")
+            lines.append(f"const ml_vf {o} = {_combination(odd, names)};")
+            lines.append(f"{outs[a]} = {e} + {o};")
+            lines.append(f"{outs[b]} = {e} - {o};")
+    for k in range(rows):
+        if k not in done:
+            lines.append(f"{outs[k]} = {_combination(mat[k], names)};")
+    return lines
+
+
+def _name(th: Transforms, tw: Transforms) -> str:
+    return f"ml_wino_{th.m}x{tw.m}_{th.r}x{tw.r}"
+
+
+def transform_functions(ctx: EmitContext, th: Transforms, tw: Transforms) -> tuple[str, str]:
+    """Add the C input and output transforms of F(m_h x m_w, r_h x r_w) (the
+    ``ml_wino_in_fn`` / ``ml_wino_out_fn`` of ``winograd.h``) as helpers.
+
+    Returns
+    -------
+    tuple of str
+        The names of the input and the output transform functions.
+    """
+    ah, aw, mh, mw = th.alpha, tw.alpha, th.m, tw.m
+    name = _name(th, tw)
+    body = [
+        f"/* F({mh}x{mw}, {th.r}x{tw.r}) input transform: V = BT_h d BT_w^T for ML_VW tiles */",
+        f"static void {name}_in(const float* restrict b, int64_t rs, int64_t ps, int64_t qs,",
+        "                      float* restrict v, int64_t xs) {",
+        f"  ml_vf t[{ah}][{aw}];",
+        f"  for (int i = 0; i < {ah}; ++i) {{",
+        "    const float* r = b + i * rs;",
+    ]
+    ins = []
+    for j in range(aw):
+        body.append(f"    const ml_vf d{j} = *(const ml_vf*)(r + {j % mw} * ps + {j // mw} * qs);")
+        ins.append(f"d{j}")
+    body += ["    " + s for s in _apply_1d(tw.bt, ins, [f"t[i][{l}]" for l in range(aw)], "w")]
+    body += ["  }", f"  for (int l = 0; l < {aw}; ++l) {{"]
+    outs = [f"*(ml_vf*)(v + ({k * aw} + l) * xs)" for k in range(ah)]
+    body += ["    " + s for s in _apply_1d(th.bt, [f"t[{i}][l]" for i in range(ah)], outs, "h")]
+    body += ["  }", "}"]
+    out = [
+        f"/* F({mh}x{mw}, {th.r}x{tw.r}) output transform: Y = AT_h M AT_w^T + bias */",
+        f"static void {name}_out(const float* restrict m, int64_t xs, float bias,",
+        "                       ml_vf* restrict y) {",
+        f"  ml_vf s[{mh}][{aw}];",
+        f"  for (int l = 0; l < {aw}; ++l) {{",
+    ]
+    ins = []
+    for k in range(ah):
+        out.append(f"    const ml_vf m{k} = *(const ml_vf*)(m + ({k * aw} + l) * xs);")
+        ins.append(f"m{k}")
+    out += ["    " + s for s in _apply_1d(th.at, ins, [f"s[{a}][l]" for a in range(mh)], "h")]
+    out += ["  }", f"  for (int a = 0; a < {mh}; ++a) {{"]
+    outs = [f"y[a * {mw} + {c}]" for c in range(mw)]
+    out += ["    " + s for s in _apply_1d(tw.at, [f"s[a][{l}]" for l in range(aw)], outs, "w")]
+    out += [f"    for (int c = 0; c < {mw}; ++c) y[a * {mw} + c] += bias;", "  }", "}"]
+    ctx.helper("\n".join(body))
+    ctx.helper("\n".join(out))
+    return f"{name}_in", f"{name}_out"
+
+
+# -- selection and emission -------------------------------------------------------------
+
+#: Smallest channel counts and output tiles for which the transforms pay off (measured
+#: on znver3, AVX2: see :func:`plan_winograd`).
+MIN_CIN = 8
+MIN_COUT = 8
+MIN_TILES = 16
+#: Target bytes of the transformed input V of one block (L2 is 512 KiB per core).
+V_BYTES = 256 * 1024
+#: Tiles per 2-D block aimed at (see :func:`_block`).
+BLOCK_TILES = 80
+#: Output channels per GEMM + output-transform pass (a multiple of MR).
+CO_BLOCK = 48
+#: Widest vector of tiles a build may use (ML_VW of gemm.h: 16 floats with AVX-512).
+VW_MAX = 16
+
+
+@dataclass(frozen=True)
+class WinogradPlan:
+    """How one Conv runs through ``winograd.h``: the transforms per axis, the block of
+    tiles (rows x columns, columns a multiple of 8) each task transforms, output channels
+    per GEMM pass and tasks per block (ranges of output channels)."""
+
+    th: Transforms
+    tw: Transforms
+    block: tuple[int, int]
+    co_block: int
+    co_split: int
+
+    def tiles(self, d: dict[str, int]) -> tuple[int, int]:
+        """The tile grid (TH, TW) of the output."""
+        return -(-d["OH"] // self.th.m), -(-d["OW"] // self.tw.m)
+
+
+def _enabled() -> bool:
+    return ENABLED and os.environ.get("MONOLIB_WINOGRAD", "1") != "0"
+
+
+def _block(grid: tuple[int, int], per_tile: int) -> tuple[int, int]:
+    """Tiles per block (rows, columns).
+
+    One row of tiles (1-D): columns while V (``per_tile`` bytes a tile) stays within
+    ``V_BYTES``. 2-D: whole tile rows up to 48 columns (a multiple of 8, a vector of
+    tiles on AVX2), about ``BLOCK_TILES`` tiles but at least 8 blocks (two threads
+    balance), rows times columns a multiple of 16 (one GEMM panel) where possible.
+    Measured on PP-OCR det's 3x3 convs: blocks of 16 tiles run 20-30% slower than 80
+    (per-block overheads: a V bigger than L2 costs less).
+    """
+    big_th, big_tw = grid
+    if big_th == 1:
+        cols = max(16, min(V_BYTES // per_tile // 16 * 16, -(-big_tw // 16) * 16))
+        return 1, cols
+    cols = min(-(-big_tw // 8) * 8, 48)
+    rows = max(1, min(-(-BLOCK_TILES // cols), big_th // 8))
+    if rows * cols % 16:
+        rows += 1
+    return min(rows, big_th), cols
+
+
+def plan_winograd(node: Node, d: dict[str, int], group: int) -> WinogradPlan | None:
+    """The Winograd plan of a Conv, or None where the existing paths are used.
+
+    Applies to float32, ``group == 1``, constant weights, stride and dilation 1, and
+    kernels 3x3 (F(4x4, 3x3), F(2x2, 3x3) on small outputs) or 1 x r with r in {3, 5}
+    along W (1-D convolutions, F(4, r)), with enough channels and tiles that the
+    transforms pay off.
+    """
+    x, w = node.inputs[0], node.inputs[1]
+    if not _enabled() or group != 1 or w.const is None:
+        return None
+    if d["SH"] != 1 or d["SW"] != 1 or d["DH"] != 1 or d["DW"] != 1:
+        return None
+    kernel = (d["KH"], d["KW"])
+    c_in, c_out = x.shape[1], w.shape[0]
+    if c_in < MIN_CIN or c_out < MIN_COUT:
+        return None
+    if kernel == (3, 3):
+        m = 4 if min(d["OH"], d["OW"]) >= 8 else 2
+        th, tw = cook_toom(m, 3), cook_toom(m, 3)
+    elif kernel in ((1, 3), (1, 5)):
+        th, tw = cook_toom(1, 1), cook_toom(4, kernel[1])
+    else:
+        return None
+    grid = -(-d["OH"] // th.m), -(-d["OW"] // tw.m)
+    if grid[0] * grid[1] < MIN_TILES:
+        return None
+    block = _block(grid, 4 * th.alpha * tw.alpha * c_in)
+    return WinogradPlan(th, tw, block, min(CO_BLOCK, -(-c_out // MR) * MR), 1)
+
+
+def emit_winograd(
+    node: Node, ctx: EmitContext, d: dict[str, int], epi: str, plan: WinogradPlan
+) -> str:
+    """C of a Conv through ``ml_winograd`` (one call per image).
+
+    ``U`` (:func:`transform_weights`) is packed per transformed element with
+    ``_gemm.pack_a`` into the params; the scratch holds one task's V, M and phase buffer
+    (``winograd.h``), sized for any vector width up to ``VW_MAX``.
+    """
+    x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
+    n, c_in = x.shape[:2]
+    c_out = w.shape[0]
+    th, tw = plan.th, plan.tw
+    ah, aw = th.alpha, tw.alpha
+    big_th, big_tw = plan.tiles(d)
+    u = transform_weights(w.const.reshape(c_out, c_in, d["KH"], d["KW"]), th, tw)
+    packed = np.concatenate([pack_a(u[xi]) for xi in range(ah * aw)])
+    u_stride = -(-c_out // MR) * MR * c_in
+    up = ctx.param(packed, f"{node.name}.winograd_u")
+    fin, fout = transform_functions(ctx, th, tw)
+    ctx.include("winograd.h")
+    bh, bw = plan.block
+    bwp = _round(min(bw, big_tw), VW_MAX)
+    ntp = _round(min(bh, big_th) * bwp, NR)
+    v_floats = ah * aw * _stride(c_in * ntp)
+    m_floats = ah * aw * _stride(plan.co_block * ntp)
+    p_floats = _round(((min(bh, big_th) - 1) * th.m + ah) * tw.m * (bwp + (aw - 1) // tw.m), 16)
+    scratch = ctx.scratch(4 * (v_floats + m_floats + p_floats))
+    hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+    yp = ctx.ptr(y)
+    fields = {
+        "C": c_in,
+        "M": c_out,
+        "H": d["H"],
+        "W": d["W"],
+        "OH": d["OH"],
+        "OW": d["OW"],
+        "PT": d["PT"],
+        "PL": d["PL"],
+        "mh": th.m,
+        "mw": tw.m,
+        "ah": ah,
+        "aw": aw,
+        "TH": big_th,
+        "TW": big_tw,
+        "bh": bh,
+        "bw": bw,
+        "mb": plan.co_block,
+        "co_split": plan.co_split,
+        "v_floats": v_floats,
+        "m_floats": m_floats,
+        "p_floats": p_floats,
+        "x": f"{ctx.ptr(x)} + n * {c_in * hw}",
+        "u": up,
+        "u_stride": u_stride,
+        "bias": ctx.ptr(b) if b is not None else "0",
+        "y": f"{yp} + n * {c_out * ohw}",
+        "in": fin,
+        "out": fout,
+        "epi": epi,
+        "epi_out": yp,
+        "epi_b": "n",
+    }
+    init = ", ".join(f".{k} = {v}" for k, v in fields.items())
+    return (
+        f"for (int64_t n = 0; n < {n}; ++n) {{\n"
+        f"  const ml_wino_args wa_ = {{{init}}};\n"
+        f"  ml_winograd(&wa_, {scratch});\n}}"
+    )
+
+
+def _stride(n: int) -> int:
+    """``ml_wino_stride``: n floats rounded up to an odd number of 64-byte lines."""
+    return (-(-n // 16) | 1) * 16
+
+
+def _round(n: int, k: int) -> int:
+    return -(-n // k) * k

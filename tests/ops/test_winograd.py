@@ -1,0 +1,231 @@
+"""Winograd convolution (ops/nn/winograd.py, kernels/winograd.h).
+
+The generated transforms satisfy the defining identity of F(m, r) exactly (Fractions);
+Convs that take the Winograd path (the C source names its kernels) match the NumPy
+reference and ONNX Runtime for partial edge tiles, pads 0/1/asymmetric, channel counts
+off the GEMM blocking, 1-D 3/5-tap and 2-D 3x3 kernels, with bias and a fused epilogue;
+a compiled model gives the same result on 1 and 2 threads; the path is skipped where it
+does not apply.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from fractions import Fraction
+
+import numpy as np
+import onnx
+import pytest
+from nn_harness import HarnessContext, check_node, make_node
+from onnx import TensorProto, helper, numpy_helper
+
+import monolib
+from monolib.compiler.build import lower
+from monolib.compiler.ops import op_of
+from monolib.compiler.ops.nn import winograd
+from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
+from monolib.compiler.testing import ort_run
+from monolib.runtime import GraphModule, cpu, set_num_threads
+
+RNG = np.random.default_rng(2016)
+
+
+def r(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (scale * RNG.standard_normal(shape)).astype(np.float32)
+
+
+# -- the transforms ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m, r_", [(1, 1), (2, 3), (3, 2), (4, 3), (4, 5), (6, 3), (2, 5)])
+def test_cook_toom_identity_is_exact(m: int, r_: int) -> None:
+    t = winograd.cook_toom(m, r_)
+    rnd = random.Random(m * 10 + r_)
+    a = t.alpha
+    assert len(t.at) == m and len(t.g) == a and len(t.bt) == a
+    for _ in range(4):
+        g = [Fraction(rnd.randint(-9, 9), rnd.randint(1, 7)) for _ in range(r_)]
+        d = [Fraction(rnd.randint(-9, 9), rnd.randint(1, 7)) for _ in range(a)]
+        gg = [sum(t.g[k][j] * g[j] for j in range(r_)) for k in range(a)]
+        bd = [sum(t.bt[k][j] * d[j] for j in range(a)) for k in range(a)]
+        y = [sum(t.at[i][k] * gg[k] * bd[k] for k in range(a)) for i in range(m)]
+        assert y == [sum(d[i + j] * g[j] for j in range(r_)) for i in range(m)]
+
+
+def test_cook_toom_f43_is_lavins_up_to_row_scale() -> None:
+    t = winograd.cook_toom(4, 3)  # points 0, +-1, +-2, inf
+    assert [[int(x) for x in row] for row in t.bt] == [
+        [4, 0, -5, 0, 1, 0],
+        [0, 4, 4, -1, -1, 0],
+        [0, -4, 4, 1, -1, 0],
+        [0, -2, -1, 2, 1, 0],
+        [0, 2, -1, -2, 1, 0],
+        [0, 4, 0, -5, 0, 1],
+    ]
+    assert [[int(x) for x in row] for row in t.at] == [
+        [1, 1, 1, 1, 1, 0],
+        [0, 1, -1, 2, -2, 0],
+        [0, 1, 1, 4, 4, 0],
+        [0, 1, -1, 8, -8, 1],
+    ]
+    assert t.g[1] == (Fraction(1, 6), Fraction(1, 6), Fraction(1, 6))
+
+
+def test_cook_toom_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="must be >= 1"):
+        winograd.cook_toom(0, 3)
+    with pytest.raises(ValueError, match="distinct"):
+        winograd.cook_toom(2, 3, (Fraction(0), Fraction(1), Fraction(1)))
+    with pytest.raises(ValueError, match="distinct"):
+        winograd.cook_toom(4, 3, (Fraction(0), Fraction(1)))
+
+
+def test_transform_weights_in_float64_matches_the_convolution() -> None:
+    """U = G g G^T, then A^T [U (.) B^T d B] A in float64 reproduces a 2-D correlation."""
+    th = tw = winograd.cook_toom(4, 3)
+    w = r(1, 1, 3, 3)
+    d = RNG.standard_normal((6, 6))
+    u = winograd.transform_weights(w, th, tw).reshape(6, 6).astype(np.float64)
+
+    def f(m):
+        return np.array([[float(x) for x in row] for row in m])
+
+    y = f(th.at) @ (u * (f(th.bt) @ d @ f(tw.bt).T)) @ f(tw.at).T
+    want = np.array(
+        [[np.sum(d[i : i + 3, j : j + 3] * w[0, 0]) for j in range(4)] for i in range(4)]
+    )
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+# -- the emitted kernel ------------------------------------------------------------------
+
+CASES = {
+    # x, w, attrs: partial edge tiles both ways, channels off MR (6) and NR (16)
+    "3x3_pad1_partial_tiles": ((1, 13, 17, 19), (10, 13, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3_no_pad": ((2, 9, 14, 26), (8, 9, 3, 3), {}),
+    "3x3_asym_pads": ((1, 12, 21, 30), (9, 12, 3, 3), {"pads": [0, 1, 2, 0]}),
+    "3x3_wide_blocks": ((1, 16, 10, 150), (9, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3_many_channels": ((1, 70, 18, 18), (50, 70, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3_small_output_f2": ((1, 16, 7, 30), (12, 16, 3, 3), {"pads": [0, 0, 0, 0]}),
+    "1d_k5": ((1, 20, 87), (14, 20, 5), {"pads": [2, 1]}),
+    "1d_k3": ((2, 17, 85), (13, 17, 3), {"pads": [1, 1]}),
+    "column_k5_magika_like": ((1, 40, 90, 1), (30, 40, 5, 1), {}),
+    "row_1x5": ((1, 20, 1, 90), (14, 20, 1, 5), {}),
+}
+
+
+def _node(xs, ws, attrs, bias=True):
+    ins = [r(*xs), r(*ws, scale=0.3), r(ws[0]) if bias else None]
+    return ins, make_node("Conv", ins, attrs, const=[1, 2], opset=11)
+
+
+def _source(node) -> str:
+    ctx = HarnessContext(node)
+    return op_of(node).emit(node, ctx) + "\n".join(ctx.helpers)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_winograd_conv_matches_reference(name: str) -> None:
+    xs, ws, attrs = CASES[name]
+    ins, node = _node(xs, ws, attrs)
+    src = _source(node)
+    assert "ml_winograd(" in src and "ml_wino_" in src, src[:400]
+    if name.endswith("_f2"):
+        assert "ml_wino_2x2_3x3_in" in src
+    check_node("Conv", ins, attrs, const=[1, 2], opset=11)
+
+
+def test_winograd_without_bias() -> None:
+    xs, ws, attrs = CASES["3x3_asym_pads"]
+    ins, _ = _node(xs, ws, attrs, bias=False)
+    check_node("Conv", ins[:2], attrs, const=[1], opset=11)
+
+
+@pytest.mark.parametrize(
+    "xs, ws, attrs, why",
+    [
+        ((1, 16, 20, 20), (16, 16, 3, 3), {"strides": [2, 2]}, "stride"),
+        ((1, 16, 20, 20), (16, 16, 3, 3), {"dilations": [2, 2]}, "dilation"),
+        ((1, 16, 20, 20), (16, 8, 3, 3), {"group": 2}, "group"),
+        ((1, 4, 20, 20), (16, 4, 3, 3), {}, "few input channels"),
+        ((1, 16, 20, 20), (16, 16, 5, 5), {}, "5x5"),
+        ((1, 16, 6, 6), (16, 16, 3, 3), {}, "few tiles"),
+    ],
+)
+def test_winograd_is_skipped_where_it_does_not_apply(xs, ws, attrs, why) -> None:
+    _, node = _node(xs, ws, attrs)
+    d = as_2d(list(node.inputs[0].shape[2:]), conv_geometry(node))
+    assert winograd.plan_winograd(node, d, int(node.attrs["group"])) is None, why
+
+
+def test_winograd_needs_constant_weights() -> None:
+    node = make_node("Conv", [r(1, 16, 20, 20), r(16, 16, 3, 3)], {}, const=[], opset=11)
+    d = as_2d([20, 20], conv_geometry(node))
+    assert winograd.plan_winograd(node, d, 1) is None
+
+
+def test_winograd_can_be_turned_off(monkeypatch) -> None:
+    _, node = _node(*CASES["3x3_no_pad"])
+    monkeypatch.setenv("MONOLIB_WINOGRAD", "0")
+    assert "ml_winograd(" not in _source(node)
+    monkeypatch.delenv("MONOLIB_WINOGRAD")
+    monkeypatch.setattr(winograd, "ENABLED", False)
+    assert "ml_winograd(" not in _source(node)
+
+
+# -- a compiled model on the thread pool ---------------------------------------------------
+
+
+def _model() -> onnx.ModelProto:
+    """x [1,32,45,43] -> 3x3 conv (20) + bias -> Relu: 132 tiles, over the parallel
+    threshold; s [1,48,301] -> 1-D 5-tap conv (40), no bias."""
+
+    def w(name, *s):
+        return numpy_helper.from_array(r(*s, scale=0.2), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["y"]),
+        helper.make_node("Conv", ["s", "w2"], ["z"], pads=[0, 0]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "winograd",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 45, 43]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 48, 301]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 45, 43]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 40, 297]),
+        ],
+        [w("w1", 20, 32, 3, 3), w("b1", 20), w("w2", 40, 48, 5)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.fixture
+def restore_threads():
+    yield
+    set_num_threads(len(os.sched_getaffinity(0)))
+
+
+def test_compiled_winograd_on_one_and_two_threads(restore_threads) -> None:
+    model = _model()
+    source, _, _ = lower(model, None, None)
+    assert source.count("ml_winograd(&") == 2
+    assert "ml_wino_4x4_3x3_in" in source and "ml_wino_1x4_1x5_in" in source
+    feeds = {"x": r(1, 32, 45, 43), "s": r(1, 48, 301)}
+    want = ort_run(model, feeds)
+    gm = GraphModule(monolib.compile(model, target="c")["default"](cpu()))
+    outs = {}
+    for n in (1, 2):
+        set_num_threads(n)
+        gm.run(**feeds)
+        outs[n] = [gm.get_output(i).numpy().copy() for i in range(2)]
+        for got, ref in zip(outs[n], want):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    assert (outs[1][0] >= 0).all()  # the fused Relu
+    for a, b in zip(outs[1], outs[2]):  # tasks own whole blocks: the same sums
+        np.testing.assert_array_equal(a, b)

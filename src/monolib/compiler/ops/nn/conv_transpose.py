@@ -33,7 +33,8 @@ __all__ = ["FUSED_MAX_A_BYTES", "ConvTranspose", "TGeometry", "tconv_geometry"]
 logger = logging.getLogger(__name__)
 
 # The fused kernel re-reads the whole packed A for every block of 16-32 input pixels:
-# above this (half a typical L2) the GEMM + col2im path, which blocks A, is used.
+# above this the GEMM + col2im path, which blocks A, is used. Measured on Zen 3 (1
+# thread, 2x2 kernels): A of 32-128 KB fused 1.4x faster, 256 KB even, 1 MB 1.5x slower.
 FUSED_MAX_A_BYTES = 256 * 1024
 
 

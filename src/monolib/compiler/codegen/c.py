@@ -409,6 +409,10 @@ def _io_json(values: Sequence[Value], plan: MemoryPlan) -> list[dict[str, Any]]:
 _BAD_FLOAT = re.compile(r"(?<![\w.])(?<![eEpP][+\-])(\d+)f\b")
 
 
+# a call of float32 exp (not ldexpf, frexpf, ml_expf)
+_EXPF = re.compile(r"(?<![\w])expf\s*\(")
+
+
 def _fix_float_literals(source: str) -> str:
     return _BAD_FLOAT.sub(r"\1.0f", source)
 
@@ -421,6 +425,10 @@ def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
     if any("ml_from_" in p or "ml_to_" in p for p in parts[2:]):
         # storage-type conversions (ops.base.storage_load/storage_store), before any user
         parts.insert(2, "/* ---- types.h ---- */\n" + _kernel_header("types.h").strip("\n"))
+    if any(_EXPF.search(p) for p in parts[1:]):
+        # float32 exp that vectorizes everywhere (no libmvec scalar fallback); it
+        # redefines expf, so it precedes every user
+        parts.insert(1, "/* ---- vmath.h ---- */\n" + _kernel_header("vmath.h").strip("\n"))
     if n:
         table = ", ".join(f"op_{i}" for i in range(n))
         parts.append(

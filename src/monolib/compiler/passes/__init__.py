@@ -10,6 +10,7 @@ This package exports the graph-level passes that run before fusion, one per modu
   (``collapse_reshapes``)
 * :class:`RemoveNoOps` -- identity-like nodes rewired away (``remove_noops``)
 * :class:`OneHotMatMulToGather` -- one-hot embedding MatMul as a Gather (``onehot_gather``)
+* :class:`TanhPlusOneToSigmoid` -- ``1 + tanh(u)`` as ``2 sigmoid(2u)`` (``tanh_sigmoid``)
 * :class:`DeadCodeElimination` -- nodes that reach no graph output (``dce``)
 
 :func:`simplify` runs them to a fixed point. ``fuse_elementwise`` and ``plan_memory``
@@ -23,6 +24,7 @@ from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .onehot_gather import OneHotMatMulToGather
 from .remove_noops import RemoveNoOps
+from .tanh_sigmoid import TanhPlusOneToSigmoid
 
 __all__ = [
     "CollapseReshapes",
@@ -34,14 +36,15 @@ __all__ = [
     "PassManager",
     "PassResult",
     "RemoveNoOps",
+    "TanhPlusOneToSigmoid",
     "simplify",
 ]
 
 
 def simplify(graph, onehot_gather: bool = True):
     """Run the pre-fusion passes to a fixed point: constant folding, BatchNormalization
-    folding into convolutions, reshape-chain collapsing, no-op removal, dead code
-    elimination.
+    folding into convolutions, reshape-chain collapsing, no-op removal, ``1 + tanh(u)``
+    as ``2 sigmoid(2u)``, dead code elimination.
 
     Parameters
     ----------
@@ -61,6 +64,7 @@ def simplify(graph, onehot_gather: bool = True):
         FoldBatchNorm(),
         CollapseReshapes(),
         RemoveNoOps(),
+        TanhPlusOneToSigmoid(),
         DeadCodeElimination(),
     ]
     if onehot_gather:

@@ -6,8 +6,11 @@ prod(shape[axis:])]`` and normalize over the second dim (default ``axis=1``); ve
 stable way, ``exp(x - max)``.
 
 The emitter views the input as ``[outer, n, inner]``. With ``inner == 1`` (the usual
-last-axis case) each contiguous row is reduced with ``math_reduce.h``; otherwise
-``inner`` columns are processed together so the innermost loop stays contiguous.
+last-axis case) the rows are contiguous: float32 calls ``kernels/softmax.h``, which
+splits the rows over the thread pool and vectorizes the exp loop (a fused elementwise
+tail then runs in one pass over the output); float64 rows are done serially here.
+Otherwise ``inner`` columns are processed together so the innermost loop stays
+contiguous.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 from ....runtime.errors import UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
-from ..tensor.loops import flat_index_exprs, normalize_axis
+from ..tensor.loops import flat_index_exprs, has_epilogue, normalize_axis
 from .elementwise import cfn, is_float, lit
 from .reduce import flat_groups
 
@@ -73,6 +76,8 @@ class _SoftmaxBase(OpDef):
         if x.size == 0:
             return ""
         outer, n, inner = softmax_view(x.shape, node.attrs["axis"], self.coerce_2d)
+        if inner == 1 and x.dtype == np.float32:
+            return self._emit_rows_f32(node, ctx, outer, n)
         if inner == 1:
             return self._emit_rows(node, ctx, outer, n)
         return self._emit_columns(node, ctx, outer, n, inner)
@@ -83,6 +88,25 @@ class _SoftmaxBase(OpDef):
         dt = y.dtype
         val = f"({xv} - {m} - {cfn('log', dt)}({s}))" if self.log else f"({ev} * {s})"
         return f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(val, flat_index_exprs(flat, y.shape))};"
+
+    def _emit_rows_f32(self, node, ctx, outer: int, n: int) -> str:
+        """Contiguous float32 rows: one ``ml_softmax_f32`` call (``kernels/softmax.h``),
+        then a fused epilogue, if any, in one pass over the output."""
+        x, y = node.inputs[0], node.outputs[0]
+        ctx.include("math_reduce.h")
+        ctx.include("softmax.h")
+        scratch = ctx.scratch(n * 4) if self.log else "0"
+        a = ctx.unique("sm")
+        lines = [
+            f"{{ ml_softmax_args {a} = {{{ctx.ptr(x)}, {ctx.ptr(y)}, {outer}, {n}, 0, {int(self.log)}}};",
+            f"  ml_softmax_f32(&{a}, {scratch}); }}",
+        ]
+        if has_epilogue(ctx, len(y.shape)):
+            i = ctx.unique("i")
+            yi = f"{ctx.ptr(y)}[{i}]"
+            value = ctx.output_expr(yi, flat_index_exprs(i, y.shape))
+            lines.append(f"for (int64_t {i} = 0; {i} < {y.size}; ++{i}) {yi} = {value};")
+        return "\n".join(lines)
 
     def _emit_rows(self, node, ctx, outer: int, n: int) -> str:
         x = node.inputs[0]

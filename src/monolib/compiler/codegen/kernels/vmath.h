@@ -1,0 +1,66 @@
+/* vmath.h -- float32 exp as branch-free C that the compiler vectorizes inside any loop
+ * (monolib kernel library; pasted right after the prelude by codegen/c.py).
+ *
+ * Why not libm's expf: gcc does vectorize loops calling it, through glibc's libmvec
+ * (_ZGVdN8v_expf), but only on x86-64 glibc >= 2.22, and libmvec sends a whole vector
+ * to a scalar fallback when any lane is outside about |x| < 87: a tanh-GELU written as
+ * x * sigmoid(2u) on conv outputs of a few tens took 12 ns per element there instead
+ * of 0.7. ml_expf costs the same as libmvec's fast path (~0.5 ns per element on Zen 3)
+ * for every input and vectorizes on any target.
+ *
+ * Method (Cody & Waite range reduction, as in Cephes/SLEEF): n = round(x / ln 2),
+ * r = x - n ln 2 in two parts (ln2_hi has 9 significant bits, so n * ln2_hi is exact
+ * for |n| <= 150), exp(r) on |r| <= ln(2)/2 by a degree-6 polynomial (1 + r + r^2 P(r),
+ * P a minimax fit of (e^r - 1 - r) / r^2, relative error 3.5e-9), then exp(x) =
+ * exp(r) * 2^n1 * 2^n2 with n1 + n2 = n: two exact power-of-two scalings, so results
+ * in the subnormal range are rounded once and overflow gives inf. Inputs are clamped
+ * to [-104, 88.8] first (exp is 0 resp. inf beyond); NaN passes through.
+ * Accuracy, checked against double exp over all 2^32 inputs: max error 0.998 ulp,
+ * mean 0.034 ulp; exp(0) = 1, exp(-inf) = 0, exp(inf) = inf, exp(NaN) = NaN.
+ */
+#ifndef MONOLIB_VMATH_H
+#define MONOLIB_VMATH_H
+#include <stdint.h>
+#include <string.h>
+
+static inline float ml_f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t ml_bits_from_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float ml_expf(float x) {
+    /* compare-selects (not fminf/fmaxf) so a NaN stays NaN */
+    x = x > 88.8f ? 88.8f : x;
+    x = x < -104.0f ? -104.0f : x;
+    /* 0x1.8p23: adding it rounds x / ln 2 to an integer held in the low mantissa bits */
+    const float k = x * 1.44269504f + 12582912.0f;
+    const float n = k - 12582912.0f;
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 0.0013811662793159485f;
+    p = p * r + 0.008370134979486465f;
+    p = p * r + 0.04166852682828903f;
+    p = p * r + 0.16666509211063385f;
+    p = p * r + 0.4999999403953552f;
+    p = 1.0f + (r + r * r * p);
+    /* n in [-150, 128]: each half within a normal float's exponent range */
+    const int32_t ni = (int32_t)(ml_bits_from_f32(k) - 0x4B400000u);
+    const int32_t n1 = ni / 2, n2 = ni - n1;
+    const float s1 = ml_f32_from_bits((uint32_t)(n1 + 127) << 23);
+    const float s2 = ml_f32_from_bits((uint32_t)(n2 + 127) << 23);
+    return p * s1 * s2;
+}
+
+/* The ops' C expressions write C99's expf (the device backends map that name onto
+   their own); in the C backend it is this function. */
+#undef expf
+#define expf(x) ml_expf(x)
+
+#endif /* MONOLIB_VMATH_H */

@@ -61,19 +61,28 @@ typedef struct {
     int64_t epi_b;
 } ml_wino_args;
 
-#if ML_VW == 8 && defined(__clang__)
+/* Two-source lane shuffles (GCC and clang spell them differently; others: plain loops). */
+#if defined(__clang__)
 #define ML_WSHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#elif ML_VW == 8 && defined(__GNUC__)
-typedef int32_t ml_wino_vi __attribute__((vector_size(32)));
+#elif defined(__GNUC__)
+typedef int32_t ml_wino_vi __attribute__((vector_size(ML_VW * 4)));
 #define ML_WSHUF(a, b, ...) __builtin_shuffle(a, b, (ml_wino_vi){__VA_ARGS__})
 #endif
+#if defined(ML_WSHUF) && ML_VW == 4
+#define ML_WEVEN(a, b) ML_WSHUF(a, b, 0, 2, 4, 6)
+#define ML_WODD(a, b) ML_WSHUF(a, b, 1, 3, 5, 7)
+#elif defined(ML_WSHUF) && ML_VW == 16
+#define ML_WEVEN(a, b) ML_WSHUF(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+#define ML_WODD(a, b) ML_WSHUF(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)
+#endif
 
-/* dst[p*Q + q] = s[4*q + p] for q < n (n a multiple of 8 with the 8-lane shuffles). */
+/* dst[p*Q + q] = s[4*q + p] for q < n, p < 4: the de-interleave of 4 column phases. */
 static inline void ml_wino_split4(const float* restrict s, int64_t n, int64_t Q,
                                   float* restrict dst) {
     int64_t q = 0;
-#ifdef ML_WSHUF
-    /* 8 tiles of 4 phases: halves regrouped, then a 4x4 transpose in each half */
+#if defined(ML_WSHUF) && ML_VW == 8
+    /* AVX2: 128-bit halves regrouped, then a 4x4 transpose within each half (12
+     * shuffles per 8 tiles, 8 of them in-lane; even/odd splits would take 24) */
     for (; q + 8 <= n; q += 8) {
         const float* x = s + 4 * q;
         ml_vf a0 = *(const ml_vf*)x, a1 = *(const ml_vf*)(x + 8);
@@ -90,6 +99,19 @@ static inline void ml_wino_split4(const float* restrict s, int64_t n, int64_t Q,
         *(ml_vf*)(dst + Q + q) = ML_WSHUF(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
         *(ml_vf*)(dst + 2 * Q + q) = ML_WSHUF(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
         *(ml_vf*)(dst + 3 * Q + q) = ML_WSHUF(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+#elif defined(ML_WEVEN)
+    /* two rounds of even/odd splits (one two-source permute each with AVX-512) */
+    for (; q + ML_VW <= n; q += ML_VW) {
+        const float* x = s + 4 * q;
+        ml_vf a0 = *(const ml_vf*)x, a1 = *(const ml_vf*)(x + ML_VW);
+        ml_vf a2 = *(const ml_vf*)(x + 2 * ML_VW), a3 = *(const ml_vf*)(x + 3 * ML_VW);
+        ml_vf e01 = ML_WEVEN(a0, a1), o01 = ML_WODD(a0, a1);
+        ml_vf e23 = ML_WEVEN(a2, a3), o23 = ML_WODD(a2, a3);
+        *(ml_vf*)(dst + q) = ML_WEVEN(e01, e23);
+        *(ml_vf*)(dst + Q + q) = ML_WEVEN(o01, o23);
+        *(ml_vf*)(dst + 2 * Q + q) = ML_WODD(e01, e23);
+        *(ml_vf*)(dst + 3 * Q + q) = ML_WODD(o01, o23);
     }
 #endif
     for (; q < n; ++q)

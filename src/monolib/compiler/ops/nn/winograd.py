@@ -314,17 +314,22 @@ def transform_functions(ctx: EmitContext, th: Transforms, tw: Transforms) -> tup
 
 # -- selection and emission -------------------------------------------------------------
 
-#: Smallest channel counts and output tiles for which the transforms pay off (measured
-#: on znver3, AVX2: see :func:`plan_winograd`).
+#: Smallest channel counts and output tiles for which the transforms pay off, and the
+#: output size below which 2-D ones also need C_in >= 32 and C_in * C_out >= 1024
+#: (measured on znver3, AVX2, 3x3 and 1-D convs of 8-256 channels, 8x8 to 64x64 and
+#: 32 to 512 long: on smaller ones the GEMMs are too short for their set-up).
 MIN_CIN = 8
 MIN_COUT = 8
 MIN_TILES = 16
+SMALL_PIXELS = 1024
 #: Target bytes of the transformed input V of one block (L2 is 512 KiB per core).
 V_BYTES = 256 * 1024
 #: Tiles per 2-D block aimed at (see :func:`_block`).
 BLOCK_TILES = 80
 #: Output channels per GEMM + output-transform pass (a multiple of MR).
 CO_BLOCK = 48
+#: Tasks wanted per convolution (two threads, about two tasks each).
+MIN_TASKS = 4
 #: Widest vector of tiles a build may use (ML_VW of gemm.h: 16 floats with AVX-512).
 VW_MAX = 16
 
@@ -371,13 +376,20 @@ def _block(grid: tuple[int, int], per_tile: int) -> tuple[int, int]:
     return min(rows, big_th), cols
 
 
+def _lanes(d: dict[str, int], m: int) -> int:
+    """Tile lanes a 2-D F(m x m) output computes: rows of tiles padded to vectors of 8
+    (F(2x2) wins on narrow outputs, where F(4x4) would leave lanes idle)."""
+    return -(-d["OH"] // m) * _round(-(-d["OW"] // m), 8)
+
+
 def plan_winograd(node: Node, d: dict[str, int], group: int) -> WinogradPlan | None:
     """The Winograd plan of a Conv, or None where the existing paths are used.
 
     Applies to float32, ``group == 1``, constant weights, stride and dilation 1, and
-    kernels 3x3 (F(4x4, 3x3), F(2x2, 3x3) on small outputs) or 1 x r with r in {3, 5}
-    along W (1-D convolutions, F(4, r)), with enough channels and tiles that the
-    transforms pay off.
+    kernels 3x3 (F(4x4, 3x3), or F(2x2, 3x3) on narrow outputs where F(4x4) would leave
+    vector lanes idle) or 1 x r with r in {3, 5} along W (1-D convolutions, F(4, r)),
+    with enough channels and tiles that the transforms pay off (``MIN_*``,
+    ``SMALL_PIXELS``).
     """
     x, w = node.inputs[0], node.inputs[1]
     if not _enabled() or group != 1 or w.const is None:
@@ -389,7 +401,9 @@ def plan_winograd(node: Node, d: dict[str, int], group: int) -> WinogradPlan | N
     if c_in < MIN_CIN or c_out < MIN_COUT:
         return None
     if kernel == (3, 3):
-        m = 4 if min(d["OH"], d["OW"]) >= 8 else 2
+        if d["OH"] * d["OW"] < SMALL_PIXELS and (c_in < 32 or c_in * c_out < 1024):
+            return None
+        m = min((4, 2), key=lambda m: _lanes(d, m) * (m + 2) ** 2)
         th, tw = cook_toom(m, 3), cook_toom(m, 3)
     elif kernel in ((1, 3), (1, 5)):
         th, tw = cook_toom(1, 1), cook_toom(4, kernel[1])
@@ -399,7 +413,11 @@ def plan_winograd(node: Node, d: dict[str, int], group: int) -> WinogradPlan | N
     if grid[0] * grid[1] < MIN_TILES:
         return None
     block = _block(grid, 4 * th.alpha * tw.alpha * c_in)
-    return WinogradPlan(th, tw, block, min(CO_BLOCK, -(-c_out // MR) * MR), 1)
+    blocks = -(-grid[0] // block[0]) * -(-grid[1] // block[1])
+    # few blocks (a short 1-D input): tasks also split the output channels, each part
+    # at least CO_BLOCK rows; their input transforms repeat, a small cost beside the GEMMs
+    co_split = max(1, min(MIN_TASKS // blocks, c_out // CO_BLOCK))
+    return WinogradPlan(th, tw, block, min(co_block, -(-c_out // MR) * MR), co_split)
 
 
 def emit_winograd(

@@ -13,34 +13,35 @@
  * by the input transform straight into the packed-B layout (panels of ML_NR tiles).
  *
  * The transforms are generated C (ops/nn/winograd.py) with the matrices as constants:
- *   in(b, rs, ps, qs, v, xs): loads d[i][j] = *(ml_vf*)(b + i*rs + (j%mw)*ps + (j/mw)*qs)
- *       (ML_VW tiles per vector) and stores V element xi at v + xi*xs;
+ *   in(b, rs, ps, v, xs): loads d[i][j] = *(ml_vf*)(b + i*rs + (j%mw)*ps + j/mw) for
+ *       ML_VW tiles side by side and stores V element xi at v + xi*xs;
  *   out(m, xs, bias, y): loads M element xi at m + xi*xs and writes the mh*mw output
  *       vectors y[a*mw + b] (bias added).
- * Tiles are vectorised along a tile row: the input rows a block needs are copied per
- * channel into a zero-padded buffer split into mw column phases (phase p holds padded
- * columns q*mw + p), so input column q*mw + j of ML_VW consecutive tiles is one vector
- * load at phase j%mw, offset j/mw. A vector whose tiles cross a tile row (or run past
- * the last tile) is gathered through a small buffer instead.
+ * Tiles are vectorised along a row of tiles: per channel, the input rows a block reads
+ * are copied into a zero-padded buffer split into mw column phases (phase p holds padded
+ * columns q*mw + p: a de-interleave by vector shuffles), so column q*mw + j of ML_VW
+ * consecutive tiles is one vector load at phase j%mw, offset j/mw.
  *
- * Work is split into blocks of `nt` consecutive tiles (row-major over the tile grid),
- * sized so V and M stay in L2; each block (times `co_split` ranges of output channels)
- * is one task of the thread pool, with its own scratch: tasks never synchronise.
+ * Work is split into blocks of bh x bw tiles (whole rows of tiles where they are narrow
+ * enough); each block, times `co_split` ranges of output channels, is one task of the
+ * thread pool with its own scratch: tasks never synchronise. Per task: the input
+ * transform of every channel into V, then per `mb` output channels the ah*aw GEMMs into
+ * M and the output transform, stores and the fused epilogue while M is in cache.
  */
 #ifndef MONOLIB_WINOGRAD_H
 #define MONOLIB_WINOGRAD_H
 #include <stdint.h>
 #include <string.h>
 
-typedef void (*ml_wino_in_fn)(const float* b, int64_t rs, int64_t ps, int64_t qs, float* v,
-                              int64_t xs);
+typedef void (*ml_wino_in_fn)(const float* b, int64_t rs, int64_t ps, float* v, int64_t xs);
 typedef void (*ml_wino_out_fn)(const float* m, int64_t xs, float bias, ml_vf* y);
 
 /* One Winograd convolution of one image. A block is bh x bw tiles of the grid (fewer at
  * the bottom and right edges); its tiles are GEMM columns r*bwp + c, each block row
  * padded to bwp = bw rounded up to ML_VW (the padding lanes are computed, never
- * stored). Scratch per task (floats): V (v_floats: ah*aw*C*ntp), M (m_floats:
- * ah*aw*mb*ntp) and the phase buffer of one channel (p_floats). */
+ * stored), ntp = nh*bwp rounded up to ML_NR columns. Scratch per task (floats): V
+ * (v_floats >= ah*aw*ml_wino_stride(C*ntp)), M (m_floats >= ah*aw*ml_wino_stride(mb*ntp))
+ * and the phase buffer of one channel (p_floats). */
 typedef struct {
     int64_t C, M, H, W, OH, OW, PT, PL;
     int64_t mh, mw, ah, aw;  /* output tile, input tile */
@@ -76,14 +77,17 @@ typedef int32_t ml_wino_vi __attribute__((vector_size(ML_VW * 4)));
 #define ML_WODD(a, b) ML_WSHUF(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)
 #endif
 
-/* dst[p*Q + q] = s[4*q + p] for q < n, p < 4: the de-interleave of 4 column phases. */
+/* dst[p*Q + q] = s[4*q + p] for q < n, p < 4: the de-interleave of 4 column phases.
+ * A last partial vector is redone overlapping the one before (same values): scalars only
+ * when n is below one vector. */
 static inline void ml_wino_split4(const float* restrict s, int64_t n, int64_t Q,
                                   float* restrict dst) {
     int64_t q = 0;
 #if defined(ML_WSHUF) && ML_VW == 8
     /* AVX2: 128-bit halves regrouped, then a 4x4 transpose within each half (12
      * shuffles per 8 tiles, 8 of them in-lane; even/odd splits would take 24) */
-    for (; q + 8 <= n; q += 8) {
+    for (; q < n && n >= 8; q += 8) {
+        if (q + 8 > n) q = n - 8;
         const float* x = s + 4 * q;
         ml_vf a0 = *(const ml_vf*)x, a1 = *(const ml_vf*)(x + 8);
         ml_vf a2 = *(const ml_vf*)(x + 16), a3 = *(const ml_vf*)(x + 24);
@@ -102,7 +106,8 @@ static inline void ml_wino_split4(const float* restrict s, int64_t n, int64_t Q,
     }
 #elif defined(ML_WEVEN)
     /* two rounds of even/odd splits (one two-source permute each with AVX-512) */
-    for (; q + ML_VW <= n; q += ML_VW) {
+    for (; q < n && n >= ML_VW; q += ML_VW) {
+        if (q + ML_VW > n) q = n - ML_VW;
         const float* x = s + 4 * q;
         ml_vf a0 = *(const ml_vf*)x, a1 = *(const ml_vf*)(x + ML_VW);
         ml_vf a2 = *(const ml_vf*)(x + 2 * ML_VW), a3 = *(const ml_vf*)(x + 3 * ML_VW);
@@ -117,11 +122,6 @@ static inline void ml_wino_split4(const float* restrict s, int64_t n, int64_t Q,
     for (; q < n; ++q)
         for (int p = 0; p < 4; ++p) dst[p * Q + q] = s[4 * q + p];
 }
-
-#ifndef ML_WINO_AHEAD
-#define ML_WINO_AHEAD 2 /* channels prefetched ahead by the input transform */
-#endif
-#define ML_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* Copy padded columns c0 + q*mw + p (q < Q, p < mw) of one input row (W floats) into
  * dst[p*Q + q], zero outside the row. */
@@ -183,17 +183,8 @@ static void ml_wino_input(const ml_wino_args* a, const ml_wino_block* b, float* 
     int64_t Q = b->bwp + (a->aw - 1) / mw; /* phase columns read */
     int64_t R = (b->nh - 1) * mh + a->ah;  /* padded rows read */
     int64_t rs = mw * Q, xs = ml_wino_stride(C * ntp), n = b->nh * b->bwp;
-    /* the rows of a block are short runs a channel (H*W floats) apart, which the
-     * hardware prefetcher does not follow: fetch those of channel ci + ML_WINO_AHEAD */
-    int64_t r0 = ML_MAX(0, b->ty0 * mh - a->PT), r1 = ML_MIN(a->H, b->ty0 * mh - a->PT + R);
-    int64_t w0 = ML_MAX(0, b->tx0 * mw - a->PL), w1 = ML_MIN(a->W, b->tx0 * mw - a->PL + mw * Q);
     for (int64_t ci = 0; ci < C; ++ci) {
         const float* xc = a->x + ci * a->H * a->W;
-        if (ci + ML_WINO_AHEAD < C && w0 < w1)
-            for (int64_t r = r0; r < r1; ++r) {
-                const char* p = (const char*)(xc + ML_WINO_AHEAD * a->H * a->W + r * a->W);
-                for (int64_t k = w0 * 4; k < w1 * 4 + 63; k += 64) __builtin_prefetch(p + k, 0, 3);
-            }
         for (int64_t r = 0; r < R; ++r) {
             int64_t ih = b->ty0 * mh + r - a->PT;
             if (ih < 0 || ih >= a->H) memset(P + r * rs, 0, rs * sizeof(float));
@@ -203,7 +194,7 @@ static void ml_wino_input(const ml_wino_args* a, const ml_wino_block* b, float* 
         for (int64_t r = 0; r < b->nh; ++r)
             for (int64_t c = 0; c < b->bwp; c += ML_VW) {
                 int64_t t = r * b->bwp + c;
-                a->in(P + r * mh * rs + c, rs, Q, 1,
+                a->in(P + r * mh * rs + c, rs, Q,
                       V + (t / ML_NR) * C * ML_NR + ci * ML_NR + t % ML_NR, xs);
             }
         if (n < ntp) /* columns no tile uses: zeros, not stale scratch */

@@ -276,7 +276,7 @@ def transform_functions(ctx: EmitContext, th: Transforms, tw: Transforms) -> tup
     name = _name(th, tw)
     body = [
         f"/* F({mh}x{mw}, {th.r}x{tw.r}) input transform: V = BT_h d BT_w^T for ML_VW tiles */",
-        f"static void {name}_in(const float* restrict b, int64_t rs, int64_t ps, int64_t qs,",
+        f"static void {name}_in(const float* restrict b, int64_t rs, int64_t ps,",
         "                      float* restrict v, int64_t xs) {",
         f"  ml_vf t[{ah}][{aw}];",
         f"  for (int i = 0; i < {ah}; ++i) {{",
@@ -284,7 +284,7 @@ def transform_functions(ctx: EmitContext, th: Transforms, tw: Transforms) -> tup
     ]
     ins = []
     for j in range(aw):
-        body.append(f"    const ml_vf d{j} = *(const ml_vf*)(r + {j % mw} * ps + {j // mw} * qs);")
+        body.append(f"    const ml_vf d{j} = *(const ml_vf*)(r + {j % mw} * ps + {j // mw});")
         ins.append(f"d{j}")
     body += ["    " + s for s in _apply_1d(tw.bt, ins, [f"t[i][{l}]" for l in range(aw)], "w")]
     body += ["  }", f"  for (int l = 0; l < {aw}; ++l) {{"]
@@ -417,7 +417,7 @@ def plan_winograd(node: Node, d: dict[str, int], group: int) -> WinogradPlan | N
     # few blocks (a short 1-D input): tasks also split the output channels, each part
     # at least CO_BLOCK rows; their input transforms repeat, a small cost beside the GEMMs
     co_split = max(1, min(MIN_TASKS // blocks, c_out // CO_BLOCK))
-    return WinogradPlan(th, tw, block, min(co_block, -(-c_out // MR) * MR), co_split)
+    return WinogradPlan(th, tw, block, min(CO_BLOCK, -(-c_out // MR) * MR), co_split)
 
 
 def emit_winograd(

@@ -289,7 +289,8 @@ ML_UNUSED static void ml_winograd(const ml_wino_args* a, void* scratch) {
     int64_t blocks = ((a->TH + a->bh - 1) / a->bh) * ((a->TW + a->bw - 1) / a->bw);
     int64_t tasks = blocks * a->co_split;
 #ifdef MONOLIB_THREADPOOL_H
-    double work = (double)a->ah * a->aw * a->C * a->M * a->TH * a->TW;
+    /* the GEMMs plus the transforms (some 16 operations per element and channel) */
+    double work = (double)a->ah * a->aw * a->TH * a->TW * (a->C * a->M + 16 * (a->C + a->M));
     if (ml_par_tasks(work, tasks) > 1) {
         size_t bytes = 4 * (size_t)(a->v_floats + a->m_floats + a->p_floats);
         ml_parallel_for(tasks, ml_wino_task, (void*)a, scratch, bytes);

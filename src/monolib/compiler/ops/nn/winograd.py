@@ -31,6 +31,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ....runtime.errors import CompileError
 from ...ir import Node
 from ..base import EmitContext
 from ._gemm import MR, NR, pack_a
@@ -132,15 +133,15 @@ def cook_toom(m: int, r: int, points: tuple[Fraction, ...] | None = None) -> Tra
 
     Raises
     ------
-    ValueError
+    CompileError
         On ``m`` or ``r`` < 1, too few points or repeated points.
     """
     if m < 1 or r < 1:
-        raise ValueError(f"F({m}, {r}): m and r must be >= 1")
+        raise CompileError(f"F({m}, {r}): m and r must be >= 1")
     alpha = m + r - 1
     pts = tuple(Fraction(p) for p in (POINTS[: alpha - 1] if points is None else points))
     if len(pts) != alpha - 1 or len(set(pts)) != len(pts):
-        raise ValueError(f"F({m}, {r}) needs {alpha - 1} distinct finite points, got {pts}")
+        raise CompileError(f"F({m}, {r}) needs {alpha - 1} distinct finite points, got {pts}")
     vinv = _inverse(_evaluation(pts, alpha))
     bt = [[vinv[j][k] for j in range(alpha)] for k in range(alpha)]  # V^-T
     vm = _evaluation(pts, m)
@@ -190,7 +191,7 @@ def transform_weights(w: np.ndarray, th: Transforms, tw: Transforms) -> np.ndarr
 def _literal(c: Fraction) -> str:
     v = float(c)
     if Fraction(v) != c or Fraction(float(np.float32(v))) != c:
-        raise ValueError(f"transform coefficient {c} is not exact in float32")
+        raise CompileError(f"transform coefficient {c} is not exact in float32")
     return f"{v!r}f"
 
 

@@ -3,7 +3,8 @@
 Lowering (``emit``):
 
 * depthwise (``group == C_in == C_out``): ``ml_dwconv2d`` of ``kernels/conv.h``, a direct
-  vectorised kernel (3x3/5x5, strides 1 and 2 specialised);
+  kernel vectorised along W, 4 output rows x 2 vectors per tile, unrolled for 3x3/5x5
+  windows with strides 1 and 2 (``_dw_fast``), run-time loops for other shapes;
 * everything else is ``y[Cout_g, OH*OW] = W[Cout_g, Cin_g*KH*KW] @ cols`` with the weights
   packed at compile time (``_gemm.pack_a``), per image and group:
 
@@ -166,12 +167,52 @@ class Conv(OpDef):
         return _emit_gemm(node, ctx, d, epi, group)
 
 
+# ml_dwconv2d's fast path (kernels/conv.h): square 3x3/5x5 windows, strides 1 and 2, no
+# dilation, left and right pads up to ML_DW_PAD; ML_DW_R output rows per tile, blocks of
+# ML_DW_BLOCK floats of padded input rows. Mirrors ml_dw_is_fast / ml_dw_scratch_floats.
+_DW_PAD = 4
+_DW_R = 4
+_DW_BLOCK = 8192
+_VECTOR_WIDTHS = (4, 8, 16)  # ML_VW of SSE, AVX, AVX-512: the scratch fits any
+
+
+def _dw_fast(d: dict[str, int]) -> bool:
+    """Whether ``ml_dwconv2d`` takes its unrolled path (``ml_dw_is_fast``)."""
+    wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
+    return (
+        d["DH"] == d["DW"] == 1
+        and d["KH"] == d["KW"] in (3, 5)
+        and d["SH"] in (1, 2)
+        and d["SW"] in (1, 2)
+        and 0 <= d["PL"] <= _DW_PAD
+        and wp - d["W"] - d["PL"] <= _DW_PAD
+    )
+
+
+def _dw_scratch_floats(d: dict[str, int], vw: int) -> int:
+    """``ml_dw_scratch_floats`` of kernels/conv.h for vectors of ``vw`` floats."""
+    oh, ow, kh, kw, sh, sw = (d[k] for k in ("OH", "OW", "KH", "KW", "SH", "SW"))
+    wp = (ow - 1) * sw + (kw - 1) * d["DW"] + 1
+    if _dw_fast(d):
+        row = -(-((ow - 1) * sw + kw + vw * sw + 2) // vw) * vw
+        rows = _DW_BLOCK // row
+        blk = (rows - kw) // sh + 1 if rows > kw else 1
+        blk = max(blk // _DW_R * _DW_R, 2 * _DW_R)
+        blk = max(min(blk, oh), _DW_R)
+        return ((blk - 1) * sh + kh) * row + ow + _DW_R * vw
+    hp = (oh - 1) * sh + (kh - 1) * d["DH"] + 1
+    ring = min(hp, (kh - 1) * d["DH"] + 1)
+    return (ring * sw * (-(-wp // sw) + 2 * vw) + 1) // 2 * 2 + 2 * ring
+
+
 def _emit_depthwise(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
+    """``ml_dwconv2d`` per image; the fast path's entry point is named for the shape so
+    that the build compiles only the unrolled kernels the model uses."""
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
-    hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
-    wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
-    plane = ctx.scratch(4 * hp * d["SW"] * (-(-wp // d["SW"]) + 32))
+    floats = max(_dw_scratch_floats(d, vw) for vw in _VECTOR_WIDTHS)
+    scratch = ctx.scratch(4 * floats)
+    units = f"ml_dw_units_{d['KH']}_{d['SH']}{d['SW']}" if _dw_fast(d) else "ml_dw_units_any"
     bias = ctx.ptr(b) if b is not None else "0"
     yp = ctx.ptr(y)
     args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
@@ -179,7 +220,7 @@ def _emit_depthwise(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -
         f"for (int64_t n = 0; n < {n}; ++n)\n"
         f"  ml_dwconv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args},\n"
         f"    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {ctx.ptr(w)}, {bias},\n"
-        f"    {yp} + n * {c * d['OH'] * d['OW']}, (float*){plane}, {epi}, {yp}, n);"
+        f"    {yp} + n * {c * d['OH'] * d['OW']}, (float*){scratch}, {epi}, {yp}, n, {units});"
     )
 
 

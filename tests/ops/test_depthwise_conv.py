@@ -1,0 +1,247 @@
+"""Depthwise convolution (``ml_dwconv2d`` of kernels/conv.h, ``_emit_depthwise`` of
+ops/nn/conv.py).
+
+The unrolled path (3x3/5x5, strides 1 and 2 each way) and the run-time-loop path match the
+NumPy reference for pads 0/1/2/asymmetric, odd sizes, rows narrower than a vector, wider
+than three and in between, fewer output rows than a tile, 1 to 48 channels, with and
+without bias, with the harness's non-idempotent epilogue (an output row whose epilogue
+ran twice, or never, shows); also with 4- and 16-float vectors. A compiled model with
+fused HardSwish/Relu matches ONNX Runtime and gives the same bits on 1 and 2 threads. The
+scratch size conv.py reserves is the C kernel's own formula.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from nn_harness import EPI, KERNELS, HarnessContext, make_node, run_c
+from onnx import TensorProto, helper, numpy_helper
+
+import monolib
+from monolib.compiler.build import lower
+from monolib.compiler.ops import op_of
+from monolib.compiler.ops.nn import conv
+from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
+from monolib.compiler.testing import ort_run
+from monolib.runtime import GraphModule, cpu, set_num_threads
+
+RNG = np.random.default_rng(3)
+
+
+def r(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (scale * RNG.standard_normal(shape)).astype(np.float32)
+
+
+# name: (x shape, kernel, attrs (group added), entry point expected)
+CASES = {
+    "3x3_s11_p1_wide": ((1, 16, 20, 37), 3, {"pads": [1, 1, 1, 1]}, "3_11"),
+    "3x3_s11_p1_narrower_than_a_vector": ((1, 7, 9, 5), 3, {"pads": [1, 1, 1, 1]}, "3_11"),
+    "3x3_s11_p0_one_channel": ((1, 1, 11, 19), 3, {}, "3_11"),
+    "3x3_s22_p1_odd": ((2, 48, 17, 35), 3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "3_22"),
+    "3x3_s22_p0_unused_column": ((1, 7, 9, 20), 3, {"strides": [2, 2]}, "3_22"),
+    "3x3_s21_p1": ((1, 16, 24, 41), 3, {"pads": [1, 1, 1, 1], "strides": [2, 1]}, "3_21"),
+    "3x3_s12_p1": ((1, 7, 12, 45), 3, {"pads": [1, 1, 1, 1], "strides": [1, 2]}, "3_12"),
+    "3x3_asym_pads": ((1, 16, 13, 29), 3, {"pads": [0, 1, 2, 0]}, "3_11"),
+    "5x5_s11_p2": ((1, 16, 21, 43), 5, {"pads": [2, 2, 2, 2]}, "5_11"),
+    "5x5_s22_p2": ((1, 7, 23, 50), 5, {"pads": [2, 2, 2, 2], "strides": [2, 2]}, "5_22"),
+    "5x5_s21_p2_three_rows": ((1, 16, 6, 83), 5, {"pads": [2, 2, 2, 2], "strides": [2, 1]}, "5_21"),
+    "5x5_s12_p2": ((1, 1, 6, 33), 5, {"pads": [2, 2, 2, 2], "strides": [1, 2]}, "5_12"),
+    "5x5_input_smaller_than_window": ((1, 7, 4, 3), 5, {"pads": [2, 2, 2, 2]}, "5_11"),
+    "5x5_asym_s2": ((1, 16, 15, 40), 5, {"pads": [1, 2, 3, 0], "strides": [2, 2]}, "5_22"),
+    # the run-time-loop path
+    "3x3_dilated": ((1, 7, 14, 30), 3, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "any"),
+    "7x7": ((1, 16, 15, 26), 7, {"pads": [3, 3, 3, 3]}, "any"),
+    "3x3_stride3": ((1, 7, 16, 29), 3, {"pads": [1, 1, 1, 1], "strides": [3, 3]}, "any"),
+    "5x5_pads_over_4": ((1, 7, 9, 12), 5, {"pads": [5, 5, 5, 5]}, "any"),
+    "1x5": ((1, 16, 7, 40), (1, 5), {"pads": [0, 2, 0, 2]}, "any"),
+}
+
+
+def _node(name: str, bias: bool = True):
+    xs, k, attrs, _ = CASES[name]
+    c = xs[1]
+    kh, kw = (k, k) if isinstance(k, int) else k
+    attrs = {**attrs, "group": c}
+    ins = [r(*xs), r(c, 1, kh, kw, scale=0.3), r(c) if bias else None]
+    node = make_node("Conv", ins, attrs, const=[1, 2] if bias else [1], opset=11)
+    return (ins if bias else ins[:2]), node
+
+
+def _check(ins, node, cflags=("-O2", "-march=native"), epilogue=True) -> None:
+    ref = op_of(node).reference(node, list(ins))[0]
+    want = ref * EPI[0] + EPI[1] if epilogue else ref
+    got = run_c(node, ins, epilogue=epilogue, cflags=cflags)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_depthwise_matches_reference(name: str) -> None:
+    ins, node = _node(name)
+    ctx = HarnessContext(node, epilogue=True)
+    src = op_of(node).emit(node, ctx)
+    assert f"ml_dw_units_{CASES[name][3]})" in src, src
+    _check(ins, node)
+
+
+def test_depthwise_without_bias_or_epilogue() -> None:
+    for name in ("3x3_s22_p1_odd", "5x5_s11_p2", "7x7"):
+        ins, node = _node(name, bias=False)
+        _check(ins, node, epilogue=False)
+
+
+@pytest.mark.parametrize(
+    "cflags",
+    [
+        ("-O2", "-march=native", "-DML_VW=16", "-DML_NP=2"),  # AVX-512 widths
+        ("-O2", "-DML_VW=4", "-DML_NP=1"),  # SSE widths
+    ],
+    ids=["vw16", "vw4"],
+)
+@pytest.mark.parametrize(
+    "name", ["3x3_s22_p1_odd", "5x5_s11_p2", "3x3_s11_p1_narrower_than_a_vector"]
+)
+def test_depthwise_other_vector_widths(name: str, cflags) -> None:
+    ins, node = _node(name)
+    _check(ins, node, cflags)
+
+
+def test_scratch_is_the_kernels_formula(tmp_path: Path) -> None:
+    """conv.py reserves max over vector widths of ml_dw_scratch_floats: the same numbers
+    as the C function for each width, on fast and run-time-loop shapes."""
+    dims = []
+    for name in sorted(CASES):
+        node = _node(name)[1]
+        dims.append(as_2d(list(CASES[name][0][2:]), conv_geometry(node)))
+    dims += [
+        as_2d([320, 320], conv_geometry(_node_for((1, 4, 320, 320), 3, [1, 1, 1, 1], [2, 2]))),
+        as_2d([3000, 1700], conv_geometry(_node_for((1, 1, 3000, 1700), 5, [2, 2, 2, 2], [1, 1]))),
+    ]
+    keys = ("W", "OH", "OW", "KH", "KW", "SH", "SW", "PL", "DH", "DW")
+    table = ", ".join(str(d[k]) for d in dims for k in keys)
+    src = (
+        "#include <stdint.h>\n#include <string.h>\n"
+        + (KERNELS / "gemm.h").read_text()
+        + (KERNELS / "conv.h").read_text()
+        + f"static const int64_t T[] = {{{table}}};\n"
+        "void scratch(int64_t* out, int n) { for (int i = 0; i < n; ++i) { const int64_t* t = "
+        "T + 10 * i; out[i] = ml_dw_scratch_floats(t[0], t[1], t[2], (int)t[3], (int)t[4], "
+        "(int)t[5], (int)t[6], t[7], (int)t[8], (int)t[9]); } }\n"
+    )
+    (tmp_path / "s.c").write_text(src)
+    for vw, flags in (
+        (4, ["-DML_VW=4", "-DML_NP=1"]),
+        (8, ["-DML_VW=8", "-DML_NP=1"]),
+        (16, ["-DML_VW=16", "-DML_NP=2"]),
+    ):
+        so = tmp_path / f"s{vw}.so"
+        subprocess.run(
+            [
+                os.environ.get("CC", "gcc"),
+                "-O0",
+                "-fPIC",
+                "-shared",
+                "-w",
+                *flags,
+                str(tmp_path / "s.c"),
+                "-o",
+                str(so),
+            ],
+            check=True,
+        )
+        out = (ctypes.c_int64 * len(dims))()
+        ctypes.CDLL(str(so)).scratch(out, len(dims))
+        assert list(out) == [conv._dw_scratch_floats(d, vw) for d in dims], vw
+
+
+def _node_for(xs, k, pads, strides):
+    ins = [r(*xs), r(xs[1], 1, k, k)]
+    return make_node(
+        "Conv", ins, {"group": xs[1], "pads": pads, "strides": strides}, const=[1], opset=11
+    )
+
+
+# -- a compiled model on the thread pool ---------------------------------------------------
+
+
+def _model() -> onnx.ModelProto:
+    """PP-OCR-like: dw 3x3 (3 channels: split in bands of rows) + HardSwish as Add, Clip,
+    Mul, Div; dw 5x5 stride 2 (24 channels) + bias + Relu; dw 3x3 stride (2, 1). The
+    first two are over the thread pool's threshold (2M multiply-adds)."""
+
+    def w(name, *s, scale=0.3):
+        return numpy_helper.from_array(r(*s, scale=scale), name)
+
+    def f(name, v):
+        return numpy_helper.from_array(np.array(v, np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], group=3, pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c1", "three"], ["a1"]),
+        helper.make_node("Clip", ["a1", "zero", "six"], ["k1"]),
+        helper.make_node("Mul", ["c1", "k1"], ["m1"]),
+        helper.make_node("Div", ["m1", "six"], ["y1"]),
+        helper.make_node(
+            "Conv", ["s", "w2", "b2"], ["c2"], group=24, pads=[2, 2, 2, 2], strides=[2, 2]
+        ),
+        helper.make_node("Relu", ["c2"], ["y2"]),
+        helper.make_node(
+            "Conv", ["s", "w3", "b3"], ["y3"], group=24, pads=[1, 1, 1, 1], strides=[2, 1]
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "depthwise",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 300, 131]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 24, 121, 153]),
+        ],
+        [
+            helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 3, 300, 131]),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 24, 61, 77]),
+            helper.make_tensor_value_info("y3", TensorProto.FLOAT, [1, 24, 61, 153]),
+        ],
+        [
+            w("w1", 3, 1, 3, 3, scale=1.0),
+            w("w2", 24, 1, 5, 5),
+            w("b2", 24),
+            w("w3", 24, 1, 3, 3),
+            w("b3", 24),
+            f("three", 3.0),
+            f("zero", 0.0),
+            f("six", 6.0),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.fixture
+def restore_threads():
+    yield
+    set_num_threads(len(os.sched_getaffinity(0)))
+
+
+def test_compiled_depthwise_on_one_and_two_threads(restore_threads) -> None:
+    model = _model()
+    source, _, _ = lower(model, None, None)
+    for units in ("ml_dw_units_3_11)", "ml_dw_units_5_22)", "ml_dw_units_3_21)"):
+        assert units in source
+    assert source.count("ml_dwconv2d(") == 4  # the definition and three calls
+    feeds = {"x": r(1, 3, 300, 131, scale=3.0), "s": r(1, 24, 121, 153)}
+    want = ort_run(model, feeds)
+    gm = GraphModule(monolib.compile(model, target="c")["default"](cpu()))
+    outs = {}
+    for n in (1, 2):
+        set_num_threads(n)
+        gm.run(**feeds)
+        outs[n] = [gm.get_output(i).numpy().copy() for i in range(3)]
+        for got, ref in zip(outs[n], want):
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert (outs[1][0] >= -0.375).all() and (outs[1][1] >= 0).all()  # HardSwish, Relu
+    for a, b in zip(outs[1], outs[2]):  # tasks own whole rows: the same sums
+        np.testing.assert_array_equal(a, b)

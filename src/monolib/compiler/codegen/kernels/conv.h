@@ -214,16 +214,16 @@ static inline void ml_dw_pad_row(const float* restrict x, int64_t H, int64_t W, 
     for (int64_t t = PL + n; t < Wq; t += ML_VW) *(ml_vf*)(d + ML_MIN(t, Wq - ML_VW)) = z;
 }
 
-/* Output rows oh0..oh1-1 of channel c on the fast path, in blocks of up to j->blk rows:
- * the block's input rows are padded into scratch (rows Wq apart), then swept R rows at a
- * time. A block's short last group is moved up to end with the block (recomputing rows
+/* Output rows oh0..oh1-1 of channel c on the fast path (R <= ML_DW_R rows per tile), in
+ * blocks of up to j->blk rows: the block's input rows are padded into scratch (rows Wq
+ * apart), then swept R rows at a time. A block's short last group is moved up to end with the block (recomputing rows
  * of the group before, whose epilogue then runs again on the fresh values); a band
  * shorter than R writes the rows past it to a junk row. The epilogue runs on the rows just
  * written, every ML_DW_EPI_FLOATS outputs. Scratch: the padded block, the junk row, R tmp
  * rows. */
-ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const ml_dw_job* j,
-                          int64_t c, int64_t oh0, int64_t oh1, float* restrict scratch) {
-    const int R = ML_DW_R;
+ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const int R,
+                          const ml_dw_job* j, int64_t c, int64_t oh0, int64_t oh1,
+                          float* restrict scratch) {
     const int64_t OW = j->OW, Wq = j->Wq;
     float* plane = scratch;
     float* junk = plane + ((ML_DW_MAX(j->blk, R) - 1) * SH + K) * Wq;
@@ -258,18 +258,24 @@ ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const ml_dw_j
 
 /* Work units u0..u1-1 of a depthwise conv (unit u: output rows band u % nb of channel
  * u / nb) on the fast path with constant shapes. */
-ML_INLINE void ml_dw_units_k(const int K, const int SH, const int SW, const ml_dw_job* j,
-                             int64_t u0, int64_t u1, float* restrict scratch) {
+ML_INLINE void ml_dw_units_k(const int K, const int SH, const int SW, const int R,
+                             const ml_dw_job* j, int64_t u0, int64_t u1,
+                             float* restrict scratch) {
     for (int64_t u = u0; u < u1; ++u) {
         int64_t c = u / j->nb, oh0 = (u % j->nb) * j->band, oh1 = ML_MIN(j->OH, oh0 + j->band);
-        if (oh0 < oh1) ml_dw_band(K, SH, SW, j, c, oh0, oh1, scratch);
+        if (oh0 < oh1) ml_dw_band(K, SH, SW, R, j, c, oh0, oh1, scratch);
     }
 }
 
+/* ml_dw_units_<K>_<SH><SW>: tiles of 4 output rows; ..._r3: of 3, for 3, 6, 9 rows. */
 #define ML_DW_UNITS(K, SH, SW)                                                                 \
     ML_UNUSED static void ml_dw_units_##K##_##SH##SW(const ml_dw_job* j, int64_t u0, int64_t u1, \
                                                      float* scratch) {                         \
-        ml_dw_units_k(K, SH, SW, j, u0, u1, scratch);                                          \
+        ml_dw_units_k(K, SH, SW, 4, j, u0, u1, scratch);                                       \
+    }                                                                                          \
+    ML_UNUSED static void ml_dw_units_##K##_##SH##SW##_r3(const ml_dw_job* j, int64_t u0,      \
+                                                          int64_t u1, float* scratch) {        \
+        ml_dw_units_k(K, SH, SW, 3, j, u0, u1, scratch);                                       \
     }
 ML_DW_UNITS(3, 1, 1)
 ML_DW_UNITS(3, 1, 2)

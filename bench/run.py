@@ -87,6 +87,9 @@ def cold_start(args: list[str], runs: int, threads: int = 1) -> dict:
         out = subprocess.run([sys.executable, str(HERE / "cold_start.py"), *args],
                              capture_output=True, text=True, timeout=600, check=True, env=env)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    # every run, not only the median: this VM has bursts that slow a whole process
+    print(f"  cold {args[0]} @{threads if args[0] == 'monolib' else args[-1]}: "
+          f"{[round(r['cold_s'] * 1e3, 1) for r in rows]} ms", flush=True)
     return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
 
 
@@ -306,7 +309,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODEL_INPUTS))
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--cold-runs", type=int, default=3)
+    ap.add_argument("--cold-runs", type=int, default=7)
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     ap.add_argument("-v", "--verbose", action="store_true", help="print tracebacks")
     ap.add_argument("--threads", default="1,2",

@@ -15,9 +15,22 @@ from dataclasses import dataclass
 from ...runtime.errors import CompileError
 from ..ir import Graph
 
-__all__ = ["Pass", "PassManager", "PassResult"]
+__all__ = ["Pass", "PassManager", "PassResult", "splice_nodes"]
 
 logger = logging.getLogger(__name__)
+
+
+def splice_nodes(graph: Graph, replace: dict[int, list], dropped: set[int]) -> None:
+    """Rewrite ``graph.nodes`` in place, keeping their order: a node whose ``id`` is in
+    ``replace`` becomes that list of nodes (empty: removed), one in ``dropped`` is
+    removed, the others stay."""
+    new_nodes: list = []
+    for node in graph.nodes:
+        if id(node) in replace:
+            new_nodes.extend(replace[id(node)])
+        elif id(node) not in dropped:
+            new_nodes.append(node)
+    graph.nodes = new_nodes
 
 
 @dataclass

@@ -38,7 +38,7 @@ import numpy as np
 from ...runtime.errors import UnsupportedOpError
 from ..ir import Graph, Node, Value
 from ..ops.base import lookup, op_of
-from .base import Pass, PassResult
+from .base import Pass, PassResult, splice_nodes
 from .node_eval import make_const, run_infer, run_reference
 
 __all__ = ["OneHotMatMulToGather", "fold_into_table", "match_onehot_matmul"]
@@ -251,13 +251,7 @@ class OneHotMatMulToGather(Pass):
                 dropped.update(id(n) for n in gone)
         if not replace:
             return PassResult(graph, False)
-        new_nodes: list[Node] = []
-        for node in graph.nodes:
-            if id(node) in replace:
-                new_nodes.extend(replace[id(node)])
-            elif id(node) not in dropped:
-                new_nodes.append(node)
-        graph.nodes = new_nodes
+        splice_nodes(graph, replace, dropped)
         logger.info(
             "rewrote %d one-hot MatMuls as Gathers (%d elementwise nodes folded into tables)",
             len(replace),

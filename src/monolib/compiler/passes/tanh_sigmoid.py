@@ -26,7 +26,7 @@ import numpy as np
 from ...runtime.errors import UnsupportedOpError
 from ..ir import Graph, Node, Value
 from ..ops.base import lookup
-from .base import Pass, PassResult
+from .base import Pass, PassResult, splice_nodes
 from .node_eval import make_const, run_infer
 
 __all__ = ["TanhPlusOneToSigmoid"]
@@ -105,13 +105,7 @@ class TanhPlusOneToSigmoid(Pass):
                 dropped.add(id(half))
         if not replace:
             return PassResult(graph, False)
-        new_nodes: list[Node] = []
-        for node in graph.nodes:
-            if id(node) in replace:
-                new_nodes.extend(replace[id(node)])
-            elif id(node) not in dropped:
-                new_nodes.append(node)
-        graph.nodes = new_nodes
+        splice_nodes(graph, replace, dropped)
         logger.info("rewrote %d 1 + tanh(u) as 2 sigmoid(2u)", len(replace) // 2)
         return PassResult(graph, True)
 

@@ -81,16 +81,30 @@ static inline void ml_dw_pad_plane(const float* restrict x, int64_t H, int64_t W
 #define ML_DW_EPI_FLOATS 2048
 #define ML_DW_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* Stride 2 along W: the even / odd columns of two vectors (in the lane order the pair of
+ * loads gives), and FIX puts a tile's outputs back in column order. Constant indices:
+ * gcc's __builtin_shuffle takes them as a vector, clang's __builtin_shufflevector as a
+ * list (clang has no __builtin_shuffle: zig cc for aarch64 is clang). */
 #if ML_VW == 4
-#define ML_DW_EVEN {0, 2, 4, 6}
-#define ML_DW_FIX {0, 1, 2, 3}
+#define ML_DW_EVEN_IDX 0, 2, 4, 6
+#define ML_DW_ODD_IDX 1, 3, 5, 7
+#define ML_DW_FIX_IDX 0, 1, 2, 3
 #elif ML_VW == 8
-#define ML_DW_EVEN {0, 2, 8, 10, 4, 6, 12, 14}
-#define ML_DW_FIX {0, 1, 4, 5, 2, 3, 6, 7}
+#define ML_DW_EVEN_IDX 0, 2, 8, 10, 4, 6, 12, 14
+#define ML_DW_ODD_IDX 1, 3, 9, 11, 5, 7, 13, 15
+#define ML_DW_FIX_IDX 0, 1, 4, 5, 2, 3, 6, 7
 #elif ML_VW == 16
-#define ML_DW_EVEN {0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30}
-#define ML_DW_FIX {0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15}
+#define ML_DW_EVEN_IDX 0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30
+#define ML_DW_ODD_IDX 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31
+#define ML_DW_FIX_IDX 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15
 #endif
+#ifdef __clang__
+#define ML_DW_SHUF2(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define ML_DW_SHUF2(a, b, ...) __builtin_shuffle(a, b, (ml_dw_vi){__VA_ARGS__})
+#endif
+/* expands the index list first, then passes it on as several arguments */
+#define ML_DW_SHUF2_(a, b, idx) ML_DW_SHUF2(a, b, idx)
 typedef int32_t ml_dw_vi __attribute__((vector_size(ML_VW * 4)));
 /* ML_DW_KEEP(v): v goes through a register, opaque to gcc. Without it gcc folds the input
  * loads into the FMAs (reloading a vector for each output row that uses it) and keeps
@@ -125,7 +139,6 @@ struct ml_dw_job {
 ML_INLINE void ml_dw_tile(const int K, const int SH, const int SW, const int R, const int V,
                           const float* restrict in, int64_t rs, const float* restrict w,
                           float b, float* const* yr, int64_t yo) {
-    const ml_dw_vi even = ML_DW_EVEN, odd = even + 1, fix = ML_DW_FIX;
     ml_vf acc[ML_DW_R][ML_DW_V];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
@@ -145,8 +158,8 @@ ML_INLINE void ml_dw_tile(const int K, const int SH, const int SW, const int R, 
                 } else {
                     const float* q = p + (kx & ~1);
                     ml_vf lo = *(const ml_vf*)q, hi = *(const ml_vf*)(q + ML_VW);
-                    x[v] = kx & 1 ? __builtin_shuffle(lo, hi, odd)
-                                  : __builtin_shuffle(lo, hi, even);
+                    x[v] = kx & 1 ? ML_DW_SHUF2_(lo, hi, ML_DW_ODD_IDX)
+                                  : ML_DW_SHUF2_(lo, hi, ML_DW_EVEN_IDX);
                 }
             }
 #pragma GCC unroll 4
@@ -164,7 +177,7 @@ ML_INLINE void ml_dw_tile(const int K, const int SH, const int SW, const int R, 
 #pragma GCC unroll 4
         for (int v = 0; v < V; ++v)
             *(ml_vf*)(yr[r] + yo + v * ML_VW) =
-                SW == 1 ? acc[r][v] : __builtin_shuffle(acc[r][v], fix);
+                SW == 1 ? acc[r][v] : ML_DW_SHUF2_(acc[r][v], acc[r][v], ML_DW_FIX_IDX);
 }
 
 /* R whole output rows yr (OW columns) from padded rows `in` (rs apart): V-vector tiles,

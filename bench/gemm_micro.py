@@ -25,7 +25,7 @@ __all__ = ["build", "main"]
 
 logger = logging.getLogger(__name__)
 
-KERNELS = Path(__file__).resolve().parents[1] / "src/monolib/compiler/codegen/kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "src/monolib/compiler/ops/nn"  # gemm.h
 
 WRAPPER = r"""
 #include "gemm.h"

@@ -29,7 +29,7 @@ from monolib.compiler.frontend.onnx import import_model
 from monolib.compiler.reference_eval import evaluate_all
 from monolib.models import fetch_model
 from monolib.runtime.debug_executor import GraphModuleDebug
-from monolib.runtime.errors import ExecutionError
+from monolib.errors import ExecutionError
 
 
 def reference_by_name(path: Path, shapes: dict, constants: dict, feeds: dict) -> dict:

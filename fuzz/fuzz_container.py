@@ -12,7 +12,7 @@ by its first byte (so mutations reach past the SHA-256 checks):
   params table are then parsed too).
 
 :func:`check_bytes` is the target: everything ``load_module`` reads before
-``dlopen`` (:func:`monolib.runtime.binfmt.find_container`, :class:`Container` with
+``dlopen`` (:func:`monolib.abi.binfmt.find_container`, :class:`Container` with
 every digest, each module's sections decoded, the graph executor factory's graph
 JSON and params table checked), plus ``monolib inspect``'s TVM reader. It must end
 in a :class:`MonolibError` or return; any other exception, a crash, a hang or an
@@ -42,8 +42,8 @@ _DIGEST_AT = 64  # the manifest SHA-256 in the 128-byte header (see container.py
 
 
 def _container_offset(data: bytes) -> int | None:
-    from monolib.runtime.binfmt import find_container
-    from monolib.runtime.errors import MonolibError
+    from monolib.abi.binfmt import find_container
+    from monolib.errors import MonolibError
 
     try:
         return find_container(data)[0]
@@ -56,7 +56,7 @@ def reseal(data: bytes, sections: bool = False) -> bytes:
     ``sections``, each in-range section's digest rewritten into the manifest), so a
     mutation of the manifest or of a payload is parsed instead of refused at the
     digest check. Bytes that hold no recognizable container come back unchanged."""
-    from monolib.runtime.container import HEADER_SIZE, MAGIC, sha256
+    from monolib.abi.container import HEADER_SIZE, MAGIC, sha256
 
     off = _container_offset(data)
     if off is None or data[off : off + 8] != MAGIC or len(data) < off + HEADER_SIZE:
@@ -102,9 +102,9 @@ def check_bytes(data: bytes) -> str:
     Exception
         Anything that is not a MonolibError: a bug (the fuzzer reports it).
     """
-    from monolib.runtime.binfmt import find_container, parse_binary
-    from monolib.runtime.container import Container
-    from monolib.runtime.errors import MonolibError
+    from monolib.abi.binfmt import find_container, parse_binary
+    from monolib.abi.container import Container
+    from monolib.errors import MonolibError
     from monolib.runtime.graph_executor import load_factory
 
     try:
@@ -125,7 +125,7 @@ def check_bytes(data: bytes) -> str:
 
 
 def _check_tvm(data: bytes, parse_binary) -> None:
-    from monolib.runtime.errors import MonolibError
+    from monolib.errors import MonolibError
     from monolib.tools.tvm_container import find_tvm, parse_tvm_blob
 
     try:
@@ -173,7 +173,7 @@ def hand_built_containers() -> dict[str, bytes]:
     and params (raw, zlib, zstd), a legacy layout, a deep import tree."""
     import numpy as np
 
-    from monolib.runtime.container import pack_container
+    from monolib.abi.container import pack_container
 
     graph = {
         "format": "monolib.graph",
@@ -326,11 +326,11 @@ def main() -> None:
     import atheris
 
     with atheris.instrument_imports():
-        import monolib.runtime.binfmt
-        import monolib.runtime.container
+        import monolib.abi.binfmt
+        import monolib.abi.container
         import monolib.runtime.graph_executor
-        import monolib.runtime.macho
-        import monolib.runtime.pe
+        import monolib.abi.macho
+        import monolib.abi.pe
         import monolib.tools.tvm_container  # noqa: F401
 
     def one_input(data: bytes) -> None:

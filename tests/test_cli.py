@@ -237,7 +237,7 @@ def test_run_inputs_from_npz(lib, tmp_path, capsys):
 
 def test_compile_failure_names_the_step(tmp_path, monkeypatch, capsys):
     from monolib.compiler import build
-    from monolib.runtime.errors import UnsupportedOpError
+    from monolib.errors import UnsupportedOpError
 
     def failing(model, target, shapes, constants, progress):
         progress("import")

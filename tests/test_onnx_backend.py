@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 from monolib.onnx_backend import MonolibBackend
 from monolib.onnx_conformance import check_case, load_cases, read_unsupported
-from monolib.runtime.errors import InputError, MonolibError
+from monolib.errors import InputError, MonolibError
 
 UNSUPPORTED = read_unsupported()
 CASES = load_cases()

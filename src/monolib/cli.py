@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .runtime.errors import CompileError, InputError, MonolibError
+from .errors import CompileError, InputError, MonolibError
 
 __all__ = ["build_parser", "main", "parse_const", "parse_shape"]
 
@@ -183,7 +183,7 @@ def _password(args: argparse.Namespace) -> bytes | None:
         return None
     value = os.environ.get(args.password_env)
     if not value:
-        from .runtime.errors import SignatureError
+        from .errors import SignatureError
 
         raise SignatureError(f"--password-env {args.password_env}: that variable is not set")
     return value.encode("utf-8")

@@ -16,7 +16,7 @@ The C is compiled as :func:`monolib.export_library` compiles it (the target's ``
 so the suite checks the code users ship. ``MONOLIB_BACKEND_OPT`` (e.g. ``-O0``) builds
 with another level instead, for experiments (this is how the suite found gcc 12.2's
 IPA dropping the call of a one-op model's op function at ``-O1``/``-O2``, now kept out
-of IPA by ``codegen/c.py``). Measured over 100 cases: 0.18 s of CPU per case at
+of IPA by ``backends/c/generate.py``). Measured over 100 cases: 0.18 s of CPU per case at
 ``-O3``, 0.14 at ``-O2``, 0.10 at ``-O0``.
 
 Follows the ONNX backend API (``onnx/backend/base.py``).
@@ -36,7 +36,7 @@ import onnx.shape_inference
 import onnx.version_converter
 from onnx.backend.base import Backend, BackendRep
 
-from .runtime.errors import MonolibError
+from .errors import MonolibError
 
 __all__ = [
     "OPT_LEVEL",
@@ -247,7 +247,7 @@ class MonolibRep(BackendRep):
         InputError
             Wrong number, name, shape or dtype of inputs.
         """
-        from .runtime.errors import InputError
+        from .errors import InputError
 
         if isinstance(inputs, dict):
             named = dict(inputs)

@@ -18,7 +18,7 @@ from capihelp import CLS_SHAPE, EXAMPLE, INCLUDE
 def cc() -> str:
     """The system C compiler (what monolib itself uses on the host)."""
     from monolib.export.toolchain import find_compiler
-    from monolib.runtime.errors import ToolchainError
+    from monolib.errors import ToolchainError
 
     try:
         return find_compiler("c")[0]

@@ -12,9 +12,9 @@ from capihelp import INCLUDE, two_factory
 
 from monolib.export.csource import CSourceModule
 from monolib.runtime import GraphExecutorFactoryModule
-from monolib.runtime.binfmt import exported_symbols, parse_binary
-from monolib.runtime.macho import macho_symbols
-from monolib.runtime.pe import pe_exports
+from monolib.abi.binfmt import exported_symbols, parse_binary
+from monolib.abi.macho import macho_symbols
+from monolib.abi.pe import pe_exports
 
 pytest.importorskip("ziglang")
 pytestmark = pytest.mark.slow

@@ -237,7 +237,7 @@ class TBroken(OpDef):
         return [(node.inputs[0].shape, node.inputs[0].dtype)]
 
     def emit(self, node, ctx):
-        from monolib.runtime.errors import UnsupportedOpError
+        from monolib.errors import UnsupportedOpError
 
         if node.attrs.get("kind") == "unsupported":
             raise UnsupportedOpError("dtype float16 is not supported")

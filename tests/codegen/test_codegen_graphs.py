@@ -241,7 +241,7 @@ def test_emitter_errors_name_the_node():
     from codegen_helpers import D
 
     from monolib.compiler.ir import Graph, Node, Value
-    from monolib.runtime.errors import CompileError, UnsupportedOpError
+    from monolib.errors import CompileError, UnsupportedOpError
 
     for kind, err, msg in (
         ("unsupported", UnsupportedOpError, "float16"),

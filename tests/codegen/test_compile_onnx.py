@@ -11,7 +11,7 @@ import monolib
 from monolib.compiler.build import compile as compile_model
 from monolib.compiler.build import lower
 from monolib.compiler.testing import make_node_model, ort_run, run_model
-from monolib.runtime.errors import InputError
+from monolib.errors import InputError
 
 rng = np.random.default_rng(2)
 

@@ -202,7 +202,7 @@ def test_elementwise_loop_writes_in_place_over_dying_input():
 
 
 def test_scratch_is_planned_into_dead_space():
-    from monolib.compiler.codegen.c import generate, scratch_sizes
+    from monolib.compiler.backends.c.generate import generate, scratch_sizes
 
     g = matmul_chain(6, width=48)
     fusion = fuse_elementwise(g)

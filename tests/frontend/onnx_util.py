@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import monolib.compiler.ops  # noqa: F401  (registers every op)
 from monolib.compiler.ops.base import lookup
-from monolib.runtime.errors import UnsupportedOpError
+from monolib.errors import UnsupportedOpError
 
 F32 = TensorProto.FLOAT
 I64 = TensorProto.INT64

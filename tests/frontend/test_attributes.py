@@ -9,7 +9,7 @@ from onnx import helper
 
 from monolib.compiler.frontend.attributes import node_attributes, schema_defaults
 from monolib.compiler.frontend.order import implicit_inputs, topological_order
-from monolib.runtime.errors import CompileError
+from monolib.errors import CompileError
 
 
 def test_defaults_follow_the_schema_version():

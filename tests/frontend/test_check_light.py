@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from monolib.compiler.frontend.check import LARGE_TENSOR_ELEMENTS, check_model_light
-from monolib.runtime.errors import CompileError
+from monolib.errors import CompileError
 
 
 def _model(n: int) -> onnx.ModelProto:

@@ -9,7 +9,7 @@ from onnx import helper, numpy_helper
 
 from frontend.onnx_util import F32, make_model, requires_ops
 from monolib.compiler.frontend import import_model
-from monolib.runtime.errors import CompileError, MonolibError, ShapeError, UnsupportedOpError
+from monolib.errors import CompileError, MonolibError, ShapeError, UnsupportedOpError
 
 
 def _relu_model(shape, opset=17):

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import monolib
-from monolib.runtime.errors import CompileError
+from monolib.errors import CompileError
 
 
 def _model(w: np.ndarray) -> onnx.ModelProto:

@@ -9,7 +9,7 @@ from onnx import helper
 from frontend.onnx_util import F32, I64, make_model, ort_run, requires_ops
 from monolib.compiler.frontend import import_model
 from monolib.compiler.reference_eval import evaluate
-from monolib.runtime.errors import CompileError, ShapeError, UnsupportedOpError
+from monolib.errors import CompileError, ShapeError, UnsupportedOpError
 
 
 def _branch(name: str, op: str, const: float, nested: bool = False):

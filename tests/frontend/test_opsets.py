@@ -14,7 +14,7 @@ from monolib.compiler.frontend.support import DEFAULT_OPSETS
 from monolib.compiler.ops import base as ops_base
 from monolib.compiler.ops import registered_ops
 from monolib.onnx_backend import MonolibBackend
-from monolib.runtime.errors import UnsupportedOpError
+from monolib.errors import UnsupportedOpError
 
 NEWEST = onnx.defs.onnx_opset_version()
 

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 import monolib
 from monolib.compiler.frontend import onnx as frontend
-from monolib.runtime.errors import CompileError, ShapeError, UnsupportedOpError
+from monolib.errors import CompileError, ShapeError, UnsupportedOpError
 
 
 def _vi(name, shape, elem=TensorProto.FLOAT):
@@ -20,7 +20,7 @@ def _vi(name, shape, elem=TensorProto.FLOAT):
 @pytest.fixture
 def no_compile_work(monkeypatch):
     """Fail the test if the importer, the code generator or the C compiler is reached."""
-    from monolib.compiler.codegen import c as codegen
+    from monolib.compiler.backends.c import generate as codegen
     from monolib.export import toolchain
 
     def reached(what):

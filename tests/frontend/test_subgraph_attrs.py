@@ -11,7 +11,7 @@ from frontend.onnx_util import F32, make_model, requires_ops
 from monolib.compiler.frontend import import_model
 from monolib.compiler.ir import Graph
 from monolib.compiler.ops.base import OpDef, register, registered_ops
-from monolib.runtime.errors import UnsupportedOpError
+from monolib.errors import UnsupportedOpError
 
 DOMAIN = "test.monolib.frontend"
 

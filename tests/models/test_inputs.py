@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from monolib.models import magika, ocr, vad
-from monolib.runtime.errors import MonolibError
+from monolib.errors import MonolibError
 
 
 def _one_hot(indices, classes):

@@ -27,7 +27,7 @@ from monolib.compiler.ir import Node, Value
 from monolib.compiler.ops import op_of
 from monolib.compiler.ops.base import ctype
 
-KERNELS = Path(__file__).resolve().parents[2] / "src/monolib/compiler/codegen/kernels"
+from monolib.compiler.backends.c.headers import kernel_header
 _CACHE = Path(tempfile.gettempdir()) / f"monolib_mt_{os.getuid()}"
 
 
@@ -225,7 +225,7 @@ def compile_variants(node: Node, inputs, variants=(False,)) -> list[list[np.ndar
         headers += [h for h in ctx.headers if h not in headers]
         helpers += [h for h in ctx.helpers if h not in helpers]
     parts = ["#include <stdint.h>", "#include <math.h>", "#include <string.h>"]
-    parts += [(KERNELS / h).read_text() for h in headers] + helpers
+    parts += [kernel_header(h) for h in headers] + helpers
     for k, (_, body) in enumerate(prepared):
         parts.append(
             f"void run{k}(const uint8_t* restrict params, uint8_t* restrict arena) {{\n{body}\n}}"

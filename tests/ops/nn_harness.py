@@ -29,7 +29,7 @@ from monolib.compiler.ops import ctype, op_of
 
 __all__ = ["EPI", "HarnessContext", "check_node", "make_node", "ort_node", "run_c"]
 
-KERNELS = Path(__file__).resolve().parents[2] / "src/monolib/compiler/codegen/kernels"
+from monolib.compiler.backends.c.headers import kernel_header
 EPI = (0.5, 1.0)  # test epilogue: v * 0.5 + 1
 
 
@@ -162,7 +162,7 @@ def run_c(
         if v is not None:
             ctx.ptr(v)
     head = _prelude()
-    head += "".join((KERNELS / h).read_text() + "\n" for h in ctx.headers)
+    head += "".join(kernel_header(h) + "\n" for h in ctx.headers)
     src = (
         head
         + "\n".join(ctx.helpers)
@@ -218,7 +218,7 @@ def _prelude() -> str:
     """The code generator's prelude (math declarations, pragmas) when it is importable, so
     kernels are tested as they are built in a real library."""
     try:
-        from monolib.compiler.codegen.c import PRELUDE
+        from monolib.compiler.backends.c.generate import PRELUDE
     except ImportError:
         return "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n"
     return PRELUDE

@@ -84,7 +84,7 @@ def test_sliding_window_25(left, right, causal):
 
 
 def test_gqa_head_count_must_divide():
-    from monolib.runtime.errors import ShapeError
+    from monolib.errors import ShapeError
 
     with pytest.raises(ShapeError, match="3 query heads is not a multiple of 2 KV heads"):
         _check_positional([_r(1, 3, 2, 4), _r(1, 2, 2, 4), _r(1, 2, 2, 4)], 1, 23)

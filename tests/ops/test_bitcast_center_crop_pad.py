@@ -7,7 +7,7 @@ from onnx import TensorProto, helper
 from refnode import check_node
 
 from monolib.onnx_backend import MonolibBackend
-from monolib.runtime.errors import ShapeError
+from monolib.errors import ShapeError
 
 
 def test_bitcast_float64_to_uint64_and_back():

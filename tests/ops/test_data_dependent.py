@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 from refnode import check_node
 
 from monolib.onnx_backend import MonolibBackend
-from monolib.runtime.errors import UnsupportedOpError
+from monolib.errors import UnsupportedOpError
 
 RNG = np.random.default_rng(23)
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from nn_harness import EPI, KERNELS, HarnessContext, make_node, run_c
+from monolib.compiler.backends.c.headers import kernel_header
+from nn_harness import EPI, HarnessContext, make_node, run_c
 from onnx import TensorProto, helper, numpy_helper
 
 import monolib
@@ -132,8 +133,8 @@ def test_scratch_is_the_kernels_formula(tmp_path: Path) -> None:
     table = ", ".join(str(d[k]) for d in dims for k in keys)
     src = (
         "#include <stdint.h>\n#include <string.h>\n"
-        + (KERNELS / "gemm.h").read_text()
-        + (KERNELS / "conv.h").read_text()
+        + kernel_header("gemm.h")
+        + kernel_header("conv.h")
         + f"static const int64_t T[] = {{{table}}};\n"
         "void scratch(int64_t* out, int n) { for (int i = 0; i < n; ++i) { const int64_t* t = "
         "T + 10 * i; out[i] = ml_dw_scratch_floats(t[0], t[1], t[2], (int)t[3], (int)t[4], "

@@ -7,7 +7,7 @@ import pytest
 from refnode import check_node
 
 from monolib.compiler.ops.math.einsum import parse_einsum
-from monolib.runtime.errors import ShapeError
+from monolib.errors import ShapeError
 
 RNG = np.random.default_rng(29)
 

@@ -8,7 +8,7 @@ import pytest
 from mathtensor_util import check_op, ir_node
 
 from monolib.compiler.ops import op_of
-from monolib.runtime.errors import ShapeError, UnsupportedOpError
+from monolib.errors import ShapeError, UnsupportedOpError
 
 R = np.random.default_rng(1234)
 

@@ -11,7 +11,7 @@ import pytest
 from mathtensor_util import check_op, ir_node
 
 from monolib.compiler.testing import ort_run, run_model
-from monolib.runtime.errors import ShapeError
+from monolib.errors import ShapeError
 
 R = np.random.default_rng(3)
 

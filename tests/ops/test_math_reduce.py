@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from mathtensor_util import check_op, ir_node
 
-from monolib.runtime.errors import ShapeError, UnsupportedOpError
+from monolib.errors import ShapeError, UnsupportedOpError
 
 R = np.random.default_rng(7)
 

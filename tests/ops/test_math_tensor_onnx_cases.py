@@ -17,7 +17,7 @@ from mathtensor_util import _attr_value
 from monolib.compiler.ir import Node, Value
 from monolib.compiler.ops import op_of
 from monolib.compiler.ops.base import _REGISTRY
-from monolib.runtime.errors import UnsupportedOpError
+from monolib.errors import UnsupportedOpError
 
 # Cases where monolib follows ONNX Runtime and the ONNX reference differs.
 ORT_SEMANTICS = {

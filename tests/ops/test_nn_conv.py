@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from nn_harness import check_node, make_node, run_c
 
-from monolib.runtime.errors import MonolibError, ShapeError, UnsupportedOpError
+from monolib.errors import MonolibError, ShapeError, UnsupportedOpError
 
 RNG = np.random.default_rng(1234)
 

@@ -125,7 +125,7 @@ def test_lstm_other_activations() -> None:
 
 
 def test_lstm_bad_weight_shape_is_shape_error() -> None:
-    from monolib.runtime.errors import ShapeError
+    from monolib.errors import ShapeError
 
     with pytest.raises(ShapeError, match="LSTM node"):
         make_node("LSTM", [r(T, B, I), r(1, 4 * H, I + 1), r(1, 4 * H, H)], {"hidden_size": H})

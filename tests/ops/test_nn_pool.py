@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from nn_harness import check_node, make_node
 
-from monolib.runtime.errors import ShapeError
+from monolib.errors import ShapeError
 
 RNG = np.random.default_rng(7)
 

@@ -14,7 +14,7 @@ from onnx.reference import ReferenceEvaluator
 from test_quant_ops import Case, build, run_cases
 
 from monolib.compiler.testing import make_node_model, run_model
-from monolib.runtime.errors import ShapeError, UnsupportedOpError
+from monolib.errors import ShapeError, UnsupportedOpError
 
 R = np.random.default_rng(5)
 

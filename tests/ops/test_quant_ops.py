@@ -24,7 +24,7 @@ from onnx.reference import ReferenceEvaluator
 
 import monolib
 from monolib.compiler.testing import make_node_model, ort_run, run_model
-from monolib.runtime.errors import ShapeError, UnsupportedOpError
+from monolib.errors import ShapeError, UnsupportedOpError
 
 R = np.random.default_rng(11)
 

@@ -8,7 +8,7 @@ import pytest
 from mathtensor_util import check_op, compile_and_run, ir_node
 
 from monolib.compiler.ops import op_of
-from monolib.runtime.errors import ShapeError, UnsupportedOpError
+from monolib.errors import ShapeError, UnsupportedOpError
 
 R = np.random.default_rng(99)
 I64 = lambda *v: np.array(v, np.int64)

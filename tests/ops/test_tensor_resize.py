@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mathtensor_util import check_op, ir_node
 
-from monolib.runtime.errors import ShapeError, UnsupportedOpError
+from monolib.errors import ShapeError, UnsupportedOpError
 
 R = np.random.default_rng(5)
 F = lambda *v: np.array(v, np.float32)

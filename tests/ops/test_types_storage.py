@@ -1,5 +1,5 @@
 """Storage types (float16, bfloat16, float8, float4, int4/uint4, int2/uint2): the C
-conversions of ``codegen/kernels/types.h`` against ONNX's reference Cast
+conversions of ``backends/c/kernels/types.h`` against ONNX's reference Cast
 (``onnx.reference``, built on ``ml_dtypes``) bit for bit, over every code of each type
 and over float32 values that hit each rounding tie and each overflow rule; float16 and
 bfloat16 through the usual ops (convert, compute in float32, convert back); and the

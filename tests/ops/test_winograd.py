@@ -27,7 +27,7 @@ from monolib.compiler.ops.nn import winograd
 from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
 from monolib.compiler.testing import ort_run
 from monolib.runtime import GraphModule, cpu, set_num_threads
-from monolib.runtime.errors import CompileError
+from monolib.errors import CompileError
 
 RNG = np.random.default_rng(2016)
 

@@ -17,7 +17,7 @@ from monolib.compiler.passes import (
 )
 from monolib.compiler.passes.node_eval import make_const, run_infer
 from monolib.compiler.reference_eval import evaluate
-from monolib.runtime.errors import CompileError, InputError
+from monolib.errors import CompileError, InputError
 
 
 def _node(op, inputs, name, **attrs):

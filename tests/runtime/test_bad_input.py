@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import monolib
-from monolib.runtime.errors import InputError
+from monolib.errors import InputError
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper
@@ -299,7 +299,7 @@ def test_an_arena_too_big_for_the_machine_is_a_container_error():
 
     from monolib.export.csource import CSourceModule
     from monolib.runtime import GraphExecutorFactoryModule
-    from monolib.runtime.errors import ContainerError
+    from monolib.errors import ContainerError
 
     graph, params = tiny_graph()
     graph["arena_bytes"] = 1 << 62  # 4 EiB: what a damaged graph JSON may ask

@@ -10,7 +10,7 @@ from tinylib import tiny_source
 import monolib
 from monolib.export.csource import CSourceModule
 from monolib.runtime import DSOModule, LibraryLoadError, load_module
-from monolib.runtime.binfmt import (
+from monolib.abi.binfmt import (
     PF_X,
     PT_GNU_STACK,
     PT_LOAD,
@@ -20,7 +20,7 @@ from monolib.runtime.binfmt import (
     find_container,
     parse_elf,
 )
-from monolib.runtime.container import MAGIC, Container
+from monolib.abi.container import MAGIC, Container
 
 
 def read(path: str) -> bytes:

@@ -12,13 +12,13 @@ import pytest
 from tinylib import tiny_factory
 
 from monolib.runtime import LibraryLoadError, MonolibError
-from monolib.runtime.binfmt import find_container, parse_binary
-from monolib.runtime.container import Container
+from monolib.abi.binfmt import find_container, parse_binary
+from monolib.abi.container import Container
 
 
 def container_bytes() -> bytes:
     f = tiny_factory()
-    from monolib.runtime.container import pack_container
+    from monolib.abi.container import pack_container
 
     return pack_container(
         [(f.type_key, f.save_sections()), ("library", {})], import_tree=([0, 1, 1], [1])

@@ -22,7 +22,7 @@ def cls_factory(tmp_path_factory):
 
     import monolib
     from monolib.models import fetch_model
-    from monolib.runtime.errors import MonolibError
+    from monolib.errors import MonolibError
 
     spec = MODEL_INPUTS["cls"]
     try:

@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from monolib.runtime.container import (
+from monolib.abi.container import (
     HEADER_SIZE,
     MAGIC,
     PAYLOAD_ALIGN,
@@ -17,7 +17,7 @@ from monolib.runtime.container import (
     Container,
     pack_container,
 )
-from monolib.runtime.errors import ContainerError, MonolibError
+from monolib.errors import ContainerError, MonolibError
 
 
 def sample(big: int = 0, **kwargs) -> bytes:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monolib.export.library import collect_modules
-from monolib.runtime.container import PAYLOAD_ALIGN, Container, pack_container
+from monolib.abi.container import PAYLOAD_ALIGN, Container, pack_container
 from monolib.runtime.module import Module
 
 

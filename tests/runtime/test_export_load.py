@@ -27,8 +27,8 @@ from monolib.runtime import (
     cpu,
     load_module,
 )
-from monolib.runtime.binfmt import find_container
-from monolib.runtime.container import Container, pack_container
+from monolib.abi.binfmt import find_container
+from monolib.abi.container import Container, pack_container
 from monolib.runtime.library import END_SYMBOL, START_SYMBOL
 
 RNG = np.random.default_rng(0)

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tinylib import HERE, PYTHON
 
-from monolib.runtime.binfmt import find_container
-from monolib.runtime.container import Container
+from monolib.abi.binfmt import find_container
+from monolib.abi.container import Container
 
 CHILD = textwrap.dedent("""
     import json, sys
@@ -297,7 +297,7 @@ def _set(obj, path, value):
 
 def repack(blob: bytes, manifest: dict) -> bytes:
     """``blob`` (a bare container) with its manifest replaced and resealed."""
-    from monolib.runtime.container import sha256
+    from monolib.abi.container import sha256
 
     moff = struct.unpack_from("<Q", blob, 24)[0]
     text = json.dumps(manifest, allow_nan=True).encode()

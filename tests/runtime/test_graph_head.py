@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from monolib.runtime import GraphExecutorFactoryModule, GraphModule, load_module
-from monolib.runtime.errors import ContainerError
+from monolib.errors import ContainerError
 from monolib.runtime.graph_executor import graph_head
 
 from tinylib import reference, tiny_factory, tiny_graph

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tinylib import PYTHON, W, tiny_graph
 
-import monolib.runtime.container as container_mod
+import monolib.abi.container as container_mod
 from monolib.runtime import (
     ContainerError,
     GraphExecutorFactoryModule,
@@ -20,7 +20,7 @@ from monolib.runtime import (
     cpu,
     load_module,
 )
-from monolib.runtime.container import SMALL_SECTION_BYTES, sha256
+from monolib.abi.container import SMALL_SECTION_BYTES, sha256
 from monolib.runtime.library import read_container
 
 

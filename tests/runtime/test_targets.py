@@ -10,7 +10,7 @@ import pytest
 
 from monolib.export.targets import Target
 from monolib.export.toolchain import find_compiler
-from monolib.runtime.errors import TargetError, ToolchainError
+from monolib.errors import TargetError, ToolchainError
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,8 @@ sys.path.insert(0, FUZZ_DIR)
 import fuzz_container
 
 from monolib.cli import main
-from monolib.runtime.binfmt import parse_binary
-from monolib.runtime.errors import ContainerError
+from monolib.abi.binfmt import parse_binary
+from monolib.errors import ContainerError
 from monolib.tools.inspect import inspect_library
 from monolib.tools.tvm_container import find_tvm, parse_tvm_blob
 
@@ -104,7 +104,7 @@ def test_legacy_container_without_import_tree_roots_at_the_library():
 
 
 def test_a_plain_library_is_still_refused(tmp_path):
-    from monolib.runtime.errors import LibraryLoadError
+    from monolib.errors import LibraryLoadError
 
     path = gcc_library(tmp_path, "some_other_symbol", b"abc")
     with pytest.raises(LibraryLoadError, match="no .monolib section"):
@@ -173,7 +173,7 @@ def test_pe_and_macho_libraries(make, fmt, symbol, tmp_path):
 
 
 def test_macho_section_count_is_checked_before_reading():
-    from monolib.runtime.errors import LibraryLoadError
+    from monolib.errors import LibraryLoadError
 
     data = bytearray(make_macho("__tvm_ffi__library_bin", ffi_blob()))
     struct.pack_into("<I", data, 32 + 64, 1 << 31)  # nsects of the LC_SEGMENT_64

@@ -23,7 +23,7 @@ import monolib
 from monolib.cli import main
 from monolib.export.csource import CSourceModule
 from monolib.runtime import GraphExecutorFactoryModule, GraphModule, cpu, load_module
-from monolib.runtime.errors import LibraryLoadError, MonolibError, SignatureError
+from monolib.errors import LibraryLoadError, MonolibError, SignatureError
 from monolib.tools import sign
 
 pytest.importorskip("cryptography")

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monolib.runtime.errors import LibraryLoadError, MonolibError
+from monolib.errors import LibraryLoadError, MonolibError
 from monolib.tools.inspect import inspect_library
 from monolib.tools.visualize import (
     NODE_W,

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.errors import CompileError
+from ..errors import CompileError
 from .ir import Graph
 
 __all__ = ["compile", "lower"]
@@ -52,7 +52,7 @@ def prepare(model: Any, shapes=None, constants=None, progress=None):
     """The target-independent steps: import (unless ``model`` is already a
     :class:`~.ir.Graph`), simplify, fuse elementwise chains, plan the arena; each step
     announced to ``progress``. Returns ``(graph, fusion, plan)`` for a code generator
-    (the C one here, the device one in ``codegen/device``)."""
+    (the C one here, the device one in ``backends/device``)."""
     from .passes import simplify
     from .passes.fuse_elementwise import fuse_elementwise
     from .passes.plan_memory import plan_memory
@@ -84,7 +84,7 @@ def lower(
     graph_json : dict
     params : numpy.ndarray of uint8
     """
-    from .codegen.c import generate, scratch_sizes
+    from .backends.c.generate import generate, scratch_sizes
     from .passes.plan_memory import plan_memory
 
     graph, fusion, plan = prepare(model, shapes, constants, progress)
@@ -149,7 +149,7 @@ def compile(
     """
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
-    from .codegen.device import compile_device, is_device_target
+    from .backends.device import compile_device, is_device_target
 
     if is_device_target(target):  # "opencl", "cuda -arch=sm_80": docs/devices.md
         return compile_device(model, target, shapes, constants, progress)

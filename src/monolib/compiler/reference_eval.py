@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..runtime.errors import InputError
+from ..errors import InputError
 from .ir import Graph, Value
 from .passes.node_eval import run_reference
 

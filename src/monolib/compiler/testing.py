@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.errors import CompileError, InputError, ToolchainError
+from ..errors import CompileError, InputError, ToolchainError
 
 __all__ = ["aligned_empty", "build_c", "make_node_model", "ort_run", "run_c", "run_model"]
 

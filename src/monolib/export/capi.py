@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.container import Container
+from ..abi.container import Container
 from ..runtime.module import Module
 
 __all__ = ["DEVICE_TYPE_KEYS", "capi_source", "dlpack_dtype", "header_text", "tree_capi_source"]

@@ -90,7 +90,7 @@ def _build_temporary(mod: CSourceModule) -> Module:
     import tempfile
 
     from ..runtime.dso import DSOModule, open_library
-    from ..runtime.errors import ExportError
+    from ..errors import ExportError
     from .toolchain import link_shared
 
     if not mod.target.is_host:

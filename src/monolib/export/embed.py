@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 
-from ..runtime.errors import ExportError
+from ..errors import ExportError
 from ..runtime.library import END_SYMBOL, START_SYMBOL
 from .targets import Target
 

@@ -6,7 +6,7 @@ exports into a single DLL"):
 1. collect: walk the tree from the root, number the modules, find the one module
    that compiles to the library (CSourceModule); two are an ExportError;
 2. pack container: every other module's ``save_sections()`` and the CSR import
-   tree into ``container.bin`` (see :mod:`monolib.runtime.container`);
+   tree into ``container.bin`` (see :mod:`monolib.abi.container`);
 3. embed container: the ``.incbin`` assembler file (see :mod:`.embed`);
 4. compile and link: the C source + the assembler file -> a library in the work
    directory, with ``fcompile`` or the system C compiler;
@@ -27,8 +27,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..runtime.container import write_container
-from ..runtime.errors import ExportError
+from ..abi.container import write_container
+from ..errors import ExportError
 from ..runtime.library import read_container
 from ..runtime.module import Module
 from .capi import tree_capi_source

@@ -15,7 +15,7 @@ import shlex
 import sys
 from typing import Any
 
-from ..runtime.errors import TargetError
+from ..errors import TargetError
 
 __all__ = ["OS_SUFFIX", "Target", "host_os"]
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from ..runtime.errors import ToolchainError
+from ..errors import ToolchainError
 from .targets import Target
 
 __all__ = ["compile_objects", "find_compiler", "link_shared", "run_tool"]

@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime.errors import MonolibError
+from ..errors import MonolibError
 
 __all__ = ["MODELS", "FetchError", "ModelSpec", "cache_dir", "fetch_model", "sha256_of"]
 

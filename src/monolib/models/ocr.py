@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtime.errors import MonolibError
+from ..errors import MonolibError
 
 __all__ = [
     "FONT_PATH",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtime.errors import MonolibError
+from ..errors import MonolibError
 
 __all__ = [
     "CHUNK",

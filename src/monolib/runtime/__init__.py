@@ -8,8 +8,8 @@ exist as soon as ``monolib.runtime`` is imported. ``CSourceModule`` and
 
 from .device import Device, cpu, cuda, opencl
 from .dso import DSOModule
-from .errors import *
-from .errors import __all__ as _errors_all
+from ..errors import *
+from ..errors import __all__ as _errors_all
 from .graph_executor import (
     GraphExecutor,
     GraphExecutorFactoryModule,

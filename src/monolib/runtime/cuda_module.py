@@ -19,7 +19,7 @@ import numpy as np
 
 from .device import Device
 from .device_executor import DeviceModule, DeviceSession, DeviceUnavailableError
-from .errors import CompileError, ExecutionError
+from ..errors import CompileError, ExecutionError
 
 __all__ = ["CUDAModule", "load_cuda", "nvrtc_available", "nvrtc_compile"]
 

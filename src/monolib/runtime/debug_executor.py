@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .device import Device, cpu
-from .errors import ExecutionError, InputError
+from ..errors import ExecutionError, InputError
 from .graph_executor import ALIGN, GraphExecutor, GraphExecutorFactoryModule, GraphModule
 from .module import Module
 from .ndarray import NDArray

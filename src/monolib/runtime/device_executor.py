@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from .errors import ContainerError, ExecutionError, InputError
+from ..errors import ContainerError, ExecutionError, InputError
 from .graph_executor import GraphExecutor, _tensor_info, aligned_empty
 from .module import Module
 

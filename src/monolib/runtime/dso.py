@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ExportError, LibraryLoadError
+from ..errors import ExportError, LibraryLoadError
 from .module import Module
 
 __all__ = ["DSOModule", "open_library"]

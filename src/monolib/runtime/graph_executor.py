@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .device import Device, cpu
-from .errors import ContainerError, ExecutionError, ExportError, FunctionNotFoundError, InputError
+from ..errors import ContainerError, ExecutionError, ExportError, FunctionNotFoundError, InputError
 from .module import Module
 from .ndarray import NDArray
 from .params import ParamsError, params_blob

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from .binfmt import find_container, host_format, host_machine
-from .container import HEADER_SIZE, Container
+from ..abi.binfmt import find_container, host_format, host_machine
+from ..abi.container import HEADER_SIZE, Container
 from .dso import DSOModule, open_library
-from .errors import ContainerError, LibraryLoadError, MonolibError, SignatureError
+from ..errors import ContainerError, LibraryLoadError, MonolibError, SignatureError
 from .module import Module, get_loader
 
 __all__ = ["END_SYMBOL", "START_SYMBOL", "load_module", "read_container"]

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import ExportError, FunctionNotFoundError, UnknownTypeKeyError
+from ..errors import ExportError, FunctionNotFoundError, UnknownTypeKeyError
 
 __all__ = [
     "LOADER_HINT_SECTION",

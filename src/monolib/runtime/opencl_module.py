@@ -17,7 +17,7 @@ import numpy as np
 
 from .device import Device
 from .device_executor import DeviceModule, DeviceSession, DeviceUnavailableError
-from .errors import ExecutionError
+from ..errors import ExecutionError
 
 __all__ = ["OpenCLModule", "devices", "load_opencl"]
 

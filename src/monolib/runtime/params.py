@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ContainerError, LibraryLoadError
+from ..errors import ContainerError, LibraryLoadError
 
 __all__ = [
     "SAFETENSORS_DTYPES",

@@ -1,7 +1,7 @@
 """Inspect an exported library WITHOUT loading it (no dlopen, none of its code runs).
 
-Reads the ELF section table (:mod:`monolib.runtime.binfmt`), the container header and
-manifest (:mod:`monolib.runtime.container`) and the graph JSON of each graph
+Reads the ELF section table (:mod:`monolib.abi.binfmt`), the container header and
+manifest (:mod:`monolib.abi.container`) and the graph JSON of each graph
 executor factory, and reports: format version, the module tree with type keys, each
 section's size, codec and SHA-256, graph inputs/outputs, op counts (fused ops and
 the ONNX ops inside them), params count and bytes, and the library's size. A library
@@ -19,9 +19,9 @@ import sys
 from collections import Counter
 from typing import Any
 
-from ..runtime.binfmt import exported_symbols, parse_binary
-from ..runtime.container import SMALL_SECTION_BYTES, Container
-from ..runtime.errors import ContainerError, LibraryLoadError
+from ..abi.binfmt import exported_symbols, parse_binary
+from ..abi.container import SMALL_SECTION_BYTES, Container
+from ..errors import ContainerError, LibraryLoadError
 from ..runtime.library import read_container
 from .tvm_container import find_tvm
 

@@ -42,7 +42,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime.errors import SignatureError
+from ..errors import SignatureError
 
 __all__ = [
     "ALGORITHM",

@@ -30,9 +30,9 @@ import sys
 from itertools import pairwise
 from typing import Any, NamedTuple
 
-from ..runtime.binfmt import find_symbol
-from ..runtime.container import sha256
-from ..runtime.errors import ContainerError
+from ..abi.binfmt import find_symbol
+from ..abi.container import sha256
+from ..errors import ContainerError
 
 __all__ = ["FFI_SYMBOL", "LEGACY_SYMBOL", "LIB_KEY", "TvmContainer", "TvmModule", "find_tvm"]
 
@@ -213,7 +213,7 @@ def _parse_at(view: memoryview, base: int, parse, layout: str, symbol: str, wher
 def find_tvm(buf: Any, info: Any, path: str = "<memory>") -> tuple[int, TvmContainer] | None:
     """Find and parse the TVM container of a library file's bytes, or None.
 
-    ``info`` is :func:`monolib.runtime.binfmt.parse_binary`'s result on ``buf``.
+    ``info`` is :func:`monolib.abi.binfmt.parse_binary`'s result on ``buf``.
     Returns ``(file offset of the symbol, container)``; the current layout is
     preferred when a file has both symbols.
 

@@ -27,8 +27,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..runtime.container import Container
-from ..runtime.errors import ContainerError, MonolibError
+from ..abi.container import Container
+from ..errors import ContainerError, MonolibError
 from ..runtime.library import read_container
 from .inspect import inspect_library
 

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
-from ...runtime.errors import CompileError
+from ...errors import CompileError
 
 __all__ = [
     "convert_attribute",

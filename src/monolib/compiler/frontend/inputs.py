@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ...runtime.errors import CompileError, ShapeError
+from ...errors import CompileError, ShapeError
 from ..ir import Value
 from ..passes.node_eval import make_const
 

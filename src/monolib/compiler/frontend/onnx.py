@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from ...runtime.errors import CompileError, UnsupportedOpError
+from ...errors import CompileError, UnsupportedOpError
 from ..ir import Graph, Node, Value
 from ..ops.base import lookup
 from ..passes.dce import DeadCodeElimination

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import onnx
 
-from ...runtime.errors import CompileError
+from ...errors import CompileError
 
 __all__ = ["implicit_inputs", "topological_order"]
 

@@ -2,7 +2,7 @@
 
 A user converting a model wants the whole list at once, not one error per attempt:
 :func:`check_supported` walks every node, ``If``/``Loop`` subgraphs included, and
-raises ONE :class:`~monolib.runtime.errors.UnsupportedOpError` naming each unsupported
+raises ONE :class:`~monolib.errors.UnsupportedOpError` naming each unsupported
 op type with its opset and the nodes that use it.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 
 import onnx
 
-from ...runtime.errors import UnsupportedOpError
+from ...errors import UnsupportedOpError
 from ..ops.base import lookup, registered_ops
 
 __all__ = ["DEFAULT_OPSETS", "FRONTEND_OPS", "check_supported", "walk_nodes"]

@@ -10,7 +10,7 @@ What an op class provides
 ``infer(node)``
     Output types from input types: ``[(shape, dtype), ...]``, one per output. May
     read ``node.inputs[i].const`` (e.g. Reshape's target shape). Raise
-    :class:`~monolib.runtime.errors.ShapeError` on inconsistent input.
+    :class:`~monolib.errors.ShapeError` on inconsistent input.
 ``reference(node, inputs)``
     The NumPy reference: ``inputs`` is a list of ``np.ndarray`` (``None`` for an
     omitted optional input); returns a list of arrays, one per output. It is the
@@ -38,7 +38,7 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import numpy as np
 
-from ...runtime.errors import UnsupportedOpError
+from ...errors import UnsupportedOpError
 from ..ir import Node, Value
 
 __all__ = [
@@ -79,7 +79,7 @@ _CTYPES = {
     np.dtype("bool"): "uint8_t",
 }
 
-# Storage types (codegen/kernels/types.h): kept in their ONNX / ml_dtypes byte layout,
+# Storage types (backends/c/kernels/types.h): kept in their ONNX / ml_dtypes byte layout,
 # converted to float32 (floats) or int32 (ints) to compute: dtype -> C storage type.
 # ml_dtypes is a dependency of onnx, which the compiler imports anyway.
 _STORAGE_NAMES = {
@@ -100,7 +100,7 @@ def _storage_table() -> dict[np.dtype, str]:
     return out
 
 
-#: dtype -> C storage type of every storage type (see ``codegen/kernels/types.h``).
+#: dtype -> C storage type of every storage type (see ``backends/c/kernels/types.h``).
 STORAGE_TYPES: dict[np.dtype, str] = _storage_table()
 _CTYPES.update(STORAGE_TYPES)
 
@@ -208,7 +208,7 @@ class EmitContext(Protocol):
         are emitted once."""
 
     def include(self, header: str) -> None:
-        """Paste the kernel library header ``codegen/kernels/<header>`` (e.g.
+        """Paste the kernel library header ``the kernel folders`` (e.g.
         ``"gemm.h"``) into the generated source, once."""
 
     def unique(self, prefix: str) -> str:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...runtime.errors import CompileError
+from ...errors import CompileError
 from ..ir import Graph
 
 __all__ = ["Pass", "PassManager", "PassResult", "splice_nodes"]

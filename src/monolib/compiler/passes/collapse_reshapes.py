@@ -18,7 +18,7 @@ import logging
 
 import numpy as np
 
-from ...runtime.errors import UnsupportedOpError
+from ...errors import UnsupportedOpError
 from ..ir import Graph, Node
 from ..ops.base import lookup
 from .base import Pass, PassResult

@@ -38,7 +38,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 
-from ...runtime.errors import CompileError
+from ...errors import CompileError
 from ..ir import Graph, Node, Value
 from ..ops.base import OpDef, op_of
 

@@ -2,7 +2,7 @@
 
 Shared by the frontend (typing and folding while importing), :mod:`.fold_constants`
 and :mod:`monolib.compiler.reference_eval`. An exception escaping an op
-implementation is re-raised as a :class:`~monolib.runtime.errors.MonolibError` whose
+implementation is re-raised as a :class:`~monolib.errors.MonolibError` whose
 message starts with the node's name and op type, so a failure deep in a 900-node model
 says where it happened.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ...runtime.errors import CompileError, MonolibError
+from ...errors import CompileError, MonolibError
 from ..ir import Node, Value
 from ..ops.base import OpDef, op_of
 

@@ -35,7 +35,7 @@ import logging
 
 import numpy as np
 
-from ...runtime.errors import UnsupportedOpError
+from ...errors import UnsupportedOpError
 from ..ir import Graph, Node, Value
 from ..ops.base import lookup, op_of
 from .base import Pass, PassResult, splice_nodes

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ...runtime.errors import CompileError
+from ...errors import CompileError
 from ..ir import Value
 from .fuse_elementwise import Fusion
 

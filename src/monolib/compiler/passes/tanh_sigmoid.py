@@ -23,7 +23,7 @@ import logging
 
 import numpy as np
 
-from ...runtime.errors import UnsupportedOpError
+from ...errors import UnsupportedOpError
 from ..ir import Graph, Node, Value
 from ..ops.base import lookup
 from .base import Pass, PassResult, splice_nodes

@@ -14,7 +14,7 @@ from functools import reduce
 
 import numpy as np
 
-from ....runtime.errors import UnsupportedOpError
+from ....errors import UnsupportedOpError
 from ...ir import Node
 from ..base import ctype, register
 from .elementwise import (

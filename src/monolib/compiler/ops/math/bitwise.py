@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ....runtime.errors import UnsupportedOpError
+from ....errors import UnsupportedOpError
 from ...ir import Node
 from ..base import ctype, register
 from .elementwise import Elementwise, cast_expr, check_same_dtype

@@ -5,7 +5,7 @@ e5m2fnuz/e8m0fnu, float4 e2m1fn, int4/uint4, int2/uint2).
 Float to integer truncates toward zero (C conversion, NumPy ``astype``); anything to
 bool is ``x != 0``; bool to a number is 0 or 1. A storage type is read as float32
 (int32 for the small ints) and written with the conversions of
-``codegen/kernels/types.h``: round to nearest even; float8 follows the spec's
+``backends/c/kernels/types.h``: round to nearest even; float8 follows the spec's
 ``saturate`` table (default on: out of range and Inf become the largest finite value),
 float8e8m0 its ``round_mode`` (default ``"up"``); small ints keep the low bits.
 Strings are not supported (a clear :class:`UnsupportedOpError`). The reference is
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx.helper
 
-from ....runtime.errors import UnsupportedOpError
+from ....errors import UnsupportedOpError
 from ...ir import Node
 from ..base import compute_dtype, ctype, is_storage, register, storage_load, storage_store
 from .elementwise import Elementwise, cast_expr

@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import flat_index_exprs, has_epilogue, normalize_axis

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, c_literal, ctype
 from ..tensor.loops import (

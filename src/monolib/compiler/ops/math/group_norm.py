@@ -18,7 +18,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 from ..tensor.loops import contiguous_strides, emit_loops, linear_offset, normalize_axis

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ....runtime.errors import UnsupportedOpError
+from ....errors import UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 from ..tensor.loops import flat_index_exprs, normalize_axis

@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, c_literal, register
 

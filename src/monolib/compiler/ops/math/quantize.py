@@ -29,7 +29,7 @@ import logging
 import numpy as np
 import onnx
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import (
     EmitContext,

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 from ..tensor.loops import (

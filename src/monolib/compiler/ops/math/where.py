@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import register
 from .elementwise import Elementwise

@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 import onnx
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 

@@ -1,5 +1,5 @@
 """nn operators: Conv, ConvTranspose, Gemm, MatMul, pooling, LSTM (each file registers its
-ops at import; the C kernels live in ``codegen/kernels/gemm.h``, ``conv.h``, ...)."""
+ops at import; the C kernels live in ``ops/nn/gemm.h``, ``conv.h``, ...)."""
 
 from .._discover import import_all
 

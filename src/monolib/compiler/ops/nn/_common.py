@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import c_literal
 

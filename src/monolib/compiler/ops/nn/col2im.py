@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import const_ints

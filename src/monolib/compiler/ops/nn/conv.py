@@ -30,7 +30,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import attr_ints, require_float32, window_dims

@@ -16,7 +16,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import attr_ints, require_float32

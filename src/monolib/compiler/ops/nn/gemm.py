@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import epi_call, f32, require_float32

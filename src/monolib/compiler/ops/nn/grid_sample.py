@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 from ..tensor.loops import const_ints

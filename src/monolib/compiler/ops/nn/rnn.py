@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import require_float32

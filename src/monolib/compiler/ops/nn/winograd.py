@@ -31,7 +31,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ....runtime.errors import CompileError
+from ....errors import CompileError
 from ...ir import Node
 from ..base import EmitContext
 from ._gemm import MR, NR, pack_a

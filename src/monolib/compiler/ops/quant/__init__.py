@@ -1,6 +1,6 @@
 """Quantized operators with integer kernels: QLinearConv, ConvInteger, QLinearMatMul,
 MatMulInteger, DynamicQuantizeLinear (each file registers its ops at import; the C
-kernels live in ``codegen/kernels/qgemm.h``). QuantizeLinear/DequantizeLinear are in
+kernels live in ``ops/quant/qgemm.h``). QuantizeLinear/DequantizeLinear are in
 ``ops/math/quantize.py``."""
 
 from .._discover import import_all

@@ -15,7 +15,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import UnsupportedOpError
+from ....errors import UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 

@@ -9,7 +9,7 @@ import logging
 import numpy as np
 import onnx
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 

@@ -8,7 +8,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import const_ints, contiguous_strides, emit_copy, normalize_axis

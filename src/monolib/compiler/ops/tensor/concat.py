@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import contiguous_strides, emit_copy, has_epilogue, normalize_axis

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
 from .loops import const_ints, contiguous_strides, has_epilogue, linear_offset, normalize_axis

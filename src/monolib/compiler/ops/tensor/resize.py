@@ -34,7 +34,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 from .loops import contiguous_strides, emit_loops, has_epilogue, linear_offset, normalize_axis

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import contiguous_strides, emit_loops, linear_offset, normalize_axis

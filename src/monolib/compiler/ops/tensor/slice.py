@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import const_ints, contiguous_strides, emit_copy, has_epilogue, normalize_axis

@@ -10,7 +10,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import normalize_axis

@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from ....runtime.errors import ShapeError
+from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, ctype, register
 from .loops import const_ints, normalize_axis

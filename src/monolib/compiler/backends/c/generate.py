@@ -24,17 +24,17 @@ import hashlib
 import logging
 import re
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
-from ...runtime.errors import CompileError, MonolibError
-from ..ir import Graph, Value
-from ..ops.base import c_literal, ctype, op_of
-from ..passes.fuse_elementwise import FusedOp, Fusion
-from ..passes.plan_memory import ALIGN, MemoryPlan, align
+from ....errors import CompileError, MonolibError
+from ...ir import Graph, Value
+from ...ops.base import c_literal, ctype, op_of
+from ...passes.fuse_elementwise import FusedOp, Fusion
+from ...passes.plan_memory import ALIGN, MemoryPlan, align
 from . import epilogue
+from .headers import kernel_header
 
 __all__ = ["PRELUDE", "CEmitContext", "ParamsBuilder", "generate", "scratch_sizes"]
 
@@ -165,15 +165,6 @@ class _Source:
         return f"{prefix}{self.counter}"
 
 
-def _kernel_header(header: str) -> str:
-    try:
-        return resources.files("monolib.compiler.codegen").joinpath("kernels", header).read_text()
-    except (FileNotFoundError, OSError):
-        raise CompileError(
-            f"kernel header {header!r} not found in monolib/compiler/codegen/kernels"
-        ) from None
-
-
 class CEmitContext:
     """The :class:`~..ops.base.EmitContext` of one fused op.
 
@@ -239,9 +230,9 @@ class CEmitContext:
         self.source.once(self.source.helpers, code.strip("\n"))
 
     def include(self, header: str) -> None:
-        """Paste ``codegen/kernels/<header>`` once."""
+        """Paste ``the kernel folders`` once."""
         self.source.once(
-            self.source.headers, f"/* ---- {header} ---- */\n" + _kernel_header(header).strip("\n")
+            self.source.headers, f"/* ---- {header} ---- */\n" + kernel_header(header).strip("\n")
         )
 
     def unique(self, prefix: str) -> str:
@@ -420,15 +411,15 @@ def _fix_float_literals(source: str) -> str:
 def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
     # the thread pool comes first: every library exports monolib_set_num_threads, and
     # gemm.h / conv.h parallelise their large calls when it is there
-    pool = "/* ---- threadpool.h ---- */\n" + _kernel_header("threadpool.h").strip("\n")
+    pool = "/* ---- threadpool.h ---- */\n" + kernel_header("threadpool.h").strip("\n")
     parts = [PRELUDE, pool, *source.headers, *source.helpers, *source.functions, *op_functions]
     if any("ml_from_" in p or "ml_to_" in p for p in parts[2:]):
         # storage-type conversions (ops.base.storage_load/storage_store), before any user
-        parts.insert(2, "/* ---- types.h ---- */\n" + _kernel_header("types.h").strip("\n"))
+        parts.insert(2, "/* ---- types.h ---- */\n" + kernel_header("types.h").strip("\n"))
     if any(_EXPF.search(p) for p in parts[1:]):
         # float32 exp that vectorizes everywhere (no libmvec scalar fallback); it
         # redefines expf, so it precedes every user
-        parts.insert(1, "/* ---- vmath.h ---- */\n" + _kernel_header("vmath.h").strip("\n"))
+        parts.insert(1, "/* ---- vmath.h ---- */\n" + kernel_header("vmath.h").strip("\n"))
     if n:
         table = ", ".join(f"op_{i}" for i in range(n))
         parts.append(

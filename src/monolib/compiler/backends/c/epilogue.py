@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from ...runtime.errors import CompileError
-from ..ir import Value
-from ..ops.base import c_literal, ctype
-from ..passes.fuse_elementwise import ChainStep, broadcast_strides, group_strides, is_scalar_const
+from ....errors import CompileError
+from ...ir import Value
+from ...ops.base import c_literal, ctype
+from ...passes.fuse_elementwise import ChainStep, broadcast_strides, group_strides, is_scalar_const
 
 __all__ = [
     "coalesce",

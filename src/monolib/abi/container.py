@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Any, BinaryIO, NamedTuple
 
-from .errors import ContainerError
+from ..errors import ContainerError
 
 __all__ = [
     "CODECS",

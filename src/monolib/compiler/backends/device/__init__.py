@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ....runtime.errors import TargetError
+from ....errors import TargetError
 from .dialect import DIALECTS, Dialect
 from .generate import generate, supported_ops
 

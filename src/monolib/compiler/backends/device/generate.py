@@ -21,15 +21,15 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ....runtime.errors import CompileError, MonolibError, UnsupportedOpError
+from ....errors import CompileError, MonolibError, UnsupportedOpError
 from ...ir import Graph, Value
 from ...ops.base import ctype
 from ...passes.fuse_elementwise import FusedOp, Fusion, broadcast_strides
 from ...passes.plan_memory import MemoryPlan
-from ..c import ParamsBuilder, _fix_float_literals, _node_json, graph_json_of
-from ..epilogue import compose
+from ..c.generate import ParamsBuilder, _fix_float_literals, _node_json, graph_json_of
+from ..c.epilogue import compose
 from .dialect import Dialect
-from .kernels import LOWERINGS, Kernel, decompose, flat_of
+from .lowerings import LOWERINGS, Kernel, decompose, flat_of
 
 __all__ = ["KernelContext", "generate", "supported_ops"]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ....runtime.errors import UnsupportedOpError
+from ....errors import UnsupportedOpError
 from ...ir import Node
 from ...ops.base import c_literal, ctype, op_of
 from ...ops.nn._common import window_dims

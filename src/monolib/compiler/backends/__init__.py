@@ -6,6 +6,6 @@
 * ``kernels/*.h`` -- the hand-written C kernel library pasted in by ``ctx.include``.
 """
 
-from .c import CEmitContext, generate
+from .c.generate import CEmitContext, generate
 
 __all__ = ["CEmitContext", "generate"]

@@ -12,7 +12,7 @@ import logging
 import struct
 
 from .binfmt import ElfInfo, ElfSection, ElfSegment
-from .errors import LibraryLoadError
+from ..errors import LibraryLoadError
 
 __all__ = [
     "PE_MACHINES",

@@ -19,7 +19,7 @@ import sys
 from typing import NamedTuple
 
 from .container import MAGIC
-from .errors import LibraryLoadError
+from ..errors import LibraryLoadError
 
 __all__ = [
     "SECTION_NAME",

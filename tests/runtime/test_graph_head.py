@@ -8,7 +8,7 @@ import pytest
 
 from monolib.runtime import GraphExecutorFactoryModule, GraphModule, load_module
 from monolib.errors import ContainerError
-from monolib.runtime.graph_executor import graph_head
+from monolib.abi.graph_spec import graph_head
 
 from tinylib import reference, tiny_factory, tiny_graph
 

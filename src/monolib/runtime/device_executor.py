@@ -25,7 +25,8 @@ import numpy as np
 
 from .device import Device
 from ..errors import ContainerError, ExecutionError, InputError
-from .graph_executor import GraphExecutor, _tensor_info, aligned_empty
+from ..abi.graph_spec import tensor_info
+from .graph_executor import GraphExecutor, aligned_empty
 from .module import Module
 
 __all__ = [
@@ -259,7 +260,7 @@ class DeviceGraphExecutor(GraphExecutor):
         self.module = find_device_module(roots, kind)
         self.arena_bytes = int(graph["arena_bytes"])
         infos = [
-            _tensor_info(r, k, self.arena_bytes, "arena")
+            tensor_info(r, k, self.arena_bytes, "arena")
             for k in ("inputs", "outputs")
             for r in graph[k]
         ]
@@ -321,7 +322,7 @@ class DeviceGraphExecutor(GraphExecutor):
                 s.write(info.offset, view)
         s.launch(i)
         node = self.factory.graph_json["nodes"][self.module.functions[i]["node"]]
-        out = _tensor_info(
+        out = tensor_info(
             {**node, "name": node.get("name", "")}, "node", self.arena_bytes, "arena"
         )
         s.read(out.offset, self.arena[out.offset : out.offset + out.nbytes])

@@ -23,15 +23,15 @@ import copy
 import ctypes
 import json
 import logging
-import math
 import os
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from ..abi.graph_spec import TensorInfo, check_graph_json, from_json, graph_head, tensor_info, to_json
 from .device import Device, cpu
 from ..errors import ContainerError, ExecutionError, ExportError, FunctionNotFoundError, InputError
 from .module import Module
@@ -46,7 +46,6 @@ __all__ = [
     "GraphExecutorFactoryModule",
     "GraphModule",
     "ParamsInputError",
-    "TensorInfo",
     "create",
     "load_factory",
     "set_num_threads",
@@ -55,8 +54,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ALIGN = 64
-GRAPH_FORMAT = "monolib.graph"
-GRAPH_VERSIONS = (1,)
 
 
 class ParamsInputError(InputError, ParamsError):
@@ -109,139 +106,6 @@ def arena_empty(nbytes: int) -> np.ndarray:
     return raw[skip : skip + nbytes]
 
 
-class TensorInfo(NamedTuple):
-    """A graph input, output or param: name, shape, dtype, byte offset, byte size."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    offset: int
-    nbytes: int
-
-    def describe(self) -> str:
-        return f"{self.name}: {self.dtype}{list(self.shape)}"
-
-
-# dtype name -> np.dtype: parsing a dtype string costs ~1 us, and a graph names a few
-# dtypes hundreds of times.
-_DTYPES: dict[str, np.dtype] = {}
-
-
-def _dtype(name: Any) -> np.dtype:
-    if isinstance(name, str):
-        found = _DTYPES.get(name)
-        if found is None:
-            found = _DTYPES[name] = _parse_dtype(name)
-        return found
-    return np.dtype(name)
-
-
-def _parse_dtype(name: str) -> np.dtype:
-    """``np.dtype(name)``; the storage types NumPy lacks (bfloat16, float8_*, int4...)
-    come from ``ml_dtypes``, imported only when a graph names one (it registers them)."""
-    try:
-        return np.dtype(name)
-    except TypeError:
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise TypeError(
-                f"dtype {name!r} needs the ml_dtypes package (pip install ml_dtypes)"
-            ) from None
-        found = getattr(ml_dtypes, name, None)
-        if found is None:
-            raise
-        return np.dtype(found)
-
-
-def _tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInfo:
-    try:
-        shape = tuple(int(d) for d in raw["shape"])
-        dtype = _dtype(raw["dtype"])
-        info = TensorInfo(
-            str(raw["name"]),
-            shape,
-            dtype,
-            int(raw["offset"]),
-            math.prod(shape) * dtype.itemsize,  # exact (np.prod would wrap at 2**63)
-        )
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Infinity: Overflow
-        raise ContainerError(f"graph JSON: malformed {where} entry {raw!r:.200} ({exc})") from None
-    if dtype.hasobject or dtype.itemsize == 0:
-        raise ContainerError(f"graph JSON: {where} {info.name!r} has no tensor dtype ({dtype})")
-    if min(shape, default=0) < 0 or info.offset < 0 or info.offset + info.nbytes > limit:
-        raise ContainerError(
-            f"graph JSON: {where} {info.name!r} [{info.offset}, {info.offset + info.nbytes}) "
-            f"lies outside the {limit_name} ({limit} bytes)"
-        )
-    return info
-
-
-def check_graph_json(graph: Mapping, params_nbytes: int | None) -> list[TensorInfo]:
-    """Check the graph JSON's format, version and that every range fits.
-
-    ``params_nbytes`` None: a factory without weights (:meth:`remove_params`); the
-    params table is checked against ``params_bytes`` instead of a blob.
-
-    Returns
-    -------
-    list of TensorInfo
-        The params table, in order (each range checked against the blob).
-
-    Raises
-    ------
-    ContainerError
-        Wrong format or version, missing keys, or an input/output/param whose byte
-        range lies outside the arena or the params blob.
-    """
-    if not isinstance(graph, Mapping) or graph.get("format") != GRAPH_FORMAT:
-        raise ContainerError(f'graph JSON: "format" is not {GRAPH_FORMAT!r}')
-    if graph.get("version") not in GRAPH_VERSIONS:
-        raise ContainerError(
-            f"graph JSON: version {graph.get('version')!r} is not readable (reads {GRAPH_VERSIONS})"
-        )
-    for key in ("arena_bytes", "inputs", "outputs"):
-        if key not in graph:
-            raise ContainerError(f"graph JSON: missing {key!r}")
-    declared = _count(graph.get("params_bytes", 0), "params_bytes")
-    if params_nbytes is None:
-        params_nbytes = declared
-    if declared > params_nbytes:
-        raise ContainerError(
-            f"graph JSON: params_bytes {graph['params_bytes']} exceeds the "
-            f"params blob ({params_nbytes} bytes)"
-        )
-    arena = _count(graph["arena_bytes"], "arena_bytes")
-    for kind in ("inputs", "outputs"):
-        for raw in _list(graph[kind], kind):
-            _tensor_info(raw, kind[:-1], arena, "arena")
-    table = _list(graph.get("params", []), "params")
-    return [_tensor_info(raw, "param", params_nbytes, "params blob") for raw in table]
-
-
-def _count(value: Any, key: str) -> int:
-    """A graph JSON byte count: a non-negative integer (bool and Infinity refused)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ContainerError(f"graph JSON: {key} is {value!r:.100}, not a byte count >= 0")
-    return value
-
-
-#: Graph JSON keys an executor does not need: they stay unparsed in a loaded factory.
-_LAZY_KEYS = ("nodes", "params")
-
-
-def graph_head(graph: Mapping) -> dict:
-    """The graph JSON without its ``nodes`` and ``params`` table: all an executor
-    reads (format, version, arena size, inputs, outputs, device...)."""
-    return {k: v for k, v in graph.items() if k not in _LAZY_KEYS}
-
-
-def _list(value: Any, key: str) -> list:
-    if not isinstance(value, list):
-        raise ContainerError(f"graph JSON: {key} is a {type(value).__name__}, not a list")
-    return value
-
-
 def _aligned_blob(params: Any) -> np.ndarray:
     """``params`` as a 1-D uint8 array with a 64-byte aligned base (copied if not)."""
     params = np.asarray(params)
@@ -280,7 +144,7 @@ class GraphExecutorFactoryModule(Module):
     def __init__(self, graph_json: Any, params: Any = None, lib: Module | None = None) -> None:
         super().__init__()
         if isinstance(graph_json, (str, bytes, bytearray, memoryview)):
-            graph_json = _parse_json(graph_json)
+            graph_json = from_json(graph_json)
         self.params = None if params is None else _aligned_blob(params)
         self._library: Module | None = None
         self._param_infos: dict[str, TensorInfo] | None = None
@@ -309,7 +173,7 @@ class GraphExecutorFactoryModule(Module):
         Module.__init__(self)
         self.params = None if params is None else _aligned_blob(params)
         self._library, self._param_infos = None, None
-        self.head = dict(_parse_json(head))
+        self.head = dict(from_json(head))
         check_graph_json(self.head, None if params is None else self.params.nbytes)
         self._graph_json, self._graph_raw = None, graph
         return self
@@ -331,7 +195,7 @@ class GraphExecutorFactoryModule(Module):
             ranges outside the arena or params, or disagrees with the head.
         """
         if self._graph_json is None:
-            graph = _parse_json(self._graph_raw)
+            graph = from_json(self._graph_raw)
             if not isinstance(graph, dict) or graph_head(graph) != self.head:
                 raise ContainerError("graph JSON disagrees with the graph head section")
             self._set_graph(graph)
@@ -382,7 +246,7 @@ class GraphExecutorFactoryModule(Module):
             raws = self.graph_json.get("params", [])
             for raw, info in zip(raws, self._param_table, strict=True):
                 if info.offset + info.nbytes > limit:  # checked against the blob only
-                    _tensor_info(raw, "param", limit, "params blob")  # raises, naming it
+                    tensor_info(raw, "param", limit, "params blob")  # raises, naming it
             self._param_infos = {info.name: info for info in self._param_table}
         return self._param_infos
 
@@ -455,7 +319,7 @@ class GraphExecutorFactoryModule(Module):
         if self.params is None:
             return out
         for raw in self.graph_json.get("params", []):
-            info = _tensor_info(raw, "param", self.params.nbytes, "params blob")
+            info = tensor_info(raw, "param", self.params.nbytes, "params blob")
             arr = self.params[info.offset : info.offset + info.nbytes].view(info.dtype)
             arr = arr.reshape(info.shape)
             arr.flags.writeable = False
@@ -468,8 +332,8 @@ class GraphExecutorFactoryModule(Module):
         if self._graph_raw is not None:  # loaded and never read: the same bytes again
             graph = bytes(self._graph_raw)
         else:
-            graph = json.dumps(self.graph_json, separators=(",", ":")).encode("utf-8")
-        head = json.dumps(graph_head(self.head), separators=(",", ":")).encode("utf-8")
+            graph = to_json(self.graph_json)
+        head = to_json(graph_head(self.head))
         sections = {"graph": graph, "head": head}
         if self.params is not None:
             sections["params"] = self.params
@@ -479,16 +343,6 @@ class GraphExecutorFactoryModule(Module):
         name = self.head.get("name", "")
         size = "removed" if self.params is None else f"{self.params.nbytes} bytes"
         return f"GraphExecutorFactoryModule({name!r}, params={size})"
-
-
-def _parse_json(data: Any) -> dict:
-    try:
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-        return json.loads(text)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ContainerError(f"graph JSON is not valid UTF-8 JSON: {exc}") from None
-    except RecursionError:  # "[[[[..." nested past the interpreter's stack
-        raise ContainerError("graph JSON is nested too deeply") from None
 
 
 def load_factory(sections: Mapping[str, Any]) -> GraphExecutorFactoryModule:
@@ -512,7 +366,7 @@ def load_factory(sections: Mapping[str, Any]) -> GraphExecutorFactoryModule:
         params.flags.writeable = False
     if "head" in sections:
         return GraphExecutorFactoryModule.from_head(sections["head"], sections["graph"], params)
-    return GraphExecutorFactoryModule(_parse_json(sections["graph"]), params)
+    return GraphExecutorFactoryModule(from_json(sections["graph"]), params)
 
 
 # Threads: each library has its own pool (MONOLIB_NUM_THREADS at load, else the CPUs the
@@ -596,9 +450,9 @@ class GraphExecutor:
                 f"graph JSON asks for a {self.arena_bytes}-byte arena, which cannot be "
                 "allocated on this machine"
             ) from None
-        self.inputs = [_tensor_info(r, "input", self.arena_bytes, "arena") for r in graph["inputs"]]
+        self.inputs = [tensor_info(r, "input", self.arena_bytes, "arena") for r in graph["inputs"]]
         self.outputs = [
-            _tensor_info(r, "output", self.arena_bytes, "arena") for r in graph["outputs"]
+            tensor_info(r, "output", self.arena_bytes, "arena") for r in graph["outputs"]
         ]
         self._in_views = [self._view(t) for t in self.inputs]
         self._out_views = [self._view(t) for t in self.outputs]

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ....abi import graph_spec
 from ....errors import CompileError, MonolibError
 from ...ir import Graph, Value
 from ...ops.base import c_literal, ctype, op_of
@@ -374,24 +375,15 @@ def _whole_output_epilogue(fused: FusedOp, ctx: CEmitContext) -> str:
 
 
 def _node_json(fused: FusedOp, plan: MemoryPlan) -> dict[str, Any]:
-    # "offset": where output 0 lies in the arena, so the debug executor reads it directly
-    return {
-        "name": fused.name,
-        "op": fused.op_type,
-        "fused": fused.fused_types,
-        "inputs": [v.name for v in fused.reads()],
-        "outputs": [v.name for v in fused.writes()],
-        "shape": list(fused.out.shape),
-        "dtype": fused.out.dtype.name,
-        "offset": plan.offset(fused.out),
-    }
+    return graph_spec.node_entry(
+        fused.name, fused.op_type, fused.fused_types, (v.name for v in fused.reads()),
+        (v.name for v in fused.writes()), fused.out.shape, fused.out.dtype,
+        plan.offset(fused.out),
+    )
 
 
 def _io_json(values: Sequence[Value], plan: MemoryPlan) -> list[dict[str, Any]]:
-    return [
-        {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name, "offset": plan.offset(v)}
-        for v in values
-    ]
+    return [graph_spec.tensor_entry(v.name, v.shape, v.dtype, plan.offset(v)) for v in values]
 
 
 # ops.base.c_literal writes integral float32 values as "0f"/"-2f", which C rejects
@@ -475,24 +467,22 @@ def scratch_sizes(fusion: Fusion, plan: MemoryPlan) -> dict[int, int]:
 
 def graph_json_of(graph, fusion, plan, nodes, params, blob, constants, *, arena_bytes,
                   device=None) -> dict[str, Any]:
-    """The graph JSON (docs/ARCHITECTURE.md) shared by the C and device generators;
-    ``device`` (e.g. ``"opencl"``) is recorded when the kernels run on one."""
-    out: dict[str, Any] = {"format": "monolib.graph", "version": 1, "name": graph.name}
-    if device is not None:
-        out["device"] = device
-    out.update({
-        "arena_bytes": align(arena_bytes, ALIGN),
-        "params_bytes": int(blob.nbytes),
-        "inputs": _io_json(fusion.inputs, plan),
-        "outputs": _io_json(fusion.outputs, plan),
-        "nodes": nodes,
-        "params": params.entries,
-        # storage shared without code (Reshape, Squeeze, in-place Concat): name -> source
-        "aliases": {f.out.name: f.src.name for f in fusion.ops if f.kind == "alias"},
-        "constants": dict(constants or {}),
-        "metadata": dict(graph.metadata),
-    })
-    return out
+    """The graph JSON (:func:`~monolib.abi.graph_spec.graph_document`) shared by the C
+    and device generators; ``device`` (e.g. ``"opencl"``) is recorded when the
+    kernels run on one."""
+    return graph_spec.graph_document(
+        graph.name,
+        arena_bytes=align(arena_bytes, ALIGN),
+        params_bytes=int(blob.nbytes),
+        inputs=_io_json(fusion.inputs, plan),
+        outputs=_io_json(fusion.outputs, plan),
+        nodes=nodes,
+        params=params.entries,
+        aliases={f.out.name: f.src.name for f in fusion.ops if f.kind == "alias"},
+        constants=constants,
+        metadata=graph.metadata,
+        device=device,
+    )
 
 
 def generate(

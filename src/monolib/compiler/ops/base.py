@@ -39,6 +39,7 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence
 import numpy as np
 
 from ...errors import UnsupportedOpError
+from ..backends.cstyle import STORAGE_TYPES
 from ..ir import Node, Value
 
 __all__ = [
@@ -47,13 +48,8 @@ __all__ = [
     "register",
     "lookup",
     "registered_ops",
-    "ctype",
-    "c_literal",
-    "STORAGE_TYPES",
     "compute_dtype",
     "is_storage",
-    "storage_load",
-    "storage_store",
     "Shape",
     "OutType",
     "op_of",
@@ -64,46 +60,6 @@ OutType = tuple[Shape, np.dtype]
 
 # (domain, op_type) -> classes sorted by since_version
 _REGISTRY: dict[tuple[str, str], list[type["OpDef"]]] = {}
-
-_CTYPES = {
-    np.dtype("float32"): "float",
-    np.dtype("float64"): "double",
-    np.dtype("int64"): "int64_t",
-    np.dtype("int32"): "int32_t",
-    np.dtype("int16"): "int16_t",
-    np.dtype("int8"): "int8_t",
-    np.dtype("uint64"): "uint64_t",
-    np.dtype("uint32"): "uint32_t",
-    np.dtype("uint16"): "uint16_t",
-    np.dtype("uint8"): "uint8_t",
-    np.dtype("bool"): "uint8_t",
-}
-
-# Storage types (backends/c/kernels/types.h): kept in their ONNX / ml_dtypes byte layout,
-# converted to float32 (floats) or int32 (ints) to compute: dtype -> C storage type.
-# ml_dtypes is a dependency of onnx, which the compiler imports anyway.
-_STORAGE_NAMES = {
-    "float16": "uint16_t", "bfloat16": "uint16_t",
-    "float8_e4m3fn": "uint8_t", "float8_e4m3fnuz": "uint8_t", "float8_e5m2": "uint8_t",
-    "float8_e5m2fnuz": "uint8_t", "float8_e8m0fnu": "uint8_t", "float4_e2m1fn": "uint8_t",
-    "int4": "uint8_t", "uint4": "uint8_t", "int2": "uint8_t", "uint2": "uint8_t",
-}
-
-
-def _storage_table() -> dict[np.dtype, str]:
-    import ml_dtypes
-
-    out = {np.dtype("float16"): "uint16_t"}
-    for name, c in _STORAGE_NAMES.items():
-        if name != "float16":
-            out[np.dtype(getattr(ml_dtypes, name))] = c
-    return out
-
-
-#: dtype -> C storage type of every storage type (see ``backends/c/kernels/types.h``).
-STORAGE_TYPES: dict[np.dtype, str] = _storage_table()
-_CTYPES.update(STORAGE_TYPES)
-
 
 def is_storage(dtype: Any) -> bool:
     """True for a storage type (float16, bfloat16, float8, float4, int4/uint4, int2/uint2):
@@ -118,66 +74,6 @@ def compute_dtype(dtype: Any) -> np.dtype:
     if dt not in STORAGE_TYPES:
         return dt
     return np.dtype("int32") if "int" in dt.name else np.dtype("float32")
-
-
-def storage_load(expr: str, dtype: Any) -> str:
-    """C expression of the :func:`compute_dtype` value of the storage element ``expr``
-    (``ml_from_float16(x)``); ``expr`` itself for other dtypes. The generated file gets
-    ``types.h`` when it calls these helpers."""
-    dt = np.dtype(dtype)
-    return f"ml_from_{dt.name}({expr})" if dt in STORAGE_TYPES else expr
-
-
-def storage_store(expr: str, dtype: Any, saturate: bool = True) -> str:
-    """C expression of the storage bits of ``dtype`` for the value ``expr`` (a float for
-    the storage floats, an integer for int4...; RNE; out of range: ONNX Cast's
-    ``saturate`` rules for float8, Inf for float16/bfloat16, low bits kept for ints).
-    ``expr`` itself for other dtypes."""
-    dt = np.dtype(dtype)
-    if dt not in STORAGE_TYPES:
-        return expr
-    arg = f"(int64_t)({expr})" if "int" in dt.name else f"(float)({expr})"
-    sat = 1 if saturate and dt.name.startswith("float8") else 0
-    return f"ml_to_{dt.name}({arg}, {sat})"
-
-
-def ctype(dtype: Any) -> str:
-    """The C element type of a NumPy dtype (``float32`` -> ``"float"``).
-
-    Raises
-    ------
-    UnsupportedOpError
-        For a dtype the C backend has no type for.
-    """
-    try:
-        return _CTYPES[np.dtype(dtype)]
-    except KeyError:
-        raise UnsupportedOpError(f"dtype {np.dtype(dtype)} has no C type in monolib") from None
-
-
-def c_literal(value: Any, dtype: Any) -> str:
-    """A C literal of ``value`` as ``dtype`` (exact for float32: printed with 9
-    significant digits; ``INFINITY``/``NAN`` for non-finite values; for a storage type
-    its bit pattern, e.g. ``15360u`` for float16 1.0)."""
-    dt = np.dtype(dtype)
-    if dt in STORAGE_TYPES:  # the bit pattern, as the storage C type holds it
-        bits = np.asarray(value).astype(dt).reshape(1).view(np.uint8 if dt.itemsize == 1 else np.uint16)
-        return f"{int(bits[0])}u"
-    if dt.kind == "f":
-        v = float(value)
-        if np.isnan(v):
-            return "NAN"
-        if np.isinf(v):
-            return "INFINITY" if v > 0 else "(-INFINITY)"
-        text = f"{np.float32(v).item():.9g}" if dt == np.float32 else repr(v)
-        if not any(c in text for c in ".en"):
-            text += ".0"  # "0f" is not a C literal; "0.0f" is
-        return text + "f" if dt == np.float32 else text
-    if dt.kind == "b":
-        return "1" if value else "0"
-    if dt == np.int64:
-        return f"INT64_C({int(value)})"
-    return str(int(value))
 
 
 class EmitContext(Protocol):

@@ -386,18 +386,8 @@ def _io_json(values: Sequence[Value], plan: MemoryPlan) -> list[dict[str, Any]]:
     return [graph_spec.tensor_entry(v.name, v.shape, v.dtype, plan.offset(v)) for v in values]
 
 
-# ops.base.c_literal writes integral float32 values as "0f"/"-2f", which C rejects
-# (a suffix needs a fraction or exponent). Until it is fixed there, repair such
-# tokens: digits + "f" not preceded by an identifier char, a dot or an exponent sign.
-_BAD_FLOAT = re.compile(r"(?<![\w.])(?<![eEpP][+\-])(\d+)f\b")
-
-
 # a call of float32 exp (not ldexpf, frexpf, ml_expf)
 _EXPF = re.compile(r"(?<![\w])expf\s*\(")
-
-
-def _fix_float_literals(source: str) -> str:
-    return _BAD_FLOAT.sub(r"\1.0f", source)
 
 
 def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
@@ -430,7 +420,7 @@ def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
         f"MONOLIB_EXPORT int32_t monolib_run_op(int32_t i, const uint8_t* params, uint8_t* arena) {{\n{run_op}\n}}",
         f"MONOLIB_EXPORT int32_t monolib_run(const uint8_t* params, uint8_t* arena) {{\n{run}\n}}",
     ]
-    return _fix_float_literals("\n\n".join(p.strip("\n") for p in parts) + "\n")
+    return "\n\n".join(p.strip("\n") for p in parts) + "\n"
 
 
 def _emit_checked(fused: FusedOp, ctx: CEmitContext) -> str:

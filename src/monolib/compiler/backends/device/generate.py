@@ -26,7 +26,7 @@ from ...ir import Graph, Value
 from ...ops.base import ctype
 from ...passes.fuse_elementwise import FusedOp, Fusion, broadcast_strides
 from ...passes.plan_memory import MemoryPlan
-from ..c.generate import ParamsBuilder, _fix_float_literals, _node_json, graph_json_of
+from ..c.generate import ParamsBuilder, _node_json, graph_json_of
 from ..c.epilogue import compose
 from .dialect import Dialect
 from .lowerings import LOWERINGS, Kernel, decompose, flat_of
@@ -167,7 +167,6 @@ def generate(
     big = max((v.size for v in graph.values() if v is not None), default=0) >= 2**31 - 1
     index = f"typedef {'int64_t' if big else 'int'} idx_t; /* element indices */\n"
     source = dialect.prelude + index + "\n" + "\n\n".join(kernels) + "\n"
-    source = _fix_float_literals(source)
     if dialect.rewrite is not None:
         source = dialect.rewrite(source)
     blob = params.blob()

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...ir import Node
-from ..base import register
-from .elementwise import Elementwise, bind, cast_expr, cfn, is_float, lit
+from ..base import c_literal, register
+from .elementwise import Elementwise, bind, cast_expr, cfn, is_float
 
 __all__ = [
     "Elu",
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 def _lit(v: float, node: Node) -> str:
-    return lit(v, node.outputs[0].dtype)
+    return c_literal(v, node.outputs[0].dtype)
 
 
 def _f(node: Node, v: float) -> np.ndarray:

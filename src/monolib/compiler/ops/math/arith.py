@@ -16,7 +16,7 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import ctype, register
+from ..base import c_literal, ctype, register
 from .elementwise import (
     Elementwise,
     bind,
@@ -25,7 +25,6 @@ from .elementwise import (
     check_same_dtype,
     const_scalar,
     is_float,
-    lit,
 )
 
 __all__ = ["Add", "Div", "Max", "Mean", "Min", "Mod", "Mul", "Pow", "Sub", "Sum"]
@@ -167,7 +166,7 @@ class Mod(_Binary):
 
             def float_mod(a: str, b: str) -> str:
                 r = f"{cfn('fmod', dt)}({a}, {b})"
-                sign0 = f"{cfn('copysign', dt)}({lit(0, dt)}, {b})"
+                sign0 = f"{cfn('copysign', dt)}({c_literal(0, dt)}, {b})"
                 return bind(
                     [r], [dt], lambda m: f"({m} == 0 ? {sign0} : (({m} < 0) != ({b} < 0) ? {m} + {b} : {m}))"
                 )
@@ -196,8 +195,8 @@ _POW_SPECIAL = {
     2.0: lambda x, dt: f"({x} * {x})",
     3.0: lambda x, dt: f"({x} * {x} * {x})",
     0.5: lambda x, dt: f"{cfn('sqrt', dt)}({x})",
-    -1.0: lambda x, dt: f"({lit(1, dt)} / {x})",
-    0.0: lambda x, dt: lit(1, dt),
+    -1.0: lambda x, dt: f"({c_literal(1, dt)} / {x})",
+    0.0: lambda x, dt: c_literal(1, dt),
 }
 
 
@@ -298,4 +297,4 @@ class Mean(_Variadic):
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
         total = " + ".join(args)
-        return f"(({total}) / {lit(len(args), dt)})"
+        return f"(({total}) / {c_literal(len(args), dt)})"

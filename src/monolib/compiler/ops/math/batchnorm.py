@@ -19,9 +19,9 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
 from ..tensor.loops import flat_index_exprs
-from .elementwise import cfn, is_float, lit
+from .elementwise import cfn, is_float
 
 __all__ = ["BatchNormalization", "batchnorm_coefficients"]
 
@@ -119,7 +119,7 @@ class BatchNormalization(OpDef):
         else:
             sc, bi, me, va = (ctx.ptr(v) for v in node.inputs[1:5])
             k = ctx.unique("c")
-            eps = lit(node.attrs["epsilon"], x.dtype)
+            eps = c_literal(node.attrs["epsilon"], x.dtype)
             lines += [
                 f"{ct}* {a_name} = ({ct}*){ctx.scratch(c * x.dtype.itemsize)};",
                 f"{ct}* {b_name} = ({ct}*){ctx.scratch(c * x.dtype.itemsize)};",

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...ir import Node
-from ..base import register
-from .elementwise import Elementwise, bind, lit
+from ..base import c_literal, register
+from .elementwise import Elementwise, bind
 
 __all__ = ["Clip6", "Clip11"]
 
@@ -49,8 +49,8 @@ class Clip6(Elementwise):
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
-        lo = lit(node.attrs["min"], dt)
-        hi = lit(node.attrs["max"], dt)
+        lo = c_literal(node.attrs["min"], dt)
+        hi = c_literal(node.attrs["max"], dt)
         return _clamp(args[0], lo, hi, dt)
 
 

@@ -38,25 +38,12 @@ __all__ = [
     "const_scalar",
     "input_dtype",
     "is_float",
-    "lit",
 ]
 
 logger = logging.getLogger(__name__)
 
 # a call (other than the INT64_C literal macro) or a nested statement expression
 _CALL = re.compile(r"(?<!INT64_C)(?<![A-Za-z0-9_])(?!INT64_C\b)[A-Za-z_][A-Za-z0-9_]*\s*\(|\(\{|\?")
-
-
-def lit(value, dtype) -> str:
-    """:func:`c_literal` that is always valid C (``0.0f``, never ``0f``, for an
-    integral float32 value)."""
-    dt = np.dtype(dtype)
-    if dt == np.int64 and int(value) == np.iinfo(np.int64).min:
-        return "(-INT64_C(9223372036854775807) - 1)"  # the literal 9223372036854775808 overflows
-    s = c_literal(value, dtype)
-    if s.endswith("f") and not any(c in s for c in ".eEIN"):
-        s = s[:-1] + ".0f"
-    return s
 
 
 def is_float(dtype: np.dtype) -> bool:
@@ -189,7 +176,7 @@ class Elementwise(OpDef):
                 continue
             s = const_scalar(v) if v.size == 1 else None
             if s is not None:
-                args.append(lit(s, v.dtype))
+                args.append(c_literal(s, v.dtype))
             else:
                 strides = broadcast_strides(v.shape, out_shape)
                 args.append(f"{ctx.ptr(v)}[{linear_offset(index, strides)}]")
@@ -219,7 +206,7 @@ class Elementwise(OpDef):
                     args.append("")
                 elif v.size == 1:
                     s = const_scalar(v)
-                    args.append(lit(s, v.dtype) if s is not None else f"{ctx.ptr(v)}[0]")
+                    args.append(c_literal(s, v.dtype) if s is not None else f"{ctx.ptr(v)}[0]")
                 else:
                     args.append(f"{ctx.ptr(v)}[{linear_offset(idx, next(it))}]")
             value = ctx.output_expr(self.c_expr(node, args), ["0"] * len(shape))

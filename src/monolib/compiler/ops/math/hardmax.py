@@ -13,9 +13,9 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
 from ..tensor.loops import flat_index_exprs, normalize_axis
-from .elementwise import cfn, is_float, lit
+from .elementwise import cfn, is_float
 from .reduce import flat_groups
 from .softmax import softmax_view
 
@@ -141,7 +141,7 @@ class LpNormalization(OpDef):
         dt, ct = x.dtype, ctype(x.dtype)
         k, s = ctx.unique("k"), ctx.unique("s")
         px, py = ctx.ptr(x), ctx.ptr(y)
-        zero = lit(0, dt)
+        zero = c_literal(0, dt)
 
         def body(o, i, at):
             xv = f"{px}[{at(k)}]"

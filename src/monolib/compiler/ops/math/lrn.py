@@ -15,8 +15,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
-from .elementwise import cfn, is_float, lit
+from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from .elementwise import cfn, is_float
 
 __all__ = ["LRN"]
 
@@ -71,8 +71,8 @@ class LRN(OpDef):
         inner = x.size // (n * c)
         size = node.attrs["size"]
         lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
-        a = lit(node.attrs["alpha"] / size, dt)
-        b, k = lit(node.attrs["beta"], dt), lit(node.attrs["bias"], dt)
+        a = c_literal(node.attrs["alpha"] / size, dt)
+        b, k = c_literal(node.attrs["beta"], dt), c_literal(node.attrs["bias"], dt)
         xp, yp = ctx.ptr(x), ctx.ptr(y)
         o, i, ch, s, w = (ctx.unique(p) for p in ("o", "i", "c", "s", "w"))
         pw = cfn("pow", dt)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
 from ..tensor.loops import (
     broadcast_shape,
     broadcast_strides,
@@ -24,7 +24,7 @@ from ..tensor.loops import (
     linear_offset,
     normalize_axis,
 )
-from .elementwise import cfn, is_float, lit
+from .elementwise import cfn, is_float
 from .reduce import flat_groups
 
 __all__ = ["InstanceNormalization", "LayerNormalization", "emit_row_stats"]
@@ -41,8 +41,8 @@ def emit_row_stats(
     if np.dtype(dtype) == np.float32:
         ctx.include("math_reduce.h")
         return (
-            f"{ct} {mean} = ml_rsum_f32({row}, {n}) / {lit(n, dtype)};\n"
-            f"{ct} {inv} = 1.0f / sqrtf(ml_rsumsq_f32({row}, {n}, {mean}) / {lit(n, dtype)} + {lit(eps, dtype)});"
+            f"{ct} {mean} = ml_rsum_f32({row}, {n}) / {c_literal(n, dtype)};\n"
+            f"{ct} {inv} = 1.0f / sqrtf(ml_rsumsq_f32({row}, {n}, {mean}) / {c_literal(n, dtype)} + {c_literal(eps, dtype)});"
         )
     j = ctx.unique("j")
     return (
@@ -50,7 +50,7 @@ def emit_row_stats(
         f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {mean} += {row}[{j}];\n"
         f"{mean} /= {n};\n"
         f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {{ {ct} d = {row}[{j}] - {mean}; {inv} += d * d; }}\n"
-        f"{inv} = 1 / {cfn('sqrt', dtype)}({inv} / {n} + {lit(eps, dtype)});"
+        f"{inv} = 1 / {cfn('sqrt', dtype)}({inv} / {n} + {c_literal(eps, dtype)});"
     )
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OpDef, OutType, c_literal, register
 
 __all__ = ["Adagrad", "Adam", "Momentum"]
 
@@ -119,12 +119,12 @@ class Adagrad(_Optimizer):
         return x - rr * gr / (np.sqrt(h2) + _f(node, "epsilon", 1e-6)), h2
 
     def scalars(self, node):
-        return f"  const float rr = r / (1.0f + (float)t * {_f(node, 'decay_factor', 0.0)!r}f);"
+        return f"  const float rr = r / (1.0f + (float)t * {c_literal(_f(node, 'decay_factor', 0.0), np.float32)});"
 
     def body(self, node):
-        return (f"float gr = {_f(node, 'norm_coefficient', 0.0)!r}f * x + g; "
+        return (f"float gr = {c_literal(_f(node, 'norm_coefficient', 0.0), np.float32)} * x + g; "
                 "float so0 = s0 + gr * gr; "
-                f"float xo = x - rr * gr / (sqrtf(so0) + {_f(node, 'epsilon', 1e-6)!r}f);")
+                f"float xo = x - rr * gr / (sqrtf(so0) + {c_literal(_f(node, 'epsilon', 1e-6), np.float32)});")
 
 
 @register
@@ -142,13 +142,13 @@ class Momentum(_Optimizer):
         return x - r * v2, v2
 
     def scalars(self, node):
-        return f"  const float bt = t > 0 ? {_f(node, 'beta', 1.0)!r}f : 1.0f;"
+        return f"  const float bt = t > 0 ? {c_literal(_f(node, 'beta', 1.0), np.float32)} : 1.0f;"
 
     def body(self, node):
-        a = f"{_f(node, 'alpha', 0.9)!r}f"
+        a = f"{c_literal(_f(node, 'alpha', 0.9), np.float32)}"
         step = "(gr + " + a + " * so0)" if node.attrs.get("mode", "standard") == "nesterov" \
             else "so0"
-        return (f"float gr = {_f(node, 'norm_coefficient', 0.0)!r}f * x + g; "
+        return (f"float gr = {c_literal(_f(node, 'norm_coefficient', 0.0), np.float32)} * x + g; "
                 f"float so0 = {a} * s0 + bt * gr; float xo = x - r * {step};")
 
 
@@ -176,8 +176,8 @@ class Adam(_Optimizer):
 
     def body(self, node):
         a, b = _f(node, "alpha", 0.9), _f(node, "beta", 0.999)
-        return (f"float gr = {_f(node, 'norm_coefficient', 0.0)!r}f * x + g; "
-                f"float so0 = {a!r}f * s0 + {1 - a!r}f * gr; "
-                f"float so1 = {b!r}f * s1 + {1 - b!r}f * gr * gr; "
-                f"float xo = {1 - _f(node, 'norm_coefficient_post', 0.0)!r}f * "
-                f"(x - rr * so0 / (sqrtf(so1) + {_f(node, 'epsilon', 1e-6)!r}f));")
+        return (f"float gr = {c_literal(_f(node, 'norm_coefficient', 0.0), np.float32)} * x + g; "
+                f"float so0 = {c_literal(a, np.float32)} * s0 + {c_literal(1 - a, np.float32)} * gr; "
+                f"float so1 = {c_literal(b, np.float32)} * s1 + {c_literal(1 - b, np.float32)} * gr * gr; "
+                f"float xo = {c_literal(1 - _f(node, 'norm_coefficient_post', 0.0), np.float32)} * "
+                f"(x - rr * so0 / (sqrtf(so1) + {c_literal(_f(node, 'epsilon', 1e-6), np.float32)}));")

@@ -24,7 +24,7 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
 from ..tensor.loops import (
     collapse_dims,
     contiguous_strides,
@@ -33,7 +33,7 @@ from ..tensor.loops import (
     linear_offset,
     normalize_axis,
 )
-from .elementwise import cfn, is_float, lit
+from .elementwise import cfn, is_float
 
 __all__ = ["Reduce", "acc_ctype", "flat_groups", "reduce_axes"]
 
@@ -77,11 +77,11 @@ def _bound(dt: np.dtype, low: bool):
 
 
 def _lowest(dt: np.dtype) -> str:
-    return lit(_bound(dt, True), dt)
+    return c_literal(_bound(dt, True), dt)
 
 
 def _highest(dt: np.dtype) -> str:
-    return lit(_bound(dt, False), dt)
+    return c_literal(_bound(dt, False), dt)
 
 
 def _np(fn):
@@ -93,7 +93,7 @@ def _np(fn):
 
 
 def _mean_fin(a: str, n: int, dt) -> str:
-    return f"({a} / {lit(n, dt) if is_float(dt) else n})"
+    return f"({a} / {c_literal(n, dt) if is_float(dt) else n})"
 
 
 def _sqrt_fin(a: str, n: int, dt) -> str:

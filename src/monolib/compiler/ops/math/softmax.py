@@ -22,9 +22,9 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OpDef, OutType, c_literal, register
 from ..tensor.loops import flat_index_exprs, has_epilogue, normalize_axis
-from .elementwise import cfn, is_float, lit
+from .elementwise import cfn, is_float
 from .reduce import flat_groups
 
 __all__ = ["LogSoftmax1", "LogSoftmax13", "Softmax1", "Softmax13", "softmax_view"]
@@ -135,7 +135,7 @@ class _SoftmaxBase(OpDef):
             lines.append(f"{ct} {s} = 0;")
             lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {s} += {buf}[{j}];")
         if not self.log:
-            lines.append(f"{s} = {lit(1, dt)} / {s};")
+            lines.append(f"{s} = {c_literal(1, dt)} / {s};")
         store = self._final(node, ctx, f"{o}*{n} + {j}", f"{row}[{j}]", f"{buf}[{j}]", m, s)
         lines.append(f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {store}")
         lines.append("}")
@@ -167,7 +167,7 @@ class _SoftmaxBase(OpDef):
         ]
         if not self.log:
             lines.append(
-                f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {sb}[{i}] = {lit(1, dt)} / {sb}[{i}];"
+                f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {sb}[{i}] = {c_literal(1, dt)} / {sb}[{i}];"
             )
         store = self._final(
             node, ctx, base, xv, f"{eb}[{k}*{inner} + {i}]", f"{mb}[{i}]", f"{sb}[{i}]"

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...ir import Node
-from ..base import register
-from .elementwise import Elementwise, bind, cast_expr, cfn, lit
+from ..base import c_literal, register
+from .elementwise import Elementwise, bind, cast_expr, cfn
 
 __all__ = ["Celu", "IsInf", "IsNaN", "Mish", "Shrink", "ThresholdedRelu"]
 
@@ -99,7 +99,7 @@ class ThresholdedRelu(Elementwise):
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
-        a, zero = lit(node.attrs["alpha"], dt), lit(0, dt)
+        a, zero = c_literal(node.attrs["alpha"], dt), c_literal(0, dt)
         return bind(args, [dt], lambda x: f"({x} > {a} ? {x} : {zero})")
 
 
@@ -117,7 +117,7 @@ class Celu(Elementwise):
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
-        a, zero, one = lit(node.attrs["alpha"], dt), lit(0, dt), lit(1, dt)
+        a, zero, one = c_literal(node.attrs["alpha"], dt), c_literal(0, dt), c_literal(1, dt)
         exp = cfn("exp", dt)
         return bind(
             args, [dt], lambda x: f"({x} > {zero} ? {x} : {a} * ({exp}({x} / {a}) - {one}))"
@@ -139,7 +139,7 @@ class Shrink(Elementwise):
         dt = node.outputs[0].dtype
         lam, bias = node.attrs["lambd"], node.attrs["bias"]
         if dt.kind == "f":
-            lam_s, bias_s = lit(lam, dt), lit(bias, dt)
+            lam_s, bias_s = c_literal(lam, dt), c_literal(bias, dt)
         else:
             lam_s, bias_s = repr(float(lam)), repr(float(bias))
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import register
-from .elementwise import Elementwise, bind, cfn, lit
+from ..base import c_literal, register
+from .elementwise import Elementwise, bind, cfn
 
 __all__ = ["SwiGLU", "Swish", "swish_expr"]
 
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 def swish_expr(x: str, alpha: float, dt: np.dtype) -> str:
     """C expression of ``x * sigmoid(alpha * x)`` (``x`` a simple C expression)."""
-    return f"({x} / ({lit(1, dt)} + {cfn('exp', dt)}(-{lit(alpha, dt)} * {x})))"
+    return f"({x} / ({c_literal(1, dt)} + {cfn('exp', dt)}(-{c_literal(alpha, dt)} * {x})))"
 
 
 def _swish_np(x: np.ndarray, alpha: float) -> np.ndarray:

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ...ir import Node
-from ..base import register
-from .elementwise import Elementwise, bind, cast_expr, cfn, is_float, lit
+from ..base import c_literal, register
+from .elementwise import Elementwise, bind, cast_expr, cfn, is_float
 
 __all__ = [
     "Abs",
@@ -151,7 +151,7 @@ class Reciprocal(Elementwise):
         return np.reciprocal(x)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
-        return f"({lit(1, node.outputs[0].dtype)} / {args[0]})"
+        return f"({c_literal(1, node.outputs[0].dtype)} / {args[0]})"
 
 
 @register
@@ -198,6 +198,6 @@ class Sign(Elementwise):
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
         if is_float(dt):
-            one = lit(1, dt)
+            one = c_literal(1, dt)
             return bind(args, [dt], lambda x: f"({x} > 0 ? {one} : ({x} < 0 ? -{one} : {x}))")
         return bind(args, [dt], lambda x: cast_expr(f"({x} > 0) - ({x} < 0)", dt))

@@ -30,8 +30,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
-from ..math.elementwise import cfn, lit
+from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..math.elementwise import cfn
 from ..tensor.loops import broadcast_strides
 
 __all__ = ["Attention", "FlexAttention", "attention_dims"]
@@ -255,7 +255,7 @@ class Attention(OpDef):
         hk = f"({h} / {Hq // Hkv})"
         krow = f"{kp} + (({b}*{Hkv} + {hk})*{T} + {j})*{D}"
         vrow = f"{vp} + (({b}*{Hkv} + {hk})*{T} + {j})*{Dv}"
-        sc = lit(math.sqrt(_scale(node, D)), dt)
+        sc = c_literal(math.sqrt(_scale(node, D)), dt)
         qs, sbuf, bbuf = ctx.unique("qs"), ctx.unique("sc"), ctx.unique("bi")
         lines.append(f"{ct}* {qs} = ({ct}*){ctx.scratch(max(D, 1) * dt.itemsize)};")
         lines.append(f"{ct}* {sbuf} = ({ct}*){ctx.scratch(max(T, 1) * dt.itemsize)};")
@@ -266,7 +266,7 @@ class Attention(OpDef):
         dot, acc = ctx.unique("dot"), ctx.unique("acc")
         score = f"{dot}"
         if cap > 0:
-            score = f"{lit(cap, dt)} * {cfn('tanh', dt)}({dot} / {lit(cap, dt)})"
+            score = f"{c_literal(cap, dt)} * {cfn('tanh', dt)}({dot} / {c_literal(cap, dt)})"
         body.append(
             f"for (int64_t {j} = 0; {j} < {T}; ++{j}) {{\n"
             f"const {ct}* kr = {krow};\n{ct} {dot} = 0;\n"
@@ -323,7 +323,7 @@ class Attention(OpDef):
             conds.append(f"{j} - ({i} + {off}) <= {right}")
         if nonpad is not None:
             conds.append(f"{j} < (int64_t){ctx.ptr(nonpad)}[{b}]")
-        val = lit(0, dt)
+        val = c_literal(0, dt)
         if mask is not None:
             ms = (1,) * (4 - len(mask.shape)) + tuple(mask.shape)
             st = broadcast_strides(ms, (m["B"], m["Hq"], S, ms[3]))

@@ -16,8 +16,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
-from ..math.elementwise import lit
+from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
 from ..math.swish import swish_expr
 
 __all__ = ["CausalConvWithState"]
@@ -98,11 +97,11 @@ class CausalConvWithState(OpDef):
             inp = f"{xp}[{bc}*{ln} + ({p}) - {k - 1}]"
             if k == 1:
                 return inp
-            old = f"{pp}[{bc}*{k - 1} + ({p})]" if pp else lit(0, dt)
+            old = f"{pp}[{bc}*{k - 1} + ({p})]" if pp else c_literal(0, dt)
             return f"(({p}) < {k - 1} ? {old} : {inp})"
 
         acc = ctx.unique("acc")
-        init = f"{ctx.ptr(bias)}[{bc} % {c_}]" if bias is not None else lit(0, dt)
+        init = f"{ctx.ptr(bias)}[{bc} % {c_}]" if bias is not None else c_literal(0, dt)
         val = swish_expr(acc, 1.0, dt) if self._act(node) else acc
         lines = [
             f"for (int64_t {bc} = 0; {bc} < {b_ * c_}; ++{bc}) {{",

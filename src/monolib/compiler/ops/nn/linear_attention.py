@@ -24,8 +24,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
-from ..math.elementwise import cfn, lit
+from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..math.elementwise import cfn
 
 __all__ = ["LinearAttention"]
 
@@ -131,7 +131,7 @@ class LinearAttention(OpDef):
         kr = f"{ctx.ptr(node.inputs[1])} + {bt}*{hkv * dk} + {hk}*{dk}"
         vr = f"{ctx.ptr(node.inputs[2])} + {bt}*{hkv * dv} + {hk}*{dv}"
         init = (f"{ctx.ptr(past)}[(({b}*{hkv} + {hk})*{dk} + {d})*{dv} + {mm}]"
-                if past is not None else lit(0, dt))
+                if past is not None else c_literal(0, dt))
         exp = cfn("exp", dt)
         step = [f"const {ct}* kr = {kr};", f"const {ct}* vr = {vr};"]
         if decay is not None:
@@ -161,7 +161,7 @@ class LinearAttention(OpDef):
             f"for (int64_t {g} = 0; {g} < {grp}; ++{g}) {{\n"
             f"const {ct}* qr = {qr}; {ct}* yr = {yr};\n"
             f"for (int64_t {mm} = 0; {mm} < {dv}; ++{mm}) yr[{mm}] = 0;\n"
-            f"for (int64_t {d} = 0; {d} < {dk}; ++{d}) {{ const {ct} qd = {lit(m['scale'], dt)} * qr[{d}];"
+            f"for (int64_t {d} = 0; {d} < {dk}; ++{d}) {{ const {ct} qd = {c_literal(m['scale'], dt)} * qr[{d}];"
             f" for (int64_t {mm} = 0; {mm} < {dv}; ++{mm}) yr[{mm}] += qd * {S}; }}\n}}"
         )
         return "\n".join(

@@ -21,7 +21,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
 from ._common import Geometry, geometry, require_float32
 
 __all__ = ["AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "MaxPool", "pool_geometry"]
@@ -274,8 +274,8 @@ class LpPool(_Pool):
 
     def _body(self, node: Node, ctx: EmitContext, geo, sizes: list[int], index: list[str]):
         p = float(node.attrs.get("p", 2))
-        term = {1.0: "fabsf(v)", 2.0: "v * v"}.get(p, f"powf(fabsf(v), {p!r}f)")
-        val = {1.0: "acc", 2.0: "sqrtf(acc)"}.get(p, f"powf(acc, {1.0 / p!r}f)")
+        term = {1.0: "fabsf(v)", 2.0: "v * v"}.get(p, f"powf(fabsf(v), {c_literal(p, np.float32)})")
+        val = {1.0: "acc", 2.0: "sqrtf(acc)"}.get(p, f"powf(acc, {c_literal(1.0 / p, np.float32)})")
         pre = "    float acc = 0.0f;\n"
         inner = f"        acc += {term};\n"
         tail = f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr(val, index)};\n"
@@ -306,7 +306,7 @@ class _GlobalPool(OpDef):
         y = ctx.ptr(node.outputs[0])
         # the reductions (split over channels on the thread pool when large), then the
         # fused epilogue on the N*C results
-        code = f"ml_global_pool({n * c}, {hw}, {ctx.ptr(x)}, {y}, {is_max}, {float(hw)!r}f);"
+        code = f"ml_global_pool({n * c}, {hw}, {ctx.ptr(x)}, {y}, {is_max}, {c_literal(float(hw), np.float32)});"
         index = [f"(nc / {c})", f"(nc % {c})"] + ["0"] * (len(x.shape) - 2)
         val = ctx.output_expr(f"{y}[nc]", index)
         if val != f"{y}[nc]":

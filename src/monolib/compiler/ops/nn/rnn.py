@@ -30,7 +30,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OpDef, OutType, c_literal, register
 from ._common import require_float32
 from ._gemm import bbuf_floats, gemm_call
 from .gemm import a_operand, b_operand
@@ -237,8 +237,8 @@ def _act_fn(ctx: EmitContext, act: tuple[str, float, float], clip: float) -> str
     """Name of a C ``float f(float x)`` applying ``clip`` then the activation."""
     name, a, b = act
     fn = ctx.unique(f"ml_rnn_{name}")
-    pre = f"x = fminf(fmaxf(x, {-clip!r}f), {clip!r}f); " if clip > 0 else ""
-    consts = "".join(f"const float {k} = {float(v)!r}f; " for k, v in (("a", a), ("b", b))
+    pre = f"x = fminf(fmaxf(x, {c_literal(-clip, np.float32)}), {c_literal(clip, np.float32)}); " if clip > 0 else ""
+    consts = "".join(f"const float {k} = {c_literal(float(v), np.float32)}; " for k, v in (("a", a), ("b", b))
                      if v is not None)
     ctx.helper(f"static inline float {fn}(float x) {{ {pre}{consts}return {_ACTS[name][0]}; }}")
     return fn

@@ -19,7 +19,7 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OpDef, OutType, c_literal, register
 from ._common import require_float32
 
 __all__ = ["RoiAlign"]
@@ -137,8 +137,8 @@ class RoiAlign(OpDef):
             f"  float* ys = {ctx.ptr(y)};\n"
             f"  for (int64_t r = 0; r < {rois.shape[0]}; ++r) {{\n"
             f"    int64_t b = (int64_t){ctx.ptr(bi)}[r]; b = b < 0 ? 0 : (b >= {n} ? {n - 1} : b);\n"
-            f"    float x0 = rs[r * 4] * {scale!r}f - {off}f, y0 = rs[r * 4 + 1] * {scale!r}f - {off}f;\n"
-            f"    float rw = rs[r * 4 + 2] * {scale!r}f - {off}f - x0, rh = rs[r * 4 + 3] * {scale!r}f - {off}f - y0;\n"
+            f"    float x0 = rs[r * 4] * {c_literal(scale, np.float32)} - {c_literal(off, np.float32)}, y0 = rs[r * 4 + 1] * {c_literal(scale, np.float32)} - {c_literal(off, np.float32)};\n"
+            f"    float rw = rs[r * 4 + 2] * {c_literal(scale, np.float32)} - {c_literal(off, np.float32)} - x0, rh = rs[r * 4 + 3] * {c_literal(scale, np.float32)} - {c_literal(off, np.float32)} - y0;\n"
             f"    {floor1}\n"
             f"    float bh = rh / {oh}, bw = rw / {ow};\n"
             f"    {grid}\n"

@@ -33,7 +33,7 @@ import numpy as np
 
 from ....errors import CompileError
 from ...ir import Node
-from ..base import EmitContext
+from ..base import EmitContext, c_literal
 from ._gemm import MR, NR, pack_a
 
 __all__ = [
@@ -192,7 +192,7 @@ def _literal(c: Fraction) -> str:
     v = float(c)
     if Fraction(v) != c or Fraction(float(np.float32(v))) != c:
         raise CompileError(f"transform coefficient {c} is not exact in float32")
-    return f"{v!r}f"
+    return c_literal(v, np.float32)
 
 
 def _combination(coefs: list[Fraction], names: list[str]) -> str:

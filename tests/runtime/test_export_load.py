@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -482,3 +484,49 @@ def test_separate_artifacts_create_and_devices():
         tiny_factory().default(monolib.Device("opencl", 0))
     with pytest.raises(TypeError, match="GraphExecutor"):
         GraphModule(object())
+
+
+def _mode_of_new_file(path: Path, mode: int) -> int:
+    """The mode the kernel gives a new file created with ``mode`` under the umask."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+    try:
+        return path.stat().st_mode & 0o7777
+    finally:
+        path.unlink()
+
+
+def test_exported_file_mode_follows_the_umask(tmp_path):
+    out = Path(tiny_factory().export_library(str(tmp_path / "m.so")))
+    assert out.stat().st_mode & 0o7777 == _mode_of_new_file(tmp_path / "probe", 0o755)
+
+
+def test_exported_file_mode_under_a_strict_umask(tmp_path):
+    # a fresh process with umask 077: the library is the owner's only
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[2]); from tinylib import tiny_factory; "
+        "tiny_factory().export_library(sys.argv[1])"
+    )
+    out = tmp_path / "strict.so"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    subprocess.run(
+        [sys.executable, "-c", script, str(out), str(Path(__file__).parent)],
+        check=True, env=env, timeout=300, preexec_fn=lambda: os.umask(0o077),
+    )
+    assert out.stat().st_mode & 0o7777 == 0o700
+
+
+def test_no_umask_call_in_the_source():
+    # os.umask(0) to learn the umask makes every file another thread creates meanwhile
+    # world-writable: the source learns a mode from a file it creates instead
+    src = Path(monolib.__file__).parent
+    hits = [str(p) for p in src.rglob("*.py") if "umask(" in p.read_text(encoding="utf-8")]
+    assert hits == []
+
+
+def test_export_without_a_registered_exporter_is_an_export_error(tmp_path, monkeypatch):
+    from monolib.runtime import module
+
+    monkeypatch.setattr(module, "_EXPORTER", None)
+    with pytest.raises(ExportError, match="no exporter registered; import monolib.export"):
+        tiny_factory().export_library(str(tmp_path / "m.so"))
+    assert os.listdir(tmp_path) == []

@@ -14,7 +14,8 @@ from treemod_helper import LeafModule, NodeModule
 
 from monolib.cli import main
 from monolib.runtime import GraphModule, UnknownTypeKeyError, cpu, load_module
-from monolib.runtime.module import LOADER_HINT_SECTION, get_loader, read_loader_hints
+from monolib.runtime.library import read_loader_hints
+from monolib.runtime.module import LOADER_HINT_SECTION, get_loader
 
 
 def build_tree():

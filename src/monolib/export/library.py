@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
@@ -169,6 +170,36 @@ def _build(work: str, tmp_out: str, modules, tree, lib, target, options) -> None
         shutil.copyfile(out, tmp_out)
 
 
+def _reserve_beside(path: str) -> tuple[str, int]:
+    """Create a new empty temporary file beside ``path``; return it and its mode.
+
+    The file is created with mode 0o755 and the kernel applies the process umask, so
+    its mode is the library's final one (what ``cc -shared`` gives, without the
+    group/other write bits) and the umask is never changed to learn it: changing it,
+    even for an instant, would let another thread create a world-writable file.
+
+    Raises
+    ------
+    ExportError
+        No temporary file can be created in the output's directory.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.urandom(4).hex()}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o755)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ExportError(f"{path}: cannot write beside the output: {exc}") from exc
+        try:
+            return tmp, stat.S_IMODE(os.fstat(fd).st_mode)
+        finally:
+            os.close(fd)
+    raise ExportError(f"{path}: cannot find a free temporary name in {folder}")
+
+
 def export_library(
     mod: Module,
     path: Any,
@@ -214,20 +245,12 @@ def export_library(
     lib = next((m for m in modules if m.exports_to_library), None)
     target = lib.target if isinstance(lib, CSourceModule) else Target("c")
     path = _output_path(path, target)
-    try:
-        fd, tmp_out = tempfile.mkstemp(
-            prefix=f".{os.path.basename(path)}.",
-            suffix=".tmp",
-            dir=os.path.dirname(os.path.abspath(path)),
-        )
-    except OSError as exc:
-        raise ExportError(f"{path}: cannot write beside the output: {exc}") from exc
-    os.close(fd)
+    tmp_out, mode = _reserve_beside(path)
     try:
         with tempfile.TemporaryDirectory(prefix="monolib-export-", dir=_work_base(modules)) as work:
             options = (fcompile, compress, step, os.path.splitext(path)[1].lower())
             _build(work, tmp_out, modules, (row_ptr, child), lib, target, options)
-        os.chmod(tmp_out, 0o755 & ~_umask())
+        os.chmod(tmp_out, mode)  # the linker's output replaced the reserved file
         os.replace(tmp_out, path)
     except BaseException as exc:
         if os.path.exists(tmp_out):
@@ -256,8 +279,3 @@ def _work_base(modules) -> str | None:
     free = st.f_bavail * st.f_frsize
     return _TMPFS if os.access(_TMPFS, os.W_OK) and free > 3 * weights + (1 << 30) else None
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -1,9 +1,11 @@
 """What a deployed model needs: modules, the container, library loading, the graph
-executor, devices. NumPy and ctypes only; never imports ``monolib.compiler``.
+executor, devices. NumPy and ctypes only; never imports ``monolib.compiler``,
+``monolib.export`` or ``monolib.tools``.
 
 The loaders of the built-in module types are registered here, in one place, so they
-exist as soon as ``monolib.runtime`` is imported. ``CSourceModule`` and
-``export_library`` live in ``monolib.export`` and are imported on first use.
+exist as soon as ``monolib.runtime`` is imported. ``CSourceModule`` and the export
+steps live in ``monolib.export``, which registers the exporter behind
+``Module.export_library`` when imported (``import monolib`` does).
 """
 
 from .device import Device, cpu, cuda, opencl
@@ -23,7 +25,6 @@ from .ndarray import NDArray
 from .params import load_params, save_params
 
 __all__ = [
-    "CSourceModule",
     "DSOModule",
     "Device",
     "GraphExecutor",
@@ -59,15 +60,3 @@ def _device_loader(kind: str):
 
     return load_cuda
 
-
-def __getattr__(name: str):
-    # Export needs subprocess/tempfile machinery: import it only when asked for.
-    if name == "CSourceModule":
-        from ..export.csource import CSourceModule
-
-        return CSourceModule
-    if name == "export_library":
-        from ..export.library import export_library
-
-        return export_library
-    raise AttributeError(f"module 'monolib.runtime' has no attribute {name!r}")

@@ -18,6 +18,7 @@ there, and that memfd is what gets loaded (never the path again).
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import mmap
 import os
@@ -31,9 +32,9 @@ from ..abi.binfmt import find_container, host_format, host_machine
 from ..abi.container import HEADER_SIZE, Container
 from .dso import DSOModule, open_library
 from ..errors import ContainerError, LibraryLoadError, MonolibError, SignatureError
-from .module import Module, get_loader
+from .module import LOADER_HINT_SECTION, Module, get_loader
 
-__all__ = ["END_SYMBOL", "START_SYMBOL", "load_module", "read_container"]
+__all__ = ["END_SYMBOL", "START_SYMBOL", "load_module", "read_container", "read_loader_hints"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,44 @@ def read_container(
     return container, info
 
 
+def read_loader_hints(path: str) -> dict[int, dict]:
+    """``{module index: loader hint}`` of a library file, read without dlopen.
+
+    Raises
+    ------
+    LibraryLoadError, ContainerError
+        The file is not a readable monolib library.
+    """
+
+    def extract(container: Container) -> dict[int, dict]:
+        out = {}
+        for i, entry in enumerate(container.modules):
+            for sec in entry.sections:
+                if sec.name == LOADER_HINT_SECTION:
+                    raw = bytes(container.section_data(i, sec))
+                    out[i] = json.loads(raw.decode("utf-8"))
+        return out
+
+    _, info = read_container(path, extract=extract)
+    return info["extracted"]
+
+
+def _loader_of(type_key: str, path: str, shown: str, i: int) -> tuple[Callable, bool]:
+    """``get_loader`` for module ``i`` of the library at ``path``; a missing loader's
+    error names the Python module the library recorded for it (best effort)."""
+
+    def hint() -> dict | None:
+        if not os.path.isfile(path):
+            return None
+        try:
+            return read_loader_hints(path).get(i)
+        except Exception as exc:  # noqa: BLE001  (only the wording of an error depends on it)
+            logger.debug("no loader hint from %s (module %d): %r", shown, i, exc)
+            return None
+
+    return get_loader(type_key, where=f"{shown} (module {i})", hint=hint)
+
+
 def _map_container(dso: DSOModule, container: Container, path: str) -> np.ndarray:
     """A read-only uint8 view of the container in the mapped library (no copy)."""
     start = dso.symbol_address(START_SYMBOL)
@@ -130,7 +169,7 @@ def _map_container(dso: DSOModule, container: Container, path: str) -> np.ndarra
 
 def _load_one(container: Container, i: int, mapped: np.ndarray, path: str) -> Module:
     entry = container.modules[i]
-    floader, takes_sections = get_loader(entry.type_key, where=f"{path} (module {i})")
+    floader, takes_sections = _loader_of(entry.type_key, path, path, i)
     sections = container.sections_of(i, mapped)
     if not takes_sections and "data" not in sections:
         raise ContainerError(f"{path}: module {i} ({entry.type_key}) has no 'data' section")
@@ -195,7 +234,7 @@ def _load_path(
         )
     for i, entry in enumerate(container.modules):  # fail before running any of its code
         if entry.type_key != "library":
-            get_loader(entry.type_key, where=f"{shown} (module {i})")
+            _loader_of(entry.type_key, path, shown, i)
     # dlopen searches the library path for a name without a slash: make it absolute
     cdll = open_library(os.path.abspath(path))
     if on_dlopen is not None:

@@ -22,7 +22,6 @@ import functools
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,7 +33,7 @@ __all__ = [
     "Loader",
     "Module",
     "get_loader",
-    "read_loader_hints",
+    "register_exporter",
     "register_loader",
     "registered_type_keys",
 ]
@@ -47,6 +46,10 @@ Loader = Callable[[Any], "Module"]
 
 # type_key -> (floader, takes_sections)
 _LOADERS: dict[str, tuple[Loader, bool]] = {}
+
+#: ``fexport(module, path, *, fcompile, compress, progress) -> str``, set by
+#: ``monolib.export`` on import (:func:`register_exporter`); None until then.
+_EXPORTER: Callable[..., str] | None = None
 
 #: The section export adds to a user-defined module: UTF-8 JSON ``{"module",
 #: "class"}`` naming its defining Python module (``"file"`` too for ``__main__``) (read back only to word an
@@ -190,22 +193,48 @@ class Module:
 
     def export_library(
         self,
-        path: str,
+        path: Any,
         *,
         fcompile: Callable | None = None,
         compress: str | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> str:
-        """Write this module tree as ONE shared library (see ``monolib.export.library``).
+        """Write this module tree as ONE shared library (TVM's ``export_library``).
+
+        The steps (collect, pack container, embed, compile and link, finish) live in
+        ``monolib.export.library``, which registers itself with
+        :func:`register_exporter` when ``monolib.export`` is imported (``import
+        monolib`` does): the runtime never imports the export steps.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Output file (the target's OS suffix appended when it has none).
+        fcompile : callable, optional
+            ``fcompile(output, files, target)``: compile and link instead of the
+            system C compiler.
+        compress : {None, "zlib", "zstd"}
+            Codec of the container sections.
+        progress : callable, optional
+            Called with each step's name as it starts.
 
         Returns
         -------
         str
-            The path written (the target's OS suffix appended when ``path`` has none).
-        """
-        from ..export.library import export_library  # lazy: keeps the runtime import light
+            The path written.
 
-        return export_library(self, path, fcompile=fcompile, compress=compress, progress=progress)
+        Raises
+        ------
+        ExportError
+            No exporter is registered (``monolib.export`` was never imported), or
+            the export failed (see ``monolib.export.library.export_library``).
+        """
+        if _EXPORTER is None:
+            raise ExportError(
+                f"cannot export {self!r}: no exporter registered; import monolib.export "
+                "(import monolib does) before calling export_library"
+            )
+        return _EXPORTER(self, path, fcompile=fcompile, compress=compress, progress=progress)
 
     def __repr__(self) -> str:
         return f"Module(type_key={self.type_key!r}, imports={len(self._imports)})"
@@ -238,15 +267,39 @@ def register_loader(type_key: str, floader: Loader, sections: bool = False) -> N
     logger.debug("registered loader for %r (sections=%s)", type_key, sections)
 
 
-def get_loader(type_key: str, where: str = "") -> tuple[Loader, bool]:
+def register_exporter(fexport: Callable[..., str]) -> None:
+    """Set what :meth:`Module.export_library` calls (``monolib.export`` does, on import).
+
+    Parameters
+    ----------
+    fexport : callable
+        ``fexport(module, path, *, fcompile, compress, progress) -> str``, the path
+        written. A later registration replaces the earlier one.
+
+    Raises
+    ------
+    TypeError
+        ``fexport`` is not callable.
+    """
+    global _EXPORTER
+    if not callable(fexport):
+        raise TypeError("fexport must be callable")
+    _EXPORTER = fexport
+
+
+def get_loader(
+    type_key: str, where: str = "", hint: Callable[[], dict | None] | None = None
+) -> tuple[Loader, bool]:
     """The loader registered for ``type_key`` and whether it takes all sections.
 
     Parameters
     ----------
     type_key : str
     where : str
-        Where the key was met, for the message: ``"<library path> (module <i>)"`` as
-        ``load_module`` passes it, from which the module's loader hint is read.
+        Where the key was met, for the message (``"<library path> (module <i>)"``).
+    hint : callable, optional
+        ``hint() -> dict or None``: the module's loader hint (see
+        :data:`LOADER_HINT_SECTION`), read only when no loader is registered.
 
     Raises
     ------
@@ -261,7 +314,7 @@ def get_loader(type_key: str, where: str = "") -> tuple[Loader, bool]:
         pass
     known = ", ".join(sorted(_LOADERS)) or "none"
     at = f" in {where}" if where else ""
-    hint = _hint_at(where)
+    hint = hint() if hint is not None else None
     if hint and hint.get("module") not in (None, "__main__"):
         todo = f"import {hint['module']} (it defines {hint.get('class')} and registers its loader)"
     elif hint and hint.get("file"):
@@ -274,44 +327,6 @@ def get_loader(type_key: str, where: str = "") -> tuple[Loader, bool]:
     )
     err.type_key, err.loader_hint = type_key, hint
     raise err
-
-
-_WHERE = re.compile(r"^(?P<path>.*) \(module (?P<index>\d+)\)$")
-
-
-def _hint_at(where: str) -> dict | None:
-    """The loader hint of module ``i`` of the library named in ``where`` (best effort)."""
-    m = _WHERE.match(where or "")
-    if not m or not os.path.isfile(m["path"]):
-        return None
-    try:
-        return read_loader_hints(m["path"]).get(int(m["index"]))
-    except Exception as exc:  # noqa: BLE001  (only the wording of an error depends on it)
-        logger.debug("no loader hint from %s: %r", where, exc)
-        return None
-
-
-def read_loader_hints(path: str) -> dict[int, dict]:
-    """``{module index: loader hint}`` of a library file, read without dlopen.
-
-    Raises
-    ------
-    LibraryLoadError, ContainerError
-        The file is not a readable monolib library.
-    """
-    from .library import read_container  # lazy: library imports this module
-
-    def extract(container: Any) -> dict[int, dict]:
-        out = {}
-        for i, entry in enumerate(container.modules):
-            for sec in entry.sections:
-                if sec.name == LOADER_HINT_SECTION:
-                    raw = bytes(container.section_data(i, sec))
-                    out[i] = json.loads(raw.decode("utf-8"))
-        return out
-
-    _, info = read_container(path, extract=extract)
-    return info["extracted"]
 
 
 def registered_type_keys() -> list[str]:

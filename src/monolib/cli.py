@@ -403,7 +403,8 @@ def cmd_inspect(args: argparse.Namespace, console: Any) -> int:
 
 # --------------------------------------------------------------------------- signing
 def cmd_keygen(args: argparse.Namespace, console: Any) -> int:
-    from .tools.sign import generate_keypair, key_id, load_public_key
+    from .runtime.trust import key_id, load_public_key
+    from .tools.sign import generate_keypair
 
     priv, pub = generate_keypair(args.out, overwrite=args.force, password=_password(args))
     console.print(f"wrote {priv} (private: keep it secret) and {pub} (public)")
@@ -422,7 +423,7 @@ def cmd_sign(args: argparse.Namespace, console: Any) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, console: Any) -> int:
-    from .tools.sign import verify_file
+    from .runtime.trust import verify_file
 
     info = verify_file(args.library, args.key, signature=args.sig)
     console.print(

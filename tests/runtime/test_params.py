@@ -99,10 +99,11 @@ def test_bfloat16_with_ml_dtypes():
     assert_same(load_params(data), {"b": x})
 
 
-def test_legacy_argument_order(tmp_path):
-    path = str(tmp_path / "legacy.safetensors")
-    assert save_params(path, {"w": TENSORS["w"]}) == path
-    assert_same(load_params(path), {"w": TENSORS["w"]})
+def test_wrong_argument_order_names_the_right_one(tmp_path):
+    path = str(tmp_path / "swapped.safetensors")
+    with pytest.raises(ParamsError, match=r"save_params\(tensors, path\).*got str"):
+        save_params(path, {"w": TENSORS["w"]})
+    assert not list(tmp_path.iterdir())
 
 
 def test_big_endian_stored_little_endian():
@@ -238,6 +239,17 @@ def test_metadata_and_other_sources(tmp_path):
     assert_same(load_params(memoryview(words)), TENSORS)
     with pytest.raises(ParamsError, match="path or bytes, not int"):
         load_params(3)
+
+
+def test_saved_file_is_whole_with_the_mode_open_gives(tmp_path):
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"")
+    path = tmp_path / "p.safetensors"
+    save_params(TENSORS, path)
+    save_params({"w": TENSORS["w"]}, path)  # replaced whole
+    assert_same(load_params(path), {"w": TENSORS["w"]})
+    assert path.stat().st_mode & 0o7777 == probe.stat().st_mode & 0o7777
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.safetensors", "probe"]
 
 
 def test_unwritable_path(tmp_path):

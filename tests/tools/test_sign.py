@@ -1,4 +1,5 @@
-"""Signing and verifying libraries (``monolib.tools.sign``, ``load_module(trusted_keys=)``,
+"""Signing and verifying libraries (``monolib.tools.sign``, ``monolib.runtime.trust``,
+``load_module(trusted_keys=)``,
 ``monolib keygen/sign/verify``).
 
 THE property under test: with ``trusted_keys`` a library that is tampered, unsigned or
@@ -10,6 +11,8 @@ the untampered one (so the test can fail).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -24,6 +27,7 @@ from monolib.cli import main
 from monolib.export.csource import CSourceModule
 from monolib.runtime import GraphExecutorFactoryModule, GraphModule, cpu, load_module
 from monolib.errors import LibraryLoadError, MonolibError, SignatureError
+from monolib.runtime import trust
 from monolib.tools import sign
 
 pytest.importorskip("cryptography")
@@ -179,7 +183,7 @@ def test_updated_digest_without_the_key_is_an_invalid_signature(
     path, data = evil_lib
     bad = tampered_copy(data, tmp_path)
     doc = json.loads(Path(path + ".sig").read_text())
-    doc["sha256"] = sign.hashlib.sha256(Path(bad).read_bytes()).hexdigest()  # the forger's edit
+    doc["sha256"] = hashlib.sha256(Path(bad).read_bytes()).hexdigest()  # the forger's edit
     Path(bad + ".sig").write_text(json.dumps(doc))
     with pytest.raises(SignatureError, match="INVALID signature for key"):
         load_module(bad, trusted_keys=[keys["good.pub"]])
@@ -188,14 +192,14 @@ def test_updated_digest_without_the_key_is_an_invalid_signature(
 
 def test_wrong_key_is_refused(evil_lib, keys, evil_marker):
     path, _ = evil_lib
-    other_id = sign.key_id(sign.load_public_key(keys["other.pub"]))
-    good_id = sign.key_id(sign.load_public_key(keys["good.pub"]))
+    other_id = trust.key_id(trust.load_public_key(keys["other.pub"]))
+    good_id = trust.key_id(trust.load_public_key(keys["good.pub"]))
     with pytest.raises(SignatureError, match=f"signed by key {good_id}, which is not a trusted"):
         load_module(path, trusted_keys=[keys["other.pub"]])
     assert not evil_marker.exists()
     # a signature by "other" that claims the trusted key's identity fails too
     doc = sign.sign_bytes(Path(path).read_bytes(), keys["other"])
-    doc["public_key"] = sign.load_public_key(keys["good.pub"]).public_bytes_raw().hex()
+    doc["public_key"] = trust.load_public_key(keys["good.pub"]).public_bytes_raw().hex()
     with pytest.raises(SignatureError, match="INVALID signature"):
         load_module(path, trusted_keys=[keys["good.pub"]], signature=json.dumps(doc).encode())
     assert not evil_marker.exists()
@@ -220,14 +224,14 @@ def test_file_swapped_after_the_check_is_not_what_loads(
     target.write_bytes(data)
     Path(str(target) + ".sig").write_bytes(Path(path + ".sig").read_bytes())
     evil = Path(tampered_copy(data, tmp_path)).read_bytes()
-    real_verify = sign.verify_bytes
+    real_verify = trust.verify_bytes
 
     def verify_then_swap(*args, **kwargs):
         info = real_verify(*args, **kwargs)
         target.write_bytes(evil)  # the attacker's swap, after the check
         return info
 
-    monkeypatch.setattr(sign, "verify_bytes", verify_then_swap)
+    monkeypatch.setattr(trust, "verify_bytes", verify_then_swap)
     mod = load_module(target, trusted_keys=[keys["good.pub"]])
     assert evil_marker.read_text() == "constructor ran\n"  # not "Constructor ran"
     assert target.read_bytes() == evil
@@ -247,7 +251,7 @@ def test_every_load_from_memory_is_a_fresh_load(evil_lib, plain_lib, evil_marker
 
 # --------------------------------------------------------------------------- API details
 def test_keys_and_signatures_in_every_form(plain_lib, keys):
-    pub = sign.load_public_key(keys["good.pub"])
+    pub = trust.load_public_key(keys["good.pub"])
     raw = pub.public_bytes_raw()
     data = Path(plain_lib).read_bytes()
     sig_bytes = Path(plain_lib + ".sig").read_bytes()
@@ -261,18 +265,18 @@ def test_keys_and_signatures_in_every_form(plain_lib, keys):
     for sig in (plain_lib + ".sig", sig_bytes, json.loads(sig_bytes)):
         mod = load_module(data, trusted_keys=both, signature=sig)
         np.testing.assert_array_equal(run_plus_one(mod), expect)
-    info = sign.verify_file(plain_lib, both)
-    assert info.key_id == sign.key_id(raw) and info.size == len(data)
-    assert info.sha256 == sign.hashlib.sha256(data).hexdigest()
+    info = trust.verify_file(plain_lib, both)
+    assert info.key_id == trust.key_id(raw) and info.size == len(data)
+    assert info.sha256 == hashlib.sha256(data).hexdigest()
 
 
 def test_signature_document_format(plain_lib, keys):
     doc = json.loads(Path(plain_lib + ".sig").read_text())
     data = Path(plain_lib).read_bytes()
-    pub = sign.load_public_key(keys["good.pub"])
+    pub = trust.load_public_key(keys["good.pub"])
     assert doc["format"] == "monolib.signature" and doc["version"] == 1
     assert doc["algorithm"] == "ed25519" and doc["size"] == len(data)
-    assert doc["sha256"] == sign.hashlib.sha256(data).hexdigest()
+    assert doc["sha256"] == hashlib.sha256(data).hexdigest()
     assert doc["public_key"] == pub.public_bytes_raw().hex()
     # the documented message, checked with cryptography directly (no monolib code)
     message = (
@@ -280,7 +284,7 @@ def test_signature_document_format(plain_lib, keys):
         + bytes.fromhex(doc["sha256"])
         + len(data).to_bytes(8, "little")
     )
-    pub.verify(sign.base64.b64decode(doc["signature"]), message)
+    pub.verify(base64.b64decode(doc["signature"]), message)
     assert os.stat(keys["good"]).st_mode & 0o777 == 0o600
 
 
@@ -494,7 +498,7 @@ def tiny_onnx_lib(tmp_path_factory, keys) -> tuple[str, np.ndarray]:
 
 def test_compiled_model_round_trip(tiny_onnx_lib, keys, rng):
     path, w = tiny_onnx_lib
-    assert sign.verify_file(path, [keys["good.pub"]]).size == os.path.getsize(path)
+    assert trust.verify_file(path, [keys["good.pub"]]).size == os.path.getsize(path)
     gm = GraphModule(load_module(path, trusted_keys=[keys["good.pub"]])["default"](cpu()))
     x = rng.standard_normal((3, 8)).astype(np.float32)
     gm.set_input(x=x)

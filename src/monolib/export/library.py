@@ -30,6 +30,7 @@ from typing import Any
 
 from ..abi.container import write_container
 from ..errors import ExportError
+from ..runtime.files import create_beside
 from ..runtime.library import read_container
 from ..runtime.module import Module
 from .capi import tree_capi_source
@@ -183,21 +184,14 @@ def _reserve_beside(path: str) -> tuple[str, int]:
     ExportError
         No temporary file can be created in the output's directory.
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.urandom(4).hex()}.tmp")
-        try:
-            fd = os.open(tmp, flags, 0o755)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise ExportError(f"{path}: cannot write beside the output: {exc}") from exc
-        try:
-            return tmp, stat.S_IMODE(os.fstat(fd).st_mode)
-        finally:
-            os.close(fd)
-    raise ExportError(f"{path}: cannot find a free temporary name in {folder}")
+    try:
+        fd, tmp = create_beside(path, 0o755)
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot write beside the output: {exc}") from exc
+    try:
+        return tmp, stat.S_IMODE(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
 
 
 def export_library(

@@ -10,7 +10,7 @@ then used in place from the mapped library: the weights are never copied (TVM RF
 magic, version, digest and alignment added).
 
 With ``trusted_keys`` the library's detached Ed25519 signature
-(:mod:`monolib.tools.sign`) is checked before ANY of the above: ``dlopen`` runs a
+(:mod:`.trust`) is checked before ANY of the above: ``dlopen`` runs a
 library's constructors, so the bytes are read once into a sealed memfd, verified
 there, and that memfd is what gets loaded (never the path again).
 """
@@ -343,15 +343,15 @@ def _copy_file(path: str, write: Callable[[bytes], Any]) -> None:
 
 def _verify_memfd(fd: int, signature: Any, trusted_keys: Any, shown: str) -> None:
     """Verify the signature over the (sealed) content of ``fd``, read via a mapping."""
-    from ..tools.sign import verify_bytes  # needs `cryptography`: lazily
+    from . import trust  # lazily: only a trusted load needs hashlib/hmac/base64
 
     size = os.fstat(fd).st_size
     if size == 0:
-        info = verify_bytes(b"", signature, trusted_keys, where=shown)
+        info = trust.verify_bytes(b"", signature, trusted_keys, where=shown)
     else:
         mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         try:
-            info = verify_bytes(mm, signature, trusted_keys, where=shown)
+            info = trust.verify_bytes(mm, signature, trusted_keys, where=shown)
         finally:
             mm.close()
     logger.info("%s: signed by trusted key %s; loading the verified bytes", shown, info.key_id)
@@ -365,7 +365,7 @@ def _load_trusted(path: Any, verify: bool, trusted_keys: Any, signature: Any) ->
     sealed content, and that same memfd is dlopen'd. Elsewhere: a private copy in
     memory is verified and then loaded through a temp file.
     """
-    from ..tools.sign import signature_path, verify_bytes  # needs `cryptography`: lazily
+    from . import trust  # lazily: only a trusted load needs hashlib/hmac/base64
 
     in_memory = isinstance(path, (bytes, bytearray, memoryview))
     shown = "<bytes>" if in_memory else _fspath(path)
@@ -375,10 +375,10 @@ def _load_trusted(path: Any, verify: bool, trusted_keys: Any, signature: Any) ->
                 "<bytes>: a library given in memory has no signature file beside it: "
                 "pass signature= (the .sig path or its content)"
             )
-        signature = signature_path(shown)
+        signature = trust.signature_path(shown)
     if not _has_memfd():
         data = bytes(path) if in_memory else _read_all(shown)  # a private copy
-        verify_bytes(data, signature, trusted_keys, where=shown)
+        trust.verify_bytes(data, signature, trusted_keys, where=shown)
         return _load_bytes(data, verify, f"{shown} (verified)")
     fd = _new_memfd()
     try:
@@ -423,7 +423,7 @@ def load_module(
         (``container.SMALL_SECTION_BYTES``).
     trusted_keys : sequence of (path, bytes or Ed25519PublicKey), optional
         When given, the library must carry a valid Ed25519 signature by one of these
-        public keys (:mod:`monolib.tools.sign`). The file is read ONCE into a memfd
+        public keys (:mod:`monolib.runtime.trust`). The file is read ONCE into a memfd
         that is then sealed (nobody can change it any more), the signature is checked
         over exactly those bytes, and exactly that memfd is dlopen'd
         (``/proc/self/fd/N``): the path is never opened again, so the file cannot be

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ContainerError, LibraryLoadError
+from .files import write_atomic
 
 __all__ = [
     "SAFETENSORS_DTYPES",
@@ -137,13 +138,13 @@ def _layout(params: Mapping[str, Any], metadata: Mapping[str, str] | None):
 
 
 def save_params(
-    params: Mapping[str, Any], path: Any = None, metadata: Mapping[str, str] | None = None
-) -> bytes | str | None:
+    tensors: Mapping[str, Any], path: Any = None, metadata: Mapping[str, str] | None = None
+) -> bytes | None:
     """Write ``{name: array}`` in safetensors format, to ``path`` or to bytes.
 
     Parameters
     ----------
-    params : mapping of str -> array-like
+    tensors : mapping of str -> array-like
         Tensors of any shape; dtypes among :data:`SAFETENSORS_DTYPES` (``bfloat16``
         and ``float8`` of ml_dtypes too). Big-endian arrays are stored little endian.
     path : str or os.PathLike, optional
@@ -155,20 +156,22 @@ def save_params(
     Returns
     -------
     bytes or None
-        The file's bytes when ``path`` is None, else None. (The older argument order
-        ``save_params(path, params, metadata)`` is accepted and returns ``path``.)
+        The file's bytes when ``path`` is None, else None.
 
     Raises
     ------
     ParamsError
-        A dtype safetensors cannot represent, a bad name or metadata.
+        ``tensors`` is not a mapping (the order is ``save_params(tensors, path)``),
+        a dtype safetensors cannot represent, a bad name or metadata.
     ParamsFileError
         The file cannot be written (no such folder, no permission, disk full).
     """
-    if isinstance(params, (str, os.PathLike)) and isinstance(path, Mapping):
-        save_params(path, params, metadata)  # legacy order (path, params)
-        return os.fspath(params)
-    blob, placed, nbytes = _layout(params, metadata)
+    if not isinstance(tensors, Mapping):
+        raise ParamsError(
+            f"save_params(tensors, path): the first argument must be a mapping of name "
+            f"to array, got {type(tensors).__name__}"
+        )
+    blob, placed, nbytes = _layout(tensors, metadata)
     start = 8 + len(blob)
     if path is None:
         out = bytearray(start + nbytes)
@@ -179,19 +182,13 @@ def save_params(
         del view  # a bytearray cannot be converted while exported
         return bytes(out)
     path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
+    head = struct.pack("<Q", len(blob)) + blob
+    # packed in order: no seek needed
+    chunks = [head, *(memoryview(arr.reshape(-1).view(np.uint8)) for arr, _ in placed)]
     try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(blob)) + blob)
-            for arr, _ in placed:  # packed in order: no seek needed
-                f.write(memoryview(arr.reshape(-1).view(np.uint8)))
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise ParamsFileError(f"{path}: cannot write params file: {exc.strerror}") from None
-        raise
+        write_atomic(path, chunks)
+    except OSError as exc:
+        raise ParamsFileError(f"{path}: cannot write params file: {exc.strerror}") from None
     return None
 
 

@@ -12,7 +12,9 @@ Section ``"head"`` is the same document without ``nodes`` and ``params``
 (:func:`graph_head`): all an executor reads. The compiler writes documents with
 :func:`tensor_entry`, :func:`node_entry` and :func:`graph_document`, and serializes
 them with :func:`to_json`; the runtime and the tools read them with :func:`from_json`
-and check them with :func:`check_graph_json` / :func:`tensor_info`.
+and check them with :func:`check_graph_json` / :func:`tensor_info` (what an executor
+reads: format, version, byte ranges) and :func:`check_fields` (the type of every
+field, for readers of the whole document: :func:`factory_graphs`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ __all__ = [
     "GRAPH_VERSIONS",
     "LAZY_KEYS",
     "TensorInfo",
+    "check_fields",
     "check_graph_json",
+    "factory_graphs",
     "from_json",
     "graph_document",
     "graph_head",
@@ -232,6 +236,103 @@ def from_json(data: Any) -> Any:
         raise ContainerError(f"graph JSON is not valid UTF-8 JSON: {exc}") from None
     except RecursionError:  # "[[[[..." nested past the interpreter's stack
         raise ContainerError("graph JSON is nested too deeply") from None
+
+
+def _ints(v: Any) -> bool:
+    return isinstance(v, list) and all(type(d) is int for d in v)
+
+
+def _strs(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(d, str) for d in v)
+
+
+def _byte_count(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+_TENSOR_FIELDS = {"shape": _ints, "dtype": lambda v: isinstance(v, str)}
+_NODE_FIELDS = {**_TENSOR_FIELDS, "op": lambda v: isinstance(v, str), "fused": _strs,
+                "inputs": _strs, "outputs": _strs}  # fmt: skip
+_PARAM_FIELDS = {**_TENSOR_FIELDS, "nbytes": _byte_count}
+
+
+def _check_entries(where: str, items: Any, fields: Mapping[str, Any]) -> None:
+    if not isinstance(items, list):
+        raise ContainerError(f"{where} is not a list")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ContainerError(f"{where}[{i}] is not an object with a string name")
+        for key, check in fields.items():
+            if key in item and not check(item[key]):
+                raise ContainerError(f"{where}[{i}] ({item['name']!r}): bad {key} {item[key]!r}")
+
+
+def check_fields(graph: Any) -> dict:
+    """Check the type of every field a reader of the whole graph JSON uses (the
+    tools: ``inspect``, ``view``). Lenient about what is absent: a field is checked
+    when present, ``name`` of every entry always; formats, versions and byte ranges
+    are :func:`check_graph_json`'s job.
+
+    Returns
+    -------
+    dict
+        ``graph``, checked.
+
+    Raises
+    ------
+    ContainerError
+        ``graph`` is not an object, or names the first field of the wrong type
+        (entries not lists of objects with a string ``name``, shapes not lists of
+        ints, byte counts not ints >= 0, aliases not a name -> name map).
+    """
+    if not isinstance(graph, dict):
+        raise ContainerError("graph JSON is not an object")
+    where = f"graph {graph.get('name', '')!r}"
+    _check_entries(f"{where}: inputs", graph.get("inputs", []), _TENSOR_FIELDS)
+    _check_entries(f"{where}: outputs", graph.get("outputs", []), _TENSOR_FIELDS)
+    _check_entries(f"{where}: nodes", graph.get("nodes", []), _NODE_FIELDS)
+    _check_entries(f"{where}: params", graph.get("params", []), _PARAM_FIELDS)
+    for key in ("params_bytes", "arena_bytes"):
+        if key in graph and not _byte_count(graph[key]):
+            raise ContainerError(f"{where}: {key} {graph[key]!r} is not a byte count")
+    aliases = graph.get("aliases", {})
+    if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
+        raise ContainerError(f"{where}: aliases must map tensor names to tensor names")
+    return graph
+
+
+def factory_graphs(container: Any) -> dict[int, dict]:
+    """The whole graph JSON of every graph executor factory module of a container,
+    each checked with :func:`check_fields` (read while the container's buffer is
+    alive: call it inside ``read_container``'s ``extract``).
+
+    Parameters
+    ----------
+    container : monolib.abi.container.Container
+        A parsed container.
+
+    Returns
+    -------
+    dict of int -> dict
+        Module index -> its graph JSON.
+
+    Raises
+    ------
+    ContainerError
+        A section's digest mismatches, or a graph JSON is not UTF-8 JSON or has a
+        field of the wrong type (the message names the container and the module).
+    """
+    out = {}
+    for i, mod in enumerate(container.modules):
+        sec = next((s for s in mod.sections if s.name == "graph"), None)
+        if mod.type_key != "graph_executor_factory" or sec is None:
+            continue
+        container.check_section(i, sec)
+        try:
+            out[i] = check_fields(from_json(container.section_data(i, sec)))
+        except ContainerError as exc:
+            raise ContainerError(f"{container.source}: module {i}: {exc}") from None
+    return out
 
 
 # ---------------------------------------------------------------- writing

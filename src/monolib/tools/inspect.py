@@ -12,7 +12,6 @@ exported by Apache TVM (no ``.monolib`` section, a ``__tvm_ffi__library_bin`` or
 
 from __future__ import annotations
 
-import json
 import logging
 import mmap
 import sys
@@ -21,31 +20,17 @@ from typing import Any
 
 from ..abi.binfmt import exported_symbols, parse_binary
 from ..abi.container import SMALL_SECTION_BYTES, Container
-from ..errors import ContainerError, LibraryLoadError
+from ..abi.graph_spec import factory_graphs
+from ..errors import LibraryLoadError
 from ..runtime.library import read_container
 from .tvm_container import find_tvm
 
-__all__ = ["inspect_library", "make_console", "print_table", "render_report"]
+__all__ = ["inspect_library", "make_console", "print_table", "read_library", "render_report"]
 
 logger = logging.getLogger(__name__)
 
 FACTORY = "graph_executor_factory"
 DEVICE_TYPE_KEYS = ("opencl", "cuda")
-
-
-def _graphs(container: Container) -> dict[int, dict]:
-    """Graph JSON of every factory module (read while the file is mapped)."""
-    out = {}
-    for i, mod in enumerate(container.modules):
-        sec = next((s for s in mod.sections if s.name == "graph"), None)
-        if mod.type_key != FACTORY or sec is None:
-            continue
-        container.check_section(i, sec)
-        try:
-            out[i] = json.loads(bytes(container.section_data(i, sec)).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ContainerError(f"{container.source}: graph JSON of module {i}: {exc}") from None
-    return out
 
 
 def _devices(container: Container) -> dict[int, dict]:
@@ -98,7 +83,14 @@ def _graph_summary(graph: dict) -> dict[str, Any]:
 
 
 def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
-    """Describe the library file ``path`` without loading it.
+    """Describe the library file ``path`` without loading it: the report of
+    :func:`read_library`."""
+    return read_library(path, verify)[0]
+
+
+def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[int, dict] | None]:
+    """Describe the library file ``path`` without loading it, and read the whole
+    graph JSON of each factory (in the same pass over the file).
 
     Parameters
     ----------
@@ -109,29 +101,32 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
 
     Returns
     -------
-    dict
-        JSON-serializable report: ``path``, ``file_size``, ``binary`` (ELF class and
-        machine), ``container`` (offset, size, format_version, producer), ``modules``
-        (index, type_key, imports, sections), ``root``, ``legacy_layout``,
-        ``verified``, ``graphs`` (per factory: inputs, outputs, fused_ops,
-        onnx_ops, params_count, params_bytes, arena_bytes...).
+    (report, graphs)
+        ``report``, JSON-serializable: ``path``, ``file_size``, ``binary`` (ELF
+        class and machine), ``container`` (offset, size, format_version, producer),
+        ``modules`` (index, type_key, imports, sections), ``root``,
+        ``legacy_layout``, ``verified``, ``graphs`` (per factory: inputs, outputs,
+        fused_ops, onnx_ops, params_count, params_bytes, arena_bytes...);
+        ``graphs``: module index -> graph JSON
+        (:func:`monolib.abi.graph_spec.factory_graphs`), None for a library
+        exported by Apache TVM (its report has a ``tvm`` key).
 
     Raises
     ------
     LibraryLoadError
         Missing, foreign or truncated file, no container.
     ContainerError
-        Corrupt container; with ``verify``, any digest mismatch.
+        Corrupt container or graph JSON; with ``verify``, any digest mismatch.
     """
     try:
         container, info = read_container(
-            path, verify=verify, extract=lambda c: (_graphs(c), _devices(c))
+            path, verify=verify, extract=lambda c: (factory_graphs(c), _devices(c))
         )
     except LibraryLoadError:
         tvm = _inspect_tvm(path)
         if tvm is None:
             raise
-        return tvm
+        return tvm, None
     elf = info["elf"]
     graphs, devices = info["extracted"]
     modules = []
@@ -151,7 +146,7 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
     if legacy:  # every module is an import of the DSO module, the root
         root = next((m["index"] for m in modules if m["type_key"] == "library"), 0)
         modules[root]["imports"] = [m["index"] for m in modules if m["index"] != root]
-    return {
+    report = {
         "path": path,
         "file_size": info["file_size"],
         "binary": f"{elf.format}{elf.bits} {elf.machine}" if elf else "bare container",
@@ -168,6 +163,7 @@ def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
         "graphs": {str(i): _graph_summary(g) for i, g in graphs.items()},
         "exports": _exports(path, info["elf"]),
     }
+    return report, graphs
 
 
 def _inspect_tvm(path: str) -> dict[str, Any] | None:

@@ -1,9 +1,8 @@
 """A picture of an exported library: ONE self-contained HTML page (``monolib view``).
 
-The library is read WITHOUT dlopen (:func:`monolib.runtime.library.read_container`
-and the graph JSON of each graph executor factory, as ``monolib inspect`` does), so
-none of its code runs. The page shows the module tree, the params, and each graph:
-fused ops as nodes (op + fused ONNX ops, output shape and dtype), edges between them
+The library is read WITHOUT dlopen, in the one pass of ``monolib inspect``
+(:func:`monolib.tools.inspect.read_library`), so none of its code runs. The page
+shows the module tree, the params, and each graph: fused ops as nodes (op + fused ONNX ops, output shape and dtype), edges between them
 by tensor name (shape and dtype on the edge), graph inputs and outputs; with a
 profile, each op's time and share of the total.
 
@@ -27,10 +26,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..abi.container import Container
-from ..errors import ContainerError, MonolibError
-from ..runtime.library import read_container
-from .inspect import inspect_library
+from ..abi.graph_spec import check_fields
+from ..errors import ContainerError, LibraryLoadError, MonolibError
+from .inspect import read_library
 
 __all__ = [
     "VisualizeError",
@@ -44,7 +42,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FACTORY = "graph_executor_factory"
 NODE_W, NODE_H = 210, 50  # px of a node box
 GAP_X, GAP_Y = 36, 46  # px between boxes, between layers
 SWEEPS = 6  # barycentre sweeps (down and up each)
@@ -72,29 +69,15 @@ def read_graphs(path: str) -> tuple[dict, dict[str, dict]]:
 
     Raises
     ------
-    LibraryLoadError, ContainerError
-        Missing, foreign or corrupt library; graph JSON not UTF-8 JSON.
+    LibraryLoadError
+        Missing or foreign library, or one exported by Apache TVM (no monolib graph).
+    ContainerError
+        Corrupt library; graph JSON not UTF-8 JSON or with a field of the wrong type.
     """
-
-    def extract(container: Container) -> dict[str, dict]:
-        out = {}
-        for i, mod in enumerate(container.modules):
-            sec = next((s for s in mod.sections if s.name == "graph"), None)
-            if mod.type_key != FACTORY or sec is None:
-                continue
-            container.check_section(i, sec)
-            raw = bytes(container.section_data(i, sec))
-            try:
-                out[str(i)] = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise ContainerError(
-                    f"{container.source}: graph JSON of module {i}: {exc}"
-                ) from None
-        return out
-
-    report = inspect_library(path)
-    _, info = read_container(path, extract=extract)
-    return report, info["extracted"]
+    report, graphs = read_library(path)
+    if graphs is None:
+        raise LibraryLoadError(f"{path}: a library exported by Apache TVM: no monolib graph to draw")
+    return report, {str(i): g for i, g in graphs.items()}
 
 
 def _profile_seconds(profile: Any) -> dict[str, float]:
@@ -116,53 +99,6 @@ def _profile_seconds(profile: Any) -> dict[str, float]:
             raise VisualizeError(f"profile: time of node {name!r} is not finite")
         out[str(name)] = float(sec)
     return out
-
-
-def _check_tensors(where: str, items: Any, keys: dict[str, Any]) -> None:
-    """VisualizeError unless ``items`` is a list of dicts whose ``keys`` (when
-    present; ``name`` always) have the given types."""
-    if not isinstance(items, list):
-        raise VisualizeError(f"{where} is not a list")
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise VisualizeError(f"{where}[{i}] is not an object with a string name")
-        for key, check in keys.items():
-            if key in item and not check(item[key]):
-                raise VisualizeError(f"{where}[{i}] ({item['name']!r}): bad {key} {item[key]!r}")
-
-
-def _ints(v: Any) -> bool:
-    return isinstance(v, list) and all(type(d) is int for d in v)
-
-
-def _strs(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(d, str) for d in v)
-
-
-def _count(v: Any) -> bool:
-    return type(v) is int and v >= 0
-
-
-_TENSOR_KEYS = {"shape": _ints, "dtype": lambda v: isinstance(v, str)}
-_NODE_KEYS = {**_TENSOR_KEYS, "op": lambda v: isinstance(v, str), "fused": _strs,
-              "inputs": _strs, "outputs": _strs}  # fmt: skip
-
-
-def _check_graph(graph: Any) -> None:
-    """VisualizeError naming the first field of the graph JSON of the wrong type."""
-    if not isinstance(graph, dict):
-        raise VisualizeError("graph JSON is not an object")
-    where = f"graph {graph.get('name', '')!r}"
-    _check_tensors(f"{where}: inputs", graph.get("inputs", []), _TENSOR_KEYS)
-    _check_tensors(f"{where}: outputs", graph.get("outputs", []), _TENSOR_KEYS)
-    _check_tensors(f"{where}: nodes", graph.get("nodes", []), _NODE_KEYS)
-    _check_tensors(f"{where}: params", graph.get("params", []), {**_TENSOR_KEYS, "nbytes": _count})
-    for key in ("params_bytes", "arena_bytes"):
-        if key in graph and not _count(graph[key]):
-            raise VisualizeError(f"{where}: {key} {graph[key]!r} is not a byte count")
-    aliases = graph.get("aliases", {})
-    if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
-        raise VisualizeError(f"{where}: aliases must map tensor names to tensor names")
 
 
 def _tensor(kind: str, t: dict) -> dict:
@@ -330,7 +266,10 @@ def layout_graph(graph: dict, profile: Any = None) -> dict:
     VisualizeError
         Malformed nodes; profile times that are not seconds >= 0.
     """
-    _check_graph(graph)
+    try:
+        check_fields(graph)
+    except ContainerError as exc:  # a dict handed in, not a library read: a drawing error
+        raise VisualizeError(str(exc)) from None
     times = _profile_seconds(profile)
     verts, producer = _vertices(graph)
     edges = _edges(verts, producer, graph)

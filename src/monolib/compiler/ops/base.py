@@ -22,6 +22,9 @@ What an op class provides
     A C expression of one output element from the C expressions ``args`` of the
     corresponding input elements (``""`` for an omitted optional input). Used by
     fused elementwise loops and by epilogues.
+``emit_device(node, ctx)``  (ops that device targets run)
+    The device lowering: a ``Kernel`` (work-item count and the scalar C body of one
+    work item, ``backends/device/lowerings.py``), rendered as OpenCL C or CUDA C.
 ``epilogue_groups(node)``
     How the op's output 0 is viewed as ``[B, M, N]`` when it accepts a fused
     epilogue: a list of three lists of output dims (each list consecutive, in order,
@@ -53,6 +56,8 @@ __all__ = [
     "Shape",
     "OutType",
     "op_of",
+    "device_ops",
+    "has_device_kernel",
 ]
 
 Shape = tuple[int, ...]
@@ -156,6 +161,31 @@ class OpDef:
     def emit(self, node: Node, ctx: EmitContext) -> str:
         raise NotImplementedError(f"{self.op_type}: emit")
 
+    def emit_device(self, node: Node, ctx: Any) -> Any:
+        """The device lowering, counterpart of ``emit`` for OpenCL and CUDA targets.
+
+        Parameters
+        ----------
+        node : Node
+            The anchor node of a fused op.
+        ctx : KernelContext
+            ``backends.device.generate.KernelContext``: device pointers and the
+            epilogue-applying ``store``.
+
+        Returns
+        -------
+        Kernel
+            ``backends.device.lowerings.Kernel``: the work-item count and the scalar
+            C body of one work item.
+
+        Raises
+        ------
+        UnsupportedOpError
+            Here, in the base class: only classes that override this method have a
+            device kernel (:func:`device_ops`).
+        """
+        raise UnsupportedOpError(f"{self.op_type} (node {node.name!r}) has no device kernel")
+
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         raise NotImplementedError(f"{self.op_type}: c_expr")
 
@@ -248,6 +278,21 @@ def lookup(op_type: str, opset: int, domain: str = "", node_name: str = "") -> O
 def registered_ops() -> dict[tuple[str, str], list[int]]:
     """Every registered (domain, op_type) with the versions implemented."""
     return {k: [c.since_version for c in v] for k, v in sorted(_REGISTRY.items())}
+
+
+def has_device_kernel(op: OpDef) -> bool:
+    """True when ``op``'s class overrides :meth:`OpDef.emit_device`."""
+    return type(op).emit_device is not OpDef.emit_device
+
+
+def device_ops() -> list[str]:
+    """ONNX op types (default domain) with a device lowering in some registered
+    version: the classes that override :meth:`OpDef.emit_device`."""
+    return sorted(
+        t
+        for (domain, t), classes in _REGISTRY.items()
+        if not domain and any(c.emit_device is not OpDef.emit_device for c in classes)
+    )
 
 
 def op_of(node: Node) -> OpDef:

@@ -16,15 +16,17 @@ integer sums in 64 bits.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ....errors import ShapeError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal, ctype
 from ..tensor.loops import (
     collapse_dims,
     contiguous_strides,
@@ -34,6 +36,9 @@ from ..tensor.loops import (
     normalize_axis,
 )
 from .elementwise import cfn, is_float
+
+if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
+    from ...backends.device.lowerings import Kernel
 
 __all__ = ["Reduce", "acc_ctype", "flat_groups", "reduce_axes"]
 
@@ -318,6 +323,51 @@ class Reduce(OpDef):
         )
 
 
+#: device reductions: op -> (initial value, combine(acc, v), finish(acc, count))
+_DEVICE = {
+    "ReduceMean": ("0", "acc + v", "acc / ({T})" + "{R}"),
+    "ReduceSum": ("0", "acc + v", "acc"),
+    "ReduceMax": ("(-INFINITY)", "(v > acc ? v : acc)", "acc"),
+    "ReduceMin": ("INFINITY", "(v < acc ? v : acc)", "acc"),
+    "ReduceProd": ("1", "acc * v", "acc"),
+    "ReduceSumSquare": ("0", "acc + v * v", "acc"),
+    "ReduceL1": ("0", "acc + (v < 0 ? -v : v)", "acc"),
+}
+
+
+def _emit_device(self: Reduce, node: Node, ctx: Any) -> Kernel:
+    """Device ReduceMean/Sum/Max/Min/Prod/SumSquare/L1 over any axes (float): one
+    output element per work item, a loop over the reduced elements; the method
+    ``emit_device`` of those ops' classes (:func:`_define`)."""
+    from ...backends.device.lowerings import decompose, element_kernel, flat_of
+
+    x = node.inputs[0]
+    if x.dtype.kind != "f":
+        raise UnsupportedOpError(f"device {node.op_type} (node {node.name!r}): floats only")
+    axes = self.axes(node)
+    kept = [1 if d in axes else n for d, n in enumerate(x.shape)]
+    red = [x.shape[d] for d in axes]
+    R = max(1, math.prod(red))
+    st = contiguous_strides(x.shape)
+    T = ctype(node.outputs[0].dtype)
+    init, comb, fin = _DEVICE[node.op_type]
+    inner = [f"  {line}" for line in decompose("r", red, "j")] if red else []
+    base = flat_of([f"i{d}" for d in range(len(kept))], st)
+    off = flat_of([f"j{k}" for k in range(len(red))], [st[d] for d in axes])
+    body = [
+        *decompose("gid", kept, "i"),
+        f"{ctx.language.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)} + {base};",
+        f"{T} acc = {init};",
+        f"for (idx_t r = 0; r < {R if red else 1}; ++r) {{",
+        *inner,
+        f"  const {T} v = X[{off if red else '0'}];",
+        f"  acc = {comb};",
+        "}",
+        f"acc = {fin.format(T=T, R=R)};",
+    ]
+    return element_kernel(node, ctx, body)
+
+
 def _define(op_type: str, input_since: int) -> None:
     """Register the attribute-axes class (since 1) and the input-axes class."""
     doc = f"ONNX ``{op_type}``: {{}} (axes {{}}); see the module docstring."
@@ -343,6 +393,8 @@ def _define(op_type: str, input_since: int) -> None:
             "__doc__": doc.format(f"versions {input_since}+", "input, noop_with_empty_axes"),
         },
     )
+    if op_type in _DEVICE:
+        attr_cls.emit_device = input_cls.emit_device = _emit_device
     register(attr_cls)
     register(input_cls)
 

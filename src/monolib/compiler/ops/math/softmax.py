@@ -16,16 +16,20 @@ contiguous.
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal, ctype
 from ..tensor.loops import flat_index_exprs, has_epilogue, normalize_axis
 from .elementwise import cfn, is_float
 from .reduce import flat_groups
+
+if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
+    from ...backends.device.lowerings import Kernel
 
 __all__ = ["LogSoftmax1", "LogSoftmax13", "Softmax1", "Softmax13", "softmax_view"]
 
@@ -177,6 +181,33 @@ class _SoftmaxBase(OpDef):
         )
         lines.append("}")
         return "\n".join(lines)
+
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """Device Softmax / LogSoftmax: one row per work item (max, sum of
+        exponentials, normalize: the C backend's order of operations)."""
+        from ...backends.device.lowerings import Kernel
+
+        x = node.inputs[0]
+        outer, n, inner = softmax_view(x.shape, node.attrs["axis"], self.coerce_2d)
+        T = ctype(node.outputs[0].dtype)
+        f = (lambda name: name + "f") if T == "float" else (lambda name: name)
+        last = "v - m - L" if self.log else "e * inv"
+        body = [
+            f"const idx_t base = (gid / {inner}) * {n * inner} + gid % {inner};",
+            f"{ctx.language.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)} + base;",
+            f"{T} m = X[0];",
+            f"for (idx_t j = 1; j < {n}; ++j) m = {f('fmax')}(m, X[j * {inner}]);",
+            f"{T} s = 0;",
+            f"for (idx_t j = 0; j < {n}; ++j) s += {f('exp')}(X[j * {inner}] - m);",
+            f"const {T} inv = ({T})1 / s, L = {f('log')}(s);",
+            "(void)inv; (void)L;",
+            f"for (idx_t j = 0; j < {n}; ++j) {{",
+            f"  const {T} v = X[j * {inner}], e = {f('exp')}(v - m);",
+            "  (void)e;",
+            *("  " + s for s in ctx.store(f"base + j * {inner}", last)),
+            "}",
+        ]
+        return Kernel(outer * inner, body)
 
 
 @register

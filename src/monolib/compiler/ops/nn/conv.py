@@ -27,15 +27,20 @@ Lowering (``emit``):
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
+from ...backends.cstyle import c_literal, ctype
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, pack_a
 from .winograd import emit_winograd, plan_winograd
+
+if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
+    from ...backends.device.lowerings import Kernel
 
 __all__ = ["Conv", "as_2d", "conv_geometry", "conv_reference"]
 
@@ -165,6 +170,74 @@ class Conv(OpDef):
         if plan is not None:
             return emit_winograd(node, ctx, d, epi, plan)
         return _emit_gemm(node, ctx, d, epi, group)
+
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """Device Conv: 1-D or 2-D, groups (depthwise), strides, dilations, pads,
+        optional bias; one output element per work item (a 1x1 convolution reads
+        neighbouring pixels from neighbouring work items).
+
+        Raises
+        ------
+        UnsupportedOpError
+            For a convolution of more than 2 spatial dims.
+        """
+        from ...backends.device.lowerings import decompose, element_kernel
+
+        x, w, b = node.inputs[0], node.inputs[1], node.input(2)
+        y = node.outputs[0]
+        if len(x.shape) not in (3, 4):
+            raise UnsupportedOpError(
+                f"device Conv (node {node.name!r}): only 1-D and 2-D, got {x.shape}"
+            )
+        g = window_dims(list(x.shape[2:]), conv_geometry(node))
+        group = int(node.attrs.get("group", 1))
+        C, OC = x.shape[1], y.shape[1]
+        cg, ocg = C // group, OC // group
+        T = ctype(y.dtype)
+        xp, wp = ctx.language.pointer(ctype(x.dtype), True), ctx.language.pointer(ctype(w.dtype), True)
+        # ctx.ptr places constants in the params blob in call order: W before B
+
+        def acc0() -> str:
+            return f"{T} acc = {ctx.ptr(b) + '[i1]' if b is not None else c_literal(0, y.dtype)};"
+
+        i = decompose("gid", [y.shape[0], OC, g["OH"], g["OW"]], "i")
+        pointwise = all(g[k] == 1 for k in ("KH", "KW", "SH", "SW")) and not any(
+            g[k] for k in ("PT", "PB", "PL", "PR")
+        )
+        if pointwise:  # 1x1: a dot product over channels, neighbours read neighbours
+            hw = g["H"] * g["W"]
+            body = [
+                *i,
+                (
+                    f"{xp} X = {ctx.ptr(x)} + "
+                    f"(i0 * {C} + (i1 / {ocg}) * {cg}) * {hw} + i2 * {g['W']} + i3;"
+                ),
+                f"{wp} Wt = {ctx.ptr(w)} + i1 * {cg};",
+                acc0(),
+                f"for (int c = 0; c < {cg}; ++c) acc += X[c * {hw}] * Wt[c];",
+            ]
+            return element_kernel(node, ctx, body)
+        body = [
+            *i,
+            f"{xp} X = {ctx.ptr(x)};",
+            f"{wp} Wt = {ctx.ptr(w)};",
+            acc0(),
+            f"const idx_t c0 = (i1 / {ocg}) * {cg};",
+            f"for (idx_t c = 0; c < {cg}; ++c) {{",
+            f"  const idx_t xb = ((i0 * {C} + c0 + c) * {g['H']}) * {g['W']};",
+            f"  const idx_t wb = ((i1 * {cg} + c) * {g['KH']}) * {g['KW']};",
+            f"  for (idx_t kh = 0; kh < {g['KH']}; ++kh) {{",
+            f"    const idx_t ih = i2 * {g['SH']} - {g['PT']} + kh * {g['DH']};",
+            f"    if (ih < 0 || ih >= {g['H']}) continue;",
+            f"    for (idx_t kw = 0; kw < {g['KW']}; ++kw) {{",
+            f"      const idx_t iw = i3 * {g['SW']} - {g['PL']} + kw * {g['DW']};",
+            f"      if (iw < 0 || iw >= {g['W']}) continue;",
+            f"      acc += X[xb + ih * {g['W']} + iw] * Wt[wb + kh * {g['KW']} + kw];",
+            "    }",
+            "  }",
+            "}",
+        ]
+        return element_kernel(node, ctx, body)
 
 
 # ml_dwconv2d's fast path (kernels/conv.h): square 3x3/5x5 windows, strides 1 and 2, no

@@ -10,16 +10,22 @@ is a row, column or scalar becomes the kernel's bias vector (``beta`` folded in)
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import weakref
 
 import numpy as np
 
 from ....errors import ShapeError
+from ...backends.cstyle import c_literal, ctype
 from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
+from ..tensor.loops import broadcast_strides
 from ._common import epi_call, f32, require_float32
 from ._gemm import MR, bbuf_floats, gemm_call, pack_a, pack_b
+
+if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
+    from ...backends.device.lowerings import Kernel
 
 __all__ = ["Gemm", "a_operand", "b_operand"]
 
@@ -172,6 +178,33 @@ class Gemm(OpDef):
             fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
         code += _c_term(node, ctx, m, n, fields)
         return code + gemm_call(fields, bsrc)
+
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """Device Gemm: ``alpha * A' @ B' + beta * C`` (C unidirectionally broadcast to
+        ``[M, N]``, A' and B' transposed per ``transA`` / ``transB``); one output element
+        per work item."""
+        from ...backends.device.lowerings import decompose, element_kernel, flat_of
+
+        a, b, c, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
+        M, N = y.shape
+        ta, tb = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
+        K = a.shape[0] if ta else a.shape[1]
+        a_idx = f"k * {M} + i0" if ta else f"i0 * {K} + k"
+        b_idx = f"i1 * {K} + k" if tb else f"k * {N} + i1"
+        alpha = c_literal(node.attrs.get("alpha", 1.0), y.dtype)
+        beta = c_literal(node.attrs.get("beta", 1.0), y.dtype)
+        body = [
+            *decompose("gid", [M, N], "i"),
+            f"{ctx.language.pointer(ctype(a.dtype), True)} A = {ctx.ptr(a)};",
+            f"{ctx.language.pointer(ctype(b.dtype), True)} B = {ctx.ptr(b)};",
+            f"{ctype(y.dtype)} acc = {c_literal(0, y.dtype)};",
+            f"for (idx_t k = 0; k < {K}; ++k) acc += A[{a_idx}] * B[{b_idx}];",
+            f"acc = {alpha} * acc;",
+        ]
+        if c is not None:
+            st = broadcast_strides(c.shape, (M, N))
+            body.append(f"acc += {beta} * {ctx.ptr(c)}[{flat_of(['i0', 'i1'], st)}];")
+        return element_kernel(node, ctx, body)
 
 
 def _c_term(node: Node, ctx: EmitContext, m: int, n: int, fields: dict[str, str]) -> str:

@@ -10,15 +10,21 @@ time. Epilogue view: ``[batch, M, N]`` (M or N empty for 1-D operands).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ....errors import ShapeError
-from ...ir import Node
+from ...backends.cstyle import c_literal, ctype
+from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
+from ..tensor.loops import broadcast_strides
 from ._common import epi_call, require_float32
 from ._gemm import MR, NR, bbuf_floats, gemm_call, pack_a, pack_b
 from .gemm import a_operand, b_operand
+
+if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
+    from ...backends.device.lowerings import Kernel
 
 __all__ = ["MatMul", "matmul_shapes"]
 
@@ -62,6 +68,13 @@ def _batch_offsets(shape: tuple[int, ...], batch: tuple[int, ...], mat: int) -> 
         acc *= bshape[i]
     idx = np.indices(batch).reshape(len(batch), -1) if batch else np.zeros((0, 1), np.int64)
     return [int(x) for x in (strides[:, None] * idx).sum(axis=0)] if batch else [0]
+
+
+def _operand_batch(v: Value, k: int, is_a: bool) -> tuple[tuple[int, ...], int]:
+    """(batch shape, matrix rows) of a MatMul operand, 1-D vectors promoted (NumPy)."""
+    if len(v.shape) == 1:
+        return (), 1 if is_a else k
+    return tuple(v.shape[:-2]), v.shape[-2]
 
 
 @register
@@ -112,6 +125,31 @@ class MatMul(OpDef):
                 fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
             return code + gemm_call(fields, bsrc)
         return _emit_batched(node, ctx, batch, m, n, k, epi)
+
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """Device MatMul (NumPy semantics: batch broadcast, 1-D operands): one output
+        element per work item, a dot product over K."""
+        from ...backends.device.lowerings import decompose, element_kernel, flat_of
+
+        a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        K = a.shape[-1]
+        N = b.shape[-1] if len(b.shape) > 1 else 1
+        ab, M = _operand_batch(a, K, True)
+        bb, _ = _operand_batch(b, K, False)
+        batch = tuple(np.broadcast_shapes(ab, bb))
+        full = [*batch, M, N]
+        a_st = broadcast_strides(ab, batch) if batch else ()
+        b_st = broadcast_strides(bb, batch) if batch else ()
+        a_off = flat_of([f"i{d}" for d in range(len(batch))], [s * M * K for s in a_st])
+        b_off = flat_of([f"i{d}" for d in range(len(batch))], [s * K * N for s in b_st])
+        body = [
+            *decompose("gid", full, "i"),
+            f"{ctx.language.pointer(ctype(a.dtype), True)} A = {ctx.ptr(a)} + {a_off} + i{len(batch)} * {K};",
+            f"{ctx.language.pointer(ctype(b.dtype), True)} B = {ctx.ptr(b)} + {b_off} + i{len(batch) + 1};",
+            f"{ctype(y.dtype)} acc = {c_literal(0, y.dtype)};",
+            f"for (idx_t k = 0; k < {K}; ++k) acc += A[k] * B[k * {N}];",
+        ]
+        return element_kernel(node, ctx, body)
 
 
 def _emit_batched(

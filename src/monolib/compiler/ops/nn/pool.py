@@ -16,13 +16,18 @@ Emitted as direct loops over N-D windows (1-D, 2-D, 3-D...), writing each output
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
-from ._common import Geometry, geometry, require_float32
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal, ctype
+from ._common import Geometry, geometry, require_float32, window_dims
+
+if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
+    from ...backends.device.lowerings import Kernel
 
 __all__ = ["AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "MaxPool", "pool_geometry"]
 
@@ -90,6 +95,57 @@ def _divisor(x_shape: tuple[int, ...], geo: Geometry) -> np.ndarray:
     for c in counts[1:]:
         total = total * c
     return total.astype(np.float32)
+
+
+def _device_pool(node: Node, ctx: Any) -> Kernel:
+    """Device MaxPool / AveragePool (1-D, 2-D) and GlobalAveragePool / GlobalMaxPool:
+    one output element per work item; AveragePool divides by the input elements in the
+    window (``count_include_pad=0``) or the positions inside the padded input (1)."""
+    from ...backends.device.lowerings import decompose, element_kernel
+
+    x, y = node.inputs[0], node.outputs[0]
+    if len(x.shape) not in (3, 4):
+        raise UnsupportedOpError(f"device {node.op_type} (node {node.name!r}): 1-D or 2-D only")
+    if node.op_type.startswith("Global"):  # one window covering the whole plane
+        sp = list(x.shape[2:])
+        H, W = (sp[0], sp[1]) if len(sp) == 2 else (1, sp[0])
+        g = dict(H=H, W=W, KH=H, KW=W, SH=1, SW=1, PT=0, PB=0, PL=0, PR=0, DH=1, DW=1, OH=1, OW=1)
+    else:
+        g = window_dims(list(x.shape[2:]), pool_geometry(node))
+    is_max = "Max" in node.op_type
+    T = ctype(y.dtype)
+    init = "(-INFINITY)" if is_max else c_literal(0, y.dtype)
+    combine = "acc = fmaxf(acc, v);" if is_max else "acc += v; ++n;"
+    if T == "double":
+        combine = combine.replace("fmaxf", "fmax")
+    body = [
+        *decompose("gid", [y.shape[0] * y.shape[1], g["OH"], g["OW"]], "i"),
+        f"{ctx.language.pointer(ctype(x.dtype), True)} X = {ctx.ptr(x)} + i0 * {g['H'] * g['W']};",
+        f"{T} acc = {init};",
+        "idx_t n = 0;",
+        f"for (idx_t kh = 0; kh < {g['KH']}; ++kh) {{",
+        f"  const idx_t ih = i1 * {g['SH']} - {g['PT']} + kh * {g['DH']};",
+        f"  if (ih < 0 || ih >= {g['H']}) continue;",
+        f"  for (idx_t kw = 0; kw < {g['KW']}; ++kw) {{",
+        f"    const idx_t iw = i2 * {g['SW']} - {g['PL']} + kw * {g['DW']};",
+        f"    if (iw < 0 || iw >= {g['W']}) continue;",
+        f"    const {T} v = X[ih * {g['W']} + iw];",
+        f"    {combine}",
+        "  }",
+        "}",
+        "(void)n;",
+    ]
+    if not is_max:
+        if node.attrs.get("count_include_pad", 0):
+            # positions of the window inside [-PT, H + PB) x [-PL, W + PR)
+            body += [
+                f"const idx_t h0 = i1 * {g['SH']} - {g['PT']}, w0 = i2 * {g['SW']} - {g['PL']};",
+                f"const idx_t h1 = min(h0 + {g['KH']}, (idx_t){g['H'] + g['PB']});",
+                f"const idx_t w1 = min(w0 + {g['KW']}, (idx_t){g['W'] + g['PR']});",
+                "n = (h1 - h0) * (w1 - w0);",
+            ]
+        body.append(f"acc = acc / ({T})n;")
+    return element_kernel(node, ctx, body)
 
 
 class _Pool(OpDef):
@@ -209,6 +265,10 @@ class MaxPool(_Pool):
             tail += f"    {ctx.ptr(node.outputs[1])}[o] = {_storage_index(node, sizes)};\n"
         return (pre, inner), tail
 
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """One output element per work item (:func:`_device_pool`)."""
+        return _device_pool(node, ctx)
+
 
 @register
 class AveragePool(_Pool):
@@ -250,6 +310,10 @@ class AveragePool(_Pool):
         val = "(acc / (float)(cnt > 0 ? cnt : 1))"
         tail += f"    {ctx.ptr(node.outputs[0])}[o] = {ctx.output_expr(val, index)};\n"
         return (pre, inner), tail
+
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """One output element per work item (:func:`_device_pool`)."""
+        return _device_pool(node, ctx)
 
 
 @register
@@ -312,6 +376,10 @@ class _GlobalPool(OpDef):
         if val != f"{y}[nc]":
             code += f"\nfor (int64_t nc = 0; nc < {n * c}; ++nc) {y}[nc] = {val};"
         return code
+
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """One output element per work item (:func:`_device_pool`)."""
+        return _device_pool(node, ctx)
 
 
 @register

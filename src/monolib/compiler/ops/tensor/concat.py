@@ -8,13 +8,18 @@ the compiler turns into block moves). Zero-sized inputs are skipped.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ....errors import ShapeError
+from ...backends.cstyle import ctype
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import contiguous_strides, emit_copy, has_epilogue, normalize_axis
+
+if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
+    from ...backends.device.lowerings import Kernel
 
 __all__ = ["Concat"]
 
@@ -89,3 +94,25 @@ class Concat(OpDef):
                 )
             offset += v.shape[a]
         return "\n".join(parts)
+
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """Device Concat: each output element reads the input whose range on ``axis``
+        holds it."""
+        from ...backends.device.lowerings import decompose, element_kernel, flat_of
+
+        y = node.outputs[0]
+        a = normalize_axis(node.attrs["axis"], len(y.shape), f"Concat (node {node.name!r})")
+        idx = [f"i{d}" for d in range(len(y.shape))]
+        body = [*decompose("gid", y.shape, "i"), f"{ctype(y.dtype)} acc;"]
+        start = 0
+        for k, v in enumerate(node.inputs):
+            n = v.shape[a]
+            if n == 0:
+                continue
+            src = [i if d != a else f"({i} - {start})" for d, i in enumerate(idx)]
+            cond = "" if k == len(node.inputs) - 1 else f"if (i{a} < {start + n}) "
+            body.append(
+                f"{'else ' if start else ''}{cond}acc = {ctx.ptr(v)}[{flat_of(src, contiguous_strides(v.shape))}];"
+            )
+            start += n
+        return element_kernel(node, ctx, body)

@@ -10,7 +10,7 @@ is a strided view of the input, copied with merged loops.
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import const_ints, contiguous_strides, emit_copy, has_epilogue, normalize_axis
+
+if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
+    from ...backends.device.lowerings import Kernel
 
 __all__ = ["Slice1", "Slice10", "slice_params"]
 
@@ -102,6 +105,21 @@ class _Slice(OpDef):
         return emit_copy(
             ctx, y.shape, ctx.ptr(y), (contiguous_strides(y.shape), 0), ctx.ptr(x), src, index
         )
+
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """Device Slice: ``out[i] = in[start + i * step]`` per dim, one element per
+        work item."""
+        from ...backends.device.lowerings import gather_kernel
+
+        params = self.params(node)
+        st = contiguous_strides(node.inputs[0].shape)
+
+        def src(i: list[str]) -> str:
+            terms = [str(sum(s * p[0] for s, p in zip(st, params)))]
+            terms += [f"{v} * {s * p[1]}" for v, s, p in zip(i, st, params) if s * p[1] != 0]
+            return " + ".join(terms)
+
+        return gather_kernel(node, ctx, src)
 
 
 @register

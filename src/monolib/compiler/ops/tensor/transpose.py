@@ -11,6 +11,7 @@ transpose).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import collapse_dims, contiguous_strides, emit_copy, has_epilogue, linear_offset
+
+if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
+    from ...backends.device.lowerings import Kernel
 
 __all__ = ["Transpose", "transpose_perm"]
 
@@ -97,3 +101,11 @@ class Transpose(OpDef):
             f"{out}[{linear_offset(idx, dst)}] = {inp}[{linear_offset(idx, src)}];",
         ]
         return "{\n" + "\n".join(lines) + "\n}"
+
+    def emit_device(self, node: Node, ctx: Any) -> Kernel:
+        """Device Transpose: ``out[i] = in[i permuted back]``, one element per work item."""
+        from ...backends.device.lowerings import flat_of, gather_kernel
+
+        perm = transpose_perm(node)
+        st = contiguous_strides(node.inputs[0].shape)
+        return gather_kernel(node, ctx, lambda i: flat_of(i, [st[p] for p in perm]))

@@ -27,7 +27,7 @@ from capihelp import (
 from monolib.cli import main
 from monolib.export.capi import dlpack_dtype, header_text
 from monolib.runtime import Module, load_module
-from monolib.runtime.graph_executor import GraphModule
+from monolib.runtime.graph_module import GraphModule
 
 HEADER = (INCLUDE / "monolib.h").read_text(encoding="utf-8")
 
@@ -273,7 +273,7 @@ def test_open_refuses_what_c_cannot_run(tmp_path, make, export_kw, message):
 
 
 def test_every_device_module_type_is_refused():
-    from monolib.export.capi import DEVICE_TYPE_KEYS
+    from monolib.abi.names import DEVICE_TYPE_KEYS
     from monolib.runtime.cuda_module import CUDAModule
     from monolib.runtime.device_executor import DeviceModule
     from monolib.runtime.opencl_module import OpenCLModule

@@ -31,7 +31,7 @@ from monolib.runtime import (
 )
 from monolib.abi.binfmt import find_container
 from monolib.abi.container import Container, pack_container
-from monolib.runtime.library import END_SYMBOL, START_SYMBOL
+from monolib.abi.names import CONTAINER_END, CONTAINER_START
 
 RNG = np.random.default_rng(0)
 
@@ -74,8 +74,8 @@ def test_get_params_are_read_only_views_of_the_mapping(tiny_lib):
     np.testing.assert_array_equal(params["w"], W)
     np.testing.assert_array_equal(params["b"], [B])
     dso = mod.imported_modules[0]
-    start = dso.symbol_address(START_SYMBOL)
-    end = dso.symbol_address(END_SYMBOL)
+    start = dso.symbol_address(CONTAINER_START)
+    end = dso.symbol_address(CONTAINER_END)
     for arr in (mod.params, params["w"]):
         assert start <= arr.ctypes.data < end, "params were copied at load"
         assert not arr.flags.writeable
@@ -89,7 +89,7 @@ def test_big_params_in_place_and_verify(big_lib):
     big = mod.get_params()["big"]
     assert big.nbytes == 3 << 20
     np.testing.assert_array_equal(big[:300], np.arange(300).astype(np.uint8))
-    start = mod.imported_modules[0].symbol_address(START_SYMBOL)
+    start = mod.imported_modules[0].symbol_address(CONTAINER_START)
     assert big.ctypes.data - start < (4 << 20)
 
 

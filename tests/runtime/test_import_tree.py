@@ -12,10 +12,11 @@ import pytest
 from tinylib import PYTHON, reference, tiny_factory
 from treemod_helper import LeafModule, NodeModule
 
+from monolib.abi.names import LOADER_HINT_SECTION
 from monolib.cli import main
 from monolib.runtime import GraphModule, UnknownTypeKeyError, cpu, load_module
 from monolib.runtime.library import read_loader_hints
-from monolib.runtime.module import LOADER_HINT_SECTION, get_loader
+from monolib.runtime.module import get_loader
 
 
 def build_tree():

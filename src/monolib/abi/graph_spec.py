@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import ContainerError
+from .names import FACTORY, GRAPH_SECTION
 
 __all__ = [
     "GRAPH_FORMAT",
@@ -324,8 +325,8 @@ def factory_graphs(container: Any) -> dict[int, dict]:
     """
     out = {}
     for i, mod in enumerate(container.modules):
-        sec = next((s for s in mod.sections if s.name == "graph"), None)
-        if mod.type_key != "graph_executor_factory" or sec is None:
+        sec = next((s for s in mod.sections if s.name == GRAPH_SECTION), None)
+        if mod.type_key != FACTORY or sec is None:
             continue
         container.check_section(i, sec)
         try:

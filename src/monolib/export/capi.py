@@ -26,17 +26,20 @@ from typing import Any
 
 import numpy as np
 
+from ..abi.names import (
+    CONTAINER_SYMBOLS,
+    DEVICE_TYPE_KEYS,
+    FACTORY,
+    LOW_LEVEL_SYMBOLS,
+    PARAMS_SECTION,
+    RUN,
+)
 from ..abi.container import Container
 from ..runtime.module import Module
 
-__all__ = ["DEVICE_TYPE_KEYS", "capi_source", "dlpack_dtype", "header_text", "tree_capi_source"]
+__all__ = ["capi_source", "dlpack_dtype", "header_text", "tree_capi_source"]
 
 logger = logging.getLogger(__name__)
-
-#: Type keys of device modules: a graph importing one runs partly off the host, so
-#: the C API refuses to open it (run it from Python).
-DEVICE_TYPE_KEYS = frozenset({"device", "opencl", "cuda", "vulkan", "metal", "rocm"})
-FACTORY_TYPE_KEY = "graph_executor_factory"
 
 # DLPack DLDataTypeCode values (dlpack.h, v1.1)
 _KIND_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
@@ -127,11 +130,10 @@ typedef struct ml_capi_tensor {
 """
 
 
-# Symbols the runtime looks up besides the C API. On PE, a dllexport (the C API's,
-# the generated code's) turns off the linker's export of every global, so these are
-# exported by name (a .drectve directive) where the library defines them.
-LOW_LEVEL_SYMBOLS = ("monolib_run", "monolib_run_op", "monolib_num_ops", "monolib_set_num_threads")
-CONTAINER_SYMBOLS = ("__monolib_container_start", "__monolib_container_end")
+# The symbols the runtime looks up besides the C API (LOW_LEVEL_SYMBOLS and
+# CONTAINER_SYMBOLS of abi/names.py). On PE, a dllexport (the C API's, the generated
+# code's) turns off the linker's export of every global, so these are exported by
+# name (a .drectve directive) where the library defines them.
 
 
 def _pe_exports(names: Sequence[str]) -> str:
@@ -204,7 +206,7 @@ def _params_section(container_path: str) -> Any:
         box = Container(mm, container_path)
         try:
             root = box.modules[box.root]
-            return next((s for s in root.sections if s.name == "params"), None)
+            return next((s for s in root.sections if s.name == PARAMS_SECTION), None)
         finally:
             box.release()
 
@@ -217,9 +219,9 @@ def _refusal(modules: Sequence[Module], lib: Module, params: Any) -> str | None:
             f"this library's graph runs on a device ({', '.join(devices)} module); the C API "
             'runs host-only graphs (compile with target="c", or run it from Python)'
         )
-    if root.type_key != FACTORY_TYPE_KEY:
+    if root.type_key != FACTORY:
         return f"the library's root module is {root.type_key!r}, not a graph executor factory"
-    if "monolib_run" not in getattr(lib, "source", ""):
+    if RUN not in getattr(lib, "source", ""):
         return "the library's C code defines no monolib_run"
     if params is None:
         return (

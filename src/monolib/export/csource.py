@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..abi.names import C_SOURCE
 from ..runtime.module import Module
 
 __all__ = ["CSourceModule"]
@@ -41,7 +42,7 @@ class CSourceModule(Module):
         The target string is invalid.
     """
 
-    type_key = "c"
+    type_key = C_SOURCE
     exports_to_library = True
 
     def __init__(self, source: str, target: Any = "c") -> None:

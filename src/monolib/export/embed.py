@@ -21,7 +21,7 @@ import logging
 import os
 
 from ..errors import ExportError
-from ..runtime.library import END_SYMBOL, START_SYMBOL
+from ..abi.names import CONTAINER_END, CONTAINER_START
 from .targets import Target
 
 __all__ = ["ASM_TEMPLATES", "LINKER_SCRIPT", "linker_options", "symbol_prefix", "write_embed_asm"]
@@ -107,7 +107,7 @@ def write_embed_asm(directory: str, blob_name: str, target: Target | str = "c") 
     path = os.path.join(directory, "container.s")
     with open(path, "w", encoding="utf-8") as f:
         f.write(
-            template.format(start=prefix + START_SYMBOL, end=prefix + END_SYMBOL, blob=blob_name)
+            template.format(start=prefix + CONTAINER_START, end=prefix + CONTAINER_END, blob=blob_name)
         )
     return path
 

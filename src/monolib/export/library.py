@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..abi.container import write_container
+from ..abi.names import LIBRARY
 from ..errors import ExportError
 from ..runtime.files import create_beside
 from ..runtime.library import read_container
@@ -98,7 +99,7 @@ def _manifest_entries(modules: Sequence[Module]) -> list[tuple[str, Any]]:
         if mod.exports_to_library:
             if not isinstance(mod, CSourceModule):
                 mod.save_to_bytes()  # a loaded DSOModule: raises a clear ExportError
-            entries.append(("library", {}))
+            entries.append((LIBRARY, {}))
         else:
             entries.append((mod.type_key, dict(mod.save_sections())))
     return entries

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..abi.names import CUDA
 from .device import Device
 from .device_executor import DeviceModule, DeviceSession, DeviceUnavailableError
 from ..errors import CompileError, ExecutionError
@@ -90,7 +91,7 @@ class CUDAModule(DeviceModule):
     """CUDA C kernels of one model and their PTX by arch (``binaries["sm_80"]``); see
     :class:`DeviceModule` for the byte format. ``meta["arch"]``: the target's arch."""
 
-    type_key = "cuda"
+    type_key = CUDA
 
     def ptx_for(self, arch: str) -> bytes:
         """The stored PTX of the newest arch not above ``arch`` (the driver JITs it

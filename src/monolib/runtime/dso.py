@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..abi.names import LIBRARY
 from ..errors import ExportError, LibraryLoadError
 from .module import Module
 
@@ -55,7 +56,7 @@ class DSOModule(Module):
     views into the mapped library stay valid for the process's life.
     """
 
-    type_key = "library"
+    type_key = LIBRARY
     exports_to_library = True
 
     def __init__(self, cdll: ctypes.CDLL, path: str = "", keepalive: Any = None) -> None:

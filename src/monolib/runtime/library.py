@@ -30,17 +30,14 @@ import numpy as np
 
 from ..abi.binfmt import find_container, host_format, host_machine
 from ..abi.container import HEADER_SIZE, Container
+from ..abi.names import CONTAINER_END, CONTAINER_START, DATA_SECTION, LIBRARY, LOADER_HINT_SECTION
 from .dso import DSOModule, open_library
 from ..errors import ContainerError, LibraryLoadError, MonolibError, SignatureError
-from .module import LOADER_HINT_SECTION, Module, get_loader
+from .module import Module, get_loader
 
-__all__ = ["END_SYMBOL", "START_SYMBOL", "load_module", "read_container", "read_loader_hints"]
+__all__ = ["load_module", "read_container", "read_loader_hints"]
 
 logger = logging.getLogger(__name__)
-
-START_SYMBOL = "__monolib_container_start"
-END_SYMBOL = "__monolib_container_end"
-
 
 def read_container(
     path: str,
@@ -153,8 +150,8 @@ def _loader_of(type_key: str, path: str, shown: str, i: int) -> tuple[Callable, 
 
 def _map_container(dso: DSOModule, container: Container, path: str) -> np.ndarray:
     """A read-only uint8 view of the container in the mapped library (no copy)."""
-    start = dso.symbol_address(START_SYMBOL)
-    n = dso.symbol_address(END_SYMBOL) - start
+    start = dso.symbol_address(CONTAINER_START)
+    n = dso.symbol_address(CONTAINER_END) - start
     if n < container.total_size:
         raise LibraryLoadError(
             f"{path}: mapped container is {n} bytes, its header says {container.total_size}"
@@ -171,10 +168,10 @@ def _load_one(container: Container, i: int, mapped: np.ndarray, path: str) -> Mo
     entry = container.modules[i]
     floader, takes_sections = _loader_of(entry.type_key, path, path, i)
     sections = container.sections_of(i, mapped)
-    if not takes_sections and "data" not in sections:
+    if not takes_sections and DATA_SECTION not in sections:
         raise ContainerError(f"{path}: module {i} ({entry.type_key}) has no 'data' section")
     try:
-        module = floader(sections if takes_sections else sections["data"])
+        module = floader(sections if takes_sections else sections[DATA_SECTION])
     except MonolibError:
         raise
     except Exception as exc:  # a user loader failing is a load error naming it
@@ -189,7 +186,7 @@ def _load_one(container: Container, i: int, mapped: np.ndarray, path: str) -> Mo
 def _build_tree(container: Container, mapped: np.ndarray, dso: DSOModule, path: str) -> Module:
     modules: list[Module] = []
     for i, entry in enumerate(container.modules):
-        if entry.type_key == "library":
+        if entry.type_key == LIBRARY:
             if any(m is dso for m in modules):
                 raise ContainerError(f"{path}: manifest lists two DSO ('library') modules")
             modules.append(dso)
@@ -233,7 +230,7 @@ def _load_path(
             f"{host_machine()}; run it on the target"
         )
     for i, entry in enumerate(container.modules):  # fail before running any of its code
-        if entry.type_key != "library":
+        if entry.type_key != LIBRARY:
             _loader_of(entry.type_key, path, shown, i)
     # dlopen searches the library path for a name without a slash: make it absolute
     cdll = open_library(os.path.abspath(path))

@@ -26,10 +26,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..abi.names import DATA_SECTION, LIBRARY, LOADER_HINT_SECTION
 from ..errors import ExportError, FunctionNotFoundError, UnknownTypeKeyError
 
 __all__ = [
-    "LOADER_HINT_SECTION",
     "Loader",
     "Module",
     "get_loader",
@@ -51,10 +51,9 @@ _LOADERS: dict[str, tuple[Loader, bool]] = {}
 #: ``monolib.export`` on import (:func:`register_exporter`); None until then.
 _EXPORTER: Callable[..., str] | None = None
 
-#: The section export adds to a user-defined module: UTF-8 JSON ``{"module",
-#: "class"}`` naming its defining Python module (``"file"`` too for ``__main__``) (read back only to word an
-#: :class:`UnknownTypeKeyError`; loaders taking ``sections=True`` see it too).
-LOADER_HINT_SECTION = "loader_hint"
+# LOADER_HINT_SECTION: the section export adds to a user-defined module: UTF-8 JSON
+# {"module", "class"} naming its defining Python module ("file" too for __main__) (read
+# back only to word an UnknownTypeKeyError; loaders taking sections=True see it too).
 
 
 def _loader_hint(module: Module) -> bytes:
@@ -187,9 +186,9 @@ class Module:
         The default is one section ``{"data": save_to_bytes()}``; a module with large
         parts (the factory's params) returns several so each is aligned and checked.
         For a module type defined outside monolib, a ``"loader_hint"`` section is
-        added (see :data:`LOADER_HINT_SECTION`), overrides included.
+        added (see :data:`monolib.abi.names.LOADER_HINT_SECTION`), overrides included.
         """
-        return _with_hint(self, {"data": self.save_to_bytes()})
+        return _with_hint(self, {DATA_SECTION: self.save_to_bytes()})
 
     def export_library(
         self,
@@ -259,7 +258,7 @@ def register_loader(type_key: str, floader: Loader, sections: bool = False) -> N
     ValueError
         ``type_key`` is ``"library"`` (the DSO module is built by the loader itself).
     """
-    if type_key == "library":
+    if type_key == LIBRARY:
         raise ValueError('type key "library" is reserved for the DSO module')
     if not callable(floader):
         raise TypeError("floader must be callable")
@@ -299,7 +298,7 @@ def get_loader(
         Where the key was met, for the message (``"<library path> (module <i>)"``).
     hint : callable, optional
         ``hint() -> dict or None``: the module's loader hint (see
-        :data:`LOADER_HINT_SECTION`), read only when no loader is registered.
+        :data:`monolib.abi.names.LOADER_HINT_SECTION`), read only when no loader is registered.
 
     Raises
     ------

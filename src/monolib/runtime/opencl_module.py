@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..abi.names import OPENCL
 from .device import Device
 from .device_executor import DeviceModule, DeviceSession, DeviceUnavailableError
 from ..errors import ExecutionError
@@ -85,7 +86,7 @@ class OpenCLModule(DeviceModule):
         ``"source"`` (built from the OpenCL C source; its binary is then stored).
     """
 
-    type_key = "opencl"
+    type_key = OPENCL
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

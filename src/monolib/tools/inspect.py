@@ -21,6 +21,7 @@ from typing import Any
 from ..abi.binfmt import exported_symbols, parse_binary
 from ..abi.container import SMALL_SECTION_BYTES, Container
 from ..abi.graph_spec import factory_graphs
+from ..abi.names import ABI_SYMBOLS, CUDA, DATA_SECTION, LIBRARY, OPENCL
 from ..errors import LibraryLoadError
 from ..runtime.library import read_container
 from .tvm_container import find_tvm
@@ -29,8 +30,8 @@ __all__ = ["inspect_library", "make_console", "print_table", "read_library", "re
 
 logger = logging.getLogger(__name__)
 
-FACTORY = "graph_executor_factory"
-DEVICE_TYPE_KEYS = ("opencl", "cuda")
+#: Device modules whose payload header (runtime/device_executor.py) inspect reads.
+DEVICE_TYPE_KEYS = (OPENCL, CUDA)
 
 
 def _devices(container: Container) -> dict[int, dict]:
@@ -40,7 +41,7 @@ def _devices(container: Container) -> dict[int, dict]:
 
     out = {}
     for i, mod in enumerate(container.modules):
-        sec = next((s for s in mod.sections if s.name == "data"), None)
+        sec = next((s for s in mod.sections if s.name == DATA_SECTION), None)
         if mod.type_key not in DEVICE_TYPE_KEYS or sec is None:
             continue
         head, _ = read_header(container.section_data(i, sec), mod.type_key)
@@ -144,7 +145,7 @@ def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[
     legacy = container.import_tree is None
     root = container.root
     if legacy:  # every module is an import of the DSO module, the root
-        root = next((m["index"] for m in modules if m["type_key"] == "library"), 0)
+        root = next((m["index"] for m in modules if m["type_key"] == LIBRARY), 0)
         modules[root]["imports"] = [m["index"] for m in modules if m["index"] != root]
     report = {
         "path": path,
@@ -207,9 +208,6 @@ def _inspect_tvm(path: str) -> dict[str, Any] | None:
         "modules": modules,
         "root": 0,
     }
-
-
-ABI_SYMBOLS = ("monolib_run", "monolib_run_op", "monolib_num_ops")
 
 
 def _exports(path: str, elf: Any) -> dict[str, Any] | None:

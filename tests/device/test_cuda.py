@@ -103,3 +103,31 @@ def test_cls_on_gpu_matches_onnxruntime(cls_cuda):
     want = ort.InferenceSession(str(fetch_model(CLS[0])),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert_matches([gm.get_output(0).numpy()], want, "PP-OCR cls on CUDA")
+
+
+def test_bound_expressions_are_spelled_by_the_language(need_nvrtc):
+    """An op expression that binds its argument (Elu uses x twice) is written by the
+    language: a GNU statement expression in C and OpenCL C, a lambda called in place in
+    CUDA C, which NVRTC compiles with no rewrite of the text."""
+    from monolib.compiler.backends.cstyle import CUDA, HOST_C, OPENCL, rendering
+    from monolib.compiler.frontend.onnx import import_model
+    from monolib.compiler.ops import op_of
+    from monolib.runtime.cuda_module import nvrtc_compile
+
+    graph = import_model(make_node_model("Elu", {"x": np.zeros((4,), np.float32)}))
+    node = graph.nodes[0]
+    forms = {}
+    for lang in (HOST_C, OPENCL, CUDA):
+        with rendering(lang):
+            forms[lang.name] = op_of(node).c_expr(node, ["ml_expf(v[gid])"])
+    assert forms["c"] == forms["opencl"] and forms["c"].startswith("({ float ml_t0_")
+    assert forms["cuda"].startswith("([&]() { float ml_t0_") and "({" not in forms["cuda"]
+    source = (
+        CUDA.prelude
+        + "typedef int idx_t;\n"
+        + f"{CUDA.signature('k0')} {{\n"
+        + f"  const idx_t gid = {CUDA.gid};\n"
+        + "  const float* v = (const float*)params; float* y = (float*)arena;\n"
+        + f"  y[gid] = {forms['cuda']};\n}}\n"
+    )
+    assert ".entry k0(" in nvrtc_compile(source, "sm_80").decode()

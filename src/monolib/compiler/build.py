@@ -1,13 +1,14 @@
-"""``compile``: an ONNX model -> a graph executor factory module (graph, params, C).
+"""``compile``: an ONNX model -> a graph executor factory module (graph, params, code).
 
 The pipeline of docs/ARCHITECTURE.md ("Compiler pipeline"):
 
-1. ``frontend.onnx.import_model(model, shapes, constants)`` -> typed :class:`Graph`;
-2. graph passes (``passes.simplify``: constant folding, ``fold_batchnorm``, ``dce``), then
-   :func:`~.passes.fuse_elementwise.fuse_elementwise` and
+1. :func:`~.pipeline.prepare`: ``frontend.onnx.import_model`` -> typed :class:`Graph`;
+   graph passes (``passes.simplify``: constant folding, ``fold_batchnorm``, ``dce``),
+   :func:`~.passes.fuse_elementwise.fuse_elementwise`,
    :func:`~.passes.plan_memory.plan_memory`;
-3. :func:`~.codegen.c.generate` -> C source, graph JSON, params blob;
-4. ``GraphExecutorFactoryModule(graph_json, params, CSourceModule(source, target))``.
+2. the backend of the target's kind (:data:`~.backends.registry.BACKENDS`) generates the
+   source, graph JSON and params blob, then packages them:
+   ``GraphExecutorFactoryModule(graph_json, params, CSourceModule(source, target))``.
 
 Example
 -------
@@ -21,50 +22,18 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..errors import CompileError
-from .ir import Graph
+from ..export.targets import Target
+from .backends.registry import BACKENDS
+from .pipeline import Progress, jsonable, prepare, step
 
 __all__ = ["compile", "lower"]
 
 logger = logging.getLogger(__name__)
-
-Progress = Callable[[str], Any] | None
-
-
-def _step(progress: Progress, name: str) -> None:
-    logger.debug("step: %s", name)
-    if progress is not None:
-        progress(name)
-
-
-def _import(model, shapes, constants) -> Graph:
-    from .frontend.onnx import import_model
-
-    return import_model(model, shapes, constants)
-
-
-def prepare(model: Any, shapes=None, constants=None, progress=None):
-    """The target-independent steps: import (unless ``model`` is already a
-    :class:`~.ir.Graph`), simplify, fuse elementwise chains, plan the arena; each step
-    announced to ``progress``. Returns ``(graph, fusion, plan)`` for a code generator
-    (the C one here, the device one in ``backends/device``)."""
-    from .passes import simplify
-    from .passes.fuse_elementwise import fuse_elementwise
-    from .passes.plan_memory import plan_memory
-
-    _step(progress, "import")
-    graph = model if isinstance(model, Graph) else _import(model, shapes, constants)
-    _step(progress, "optimize")
-    graph = simplify(graph).graph
-    _step(progress, "fuse")
-    fusion = fuse_elementwise(graph)
-    _step(progress, "plan memory")
-    return graph, fusion, plan_memory(fusion)
 
 
 def lower(
@@ -84,26 +53,11 @@ def lower(
     graph_json : dict
     params : numpy.ndarray of uint8
     """
-    from .backends.c.generate import generate, scratch_sizes
-    from .passes.plan_memory import plan_memory
-
+    backend, target = BACKENDS["c"], Target("c")
     graph, fusion, plan = prepare(model, shapes, constants, progress)
-    scratch = scratch_sizes(fusion, plan)  # a first emission measures per-op scratch
-    if scratch:
-        plan = plan_memory(fusion, scratch)
-    _step(progress, "generate C")
-    return generate(graph, fusion, plan, constants=_jsonable(constants))
-
-
-def _jsonable(constants: dict[str, Any] | None) -> dict[str, Any]:
-    out = {}
-    for k, v in (constants or {}).items():
-        out[k] = (
-            v.tolist()
-            if isinstance(v, np.ndarray)
-            else (v.item() if isinstance(v, np.generic) else v)
-        )
-    return out
+    step(progress, backend.step)
+    out = backend.generate(graph, fusion, plan, target, constants=jsonable(constants))
+    return out.source, out.graph_json, out.params
 
 
 def compile(
@@ -119,9 +73,9 @@ def compile(
     ----------
     model : str, os.PathLike, bytes or onnx.ModelProto
         The ONNX model (a file path, its serialized bytes, or the proto).
-    target : str
+    target : str or Target
         Target string in TVM's form: ``"c"``, ``"c -mcpu=native"``,
-        ``"c -mtriple=aarch64-linux-gnu"``.
+        ``"c -mtriple=aarch64-linux-gnu"``, ``"opencl"``, ``"cuda -arch=sm_90"``.
     shapes : dict, optional
         Input name -> static shape, for inputs with dynamic dims.
     constants : dict, optional
@@ -138,9 +92,12 @@ def compile(
 
     Raises
     ------
+    TargetError
+        A malformed target string, an unknown kind, or an option its backend refuses.
     CompileError
         Subclasses name the problem: ``UnsupportedOpError`` (an op or opset monolib
-        lacks), ``ShapeError`` (a dynamic dim with no value), ...
+        lacks), ``ShapeError`` (a dynamic dim with no value), ...; a kind with no
+        backend.
 
     Examples
     --------
@@ -149,15 +106,18 @@ def compile(
     """
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
-    from .backends.device import compile_device, is_device_target
-
-    if is_device_target(target):  # "opencl", "cuda -arch=sm_80": docs/devices.md
-        return compile_device(model, target, shapes, constants, progress)
-    source, graph_json, params = lower(model, shapes, constants, progress)
-    _step(progress, "package")
+    tgt = Target(target)
+    backend = BACKENDS.get(tgt.kind)
+    if backend is None:
+        raise CompileError(
+            f"target {target!r}: no backend for kind {tgt.kind!r} (known: {', '.join(BACKENDS)})"
+        )
+    backend.accept(tgt)
+    graph, fusion, plan = prepare(model, shapes, constants, progress)
+    step(progress, backend.step)
+    generated = backend.generate(graph, fusion, plan, tgt, constants=jsonable(constants))
+    step(progress, "package")
     try:
-        from ..export.csource import CSourceModule
-        from ..runtime.graph_executor import GraphExecutorFactoryModule
+        return backend.package(generated, tgt)
     except ImportError as e:  # the runtime/export parts are missing from this install
         raise CompileError(f"monolib runtime modules are not available: {e}") from e
-    return GraphExecutorFactoryModule(graph_json, params, CSourceModule(source, target))

@@ -1,10 +1,14 @@
 """Targets: TVM-style target strings, their compiler flags and their OS's file suffix.
 
+The one parser of target strings: ``"<kind> [-key=value ...]"``, the kind naming the
+backend (``compiler/backends``) and each kind taking its own options (:data:`KINDS`).
+
 ``Target("c")`` is the host (compiled with ``-O3 -march=native``);
 ``Target("c -mcpu=native")``, ``Target("c -mcpu=skylake")`` pick a CPU;
 ``Target("c -mtriple=aarch64-linux-gnu")`` cross-compiles (the OS of the triple picks
-the library suffix: ``.so``, ``.dylib``, ``.dll``). The string form follows TVM's
-target strings (``tvm.target.Target("c -mtriple=...")``).
+the library suffix: ``.so``, ``.dylib``, ``.dll``); ``Target("opencl")`` and
+``Target("cuda -arch=sm_90")`` run every op as a device kernel (docs/devices.md). The
+string form follows TVM's target strings (``tvm.target.Target("c -mtriple=...")``).
 """
 
 from __future__ import annotations
@@ -17,12 +21,16 @@ from typing import Any
 
 from ..errors import TargetError
 
-__all__ = ["OS_SUFFIX", "Target", "host_os"]
+__all__ = ["KINDS", "OS_SUFFIX", "Target", "host_os"]
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("c",)
-OPTIONS = ("mcpu", "mtriple", "mattr")
+#: target kind -> the options it takes (each ``-key=value``)
+KINDS: dict[str, tuple[str, ...]] = {
+    "c": ("mcpu", "mtriple", "mattr"),
+    "opencl": (),
+    "cuda": ("arch",),
+}
 # target OS -> shared library suffix
 OS_SUFFIX = {"linux": ".so", "macos": ".dylib", "windows": ".dll"}
 # words of a triple -> OS (first match wins)
@@ -49,8 +57,16 @@ class Target:
     Parameters
     ----------
     spec : str or Target
-        ``"<kind> [-key=value ...]"``; kind ``c``; keys ``-mcpu``, ``-mtriple``,
-        ``-mattr`` (comma-separated features, e.g. ``+avx2``).
+        ``"<kind> [-key=value ...]"``: kind ``c`` with keys ``-mcpu``, ``-mtriple``,
+        ``-mattr`` (comma-separated features, e.g. ``+avx2``); ``opencl`` with none;
+        ``cuda`` with ``-arch`` (the backend checks its value).
+
+    Attributes
+    ----------
+    kind : str
+        The backend key (a key of :data:`KINDS`).
+    options : dict of str to str
+        The ``-key=value`` options, in the order given.
 
     Raises
     ------
@@ -73,12 +89,14 @@ class Target:
                 f"target {spec!r}: unknown kind {self.kind!r} (supported: {', '.join(KINDS)})"
             )
         self.options: dict[str, str] = {}
+        known = KINDS[self.kind]
         for word in words[1:]:
             key, eq, value = word.lstrip("-").partition("=")
-            if not word.startswith("-") or not eq or key not in OPTIONS or not value:
+            if not word.startswith("-") or not eq or key not in known or not value:
+                takes = ", ".join("-" + o + "=..." for o in known)
                 raise TargetError(
                     f"target {spec!r}: bad option {word!r} "
-                    f"(known: {', '.join('-' + o + '=...' for o in OPTIONS)})"
+                    + (f"(known: {takes})" if known else f"({self.kind} takes none)")
                 )
             self.options[key] = value
 

@@ -1,11 +1,13 @@
-"""Code generation: fused ops -> one self-contained C source file.
+"""Backends: the prepared graph -> source code and the module tree of a target kind.
 
-* :mod:`.c` -- :func:`~.c.generate` (source, graph JSON, params blob) and the
-  ``EmitContext`` the op emitters write through;
-* :mod:`.epilogue` -- fused elementwise chains: loops, tile epilogues, element values;
-* ``kernels/*.h`` -- the hand-written C kernel library pasted in by ``ctx.include``.
+* :mod:`.base` -- the :class:`~.base.Backend` interface (accept a target, generate,
+  package); :mod:`.registry` -- ``BACKENDS``, the table ``compile`` dispatches on;
+* :mod:`.cstyle` -- the C-style languages (host C, OpenCL C, CUDA C), C types, literals;
+* :mod:`.c` -- host C: :mod:`.c.generate` (source, graph JSON, params blob and the
+  ``EmitContext`` the ops write through), :mod:`.c.epilogue` (fused elementwise chains),
+  ``c/kernels/*.h`` (the generated C's own runtime);
+* :mod:`.device` -- OpenCL and CUDA: one kernel per fused op.
+
+This package imports nothing itself: the ops import :mod:`.cstyle` while the
+generators import the ops.
 """
-
-from .c.generate import CEmitContext, generate
-
-__all__ = ["CEmitContext", "generate"]

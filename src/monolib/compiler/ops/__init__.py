@@ -13,6 +13,6 @@ from ._discover import import_all as _import_all
 
 # Further families (e.g. ``quant``, ``sequence``) are subpackages found the same way.
 _import_all(__name__, __path__)
-from .base import EmitContext, OpDef, c_literal, ctype, lookup, op_of, register, registered_ops
+from .base import EmitContext, OpDef, lookup, op_of, register, registered_ops
 
-__all__ = ["EmitContext", "OpDef", "c_literal", "ctype", "lookup", "op_of", "register", "registered_ops"]
+__all__ = ["EmitContext", "OpDef", "lookup", "op_of", "register", "registered_ops"]

@@ -41,7 +41,7 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import numpy as np
 
-from ...errors import UnsupportedOpError
+from ...errors import CompileError, UnsupportedOpError
 from ..backends.cstyle import STORAGE_TYPES
 from ..ir import Node, Value
 
@@ -151,6 +151,28 @@ class OpDef:
     #: no type for) or attributes it implements. :func:`lookup` refuses any other
     #: newer schema version at or above :data:`CHECKED_FROM`.
     also_versions: ClassVar[tuple[int, ...]] = ()
+    #: Defaults of attributes the ONNX schema gives none for: optional attributes
+    #: (``None``: absent), attributes that older versions of the op lack, ops of
+    #: domains without an onnx schema. The one place such a default is written;
+    #: schema defaults are filled in by the frontend. Read through :meth:`attr`.
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def attr(self, node: Node, name: str) -> Any:
+        """Attribute ``name`` of ``node`` as the model gives it (or the schema default
+        the frontend filled in), else this class's :attr:`defaults` entry.
+
+        Raises
+        ------
+        CompileError
+            When the node lacks the attribute and the class declares no default.
+        """
+        if name in node.attrs:
+            return node.attrs[name]
+        if name in self.defaults:
+            return self.defaults[name]
+        raise CompileError(
+            f"{self.op_type} (node {node.name!r}): attribute {name!r} is missing and has no default"
+        )
 
     def infer(self, node: Node) -> list[OutType]:
         raise NotImplementedError(f"{self.op_type}: infer")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 from ....errors import CompileError
 from ...ir import Value
-from ...ops.base import c_literal, ctype
+from ..cstyle import c_literal, ctype
 from ...passes.fuse_elementwise import ChainStep, broadcast_strides, group_strides, is_scalar_const
 
 __all__ = [

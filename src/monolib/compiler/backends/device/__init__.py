@@ -1,9 +1,8 @@
-"""Device targets (``"opencl"``, ``"cuda -arch=sm_80"``): every op as a device kernel.
+"""Device backends (target kinds ``opencl`` and ``cuda``): every op as a device kernel.
 
-:func:`compile_device` runs the pipeline of ``compiler.build`` (import, simplify, fuse,
-plan memory) and then the device generator (:mod:`.generate`) in the target's
-:mod:`.dialect`. The result is the usual module tree, with the kernels in a device
-module imported by the host library::
+:class:`DeviceBackend` writes one kernel per fused op (:mod:`.generate`) in the target's
+C-style language (:mod:`..cstyle`). The result is the usual module tree, with the kernels
+in a device module imported by the host library::
 
     graph_executor_factory -> c (host library) -> opencl | cuda
 
@@ -14,25 +13,25 @@ The host library holds no op (``monolib_run`` returns -2): the device graph exec
 from __future__ import annotations
 
 import logging
-from typing import Any
+import re
 
 from ....errors import TargetError
-from .dialect import DIALECTS, Dialect
+from ....export.targets import Target
+from ...ir import Graph
+from ...passes.fuse_elementwise import Fusion
+from ...passes.plan_memory import MemoryPlan
+from ..base import Backend, Generated
+from ..cstyle import CUDA, OPENCL, Language
 from .generate import generate, supported_ops
 
-__all__ = [
-    "DEVICE_KINDS",
-    "DeviceTarget",
-    "compile_device",
-    "generate",
-    "is_device_target",
-    "supported_ops",
-]
+__all__ = ["CUDA_BACKEND", "DEFAULT_CUDA_ARCH", "OPENCL_BACKEND", "DeviceBackend", "supported_ops"]
 
 logger = logging.getLogger(__name__)
 
-#: target kinds that produce a device module
-DEVICE_KINDS = tuple(DIALECTS)
+#: the virtual architecture PTX is made for when the target names none
+DEFAULT_CUDA_ARCH = "sm_80"
+
+_SM = re.compile(r"sm_\d+")
 
 # the host library of a device model: the ABI of the C library, with no op in it
 _HOST_C = """\
@@ -55,97 +54,64 @@ MONOLIB_EXPORT int32_t monolib_run(const uint8_t* params, uint8_t* arena) {{
 """
 
 
-class DeviceTarget:
-    """A device target string: ``"opencl"`` or ``"cuda [-arch=sm_XY]"``.
+class DeviceBackend(Backend):
+    """A device target kind, written in ``language`` (:data:`~..cstyle.OPENCL`,
+    :data:`~..cstyle.CUDA`).
 
-    Attributes
+    Parameters
     ----------
-    kind : str
-        ``"opencl"`` or ``"cuda"``.
-    arch : str or None
-        CUDA: the virtual architecture PTX is made for (default ``sm_80``).
-
-    Raises
-    ------
-    TargetError
-        Unknown kind or option, or a malformed ``-arch``.
+    language : Language
+        Its ``name`` is the target kind and the device module's type key.
     """
 
-    def __init__(self, spec: str) -> None:
-        words = str(spec).split()
-        if not words or words[0] not in DIALECTS:
-            raise TargetError(f"target {spec!r}: not a device target ({', '.join(DIALECTS)})")
-        self.kind = words[0]
-        self.arch: str | None = "sm_80" if self.kind == "cuda" else None
-        for w in words[1:]:
-            key, _, value = w.lstrip("-").partition("=")
-            if (
-                self.kind == "cuda"
-                and key == "arch"
-                and value.startswith("sm_")
-                and value[3:].isdigit()
-            ):
-                self.arch = value
-            else:
-                raise TargetError(
-                    f"target {spec!r}: unknown option {w!r}"
-                    + (
-                        " (cuda takes -arch=sm_XY)"
-                        if self.kind == "cuda"
-                        else " (opencl takes none)"
-                    )
-                )
+    def __init__(self, language: Language) -> None:
+        self.language = language
+        self.kind = language.name
+        self.step = f"generate {language.name}"
 
-    @property
-    def dialect(self) -> Dialect:
-        return DIALECTS[self.kind]
+    def accept(self, target: Target) -> None:
+        """CUDA: ``-arch`` must be ``sm_XY``.
 
-    def __str__(self) -> str:
-        return self.kind + (f" -arch={self.arch}" if self.arch else "")
+        Raises
+        ------
+        TargetError
+            A malformed ``-arch``.
+        """
+        arch = target.options.get("arch")
+        if arch is not None and not _SM.fullmatch(arch):
+            raise TargetError(f"target {str(target)!r}: bad -arch={arch} (cuda takes -arch=sm_XY)")
+
+    def generate(
+        self, graph: Graph, fusion: Fusion, plan: MemoryPlan, target: Target, *, constants=None
+    ) -> Generated:
+        source, functions, graph_json, params = generate(
+            graph, fusion, plan, self.language, constants=constants
+        )
+        return Generated(source, graph_json, params, functions)
+
+    def package(self, generated: Generated, target: Target):
+        """``GraphExecutorFactoryModule`` -> ``CSourceModule`` (host library, target
+        ``c``) -> ``OpenCLModule`` or ``CUDAModule`` (PTX compiled by NVRTC when it is
+        there, else the source only)."""
+        from ....export.csource import CSourceModule
+        from ....runtime.factory import GraphExecutorFactoryModule
+
+        functions = generated.functions
+        if self.language is CUDA:
+            from ....runtime.cuda_module import CUDAModule, nvrtc_compile
+
+            arch = target.options.get("arch", DEFAULT_CUDA_ARCH)
+            ptx = nvrtc_compile(generated.source, arch, required=False)
+            device_mod = CUDAModule(generated.source, functions, {arch: ptx} if ptx else {}, arch=arch)
+        else:
+            from ....runtime.opencl_module import OpenCLModule
+
+            device_mod = OpenCLModule(generated.source, functions)
+        host = CSourceModule(_HOST_C.format(kind=self.kind, n=len(functions)), "c")
+        host.import_module(device_mod)
+        return GraphExecutorFactoryModule(generated.graph_json, generated.params, host)
 
 
-def is_device_target(target: Any) -> bool:
-    """Whether ``target`` (a string) names a device kind."""
-    return isinstance(target, str) and bool(target.split()) and target.split()[0] in DIALECTS
-
-
-def compile_device(model: Any, target: str, shapes=None, constants=None, progress=None):
-    """``compile`` for a device target (same parameters as ``monolib.compile``).
-
-    Returns
-    -------
-    GraphExecutorFactoryModule
-        Importing a ``CSourceModule`` (host library, target ``c``) that imports the
-        device module (``OpenCLModule`` or ``CUDAModule``).
-
-    Raises
-    ------
-    TargetError
-        A malformed device target.
-    UnsupportedOpError
-        An op with no device kernel.
-    """
-    from ...build import _jsonable, _step, prepare
-
-    tgt = DeviceTarget(target)
-    graph, fusion, plan = prepare(model, shapes, constants, progress)
-    _step(progress, f"generate {tgt.kind}")
-    source, functions, graph_json, params = generate(
-        graph, fusion, plan, tgt.dialect, constants=_jsonable(constants)
-    )
-    _step(progress, "package")
-    from ....export.csource import CSourceModule
-    from ....runtime.graph_executor import GraphExecutorFactoryModule
-
-    if tgt.kind == "cuda":
-        from ....runtime.cuda_module import CUDAModule, nvrtc_compile
-
-        ptx = nvrtc_compile(source, tgt.arch, required=False)
-        device_mod = CUDAModule(source, functions, {tgt.arch: ptx} if ptx else {}, arch=tgt.arch)
-    else:
-        from ....runtime.opencl_module import OpenCLModule
-
-        device_mod = OpenCLModule(source, functions)
-    host = CSourceModule(_HOST_C.format(kind=tgt.kind, n=len(functions)), "c")
-    host.import_module(device_mod)
-    return GraphExecutorFactoryModule(graph_json, params, host)
+#: the device backends, one per language
+OPENCL_BACKEND = DeviceBackend(OPENCL)
+CUDA_BACKEND = DeviceBackend(CUDA)

@@ -1,12 +1,12 @@
-"""The device code generator: fused ops -> one kernel each, in one C dialect.
+"""The device code generator: fused ops -> one kernel each, in one C-style language.
 
 :func:`generate` walks the fused ops of :func:`~...passes.fuse_elementwise.fuse_elementwise`
 in run order and writes one kernel per op that has code (``alias`` and in-place
-``concat`` ops have none), in the :class:`~.dialect.Dialect` of the target:
+``concat`` ops have none), in the target's :class:`~..cstyle.Language`:
 
 * an elementwise chain: one work item per output element, the ops' ``c_expr``
   composed (:func:`~..epilogue.compose`, the same expressions as the C backend);
-* an op of :data:`~.kernels.LOWERINGS`: its scalar body, then the fused epilogue
+* an op whose class has ``emit_device`` (compiler/ops): its scalar body, then the fused epilogue
   applied to each value it stores (:meth:`KernelContext.store`);
 * a ``copy`` op: one element per work item.
 
@@ -23,13 +23,13 @@ from typing import Any
 
 from ....errors import CompileError, MonolibError, UnsupportedOpError
 from ...ir import Graph, Value
-from ...ops.base import ctype
+from ...ops.base import device_ops, has_device_kernel, op_of
+from ..cstyle import Language, ctype, rendering, tensor_pointer
 from ...passes.fuse_elementwise import FusedOp, Fusion, broadcast_strides
 from ...passes.plan_memory import MemoryPlan
 from ..c.generate import ParamsBuilder, _node_json, graph_json_of
 from ..c.epilogue import compose
-from .dialect import Dialect
-from .lowerings import LOWERINGS, Kernel, decompose, flat_of
+from .lowerings import Kernel, decompose, flat_of
 
 __all__ = ["KernelContext", "generate", "supported_ops"]
 
@@ -38,23 +38,18 @@ logger = logging.getLogger(__name__)
 
 def supported_ops() -> list[str]:
     """ONNX op types a device target runs as kernels (elementwise ops come on top)."""
-    return sorted(LOWERINGS)
+    return device_ops()
 
 
 class KernelContext:
     """What a lowering gets: typed device pointers and the epilogue-applying store."""
 
-    def __init__(self, fused: FusedOp, plan: MemoryPlan, params: ParamsBuilder, dialect: Dialect):
-        self.fused, self.plan, self.params, self.dialect = fused, plan, params, dialect
+    def __init__(self, fused: FusedOp, plan: MemoryPlan, params: ParamsBuilder, language: Language):
+        self.fused, self.plan, self.params, self.language = fused, plan, params, language
 
     def ptr(self, value: Value) -> str:
         """Typed pointer expression of ``value`` in the params blob or the arena."""
-        root = self.plan.root(value)
-        T = ctype(value.dtype)
-        if value.is_const or root.is_const:
-            src = value if value.is_const else root
-            return f"(({self.dialect.pointer(T, True)})(params + {self.params.value(src)}))"
-        return f"(({self.dialect.pointer(T)})(arena + {self.plan.offset(value)}))"
+        return tensor_pointer(self.language, value, self.plan, self.params)
 
     def store(self, flat: str, value: str) -> list[str]:
         """C lines storing ``value`` (anchor output 0's element at flat index ``flat``)
@@ -98,43 +93,43 @@ def _kernel(fused: FusedOp, ctx: KernelContext) -> Kernel:
     if fused.kind == "elementwise":
         return _chain_kernel(fused, ctx)
     node = fused.anchor
-    lower = LOWERINGS.get(node.op_type)
-    if lower is None:
+    op = op_of(node)
+    if not has_device_kernel(op):
         raise UnsupportedOpError(
-            f"operator {node.op_type} (node {node.name!r}) has no {ctx.dialect.name} kernel; "
+            f"operator {node.op_type} (node {node.name!r}) has no {ctx.language.name} kernel; "
             f"device kernels exist for {', '.join(supported_ops())} and elementwise ops"
         )
     if any(v is not None and v.name for v in node.outputs[1:]):
         raise UnsupportedOpError(
-            f"{node.op_type} (node {node.name!r}): {ctx.dialect.name} kernels compute output 0 only"
+            f"{node.op_type} (node {node.name!r}): {ctx.language.name} kernels compute output 0 only"
         )
-    return lower(node, ctx)
+    return op.emit_device(node, ctx)
 
 
-def _render(name: str, kernel: Kernel, dialect: Dialect, comment: str) -> str:
+def _render(name: str, kernel: Kernel, language: Language, comment: str) -> str:
     body = "\n".join("  " + line for line in kernel.body)
     return (
-        f"/* {comment} */\n{dialect.signature(name)} {{\n"
-        f"  const idx_t gid = {dialect.gid};\n"
+        f"/* {comment} */\n{language.signature(name)} {{\n"
+        f"  const idx_t gid = {language.gid};\n"
         f"  if (gid >= {kernel.items}) return;\n"
         f"  (void)params; (void)arena;\n{body}\n}}"
     )
 
 
 def generate(
-    graph: Graph, fusion: Fusion, plan: MemoryPlan, dialect: Dialect, *, constants=None
+    graph: Graph, fusion: Fusion, plan: MemoryPlan, language: Language, *, constants=None
 ) -> tuple[str, list[dict[str, Any]], dict[str, Any], Any]:
     """Kernel source, function table, graph JSON and params blob of a device target.
 
     Returns
     -------
     source : str
-        Every kernel, in ``dialect``.
+        Every kernel, in ``language``.
     functions : list of dict
         Per fused op with code, in run order: ``{"name": kernel, "node": index in the
         graph JSON nodes, "items": work items}``.
     graph_json : dict
-        As the C backend's (docs/ARCHITECTURE.md), plus ``"device": dialect.name``.
+        As the C backend's (docs/ARCHITECTURE.md), plus ``"device": language.name``.
     params : numpy.ndarray of uint8
 
     Raises
@@ -151,26 +146,25 @@ def generate(
             continue
         i = len(nodes)
         name = f"k{i}"
-        ctx = KernelContext(fused, plan, params, dialect)
+        ctx = KernelContext(fused, plan, params, language)
         try:
-            kernel = _kernel(fused, ctx)
+            with rendering(language):  # the ops' bound sub-expressions in this language
+                kernel = _kernel(fused, ctx)
         except MonolibError:
             raise
         except Exception as e:  # a lowering bug must name the node
-            raise CompileError(f"{dialect.name}: lowering node {fused.name!r} failed: {e}") from e
+            raise CompileError(f"{language.name}: lowering node {fused.name!r} failed: {e}") from e
         chain = " -> ".join([fused.op_type, *fused.fused_types])
-        kernels.append(_render(name, kernel, dialect, f"{chain}: {fused.name}"))
+        kernels.append(_render(name, kernel, language, f"{chain}: {fused.name}"))
         functions.append({"name": name, "node": i, "items": int(kernel.items)})
         nodes.append(_node_json(fused, plan))
     # element indices fit 32 bits unless a tensor has 2^31 elements; 32-bit index math
     # is what device compilers vectorize well (PoCL: rec 30% faster than int64)
     big = max((v.size for v in graph.values() if v is not None), default=0) >= 2**31 - 1
     index = f"typedef {'int64_t' if big else 'int'} idx_t; /* element indices */\n"
-    source = dialect.prelude + index + "\n" + "\n\n".join(kernels) + "\n"
-    if dialect.rewrite is not None:
-        source = dialect.rewrite(source)
+    source = language.prelude + index + "\n" + "\n\n".join(kernels) + "\n"
     blob = params.blob()
     graph_json = graph_json_of(graph, fusion, plan, nodes, params, blob, constants,
-                               arena_bytes=plan.arena_bytes, device=dialect.name)
-    logger.info("%s: %d kernels, %d bytes of source", dialect.name, len(kernels), len(source))
+                               arena_bytes=plan.arena_bytes, device=language.name)
+    logger.info("%s: %d kernels, %d bytes of source", language.name, len(kernels), len(source))
     return source, functions, graph_json, blob

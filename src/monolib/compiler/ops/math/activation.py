@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...ir import Node
-from ..base import c_literal, register
+from ..base import register
+from ...backends.cstyle import c_literal
 from .elementwise import Elementwise, bind, cast_expr, cfn, is_float
 
 __all__ = [

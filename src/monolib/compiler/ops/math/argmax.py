@@ -10,7 +10,8 @@ from typing import ClassVar
 import numpy as np
 
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 from ..tensor.loops import flat_index_exprs, normalize_axis
 from .reduce import flat_groups
 

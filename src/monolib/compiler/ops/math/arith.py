@@ -16,7 +16,8 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import c_literal, ctype, register
+from ..base import register
+from ...backends.cstyle import c_literal, ctype
 from .elementwise import (
     Elementwise,
     bind,

@@ -19,7 +19,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal, ctype
 from ..tensor.loops import flat_index_exprs
 from .elementwise import cfn, is_float
 

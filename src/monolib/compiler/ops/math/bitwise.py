@@ -10,7 +10,8 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import ctype, register
+from ..base import register
+from ...backends.cstyle import ctype
 from .elementwise import Elementwise, cast_expr, check_same_dtype
 
 __all__ = ["BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor"]

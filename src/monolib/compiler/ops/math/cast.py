@@ -22,7 +22,8 @@ import onnx.helper
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import compute_dtype, ctype, is_storage, register, storage_load, storage_store
+from ..base import compute_dtype, is_storage, register
+from ...backends.cstyle import ctype, storage_load, storage_store
 from .elementwise import Elementwise, cast_expr
 
 __all__ = ["Cast", "CastLike", "onnx_dtype"]

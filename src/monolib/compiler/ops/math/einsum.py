@@ -17,7 +17,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 from ..tensor.loops import contiguous_strides, emit_loops
 
 __all__ = ["Einsum", "parse_einsum"]

@@ -19,7 +19,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype
+from ..base import EmitContext, OpDef, OutType
+from ...backends.cstyle import bound_expression, c_literal, ctype
 from ..tensor.loops import (
     broadcast_shape,
     broadcast_strides,
@@ -42,8 +43,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# a call (other than the INT64_C literal macro) or a nested statement expression
-_CALL = re.compile(r"(?<!INT64_C)(?<![A-Za-z0-9_])(?!INT64_C\b)[A-Za-z_][A-Za-z0-9_]*\s*\(|\(\{|\?")
+# a call (other than the INT64_C literal macro) or a nested bound expression (GNU
+# statement expression or CUDA lambda, see bind)
+_CALL = re.compile(r"(?<!INT64_C)(?<![A-Za-z0-9_])(?!INT64_C\b)[A-Za-z_][A-Za-z0-9_]*\s*\(|\(\{|\[&\]|\?")
 
 
 def is_float(dtype: np.dtype) -> bool:
@@ -52,11 +54,12 @@ def is_float(dtype: np.dtype) -> bool:
 
 
 def cfn(name: str, dtype: np.dtype) -> str:
-    """The C math function ``name`` for ``dtype``: ``expf`` for float32, ``exp`` for
-    float64 (C99 ``<math.h>`` names; ``fabs`` for ``abs``)."""
+    """The C math function ``name`` for ``dtype``: ``sqrtf`` for float32, ``sqrt`` for
+    float64 (C99 ``<math.h>`` names; ``fabs`` for ``abs``); float32 ``exp`` is
+    ``ml_expf`` (``backends/c/kernels/vmath.h``: vectorizes on every target)."""
     dt = np.dtype(dtype)
     if dt == np.float32:
-        return name + "f"
+        return "ml_expf" if name == "exp" else name + "f"
     if dt == np.float64:
         return name
     raise UnsupportedOpError(f"math function {name} is not defined for dtype {dt}")
@@ -74,9 +77,12 @@ def bind(args: Sequence[str], dtypes: Sequence[np.dtype], body: Callable[..., st
     """``body(*names)`` where each argument expression is evaluated once.
 
     Simple arguments (a literal, an identifier, an array element) are passed as they
-    are; others are bound to fresh temporaries with a GNU statement expression
-    (``({ float t = ...; ...; })``, GCC and Clang), so an expression that uses its
-    argument twice (``x * x``, ``x > 0 ? x : 0``) neither recomputes nor re-reads it.
+    are; others are bound to fresh temporaries, so an expression that uses its argument
+    twice (``x * x``, ``x > 0 ? x : 0``) neither recomputes nor re-reads it. The
+    binding is spelled by the language being written
+    (:func:`~monolib.compiler.backends.cstyle.bound_expression`): a GNU statement
+    expression ``({ float t = ...; ...; })`` in C and OpenCL C, a lambda called in
+    place in CUDA C.
     """
     decls, names = [], []
     for a, dt in zip(args, dtypes):
@@ -87,10 +93,7 @@ def bind(args: Sequence[str], dtypes: Sequence[np.dtype], body: Callable[..., st
         t = f"ml_t{len(decls)}_{hashlib.sha1(a.encode()).hexdigest()[:8]}"
         decls.append(f"{ctype(dt)} {t} = {a};")
         names.append(t)
-    out = body(*names)
-    if not decls:
-        return out
-    return "({ " + " ".join(decls) + f" {out}; }})"
+    return bound_expression(decls, body(*names))
 
 
 def const_scalar(value: Value | None) -> float | int | None:

@@ -20,7 +20,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 from ..tensor.loops import contiguous_strides, emit_loops, linear_offset, normalize_axis
 from .elementwise import is_float
 from .norm import emit_row_stats

@@ -13,7 +13,8 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal, ctype
 from ..tensor.loops import flat_index_exprs, normalize_axis
 from .elementwise import cfn, is_float
 from .reduce import flat_groups

@@ -24,7 +24,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal
 
 __all__ = ["Adagrad", "Adam", "Momentum"]
 

@@ -31,17 +31,8 @@ import onnx
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import (
-    EmitContext,
-    OpDef,
-    OutType,
-    compute_dtype,
-    ctype,
-    is_storage,
-    register,
-    storage_load,
-    storage_store,
-)
+from ..base import EmitContext, OpDef, OutType, compute_dtype, is_storage, register
+from ...backends.cstyle import ctype, storage_load, storage_store
 from ..tensor.loops import flat_index_exprs, normalize_axis
 from .cast import onnx_dtype
 from .reduce import flat_groups

@@ -13,7 +13,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 from ..tensor.loops import broadcast_shape, flat_index_exprs, normalize_axis
 from .elementwise import is_float
 from .norm import _row_operand

@@ -3,9 +3,9 @@
  *
  * Each row of n elements: m = max(x); Softmax y = exp(x - m) / sum(exp(x - m)),
  * LogSoftmax y = (x - m) - log(sum(exp(x - m))) (the ONNX operator specs, computed the
- * stable way). The exp loop calls expf on a contiguous row with no aliasing question
- * left to the compiler (restrict, or one pointer when the output overwrites the input),
- * so gcc vectorizes it (libmvec's _ZGVdN8v_expf on x86-64 glibc).
+ * stable way). The exp loop calls ml_expf (vmath.h) on a contiguous row with no aliasing
+ * question left to the compiler (restrict, or one pointer when the output overwrites the
+ * input), so gcc vectorizes it.
  */
 #ifndef MONOLIB_SOFTMAX_H
 #define MONOLIB_SOFTMAX_H
@@ -38,11 +38,11 @@ static inline float ml_sm_max_f32(const float* x, int64_t n) {
 /* dst[j] = exp(src[j] - m) */
 static inline void ml_sm_exp_f32(float* restrict dst, const float* restrict src, int64_t n,
                                  float m) {
-    for (int64_t j = 0; j < n; ++j) dst[j] = expf(src[j] - m);
+    for (int64_t j = 0; j < n; ++j) dst[j] = ml_expf(src[j] - m);
 }
 
 static inline void ml_sm_exp_inplace_f32(float* y, int64_t n, float m) {
-    for (int64_t j = 0; j < n; ++j) y[j] = expf(y[j] - m);
+    for (int64_t j = 0; j < n; ++j) y[j] = ml_expf(y[j] - m);
 }
 
 static inline void ml_sm_scale_f32(float* y, int64_t n, float s) {

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...ir import Node
-from ..base import c_literal, register
+from ..base import register
+from ...backends.cstyle import c_literal
 from .elementwise import Elementwise, bind, cast_expr, cfn
 
 __all__ = ["Celu", "IsInf", "IsNaN", "Mish", "Shrink", "ThresholdedRelu"]

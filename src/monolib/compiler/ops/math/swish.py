@@ -14,7 +14,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import c_literal, register
+from ..base import register
+from ...backends.cstyle import c_literal
 from .elementwise import Elementwise, bind, cfn
 
 __all__ = ["SwiGLU", "Swish", "swish_expr"]

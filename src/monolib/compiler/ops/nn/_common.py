@@ -16,7 +16,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import c_literal
+from ...backends.cstyle import c_literal
 
 __all__ = ["Geometry", "attr_ints", "epi_call", "f32", "geometry", "require_float32", "window_dims"]
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal, ctype
 from ..math.swish import swish_expr
 
 __all__ = ["CausalConvWithState"]

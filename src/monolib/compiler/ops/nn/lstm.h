@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float ml_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float ml_sigmoidf(float x) { return 1.0f / (1.0f + ml_expf(-x)); }
 
 static inline float ml_clipf(float x, float clip) {
     if (clip > 0.0f) x = x < -clip ? -clip : (x > clip ? clip : x);

@@ -30,7 +30,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal
 from ._common import require_float32
 from ._gemm import bbuf_floats, gemm_call
 from .gemm import a_operand, b_operand
@@ -47,15 +48,15 @@ _KINDS = {"RNN": (1, ["tanh"]), "GRU": (3, ["sigmoid", "tanh"]),
 _ACTS = {
     "relu": ("x > 0 ? x : 0", None, None),
     "tanh": ("tanhf(x)", None, None),
-    "sigmoid": ("1 / (1 + expf(-x))", None, None),
+    "sigmoid": ("1 / (1 + ml_expf(-x))", None, None),
     "affine": ("a * x + b", 1.0, 0.0),
     "leakyrelu": ("x >= 0 ? x : a * x", 0.01, None),
     "thresholdedrelu": ("x > a ? x : 0", 1.0, None),
     "scaledtanh": ("a * tanhf(b * x)", 1.0, 1.0),
     "hardsigmoid": ("fmaxf(0.0f, fminf(1.0f, a * x + b))", 0.2, 0.5),
-    "elu": ("x >= 0 ? x : a * (expf(x) - 1)", 1.0, None),
+    "elu": ("x >= 0 ? x : a * (ml_expf(x) - 1)", 1.0, None),
     "softsign": ("x / (1 + fabsf(x))", None, None),
-    "softplus": ("logf(1 + expf(x))", None, None),
+    "softplus": ("logf(1 + ml_expf(x))", None, None),
 }
 
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal
 from ._common import require_float32
 
 __all__ = ["RoiAlign"]

@@ -33,7 +33,8 @@ import numpy as np
 
 from ....errors import CompileError
 from ...ir import Node
-from ..base import EmitContext, c_literal
+from ..base import EmitContext
+from ...backends.cstyle import c_literal
 from ._gemm import MR, NR, pack_a
 
 __all__ = [

@@ -11,7 +11,8 @@ import onnx
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 
 __all__ = ["BitCast"]
 

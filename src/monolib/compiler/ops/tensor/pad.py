@@ -17,7 +17,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal, ctype
 from .loops import const_ints, contiguous_strides, has_epilogue, linear_offset, normalize_axis
 
 __all__ = ["Pad2", "Pad11", "Pad18", "pad_amounts"]

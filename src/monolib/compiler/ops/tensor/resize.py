@@ -36,7 +36,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 from .loops import contiguous_strides, emit_loops, has_epilogue, linear_offset, normalize_axis
 
 __all__ = [

@@ -15,7 +15,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal
 from .loops import const_ints
 
 __all__ = ["ConstantOfShape", "Range", "Shape", "Size"]

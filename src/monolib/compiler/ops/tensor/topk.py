@@ -14,7 +14,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 from .loops import const_ints, normalize_axis
 
 __all__ = ["TopK"]

@@ -10,7 +10,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 from .loops import const_ints, contiguous_strides, emit_loops, has_epilogue, linear_offset
 
 __all__ = ["Trilu"]

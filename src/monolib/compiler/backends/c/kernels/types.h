@@ -18,6 +18,9 @@
    Conversions from float round to nearest, ties to even (RNE). Functions are
    ml_from_<type>(storage) -> float and ml_to_<type>(float, saturate) -> storage. */
 
+#ifndef MONOLIB_TYPES_H
+#define MONOLIB_TYPES_H
+
 /* kinds of small float formats: where Inf and NaN live */
 #define ML_FK_IEEE 0 /* max exponent: Inf (mantissa 0) and NaN (else) */
 #define ML_FK_FN 1   /* only S.all-ones is NaN; no Inf */
@@ -148,3 +151,5 @@ static inline uint8_t ml_to_int4(int64_t v, int sat) { (void)sat; return (uint8_
 static inline uint8_t ml_to_uint4(int64_t v, int sat) { (void)sat; return (uint8_t)(v & 15); }
 static inline uint8_t ml_to_int2(int64_t v, int sat) { (void)sat; return (uint8_t)(v & 3); }
 static inline uint8_t ml_to_uint2(int64_t v, int sat) { (void)sat; return (uint8_t)(v & 3); }
+
+#endif /* MONOLIB_TYPES_H */

@@ -1,5 +1,6 @@
 /* vmath.h -- float32 exp as branch-free C that the compiler vectorizes inside any loop
- * (monolib kernel library; pasted right after the prelude by codegen/c.py).
+ * (monolib kernel library; in every generated C file, after the prelude: the ops call
+ * ml_expf by name, and the OpenCL/CUDA preludes map that name onto their own exp).
  *
  * Why not libm's expf: gcc does vectorize loops calling it, through glibc's libmvec
  * (_ZGVdN8v_expf), but only on x86-64 glibc >= 2.22, and libmvec sends a whole vector
@@ -57,10 +58,5 @@ static inline float ml_expf(float x) {
     const float s2 = ml_f32_from_bits((uint32_t)(n2 + 127) << 23);
     return p * s1 * s2;
 }
-
-/* The ops' C expressions write C99's expf (the device backends map that name onto
-   their own); in the C backend it is this function. */
-#undef expf
-#define expf(x) ml_expf(x)
 
 #endif /* MONOLIB_VMATH_H */

@@ -1,0 +1,46 @@
+"""The host C backend (target kind ``c``): one self-contained C library per model.
+
+``generate`` measures each op's scratch with a first emission, re-plans the arena when
+some op asks for scratch, then writes the C (:mod:`.generate`); ``package`` wraps it as
+``GraphExecutorFactoryModule(graph_json, params, CSourceModule(source, target))``,
+compiled by ``export_library`` (or on first call).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ....export.targets import Target
+from ...ir import Graph
+from ...passes.fuse_elementwise import Fusion
+from ...passes.plan_memory import MemoryPlan, plan_memory
+from ..base import Backend, Generated
+from .generate import generate, scratch_sizes
+
+__all__ = ["CBackend"]
+
+logger = logging.getLogger(__name__)
+
+
+class CBackend(Backend):
+    """Target kind ``c`` (``-mcpu``, ``-mtriple``, ``-mattr``: flags of the export's C
+    compiler, see :meth:`~monolib.export.targets.Target.cflags`)."""
+
+    kind = "c"
+    step = "generate C"
+
+    def generate(
+        self, graph: Graph, fusion: Fusion, plan: MemoryPlan, target: Target, *, constants=None
+    ) -> Generated:
+        scratch = scratch_sizes(fusion, plan)  # a first emission measures per-op scratch
+        if scratch:
+            plan = plan_memory(fusion, scratch)
+        source, graph_json, params = generate(graph, fusion, plan, constants=constants)
+        return Generated(source, graph_json, params)
+
+    def package(self, generated: Generated, target: Target):
+        from ....export.csource import CSourceModule
+        from ....runtime.factory import GraphExecutorFactoryModule
+
+        lib = CSourceModule(generated.source, str(target))
+        return GraphExecutorFactoryModule(generated.graph_json, generated.params, lib)

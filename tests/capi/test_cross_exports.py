@@ -13,8 +13,8 @@ from capihelp import INCLUDE, two_factory
 from monolib.export.csource import CSourceModule
 from monolib.runtime import GraphExecutorFactoryModule
 from monolib.abi.binfmt import exported_symbols, parse_binary
-from monolib.abi.macho import macho_symbols
-from monolib.abi.pe import pe_exports
+from monolib.abi.binfmt.macho import macho_symbols
+from monolib.abi.binfmt.pe import pe_exports
 
 pytest.importorskip("ziglang")
 pytestmark = pytest.mark.slow

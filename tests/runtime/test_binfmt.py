@@ -10,14 +10,14 @@ from tinylib import tiny_source
 import monolib
 from monolib.export.csource import CSourceModule
 from monolib.runtime import DSOModule, LibraryLoadError, load_module
-from monolib.abi.binfmt import (
+from monolib.abi.binfmt import find_container
+from monolib.abi.binfmt.elf import (
     PF_X,
     PT_GNU_STACK,
     PT_LOAD,
     SHF_ALLOC,
     SHF_EXECINSTR,
     SHF_WRITE,
-    find_container,
     parse_elf,
 )
 from monolib.abi.container import MAGIC, Container

@@ -16,8 +16,8 @@ from tinylib import tiny_graph, tiny_source
 from monolib.export.csource import CSourceModule
 from monolib.runtime import GraphExecutorFactoryModule, LibraryLoadError, load_module
 from monolib.abi.binfmt import parse_binary
-from monolib.abi.macho import VM_PROT_EXECUTE
-from monolib.abi.pe import SCN_MEM_EXECUTE, SCN_MEM_WRITE
+from monolib.abi.binfmt.macho import VM_PROT_EXECUTE
+from monolib.abi.binfmt.pe import SCN_MEM_EXECUTE, SCN_MEM_WRITE
 from monolib.tools.inspect import inspect_library
 
 pytest.importorskip("ziglang")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import monolib
-from monolib.abi.binfmt import SECTION_NAME
+from monolib.abi.names import SECTION_NAME
 
 from tinylib import reference, tiny_factory
 

@@ -56,7 +56,7 @@ DEVICE_TYPE_KEYS = frozenset({DEVICE, OPENCL, CUDA, "vulkan", "metal", "rocm"})
 
 # ---- sections
 #: The section that holds the container, per binary format (Mach-O: section
-#: ``__monolib`` of segment ``__DATA``).
+#: ``__monolib`` of segment ``__DATA_CONST``).
 SECTION_NAMES = {"ELF": ".monolib", "PE": ".monolib", "Mach-O": "__monolib"}
 SECTION_NAME = SECTION_NAMES["ELF"]
 #: Sections of a module inside the container.

@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import struct
 
-from .binfmt import ElfInfo, ElfSection, ElfSegment
-from ..errors import LibraryLoadError
+from .common import ElfInfo, ElfSection, ElfSegment, c_string, fail, fixed_name, past_end, unpack
 
 __all__ = [
     "PE_MACHINES",
@@ -32,14 +31,11 @@ _SECTION = struct.Struct("<8sIIIIIIHHI")
 _DLL = 0x2000  # IMAGE_FILE_DLL
 
 
-def _fail(path: str, what: str) -> LibraryLoadError:
-    return LibraryLoadError(f"{path}: {what}")
+_U16, _U32, _U32X2 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<II")
 
 
 def _unpack(st: struct.Struct, buf, offset: int, path: str, what: str) -> tuple:
-    if offset < 0 or offset + st.size > len(buf):
-        raise _fail(path, f"truncated PE file: {what} at offset {offset} runs past the end")
-    return st.unpack_from(buf, offset)
+    return unpack(st, buf, offset, path, what, "PE")
 
 
 def parse_pe(buf, path: str = "<memory>") -> ElfInfo:
@@ -58,29 +54,25 @@ def parse_pe(buf, path: str = "<memory>") -> ElfInfo:
         Not a PE DLL, or a header or section lies outside the file.
     """
     if len(buf) < 0x40 or bytes(buf[:2]) != b"MZ":
-        raise _fail(path, "not a PE file (no MZ header)")
+        raise fail(path, "not a PE file (no MZ header)")
     (lfanew,) = struct.unpack_from("<I", buf, 0x3C)
     if bytes(buf[lfanew : lfanew + 4]) != b"PE\0\0":
-        raise _fail(path, f"not a PE file: no PE signature at offset {lfanew}")
+        raise fail(path, f"not a PE file: no PE signature at offset {lfanew}")
     machine, nsec, _, _, _, opt_size, chars = _unpack(_COFF, buf, lfanew + 4, path, "COFF header")
     if not chars & _DLL:
-        raise _fail(path, "PE file is not a DLL")
-    (opt_magic,) = _unpack(struct.Struct("<H"), buf, lfanew + 24, path, "optional header")
+        raise fail(path, "PE file is not a DLL")
+    (opt_magic,) = _unpack(_U16, buf, lfanew + 24, path, "optional header")
     bits = {0x20B: 64, 0x10B: 32}.get(opt_magic)
     if bits is None:
-        raise _fail(path, f"PE optional header has unknown magic {opt_magic:#x}")
+        raise fail(path, f"PE optional header has unknown magic {opt_magic:#x}")
     table = lfanew + 24 + opt_size
     sections, segments = [], []
     for i in range(nsec):
         raw = _unpack(_SECTION, buf, table + i * _SECTION.size, path, f"section header {i}")
-        name = raw[0].rstrip(b"\0").decode("utf-8", "replace")
+        name = fixed_name(raw[0])
         vsize, vaddr, rsize, roff, flags = raw[1], raw[2], raw[3], raw[4], raw[9]
         if rsize and roff + rsize > len(buf):
-            raise _fail(
-                path,
-                f"truncated PE file: section {name!r} needs bytes up to "
-                f"{roff + rsize}, the file has {len(buf)}",
-            )
+            raise past_end(path, "PE", f"section {name!r}", roff + rsize, len(buf))
         size = min(vsize, rsize) if vsize else rsize
         sections.append(ElfSection(name, 0, flags, vaddr, roff, size))
         segments.append(ElfSegment(0, flags, roff, rsize))
@@ -112,21 +104,21 @@ def pe_exports(buf, info: ElfInfo, path: str = "<memory>") -> dict[str, tuple[in
     (lfanew,) = struct.unpack_from("<I", buf, 0x3C)
     opt = lfanew + 24
     dirs = opt + (112 if info.bits == 64 else 96)
-    (count,) = _unpack(struct.Struct("<I"), buf, dirs - 4, path, "data directory count")
+    (count,) = _unpack(_U32, buf, dirs - 4, path, "data directory count")
     if count < 1:
         return {}
-    rva, size = _unpack(struct.Struct("<II"), buf, dirs, path, "export data directory")
+    rva, size = _unpack(_U32X2, buf, dirs, path, "export data directory")
     if not rva or not size:
         return {}
     where = _rva_to_offset(info, rva, _EXPORT_DIR.size)
     if where is None:
-        raise _fail(path, f"PE export directory at RVA {rva:#x} lies outside every section")
+        raise fail(path, f"PE export directory at RVA {rva:#x} lies outside every section")
     ed = _unpack(_EXPORT_DIR, buf, where[0], path, "export directory")
     nfuncs, nnames, funcs, names, ords = ed[6], ed[7], ed[8], ed[9], ed[10]
     tables = [(funcs, 4 * nfuncs), (names, 4 * nnames), (ords, 2 * nnames)]
     located = [_rva_to_offset(info, t, n) if n else (0, 0) for t, n in tables]
     if None in located:
-        raise _fail(path, "PE export tables lie outside every section (corrupt export directory)")
+        raise fail(path, "PE export tables lie outside every section (corrupt export directory)")
     (f_off, _), (n_off, _), (o_off, _) = located
     out: dict[str, tuple[int, int]] = {}
     for i in range(nnames):
@@ -135,8 +127,7 @@ def pe_exports(buf, info: ElfInfo, path: str = "<memory>") -> dict[str, tuple[in
         name_at = _rva_to_offset(info, name_rva, 1)
         if ordinal >= nfuncs or name_at is None:
             continue
-        raw = bytes(buf[name_at[0] : name_at[0] + min(name_at[1], 4096)])
-        name = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        name = c_string(bytes(buf[name_at[0] : name_at[0] + min(name_at[1], 4096)]), 0)
         (func_rva,) = struct.unpack_from("<I", buf, f_off + 4 * ordinal)
         target = _rva_to_offset(info, func_rva, 1)
         if target is not None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import struct
 
-from .binfmt import ElfInfo, ElfSection, ElfSegment
-from ..errors import LibraryLoadError
+from .common import ElfInfo, ElfSection, ElfSegment, c_string, fail, fixed_name, past_end, unpack
 
 __all__ = [
     "MACHO_CPUS",
@@ -36,35 +35,22 @@ _MH_DYLIB = 6
 _S_ZEROFILL_TYPES = (0x1, 0xC, 0x12)  # S_ZEROFILL, S_GB_ZEROFILL, S_THREAD_LOCAL_ZEROFILL
 
 
-def _fail(path: str, what: str) -> LibraryLoadError:
-    return LibraryLoadError(f"{path}: {what}")
-
-
 def _unpack(st: struct.Struct, buf, offset: int, path: str, what: str) -> tuple:
-    if offset < 0 or offset + st.size > len(buf):
-        raise _fail(path, f"truncated Mach-O file: {what} at offset {offset} runs past the end")
-    return st.unpack_from(buf, offset)
-
-
-def _name(raw: bytes) -> str:
-    return raw.rstrip(b"\0").decode("utf-8", "replace")
+    return unpack(st, buf, offset, path, what, "Mach-O")
 
 
 def _segment(buf, pos: int, path: str, sections: list, segments: list) -> None:
     seg = _unpack(_SEGMENT, buf, pos, path, "LC_SEGMENT_64")
     cmdsize, fileoff, filesize, initprot, nsects = seg[1], seg[5], seg[6], seg[8], seg[9]
     if _SEGMENT.size + nsects * _SECTION.size > cmdsize:  # before reading any of them
-        raise _fail(
+        raise fail(
             path,
-            f"Mach-O segment {_name(seg[2])!r} claims {nsects} sections, its load "
+            f"Mach-O segment {fixed_name(seg[2])!r} claims {nsects} sections, its load "
             f"command holds {max(cmdsize - _SEGMENT.size, 0) // _SECTION.size}",
         )
     if fileoff + filesize > len(buf):
-        raise _fail(
-            path,
-            f"truncated Mach-O file: segment {_name(seg[2])!r} needs bytes up "
-            f"to {fileoff + filesize}, the file has {len(buf)}",
-        )
+        raise past_end(path, "Mach-O", f"segment {fixed_name(seg[2])!r}", fileoff + filesize,
+                       len(buf))
     segments.append(ElfSegment(_LC_SEGMENT_64, initprot, fileoff, filesize))
     for j in range(nsects):
         sec = _unpack(
@@ -72,16 +58,13 @@ def _segment(buf, pos: int, path: str, sections: list, segments: list) -> None:
             buf,
             pos + _SEGMENT.size + j * _SECTION.size,
             path,
-            f"section {j} of segment {_name(seg[2])!r}",
+            f"section {j} of segment {fixed_name(seg[2])!r}",
         )
         addr, size, offset, flags = sec[2], sec[3], sec[4], sec[8]
         if (flags & 0xFF) not in _S_ZEROFILL_TYPES and offset + size > len(buf):
-            raise _fail(
-                path,
-                f"truncated Mach-O file: section {_name(sec[0])!r} needs bytes "
-                f"up to {offset + size}, the file has {len(buf)}",
-            )
-        sections.append(ElfSection(_name(sec[0]), flags & 0xFF, initprot, addr, offset, size))
+            raise past_end(path, "Mach-O", f"section {fixed_name(sec[0])!r}", offset + size,
+                           len(buf))
+        sections.append(ElfSection(fixed_name(sec[0]), flags & 0xFF, initprot, addr, offset, size))
 
 
 def parse_macho(buf, path: str = "<memory>") -> ElfInfo:
@@ -101,21 +84,21 @@ def parse_macho(buf, path: str = "<memory>") -> ElfInfo:
     """
     magic = bytes(buf[:4])
     if magic == b"\xca\xfe\xba\xbe":
-        raise _fail(path, "universal (fat) Mach-O files are not supported: thin it with lipo")
+        raise fail(path, "universal (fat) Mach-O files are not supported: thin it with lipo")
     if magic != b"\xcf\xfa\xed\xfe":
-        raise _fail(path, "not a 64-bit little-endian Mach-O file")
+        raise fail(path, "not a 64-bit little-endian Mach-O file")
     _, cpu, _, filetype, ncmds, sizeofcmds, _, _ = _unpack(_HEADER, buf, 0, path, "header")
     if filetype != _MH_DYLIB:
-        raise _fail(path, f"Mach-O file of type {filetype} is not a dylib (MH_DYLIB = 6)")
+        raise fail(path, f"Mach-O file of type {filetype} is not a dylib (MH_DYLIB = 6)")
     if _HEADER.size + sizeofcmds > len(buf):
-        raise _fail(path, "truncated Mach-O file: load commands run past the end")
+        raise fail(path, "truncated Mach-O file: load commands run past the end")
     sections: list = []
     segments: list = []
     pos = _HEADER.size
     for i in range(ncmds):
         cmd, size = _unpack(_LOAD, buf, pos, path, f"load command {i}")
         if size < _LOAD.size or pos + size > _HEADER.size + sizeofcmds:
-            raise _fail(path, f"Mach-O load command {i} has invalid size {size}")
+            raise fail(path, f"Mach-O load command {i} has invalid size {size}")
         if cmd == _LC_SEGMENT_64:
             _segment(buf, pos, path, sections, segments)
         pos += size
@@ -145,7 +128,7 @@ def macho_symbols(buf, info: ElfInfo, path: str = "<memory>") -> dict[str, tuple
         if cmd == _LC_SYMTAB:
             _, _, symoff, nsyms, stroff, strsize = _unpack(_SYMTAB, buf, pos, path, "LC_SYMTAB")
             if symoff + nsyms * _NLIST.size > len(buf) or stroff + strsize > len(buf):
-                raise _fail(path, "truncated Mach-O file: LC_SYMTAB tables run past the end")
+                raise fail(path, "truncated Mach-O file: LC_SYMTAB tables run past the end")
             strings = bytes(buf[stroff : stroff + strsize])
             for j in range(nsyms):
                 strx, ntype, nsect, _, value = _NLIST.unpack_from(buf, symoff + j * _NLIST.size)
@@ -156,8 +139,6 @@ def macho_symbols(buf, info: ElfInfo, path: str = "<memory>") -> dict[str, tuple
                 sec = info.sections[nsect - 1]
                 if sec.type in _S_ZEROFILL_TYPES or not sec.addr <= value < sec.addr + sec.size:
                     continue
-                stop = strings.find(b"\0", strx)
-                name = strings[strx : stop if stop >= 0 else None].decode("utf-8", "replace")
-                out.setdefault(name, (sec.offset + value - sec.addr, sec.addr + sec.size - value))
+                out.setdefault(c_string(strings, strx), (sec.offset + value - sec.addr, sec.addr + sec.size - value))
         pos += size
     return out

@@ -12,6 +12,7 @@ __all__ = [
     "ContainerError",
     "ExecutionError",
     "ExportError",
+    "FetchError",
     "FunctionNotFoundError",
     "InputError",
     "LibraryLoadError",
@@ -22,6 +23,7 @@ __all__ = [
     "ToolchainError",
     "UnknownTypeKeyError",
     "UnsupportedOpError",
+    "VisualizeError",
 ]
 
 
@@ -84,3 +86,13 @@ class ExecutionError(MonolibError):
 
 class TargetError(MonolibError, ValueError):
     """A target string (``"c -mtriple=..."``) could not be parsed or is not supported."""
+
+
+class FetchError(MonolibError):
+    """A model could not be downloaded, was missing from its wheel, or its SHA-256
+    differs from the pinned one (``monolib.models.fetch``)."""
+
+
+class VisualizeError(MonolibError):
+    """A profile or graph that cannot be drawn (bad times, malformed nodes;
+    ``monolib view``)."""

@@ -57,7 +57,8 @@ GONE = {"If", "Constant", "Shape", "Size", "Identity", "Dropout", "ConstantOfSha
 
 
 def _load(case: Case) -> onnx.ModelProto:
-    from monolib.models import FetchError, fetch_model
+    from monolib.errors import FetchError
+    from monolib.models import fetch_model
 
     try:
         return onnx.load(str(fetch_model(case.key)))

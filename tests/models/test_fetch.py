@@ -7,7 +7,8 @@ import zipfile
 
 import pytest
 
-from monolib.models import FetchError, cache_dir, fetch_model
+from monolib.errors import FetchError
+from monolib.models import cache_dir, fetch_model
 from monolib.models import fetch as fetch_mod
 
 PAYLOAD = b"not really an onnx model"

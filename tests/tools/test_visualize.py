@@ -18,11 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monolib.errors import LibraryLoadError, MonolibError
+from monolib.errors import LibraryLoadError, MonolibError, VisualizeError
 from monolib.tools.inspect import inspect_library
 from monolib.tools.visualize import (
     NODE_W,
-    VisualizeError,
     layout_graph,
     read_graphs,
     render_html,

@@ -5,6 +5,6 @@ rendering, preprocessing, CTC decoding), :mod:`.vad` (Silero VAD speech chunks),
 only by the functions that render text or speech.
 """
 
-from .fetch import MODELS, FetchError, cache_dir, fetch_model
+from .fetch import MODELS, cache_dir, fetch_model
 
-__all__ = ["MODELS", "FetchError", "cache_dir", "fetch_model"]
+__all__ = ["MODELS", "cache_dir", "fetch_model"]

@@ -19,16 +19,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import MonolibError
+from ..errors import FetchError
 
-__all__ = ["MODELS", "FetchError", "ModelSpec", "cache_dir", "fetch_model", "sha256_of"]
+__all__ = ["MODELS", "ModelSpec", "cache_dir", "fetch_model", "sha256_of"]
 
 logger = logging.getLogger(__name__)
-
-
-class FetchError(MonolibError):
-    """A model could not be downloaded, was missing from its wheel, or its SHA-256
-    differs from the pinned one."""
 
 
 @dataclass(frozen=True)

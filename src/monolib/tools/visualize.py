@@ -27,11 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..abi.graph_spec import check_fields
-from ..errors import ContainerError, LibraryLoadError, MonolibError
+from ..errors import ContainerError, LibraryLoadError, VisualizeError
 from .inspect import read_library
 
 __all__ = [
-    "VisualizeError",
     "add_view_parser",
     "cmd_view",
     "layout_graph",
@@ -47,10 +46,6 @@ GAP_X, GAP_Y = 36, 46  # px between boxes, between layers
 SWEEPS = 6  # barycentre sweeps (down and up each)
 DUMMY_W, DUMMY_GAP = 8, 10  # px of the slot a long edge takes in a layer it crosses
 MAX_SPAN = 100_000  # layers; a longer edge is one curve (bounds the work on huge graphs)
-
-
-class VisualizeError(MonolibError, ValueError):
-    """A profile or graph that cannot be drawn (bad times, malformed nodes)."""
 
 
 def read_graphs(path: str) -> tuple[dict, dict[str, dict]]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from monolib import load_module
 from monolib.models import ocr
-from monolib.runtime.graph_executor import GraphModule
+from monolib.runtime.graph_module import GraphModule
 
 x = ocr.line_preprocess(ocr.render_line("Hello World 2024"), 48, 192).astype(np.float32)
 x.tofile("x.bin")

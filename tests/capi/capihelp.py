@@ -123,7 +123,7 @@ def last_error(lib: ctypes.CDLL) -> str:
 def python_outputs(lib: Path, x: np.ndarray) -> list[np.ndarray]:
     """The outputs of ``lib`` run from Python (``load_module``) on input ``x``."""
     from monolib.runtime import load_module
-    from monolib.runtime.graph_executor import GraphModule
+    from monolib.runtime.graph_module import GraphModule
 
     mod = GraphModule(load_module(str(lib)).default())
     mod.set_input(0, x)

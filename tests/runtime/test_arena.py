@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from monolib.runtime.graph_executor import HUGE_ARENA_BYTES, arena_empty
+from monolib.runtime.arena import HUGE_ARENA_BYTES, arena_empty
 
 
 @pytest.mark.parametrize("nbytes", [1, 4096 + 3, HUGE_ARENA_BYTES - 1, HUGE_ARENA_BYTES,

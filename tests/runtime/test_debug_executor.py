@@ -3,6 +3,7 @@ checked against NumPy and ONNX Runtime (intermediate tensors added as graph outp
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import numpy as np
@@ -11,7 +12,7 @@ from tinylib import reference, tiny_factory
 
 import monolib
 from monolib.runtime import InputError, cpu, debug_executor, load_module
-from monolib.runtime.debug_executor import GraphModuleDebug, ProfileRow, locate_output
+from monolib.runtime.debug_executor import GraphModuleDebug, ProfileRow
 
 CLS = os.path.expanduser("~/.cache/monolib/models/ch_ppocr_mobile_v2.0_cls_infer.onnx")
 
@@ -102,10 +103,22 @@ def test_debug_get_output_of_every_op_matches_onnxruntime():
     np.testing.assert_allclose(gm.get_output(0).numpy(), want["y"], rtol=1e-4, atol=1e-5)
 
 
-def test_locate_needs_an_output_that_reaches_the_graph_outputs():
-    gm = GraphModuleDebug(tiny_factory())
+def test_a_node_without_offset_is_a_container_error():
+    from monolib.runtime import ContainerError, GraphExecutorFactoryModule
+
+    factory = tiny_factory()
+    graph = factory.get_graph_json()
+    del graph["nodes"][0]["offset"]  # a graph JSON from before per-node offsets
+    gm = GraphModuleDebug(GraphExecutorFactoryModule(graph, factory.params, factory.lib))
     gm.set_input(x=np.ones((2, 3), np.float32))
-    assert locate_output(gm.executor, 0) == 64  # the graph output's offset, found by probing
+    with pytest.raises(ContainerError, match='node 0 .*no "offset".*compile and export'):
+        gm.debug_get_output(0)
+
+
+def test_no_arena_probing_is_left():
+    # every node has its offset: the debug executor reads it, never probes the arena
+    assert not hasattr(debug_executor, "locate_output")
+    assert "fill(" not in inspect.getsource(debug_executor)
 
 
 def test_node_offset_in_the_graph_json_is_used_as_is():

@@ -87,6 +87,7 @@ def tiny_graph(big_bytes: int = 0) -> tuple[dict, np.ndarray]:
                 "outputs": ["y"],
                 "shape": [2, 3],
                 "dtype": "float32",
+                "offset": 64,
             }
         ],
         "params": table,

@@ -8,21 +8,20 @@ steps live in ``monolib.export``, which registers the exporter behind
 ``Module.export_library`` when imported (``import monolib`` does).
 """
 
+from ..abi import names
 from .device import Device, cpu, cuda, opencl
 from .dso import DSOModule
 from ..errors import *
 from ..errors import __all__ as _errors_all
-from .graph_executor import (
-    GraphExecutor,
-    GraphExecutorFactoryModule,
-    GraphModule,
-    load_factory,
-    set_num_threads,
-)
+from .factory import GraphExecutorFactoryModule, load_factory
+from .graph_executor import GraphExecutor
+from .graph_module import GraphModule
+from . import device_executor  # registers the executor of opencl/cuda graphs
 from .library import load_module
 from .module import Module, register_loader
 from .ndarray import NDArray
 from .params import load_params, save_params
+from .threads import set_num_threads
 
 __all__ = [
     "DSOModule",
@@ -45,14 +44,14 @@ __all__ += _errors_all  # noqa: PLE0605  (every error class is public)
 
 # The one place built-in loaders are registered. "library" needs none: the DSO
 # module is the dlopen'd file itself (see library.load_module).
-register_loader("graph_executor_factory", load_factory, sections=True)
+register_loader(names.FACTORY, load_factory, sections=True)
 # device modules (docs/devices.md): pyopencl / cuda-python are imported only on use
-register_loader("opencl", lambda data: _device_loader("opencl")(data))
-register_loader("cuda", lambda data: _device_loader("cuda")(data))
+register_loader(names.OPENCL, lambda data: _device_loader(names.OPENCL)(data))
+register_loader(names.CUDA, lambda data: _device_loader(names.CUDA)(data))
 
 
 def _device_loader(kind: str):
-    if kind == "opencl":
+    if kind == names.OPENCL:
         from .opencl_module import load_opencl
 
         return load_opencl

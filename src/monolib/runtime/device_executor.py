@@ -7,7 +7,8 @@ code keyed by device (an OpenCL program binary per device name, PTX per CUDA arc
 :class:`DeviceModule` gives both kinds one byte format. :class:`DeviceGraphExecutor`
 runs the graph: inputs and outputs in a host arena, everything else in two device
 buffers (the params blob and the arena, laid out as in the graph JSON), one kernel
-launch per fused op.
+launch per fused op. It is the registered executor of graphs compiled for
+``"opencl"`` and ``"cuda"`` (:func:`.factory.register_executor`).
 
 The device APIs (pyopencl, cuda-python) are imported only when an executor is made:
 ``import monolib.runtime`` needs NumPy alone.
@@ -26,7 +27,10 @@ import numpy as np
 from .device import Device
 from ..errors import ContainerError, ExecutionError, InputError
 from ..abi.graph_spec import tensor_info
-from .graph_executor import GraphExecutor, aligned_empty
+from ..abi.names import CUDA, DEVICE, OPENCL
+from .arena import aligned_empty
+from .factory import register_executor
+from .graph_executor import GraphExecutor
 from .module import Module
 
 __all__ = [
@@ -96,7 +100,7 @@ class DeviceModule(Module):
     loaded module saves to the same bytes.
     """
 
-    type_key = "device"
+    type_key = DEVICE
 
     def __init__(
         self,
@@ -327,3 +331,8 @@ class DeviceGraphExecutor(GraphExecutor):
         )
         s.read(out.offset, self.arena[out.offset : out.offset + out.nbytes])
         s.finish()
+
+
+# the factory's default(device) finds it by the graph's "device" (no import back)
+for _kind in (OPENCL, CUDA):
+    register_executor(_kind, DeviceGraphExecutor)

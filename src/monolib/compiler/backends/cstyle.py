@@ -151,6 +151,11 @@ def storage_store(expr: str, dtype: Any, saturate: bool = True) -> str:
     return f"ml_to_{dt.name}({arg}, {sat})"
 
 
+# GNU C statement expression (GCC, Clang, and so PoCL's OpenCL C); NVRTC has no GNU C
+# extensions but C++ lambdas, called where they are written
+_GNU_BOUND = "({{ {decls} {value}; }})"
+
+
 @dataclass(frozen=True)
 class Language:
     """What one C-style language spells differently (data only).
@@ -179,12 +184,12 @@ class Language:
 
     name: str
     function: str
-    buffer: str
-    restrict: str
-    gid: str | None
     prelude: str
-    headers: tuple[str, ...]
-    bound: str
+    buffer: str = ""
+    restrict: str = ""
+    gid: str | None = None
+    headers: tuple[str, ...] = ()
+    bound: str = _GNU_BOUND
 
     def pointer(self, ctype_: str, const: bool = False) -> str:
         """The pointer type to ``ctype_`` elements of the params blob or the arena."""
@@ -316,42 +321,29 @@ typedef unsigned char uint8_t;
 #define ml_expf expf
 """
 
-# GNU C statement expression (GCC, Clang, and so PoCL's OpenCL C); NVRTC has no GNU C
-# extensions but C++ lambdas, called where they are written
-_GNU_BOUND = "({{ {decls} {value}; }})"
-
 HOST_C = Language(
     name="c",
     function="ML_OP_FN",
-    buffer="",
-    restrict=" restrict",
-    gid=None,
     prelude=_HOST_PRELUDE,
+    restrict=" restrict",
     # float32 exp that vectorizes everywhere, the storage-type conversions, the pool
     # (every library exports monolib_set_num_threads; gemm.h / conv.h use it)
     headers=("vmath.h", "types.h", "threadpool.h"),
-    bound=_GNU_BOUND,
 )
 
 OPENCL = Language(
     name="opencl",
     function="__kernel",
-    buffer="__global ",
-    restrict="",
-    gid="(idx_t)get_global_id(0)",
     prelude=_OPENCL_PRELUDE,
-    headers=(),
-    bound=_GNU_BOUND,
+    buffer="__global ",
+    gid="(idx_t)get_global_id(0)",
 )
 
 CUDA = Language(
     name="cuda",
     function='extern "C" __global__',
-    buffer="",
-    restrict="",
-    gid="((idx_t)blockIdx.x * blockDim.x + threadIdx.x)",
     prelude=_CUDA_PRELUDE,
-    headers=(),
+    gid="((idx_t)blockIdx.x * blockDim.x + threadIdx.x)",
     bound="([&]() {{ {decls} return {value}; }}())",
 )
 

@@ -109,8 +109,10 @@ class EmitContext(Protocol):
         are emitted once."""
 
     def include(self, header: str) -> None:
-        """Paste the kernel library header ``the kernel folders`` (e.g.
-        ``"gemm.h"``) into the generated source, once."""
+        """Paste kernel header ``header`` (e.g. ``"gemm.h"``, beside its op family)
+        into the generated source, once. ``vmath.h`` (``ml_expf``), ``types.h``
+        (storage-type conversions) and ``threadpool.h`` are always there
+        (``backends.cstyle.HOST_C.headers``)."""
 
     def unique(self, prefix: str) -> str:
         """A fresh C identifier starting with ``prefix``."""

@@ -183,7 +183,7 @@ class CEmitContext:
         self.source.once(self.source.helpers, code.strip("\n"))
 
     def include(self, header: str) -> None:
-        """Paste ``the kernel folders`` once."""
+        """Paste kernel header ``header`` (``backends/c/headers.py`` finds it) once."""
         self.source.once(
             self.source.headers, f"/* ---- {header} ---- */\n" + kernel_header(header).strip("\n")
         )

@@ -53,13 +53,9 @@ def monolib_runner(model):
 
 
 def ort_runner(model):
-    import onnxruntime as ort
+    from monolib.compiler.testing import ort_session
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
+    sess = ort_session(model)
     x = np.linspace(-1, 1, 8, dtype=np.float32)[None]
     return lambda: sess.run(None, {"x": x})
 

@@ -177,9 +177,8 @@ def main() -> None:
     ap.add_argument("--full-range", action="store_true", help="8-bit weights (no reduce_range)")
     ap.add_argument("--format", choices=sorted(EXTRA_OUTPUTS), default="qop")
     args = ap.parse_args()
-    import onnxruntime as ort
-
     import monolib
+    from monolib.compiler.testing import ort_session
 
     path = quantized_cls(reduce_range=not args.full_range, fmt=args.format)
     x = lines(["Hello World 2024"])[0]
@@ -190,9 +189,7 @@ def main() -> None:
     print("threads  monolib ms (median/min)   ORT ms (median/min)   ORT/monolib (medians)")
     for threads in (1, 2):
         monolib.set_num_threads(threads)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(path, threads=threads)
         (ml, ml_min), (ox, ox_min) = _interleaved_ms(
             [lambda: gm.run(x=x), lambda s=sess: s.run(None, {"x": x})], args.runs
         )

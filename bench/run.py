@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 from bench_inputs import MODEL_INPUTS
 
 import monolib
+from monolib.compiler.testing import ort_session
 from monolib.models import fetch_model
 
 
@@ -68,15 +69,6 @@ def median_time(fn: Callable[[], object], repeat: int,
     return statistics.median(walls), statistics.median(cpus)
 
 
-def ort_session(path: Path, threads: int):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
 def cold_start(args: list[str], runs: int, threads: int = 1) -> dict:
     """Median ``import_s``/``cold_s`` of ``bench/cold_start.py ARGS`` over fresh
     processes; monolib with ``MONOLIB_NUM_THREADS=threads`` (ORT gets the same count in
@@ -101,7 +93,7 @@ def bench_model(name: str, repeat: int, cold_runs: int, work: Path,
     path = fetch_model(spec.key)
     feeds_ml, feeds_ort = spec.make()
     for t in sorted({1, 2, *threads}):
-        sess = ort_session(path, t)
+        sess = ort_session(path, threads=t)
         wall, cpu = median_time(partial(sess.run, None, feeds_ort), repeat)
         res.latency[f"ort{t}"] = wall
         if t == 1:

@@ -34,9 +34,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_inputs import MODEL_INPUTS  # noqa: E402
-from run import median_time, ort_session  # noqa: E402
+from run import median_time  # noqa: E402
 
 import monolib  # noqa: E402
+from monolib.compiler.testing import ort_session  # noqa: E402
 from monolib.models import fetch_model  # noqa: E402
 
 BUILD = r"""
@@ -145,7 +146,7 @@ def bench(name: str, python: str, repeat: int, work: Path, mcpu: str) -> None:
     row = {"model": name}
     ort_out = {}
     for t in (1, 2):
-        sess = ort_session(path, t)
+        sess = ort_session(path, threads=t)
         row[f"ort{t}"] = median_time(partial(sess.run, None, feeds_ort), repeat)[0]
         ort_out = sess.run(None, feeds_ort)[0]
     factory = monolib.compile(str(path), shapes=spec.shapes, constants=spec.constants or None)

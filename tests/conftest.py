@@ -15,19 +15,12 @@ def rng() -> np.random.Generator:
 
 @pytest.fixture(scope="session")
 def ort_run():
-    """``ort_run(model, feeds) -> [outputs]``: ONNX Runtime, one thread, on an
-    ``onnx.ModelProto`` (or a path), the reference every op is checked against."""
-    ort = pytest.importorskip("onnxruntime")
+    """:func:`monolib.compiler.testing.ort_run` (ONNX Runtime, one thread: the reference
+    every op is checked against); the test is skipped without ONNX Runtime."""
+    pytest.importorskip("onnxruntime")
+    from monolib.compiler.testing import ort_run
 
-    def run(model, feeds: dict) -> list[np.ndarray]:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        data = model if isinstance(model, str) else model.SerializeToString()
-        sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-        return sess.run(None, feeds)
-
-    return run
+    return ort_run
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

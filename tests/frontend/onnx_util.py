@@ -1,5 +1,6 @@
 """Helpers of the frontend and pass tests: tiny ONNX models, ONNX Runtime runs,
-skips for ops that have not landed in the registry."""
+skips for ops that have not landed in the registry (ONNX Runtime runs:
+:func:`monolib.compiler.testing.ort_run`)."""
 
 from __future__ import annotations
 
@@ -45,16 +46,6 @@ def make_model(
     if check:
         onnx.checker.check_model(model)
     return model
-
-
-def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
 
 
 def missing_ops(ops: Iterable[str], opset: int = 17) -> list[str]:

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from frontend.onnx_util import F32, I64, make_model, ort_run, requires_ops
+from frontend.onnx_util import F32, I64, make_model, requires_ops
 from monolib.compiler.frontend import import_model
 from monolib.compiler.reference_eval import evaluate
+from monolib.compiler.testing import ort_run
 from monolib.errors import CompileError, ShapeError, UnsupportedOpError
 
 

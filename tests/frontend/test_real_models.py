@@ -10,10 +10,10 @@ import numpy as np
 import onnx
 import pytest
 
-from frontend.onnx_util import ort_run
 from monolib.compiler.frontend import import_model
 from monolib.compiler.passes import simplify
 from monolib.compiler.reference_eval import evaluate
+from monolib.compiler.testing import ort_run
 
 pytestmark = pytest.mark.slow
 

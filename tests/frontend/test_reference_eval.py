@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from frontend.onnx_util import F32, make_model, ort_run, requires_ops
+from frontend.onnx_util import F32, make_model, requires_ops
 from monolib.compiler.frontend import import_model
 from monolib.compiler.passes import simplify
 from monolib.compiler.reference_eval import evaluate, evaluate_all
+from monolib.compiler.testing import ort_run
 
 RNG = np.random.default_rng(7)
 

@@ -125,18 +125,14 @@ def ort_session():
     """``ort_session(key, optimized=True)``: a cached single-threaded ONNX Runtime
     session; ``optimized=False`` disables ORT's graph optimizations (fusions change
     the float rounding: the difference between the two is ORT's own noise)."""
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
+    from monolib.compiler.testing import ort_session as session
+
     cache = {}
 
     def get(key: str, optimized: bool = True):
         if (key, optimized) not in cache:
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = 1
-            opts.inter_op_num_threads = 1
-            if not optimized:
-                opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-            cache[key, optimized] = ort.InferenceSession(
-                str(fetch_model(key)), opts, providers=["CPUExecutionProvider"])
+            cache[key, optimized] = session(fetch_model(key), optimize=optimized)
         return cache[key, optimized]
 
     return get

@@ -82,15 +82,12 @@ def test_light_model_matches_onnx_reference_output(name):
 
 
 @pytest.mark.parametrize("name", RANDOM_VS_ORT)
-def test_light_model_random_weights_vs_onnxruntime(name):
-    import onnxruntime as ort
-
+def test_light_model_random_weights_vs_onnxruntime(name, ort_run):
     model = _random_weights(_load(name))
     feeds = _inputs(model)
     (got,) = MonolibBackend.prepare(model, "CPU").run(feeds)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     inits = {t.name for t in model.graph.initializer}
     names = [v.name for v in model.graph.input if v.name not in inits]
-    (want,) = sess.run(None, dict(zip(names, feeds)))
+    (want,) = ort_run(model, dict(zip(names, feeds)))
     assert want.std() > 1e-4  # the random weights make the output informative
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5)

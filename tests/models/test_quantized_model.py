@@ -43,17 +43,14 @@ def quantized(request):
     ``recipe.lines(TEXTS)`` order: upright, rotated, upright, rotated)."""
     pytest.importorskip("PIL")
     pytest.importorskip("onnxruntime.quantization")
-    import onnxruntime as ort
-
     import monolib
+    from monolib.compiler.testing import ort_session
 
     recipe = _recipe()
     path = recipe.quantized_cls(fmt=request.param)
     factory = monolib.compile(str(path), target="c", shapes={"x": recipe.SHAPE})
     gm = monolib.GraphModule(factory["default"](monolib.cpu()))
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sess = ort_session(path)
     pairs = []
     for x in recipe.lines(TEXTS):
         gm.run(x=x)

@@ -10,6 +10,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from monolib.compiler.testing import ort_run
 from monolib.onnx_backend import MonolibBackend
 
 __all__ = ["check_node"]
@@ -35,10 +36,7 @@ def check_node(op: str, inputs: dict[str, np.ndarray], outputs: list[str], *,
                               [numpy_helper.from_array(v, k) for k, v in consts.items()])
     model = helper.make_model(graph, opset_imports=imports, ir_version=10)
     if oracle == "ort":
-        import onnxruntime as ort
-
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        want = sess.run(None, inputs)
+        want = ort_run(model, inputs)
     else:
         want = ReferenceEvaluator(model).run(None, inputs)
     # declare the outputs' types from the oracle's results (shape inference may not)

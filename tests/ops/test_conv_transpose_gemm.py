@@ -6,27 +6,18 @@ ONNX Runtime, under each tiling of gemm.h, at 1 and 2 threads; shapes it does no
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
-from nn_harness import HarnessContext, check_node, make_node
+from harness import TILINGS, NodeContext, check_node, make_node, run_threads
 from onnx import TensorProto, helper, numpy_helper
 
-import monolib
 from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
 from monolib.compiler.ops.nn.conv_transpose import FUSED_MAX_A_BYTES
 from monolib.compiler.testing import ort_run
-from monolib.runtime import GraphModule, cpu, set_num_threads
 
 RNG = np.random.default_rng(23)
-
-TILINGS = {
-    "avx512_tiling": ("-O2", "-march=native", "-DML_VW=8", "-DML_NP=2"),
-    "sse_width": ("-O2", "-DML_VW=4", "-DML_NP=1"),
-}
-
 
 def r(*shape: int, scale: float = 1.0) -> np.ndarray:
     return (scale * RNG.standard_normal(shape)).astype(np.float32)
@@ -59,7 +50,7 @@ def _inputs(case: str) -> tuple[list[np.ndarray], dict]:
 
 
 def _emitted(node) -> str:
-    return op_of(node).emit(node, HarnessContext(node, epilogue=True))
+    return op_of(node).emit(node, NodeContext(node, "affine"))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -81,7 +72,7 @@ def test_fused_kernel_tiling(case: str, tiling: str) -> None:
         attrs,
         const=[1, 2],
         opset=11,
-        cflags=TILINGS[tiling],
+        options=TILINGS[tiling],
         ort=False,
         epilogue=False,
     )
@@ -166,17 +157,9 @@ def test_model_threads_and_fused_activations() -> None:
     assert source.count("ml_tconv_exact(4, 12, 2, 2, 160, 168,") == 1
     assert source.count("ml_tconv_exact(60, 40, 1, 2, 1, 3000,") == 1
     assert "ConvTranspose -> Relu" in source and "ConvTranspose -> Sigmoid" in source
-    gm = GraphModule(monolib.compile(model, target="c")["default"](cpu()))
     want = ort_run(model, feeds)
-    try:
-        set_num_threads(1)
-        gm.run(**feeds)
-        one = [gm.get_output(i).numpy().copy() for i in range(2)]
-        for got, ref in zip(one, want):
-            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
-        set_num_threads(2)
-        gm.run(**feeds)
-        for i, ref in enumerate(one):  # tasks split rows / pixels: every sum keeps its order
-            np.testing.assert_array_equal(gm.get_output(i).numpy(), ref)
-    finally:
-        set_num_threads(len(os.sched_getaffinity(0)))
+    one, two = run_threads(model, feeds)
+    for got, ref in zip(one, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    for got, ref in zip(two, one):  # tasks split rows / pixels: every sum keeps its order
+        np.testing.assert_array_equal(got, ref)

@@ -14,24 +14,19 @@ scratch size conv.py reserves is the C kernel's own formula.
 from __future__ import annotations
 
 import ctypes
-import os
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from monolib.compiler.backends.c.headers import kernel_header
-from nn_harness import EPI, HarnessContext, make_node, run_c
+from harness import EPI, VECTOR_WIDTHS, NodeContext, make_node, run_c, run_threads
 from onnx import TensorProto, helper, numpy_helper
 
-import monolib
 from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
 from monolib.compiler.ops.nn import conv
 from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
-from monolib.compiler.testing import ort_run
-from monolib.runtime import GraphModule, cpu, set_num_threads
+from monolib.compiler.testing import build_shared, ort_run
 
 RNG = np.random.default_rng(3)
 
@@ -80,17 +75,17 @@ def _node(name: str, bias: bool = True):
     return (ins if bias else ins[:2]), node
 
 
-def _check(ins, node, cflags=("-O2", "-march=native"), epilogue=True) -> None:
+def _check(ins, node, options=(), epilogue=True) -> None:
     ref = op_of(node).reference(node, list(ins))[0]
     want = ref * EPI[0] + EPI[1] if epilogue else ref
-    got = run_c(node, ins, epilogue=epilogue, cflags=cflags)[0]
+    got = run_c(node, ins, "affine" if epilogue else None, options)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_depthwise_matches_reference(name: str) -> None:
     ins, node = _node(name)
-    ctx = HarnessContext(node, epilogue=True)
+    ctx = NodeContext(node, "affine")
     src = op_of(node).emit(node, ctx)
     assert f"ml_dw_units_{CASES[name][3]})" in src, src
     _check(ins, node)
@@ -102,23 +97,16 @@ def test_depthwise_without_bias_or_epilogue() -> None:
         _check(ins, node, epilogue=False)
 
 
-@pytest.mark.parametrize(
-    "cflags",
-    [
-        ("-O2", "-march=native", "-DML_VW=16", "-DML_NP=2"),  # AVX-512 widths
-        ("-O2", "-DML_VW=4", "-DML_NP=1"),  # SSE widths
-    ],
-    ids=["vw16", "vw4"],
-)
+@pytest.mark.parametrize("width", sorted(VECTOR_WIDTHS))
 @pytest.mark.parametrize(
     "name", ["3x3_s22_p1_odd", "5x5_s11_p2", "3x3_s11_p1_narrower_than_a_vector"]
 )
-def test_depthwise_other_vector_widths(name: str, cflags) -> None:
+def test_depthwise_other_vector_widths(name: str, width: str) -> None:
     ins, node = _node(name)
-    _check(ins, node, cflags)
+    _check(ins, node, VECTOR_WIDTHS[width])
 
 
-def test_scratch_is_the_kernels_formula(tmp_path: Path) -> None:
+def test_scratch_is_the_kernels_formula() -> None:
     """conv.py reserves max over vector widths of ml_dw_scratch_floats: the same numbers
     as the C function for each width, on fast and run-time-loop shapes."""
     dims = []
@@ -140,29 +128,14 @@ def test_scratch_is_the_kernels_formula(tmp_path: Path) -> None:
         "T + 10 * i; out[i] = ml_dw_scratch_floats(t[0], t[1], t[2], (int)t[3], (int)t[4], "
         "(int)t[5], (int)t[6], t[7], (int)t[8], (int)t[9]); } }\n"
     )
-    (tmp_path / "s.c").write_text(src)
-    for vw, flags in (
+    for vw, options in (
         (4, ["-DML_VW=4", "-DML_NP=1"]),
         (8, ["-DML_VW=8", "-DML_NP=1"]),
         (16, ["-DML_VW=16", "-DML_NP=2"]),
     ):
-        so = tmp_path / f"s{vw}.so"
-        subprocess.run(
-            [
-                os.environ.get("CC", "gcc"),
-                "-O0",
-                "-fPIC",
-                "-shared",
-                "-w",
-                *flags,
-                str(tmp_path / "s.c"),
-                "-o",
-                str(so),
-            ],
-            check=True,
-        )
+        lib = build_shared(src, options)
         out = (ctypes.c_int64 * len(dims))()
-        ctypes.CDLL(str(so)).scratch(out, len(dims))
+        lib.scratch(out, len(dims))
         assert list(out) == [conv._dw_scratch_floats(d, vw) for d in dims], vw
 
 
@@ -227,13 +200,7 @@ def _model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-@pytest.fixture
-def restore_threads():
-    yield
-    set_num_threads(len(os.sched_getaffinity(0)))
-
-
-def test_compiled_depthwise_on_one_and_two_threads(restore_threads) -> None:
+def test_compiled_depthwise_on_one_and_two_threads() -> None:
     model = _model()
     source, _, _ = lower(model, None, None)
     for units in ("ml_dw_units_3_11)", "ml_dw_units_5_22)", "ml_dw_units_3_21)"):
@@ -241,14 +208,9 @@ def test_compiled_depthwise_on_one_and_two_threads(restore_threads) -> None:
     assert source.count("ml_dwconv2d(") == 4  # the definition and three calls
     feeds = {"x": r(1, 3, 300, 131, scale=3.0), "s": r(1, 24, 121, 153)}
     want = ort_run(model, feeds)
-    gm = GraphModule(monolib.compile(model, target="c")["default"](cpu()))
-    outs = {}
-    for n in (1, 2):
-        set_num_threads(n)
-        gm.run(**feeds)
-        outs[n] = [gm.get_output(i).numpy().copy() for i in range(3)]
-        for got, ref in zip(outs[n], want):
-            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-    assert (outs[1][0] >= -0.375).all() and (outs[1][1] >= 0).all()  # HardSwish, Relu
-    for a, b in zip(outs[1], outs[2]):  # tasks own whole rows: the same sums
+    one, two = run_threads(model, feeds)
+    for got, ref in zip(one, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert (one[0] >= -0.375).all() and (one[1] >= 0).all()  # HardSwish, Relu
+    for a, b in zip(one, two):  # tasks own whole rows: the same sums
         np.testing.assert_array_equal(a, b)

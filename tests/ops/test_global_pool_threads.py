@@ -4,15 +4,12 @@ and is the same at 1 and 2 threads."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
+from harness import run_threads
 from onnx import TensorProto, helper
 
-import monolib
 from monolib.compiler.build import lower
 from monolib.compiler.testing import ort_run
-from monolib.runtime import GraphModule, cpu, set_num_threads
 
 RNG = np.random.default_rng(5)
 
@@ -46,16 +43,8 @@ def test_global_pools_split_over_channels() -> None:
     # centred off zero so the mean is not lost in rounding; HardSigmoid not saturated
     feeds = {"x": (RNG.standard_normal((2, 40, 81, 91)) * 0.5 + 0.1).astype(np.float32)}
     want = ort_run(model, feeds)
-    gm = GraphModule(monolib.compile(model, target="c")["default"](cpu()))
-    try:
-        set_num_threads(1)
-        gm.run(**feeds)
-        one = [gm.get_output(i).numpy().copy() for i in range(2)]
-        for got, ref in zip(one, want):
-            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
-        set_num_threads(2)
-        gm.run(**feeds)
-        for i, ref in enumerate(one):  # each channel's sum is one task's: same order
-            np.testing.assert_array_equal(gm.get_output(i).numpy(), ref)
-    finally:
-        set_num_threads(len(os.sched_getaffinity(0)))
+    one, two = run_threads(model, feeds)
+    for got, ref in zip(one, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    for got, ref in zip(two, one):  # each channel's sum is one task's: same order
+        np.testing.assert_array_equal(got, ref)

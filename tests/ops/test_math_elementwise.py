@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mathtensor_util import check_op, ir_node
+from harness import check_op, make_node
 
 from monolib.compiler.ops import op_of
 from monolib.errors import ShapeError, UnsupportedOpError
@@ -144,13 +144,13 @@ def test_elementwise_matches_ort(case):
     tol = {"rtol": 2e-6, "atol": 2e-6}
     if op in ("Erf", "Gelu", "Pow", "Softplus", "Selu", "Elu"):
         tol = {"rtol": 1e-5, "atol": 1e-6}
-    check_op(op, ins, attrs, opset=opset, constant_inputs=consts, **tol)
+    check_op(op, ins, attrs, opset=opset, const=consts, **tol)
 
 
 def test_elementwise_flags_and_c_expr_specializations():
     x = f32(3, 4, **POS)
     for e, text in ((2.0, "*"), (0.5, "sqrtf"), (1.0, None)):
-        node = ir_node("Pow", [x, np.array(e, np.float32)], {}, 15, constant_inputs=(1,))
+        node = make_node("Pow", [x, np.array(e, np.float32)], {}, 15, const=(1,))
         op = op_of(node)
         assert op.elementwise
         expr = op.c_expr(node, ["x", "2.0f"])
@@ -159,7 +159,7 @@ def test_elementwise_flags_and_c_expr_specializations():
             assert text in expr
         else:
             assert expr == "x"
-    node = ir_node("Relu", [x], {}, 14)
+    node = make_node("Relu", [x], {}, 14)
     # an argument with a call is evaluated once (bound to a temporary)
     expr = op_of(node).c_expr(node, ["expf(v)"])
     assert expr.count("expf(v)") == 1
@@ -168,45 +168,45 @@ def test_elementwise_flags_and_c_expr_specializations():
 def test_broadcast_error_names_node():
     node_in = [f32(3, 4), f32(5)]
     with pytest.raises(ShapeError, match="Add"):
-        ir_node("Add", node_in, {}, 14)
+        make_node("Add", node_in, {}, 14)
 
 
 def test_mixed_dtypes_rejected():
     with pytest.raises(ShapeError, match="different dtypes"):
-        ir_node("Add", [f32(3), i32(3)], {}, 14)
+        make_node("Add", [f32(3), i32(3)], {}, 14)
 
 
 def test_float_only_op_rejects_ints():
     with pytest.raises(UnsupportedOpError, match="Sqrt"):
-        ir_node("Sqrt", [i32(3)], {}, 13)
+        make_node("Sqrt", [i32(3)], {}, 13)
 
 
 def test_cast_to_string_unsupported():
     with pytest.raises(UnsupportedOpError, match="STRING"):
-        ir_node("Cast", [f32(3)], {"to": 8}, 13)
+        make_node("Cast", [f32(3)], {"to": 8}, 13)
 
 
 def test_int_division_by_zero_gives_zero_not_a_trap():
-    from mathtensor_util import compile_and_run
+    from harness import run_c
 
     a = np.array([5, -5, 0], np.int32)
     z = np.zeros(3, np.int32)
-    node = ir_node("Div", [a, z], {}, 14)
-    (got,) = compile_and_run(node, [a, z])
+    node = make_node("Div", [a, z], {}, 14)
+    (got,) = run_c(node, [a, z])
     np.testing.assert_array_equal(got, [0, 0, 0])
     np.testing.assert_array_equal(op_of(node).reference(node, [a, z])[0], [0, 0, 0])
 
 
 def test_int_min_divided_by_minus_one_does_not_trap():
-    from mathtensor_util import compile_and_run
+    from harness import run_c
 
     for dt in (np.int32, np.int64):
         lo = np.iinfo(dt).min
         a = np.array([lo, 7, lo], dt)
         b = np.array([-1, -1, 3], dt)
         for op in ("Div", "Mod"):
-            node = ir_node(op, [a, b], {}, 13)
-            (got,) = compile_and_run(node, [a, b])
+            node = make_node(op, [a, b], {}, 13)
+            (got,) = run_c(node, [a, b])
             with np.errstate(all="ignore"):
                 (want,) = op_of(node).reference(node, [a, b])
             np.testing.assert_array_equal(got, want)
@@ -259,23 +259,23 @@ EXTRA = [
 @pytest.mark.parametrize("case", EXTRA, ids=[_id(c) for c in EXTRA])
 def test_extra_elementwise_matches_ort(case):
     op, ins, attrs, opset, consts = case
-    check_op(op, ins, attrs, opset=opset, constant_inputs=consts, rtol=1e-5, atol=1e-6)
+    check_op(op, ins, attrs, opset=opset, const=consts, rtol=1e-5, atol=1e-6)
 
 
 def test_signed_bitshift_by_width_or_more():
-    from mathtensor_util import compile_and_run
+    from harness import run_c
 
     x = np.array([-128, 64, -3, 5], np.int8)
     y = np.array([9, 8, 1, 2], np.int8)
     for direction in ("LEFT", "RIGHT"):
-        node = ir_node("BitShift", [x, y], {"direction": direction}, 11)
-        (got,) = compile_and_run(node, [x, y])
+        node = make_node("BitShift", [x, y], {"direction": direction}, 11)
+        (got,) = run_c(node, [x, y])
         (want,) = op_of(node).reference(node, [x, y])
         np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(want, [-1, 0, -2, 1])
 
 
 def test_c_expr_is_deterministic():
-    node = ir_node("HardSwish", [f32(3)], {}, 14)
+    node = make_node("HardSwish", [f32(3)], {}, 14)
     op = op_of(node)
     assert op.c_expr(node, ["expf(v)"]) == op.c_expr(node, ["expf(v)"])

@@ -8,7 +8,7 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper as onh
 import pytest
-from mathtensor_util import check_op, ir_node
+from harness import check_op, make_node
 
 from monolib.compiler.testing import ort_run, run_model
 from monolib.errors import ShapeError
@@ -107,14 +107,14 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}{c[3]}-{i}" for i, c in enumerate(CASES)])
 def test_quantize_matches_ort(case):
     op, ins, attrs, opset, consts = case
-    check_op(op, ins, attrs, opset=opset, constant_inputs=consts)
+    check_op(op, ins, attrs, opset=opset, const=consts)
 
 
 def test_blocked_quantization_scale_shape_checked():
     # blocked quantization is supported (tests/ops/test_quant_linear.py); a scale whose
     # blocked dim is not ceil(4 / 2) is refused
     with pytest.raises(ShapeError, match="block_size 2"):
-        ir_node(
+        make_node(
             "DequantizeLinear",
             [R.integers(0, 9, (4, 4)).astype(np.int8), np.ones((4, 3), np.float32)],
             {"block_size": 2},

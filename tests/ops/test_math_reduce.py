@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mathtensor_util import check_op, ir_node
+from harness import check_op, make_node
 
 from monolib.errors import ShapeError, UnsupportedOpError
 
@@ -52,7 +52,7 @@ def test_reduce_axes_input(op, axes, noop):
         ins,
         {"keepdims": 1, "noop_with_empty_axes": noop},
         opset=18,
-        constant_inputs=(1,),
+        const=(1,),
         rtol=2e-5,
         atol=1e-5,
     )
@@ -62,19 +62,19 @@ def test_reduce_long_rows_and_ints():
     check_op("ReduceSum", [f32(3, 1000)], {"keepdims": 0}, opset=13, rtol=1e-5, atol=1e-4)
     check_op("ReduceMax", [f32(4, 2048)], {"axes": [1]}, opset=13)
     xi = R.integers(-50, 50, (3, 7)).astype(np.int32)
-    check_op("ReduceSum", [xi, np.array([1], np.int64)], {}, opset=13, constant_inputs=(1,))
+    check_op("ReduceSum", [xi, np.array([1], np.int64)], {}, opset=13, const=(1,))
     check_op("ReduceMax", [xi], {"axes": [0]}, opset=13)
     check_op("ReduceMin", [xi.astype(np.int64)], {"axes": [1], "keepdims": 0}, opset=13)
 
 
 def test_reduce_runtime_axes_rejected():
     with pytest.raises(ShapeError, match="axes input must be a constant"):
-        ir_node("ReduceSum", [f32(2, 3), np.array([1], np.int64)], {}, 13)
+        make_node("ReduceSum", [f32(2, 3), np.array([1], np.int64)], {}, 13)
 
 
 def test_reduce_axis_out_of_range():
     with pytest.raises(ShapeError, match="out of range"):
-        ir_node("ReduceMean", [f32(2, 3)], {"axes": [2]}, 13)
+        make_node("ReduceMean", [f32(2, 3)], {"axes": [2]}, 13)
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
@@ -114,7 +114,7 @@ def test_batchnorm(shape, opset, const):
         [f32(*shape)] + params,
         {"epsilon": 1e-3},
         opset=opset,
-        constant_inputs=consts,
+        const=consts,
         rtol=1e-5,
         atol=1e-5,
     )
@@ -124,7 +124,7 @@ def test_batchnorm_statistics_outputs_need_training_mode():
     # training mode itself is tested in test_batchnorm_training.py
     c = 3
     with pytest.raises(UnsupportedOpError, match="extra outputs need training_mode=1"):
-        ir_node("BatchNormalization", [f32(2, c, 4)] + [f32(c)] * 4, {}, 15, n_outputs=3)
+        make_node("BatchNormalization", [f32(2, c, 4)] + [f32(c)] * 4, {}, 15, n_outputs=3)
 
 
 @pytest.mark.parametrize(
@@ -144,7 +144,7 @@ def test_layernorm(shape, axis, sshape, bias, outs):
         ins,
         {"axis": axis, "epsilon": 1e-5},
         opset=17,
-        constant_inputs=(1, 2),
+        const=(1, 2),
         n_outputs=outs,
         rtol=1e-4,
         atol=1e-5,

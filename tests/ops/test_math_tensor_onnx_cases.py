@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 import pytest
-from mathtensor_util import _attr_value
+from harness import attr_value
 
 from monolib.compiler.ir import Node, Value
 from monolib.compiler.ops import op_of
@@ -61,11 +61,11 @@ def _node(tc, inputs) -> Node:
     opset = next(o.version for o in tc.model.opset_import if o.domain in ("", "ai.onnx"))
     schema = onnx.defs.get_schema(p.op_type, opset)
     attrs = {
-        n: _attr_value(a.default_value)
+        n: attr_value(a.default_value)
         for n, a in schema.attributes.items()
         if a.default_value is not None and a.default_value.type
     }
-    attrs.update({a.name: _attr_value(a) for a in p.attribute})
+    attrs.update({a.name: attr_value(a) for a in p.attribute})
     ins, data = [], iter(inputs)
     for name in p.input:
         if not name:  # an omitted optional input has no data

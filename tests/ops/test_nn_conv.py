@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from nn_harness import check_node, make_node, run_c
+from harness import check_node, make_node, run_c
 
 from monolib.errors import MonolibError, ShapeError, UnsupportedOpError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from nn_harness import check_node, make_node
+from harness import check_node, make_node
 
 RNG = np.random.default_rng(5)
 T, B, I, H = 5, 2, 7, 16

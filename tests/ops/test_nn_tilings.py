@@ -11,15 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from nn_harness import check_node
+from harness import TILINGS, check_node
 
 RNG = np.random.default_rng(11)
-
-TILINGS = {
-    "avx512_tiling": ("-O2", "-march=native", "-DML_VW=8", "-DML_NP=2"),
-    "sse_width": ("-O2", "-DML_VW=4", "-DML_NP=1"),
-}
-
 
 def r(*shape: int, scale: float = 1.0) -> np.ndarray:
     return (scale * RNG.standard_normal(shape)).astype(np.float32)
@@ -63,7 +57,7 @@ CASES = {
 def test_tiling(tiling: str, case: str) -> None:
     op, inputs, attrs, const = CASES[case]
     check_node(
-        op, inputs, attrs, const=const, opset=13, cflags=TILINGS[tiling], ort=False, epilogue=False
+        op, inputs, attrs, const=const, opset=13, options=TILINGS[tiling], ort=False, epilogue=False
     )
 
 
@@ -81,6 +75,6 @@ def test_lstm_tiling(tiling: str) -> None:
         {"hidden_size": h},
         const=[1, 2, 3],
         n_outputs=3,
-        cflags=TILINGS[tiling],
+        options=TILINGS[tiling],
         ort=False,
     )

@@ -6,14 +6,11 @@ pool gives the single-thread result."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
+from harness import run_threads
 from onnx import TensorProto, helper, numpy_helper
 
-import monolib
 from monolib.compiler.build import lower
-from monolib.runtime import GraphModule, cpu, set_num_threads
 
 RNG = np.random.default_rng(17)
 
@@ -76,20 +73,12 @@ def test_integer_upsampling_kernel() -> None:
     model, feeds = _model(), _feeds()
     source = lower(model)[0]
     assert source.count("ml_upsample_nearest(") == len(CASES) + 1  # + its definition
-    gm = GraphModule(monolib.compile(model, target="c")["default"](cpu()))
     names = list(CASES)
-    try:
-        set_num_threads(1)
-        gm.run(**feeds)
-        one = [gm.get_output(i).numpy().copy() for i in range(len(names))]
-        for name, got in zip(names, one):
-            _, _, (fy, fx) = CASES[name]
-            want = np.repeat(np.repeat(feeds[f"x_{name}"], fy, axis=2), fx, axis=3)
-            assert got.dtype == want.dtype, name
-            np.testing.assert_array_equal(got, want, err_msg=name)
-        set_num_threads(2)
-        gm.run(**feeds)
-        for i, ref in enumerate(one):
-            np.testing.assert_array_equal(gm.get_output(i).numpy(), ref, err_msg=names[i])
-    finally:
-        set_num_threads(len(os.sched_getaffinity(0)))
+    one, two = run_threads(model, feeds)
+    for name, got in zip(names, one):
+        _, _, (fy, fx) = CASES[name]
+        want = np.repeat(np.repeat(feeds[f"x_{name}"], fy, axis=2), fx, axis=3)
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    for name, got, ref in zip(names, two, one):
+        np.testing.assert_array_equal(got, ref, err_msg=name)

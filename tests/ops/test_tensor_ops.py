@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mathtensor_util import check_op, compile_and_run, ir_node
+from harness import check_op, run_c, make_node
 
 from monolib.compiler.ops import op_of
 from monolib.errors import ShapeError, UnsupportedOpError
@@ -121,7 +121,7 @@ def _id(case):
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_tensor_op_matches_ort(case):
     op, ins, attrs, opset, consts, nout = case
-    check_op(op, ins, attrs, opset=opset, constant_inputs=consts, n_outputs=nout)
+    check_op(op, ins, attrs, opset=opset, const=consts, n_outputs=nout)
 
 
 def test_constant_of_shape_value_attr():
@@ -129,7 +129,7 @@ def test_constant_of_shape_value_attr():
     import onnx.helper as oh
 
     value = oh.make_tensor("v", onnx.TensorProto.INT32, [1], [7])
-    check_op("ConstantOfShape", [I64(3, 2)], {"value": value}, opset=20, constant_inputs=(0,))
+    check_op("ConstantOfShape", [I64(3, 2)], {"value": value}, opset=20, const=(0,))
 
 
 def test_alias_ops_emit_nothing():
@@ -138,15 +138,15 @@ def test_alias_ops_emit_nothing():
         ("Squeeze", [f32(1, 3)], {}, ()),
         ("Flatten", [f32(2, 3)], {}, ()),
     ]:
-        node = ir_node(op, ins, attrs, 13, consts)
+        node = make_node(op, ins, attrs, 13, consts)
         assert op_of(node).alias
         assert op_of(node).emit(node, None) == ""
 
 
 def test_gather_runtime_index_out_of_range_is_clamped():
     data, idx = f32(4, 3), I64(7, -9)
-    node = ir_node("Gather", [data, idx], {"axis": 0}, 13)
-    (got,) = compile_and_run(node, [data, idx])
+    node = make_node("Gather", [data, idx], {"axis": 0}, 13)
+    (got,) = run_c(node, [data, idx])
     np.testing.assert_array_equal(got, data[[3, 0]])
 
 
@@ -169,12 +169,12 @@ def test_gather_runtime_index_out_of_range_is_clamped():
 def test_tensor_op_errors(op, ins, attrs, consts, err, match):
     nout = 2 if op == "Split" else 1
     with pytest.raises(err, match=match):
-        ir_node(op, ins, attrs, 13, consts, n_outputs=nout)
+        make_node(op, ins, attrs, 13, consts, n_outputs=nout)
 
 
 def test_unsupported_pad_mode():
     with pytest.raises(UnsupportedOpError, match="mode"):
-        ir_node("Pad", [f32(2, 3), I64(1, 1, 1, 1)], {"mode": "mirror"}, 13, (1,))
+        make_node("Pad", [f32(2, 3), I64(1, 1, 1, 1)], {"mode": "mirror"}, 13, (1,))
 
 
 # (op, inputs, attrs, opset, constant_inputs)
@@ -221,7 +221,7 @@ MORE = [
 @pytest.mark.parametrize("case", MORE, ids=[f"{c[0]}{c[3]}-{i}" for i, c in enumerate(MORE)])
 def test_more_tensor_ops_match_ort(case):
     op, ins, attrs, opset, consts = case
-    check_op(op, ins, attrs, opset=opset, constant_inputs=consts)
+    check_op(op, ins, attrs, opset=opset, const=consts)
 
 
 TOPK = [
@@ -235,7 +235,7 @@ TOPK = [
 
 @pytest.mark.parametrize("x,k,attrs,opset", TOPK, ids=[f"topk{i}" for i in range(len(TOPK))])
 def test_topk(x, k, attrs, opset):
-    check_op("TopK", [x, I64(k)], attrs, opset=opset, constant_inputs=(1,), n_outputs=2)
+    check_op("TopK", [x, I64(k)], attrs, opset=opset, const=(1,), n_outputs=2)
 
 
 SCATTER = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mathtensor_util import apply_test_epilogue, assert_close, compile_variants, ir_node
+from harness import apply_test_epilogue, assert_close, run_variants, make_node
 
 from monolib.compiler.ops import op_of
 
@@ -20,10 +20,10 @@ nonzero_dims = st.lists(st.integers(1, 5), min_size=1, max_size=4)
 
 
 def _check(op_type, inputs, attrs, opset=13, consts=(), rtol=1e-5, atol=1e-5):
-    node = ir_node(op_type, inputs, attrs, opset, consts)
+    node = make_node(op_type, inputs, attrs, opset, consts)
     op = op_of(node)
     ref = op.reference(node, list(inputs))
-    plain, epi = compile_variants(node, inputs, (False, True))
+    plain, epi = run_variants(node, inputs, (None, "index"))
     assert_close(plain[0], ref[0], rtol, atol, f"{op_type} {attrs}")
     assert_close(epi[0], apply_test_epilogue(ref[0]), rtol, atol * 4, f"{op_type} {attrs} epilogue")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mathtensor_util import check_op, ir_node
+from harness import check_op, make_node
 
 from monolib.errors import ShapeError, UnsupportedOpError
 
@@ -31,10 +31,10 @@ def test_ppocr_detector_config():
         "nearest_mode": "floor",
     }
     check_op(
-        "Resize", [x4(1, 4, 5, 6), EMPTY, F(1, 1, 2, 2)], attrs, opset=12, constant_inputs=(1, 2)
+        "Resize", [x4(1, 4, 5, 6), EMPTY, F(1, 1, 2, 2)], attrs, opset=12, const=(1, 2)
     )
     check_op(
-        "Resize", [x4(1, 2, 3, 4), EMPTY, F(1, 1, 8, 8)], attrs, opset=12, constant_inputs=(1, 2)
+        "Resize", [x4(1, 2, 3, 4), EMPTY, F(1, 1, 8, 8)], attrs, opset=12, const=(1, 2)
     )
 
 
@@ -43,7 +43,7 @@ def test_ppocr_detector_config():
 @pytest.mark.parametrize("scales", [(1, 1, 2, 2), (1, 1, 0.6, 1.7), (1, 1, 3, 0.5)], ids=str)
 def test_nearest_scales(coord, nearest, scales):
     attrs = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": nearest}
-    check_op("Resize", [x4(1, 2, 5, 6), EMPTY, F(*scales)], attrs, opset=13, constant_inputs=(1, 2))
+    check_op("Resize", [x4(1, 2, 5, 6), EMPTY, F(*scales)], attrs, opset=13, const=(1, 2))
 
 
 @pytest.mark.parametrize("coord", COORDS)
@@ -57,7 +57,7 @@ def test_linear_scales(coord, scales):
         [x4(1, 2, 5, 6), EMPTY, F(*scales)],
         attrs,
         opset=13,
-        constant_inputs=(1, 2),
+        const=(1, 2),
         rtol=1e-5,
         atol=1e-5,
     )
@@ -81,7 +81,7 @@ def test_sizes(mode, sizes):
         [x4(1, 2, 5, 6), None, None, I64(*sizes)],
         attrs,
         opset=13,
-        constant_inputs=(3,),
+        const=(3,),
         rtol=1e-5,
         atol=1e-5,
     )
@@ -93,14 +93,14 @@ def test_resize10_and_upsample():
         [x4(1, 2, 3, 4), F(1, 1, 2, 3)],
         {"mode": "nearest"},
         opset=10,
-        constant_inputs=(1,),
+        const=(1,),
     )
     check_op(
         "Resize",
         [x4(1, 2, 3, 4), F(1, 1, 2, 2)],
         {"mode": "linear"},
         opset=10,
-        constant_inputs=(1,),
+        const=(1,),
         rtol=1e-5,
         atol=1e-5,
     )
@@ -114,7 +114,7 @@ def test_resize18_axes_and_policy(policy):
         [x4(1, 2, 4, 6), None, None, I64(8, 9)],
         attrs,
         opset=18,
-        constant_inputs=(3,),
+        const=(3,),
         rtol=1e-5,
         atol=1e-5,
     )
@@ -127,7 +127,7 @@ def test_resize19_half_pixel_symmetric():
         [x4(1, 1, 4, 5), None, F(1, 1, 1.5, 2.3)],
         attrs,
         opset=19,
-        constant_inputs=(2,),
+        const=(2,),
         rtol=1e-5,
         atol=1e-5,
     )
@@ -140,7 +140,7 @@ def test_linear_3d_trilinear():
         [x4(1, 1, 3, 4, 5), EMPTY, F(1, 1, 2, 1.5, 2)],
         attrs,
         opset=13,
-        constant_inputs=(1, 2),
+        const=(1, 2),
         rtol=1e-5,
         atol=1e-5,
     )
@@ -156,7 +156,7 @@ def test_cubic(coord, scales, exclude):
     if coord == "align_corners" and scales[2] == 0.6:
         return _onnx_reference_only(attrs, scales)
     check_op("Resize", [x4(1, 2, 5, 6), EMPTY, F(*scales)], attrs, opset=13,
-             constant_inputs=(1, 2), rtol=1e-4, atol=1e-5)  # fmt: skip
+             const=(1, 2), rtol=1e-4, atol=1e-5)  # fmt: skip
 
 
 def _onnx_reference_only(attrs, scales):
@@ -189,12 +189,12 @@ def test_tf_crop_and_resize_extrapolation():
 
 def test_unsupported_modes():
     with pytest.raises(UnsupportedOpError, match="mode 'area'"):
-        ir_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)], {"mode": "area"}, 13, (1, 2))
+        make_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)], {"mode": "area"}, 13, (1, 2))
     with pytest.raises(UnsupportedOpError, match="antialias"):
-        ir_node("Resize", [x4(1, 1, 4, 4), None, F(1, 1, 0.5, 0.5)],
+        make_node("Resize", [x4(1, 1, 4, 4), None, F(1, 1, 0.5, 0.5)],
                 {"mode": "nearest", "antialias": 1}, 18, (2,))  # fmt: skip
 
 
 def test_runtime_scales_rejected():
     with pytest.raises(ShapeError, match="compile-time constant"):
-        ir_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)], {}, 13, (1,))
+        make_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)], {}, 13, (1,))

@@ -10,23 +10,20 @@ does not apply.
 
 from __future__ import annotations
 
-import os
 import random
 from fractions import Fraction
 
 import numpy as np
 import onnx
 import pytest
-from nn_harness import EPI, HarnessContext, make_node, run_c
+from harness import EPI, VECTOR_WIDTHS, NodeContext, make_node, run_c, run_threads
 from onnx import TensorProto, helper, numpy_helper
 
-import monolib
 from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
 from monolib.compiler.ops.nn import winograd
 from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
 from monolib.compiler.testing import ort_run
-from monolib.runtime import GraphModule, cpu, set_num_threads
 from monolib.errors import CompileError
 
 RNG = np.random.default_rng(2016)
@@ -122,7 +119,7 @@ def _node(xs, ws, attrs, bias=True):
     return ins, make_node("Conv", ins, attrs, const=[1, 2], opset=11)
 
 
-def _check(ins, attrs, cflags=("-O2", "-march=native")) -> None:
+def _check(ins, attrs, options=()) -> None:
     """The emitted C, plain and with the test epilogue, against the NumPy reference.
 
     F(4x4, 3x3) and F(4, 5) in float32 lose a few bits to the transforms: the bound is
@@ -132,14 +129,14 @@ def _check(ins, attrs, cflags=("-O2", "-march=native")) -> None:
     node = make_node("Conv", ins, attrs, const=const, opset=11)
     ref = op_of(node).reference(node, list(ins))[0]
     tol = 3e-5 * float(np.abs(ref).max())
-    for epi, want in ((False, ref), (True, ref * EPI[0] + EPI[1])):
-        got = run_c(node, ins, epilogue=epi, cflags=cflags)[0]
+    for epi, want in ((None, ref), ("affine", ref * EPI[0] + EPI[1])):
+        got = run_c(node, ins, epi, options)[0]
         err = float(np.abs(got - want).max())
         assert err <= tol, f"max abs error {err:.3g} > {tol:.3g} (epilogue {epi})"
 
 
 def _source(node) -> str:
-    ctx = HarnessContext(node)
+    ctx = NodeContext(node)
     return op_of(node).emit(node, ctx) + "\n".join(ctx.helpers)
 
 
@@ -228,13 +225,7 @@ def _model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-@pytest.fixture
-def restore_threads():
-    yield
-    set_num_threads(len(os.sched_getaffinity(0)))
-
-
-def test_compiled_winograd_on_one_and_two_threads(restore_threads) -> None:
+def test_compiled_winograd_on_one_and_two_threads() -> None:
     model = _model()
     source, _, _ = lower(model, None, None)
     assert source.count("ml_winograd(&") == 2
@@ -245,29 +236,17 @@ def test_compiled_winograd_on_one_and_two_threads(restore_threads) -> None:
         "s": rng.standard_normal((1, 48, 301), np.float32),
     }
     want = ort_run(model, feeds)
-    gm = GraphModule(monolib.compile(model, target="c")["default"](cpu()))
-    outs = {}
-    for n in (1, 2):
-        set_num_threads(n)
-        gm.run(**feeds)
-        outs[n] = [gm.get_output(i).numpy().copy() for i in range(2)]
-        for got, ref in zip(outs[n], want):
-            assert np.abs(got - ref).max() <= 3e-5 * np.abs(ref).max()
-    assert (outs[1][0] >= 0).all()  # the fused Relu
-    for a, b in zip(outs[1], outs[2]):  # tasks own whole blocks: the same sums
+    one, two = run_threads(model, feeds)
+    for got, ref in zip(one, want):
+        assert np.abs(got - ref).max() <= 3e-5 * np.abs(ref).max()
+    assert (one[0] >= 0).all()  # the fused Relu
+    for a, b in zip(one, two):  # tasks own whole blocks: the same sums
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize(
-    "cflags",
-    [
-        ("-O2", "-march=native", "-DML_VW=16", "-DML_NP=2"),  # AVX-512 widths
-        ("-O2", "-DML_VW=4", "-DML_NP=1"),  # SSE widths
-    ],
-    ids=["vw16", "vw4"],
-)
+@pytest.mark.parametrize("width", sorted(VECTOR_WIDTHS))
 @pytest.mark.parametrize("name", ["3x3_pad1_partial_tiles", "1d_k5", "3x3_narrow_output_f2"])
-def test_winograd_other_vector_widths(name: str, cflags) -> None:
+def test_winograd_other_vector_widths(name: str, width: str) -> None:
     xs, ws, attrs = CASES[name]
     ins, _ = _node(xs, ws, attrs)
-    _check(ins, attrs, cflags)
+    _check(ins, attrs, VECTOR_WIDTHS[width])

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from frontend.onnx_util import F32, make_model, ort_run, requires_ops
+from frontend.onnx_util import F32, make_model, requires_ops
 from onnx import helper
 
 from monolib.compiler.frontend import import_model
 from monolib.compiler.passes import FoldBatchNorm
 from monolib.compiler.reference_eval import evaluate
+from monolib.compiler.testing import ort_run
 
 RNG = np.random.default_rng(1)
 

@@ -6,7 +6,7 @@ original model; property-based with Hypothesis."""
 from __future__ import annotations
 
 import numpy as np
-from frontend.onnx_util import F32, make_model, ort_run, requires_ops
+from frontend.onnx_util import F32, make_model, requires_ops
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper
@@ -14,6 +14,7 @@ from onnx import helper
 from monolib.compiler.frontend import import_model
 from monolib.compiler.passes import FoldBatchNorm
 from monolib.compiler.reference_eval import evaluate
+from monolib.compiler.testing import ort_run
 
 
 @st.composite

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from frontend.onnx_util import F32, make_model, ort_run, requires_ops
+from frontend.onnx_util import F32, make_model, requires_ops
 from onnx import TensorProto, helper
 
 from monolib.compiler.frontend import import_model
 from monolib.compiler.passes import OneHotMatMulToGather, simplify
 from monolib.compiler.reference_eval import evaluate
-from monolib.compiler.testing import run_model
+from monolib.compiler.testing import ort_run, run_model
 
 RNG = np.random.default_rng(5)
 OPS = ("Equal", "Cast", "MatMul", "Reshape", "Gather", "Where", "Less", "Greater", "Or")

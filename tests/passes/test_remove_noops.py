@@ -4,12 +4,13 @@ checked against ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
-from frontend.onnx_util import F32, I64, make_model, ort_run, requires_ops
+from frontend.onnx_util import F32, I64, make_model, requires_ops
 from onnx import helper
 
 from monolib.compiler.frontend import import_model
 from monolib.compiler.passes import RemoveNoOps, simplify
 from monolib.compiler.reference_eval import evaluate
+from monolib.compiler.testing import ort_run
 
 RNG = np.random.default_rng(3)
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from frontend.onnx_util import F32, make_model, ort_run, requires_ops
+from frontend.onnx_util import F32, make_model, requires_ops
 from onnx import helper
 
 from monolib.compiler.frontend import import_model
 from monolib.compiler.passes import TanhPlusOneToSigmoid, simplify
 from monolib.compiler.reference_eval import evaluate
+from monolib.compiler.testing import ort_run
 
 OPS = ("Tanh", "Add", "Mul", "Sigmoid")
 N = 257

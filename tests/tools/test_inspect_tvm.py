@@ -6,9 +6,7 @@ hand-made PE and Mach-O files carrying the symbol in their symbol tables."""
 from __future__ import annotations
 
 import json
-import shutil
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +20,8 @@ import fuzz_container
 
 from monolib.cli import main
 from monolib.abi.binfmt import parse_binary
-from monolib.errors import ContainerError
+from monolib.errors import ContainerError, ToolchainError
+from monolib.export.toolchain import find_compiler, link_shared
 from monolib.tools.inspect import inspect_library
 from monolib.tools.tvm_container import find_tvm, parse_tvm_blob
 
@@ -33,8 +32,11 @@ VM_BYTES, CUDA_BYTES = fuzz_container.VM_BYTES, fuzz_container.CUDA_BYTES
 
 
 def gcc_library(tmp_path, symbol: str, blob: bytes) -> str:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
+    """A shared library (the export's compiler and flags) holding ``blob`` as ``symbol``."""
+    try:
+        find_compiler()
+    except ToolchainError as e:
+        pytest.skip(str(e))
     src = tmp_path / "tvmlib.c"
     data = ", ".join(str(b) for b in blob)
     src.write_text(
@@ -42,7 +44,7 @@ def gcc_library(tmp_path, symbol: str, blob: bytes) -> str:
         "int __tvm_ffi_main(void) { return 0; }\n"
     )
     out = tmp_path / "tvmlib.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    link_shared([str(src)], str(out))
     return str(out)
 
 

@@ -9,33 +9,39 @@ Typical op test::
 
 :func:`run_model` compiles with :func:`monolib.compiler.build.compile` and runs the
 factory's graph executor without exporting. When the runtime parts are not installed
-it falls back to :func:`run_c`: gcc builds a temporary ``.so`` that ctypes runs directly
+it falls back to :func:`run_c`: the export's compiler builds a ``.so`` that ctypes runs
 (the ABI of docs/ARCHITECTURE.md, "The generated C library").
 """
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import hashlib
 import importlib.util
 import logging
 import os
-import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import CompileError, InputError, ToolchainError
+from ..abi.names import NUM_OPS, RUN, RUN_OP
+from ..errors import CompileError, InputError
 
-__all__ = ["aligned_empty", "build_c", "make_node_model", "ort_run", "run_c", "run_model"]
+__all__ = [
+    "aligned_empty",
+    "build_c",
+    "build_shared",
+    "make_node_model",
+    "ort_run",
+    "ort_session",
+    "run_c",
+    "run_model",
+]
 
 logger = logging.getLogger(__name__)
 
-_TMP: str | None = None
 _LIBS: dict[str, ctypes.CDLL] = {}
 
 
@@ -145,16 +151,44 @@ def _fill_output_types(model, feeds: dict[str, np.ndarray]) -> None:
             )
 
 
-def ort_run(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Run ``model`` with ONNX Runtime (CPU, one thread): the reference outputs."""
+def ort_session(model, *, threads: int = 1, optimize: bool = True):
+    """An ONNX Runtime session on the CPU: the one way tests and benchmarks make one.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto, bytes, str or os.PathLike
+        The model, serialized, or the path of a ``.onnx`` file.
+    threads : int
+        ``intra_op_num_threads`` (1: the single-threaded reference every op is
+        checked against; 0: ONNX Runtime's default, one per core).
+    optimize : bool
+        ``False`` disables ONNX Runtime's graph optimizations (``ORT_DISABLE_ALL``):
+        its fused kernels round differently from its plain ones.
+
+    Returns
+    -------
+    onnxruntime.InferenceSession
+    """
     import onnxruntime as ort
 
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
     data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
-    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def ort_run(model, feeds: dict[str, np.ndarray], **options) -> list[np.ndarray]:
+    """Run ``model`` once with ONNX Runtime: the reference outputs.
+
+    ``options`` are :func:`ort_session`'s (default: one thread, graph optimizations on).
+    """
+    return ort_session(model, **options).run(None, feeds)
 
 
 def _runtime_available() -> bool:
@@ -193,7 +227,7 @@ def run_model(model, feeds: dict[str, np.ndarray], **compile_kwargs) -> list[np.
 
 def _run_runtime(model, feeds, **compile_kwargs) -> list[np.ndarray]:
     from ..runtime.device import cpu
-    from ..runtime.graph_executor import GraphModule
+    from ..runtime.graph_module import GraphModule
     from .build import compile as compile_model
 
     factory = compile_model(model, **compile_kwargs)
@@ -209,53 +243,81 @@ def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
     return raw[start : start + nbytes]
 
 
-def _tmpdir() -> str:
-    global _TMP
-    if _TMP is None:
-        _TMP = tempfile.mkdtemp(prefix="monolib-test-")
-        atexit.register(shutil.rmtree, _TMP, True)
-    return _TMP
+def _cache_dir() -> str:
+    """Per-user folder of the libraries :func:`build_shared` built, kept between runs (and
+    shared by pytest-xdist workers): a source seen before is not compiled again."""
+    path = os.path.join(tempfile.gettempdir(), f"monolib-test-{os.getuid()}")
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
-def build_c(source: str, flags: Sequence[str] = ("-O3", "-march=native")) -> ctypes.CDLL:
-    """Compile generated C to a temporary ``.so`` with the system C compiler and load it
-    (cached by source text within the process).
+def build_shared(source: str, options: Sequence[str] = ()) -> ctypes.CDLL:
+    """Compile C ``source`` to a shared library as :func:`monolib.export_library` does on
+    the host, and load it.
+
+    The compiler and its flags are the export's (:func:`..export.toolchain.link_shared`:
+    ``-O3 -march=native -fPIC -shared ...``), so a kernel is tested as it is built.
+    Libraries are cached by compiler, flags and source text.
+
+    Parameters
+    ----------
+    source : str
+        A self-contained C file (kernel headers pasted in).
+    options : list of str
+        Extra flags after the export's, e.g. ``("-DML_VW=4", "-DML_NP=1")`` to force a
+        tiling of ``gemm.h``.
 
     Raises
     ------
     ToolchainError
         When no compiler is found or it rejects the source (its stderr is included).
     """
-    key = hashlib.sha256(("\0".join(flags) + source).encode()).hexdigest()[:24]
+    from ..export.toolchain import find_compiler, link_shared
+
+    compiler = find_compiler("c")
+    key = hashlib.sha256("\0".join([*compiler, *options, source]).encode()).hexdigest()[:24]
     if key in _LIBS:
         return _LIBS[key]
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        raise ToolchainError("no C compiler found (set CC, or install gcc)")
-    d = _tmpdir()
-    src, lib = os.path.join(d, f"{key}.c"), os.path.join(d, f"{key}.so")
-    with open(src, "w") as fh:
-        fh.write(source)
-    cmd = [cc, *flags, "-shared", "-fPIC", "-pthread", "-o", lib, src, "-lm"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ToolchainError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
-    dll = ctypes.CDLL(lib)
+    d = _cache_dir()
+    lib = os.path.join(d, f"k_{key}.so")
+    if not os.path.exists(lib):
+        src = os.path.join(d, f"k_{key}.{os.getpid()}.c")
+        tmp = os.path.join(d, f"k_{key}.{os.getpid()}.so")
+        with open(src, "w") as fh:
+            fh.write(source)
+        try:
+            link_shared([src], tmp, "c", compiler=compiler, options=options)
+            os.replace(tmp, lib)  # atomic: a concurrent worker never loads half a file
+        finally:
+            os.remove(src)
+    _LIBS[key] = ctypes.CDLL(lib)
+    return _LIBS[key]
+
+
+def build_c(source: str) -> ctypes.CDLL:
+    """:func:`build_shared` for a generated library's C (the ABI of
+    docs/ARCHITECTURE.md): ``monolib_run`` and ``monolib_run_op`` typed for ctypes.
+
+    Raises
+    ------
+    ToolchainError
+        When no compiler is found or it rejects the source (its stderr is included).
+    """
+    dll = build_shared(source)
     for fn, argtypes in (
-        ("monolib_run", [ctypes.c_void_p] * 2),
-        ("monolib_run_op", [ctypes.c_int32] + [ctypes.c_void_p] * 2),
+        (RUN, [ctypes.c_void_p] * 2),
+        (RUN_OP, [ctypes.c_int32] + [ctypes.c_void_p] * 2),
     ):
         getattr(dll, fn).argtypes = argtypes
         getattr(dll, fn).restype = ctypes.c_int32
-    dll.monolib_num_ops.restype = ctypes.c_int32
-    _LIBS[key] = dll
+    getattr(dll, NUM_OPS).restype = ctypes.c_int32
     return dll
 
 
 def run_c(
     source: str, graph_json: dict, params: np.ndarray, feeds: dict[str, np.ndarray]
 ) -> list[np.ndarray]:
-    """Build ``source`` with gcc, run ``monolib_run`` once on ``feeds`` and return the
+    """Build ``source`` (:func:`build_c`), run ``monolib_run`` once on ``feeds`` and return the
     outputs (the executor's job, done minimally with ctypes for tests).
 
     Raises

@@ -105,7 +105,7 @@ def check_bytes(data: bytes) -> str:
     from monolib.abi.binfmt import find_container, parse_binary
     from monolib.abi.container import Container
     from monolib.errors import MonolibError
-    from monolib.runtime.graph_executor import load_factory
+    from monolib.runtime.factory import load_factory
 
     try:
         try:

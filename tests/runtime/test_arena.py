@@ -1,4 +1,4 @@
-"""Executor arenas (runtime/graph_executor.py arena_empty): zero-filled, writable,
+"""Executor arenas (runtime/arena.py arena_empty): zero-filled, writable,
 64-byte aligned; large ones on 2 MiB boundaries (transparent huge pages)."""
 
 import numpy as np

@@ -11,7 +11,7 @@ import pytest
 import monolib
 from monolib.compiler.testing import make_node_model
 from monolib.models import fetch_model
-from monolib.runtime.device_executor import DeviceUnavailableError
+from monolib.errors import DeviceUnavailableError
 
 CLS = ("ppocr_cls", (1, 3, 48, 192))
 

@@ -91,7 +91,7 @@ def test_refused_binary_falls_back_to_source(need_opencl):
 
 
 def test_missing_device_index_is_named(need_opencl):
-    from monolib.runtime.device_executor import DeviceUnavailableError
+    from monolib.errors import DeviceUnavailableError
 
     factory = monolib.compile(conv_model(), target="opencl")
     with pytest.raises(DeviceUnavailableError, match="no OpenCL device 99"):

@@ -117,7 +117,7 @@ def test_no_opencl_is_a_clear_error_at_executor_not_import(built, tmp_path):
     env = {**os.environ, "OCL_ICD_VENDORS": str(empty), "OPENCL_VENDOR_PATH": str(empty)}
     code = (
         "import sys, monolib\n"
-        "from monolib.runtime.device_executor import DeviceUnavailableError\n"
+        "from monolib.errors import DeviceUnavailableError\n"
         f"mod = monolib.load_module({str(built['cls'][1])!r})\n"
         "try:\n"
         "    mod['default'](monolib.opencl())\n"

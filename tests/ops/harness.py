@@ -316,7 +316,9 @@ def run_variants(
             f"void run{k}(const uint8_t* restrict params, uint8_t* restrict arena) {{\n{body}\n}}"
         )
     lib = build_shared("\n".join(parts), ("-Werror=implicit-function-declaration", *options))
-    return [_execute(getattr(lib, f"run{k}"), node, ctx, inputs) for k, (ctx, _) in enumerate(emitted)]
+    return [
+        _execute(getattr(lib, f"run{k}"), node, ctx, inputs) for k, (ctx, _) in enumerate(emitted)
+    ]
 
 
 def run_c(

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from frontend.onnx_util import F32, make_model
 from harness import TILINGS, NodeContext, check_node, make_node, run_threads
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
@@ -116,7 +117,6 @@ def _model() -> tuple:
     """Relu(ConvTranspose 2x2/2 16->12 + bias) -> Sigmoid(ConvTranspose 2x2/2 12->1), the
     PP-OCR det head at a smaller size, each large enough to split over threads; a 1-D
     one (height 1: split over pixel blocks) beside it."""
-    w = lambda name, *s: numpy_helper.from_array(r(*s, scale=0.3), name)
     nodes = [
         helper.make_node("ConvTranspose", ["x", "w1", "b1"], ["t1"], strides=[2, 2]),
         helper.make_node("Relu", ["t1"], ["r1"]),
@@ -124,27 +124,13 @@ def _model() -> tuple:
         helper.make_node("Sigmoid", ["t2"], ["y"]),
         helper.make_node("ConvTranspose", ["u", "w3"], ["v"], strides=[2]),
     ]
-    inits = [
-        w("w1", 16, 12, 2, 2),
-        w("b1", 12),
-        w("w2", 12, 1, 2, 2),
-        w("b2", 1),
-        w("w3", 40, 30, 2),
-    ]
-    graph = helper.make_graph(
+    shapes = {"w1": (16, 12, 2, 2), "b1": (12,), "w2": (12, 1, 2, 2), "b2": (1,), "w3": (40, 30, 2)}
+    model = make_model(
         nodes,
-        "tconv",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 80, 84]),
-            helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 40, 3000]),
-        ],
-        [
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 320, 336]),
-            helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 30, 6000]),
-        ],
-        inits,
+        [("x", F32, [1, 16, 80, 84]), ("u", F32, [1, 40, 3000])],
+        [("y", F32, [1, 1, 320, 336]), ("v", F32, [1, 30, 6000])],
+        {k: r(*s, scale=0.3) for k, s in shapes.items()},
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     feeds = {"x": r(1, 16, 80, 84), "u": r(1, 40, 3000)}
     return model, feeds
 

@@ -19,8 +19,9 @@ import numpy as np
 import onnx
 import pytest
 from monolib.compiler.backends.c.headers import kernel_header
+from frontend.onnx_util import F32, make_model
 from harness import EPI, VECTOR_WIDTHS, NodeContext, make_node, run_c, run_threads
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
@@ -153,13 +154,6 @@ def _model() -> onnx.ModelProto:
     """PP-OCR-like: dw 3x3 (3 channels: split in bands of rows) + HardSwish as Add, Clip,
     Mul, Div; dw 5x5 stride 2 (24 channels) + bias + Relu; dw 3x3 stride (2, 1). The
     first two are over the thread pool's threshold (2M multiply-adds)."""
-
-    def w(name, *s, scale=0.3):
-        return numpy_helper.from_array(r(*s, scale=scale), name)
-
-    def f(name, v):
-        return numpy_helper.from_array(np.array(v, np.float32), name)
-
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], group=3, pads=[1, 1, 1, 1]),
         helper.make_node("Add", ["c1", "three"], ["a1"]),
@@ -174,30 +168,24 @@ def _model() -> onnx.ModelProto:
             "Conv", ["s", "w3", "b3"], ["y3"], group=24, pads=[1, 1, 1, 1], strides=[2, 1]
         ),
     ]
-    graph = helper.make_graph(
+    weights = {
+        "w1": r(3, 1, 3, 3),
+        "w2": r(24, 1, 5, 5, scale=0.3),
+        "b2": r(24, scale=0.3),
+        "w3": r(24, 1, 3, 3, scale=0.3),
+        "b3": r(24, scale=0.3),
+        **{k: np.array(v, np.float32) for k, v in (("three", 3.0), ("zero", 0.0), ("six", 6.0))},
+    }
+    return make_model(
         nodes,
-        "depthwise",
+        [("x", F32, [1, 3, 300, 131]), ("s", F32, [1, 24, 121, 153])],
         [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 300, 131]),
-            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 24, 121, 153]),
+            ("y1", F32, [1, 3, 300, 131]),
+            ("y2", F32, [1, 24, 61, 77]),
+            ("y3", F32, [1, 24, 61, 153]),
         ],
-        [
-            helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 3, 300, 131]),
-            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 24, 61, 77]),
-            helper.make_tensor_value_info("y3", TensorProto.FLOAT, [1, 24, 61, 153]),
-        ],
-        [
-            w("w1", 3, 1, 3, 3, scale=1.0),
-            w("w2", 24, 1, 5, 5),
-            w("b2", 24),
-            w("w3", 24, 1, 3, 3),
-            w("b3", 24),
-            f("three", 3.0),
-            f("zero", 0.0),
-            f("six", 6.0),
-        ],
+        weights,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def test_compiled_depthwise_on_one_and_two_threads() -> None:

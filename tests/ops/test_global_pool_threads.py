@@ -5,8 +5,9 @@ and is the same at 1 and 2 threads."""
 from __future__ import annotations
 
 import numpy as np
+from frontend.onnx_util import F32, make_model
 from harness import run_threads
-from onnx import TensorProto, helper
+from onnx import helper
 
 from monolib.compiler.build import lower
 from monolib.compiler.testing import ort_run
@@ -23,16 +24,9 @@ def _model():
         helper.make_node("Neg", ["x"], ["nx"]),
         helper.make_node("GlobalMaxPool", ["nx"], ["z"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "gpool",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 40, 81, 91])],
-        [
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 40, 1, 1]),
-            helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 40, 1, 1]),
-        ],
+    return make_model(
+        nodes, [("x", F32, [2, 40, 81, 91])], [("y", F32, [2, 40, 1, 1]), ("z", F32, [2, 40, 1, 1])]
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def test_global_pools_split_over_channels() -> None:

@@ -16,8 +16,9 @@ from fractions import Fraction
 import numpy as np
 import onnx
 import pytest
+from frontend.onnx_util import F32, make_model
 from harness import EPI, VECTOR_WIDTHS, NodeContext, make_node, run_c, run_threads
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
@@ -200,29 +201,19 @@ def test_winograd_can_be_turned_off(monkeypatch) -> None:
 def _model() -> onnx.ModelProto:
     """x [1,32,45,43] -> 3x3 conv (20) + bias -> Relu: 132 tiles, over the parallel
     threshold; s [1,48,301] -> 1-D 5-tap conv (40), no bias."""
-
-    def w(name, *s):
-        return numpy_helper.from_array(r(*s, scale=0.2), name)
-
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["y"]),
         helper.make_node("Conv", ["s", "w2"], ["z"], pads=[0, 0]),
     ]
-    graph = helper.make_graph(
+    shapes = {"w1": (20, 32, 3, 3), "b1": (20,), "w2": (40, 48, 5)}
+    weights = {k: r(*s, scale=0.2) for k, s in shapes.items()}
+    return make_model(
         nodes,
-        "winograd",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 45, 43]),
-            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 48, 301]),
-        ],
-        [
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 45, 43]),
-            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 40, 297]),
-        ],
-        [w("w1", 20, 32, 3, 3), w("b1", 20), w("w2", 40, 48, 5)],
+        [("x", F32, [1, 32, 45, 43]), ("s", F32, [1, 48, 301])],
+        [("y", F32, [1, 20, 45, 43]), ("z", F32, [1, 40, 297])],
+        weights,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def test_compiled_winograd_on_one_and_two_threads() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "CompileError",
     "ContainerError",
+    "DeviceUnavailableError",
     "ExecutionError",
     "ExportError",
     "FetchError",
@@ -17,6 +18,9 @@ __all__ = [
     "InputError",
     "LibraryLoadError",
     "MonolibError",
+    "ParamsError",
+    "ParamsFileError",
+    "ParamsInputError",
     "ShapeError",
     "SignatureError",
     "TargetError",
@@ -34,6 +38,20 @@ class MonolibError(Exception):
 class ContainerError(MonolibError):
     """A container (the blob embedded in an exported library) is corrupt, truncated,
     of an unknown format version, or fails a SHA-256 check."""
+
+
+class ParamsError(ContainerError):
+    """A params (safetensors) file or buffer is truncated or malformed, or tensors
+    cannot be stored in / packed from it. A ``ContainerError`` (so a ``MonolibError``)."""
+
+
+class ParamsFileError(ParamsError):
+    """The params file is missing or cannot be read, mapped or written.
+
+    One parent, :class:`ParamsError`: every failure of ``load_params`` /
+    ``save_params`` is caught by one ``except ParamsError``. (It was also a
+    :class:`LibraryLoadError`, but a params file is no library and nothing caught it
+    as one.)"""
 
 
 class LibraryLoadError(MonolibError):
@@ -64,6 +82,12 @@ class InputError(MonolibError):
     wrong shape or dtype."""
 
 
+class ParamsInputError(InputError):
+    """A param given to an executor (``load_params``, ``set_input``) has an unknown
+    name, or the wrong shape or dtype: what a user gives an executor, like any
+    :class:`InputError`. (A malformed params file is a :class:`ParamsError`.)"""
+
+
 class CompileError(MonolibError):
     """The compiler could not compile the model."""
 
@@ -82,6 +106,12 @@ class FunctionNotFoundError(MonolibError, AttributeError):
 
 class ExecutionError(MonolibError):
     """A compiled function reported failure (``monolib_run`` returned nonzero)."""
+
+
+class DeviceUnavailableError(ExecutionError):
+    """No device of the kind a model was compiled for can be used here: its Python
+    bindings are not installed, no driver/platform is found, or the index is out of
+    range. Raised when an executor is made (never at import)."""
 
 
 class TargetError(MonolibError, ValueError):

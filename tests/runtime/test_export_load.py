@@ -441,7 +441,8 @@ def test_io_failure_is_an_export_error(tmp_path, monkeypatch):
 
 
 def test_load_params_swaps_weights_per_executor(tiny_lib, tmp_path):
-    from monolib.runtime.params import ParamsError, save_params
+    from monolib.errors import ParamsInputError
+    from monolib.runtime.params import save_params
 
     mod = load_module(tiny_lib)
     a, b = GraphModule(mod["default"](cpu())), GraphModule(mod["default"](cpu()))
@@ -457,7 +458,7 @@ def test_load_params_swaps_weights_per_executor(tiny_lib, tmp_path):
     b.load_params({"b": np.array([1.0], np.float32)})  # the others keep their values (TVM)
     b.run()
     np.testing.assert_allclose(b.get_output(0).numpy(), x * w2 + 1.0, rtol=1e-6)
-    with pytest.raises(ParamsError, match="'w': got"):
+    with pytest.raises(ParamsInputError, match="'w': got"):
         b.load_params({"w": np.zeros(3, np.float32)})
     np.testing.assert_array_equal(mod.get_params()["w"], W)  # the mapping is untouched
 

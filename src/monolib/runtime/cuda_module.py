@@ -19,8 +19,8 @@ import numpy as np
 
 from ..abi.names import CUDA
 from .device import Device
-from .device_executor import DeviceModule, DeviceSession, DeviceUnavailableError
-from ..errors import CompileError, ExecutionError
+from ..errors import CompileError, DeviceUnavailableError, ExecutionError
+from .device_executor import DeviceModule, DeviceSession
 
 __all__ = ["CUDAModule", "load_cuda", "nvrtc_available", "nvrtc_compile"]
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from ..errors import ContainerError, ExecutionError, InputError
+from ..errors import ContainerError, InputError
 from ..abi.graph_spec import tensor_info
 from ..abi.names import CUDA, DEVICE, OPENCL
 from .arena import aligned_empty
@@ -37,7 +37,6 @@ __all__ = [
     "DeviceGraphExecutor",
     "DeviceModule",
     "DeviceSession",
-    "DeviceUnavailableError",
     "read_header",
 ]
 
@@ -46,12 +45,6 @@ logger = logging.getLogger(__name__)
 MAGIC = b"MLDEVMOD"
 VERSION = 1
 _HEAD = struct.Struct("<8sII")  # magic, format version, header JSON size
-
-
-class DeviceUnavailableError(ExecutionError):
-    """No device of the kind a model was compiled for can be used here: its Python
-    bindings are not installed, no driver/platform is found, or the index is out of
-    range. Raised when an executor is made (never at import)."""
 
 
 class DeviceSession:

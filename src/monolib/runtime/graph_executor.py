@@ -31,24 +31,19 @@ import numpy as np
 
 from ..abi.graph_spec import TensorInfo, tensor_info
 from ..abi.names import RUN, RUN_OP
-from ..errors import ContainerError, ExecutionError, InputError
+from ..errors import ContainerError, ExecutionError, InputError, ParamsInputError
 from .arena import arena_empty
 from .device import Device, cpu
 from .factory import GraphExecutorFactoryModule, register_executor
 from .graph_module import GraphModule
 from .module import Module
-from .params import ParamsError, params_blob
+from .params import params_blob
 from .params import load_params as read_params
 from .threads import register_library
 
-__all__ = ["GraphExecutor", "ParamsInputError", "create"]
+__all__ = ["GraphExecutor", "create"]
 
 logger = logging.getLogger(__name__)
-
-
-class ParamsInputError(InputError, ParamsError):
-    """A param given to an executor has an unknown name, or the wrong shape or dtype.
-    Both an :class:`InputError` and a ``ParamsError`` (what it was before)."""
 
 
 class GraphExecutor:
@@ -124,7 +119,7 @@ class GraphExecutor:
         Raises
         ------
         ParamsInputError
-            (an InputError and a ParamsError) Unknown name, wrong shape or dtype;
+            (an InputError) Unknown name, wrong shape or dtype;
             the message names the param and what the graph expects.
         ParamsError
             A malformed safetensors file or buffer.

@@ -17,8 +17,8 @@ import numpy as np
 
 from ..abi.names import OPENCL
 from .device import Device
-from .device_executor import DeviceModule, DeviceSession, DeviceUnavailableError
-from ..errors import ExecutionError
+from ..errors import DeviceUnavailableError, ExecutionError
+from .device_executor import DeviceModule, DeviceSession
 
 __all__ = ["OpenCLModule", "devices", "load_opencl"]
 

@@ -30,13 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ContainerError, LibraryLoadError
+from ..errors import ParamsError, ParamsFileError
 from .files import write_atomic
 
 __all__ = [
     "SAFETENSORS_DTYPES",
-    "ParamsError",
-    "ParamsFileError",
     "load_params",
     "params_blob",
     "params_metadata",
@@ -44,15 +42,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class ParamsError(ContainerError):
-    """A params (safetensors) file or buffer is truncated or malformed, or tensors
-    cannot be stored in / packed from it. A ``ContainerError`` (so a ``MonolibError``)."""
-
-
-class ParamsFileError(ParamsError, LibraryLoadError):
-    """The params file is missing or cannot be read or mapped."""
 
 
 #: safetensors dtype code -> NumPy dtype (little endian). The codes of the

@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from ....abi import graph_spec
 from ....errors import CompileError, MonolibError
 from ...ir import Graph, Value
 from ...ops.base import op_of
 from ...passes.fuse_elementwise import FusedOp, Fusion
-from ...passes.plan_memory import ALIGN, MemoryPlan, align
+from ...passes.plan_memory import MemoryPlan, align
 from ..cstyle import HOST_C, c_literal, ctype, rendering, tensor_pointer
+from ..graph_json import graph_json_of, node_json
 from . import epilogue
 from .headers import kernel_header
 
@@ -326,18 +326,6 @@ def _whole_output_epilogue(fused: FusedOp, ctx: CEmitContext) -> str:
     return "\n".join(lines)
 
 
-def _node_json(fused: FusedOp, plan: MemoryPlan) -> dict[str, Any]:
-    return graph_spec.node_entry(
-        fused.name, fused.op_type, fused.fused_types, (v.name for v in fused.reads()),
-        (v.name for v in fused.writes()), fused.out.shape, fused.out.dtype,
-        plan.offset(fused.out),
-    )
-
-
-def _io_json(values: Sequence[Value], plan: MemoryPlan) -> list[dict[str, Any]]:
-    return [graph_spec.tensor_entry(v.name, v.shape, v.dtype, plan.offset(v)) for v in values]
-
-
 def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
     parts = [host_prelude(), *source.headers, *source.helpers, *source.functions, *op_functions]
     if n:
@@ -392,26 +380,6 @@ def scratch_sizes(fusion: Fusion, plan: MemoryPlan) -> dict[int, int]:
         if ctx.scratch_used:
             sizes[t] = ctx.scratch_used
     return sizes
-
-
-def graph_json_of(graph, fusion, plan, nodes, params, blob, constants, *, arena_bytes,
-                  device=None) -> dict[str, Any]:
-    """The graph JSON (:func:`~monolib.abi.graph_spec.graph_document`) shared by the C
-    and device generators; ``device`` (e.g. ``"opencl"``) is recorded when the
-    kernels run on one."""
-    return graph_spec.graph_document(
-        graph.name,
-        arena_bytes=align(arena_bytes, ALIGN),
-        params_bytes=int(blob.nbytes),
-        inputs=_io_json(fusion.inputs, plan),
-        outputs=_io_json(fusion.outputs, plan),
-        nodes=nodes,
-        params=params.entries,
-        aliases={f.out.name: f.src.name for f in fusion.ops if f.kind == "alias"},
-        constants=constants,
-        metadata=graph.metadata,
-        device=device,
-    )
 
 
 def generate(
@@ -471,7 +439,7 @@ def generate(
             f"/* {chain}: {fused.name} */\n{HOST_C.signature(f'op_{i}')} {{\n"
             f"  (void)params; (void)arena;\n{body}\n}}"
         )
-        nodes.append(_node_json(fused, plan))
+        nodes.append(node_json(fused, plan))
     src = _assemble(source, op_functions, len(nodes))
     blob = params.blob()
     graph_json = graph_json_of(graph, fusion, plan, nodes, params, blob, constants,

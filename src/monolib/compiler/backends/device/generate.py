@@ -27,7 +27,8 @@ from ...ops.base import device_ops, has_device_kernel, op_of
 from ..cstyle import Language, ctype, rendering, tensor_pointer
 from ...passes.fuse_elementwise import FusedOp, Fusion, broadcast_strides
 from ...passes.plan_memory import MemoryPlan
-from ..c.generate import ParamsBuilder, _node_json, graph_json_of
+from ..c.generate import ParamsBuilder
+from ..graph_json import graph_json_of, node_json
 from ..c.epilogue import compose
 from .lowerings import Kernel, decompose, flat_of
 
@@ -157,7 +158,7 @@ def generate(
         chain = " -> ".join([fused.op_type, *fused.fused_types])
         kernels.append(_render(name, kernel, language, f"{chain}: {fused.name}"))
         functions.append({"name": name, "node": i, "items": int(kernel.items)})
-        nodes.append(_node_json(fused, plan))
+        nodes.append(node_json(fused, plan))
     # element indices fit 32 bits unless a tensor has 2^31 elements; 32-bit index math
     # is what device compilers vectorize well (PoCL: rec 30% faster than int64)
     big = max((v.size for v in graph.values() if v is not None), default=0) >= 2**31 - 1

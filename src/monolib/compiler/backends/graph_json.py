@@ -1,0 +1,86 @@
+"""The graph JSON of a compiled graph, shared by every backend's generator.
+
+Turns the compiler's objects (the graph, its :class:`~..passes.fuse_elementwise.Fusion`
+and :class:`~..passes.plan_memory.MemoryPlan`) into the entries of the one writer,
+:mod:`monolib.abi.graph_spec` (docs/ARCHITECTURE.md, "The graph JSON"): the C and the
+device generators call these, never each other's helpers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...abi import graph_spec
+from ..ir import Graph, Value
+from ..passes.fuse_elementwise import FusedOp, Fusion
+from ..passes.plan_memory import ALIGN, MemoryPlan, align
+
+__all__ = ["graph_json_of", "io_json", "node_json"]
+
+logger = logging.getLogger(__name__)
+
+
+def node_json(fused: FusedOp, plan: MemoryPlan) -> dict[str, Any]:
+    """The ``nodes`` entry of fused op ``fused`` (:func:`~monolib.abi.graph_spec.node_entry`):
+    its output 0's arena offset comes from ``plan``."""
+    return graph_spec.node_entry(
+        fused.name, fused.op_type, fused.fused_types, (v.name for v in fused.reads()),
+        (v.name for v in fused.writes()), fused.out.shape, fused.out.dtype,
+        plan.offset(fused.out),
+    )
+
+
+def io_json(values: Sequence[Value], plan: MemoryPlan) -> list[dict[str, Any]]:
+    """The ``inputs``/``outputs`` entries of ``values`` at their planned arena offsets."""
+    return [graph_spec.tensor_entry(v.name, v.shape, v.dtype, plan.offset(v)) for v in values]
+
+
+def graph_json_of(
+    graph: Graph,
+    fusion: Fusion,
+    plan: MemoryPlan,
+    nodes: list[dict[str, Any]],
+    params: Any,
+    blob: np.ndarray,
+    constants: Mapping[str, Any] | None,
+    *,
+    arena_bytes: int,
+    device: str | None = None,
+) -> dict[str, Any]:
+    """The graph JSON (:func:`~monolib.abi.graph_spec.graph_document`) of a generated
+    library.
+
+    Parameters
+    ----------
+    graph, fusion, plan
+        The compiled graph, its fused ops and its memory plan.
+    nodes : list of dict
+        :func:`node_json` of each fused op that has code, in run order.
+    params : ParamsBuilder
+        The params table (``entries``) of the blob.
+    blob : np.ndarray of uint8
+        The params blob.
+    constants : Mapping, optional
+        Model constants recorded for the user.
+    arena_bytes : int
+        The arena the code needs (rounded up to 64 bytes here).
+    device : str, optional
+        The device kind (``"opencl"``, ``"cuda"``) when the kernels run on one.
+    """
+    return graph_spec.graph_document(
+        graph.name,
+        arena_bytes=align(arena_bytes, ALIGN),
+        params_bytes=int(blob.nbytes),
+        inputs=io_json(fusion.inputs, plan),
+        outputs=io_json(fusion.outputs, plan),
+        nodes=nodes,
+        params=params.entries,
+        aliases={f.out.name: f.src.name for f in fusion.ops if f.kind == "alias"},
+        constants=constants,
+        metadata=graph.metadata,
+        device=device,
+    )

@@ -160,6 +160,9 @@ _GNU_BOUND = "({{ {decls} {value}; }})"
 class Language:
     """What one C-style language spells differently (data only).
 
+    The element types and literals are not here: all three languages write C99's
+    (:func:`ctype`, :func:`c_literal`), the device preludes define them.
+
     Attributes
     ----------
     name : str
@@ -167,14 +170,14 @@ class Language:
         device module's type key.
     function : str
         Written before ``void`` of an op function (host C: ``ML_OP_FN``) or a kernel.
+    prelude : str
+        Definitions pasted at the top of the source.
     buffer : str
         Qualifier of a pointer to the params blob or the arena (``"__global "``, ``""``).
     restrict : str
         Written after ``*`` of the ``params``/``arena`` parameters (``" restrict"``).
     gid : str or None
         C expression of the flat work-item index, as ``idx_t``; ``None`` on the host.
-    prelude : str
-        Definitions pasted at the top of the source.
     headers : tuple of str
         Kernel headers (``backends/c/headers.py`` names) pasted after the prelude.
     bound : str

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from monolib.compiler.ir import Graph, Node, Value
-from monolib.compiler.ops.base import OpDef, c_literal, ctype, register
+from monolib.compiler.ops.base import OpDef, register
+from monolib.compiler.backends.cstyle import c_literal, ctype
 
 D = "monolib.test"
 

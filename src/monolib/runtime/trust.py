@@ -55,6 +55,7 @@ __all__ = [
     "key_id",
     "load_public_key",
     "raw_public_key",
+    "read_library",
     "read_small",
     "signature_path",
     "signed_message",
@@ -364,10 +365,21 @@ def verify_file(path: Any, trusted_keys: Any, signature: Any = None) -> Signatur
         As :func:`verify_bytes`, or the library cannot be read.
     """
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise SignatureError(f"{path}: cannot read the library: {exc.strerror}") from None
+    data = read_library(path, "the library")
     sig = signature if signature is not None else signature_path(path)
     return verify_bytes(data, sig, trusted_keys, where=path)
+
+
+def read_library(path: str, what: str) -> bytes:
+    """The whole library file ``path`` (to sign or verify it).
+
+    Raises
+    ------
+    SignatureError
+        The file cannot be read; the message says ``what`` was being read.
+    """
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise SignatureError(f"{path}: cannot read {what}: {exc.strerror}") from None

@@ -25,6 +25,7 @@ from ..runtime.trust import (
     crypto,
     key_id,
     raw_public_key,
+    read_library,
     read_small,
     signature_path,
     signed_message,
@@ -187,12 +188,7 @@ def sign_file(
         Unreadable library, bad key, unwritable signature file.
     """
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise SignatureError(f"{path}: cannot read the library to sign: {exc.strerror}") from None
-    doc = sign_bytes(data, private_key, password)
+    doc = sign_bytes(read_library(path, "the library to sign"), private_key, password)
     out = os.fspath(signature) if signature is not None else signature_path(path)
     _write_atomic(out, (json.dumps(doc, indent=1) + "\n").encode("utf-8"), 0o644)
     logger.info("signed %s with key %s -> %s", path, doc["key_id"], out)

@@ -1,6 +1,7 @@
 """The process-wide thread count (``set_num_threads``): its registry of libraries is
 filled and read under a lock, so executors made in many threads while another thread
-sets the count neither raise nor miss the count."""
+sets the count neither raise nor miss the count. And the other registry an executor
+meets: the executor class by the graph's device."""
 
 from __future__ import annotations
 
@@ -113,3 +114,19 @@ def test_making_executors_in_threads_while_setting_the_count(tiny_lib):
 def test_bad_count_is_an_input_error(bad):
     with pytest.raises(InputError, match="integer >= 1"):
         set_num_threads(bad)
+
+
+def test_executors_are_found_by_the_graphs_device():
+    from tinylib import tiny_factory
+
+    from monolib.runtime import ExecutionError, GraphExecutor, GraphExecutorFactoryModule
+    from monolib.runtime.device_executor import DeviceGraphExecutor
+    from monolib.runtime.factory import _EXECUTORS
+
+    assert _EXECUTORS == {"cpu": GraphExecutor, "opencl": DeviceGraphExecutor,
+                          "cuda": DeviceGraphExecutor}
+    factory = tiny_factory()
+    graph = factory.get_graph_json()
+    graph["device"] = "vulkan"
+    with pytest.raises(ExecutionError, match="'vulkan', which has no registered executor"):
+        GraphExecutorFactoryModule(graph, factory.params, factory.lib).default()

@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 class _Arg(OpDef):
     better: ClassVar[str] = ">"
+    defaults = {"select_last_index": 0}
 
     def _view(self, node: Node) -> tuple[int, int, int, int]:
         shape = node.inputs[0].shape
@@ -43,7 +44,7 @@ class _Arg(OpDef):
         x = inputs[0]
         a, _, n, _ = self._view(node)
         fn = np.argmax if self.better == ">" else np.argmin
-        if node.attrs.get("select_last_index", 0):
+        if self.attr(node, "select_last_index"):
             idx = n - 1 - fn(np.flip(x, a), axis=a)
         else:
             idx = fn(x, axis=a)
@@ -57,7 +58,7 @@ class _Arg(OpDef):
         _, outer, n, inner = self._view(node)
         if y.size == 0 or n == 0:
             return ""
-        cmp = self.better + ("=" if node.attrs.get("select_last_index", 0) else "")
+        cmp = self.better + ("=" if self.attr(node, "select_last_index") else "")
         o, i, k, best, bi = (ctx.unique(p) for p in ("o", "i", "k", "best", "bi"))
         px = ctx.ptr(x)
         at = lambda kk: f"{px}[{o}*{n * inner} + {kk}*{inner} + {i}]"

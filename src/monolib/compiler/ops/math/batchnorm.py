@@ -52,15 +52,16 @@ class BatchNormalization(OpDef):
     """
 
     op_type, since_version = "BatchNormalization", 7
+    defaults = {"spatial": 1, "training_mode": 0}
 
     def _training(self, node: Node) -> bool:
-        return bool(node.attrs.get("training_mode", 0))
+        return bool(self.attr(node, "training_mode"))
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         where = f"BatchNormalization (node {node.name!r})"
         training = self._training(node)
-        if (not training and len(node.outputs) > 1) or not node.attrs.get("spatial", 1):
+        if (not training and len(node.outputs) > 1) or not self.attr(node, "spatial"):
             raise UnsupportedOpError(
                 f"{where}: extra outputs need training_mode=1; spatial=0 is not supported"
             )

@@ -24,7 +24,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 from ..tensor.loops import const_ints, normalize_axis
 
 __all__ = ["DFT17", "DFT20", "STFT", "dft_reference"]
@@ -100,7 +101,7 @@ class _DFT(OpDef):
         axis = normalize_axis(self._axis(node), rank, f"DFT (node {node.name!r})")
         if axis == rank - 1:
             raise ShapeError(f"DFT (node {node.name!r}): axis {axis} is the real/imaginary dim")
-        inverse, onesided = bool(node.attrs.get("inverse", 0)), bool(node.attrs.get("onesided", 0))
+        inverse, onesided = bool(node.attrs["inverse"]), bool(node.attrs["onesided"])
         length = const_ints(node, 1, "dft_length") if node.input(1) is not None else None
         if length is not None:
             n = length[0]
@@ -121,7 +122,7 @@ class _DFT(OpDef):
     def reference(self, node: Node, inputs):
         axis, n, _, mode = self._plan(node)
         return [dft_reference(inputs[0], n, axis, mode > 0,
-                              bool(node.attrs.get("onesided", 0)))]
+                              bool(node.attrs["onesided"]))]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]
@@ -151,9 +152,10 @@ class DFT17(_DFT):
     """ONNX ``DFT`` version 17 (``axis`` attribute, default 1)."""
 
     op_type, since_version = "DFT", 17
+    defaults = {"axis": 1}
 
     def _axis(self, node: Node) -> int:
-        return int(node.attrs.get("axis", 1))
+        return int(self.attr(node, "axis"))
 
 
 @register
@@ -202,7 +204,7 @@ class STFT(OpDef):
             raise ShapeError(f"STFT (node {node.name!r}): frame_step {step}, frame_length {fl}, "
                              f"window {wlen} do not fit signal length {x.shape[1]}")
         frames = 1 + (x.shape[1] - fl) // step
-        bins = fl // 2 + 1 if node.attrs.get("onesided", 1) else fl
+        bins = fl // 2 + 1 if node.attrs["onesided"] else fl
         return step, fl, wlen, (x.shape[0], frames, bins, 2)
 
     def infer(self, node: Node) -> list[OutType]:

@@ -10,7 +10,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal, ctype
 from .cast import onnx_dtype
 
 __all__ = ["EyeLike"]
@@ -32,9 +33,10 @@ class EyeLike(OpDef):
 
     op_type, since_version = "EyeLike", 9
     also_versions = (22,)
+    defaults = {"dtype": None}
 
     def _dtype(self, node: Node) -> np.dtype:
-        dt = node.attrs.get("dtype")
+        dt = self.attr(node, "dtype")
         return onnx_dtype(dt, f"EyeLike (node {node.name!r})") if dt else node.inputs[0].dtype
 
     def infer(self, node: Node) -> list[OutType]:
@@ -45,7 +47,7 @@ class EyeLike(OpDef):
 
     def reference(self, node: Node, inputs):
         r, c = node.inputs[0].shape
-        return [np.eye(r, c, k=node.attrs.get("k", 0), dtype=self._dtype(node))]
+        return [np.eye(r, c, k=node.attrs["k"], dtype=self._dtype(node))]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         y = node.outputs[0]
@@ -53,7 +55,7 @@ class EyeLike(OpDef):
         if y.size == 0:
             return ""
         dt = y.dtype
-        k = node.attrs.get("k", 0)
+        k = node.attrs["k"]
         i = ctx.unique("i")
         yp = ctx.ptr(y)
         ct = ctype(dt)

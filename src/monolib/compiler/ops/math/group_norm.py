@@ -43,10 +43,11 @@ class GroupNormalization(OpDef):
     """
 
     op_type, since_version = "GroupNormalization", 21
+    defaults = {"num_groups": None}
 
     def _groups(self, node: Node) -> int:
         x = node.inputs[0]
-        g = node.attrs.get("num_groups")
+        g = self.attr(node, "num_groups")
         where = f"GroupNormalization (node {node.name!r})"
         if len(x.shape) < 2 or not g or x.shape[1] % g:
             raise ShapeError(f"{where}: num_groups {g} must divide C of {list(x.shape)}")
@@ -106,10 +107,11 @@ class MeanVarianceNormalization(OpDef):
 
     op_type, since_version = "MeanVarianceNormalization", 9
     also_versions = (13,)
+    defaults = {"axes": None}
 
     def _axes(self, node: Node) -> list[int]:
         rank = len(node.inputs[0].shape)
-        axes = node.attrs.get("axes") or [0, 2, 3]
+        axes = self.attr(node, "axes") or [0, 2, 3]
         return sorted({normalize_axis(a, rank, f"MeanVarianceNormalization (node {node.name!r})")
                        for a in axes})
 

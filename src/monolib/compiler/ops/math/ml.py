@@ -14,7 +14,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal
 
 __all__ = ["ArrayFeatureExtractor", "Binarizer"]
 
@@ -35,11 +36,11 @@ class Binarizer(OpDef):
 
     def reference(self, node: Node, inputs):
         x = inputs[0]
-        return [(x > node.attrs.get("threshold", 0.0)).astype(x.dtype)]
+        return [(x > node.attrs["threshold"]).astype(x.dtype)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]
-        t = c_literal(node.attrs.get("threshold", 0.0), np.float64)
+        t = c_literal(node.attrs["threshold"], np.float64)
         return (f"for (int64_t i = 0; i < {x.size}; ++i) "
                 f"{ctx.ptr(y)}[i] = (double){ctx.ptr(x)}[i] > {t} ? 1 : 0;")
 

@@ -133,12 +133,13 @@ class Momentum(_Optimizer):
     """``Momentum`` (ai.onnx.preview.training 1): R, T, X..., G..., V... -> X'..., V'..."""
 
     op_type = "Momentum"
+    defaults = {"mode": "standard"}
 
     def update(self, node, r, t, x, g, v):
         a, b = _f(node, "alpha", 0.9), _f(node, "beta", 1.0)
         gr = _f(node, "norm_coefficient", 0.0) * x + g
         v2 = a * v + (b if t > 0 else 1.0) * gr
-        if node.attrs.get("mode", "standard") == "nesterov":
+        if self.attr(node, "mode") == "nesterov":
             return x - r * (gr + a * v2), v2
         return x - r * v2, v2
 
@@ -147,7 +148,7 @@ class Momentum(_Optimizer):
 
     def body(self, node):
         a = f"{c_literal(_f(node, 'alpha', 0.9), np.float32)}"
-        step = "(gr + " + a + " * so0)" if node.attrs.get("mode", "standard") == "nesterov" \
+        step = "(gr + " + a + " * so0)" if self.attr(node, "mode") == "nesterov" \
             else "so0"
         return (f"float gr = {c_literal(_f(node, 'norm_coefficient', 0.0), np.float32)} * x + g; "
                 f"float so0 = {a} * s0 + bt * gr; float xo = x - r * {step};")

@@ -75,6 +75,7 @@ def _saturate_float(v: np.ndarray, dt: np.dtype, saturate: bool) -> np.ndarray:
 
 class _Linear(OpDef):
     """Shared shape logic: the per-axis view ``[outer, C, inner]``."""
+    defaults = {"axis": 1, "block_size": 0}
 
     def _where(self, node: Node) -> str:
         return f"{self.op_type} (node {node.name!r})"
@@ -83,7 +84,7 @@ class _Linear(OpDef):
         """``(outer, C, inner)``: x viewed as ``[outer, C, inner]`` with C the quantized
         axis (1 for per tensor)."""
         x, scale = node.inputs[0], node.inputs[1]
-        if node.attrs.get("block_size", 0):
+        if self.attr(node, "block_size"):
             return self._blocked_view(node)
         if scale.size == 1 and len(scale.shape) <= 1:
             return x.size, 1, 1
@@ -91,7 +92,7 @@ class _Linear(OpDef):
             raise ShapeError(
                 f"{self._where(node)}: scale must be a scalar or 1-D, got {list(scale.shape)}"
             )
-        a = normalize_axis(node.attrs.get("axis", 1), len(x.shape), self._where(node))
+        a = normalize_axis(self.attr(node, "axis"), len(x.shape), self._where(node))
         if x.shape[a] != scale.size:
             raise ShapeError(
                 f"{self._where(node)}: {scale.size} scales for dim {a} of size {x.shape[a]}"
@@ -103,7 +104,7 @@ class _Linear(OpDef):
     def _blocked_view(self, node: Node) -> tuple[int, int, int]:
         x, scale = node.inputs[0], node.inputs[1]
         bs = int(node.attrs["block_size"])
-        a = normalize_axis(node.attrs.get("axis", 1), len(x.shape), self._where(node))
+        a = normalize_axis(self.attr(node, "axis"), len(x.shape), self._where(node))
         want = list(x.shape)
         want[a] = -(-x.shape[a] // bs) if bs > 0 else 0
         if bs < 0 or list(scale.shape) != want:
@@ -131,7 +132,7 @@ class _Linear(OpDef):
         zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
         if zp is not None:
             zp = zp.astype(np.int64 if _int_like(zp.dtype) else np.float32)
-        bs = int(node.attrs.get("block_size", 0) or 0)
+        bs = int(self.attr(node, "block_size") or 0)
         if bs:  # repeat each block's scale over its block, cut at the dim's end
             def expand(v):
                 return np.repeat(v.reshape(outer, -1, inner), bs, axis=1)[:, :c]
@@ -150,7 +151,7 @@ class _Linear(OpDef):
         zp = node.input(2)
         o, k, i = ctx.unique("o"), ctx.unique("c"), ctx.unique("i")
         flat = f"({o}*{c} + {k})*{inner} + {i}"
-        bs = int(node.attrs.get("block_size", 0) or 0)
+        bs = int(self.attr(node, "block_size") or 0)
         # the scale/zero point element of x's element (o, k, i)
         si = f"({o}*{-(-c // bs)} + {k}/{bs})*{inner} + {i}" if bs else k
         xv, sv = f"{ctx.ptr(x)}[{flat}]", f"{ctx.ptr(scale)}[{si}]"
@@ -177,9 +178,10 @@ class DequantizeLinear(_Linear):
     #: 23 adds ``output_dtype`` (checked below: float32 only) and float4 inputs; 24,
     #: 25, 28 add float8e8m0 scales and int2/float6 inputs (all refused by type)
     also_versions = (23, 24, 25, 28)
+    defaults = {**_Linear.defaults, "output_dtype": 0}
 
     def _out_dtype(self, node: Node) -> np.dtype:
-        od = node.attrs.get("output_dtype", 0) or 0
+        od = self.attr(node, "output_dtype") or 0
         return onnx_dtype(od, self._where(node)) if od else node.inputs[1].dtype
 
     def infer(self, node: Node) -> list[OutType]:
@@ -226,17 +228,18 @@ class QuantizeLinear(_Linear):
     #: 23 adds ``precision`` (checked below: float32 only) and more scale types; 24,
     #: 25, 28 add float8e8m0 scales and int2/float6 outputs (all refused by type)
     also_versions = (23, 24, 25, 28)
+    defaults = {**_Linear.defaults, "output_dtype": 0, "precision": 0, "saturate": 1}
 
     def _out_dtype(self, node: Node) -> np.dtype:
         zp = node.input(2)
         if zp is not None:
             return zp.dtype
-        od = node.attrs.get("output_dtype", 0)
+        od = self.attr(node, "output_dtype")
         return onnx_dtype(od, self._where(node)) if od else np.dtype(np.uint8)
 
     def infer(self, node: Node) -> list[OutType]:
         x, scale = node.inputs[0], node.inputs[1]
-        if node.attrs.get("precision", 0) not in (0, onnx.TensorProto.FLOAT):
+        if self.attr(node, "precision") not in (0, onnx.TensorProto.FLOAT):
             raise UnsupportedOpError(
                 f"{self._where(node)}: precision {node.attrs['precision']} (float32 only)"
             )
@@ -257,7 +260,7 @@ class QuantizeLinear(_Linear):
         dt = self._out_dtype(node)
         v = x.astype(np.float32) / scale.astype(np.float32)
         if not _int_like(dt):  # float8/float4: no rounding to integers
-            y = _saturate_float(v + zp.astype(np.float32), dt, bool(node.attrs.get("saturate", 1)))
+            y = _saturate_float(v + zp.astype(np.float32), dt, bool(self.attr(node, "saturate")))
             return [y.reshape(node.inputs[0].shape)]
         lo, hi = _range(dt)
         q = np.clip(np.rint(v).astype(np.float64) + zp, lo, hi)
@@ -267,7 +270,7 @@ class QuantizeLinear(_Linear):
         dt = self._out_dtype(node)
         x, s = storage_load(xv, node.inputs[0].dtype), storage_load(sv, node.inputs[1].dtype)
         if not _int_like(dt):
-            sat = bool(node.attrs.get("saturate", 1))
+            sat = bool(self.attr(node, "saturate"))
             return storage_store(f"({x} / {s} + (float){zv})", dt, saturate=sat)
         lo, hi = _range(dt)
         q = f"(nearbyintf({x} / {s}) + (float)({zv}))"

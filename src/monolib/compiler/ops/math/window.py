@@ -23,7 +23,8 @@ import onnx
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 
 __all__ = ["BlackmanWindow", "HammingWindow", "HannWindow", "MelWeightMatrix", "mel_weights"]
 
@@ -76,7 +77,7 @@ class _Window(_Generated):
         size = int(_scalar(node, 0, "size"))
         if size < 0:
             raise ShapeError(f"{self.op_type} (node {node.name!r}): size {size} < 0")
-        den = size if node.attrs.get("periodic", 1) else size - 1
+        den = size if node.attrs["periodic"] else size - 1
         n = np.arange(size, dtype=np.float64)
         ph = 2 * np.pi * n / den if den > 0 else np.zeros(size)
         return self.terms(ph).astype(_out_dtype(node))

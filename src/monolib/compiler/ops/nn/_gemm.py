@@ -7,7 +7,8 @@ The layouts match ``gemm.h`` (see its header comment):
 * packed B: panels of ``NR`` columns; panel ``q`` is a ``[K, NR]`` block, columns past
   ``N`` zero.
 
-The constants here must equal the ``ML_*`` macros of ``gemm.h``.
+The constants here are the ``ML_*`` macros of ``gemm.h``: :func:`include_gemm` pastes the
+header and has the C compiler check that they agree.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import logging
 
 import numpy as np
 
-__all__ = ["KC", "MR", "NC", "NR", "bbuf_floats", "gemm_call", "pack_a", "pack_b"]
+from .._constants import include_checked
+from ..base import EmitContext
+
+__all__ = ["KC", "MR", "NC", "NR", "bbuf_floats", "gemm_call", "include_gemm", "pack_a", "pack_b"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +28,11 @@ MR = 6
 NR = 16
 KC = 256
 NC = 1024
+
+
+def include_gemm(ctx: EmitContext) -> None:
+    """Paste ``gemm.h``, checked against :data:`MR`, :data:`NR`, :data:`KC`, :data:`NC`."""
+    include_checked(ctx, "gemm.h", {"ML_MR": MR, "ML_NR": NR, "ML_KC": KC, "ML_NC": NC}, __name__)
 
 
 def pack_a(a: np.ndarray) -> np.ndarray:

@@ -108,6 +108,13 @@ class Attention(OpDef):
 
     op_type, since_version = "Attention", 23
     also_versions = (24, 25)
+    defaults = {
+        "is_causal": 0,
+        "left_window_size": -1,
+        "qk_matmul_output_mode": 0,
+        "right_window_size": -1,
+        "softcap": 0.0,
+    }
 
     def infer(self, node: Node) -> list[OutType]:
         q = node.inputs[0]
@@ -161,9 +168,9 @@ class Attention(OpDef):
         else:
             off = np.full((B, 1, 1), m["P"], np.int64)
         allowed = np.ones((B, S, T), bool)
-        if node.attrs.get("is_causal", 0):
+        if self.attr(node, "is_causal"):
             allowed &= j <= i + off
-        left, right = node.attrs.get("left_window_size", -1), node.attrs.get("right_window_size", -1)
+        left, right = self.attr(node, "left_window_size"), self.attr(node, "right_window_size")
         diff = i + off - j
         if left >= 0:
             allowed &= diff <= left
@@ -190,7 +197,7 @@ class Attention(OpDef):
         kk, vv = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         sc = dt.type(math.sqrt(_scale(node, D)))
         scores = (q * sc).astype(np.float64) @ np.swapaxes(kk * sc, 2, 3).astype(np.float64)
-        cap = node.attrs.get("softcap", 0.0)
+        cap = self.attr(node, "softcap")
         if cap > 0:
             scores = cap * np.tanh(scores / cap)
         bias = self._bias(node, m, mask, nonpad)
@@ -202,7 +209,7 @@ class Attention(OpDef):
         y = probs @ vv.astype(np.float64)
         if m["rank"] == 3:
             y = y.transpose(0, 2, 1, 3).reshape(B, S, Hq * Dv)
-        mode = node.attrs.get("qk_matmul_output_mode", 0)
+        mode = self.attr(node, "qk_matmul_output_mode")
         qk = {0: scores, 1: scores, 2: x, 3: probs}[mode]
         outs = [y.astype(dt), present_k, present_v, qk.astype(dt)]
         return outs[: len(node.outputs)]
@@ -263,7 +270,7 @@ class Attention(OpDef):
         lines.append(f"{ct}* {bbuf} = ({ct}*){ctx.scratch(max(T, 1) * dt.itemsize)};")
         body = [f"for (int64_t {e} = 0; {e} < {D}; ++{e}) {qs}[{e}] = {ctx.ptr(q)}[{q_off} + {e}] * {sc};"]
         body.append(self._emit_bias(node, ctx, m, b, h, i, j, bbuf, dt))
-        cap = float(node.attrs.get("softcap", 0.0))
+        cap = float(self.attr(node, "softcap"))
         dot, acc = ctx.unique("dot"), ctx.unique("acc")
         score = f"{dot}"
         if cap > 0:
@@ -274,7 +281,7 @@ class Attention(OpDef):
             f"for (int64_t {e} = 0; {e} < {D}; ++{e}) {dot} += {qs}[{e}] * (kr[{e}] * {sc});\n"
             f"{sbuf}[{j}] = {score};\n}}"
         )
-        mode = node.attrs.get("qk_matmul_output_mode", 0)
+        mode = self.attr(node, "qk_matmul_output_mode")
         qk_row = f"{ctx.ptr(outs[3])} + (({b}*{Hq} + {h})*{S} + {i})*{T}" if len(outs) > 3 else None
         if qk_row and mode in (0, 1):
             body.append(f"for (int64_t {j} = 0; {j} < {T}; ++{j}) ({qk_row})[{j}] = {sbuf}[{j}];")
@@ -315,9 +322,9 @@ class Attention(OpDef):
         conds = []  # C conditions under which key j is allowed
         mask, nonpad = node.input(3), node.input(6)
         off = f"((int64_t){ctx.ptr(nonpad)}[{b}] - {S})" if nonpad is not None else str(P)
-        if node.attrs.get("is_causal", 0):
+        if self.attr(node, "is_causal"):
             conds.append(f"{j} <= {i} + {off}")
-        left, right = node.attrs.get("left_window_size", -1), node.attrs.get("right_window_size", -1)
+        left, right = self.attr(node, "left_window_size"), self.attr(node, "right_window_size")
         if left >= 0:
             conds.append(f"{i} + {off} - {j} <= {left}")
         if right >= 0:

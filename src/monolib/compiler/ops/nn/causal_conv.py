@@ -38,6 +38,7 @@ class CausalConvWithState(OpDef):
     """
 
     op_type, since_version = "CausalConvWithState", 27
+    defaults = {"activation": "none"}
 
     def _dims(self, node: Node) -> tuple[int, int, int, int]:
         x, w = node.inputs[0], node.inputs[1]
@@ -54,7 +55,7 @@ class CausalConvWithState(OpDef):
         return b, c, ln, k
 
     def _act(self, node: Node) -> bool:
-        act = node.attrs.get("activation", "none")
+        act = self.attr(node, "activation")
         if act not in ("none", "silu", "swish"):
             raise UnsupportedOpError(f"CausalConvWithState (node {node.name!r}): activation {act!r}")
         return act != "none"

@@ -35,14 +35,15 @@ from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...backends.cstyle import c_literal, ctype
 from ..base import EmitContext, OpDef, OutType, register
+from .._constants import include_checked
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
-from ._gemm import MR, bbuf_floats, gemm_call, pack_a
+from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a
 from .winograd import emit_winograd, plan_winograd
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
 
-__all__ = ["Conv", "as_2d", "conv_geometry", "conv_reference"]
+__all__ = ["Conv", "as_2d", "conv_geometry", "conv_reference", "grouped_conv", "include_conv"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,15 +74,34 @@ def conv_geometry(node: Node) -> Geometry:
     return geometry(node, list(x.shape[2:]), kernel)
 
 
-def conv_reference(
-    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Geometry, group: int
+def grouped_conv(
+    x: np.ndarray, w: np.ndarray, geo: Geometry, group: int, acc: type
 ) -> np.ndarray:
-    """N-D grouped convolution (ONNX Conv) in NumPy, float32, one einsum per tap."""
+    """N-D grouped convolution without bias, summed in dtype ``acc``: one einsum per
+    kernel tap over the zero-padded input.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        ``[N, C, *S]``.
+    w : numpy.ndarray
+        ``[M, C / group, *K]``.
+    geo : Geometry
+        Kernel, strides, dilations, pads and output sizes (``conv_geometry``).
+    group : int
+    acc : numpy dtype
+        The accumulator (float32 for Conv; int64 for the integer convolutions).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[N, M, *O]`` of dtype ``acc``.
+    """
     n, c = x.shape[:2]
     m = w.shape[0]
     cg, mg = c // group, m // group
     xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(geo.begin, geo.end)))
-    y = np.zeros((n, group, mg, *geo.out), np.float32)
+    y = np.zeros((n, group, mg, *geo.out), acc)
     wg = w.reshape(group, mg, cg, *geo.kernel)
     for tap in np.ndindex(*geo.kernel):
         sl = tuple(
@@ -90,7 +110,15 @@ def conv_reference(
         )
         patch = xp[(slice(None), slice(None)) + sl].reshape(n, group, cg, *geo.out)
         y += np.einsum("gmc,ngc...->ngm...", wg[(Ellipsis,) + tap], patch)
-    y = y.reshape(n, m, *geo.out)
+    return y.reshape(n, m, *geo.out)
+
+
+def conv_reference(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Geometry, group: int
+) -> np.ndarray:
+    """N-D grouped convolution (ONNX Conv) in NumPy, float32, one einsum per tap."""
+    m = w.shape[0]
+    y = grouped_conv(x, w, geo, group, np.float32)
     if b is not None:
         y += b.reshape(1, m, *([1] * len(geo.out)))
     return y.astype(np.float32)
@@ -144,7 +172,7 @@ class Conv(OpDef):
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x, w = inputs[0], inputs[1]
         b = inputs[2] if len(inputs) > 2 else None
-        y = conv_reference(x, w, b, conv_geometry(node), int(node.attrs.get("group", 1)))
+        y = conv_reference(x, w, b, conv_geometry(node), int(node.attrs["group"]))
         return [y.astype(x.dtype)]
 
     def epilogue_groups(self, node: Node) -> list[list[int]]:
@@ -160,8 +188,8 @@ class Conv(OpDef):
             )
         geo = conv_geometry(node)
         d = as_2d(list(x.shape[2:]), geo)
-        ctx.include("gemm.h")
-        ctx.include("conv.h")
+        include_gemm(ctx)
+        include_conv(ctx)
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         group = int(node.attrs["group"])
         if group == x.shape[1] == w.shape[0]:
@@ -190,7 +218,7 @@ class Conv(OpDef):
                 f"device Conv (node {node.name!r}): only 1-D and 2-D, got {x.shape}"
             )
         g = window_dims(list(x.shape[2:]), conv_geometry(node))
-        group = int(node.attrs.get("group", 1))
+        group = int(node.attrs["group"])
         C, OC = x.shape[1], y.shape[1]
         cg, ocg = C // group, OC // group
         T = ctype(y.dtype)
@@ -242,11 +270,20 @@ class Conv(OpDef):
 
 # ml_dwconv2d's fast path (kernels/conv.h): square 3x3/5x5 windows, strides 1 and 2, no
 # dilation, left and right pads up to ML_DW_PAD; ML_DW_R output rows per tile, blocks of
-# ML_DW_BLOCK floats of padded input rows. Mirrors ml_dw_is_fast / ml_dw_scratch_floats.
+# ML_DW_BLOCK floats of padded input rows. Mirrors ml_dw_is_fast / ml_dw_scratch_floats;
+# include_conv has the C compiler check the macros against these values.
 _DW_PAD = 4
 _DW_R = 4
 _DW_BLOCK = 8192
 _VECTOR_WIDTHS = (4, 8, 16)  # ML_VW of SSE, AVX, AVX-512: the scratch fits any
+
+
+def include_conv(ctx: EmitContext) -> None:
+    """Paste ``conv.h``, its depthwise fast-path macros checked against this module's
+    ``_DW_PAD``, ``_DW_R``, ``_DW_BLOCK``."""
+    include_checked(
+        ctx, "conv.h", {"ML_DW_PAD": _DW_PAD, "ML_DW_R": _DW_R, "ML_DW_BLOCK": _DW_BLOCK}, __name__
+    )
 
 
 def _dw_fast(d: dict[str, int]) -> bool:

@@ -25,8 +25,9 @@ from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import attr_ints, require_float32, window_dims
-from ._gemm import MR, NR, bbuf_floats, gemm_call, pack_a
+from ._gemm import MR, NR, bbuf_floats, gemm_call, include_gemm, pack_a
 from .col2im import emit_col2im
+from .conv import include_conv
 
 __all__ = ["FUSED_MAX_A_BYTES", "ConvTranspose", "TGeometry", "tconv_geometry"]
 
@@ -60,7 +61,7 @@ def tconv_geometry(node: Node) -> TGeometry:
         On inconsistent shapes, attribute lengths or a negative output size.
     """
     x, w = node.inputs[0], node.inputs[1]
-    group = int(node.attrs.get("group", 1))
+    group = int(node.attrs["group"])
     if (
         x is None
         or w is None
@@ -94,7 +95,7 @@ def tconv_geometry(node: Node) -> TGeometry:
     full = [
         s * (i - 1) + o + (k - 1) * d + 1 for s, i, o, k, d in zip(strides, ins, opad, kernel, dil)
     ]
-    auto = node.attrs.get("auto_pad", "NOTSET") or "NOTSET"
+    auto = node.attrs["auto_pad"] or "NOTSET"
     if oshape or auto in ("SAME_UPPER", "SAME_LOWER"):
         target = oshape or [i * s for i, s in zip(ins, strides)]
         total = [f - t for f, t in zip(full, target)]
@@ -152,7 +153,7 @@ class ConvTranspose(OpDef):
     def infer(self, node: Node) -> list[OutType]:
         geo = tconv_geometry(node)
         x, w = node.inputs[0], node.inputs[1]
-        cout = w.shape[1] * int(node.attrs.get("group", 1))
+        cout = w.shape[1] * int(node.attrs["group"])
         b = node.input(2)
         if b is not None and b.shape != (cout,):
             raise ShapeError(f"ConvTranspose node {node.name!r}: B {b.shape} != ({cout},)")
@@ -161,7 +162,7 @@ class ConvTranspose(OpDef):
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         b = inputs[2] if len(inputs) > 2 else None
         y = tconv_reference(
-            inputs[0], inputs[1], b, tconv_geometry(node), int(node.attrs.get("group", 1))
+            inputs[0], inputs[1], b, tconv_geometry(node), int(node.attrs["group"])
         )
         return [y]
 
@@ -171,8 +172,8 @@ class ConvTranspose(OpDef):
     def emit(self, node: Node, ctx: EmitContext) -> str:
         require_float32(node, 0, 1, 2)
         geo = tconv_geometry(node)
-        ctx.include("gemm.h")
-        ctx.include("conv.h")
+        include_gemm(ctx)
+        include_conv(ctx)
         epi = ctx.tile_epilogue(self.epilogue_groups(node))
         return _emit(node, ctx, geo, epi)
 

@@ -22,7 +22,7 @@ from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import broadcast_strides
 from ._common import epi_call, f32, require_float32
-from ._gemm import MR, bbuf_floats, gemm_call, pack_a, pack_b
+from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
@@ -38,13 +38,13 @@ def _mnk(node: Node) -> tuple[int, int, int]:
         raise ShapeError(
             f"Gemm node {node.name!r}: A and B must be 2-D, got {a and a.shape} and {b and b.shape}"
         )
-    m, k = a.shape[::-1] if node.attrs.get("transA", 0) else a.shape
-    kb, n = b.shape[::-1] if node.attrs.get("transB", 0) else b.shape
+    m, k = a.shape[::-1] if node.attrs["transA"] else a.shape
+    kb, n = b.shape[::-1] if node.attrs["transB"] else b.shape
     if k != kb:
         raise ShapeError(
             f"Gemm node {node.name!r}: inner dims differ ({a.shape} transA="
-            f"{node.attrs.get('transA', 0)}, {b.shape} transB="
-            f"{node.attrs.get('transB', 0)})"
+            f"{node.attrs['transA']}, {b.shape} transB="
+            f"{node.attrs['transB']})"
         )
     return m, n, k
 
@@ -142,14 +142,14 @@ class Gemm(OpDef):
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         a, b = inputs[0], inputs[1]
-        if node.attrs.get("transA", 0):
+        if node.attrs["transA"]:
             a = a.T
-        if node.attrs.get("transB", 0):
+        if node.attrs["transB"]:
             b = b.T
-        y = np.float32(node.attrs.get("alpha", 1.0)) * (a @ b)
+        y = np.float32(node.attrs["alpha"]) * (a @ b)
         c = inputs[2] if len(inputs) > 2 else None
         if c is not None:
-            y = y + np.float32(node.attrs.get("beta", 1.0)) * c
+            y = y + np.float32(node.attrs["beta"]) * c
         return [np.asarray(y, dtype=a.dtype)]
 
     def epilogue_groups(self, node: Node) -> list[list[int]]:
@@ -159,8 +159,8 @@ class Gemm(OpDef):
         require_float32(node, 0, 1, 2)
         a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
         m, n, k = _mnk(node)
-        ctx.include("gemm.h")
-        ta, tb = node.attrs.get("transA", 0), node.attrs.get("transB", 0)
+        include_gemm(ctx)
+        ta, tb = node.attrs["transA"], node.attrs["transB"]
         ap, code = a_operand(ctx, a, m, k, *((1, m) if ta else (k, 1)), name=node.name + ".A")
         bsrc = b_operand(ctx, b, k, n, *((1, k) if tb else (n, 1)), name=node.name + ".B")
         yp = ctx.ptr(y)
@@ -170,7 +170,7 @@ class Gemm(OpDef):
             "K": str(k),
             "a": ap,
             "c": yp,
-            "alpha": f32(node.attrs.get("alpha", 1.0)),
+            "alpha": f32(node.attrs["alpha"]),
             "epi": epi_call(ctx.tile_epilogue(self.epilogue_groups(node))),
             "epi_out": yp,
         }
@@ -187,12 +187,12 @@ class Gemm(OpDef):
 
         a, b, c, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
         M, N = y.shape
-        ta, tb = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
+        ta, tb = int(node.attrs["transA"]), int(node.attrs["transB"])
         K = a.shape[0] if ta else a.shape[1]
         a_idx = f"k * {M} + i0" if ta else f"i0 * {K} + k"
         b_idx = f"i1 * {K} + k" if tb else f"k * {N} + i1"
-        alpha = c_literal(node.attrs.get("alpha", 1.0), y.dtype)
-        beta = c_literal(node.attrs.get("beta", 1.0), y.dtype)
+        alpha = c_literal(node.attrs["alpha"], y.dtype)
+        beta = c_literal(node.attrs["beta"], y.dtype)
         body = [
             *decompose("gid", [M, N], "i"),
             f"{ctx.language.pointer(ctype(a.dtype), True)} A = {ctx.ptr(a)};",
@@ -211,7 +211,7 @@ def _c_term(node: Node, ctx: EmitContext, m: int, n: int, fields: dict[str, str]
     """Set up ``beta * C``: bias vectors when C is a constant row/column/scalar, else C
     broadcast into Y first (returned C code) and ``accumulate``."""
     c = node.input(2)
-    beta = float(node.attrs.get("beta", 1.0))
+    beta = float(node.attrs["beta"])
     if c is None or beta == 0.0:
         return ""
     shape = (1,) * (2 - len(c.shape)) + tuple(c.shape)

@@ -25,7 +25,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 from ..tensor.loops import const_ints
 
 __all__ = ["AffineGrid", "GridSample", "grid_taps"]
@@ -39,13 +40,13 @@ _A = -0.75  # Keys' cubic kernel parameter used by ONNX's GridSample
 
 def _attrs(node: Node) -> tuple[str, str, bool]:
     where = f"GridSample (node {node.name!r})"
-    mode = _MODES.get(node.attrs.get("mode", "linear"))
-    pad = node.attrs.get("padding_mode", "zeros")
+    mode = _MODES.get(node.attrs["mode"])
+    pad = node.attrs["padding_mode"]
     if mode is None:
-        raise UnsupportedOpError(f"{where}: mode {node.attrs.get('mode')!r}")
+        raise UnsupportedOpError(f"{where}: mode {node.attrs['mode']!r}")
     if pad not in ("zeros", "border", "reflection"):
         raise UnsupportedOpError(f"{where}: padding_mode {pad!r}")
-    return mode, pad, bool(node.attrs.get("align_corners", 0))
+    return mode, pad, bool(node.attrs["align_corners"])
 
 
 def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -292,7 +293,7 @@ class AffineGrid(OpDef):
     def _base(self, node: Node) -> np.ndarray:
         """``[prod(S), r + 1]``: (x, y[, z], 1) per output point, row-major over S."""
         _, _, *sp = self._size(node)
-        align = bool(node.attrs.get("align_corners", 0))
+        align = bool(node.attrs["align_corners"])
         axes = []
         for s in sp:
             i = np.arange(s, dtype=np.float64)

@@ -20,7 +20,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, c_literal, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import c_literal, ctype
 
 __all__ = ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "nll_reference"]
 
@@ -50,7 +51,7 @@ def _check(node: Node) -> tuple[int, int, int]:
 
 def _loss_type(node: Node) -> OutType:
     x, t = node.inputs[0], node.inputs[1]
-    shape = tuple(t.shape) if node.attrs.get("reduction", "mean") == "none" else ()
+    shape = tuple(t.shape) if node.attrs["reduction"] == "none" else ()
     return shape, x.dtype
 
 
@@ -67,7 +68,7 @@ def nll_reference(node: Node, logp: np.ndarray, target: np.ndarray,
     w = np.where(keep, w, 0).astype(x.dtype)
     picked = np.take_along_axis(x, tc[:, None, :], 1)[:, 0, :]
     loss = -w * picked
-    red = node.attrs.get("reduction", "mean")
+    red = node.attrs["reduction"]
     if red == "none":
         return loss.reshape(target.shape).astype(x.dtype)
     if red == "sum":
@@ -82,7 +83,7 @@ def _emit_nll(node: Node, ctx: EmitContext, logp: str) -> str:
     t, w = node.inputs[1], node.input(2)
     ty = ctype(node.inputs[0].dtype)
     ii = node.attrs.get("ignore_index")
-    red = node.attrs.get("reduction", "mean")
+    red = node.attrs["reduction"]
     out = ctx.ptr(node.outputs[0])
     skip = f"tv == {c_literal(ii, np.int64)}" if ii is not None else "0"
     wexpr = f"(double){ctx.ptr(w)}[tc]" if w is not None else "1.0"
@@ -174,7 +175,7 @@ class SoftmaxCrossEntropyLoss(OpDef):
             lp = ctx.ptr(node.outputs[1])
         else:
             lp = f"(({ty}*){ctx.scratch(max(1, n * c * d) * x.dtype.itemsize)})"
-        exp, log = ("exp", "log") if x.dtype == np.float64 else ("expf", "logf")
+        exp, log = ("exp", "log") if x.dtype == np.float64 else ("ml_expf", "logf")
         # log-softmax over C, columns of one n processed together so loops stay contiguous
         head = (
             "{\n"

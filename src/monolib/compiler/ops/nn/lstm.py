@@ -22,6 +22,7 @@ import numpy as np
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import f32, require_float32
+from ._gemm import include_gemm
 from .gemm import a_operand
 from .rnn import (
     emit_recurrence,
@@ -64,11 +65,12 @@ class LSTM(OpDef):
     op_type = "LSTM"
     since_version = 1
     also_versions = (22,)  # 22 adds bfloat16 only
+    defaults = {"layout": 0}
 
     def infer(self, node: Node) -> list[OutType]:
         t, b, _, h, ndir = _dims(node)
         dt = node.inputs[0].dtype
-        layout = int(node.attrs.get("layout", 0))
+        layout = int(self.attr(node, "layout"))
         y = (b, t, ndir, h) if layout else (t, ndir, b, h)
         state = (b, ndir, h) if layout else (ndir, b, h)
         types = [(y, dt), (state, dt), (state, dt)]
@@ -82,7 +84,7 @@ class LSTM(OpDef):
             return emit_recurrence(node, ctx)
         require_float32(node, 0, 1, 2, 3, 5, 6, 7)
         t, b, i, h, ndir = _dims(node)
-        ctx.include("gemm.h")
+        include_gemm(ctx)
         ctx.include("lstm.h")
         x = node.inputs[0]
         ap, code = a_operand(ctx, x, t * b, i, i, 1, name=node.name + ".X")
@@ -116,7 +118,7 @@ def _emit_direction(
     code += rcode
     state = b * h
     opt = lambda v, off: f"({ctx.ptr(v)} + {off})" if v is not None else "0"
-    reverse = int(node.attrs.get("direction", "forward") == "reverse" or d == 1)
+    reverse = int(node.attrs["direction"] == "reverse" or d == 1)
     y = _out_ptr(ctx, outs, 0, d * state, 0) if len(outs) > 0 and outs[0] is not None else "0"
     hout = _out_ptr(ctx, outs, 1, d * state, 4 * state)
     cout = _out_ptr(ctx, outs, 2, d * state, 4 * state)

@@ -20,7 +20,7 @@ from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import broadcast_strides
 from ._common import epi_call, require_float32
-from ._gemm import MR, NR, bbuf_floats, gemm_call, pack_a, pack_b
+from ._gemm import MR, NR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
 from .gemm import a_operand, b_operand
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
@@ -102,7 +102,7 @@ class MatMul(OpDef):
         require_float32(node, 0, 1)
         a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
         batch, m, n, k, _ = matmul_shapes(node)
-        ctx.include("gemm.h")
+        include_gemm(ctx)
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         yp = ctx.ptr(y)
         nbatch = int(np.prod(batch, dtype=np.int64))

@@ -223,6 +223,7 @@ class MaxPool(_Pool):
     # 22 adds bfloat16 and states that a window starting in the end padding is
     # dropped (ceil_mode), which pool_geometry already does
     also_versions = (22,)
+    defaults = {"storage_order": 0}
 
     def _check_dtype(self, node: Node) -> None:
         x = node.inputs[0]
@@ -243,7 +244,7 @@ class MaxPool(_Pool):
             # first maximum among the taps inside the input (padding never wins a tie)
             masked = np.where(idx >= 0, taps.astype(np.float64), -np.inf)
             flat = np.take_along_axis(idx, masked.argmax(axis=0)[None], 0)[0]
-            if node.attrs.get("storage_order", 0):
+            if self.attr(node, "storage_order"):
                 sizes = x.shape[2:]
                 plane = int(np.prod(sizes))
                 col = np.arange(plane).reshape(sizes[::-1]).transpose().reshape(-1)
@@ -279,13 +280,14 @@ class AveragePool(_Pool):
     # 22 adds bfloat16 and states that a window starting in the end padding is
     # dropped (ceil_mode), which pool_geometry already does
     also_versions = (22,)
+    defaults = {"count_include_pad": 0}
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]
         geo = pool_geometry(node)
         taps, idx = _windows(x, geo, 0.0)
         total = taps.sum(axis=0, dtype=np.float32)
-        if node.attrs.get("count_include_pad", 0):
+        if self.attr(node, "count_include_pad"):
             div = _divisor(x.shape, geo)
         else:
             div = (idx >= 0).sum(axis=0).astype(np.float32)
@@ -298,7 +300,7 @@ class AveragePool(_Pool):
         pre = "    float acc = 0.0f; int64_t cnt = 0;\n"
         inner = "        acc += v; ++cnt;\n"
         tail = ""
-        if node.attrs.get("count_include_pad", 0):
+        if self.attr(node, "count_include_pad"):
             # window positions inside the explicitly padded input: a product over dims
             tail = "    cnt = 1;\n"
             for i, size in enumerate(sizes):
@@ -325,19 +327,20 @@ class LpPool(_Pool):
     op_type = "LpPool"
     since_version = 2
     also_versions = (22,)
+    defaults = {"p": 2}
 
     def _check_dtype(self, node: Node) -> None:
         require_float32(node, 0)
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]
-        p = float(node.attrs.get("p", 2))
+        p = float(self.attr(node, "p"))
         taps, _ = _windows(x, pool_geometry(node), 0.0)
         total = (np.abs(taps.astype(np.float64)) ** p).sum(axis=0)
         return [(total ** (1.0 / p)).astype(x.dtype)]
 
     def _body(self, node: Node, ctx: EmitContext, geo, sizes: list[int], index: list[str]):
-        p = float(node.attrs.get("p", 2))
+        p = float(self.attr(node, "p"))
         term = {1.0: "fabsf(v)", 2.0: "v * v"}.get(p, f"powf(fabsf(v), {c_literal(p, np.float32)})")
         val = {1.0: "acc", 2.0: "sqrtf(acc)"}.get(p, f"powf(acc, {c_literal(1.0 / p, np.float32)})")
         pre = "    float acc = 0.0f;\n"

@@ -33,7 +33,7 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import c_literal
 from ._common import require_float32
-from ._gemm import bbuf_floats, gemm_call
+from ._gemm import bbuf_floats, gemm_call, include_gemm
 from .gemm import a_operand, b_operand
 
 __all__ = ["GRU", "RNN", "emit_recurrence", "input_projection", "recurrence_reference",
@@ -271,7 +271,7 @@ def emit_recurrence(node: Node, ctx: EmitContext) -> str:
     c0, p = (node.input(6), node.input(7)) if kind == "LSTM" else (None, None)
     outs = list(node.outputs) + [None] * 3
     y, yh, yc = outs[0], outs[1], outs[2] if kind == "LSTM" else None
-    ctx.include("gemm.h")
+    include_gemm(ctx)
     x = node.inputs[0]
     ap, code = a_operand(ctx, x, t * nb, i, i, 1, name=node.name + ".X")
     gx = f"((float*){ctx.scratch(4 * t * nb * gn)})"
@@ -363,11 +363,12 @@ class _Recurrent(OpDef):
     """Shared infer/reference/emit of RNN and GRU."""
 
     also_versions: ClassVar[tuple[int, ...]] = (14, 22)  # 14: layout; 22: types
+    defaults = {"layout": 0}
 
     def infer(self, node: Node) -> list[OutType]:
         t, b, _, h, ndir = rnn_dims(node)
         dt = node.inputs[0].dtype
-        layout = int(node.attrs.get("layout", 0))
+        layout = int(self.attr(node, "layout"))
         y = (b, t, ndir, h) if layout else (t, ndir, b, h)
         state = (b, ndir, h) if layout else (ndir, b, h)
         return [(y, dt), (state, dt)][: len(node.outputs)]

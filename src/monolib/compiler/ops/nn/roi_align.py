@@ -19,7 +19,7 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OpDef, OutType, op_of, register
 from ...backends.cstyle import c_literal
 from ._common import require_float32
 
@@ -29,13 +29,12 @@ logger = logging.getLogger(__name__)
 
 
 def _attrs(node: Node):
-    half = node.attrs.get("coordinate_transformation_mode", "output_half_pixel") == "half_pixel"
-    mode = node.attrs.get("mode", "avg")
+    half = op_of(node).attr(node, "coordinate_transformation_mode") == "half_pixel"
+    mode = node.attrs["mode"]
     if mode not in ("avg", "max"):
         raise ShapeError(f"RoiAlign (node {node.name!r}): mode {mode!r} is not avg or max")
-    return (half, mode, int(node.attrs.get("output_height", 1)),
-            int(node.attrs.get("output_width", 1)), int(node.attrs.get("sampling_ratio", 0)),
-            float(node.attrs.get("spatial_scale", 1.0)))
+    return (half, mode, int(node.attrs["output_height"]), int(node.attrs["output_width"]),
+            int(node.attrs["sampling_ratio"]), float(node.attrs["spatial_scale"]))
 
 
 def _corners(y: float, x: float, h: int, w: int):
@@ -71,6 +70,8 @@ class RoiAlign(OpDef):
     """
 
     op_type, since_version = "RoiAlign", 10
+    #: version 10 has no coordinate_transformation_mode: it computes output_half_pixel
+    defaults = {"coordinate_transformation_mode": "output_half_pixel"}
     also_versions = (16, 22)  # 16: coordinate_transformation_mode; 22: types
 
     def infer(self, node: Node) -> list[OutType]:

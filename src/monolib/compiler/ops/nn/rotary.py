@@ -18,7 +18,8 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, ctype, register
+from ..base import EmitContext, OpDef, OutType, register
+from ...backends.cstyle import ctype
 
 __all__ = ["RotaryEmbedding"]
 
@@ -74,7 +75,7 @@ class RotaryEmbedding(OpDef):
             cos, sin = cos[idx], sin[idx]
         c, sn = cos[:, :, None, :], sin[:, :, None, :]
         out = v.copy()
-        if node.attrs.get("interleaved", 0):
+        if node.attrs["interleaved"]:
             x1, x2 = v[..., 0:r:2], v[..., 1:r:2]
             out[..., 0:r:2], out[..., 1:r:2] = c * x1 - sn * x2, sn * x1 + c * x2
         else:
@@ -104,7 +105,7 @@ class RotaryEmbedding(OpDef):
             )
         else:
             pos = f"int64_t pos = {b}*{s_} + {s};"
-        if node.attrs.get("interleaved", 0):
+        if node.attrs["interleaved"]:
             i1, i2 = f"2*{k}", f"2*{k} + 1"
         else:
             i1, i2 = k, f"{k} + {r2}"

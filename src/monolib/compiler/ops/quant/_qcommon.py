@@ -16,6 +16,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
+from .._constants import include_checked
 from ..base import EmitContext
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "out_fields",
     "pack_a16",
     "pack_b16",
+    "include_qgemm",
     "qgemm_bbuf_bytes",
     "qgemm_call",
     "requantize",
@@ -39,6 +41,11 @@ logger = logging.getLogger(__name__)
 
 QMR = 6
 QNR = 16
+
+
+def include_qgemm(ctx: EmitContext) -> None:
+    """Paste ``qgemm.h``, checked against :data:`QMR` and :data:`QNR`."""
+    include_checked(ctx, "qgemm.h", {"ML_QMR": QMR, "ML_QNR": QNR}, __name__)
 Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 
 

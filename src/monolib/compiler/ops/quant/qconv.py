@@ -26,10 +26,11 @@ from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ..nn._common import Geometry
-from ..nn.conv import as_2d, conv_geometry
+from ..nn.conv import as_2d, conv_geometry, grouped_conv
 from ._qcommon import (
     QMR,
     check_vector,
+    include_qgemm,
     mult_c,
     mult_ref,
     out_fields,
@@ -50,20 +51,7 @@ logger = logging.getLogger(__name__)
 def int_conv(x: np.ndarray, w: np.ndarray, geo: Geometry, group: int) -> np.ndarray:
     """N-D grouped convolution of integer arrays (zero points already subtracted), exact
     in int64, returned as int32 (wrapping like the int32 sums of the spec)."""
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    cg, mg = c // group, m // group
-    xp = np.pad(x.astype(np.int64), [(0, 0), (0, 0)] + list(zip(geo.begin, geo.end)))
-    y = np.zeros((n, group, mg, *geo.out), np.int64)
-    wg = w.astype(np.int64).reshape(group, mg, cg, *geo.kernel)
-    for tap in np.ndindex(*geo.kernel):
-        sl = tuple(
-            slice(k * d, k * d + (o - 1) * s + 1, s)
-            for k, d, o, s in zip(tap, geo.dilations, geo.out, geo.strides)
-        )
-        patch = xp[(slice(None), slice(None)) + sl].reshape(n, group, cg, *geo.out)
-        y += np.einsum("gmc,ngc...->ngm...", wg[(Ellipsis,) + tap], patch)
-    return y.reshape(n, m, *geo.out).astype(np.int32)
+    return grouped_conv(x.astype(np.int64), w.astype(np.int64), geo, group, np.int64).astype(np.int32)
 
 
 class _QConv(OpDef):
@@ -103,7 +91,7 @@ class _QConv(OpDef):
         wz = zp_ref(inputs[self.WZP] if len(inputs) > self.WZP else None, m)
         wz = wz.reshape((m,) + (1,) * (w.ndim - 1))
         geo = conv_geometry(self._view(node))
-        acc = int_conv(x.astype(np.int32) - xz, w.astype(np.int32) - wz, geo, int(node.attrs.get("group", 1)))
+        acc = int_conv(x.astype(np.int32) - xz, w.astype(np.int32) - wz, geo, int(node.attrs["group"]))
         if self.BIAS >= 0 and len(inputs) > self.BIAS and inputs[self.BIAS] is not None:
             bias = inputs[self.BIAS].astype(np.int32).reshape((1, m) + (1,) * (x.ndim - 2))
             acc = (acc.astype(np.int64) + bias).astype(np.int32)
@@ -122,10 +110,10 @@ class _QConv(OpDef):
             )
         if x.size == 0 or node.outputs[0].size == 0:
             return ""
-        ctx.include("qgemm.h")
+        include_qgemm(ctx)
         d = as_2d(list(x.shape[2:]), conv_geometry(self._view(node)))
         out, code, per_channel = self._out(node, ctx)
-        group = int(node.attrs.get("group", 1))
+        group = int(node.attrs["group"])
         if group == x.shape[1] == w.shape[0]:
             return code + self._emit_depthwise(node, ctx, d, out)
         return code + self._emit_gemm(node, ctx, d, out, group, per_channel)

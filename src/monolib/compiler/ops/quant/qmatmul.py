@@ -24,6 +24,7 @@ from ..base import EmitContext, OpDef, OutType, register
 from ._qcommon import (
     QMR,
     check_vector,
+    include_qgemm,
     mult_c,
     mult_ref,
     out_fields,
@@ -113,7 +114,7 @@ class _QMatMul(OpDef):
         a, b, y = node.inputs[self.A], node.inputs[self.B], node.outputs[0]
         if m == 0 or n == 0 or y.size == 0:
             return ""
-        ctx.include("qgemm.h")
+        include_qgemm(ctx)
         out, code, _ = self._out(node, ctx)
         nb = int(np.prod(batch, dtype=np.int64))
         ai, bi = _batch_index(ash, batch), _batch_index(bsh, batch)

@@ -30,13 +30,14 @@ class CenterCropPad(OpDef):
     """
 
     op_type, since_version = "CenterCropPad", 18
+    defaults = {"axes": None}
 
     def _plan(self, node: Node):
         """(output shape, input start per dim, output start per dim, copied lengths)."""
         x = node.inputs[0]
         rank = len(x.shape)
         target = const_ints(node, 1, "shape")
-        axes = node.attrs.get("axes") or list(range(rank))
+        axes = self.attr(node, "axes") or list(range(rank))
         axes = [normalize_axis(int(a), rank, f"CenterCropPad (node {node.name!r})") for a in axes]
         if target is None or len(target) != len(axes) or any(t < 0 for t in target):
             raise ShapeError(f"CenterCropPad (node {node.name!r}): shape {target} does not "

@@ -73,15 +73,16 @@ class Unique(_Folded):
 
     op_type, since_version = "Unique", 11
     also_versions = (28,)  # 28 only added bfloat16
+    defaults = {"axis": None}
 
     def reference(self, node: Node, inputs):
         x = inputs[0]
-        axis = node.attrs.get("axis")
+        axis = self.attr(node, "axis")
         if axis is not None:
             axis = normalize_axis(int(axis), x.ndim, f"Unique (node {node.name!r})")
         y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
                                               return_counts=True, axis=axis)
-        if not node.attrs.get("sorted", 1):  # order of first occurrence
+        if not node.attrs["sorted"]:  # order of first occurrence
             order = np.argsort(first, kind="stable")
             rank = np.empty_like(order)
             rank[order] = np.arange(order.size)
@@ -106,11 +107,12 @@ class Compress(OpDef):
 
     op_type, since_version = "Compress", 9
     also_versions = (11, 28)  # 11: negative axis; 28: bfloat16
+    defaults = {"axis": None}
 
     def _keep(self, node: Node) -> tuple[np.ndarray, int | None]:
         x = node.inputs[0]
         cond = np.asarray(_need_const(node, 1, "condition")).reshape(-1).astype(bool)
-        axis = node.attrs.get("axis")
+        axis = self.attr(node, "axis")
         n = x.size if axis is None else None
         if axis is not None:
             axis = normalize_axis(int(axis), len(x.shape), f"Compress (node {node.name!r})")
@@ -192,7 +194,7 @@ class NonMaxSuppression(_Folded):
                             and np.asarray(inputs[i]).size else d)
         limit = max(int(get(2, 0)), 0)
         iou, score_min = get(3, 0.0), get(4, None)
-        center = bool(node.attrs.get("center_point_box", 0))
+        center = bool(node.attrs["center_point_box"])
         out = []
         for b in range(boxes.shape[0]):
             for c in range(scores.shape[1]):

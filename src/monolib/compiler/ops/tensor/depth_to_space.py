@@ -60,12 +60,13 @@ class DepthToSpace(_Rearrange):
     op_type, since_version = "DepthToSpace", 11
     # 28 changes no attribute, input, output, type constraint or doc text
     also_versions = (28,)
+    defaults = {"mode": "DCR"}
 
     def view(self, node: Node):
         n, c, h, w, b = self._check(node)
         if c % (b * b):
             raise ShapeError(f"DepthToSpace (node {node.name!r}): C={c} not divisible by {b * b}")
-        mode = node.attrs.get("mode", "DCR")
+        mode = self.attr(node, "mode")
         out = (n, c // (b * b), h * b, w * b)
         if mode == "DCR":
             return (n, b, b, c // (b * b), h, w), [0, 3, 4, 1, 5, 2], out
@@ -80,10 +81,11 @@ class SpaceToDepth(_Rearrange):
 
     op_type, since_version = "SpaceToDepth", 1
     also_versions = (28,)  # 28 adds mode CRD, handled in view()
+    defaults = {"mode": "DCR"}
 
     def view(self, node: Node):
         n, c, h, w, b = self._check(node)
-        mode = node.attrs.get("mode", "DCR")
+        mode = self.attr(node, "mode")
         # output channel: (bh * b + bw) * C + c for DCR, c * b * b + bh * b + bw for CRD (28)
         perms = {"DCR": [0, 3, 5, 1, 2, 4], "CRD": [0, 1, 3, 5, 2, 4]}
         if mode not in perms:

@@ -34,10 +34,11 @@ class GatherND(OpDef):
     """
 
     op_type, since_version = "GatherND", 11
+    defaults = {"batch_dims": 0}
 
     def _q(self, node: Node) -> int:
         x, idx = node.inputs[0], node.inputs[1]
-        b = int(node.attrs.get("batch_dims", 0) or 0)
+        b = int(self.attr(node, "batch_dims") or 0)
         if (not idx.shape or b < 0 or b >= min(len(x.shape), len(idx.shape))
                 or idx.shape[-1] > len(x.shape) - b or x.shape[:b] != idx.shape[:b]):
             raise ShapeError(
@@ -49,13 +50,13 @@ class GatherND(OpDef):
     def infer(self, node: Node) -> list[OutType]:
         x, idx = node.inputs[0], node.inputs[1]
         q = self._q(node)
-        b = int(node.attrs.get("batch_dims", 0) or 0)
+        b = int(self.attr(node, "batch_dims") or 0)
         return [(idx.shape[:-1] + x.shape[b + q:], x.dtype)]
 
     def reference(self, node: Node, inputs):
         x, idx = inputs
         q = self._q(node)
-        b = int(node.attrs.get("batch_dims", 0) or 0)
+        b = int(self.attr(node, "batch_dims") or 0)
         shape = self.infer(node)[0][0]
         out = np.empty(shape, x.dtype)
         for p in np.ndindex(*idx.shape[:-1]):
@@ -73,7 +74,7 @@ class GatherND(OpDef):
         if y.size == 0:
             return ""
         q = self._q(node)
-        b = int(node.attrs.get("batch_dims", 0) or 0)
+        b = int(self.attr(node, "batch_dims") or 0)
         xs = contiguous_strides(x.shape)
         inner = int(np.prod(x.shape[b + q:], dtype=np.int64))
         n = idx.size // max(q, 1)

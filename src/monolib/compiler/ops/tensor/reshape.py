@@ -92,11 +92,12 @@ class Reshape(_View):
 
     op_type, since_version = "Reshape", 5
     also_versions = (23, 24, 25)  # new element types only
+    defaults = {"allowzero": 0}
 
     def out_shape(self, node: Node):
         target = const_ints(node, 1, "shape")
         return reshape_shape(
-            node.inputs[0].shape, target, bool(node.attrs.get("allowzero", 0)), self.where(node)
+            node.inputs[0].shape, target, bool(self.attr(node, "allowzero")), self.where(node)
         )
 
 
@@ -120,11 +121,12 @@ class Flatten(_View):
 
 class _Squeeze(_View):
     axes_input: ClassVar[bool] = False
+    defaults = {"axes": None}
 
     def axes(self, node: Node) -> list[int] | None:
         if self.axes_input:
             return const_ints(node, 1, "axes")
-        return node.attrs.get("axes")
+        return self.attr(node, "axes")
 
     def out_shape(self, node: Node):
         shape = node.inputs[0].shape

@@ -316,13 +316,22 @@ class _Resize(OpDef):
     """Shared by the Resize versions; subclasses say where scales and sizes come from."""
 
     fixed_coord: ClassVar[str | None] = None
+    defaults = {
+        "antialias": 0,
+        "axes": None,
+        "cubic_coeff_a": -0.75,
+        "exclude_outside": 0,
+        "extrapolation_value": 0.0,
+        "keep_aspect_ratio_policy": "stretch",
+        "nearest_mode": "round_prefer_floor",
+    }
 
     def _inputs(self, node: Node) -> tuple[list | None, list | None]:
         raise NotImplementedError
 
     def plan(self, node: Node) -> ResizePlan:
         where = f"{node.op_type} (node {node.name!r})"
-        antialias = bool(node.attrs.get("antialias", 0))
+        antialias = bool(self.attr(node, "antialias"))
         if antialias and node.attrs["mode"] == "nearest":
             raise UnsupportedOpError(f"{where}: antialias applies to linear and cubic modes, "
                                      "not nearest")
@@ -330,7 +339,7 @@ class _Resize(OpDef):
         coord = self.fixed_coord or node.attrs["coordinate_transformation_mode"]
         roi = self._const(node, 1, "roi") if coord == "tf_crop_and_resize" else None
         nearest = (
-            "floor" if self.fixed_coord else node.attrs.get("nearest_mode", "round_prefer_floor")
+            "floor" if self.fixed_coord else self.attr(node, "nearest_mode")
         )
         return resize_plan(
             node.inputs[0].shape,
@@ -339,13 +348,13 @@ class _Resize(OpDef):
             mode=node.attrs["mode"],
             coord=coord,
             nearest_mode=nearest,
-            axes=node.attrs.get("axes"),
-            policy=node.attrs.get("keep_aspect_ratio_policy", "stretch"),
-            cubic_a=node.attrs.get("cubic_coeff_a", -0.75),
-            exclude_outside=bool(node.attrs.get("exclude_outside", 0)),
+            axes=self.attr(node, "axes"),
+            policy=self.attr(node, "keep_aspect_ratio_policy"),
+            cubic_a=self.attr(node, "cubic_coeff_a"),
+            exclude_outside=bool(self.attr(node, "exclude_outside")),
             antialias=antialias,
             roi=roi,
-            extrapolation_value=node.attrs.get("extrapolation_value", 0.0),
+            extrapolation_value=self.attr(node, "extrapolation_value"),
             where=where,
         )
 

@@ -33,7 +33,7 @@ class ReverseSequence(OpDef):
 
     def _axes(self, node: Node) -> tuple[int, int]:
         x, seq = node.inputs[0], node.inputs[1]
-        ta, ba = int(node.attrs.get("time_axis", 0)), int(node.attrs.get("batch_axis", 1))
+        ta, ba = int(node.attrs["time_axis"]), int(node.attrs["batch_axis"])
         if {ta, ba} != {0, 1} or len(x.shape) < 2 or tuple(seq.shape) != (x.shape[ba],):
             raise ShapeError(f"ReverseSequence (node {node.name!r}): time_axis {ta}, batch_axis "
                              f"{ba}, X {list(x.shape)}, sequence_lens {list(seq.shape)}")

@@ -36,9 +36,10 @@ def _clamp(var: str, dim: int) -> str:
 
 class _Scatter(OpDef):
     where_: ClassVar[str] = ""
+    defaults = {"reduction": "none"}
 
     def _reduction(self, node: Node) -> str:
-        r = node.attrs.get("reduction", "none")
+        r = self.attr(node, "reduction")
         if r not in _COMBINE:
             raise UnsupportedOpError(f"{self.op_type} (node {node.name!r}): reduction {r!r}")
         return r

@@ -40,11 +40,12 @@ class Shape(OpDef):
 
     op_type, since_version = "Shape", 1
     also_versions = (23, 24, 25)  # new element types only
+    defaults = {"end": None, "start": 0}
 
     def _value(self, node: Node) -> np.ndarray:
         shape = node.inputs[0].shape
         rank = len(shape)
-        start, end = node.attrs.get("start", 0), node.attrs.get("end")
+        start, end = self.attr(node, "start"), self.attr(node, "end")
         end = rank if end is None else end
         start = min(max(start + rank if start < 0 else start, 0), rank)
         end = min(max(end + rank if end < 0 else end, 0), rank)
@@ -84,9 +85,10 @@ class ConstantOfShape(OpDef):
 
     op_type, since_version = "ConstantOfShape", 9
     also_versions = (23, 24, 25)  # new element types only
+    defaults = {"value": None}
 
     def _fill(self, node: Node) -> np.ndarray:
-        value = node.attrs.get("value")
+        value = self.attr(node, "value")
         if value is None:
             return np.zeros(1, np.float32)
         return np.asarray(value).reshape(-1)[:1]
@@ -121,6 +123,7 @@ class Range(OpDef):
     op_type, since_version = "Range", 11
     #: 27 adds float16/bfloat16 and ``stash_type`` (their accumulation type)
     also_versions = (27,)
+    defaults = {"stash_type": 1}
 
     def _value(self, node: Node) -> np.ndarray:
         vals = []
@@ -138,7 +141,7 @@ class Range(OpDef):
         n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
         acc = dt
         if dt.itemsize < 4 and dt.kind not in "iub":  # float16/bfloat16 (opset 27)
-            if node.attrs.get("stash_type", 1) != 1:
+            if self.attr(node, "stash_type") != 1:
                 raise UnsupportedOpError(
                     f"Range (node {node.name!r}): {dt} with stash_type "
                     f"{node.attrs['stash_type']} (only 1, float accumulation)"

@@ -62,6 +62,7 @@ def slice_params(shape, starts, ends, axes, steps, where: str) -> list[tuple[int
 
 class _Slice(OpDef):
     from_inputs: ClassVar[bool] = True
+    defaults = {"axes": None}
 
     def params(self, node: Node):
         where = f"Slice (node {node.name!r})"
@@ -76,7 +77,7 @@ class _Slice(OpDef):
                 where,
             )
         return slice_params(
-            shape, node.attrs["starts"], node.attrs["ends"], node.attrs.get("axes"), None, where
+            shape, node.attrs["starts"], node.attrs["ends"], self.attr(node, "axes"), None, where
         )
 
     def infer(self, node: Node) -> list[OutType]:

@@ -21,17 +21,18 @@ logger = logging.getLogger(__name__)
 
 class _Split(OpDef):
     split_input: ClassVar[bool] = False
+    defaults = {"num_outputs": None, "split": None}
 
     def sizes(self, node: Node) -> tuple[int, list[int]]:
         x = node.inputs[0]
         where = f"Split (node {node.name!r})"
         a = normalize_axis(node.attrs["axis"], len(x.shape), where)
         n = x.shape[a]
-        split = const_ints(node, 1, "split") if self.split_input else node.attrs.get("split")
+        split = const_ints(node, 1, "split") if self.split_input else self.attr(node, "split")
         k = len(node.outputs)
         if split:
             sizes = list(split)
-        elif node.attrs.get("num_outputs"):
+        elif self.attr(node, "num_outputs"):
             k = int(node.attrs["num_outputs"])
             chunk = -(-n // k)
             sizes = [min(chunk, max(n - i * chunk, 0)) for i in range(k)]

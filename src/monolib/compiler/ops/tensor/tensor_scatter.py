@@ -39,7 +39,7 @@ class TensorScatter(OpDef):
         """(axis, batch, outer per batch, cache length, update length, inner)."""
         past, upd = node.inputs[0].shape, node.inputs[1].shape
         where = f"TensorScatter (node {node.name!r})"
-        a = normalize_axis(node.attrs.get("axis", -2), len(past), where)
+        a = normalize_axis(node.attrs["axis"], len(past), where)
         if a == 0 or len(upd) != len(past) or any(
             p != u for i, (p, u) in enumerate(zip(past, upd)) if i != a
         ) or upd[a] > past[a]:
@@ -47,7 +47,7 @@ class TensorScatter(OpDef):
         idx = node.input(2)
         if idx is not None and tuple(idx.shape) != (past[0],):
             raise ShapeError(f"{where}: write_indices {list(idx.shape)} must be [{past[0]}]")
-        if node.attrs.get("mode", "linear") not in ("linear", "circular"):
+        if node.attrs["mode"] not in ("linear", "circular"):
             raise UnsupportedOpError(f"{where}: mode {node.attrs['mode']!r}")
         outer = int(np.prod(past[1:a], dtype=np.int64))
         inner = int(np.prod(past[a + 1 :], dtype=np.int64))
@@ -64,7 +64,7 @@ class TensorScatter(OpDef):
         out = inputs[0].copy().reshape(b, outer, n, inner)
         upd = inputs[1].reshape(b, outer, m, inner)
         idx = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.zeros(b, np.int64)
-        circ = node.attrs.get("mode", "linear") == "circular"
+        circ = node.attrs["mode"] == "circular"
         for bi in range(b):
             for s in range(m):
                 pos = int(idx[bi]) + s
@@ -82,7 +82,7 @@ class TensorScatter(OpDef):
         idx = node.input(2)
         start = f"(int64_t){ctx.ptr(idx)}[{{b}}]" if idx is not None else "0"
         b, o, s, i = (ctx.unique(p) for p in "bosi")
-        circ = node.attrs.get("mode", "linear") == "circular"
+        circ = node.attrs["mode"] == "circular"
         pos = f"(({start.format(b=b)} + {s}) % {n} + {n}) % {n}" if circ else f"{start.format(b=b)} + {s}"
         return "\n".join(
             [

@@ -35,6 +35,7 @@ class TopK(OpDef):
 
     op_type, since_version = "TopK", 10
     also_versions = (24,)  # 24 adds bfloat16 only
+    defaults = {"largest": 1}
 
     def _view(self, node: Node) -> tuple[int, int, int, int, int]:
         x = node.inputs[0]
@@ -56,8 +57,8 @@ class TopK(OpDef):
     def reference(self, node: Node, inputs):
         x = inputs[0]
         a, _, _, _, k = self._view(node)
-        key = -x if node.attrs.get("largest", 1) else x
-        if x.dtype.kind in "ub" and node.attrs.get("largest", 1):
+        key = -x if self.attr(node, "largest") else x
+        if x.dtype.kind in "ub" and self.attr(node, "largest"):
             key = -x.astype(np.int64)
         order = np.argsort(key, axis=a, kind="stable")
         idx = np.take(order, np.arange(k), axis=a)
@@ -69,7 +70,7 @@ class TopK(OpDef):
         if k == 0 or outer * inner == 0:
             return ""
         ct = ctype(x.dtype)
-        better = ">" if node.attrs.get("largest", 1) else "<"
+        better = ">" if self.attr(node, "largest") else "<"
         o, i, j, p = (ctx.unique(s) for s in ("o", "i", "j", "p"))
         bv, bi, cnt, v = ctx.unique("bv"), ctx.unique("bi"), ctx.unique("cnt"), ctx.unique("v")
         vals = ctx.ptr(node.outputs[0])

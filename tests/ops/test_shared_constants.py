@@ -1,0 +1,59 @@
+"""Numbers Python and a kernel header share are checked by the C compiler: the
+generated C asserts each header macro equals the Python value (ops/_constants.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import monolib
+from monolib.compiler.ops.nn import _gemm, conv
+from monolib.compiler.ops.quant import _qcommon
+from monolib.compiler.testing import build_shared, make_node_model
+from monolib.errors import ToolchainError
+
+
+def _depthwise_source() -> str:
+    w = np.random.default_rng(0).standard_normal((8, 1, 3, 3)).astype(np.float32)
+    x = np.zeros((1, 8, 16, 16), np.float32)
+    m = make_node_model("Conv", {"x": x, "w": w}, {"group": 8, "pads": [1, 1, 1, 1]},
+                        constant_inputs=["w"])
+    return monolib.compile(m).imported_modules[0].get_source()
+
+
+def test_generated_c_asserts_the_python_values():
+    src = _depthwise_source()
+    for name, value in [("ML_MR", _gemm.MR), ("ML_NR", _gemm.NR), ("ML_KC", _gemm.KC),
+                        ("ML_NC", _gemm.NC), ("ML_DW_PAD", conv._DW_PAD),
+                        ("ML_DW_R", conv._DW_R), ("ML_DW_BLOCK", conv._DW_BLOCK)]:
+        assert f"_Static_assert({name} == {value}," in src
+    build_shared(src)  # the headers agree with Python today
+
+
+@pytest.mark.parametrize("macro", ["ML_MR", "ML_DW_BLOCK"])
+def test_a_header_edited_alone_fails_the_build(macro):
+    src = _depthwise_source()
+    head, sep, rest = src.partition(f"#define {macro} ")
+    assert sep, macro
+    value, _, tail = rest.partition("\n")
+    edited = f"{head}{sep}{int(value.split()[0]) * 2}{value[len(value.split()[0]):]}\n{tail}"
+    with pytest.raises(ToolchainError, match=macro):
+        build_shared(edited)
+
+
+def test_qgemm_constants_are_checked():
+    class Ctx:
+        def __init__(self):
+            self.headers, self.helpers = [], []
+
+        def include(self, h):
+            self.headers.append(h)
+
+        def helper(self, code):
+            self.helpers.append(code)
+
+    ctx = Ctx()
+    _qcommon.include_qgemm(ctx)
+    assert ctx.headers == ["qgemm.h"]
+    assert any(f"ML_QMR == {_qcommon.QMR}" in h for h in ctx.helpers)
+    assert any(f"ML_QNR == {_qcommon.QNR}" in h for h in ctx.helpers)

@@ -1,5 +1,5 @@
 """ConvTranspose whose kernel tiles the output (stride == kernel): the fused GEMM +
-depth-to-space kernel of conv.h (``ml_tconv_exact``), against the NumPy reference and
+depth-to-space kernel of conv_transpose.h (``ml_tconv_exact``), against the NumPy reference and
 ONNX Runtime, under each tiling of gemm.h, at 1 and 2 threads; shapes it does not cover
 (output cropping, overlap, a packed A above ``FUSED_MAX_A_BYTES``) take the other paths.
 """

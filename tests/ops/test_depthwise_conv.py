@@ -1,4 +1,4 @@
-"""Depthwise convolution (``ml_dwconv2d`` of kernels/conv.h, ``_emit_depthwise`` of
+"""Depthwise convolution (``ml_dwconv2d`` of ops/nn/conv_depthwise.h, ``_emit_depthwise`` of
 ops/nn/conv.py).
 
 The unrolled path (3x3/5x5, strides 1 and 2 each way, tiles of 4 and 3 output rows) and
@@ -124,6 +124,7 @@ def test_scratch_is_the_kernels_formula() -> None:
         "#include <stdint.h>\n#include <string.h>\n"
         + kernel_header("gemm.h")
         + kernel_header("conv.h")
+        + kernel_header("conv_depthwise.h")
         + f"static const int64_t T[] = {{{table}}};\n"
         "void scratch(int64_t* out, int n) { for (int i = 0; i < n; ++i) { const int64_t* t = "
         "T + 10 * i; out[i] = ml_dw_scratch_floats(t[0], t[1], t[2], (int)t[3], (int)t[4], "

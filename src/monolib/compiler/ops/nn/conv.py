@@ -2,7 +2,7 @@
 
 Lowering (``emit``):
 
-* depthwise (``group == C_in == C_out``): ``ml_dwconv2d`` of ``kernels/conv.h``, a direct
+* depthwise (``group == C_in == C_out``): ``ml_dwconv2d`` of ``conv_depthwise.h``, a direct
   kernel vectorised along W, 4 output rows x 2 vectors per tile, unrolled for 3x3/5x5
   windows with strides 1 and 2 (``_dw_fast``), run-time loops for other shapes;
 * everything else is ``y[Cout_g, OH*OW] = W[Cout_g, Cin_g*KH*KW] @ cols`` with the weights
@@ -43,7 +43,7 @@ from .winograd import emit_winograd, plan_winograd
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
 
-__all__ = ["Conv", "as_2d", "conv_geometry", "conv_reference", "grouped_conv", "include_conv"]
+__all__ = ["Conv", "as_2d", "conv_geometry", "conv_reference", "grouped_conv", "include_depthwise"]
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class Conv(OpDef):
         geo = conv_geometry(node)
         d = as_2d(list(x.shape[2:]), geo)
         include_gemm(ctx)
-        include_conv(ctx)
+        ctx.include("conv.h")
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         group = int(node.attrs["group"])
         if group == x.shape[1] == w.shape[0]:
@@ -268,21 +268,25 @@ class Conv(OpDef):
         return element_kernel(node, ctx, body)
 
 
-# ml_dwconv2d's fast path (kernels/conv.h): square 3x3/5x5 windows, strides 1 and 2, no
+# ml_dwconv2d's fast path (conv_depthwise.h): square 3x3/5x5 windows, strides 1 and 2, no
 # dilation, left and right pads up to ML_DW_PAD; ML_DW_R output rows per tile, blocks of
 # ML_DW_BLOCK floats of padded input rows. Mirrors ml_dw_is_fast / ml_dw_scratch_floats;
-# include_conv has the C compiler check the macros against these values.
+# include_depthwise has the C compiler check the macros against these values.
 _DW_PAD = 4
 _DW_R = 4
 _DW_BLOCK = 8192
 _VECTOR_WIDTHS = (4, 8, 16)  # ML_VW of SSE, AVX, AVX-512: the scratch fits any
 
 
-def include_conv(ctx: EmitContext) -> None:
-    """Paste ``conv.h``, its depthwise fast-path macros checked against this module's
-    ``_DW_PAD``, ``_DW_R``, ``_DW_BLOCK``."""
+def include_depthwise(ctx: EmitContext) -> None:
+    """Paste ``conv_depthwise.h`` (after ``conv.h``, whose padded rows it reads), its
+    fast-path macros checked against this module's ``_DW_PAD``, ``_DW_R``, ``_DW_BLOCK``."""
+    ctx.include("conv.h")
     include_checked(
-        ctx, "conv.h", {"ML_DW_PAD": _DW_PAD, "ML_DW_R": _DW_R, "ML_DW_BLOCK": _DW_BLOCK}, __name__
+        ctx,
+        "conv_depthwise.h",
+        {"ML_DW_PAD": _DW_PAD, "ML_DW_R": _DW_R, "ML_DW_BLOCK": _DW_BLOCK},
+        __name__,
     )
 
 
@@ -318,6 +322,7 @@ def _dw_scratch_floats(d: dict[str, int], vw: int) -> int:
 def _emit_depthwise(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
     """``ml_dwconv2d`` per image; the fast path's entry point is named for the shape so
     that the build compiles only the unrolled kernels the model uses."""
+    include_depthwise(ctx)
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
     floats = max(_dw_scratch_floats(d, vw) for vw in _VECTOR_WIDTHS)

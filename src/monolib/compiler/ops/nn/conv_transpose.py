@@ -27,7 +27,6 @@ from ..base import EmitContext, OpDef, OutType, register
 from ._common import attr_ints, require_float32, window_dims
 from ._gemm import MR, NR, bbuf_floats, gemm_call, include_gemm, pack_a
 from .col2im import emit_col2im
-from .conv import include_conv
 
 __all__ = ["FUSED_MAX_A_BYTES", "ConvTranspose", "TGeometry", "tconv_geometry"]
 
@@ -173,7 +172,7 @@ class ConvTranspose(OpDef):
         require_float32(node, 0, 1, 2)
         geo = tconv_geometry(node)
         include_gemm(ctx)
-        include_conv(ctx)
+        ctx.include("conv.h")
         epi = ctx.tile_epilogue(self.epilogue_groups(node))
         return _emit(node, ctx, geo, epi)
 
@@ -221,7 +220,8 @@ def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
     bias = f"{ctx.ptr(b)} + g * {mg}" if b is not None else "0"
     epi_fn = "(ml_epi_fn)0" if epi == "0" else f"(ml_epi_fn){epi}"
     if exact and 4 * per_group <= FUSED_MAX_A_BYTES:
-        # GEMM tiles scattered straight into y (conv.h ml_tconv_exact): no cols buffer
+        # GEMM tiles scattered straight into y (conv_transpose.h ml_tconv_exact): no cols buffer
+        ctx.include("conv_transpose.h")
         buf = ctx.scratch(4 * cg * 2 * NR)
         return (
             code + f"for (int64_t n = 0; n < {n}; ++n)\n"

@@ -1,0 +1,407 @@
+/* conv_depthwise.h -- direct depthwise convolution (monolib kernel library).
+ *
+ * Needs gemm.h (ml_vf, ML_VW, ml_epi_fn) and conv.h (ml_dw_fill_row) before it.
+ *
+ * Depthwise (ONNX Conv with group == C_in == C_out), NCHW, one image: ml_dwconv2d, direct
+ * and vectorised along W, a few output rows per tile.
+ */
+#ifndef MONOLIB_CONV_DEPTHWISE_H
+#define MONOLIB_CONV_DEPTHWISE_H
+/* gcc warns about loops it proves dead after inlining constant shapes (a known false
+ * positive); keep the generated build quiet. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
+#endif
+#include <stdint.h>
+#include <string.h>
+
+/* ---- depthwise convolution (ml_dwconv2d) ----
+ * Fast path (3x3 and 5x5, strides 1 and 2, no dilation, pads up to 4): a block of a
+ * channel's input rows is copied zero-padded into scratch (a few KiB, stays in L1), then
+ * tiles of R output rows x V vectors (R*V >= 8 sums hide the FMA latency) sweep it, the
+ * taps broadcast from the weights. Stride 2 along W loads two vectors and de-interleaves
+ * them with one in-lane shuffle per tap (vshufps on AVX), which leaves a vector's outputs
+ * in a fixed permuted order: one shuffle per sum puts them back before the store. Each
+ * shape is its own entry point (ml_dw_units_<K>_<SH><SW>), so a model compiles only
+ * the unrolled kernels it uses. Other shapes (ml_dw_units_any): each input row is copied
+ * into a zero-padded, phase-split row (ml_dw_fill_row_k) and one output vector at a time
+ * is summed with run-time loops. */
+#define ML_DW_R 4        /* output rows per fast tile */
+#define ML_DW_V 2        /* vectors per fast tile: R*V = 8 sums hide the FMA latency */
+#define ML_DW_PAD 4      /* largest left/right pad of the fast path (ML_VW >= 4) */
+#define ML_DW_BLOCK 8192 /* floats of a fast path's block of padded input rows (L1) */
+/* Output floats a channel's rows gather before the epilogue runs on them (still in L1). */
+#define ML_DW_EPI_FLOATS 2048
+#define ML_DW_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Stride 2 along W: the even / odd columns of two vectors (in the lane order the pair of
+ * loads gives), and FIX puts a tile's outputs back in column order. Constant indices:
+ * gcc's __builtin_shuffle takes them as a vector, clang's __builtin_shufflevector as a
+ * list (clang has no __builtin_shuffle: zig cc for aarch64 is clang). */
+#if ML_VW == 4
+#define ML_DW_EVEN_IDX 0, 2, 4, 6
+#define ML_DW_ODD_IDX 1, 3, 5, 7
+#define ML_DW_FIX_IDX 0, 1, 2, 3
+#elif ML_VW == 8
+#define ML_DW_EVEN_IDX 0, 2, 8, 10, 4, 6, 12, 14
+#define ML_DW_ODD_IDX 1, 3, 9, 11, 5, 7, 13, 15
+#define ML_DW_FIX_IDX 0, 1, 4, 5, 2, 3, 6, 7
+#elif ML_VW == 16
+#define ML_DW_EVEN_IDX 0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30
+#define ML_DW_ODD_IDX 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31
+#define ML_DW_FIX_IDX 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15
+#endif
+#ifdef __clang__
+#define ML_DW_SHUF2(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define ML_DW_SHUF2(a, b, ...) __builtin_shuffle(a, b, (ml_dw_vi){__VA_ARGS__})
+#endif
+/* expands the index list first, then passes it on as several arguments */
+#define ML_DW_SHUF2_(a, b, idx) ML_DW_SHUF2(a, b, idx)
+typedef int32_t ml_dw_vi __attribute__((vector_size(ML_VW * 4)));
+/* ML_DW_KEEP(v): v goes through a register, opaque to gcc. Without it gcc folds the input
+ * loads into the FMAs (reloading a vector for each output row that uses it) and keeps
+ * the taps in registers, spilled: twice the loads, load-bound (5x5: 27 -> 40 GMAC/s with
+ * it on a cached tile, AVX2). x86 vector registers only; elsewhere a no-op. */
+#if (defined(__x86_64__) || defined(__i386__)) && \
+    ((ML_VW == 8 && defined(__AVX__)) || (ML_VW == 4 && defined(__SSE__)) || \
+     (ML_VW == 16 && defined(__AVX512F__)))
+#define ML_DW_KEEP(v) __asm__ volatile("" : "+x"(v))
+#else
+#define ML_DW_KEEP(v) (void)0
+#endif
+
+typedef struct ml_dw_job ml_dw_job;
+typedef void (*ml_dw_units_fn)(const ml_dw_job* j, int64_t u0, int64_t u1, float* scratch);
+struct ml_dw_job {
+    int64_t C, H, W, OH, OW, PT, PL, Wp, Wq, ring, band, nb, chunk, epi_b;
+    int64_t blk; /* fast path: output rows per block */
+    int KH, KW, SH, SW, DH, DW;
+    const float *x, *w, *bias;
+    float* y;
+    ml_epi_fn epi;
+    void* epi_out;
+    ml_dw_units_fn units;
+};
+
+/* R x V vectors of outputs: output rows yr[0..R-1], columns yo.. . `in` is padded column
+ * yo*SW of the tile's first input row, rows rs floats apart (output row r reads rows
+ * r*SH + ky). Each input vector is multiplied into every output row whose window holds
+ * it, by a broadcast tap. Constant shapes: gcc unrolls all of it (the pragmas: at -O2
+ * too, where the sums would otherwise stay in memory, 3-4x slower). */
+ML_INLINE void ml_dw_tile(const int K, const int SH, const int SW, const int R, const int V,
+                          const float* restrict in, int64_t rs, const float* restrict w,
+                          float b, float* const* yr, int64_t yo) {
+    ml_vf acc[ML_DW_R][ML_DW_V];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[r][v] = b - (ml_vf){0};
+#pragma GCC unroll 16
+    for (int i = 0; i < (R - 1) * SH + K; ++i)
+#pragma GCC unroll 8
+        for (int kx = 0; kx < K; ++kx) {
+            ml_vf x[ML_DW_V];
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) {
+                const float* p = in + i * rs + v * SW * ML_VW;
+                if (SW == 1) {
+                    x[v] = *(const ml_vf*)(p + kx);
+                    ML_DW_KEEP(x[v]);
+                } else {
+                    const float* q = p + (kx & ~1);
+                    ml_vf lo = *(const ml_vf*)q, hi = *(const ml_vf*)(q + ML_VW);
+                    x[v] = kx & 1 ? ML_DW_SHUF2_(lo, hi, ML_DW_ODD_IDX)
+                                  : ML_DW_SHUF2_(lo, hi, ML_DW_EVEN_IDX);
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                int ky = i - r * SH;
+                if (ky < 0 || ky >= K) continue;
+                ml_vf wk = w[ky * K + kx] - (ml_vf){0}; /* broadcast per use: one load */
+                ML_DW_KEEP(wk);
+#pragma GCC unroll 4
+                for (int v = 0; v < V; ++v) acc[r][v] += wk * x[v];
+            }
+        }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v)
+            *(ml_vf*)(yr[r] + yo + v * ML_VW) =
+                SW == 1 ? acc[r][v] : ML_DW_SHUF2_(acc[r][v], acc[r][v], ML_DW_FIX_IDX);
+}
+
+/* R whole output rows yr (OW columns) from padded rows `in` (rs apart): V-vector tiles,
+ * then single vectors, the last one ending at OW (overlapping the one before: values are
+ * only stored, so computing some twice is harmless); an output row narrower than a vector
+ * goes through tr (R rows of ML_VW floats). One call site per tile width keeps the
+ * code small. */
+ML_INLINE void ml_dw_rows(const int K, const int SH, const int SW, const int R, const int V,
+                          const float* restrict in, int64_t rs, int64_t OW,
+                          const float* restrict w, float b, float* const* yr,
+                          float* const* tr) {
+    int64_t ow = 0;
+    for (; ow + V * ML_VW <= OW; ow += V * ML_VW)
+        ml_dw_tile(K, SH, SW, R, V, in + ow * SW, rs, w, b, yr, ow);
+    int64_t end = OW > ML_VW ? OW : ML_VW; /* single vectors up to end, the last moved back */
+    for (; ow < end; ow += ML_VW) {
+        int64_t o = ow + ML_VW <= end ? ow : end - ML_VW;
+        ml_dw_tile(K, SH, SW, R, 1, in + o * SW, rs, w, b, OW < ML_VW ? tr : yr, o);
+    }
+    if (OW < ML_VW)
+        for (int r = 0; r < R; ++r)
+            for (int64_t i = 0; i < OW; ++i) yr[r][i] = tr[r][i];
+}
+
+/* Padded input row ih of x (H x W) at d (Wq floats): PL zeros, the row, zeros; all zeros
+ * when ih is outside 0..H-1. Vector moves, the loops unrolled by hand or with a test
+ * inside, so that gcc does not make memset/memcpy calls of short rows. */
+static inline void ml_dw_pad_row(const float* restrict x, int64_t H, int64_t W, int64_t ih,
+                                 int64_t PL, int64_t Wq, float* restrict d) {
+    const ml_vf z = {0};
+    if (ih < 0 || ih >= H) {
+        memset(d, 0, sizeof(float) * (size_t)Wq);
+        return;
+    }
+    const float* s = x + ih * W;
+    int64_t n = ML_MIN(W, Wq - PL), q = 0; /* d[PL + q] = s[q] for q < n */
+    *(ml_vf*)d = z;
+    float* o = d + PL;
+    for (; q + 4 * ML_VW <= n; q += 4 * ML_VW) {
+        ml_vf a0 = *(const ml_vf*)(s + q), a1 = *(const ml_vf*)(s + q + ML_VW);
+        ml_vf a2 = *(const ml_vf*)(s + q + 2 * ML_VW), a3 = *(const ml_vf*)(s + q + 3 * ML_VW);
+        *(ml_vf*)(o + q) = a0, *(ml_vf*)(o + q + ML_VW) = a1;
+        *(ml_vf*)(o + q + 2 * ML_VW) = a2, *(ml_vf*)(o + q + 3 * ML_VW) = a3;
+    }
+    if (n >= ML_VW) {
+        for (int k = 0; k < 3; ++k)
+            if (q + (k + 1) * ML_VW < n)
+                *(ml_vf*)(o + q + k * ML_VW) = *(const ml_vf*)(s + q + k * ML_VW);
+        if (q < n) *(ml_vf*)(o + n - ML_VW) = *(const ml_vf*)(s + n - ML_VW);
+    } else {
+        for (int k = 0; k < ML_VW; ++k)
+            if (k < n) o[k] = s[k];
+    }
+    /* zeros from PL + n to Wq, whose slack past the windows is at most a few vectors */
+    for (int64_t t = PL + n; t < Wq; t += ML_VW) *(ml_vf*)(d + ML_MIN(t, Wq - ML_VW)) = z;
+}
+
+/* Output rows oh0..oh1-1 of channel c on the fast path (R <= ML_DW_R rows per tile), in
+ * blocks of up to j->blk rows: the block's input rows are padded into scratch (rows Wq
+ * apart), then swept R rows at a time. A block's short last group is moved up to end with the block (recomputing rows
+ * of the group before, whose epilogue then runs again on the fresh values); a band
+ * shorter than R writes the rows past it to a junk row. The epilogue runs on the rows just
+ * written, every ML_DW_EPI_FLOATS outputs. Scratch: the padded block, the junk row, R tmp
+ * rows. */
+ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const int R,
+                          const ml_dw_job* j, int64_t c, int64_t oh0, int64_t oh1,
+                          float* restrict scratch) {
+    const int64_t OW = j->OW, Wq = j->Wq;
+    float* plane = scratch;
+    float* junk = plane + ((ML_DW_MAX(j->blk, R) - 1) * SH + K) * Wq;
+    float* tr[ML_DW_R];
+    for (int r = 0; r < R; ++r) tr[r] = junk + OW + r * ML_VW;
+    const float* x = j->x + c * j->H * j->W;
+    const float* w = j->w + c * K * K;
+    float b = j->bias ? j->bias[c] : 0.0f;
+    float* y = j->y + c * j->OH * OW;
+    float* yr[ML_DW_R];
+    int64_t nblk = (oh1 - oh0 + j->blk - 1) / j->blk, e0 = oh0;
+    for (int64_t k = 0; k < nblk; ++k) {
+        /* blocks of nearly equal size: each has at least R rows when the band has */
+        int64_t ob = oh0 + (oh1 - oh0) * k / nblk, oe = oh0 + (oh1 - oh0) * (k + 1) / nblk;
+        int64_t lo = ob * SH - j->PT, rows = (ML_DW_MAX(oe - ob, R) - 1) * SH + K;
+        for (int64_t i = 0; i < rows; ++i)
+            ml_dw_pad_row(x, j->H, j->W, lo + i, j->PL, Wq, plane + i * Wq);
+        for (int64_t oh = ob; oh < oe;) {
+            int64_t g = oh + R > oe && oe - ob >= R ? oe - R : oh;
+            for (int r = 0; r < R; ++r) yr[r] = g + r < oe ? y + (g + r) * OW : junk;
+            ml_dw_rows(K, SH, SW, R, ML_DW_V, plane + (g - ob) * SH * Wq, Wq, OW, w, b,
+                       yr, tr);
+            if (g < e0) e0 = g;
+            oh = ML_MIN(g + R, oe);
+            if (j->epi && ((oh - e0) * OW >= ML_DW_EPI_FLOATS || oh == oh1)) {
+                j->epi(j->epi_out, j->epi_b, c, c + 1, e0 * OW, oh * OW);
+                e0 = oh;
+            }
+        }
+    }
+}
+
+/* Work units u0..u1-1 of a depthwise conv (unit u: output rows band u % nb of channel
+ * u / nb) on the fast path with constant shapes. */
+ML_INLINE void ml_dw_units_k(const int K, const int SH, const int SW, const int R,
+                             const ml_dw_job* j, int64_t u0, int64_t u1,
+                             float* restrict scratch) {
+    for (int64_t u = u0; u < u1; ++u) {
+        int64_t c = u / j->nb, oh0 = (u % j->nb) * j->band, oh1 = ML_MIN(j->OH, oh0 + j->band);
+        if (oh0 < oh1) ml_dw_band(K, SH, SW, R, j, c, oh0, oh1, scratch);
+    }
+}
+
+/* ml_dw_units_<K>_<SH><SW>: tiles of 4 output rows; ..._r3: of 3, for 3, 6, 9 rows. */
+#define ML_DW_UNITS(K, SH, SW)                                                                 \
+    ML_UNUSED static void ml_dw_units_##K##_##SH##SW(const ml_dw_job* j, int64_t u0, int64_t u1, \
+                                                     float* scratch) {                         \
+        ml_dw_units_k(K, SH, SW, 4, j, u0, u1, scratch);                                       \
+    }                                                                                          \
+    ML_UNUSED static void ml_dw_units_##K##_##SH##SW##_r3(const ml_dw_job* j, int64_t u0,      \
+                                                          int64_t u1, float* scratch) {        \
+        ml_dw_units_k(K, SH, SW, 3, j, u0, u1, scratch);                                       \
+    }
+ML_DW_UNITS(3, 1, 1)
+ML_DW_UNITS(3, 1, 2)
+ML_DW_UNITS(3, 2, 1)
+ML_DW_UNITS(3, 2, 2)
+ML_DW_UNITS(5, 1, 1)
+ML_DW_UNITS(5, 1, 2)
+ML_DW_UNITS(5, 2, 1)
+ML_DW_UNITS(5, 2, 2)
+#undef ML_DW_UNITS
+
+/* Output rows oh0..oh1-1 of channel c, any shape: input rows copied into a ring of
+ * zero-padded, phase-split rows (j->ring rows of SW*Wq floats, then their pointers). */
+static void ml_dw_band_any(const ml_dw_job* j, int64_t c, int64_t oh0, int64_t oh1,
+                           float* restrict scratch) {
+    const int KH = j->KH, KW = j->KW, SH = j->SH, SW = j->SW, DH = j->DH, DW = j->DW;
+    const int64_t rs = SW * j->Wq, OW = j->OW, nring = j->ring, need = (KH - 1) * DH + 1;
+    float* ring = scratch;
+    const float** rp = (const float**)(ring + (nring * rs + 1) / 2 * 2);
+    const float* x = j->x + c * j->H * j->W;
+    const float* w = j->w + c * KH * KW;
+    float b = j->bias ? j->bias[c] : 0.0f;
+    int64_t lo = oh0 * SH - j->PT, filled = lo, head = 0, e0 = oh0;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+        int64_t nlo = oh * SH - j->PT;
+        head = (head + nlo - lo) % nring;
+        lo = nlo;
+        if (filled < lo) filled = lo;
+        for (; filled < lo + need; ++filled)
+            ml_dw_fill_row(SW, x, j->H, j->W, filled, j->Wp, j->Wq, j->PL,
+                           ring + ((head + filled - lo) % nring) * rs);
+        for (int64_t i = 0; i < need; ++i) rp[i] = ring + ((head + i) % nring) * rs;
+        float* y = j->y + (c * j->OH + oh) * OW;
+        for (int64_t ow0 = 0; ow0 < OW; ow0 += ML_VW) {
+            int64_t ow = ML_MIN(ow0, OW - ML_VW), n = ML_VW;
+            if (ow < 0) ow = 0, n = OW; /* narrower than a vector: the row's slack is read */
+            ml_vf acc = b - (ml_vf){0};
+            for (int ky = 0; ky < KH; ++ky)
+                for (int kx = 0; kx < KW; ++kx)
+                    acc += w[ky * KW + kx] *
+                           *(const ml_vf*)(rp[ky * DH] + ((kx * DW) % SW) * j->Wq +
+                                           (kx * DW) / SW + ow);
+            for (int64_t i = 0; i < n; ++i) y[ow + i] = acc[i];
+        }
+        if (j->epi && ((oh + 1 - e0) * OW >= ML_DW_EPI_FLOATS || oh + 1 == oh1)) {
+            j->epi(j->epi_out, j->epi_b, c, c + 1, e0 * OW, (oh + 1) * OW);
+            e0 = oh + 1;
+        }
+    }
+}
+
+/* Work units u0..u1-1 of any depthwise conv (see ml_dw_units_k). */
+static void ml_dw_units_any(const ml_dw_job* j, int64_t u0, int64_t u1, float* scratch) {
+    for (int64_t u = u0; u < u1; ++u) {
+        int64_t c = u / j->nb, oh0 = (u % j->nb) * j->band, oh1 = ML_MIN(j->OH, oh0 + j->band);
+        if (oh0 < oh1) ml_dw_band_any(j, c, oh0, oh1, scratch);
+    }
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+/* Task t of ml_dwconv2d: units [t*chunk, +chunk), scratch is the thread's. */
+static void ml_dw_task(void* ctx, int64_t t, void* scratch) {
+    const ml_dw_job* j = (const ml_dw_job*)ctx;
+    int64_t u0 = t * j->chunk, nu = j->C * j->nb;
+    j->units(j, u0, ML_MIN(nu, u0 + j->chunk), (float*)scratch);
+}
+#endif
+
+/* Whether a shape may take the fast path (ml_dw_units_<K>_<SH><SW>); PR: the pad the last
+ * window reads past the input (negative when it stops short). conv.py mirrors it. */
+static inline int ml_dw_is_fast(int KH, int KW, int SH, int SW, int DH, int DW, int64_t PL,
+                                int64_t PR) {
+    return DH == 1 && DW == 1 && KH == KW && (KH == 3 || KH == 5) && (SH == 1 || SH == 2) &&
+           (SW == 1 || SW == 2) && PL >= 0 && PL <= ML_DW_PAD && PR <= ML_DW_PAD;
+}
+
+/* Fast path: floats per padded input row (a whole vector of outputs past OW, for rows
+ * narrower than a vector, plus the one float stride 2's pair loads read past the window),
+ * a multiple of ML_VW; and output rows per block (a multiple of ML_DW_R, at least
+ * 2 * ML_DW_R so that blocks of nearly equal size keep ML_DW_R rows each). */
+static inline int64_t ml_dw_row_floats(int64_t OW, int KW, int SW) {
+    return ((OW - 1) * SW + KW + ML_VW * SW + 2 + ML_VW - 1) / ML_VW * ML_VW;
+}
+static inline int64_t ml_dw_block_rows(int64_t OH, int64_t OW, int KW, int SH, int SW) {
+    int64_t rows = ML_DW_BLOCK / ml_dw_row_floats(OW, KW, SW);
+    int64_t b = rows > KW ? (rows - KW) / SH + 1 : 1;
+    b = b / ML_DW_R * ML_DW_R;
+    if (b < 2 * ML_DW_R) b = 2 * ML_DW_R;
+    return ML_MIN(b, OH);
+}
+
+/* Floats of scratch ml_dwconv2d needs per thread (conv.py's _dw_scratch_floats mirrors it
+ * and reserves the most over the vector widths): fast path: a block of padded rows, the
+ * junk row, the tmp rows; otherwise a ring of padded rows and their pointers (two floats
+ * each). */
+static inline int64_t ml_dw_scratch_floats(int64_t W, int64_t OH, int64_t OW, int KH, int KW,
+                                           int SH, int SW, int64_t PL, int DH, int DW) {
+    int64_t wp = (OW - 1) * SW + (KW - 1) * DW + 1;
+    if (ml_dw_is_fast(KH, KW, SH, SW, DH, DW, PL, wp - W - PL)) {
+        int64_t blk = ML_DW_MAX(ml_dw_block_rows(OH, OW, KW, SH, SW), ML_DW_R);
+        return ((blk - 1) * SH + KH) * ml_dw_row_floats(OW, KW, SW) + OW + ML_DW_R * ML_VW;
+    }
+    int64_t hp = (OH - 1) * SH + (KH - 1) * DH + 1, ring = ML_MIN(hp, (KH - 1) * DH + 1);
+    return (ring * SW * ((wp + SW - 1) / SW + 2 * ML_VW) + 1) / 2 * 2 + 2 * ring;
+}
+
+/* Depthwise conv of one NCHW image (ONNX Conv, group == C_in == C_out):
+ *   y[c][oh][ow] = bias[c] + sum_{ky,kx} w[c][ky][kx] * x[c][oh*SH-PT+ky*DH][ow*SW-PL+kx*DW]
+ * w: [C][KH][KW]; bias: [C] or NULL; scratch: ml_dw_scratch_floats(...) floats; units:
+ * ml_dw_units_<K>_<SH><SW> for a fast shape (ml_dw_units_any runs if ml_dw_is_fast
+ * disagrees), else ml_dw_units_any. The epilogue epi(epi_out, epi_b, c, c+1, n0, n1) runs on
+ * each channel's outputs n0..n1-1 as soon as they are written. Channels (and, when there
+ * are few, bands of output rows) are split over the thread pool when threadpool.h is
+ * included and the work is large. */
+ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                  int KH, int KW, int SH, int SW, int64_t PT, int64_t PL,
+                                  int DH, int DW, const float* restrict x,
+                                  const float* restrict w, const float* restrict bias,
+                                  float* restrict y, float* restrict scratch, ml_epi_fn epi,
+                                  void* epi_out, int64_t epi_b, ml_dw_units_fn units) {
+    int64_t Wp = (OW - 1) * SW + (KW - 1) * DW + 1, hp = (OH - 1) * SH + (KH - 1) * DH + 1;
+    int fast = units != ml_dw_units_any &&
+               ml_dw_is_fast(KH, KW, SH, SW, DH, DW, PL, Wp - W - PL);
+    ml_dw_job j = {C, H, W, OH, OW, PT, PL, Wp,
+                   fast ? ml_dw_row_floats(OW, KW, SW) : (Wp + SW - 1) / SW + 2 * ML_VW,
+                   ML_MIN(hp, (KH - 1) * DH + 1), OH, 1, C, epi_b,
+                   fast ? ml_dw_block_rows(OH, OW, KW, SH, SW) : 0, KH, KW, SH, SW, DH, DW,
+                   x, w, bias, y, epi, epi_out, fast ? units : ml_dw_units_any};
+#ifdef MONOLIB_THREADPOOL_H
+    int64_t want = (int64_t)ml_num_threads() * 4;
+    if (C < want) { /* few channels: bands of at least 8 output rows as well */
+        j.nb = ML_MIN((want + C - 1) / C, (OH + 7) / 8);
+        if (j.nb < 1) j.nb = 1;
+        j.band = (OH + j.nb - 1) / j.nb;
+    }
+    /* multiply-adds, and the floats read and written (4 each: these run 5-10x slower than
+     * a GEMM's, det's 1.4-2M ones take 0.15 ms) */
+    double work = (double)C * (OH * OW * KH * KW + 4 * (H * W + OH * OW));
+    int64_t tasks = ml_par_tasks(work, C * j.nb);
+    if (tasks > 1) {
+        j.chunk = (C * j.nb + tasks - 1) / tasks;
+        size_t bytes = sizeof(float) * (size_t)ml_dw_scratch_floats(W, OH, OW, KH, KW, SH, SW,
+                                                                     PL, DH, DW);
+        ml_parallel_for((C * j.nb + j.chunk - 1) / j.chunk, ml_dw_task, &j, scratch, bytes);
+        return;
+    }
+#endif
+    j.units(&j, 0, C * j.nb, scratch);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif /* MONOLIB_CONV_DEPTHWISE_H */

@@ -20,7 +20,7 @@ import logging
 import numpy as np
 
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OpDef, OutType, op_of, register
 from ._common import f32, require_float32
 from ._gemm import include_gemm
 from .gemm import a_operand
@@ -51,7 +51,7 @@ def _fast(node: Node) -> bool:
     acts = [a.lower() for a in node.attrs.get("activations") or []]
     seq = node.input(4)
     return (
-        not node.attrs.get("layout", 0)
+        not op_of(node).attr(node, "layout")
         and (not acts or acts == _DEFAULT_ACTS * ndir)
         and (seq is None or (seq.const is not None and bool(np.all(seq.const == t))))
     )

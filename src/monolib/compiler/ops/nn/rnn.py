@@ -30,7 +30,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OpDef, OutType, op_of, register
 from ...backends.cstyle import c_literal
 from ._common import require_float32
 from ._gemm import bbuf_floats, gemm_call, include_gemm
@@ -112,14 +112,14 @@ def rnn_dims(node: Node) -> tuple[int, int, int, int, int]:
     g = _KINDS[node.op_type][0]
     x, w, r = node.inputs[0], node.input(1), node.input(2)
     where = f"{node.op_type} node {node.name!r}"
-    if node.attrs.get("input_forget", 0):
+    if node.op_type == "LSTM" and node.attrs["input_forget"]:
         raise UnsupportedOpError(f"{where}: input_forget=1 is not supported")
     if any(v is None or len(v.shape) != 3 for v in (x, w, r)):
         raise ShapeError(f"{where}: needs X, W, R of rank 3")
-    layout = int(node.attrs.get("layout", 0))
+    layout = int(op_of(node).attr(node, "layout"))
     t, b, i = (x.shape[1], x.shape[0], x.shape[2]) if layout else x.shape
     ndir, h = r.shape[0], r.shape[2]
-    direction = node.attrs.get("direction", "forward")
+    direction = node.attrs["direction"]
     want = 2 if direction == "bidirectional" else 1
     hs = node.attrs.get("hidden_size") or h
     if ndir != want or hs != h or w.shape != (ndir, g * h, i) or r.shape != (ndir, g * h, h):
@@ -143,7 +143,7 @@ def recurrence_reference(node: Node, inputs: list) -> list[np.ndarray]:
     kind = node.op_type
     g = _KINDS[kind][0]
     get = lambda i: inputs[i] if len(inputs) > i and inputs[i] is not None else None
-    layout = int(node.attrs.get("layout", 0))
+    layout = int(op_of(node).attr(node, "layout"))
     sw = (lambda a: None if a is None else np.swapaxes(a, 0, 1)) if layout else (lambda a: a)
     x = sw(np.asarray(inputs[0], np.float64))
     w, r = (np.asarray(a, np.float64) for a in inputs[1:3])
@@ -151,7 +151,7 @@ def recurrence_reference(node: Node, inputs: list) -> list[np.ndarray]:
     c0, p = (sw(get(6)), get(7)) if kind == "LSTM" else (None, None)
     clip = float(node.attrs.get("clip") or 0.0)
     cl = (lambda v: np.clip(v, -clip, clip)) if clip > 0 else (lambda v: v)
-    lbr = bool(node.attrs.get("linear_before_reset", 0))
+    lbr = kind == "GRU" and bool(node.attrs["linear_before_reset"])
     acts = _activations(node, ndir)
     y = np.zeros((t, ndir, nb, h))
     hs, cs = np.zeros((ndir, nb, h)), np.zeros((ndir, nb, h))
@@ -162,7 +162,7 @@ def recurrence_reference(node: Node, inputs: list) -> list[np.ndarray]:
         bb = np.zeros(2 * g * h) if bias is None else bias[d].astype(np.float64)
         wb, rb = bb[: g * h], bb[g * h:]
         pp = np.zeros(3 * h) if p is None else p[d].astype(np.float64)
-        reverse = node.attrs.get("direction", "forward") == "reverse" or d == 1
+        reverse = node.attrs["direction"] == "reverse" or d == 1
         for b in range(nb):
             n = t if seq is None else int(np.clip(seq[b], 0, t))
             hd = np.zeros(h) if h0 is None else h0[d, b].astype(np.float64)
@@ -263,8 +263,8 @@ def emit_recurrence(node: Node, ctx: EmitContext) -> str:
     kind = node.op_type
     g = _KINDS[kind][0]
     gn = g * h
-    layout = int(node.attrs.get("layout", 0))
-    lbr = kind == "GRU" and bool(node.attrs.get("linear_before_reset", 0))
+    layout = int(op_of(node).attr(node, "layout"))
+    lbr = kind == "GRU" and bool(node.attrs["linear_before_reset"])
     clip = float(node.attrs.get("clip") or 0.0)
     acts = _activations(node, ndir)
     bias, seq, h0 = node.input(3), node.input(4), node.input(5)
@@ -298,7 +298,7 @@ def emit_recurrence(node: Node, ctx: EmitContext) -> str:
         code += rcode
         f = [_act_fn(ctx, a, 0.0 if kind == "LSTM" and k == 2 else clip)
              for k, a in enumerate(acts[d])]
-        reverse = int(node.attrs.get("direction", "forward") == "reverse" or d == 1)
+        reverse = int(node.attrs["direction"] == "reverse" or d == 1)
         if kind == "RNN":
             step = (_matvec(hv, rt, gn, h, 0, h, gh)
                     + f"      for (int64_t j = 0; j < {h}; ++j) {hv}[j] = {f[0]}(xg[j] + {gh}[j]);\n")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import monolib
-from monolib.compiler.testing import make_node_model
+from monolib.compiler.testing import make_node_model, ort_run
 from monolib.models import fetch_model
 from monolib.errors import DeviceUnavailableError
 
@@ -93,15 +93,13 @@ def test_cls_on_gpu_matches_onnxruntime(cls_cuda):
     reason = _gpu_reason()
     if reason:
         pytest.skip(f"needs a CUDA GPU: {reason}")
-    ort = pytest.importorskip("onnxruntime")
     from models.conftest import assert_matches
 
     _, path = cls_cuda
     x = np.random.default_rng(0).random(CLS[1], dtype=np.float32)
     gm = monolib.GraphModule(monolib.load_module(path)["default"](monolib.cuda()))
     gm.run(x=x)
-    want = ort.InferenceSession(str(fetch_model(CLS[0])),
-                                providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = ort_run(fetch_model(CLS[0]), {"x": x})
     assert_matches([gm.get_output(0).numpy()], want, "PP-OCR cls on CUDA")
 
 

@@ -16,6 +16,7 @@ import pytest
 from models.conftest import TEXT, assert_matches
 
 import monolib
+from monolib.compiler.testing import ort_run
 from monolib.models import fetch_model, ocr
 
 pytestmark = pytest.mark.slow
@@ -41,13 +42,7 @@ def line():
 
 
 def _ort(key: str, x: np.ndarray, optimized: bool = True) -> list[np.ndarray]:
-    ort = pytest.importorskip("onnxruntime")
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    if not optimized:
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(str(fetch_model(key)), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, {"x": x})
+    return ort_run(fetch_model(key), {"x": x}, optimize=optimized)
 
 
 def test_every_op_is_a_kernel(built):

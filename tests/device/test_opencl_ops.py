@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import monolib
+from monolib.compiler.testing import ort_run
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -89,8 +90,7 @@ def ops_model() -> onnx.ModelProto:
 
 def test_every_kernel_matches_onnxruntime(need_opencl):
     model = ops_model()
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, FEEDS)
+    want = ort_run(model, FEEDS)
     factory = monolib.compile(model, target="opencl")
     kinds = {n["op"] for n in factory.get_graph_json()["nodes"]}
     assert {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Softmax",
@@ -105,7 +105,6 @@ def test_every_kernel_matches_onnxruntime(need_opencl):
         np.testing.assert_allclose(got, w, rtol=0, atol=tol, err_msg=name)
     # a second run on other inputs: nothing stale in the device arena
     x2 = {**FEEDS, "x": -FEEDS["x"]}
-    w2 = ort.InferenceSession(model.SerializeToString(),
-                              providers=["CPUExecutionProvider"]).run(None, x2)
+    w2 = ort_run(model, x2)
     gm.run(**x2)
     np.testing.assert_allclose(gm.get_output(0).numpy(), w2[0], rtol=0, atol=1e-4)

@@ -11,16 +11,16 @@ import pytest
 from tinylib import reference, tiny_factory
 
 import monolib
+from monolib.compiler.testing import ort_session
+from monolib.models import fetch_model
 from monolib.runtime import InputError, cpu, debug_executor, load_module
 from monolib.runtime.debug_executor import GraphModuleDebug, ProfileRow
 
-CLS = os.path.expanduser("~/.cache/monolib/models/ch_ppocr_mobile_v2.0_cls_infer.onnx")
 
 
 def ort_values(model, feeds: dict, names: list[str]) -> dict[str, np.ndarray]:
     """ONNX Runtime's values of the tensors ``names`` (added as graph outputs)."""
     import onnx
-    import onnxruntime as ort
 
     model = (
         onnx.load(model)
@@ -31,7 +31,7 @@ def ort_values(model, feeds: dict, names: list[str]) -> dict[str, np.ndarray]:
     for name in names:
         if name not in have:
             model.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(model)
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
@@ -140,8 +140,8 @@ def test_create_from_a_graph_json_needs_the_library():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(CLS), reason="the PP-OCR cls model is not cached")
 def test_cls_model_profile_and_intermediates_vs_onnxruntime(tmp_path):
+    CLS = str(fetch_model("ppocr_cls"))
     factory = monolib.compile(CLS, shapes={"x": (1, 3, 48, 192)})
     bare = factory.remove_params()
     lib = load_module(bare.lib.export_library(str(tmp_path / "cls_code.so")))
@@ -165,14 +165,13 @@ def test_cls_model_profile_and_intermediates_vs_onnxruntime(tmp_path):
         np.testing.assert_allclose(got, want[name], rtol=1e-3, atol=1e-4, err_msg=name)
 
 
-DET = os.path.expanduser("~/.cache/monolib/models/ch_PP-OCRv4_det_infer.onnx")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(DET), reason="the PP-OCRv4 det model is not cached")
 def test_det_model_in_place_squeeze_excite_outputs_vs_onnxruntime():
     """The squeeze-excite ``x * hardsigmoid(...)`` ops run in place over ``x`` and leave
     bytes unchanged where the gate is 1: their outputs are still found."""
+    DET = str(fetch_model("ppocr_det"))
     gm = debug_executor.create(monolib.compile(DET, shapes={"x": (1, 3, 96, 128)}))
     x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 96, 128)).astype(np.float32)
     gm.set_input(x=x)

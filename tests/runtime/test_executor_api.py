@@ -11,6 +11,7 @@ import pytest
 from tinylib import B, W, reference, tiny_factory
 
 import monolib
+from monolib.compiler.testing import ort_session
 from monolib.errors import ParamsError, ParamsInputError
 from monolib.runtime import GraphModule, InputError, cpu, load_module
 from monolib.runtime import params as runtime_params
@@ -185,11 +186,9 @@ def _small_model():
 
 
 def test_executors_of_one_factory_run_in_parallel_threads():
-    import onnxruntime as ort
-
     model = _small_model()
     factory = monolib.compile(model)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(model)
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(4)]
     wants = [sess.run(None, {"x": x})[0] for x in inputs]

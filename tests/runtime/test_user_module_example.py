@@ -12,14 +12,15 @@ import sys
 import numpy as np
 import pytest
 
+from monolib.compiler.testing import ort_run
+from monolib.models import fetch_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.expanduser("~/.cache/monolib/models/ch_ppocr_mobile_v2.0_cls_infer.onnx")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(MODEL), reason="the PP-OCR cls model is not cached")
 def test_run_example_in_fresh_processes(tmp_path):
-    import onnxruntime as ort
+    MODEL = str(fetch_model("ppocr_cls"))
 
     res = subprocess.run(
         [
@@ -27,6 +28,8 @@ def test_run_example_in_fresh_processes(tmp_path):
             os.path.join(ROOT, "examples", "user_module", "run.py"),
             "--out",
             str(tmp_path),
+            "--model",
+            MODEL,
         ],
         check=False,
         capture_output=True,
@@ -41,8 +44,7 @@ def test_run_example_in_fresh_processes(tmp_path):
     ran = report["run"]
     assert ran["imports"] == ["library", "example_cls_postprocess"]
     x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)
-    sess = ort.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
-    want = sess.run(None, {"x": x})[0]
+    want = ort_run(MODEL, {"x": x})[0]
     np.testing.assert_allclose(np.array(ran["probs"]), want, rtol=1e-4, atol=1e-5)
     k = int(want[0].argmax())
     assert ran["label"] == ["0", "180"][k]

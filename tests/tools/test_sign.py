@@ -32,8 +32,6 @@ from monolib.tools import sign
 
 pytest.importorskip("cryptography")
 
-MODELS = Path.home() / ".cache" / "monolib" / "models"
-CLS = MODELS / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 # A hand-written library of the ABI in docs/ARCHITECTURE.md: y = x + one, float32[4],
 # x at arena offset 0, y at 64; the param "one" (float32[1]) at params offset 0.
@@ -507,8 +505,10 @@ def test_compiled_model_round_trip(tiny_onnx_lib, keys, rng):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CLS.exists(), reason="cls model not cached")
 def test_cls_model_signed_round_trip(tmp_path, keys, ort_run, rng):
+    from monolib.models import fetch_model
+
+    CLS = fetch_model("ppocr_cls")
     lib = monolib.compile(str(CLS), shapes={"x": (1, 3, 48, 192)})
     path = lib.export_library(str(tmp_path / "cls.so"))
     assert main(["sign", path, "--key", keys["good"]]) == 0

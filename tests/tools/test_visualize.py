@@ -28,8 +28,6 @@ from monolib.tools.visualize import (
     render_page,
 )
 
-MODELS = Path.home() / ".cache" / "monolib" / "models"
-CLS = MODELS / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 
 def t(name, shape=(1, 4), dtype="float32"):
@@ -260,9 +258,10 @@ def test_missing_library(tmp_path):
 # ------------------------------------------------------------------ a real library
 @pytest.fixture(scope="module")
 def cls_lib(tmp_path_factory) -> str:
-    if not CLS.exists():
-        pytest.skip(f"{CLS} not cached")
     import monolib
+    from monolib.models import fetch_model
+
+    CLS = fetch_model("ppocr_cls")
 
     path = tmp_path_factory.mktemp("view") / "cls.so"
     monolib.compile(str(CLS), shapes={"x": (1, 3, 48, 192)}).export_library(str(path))

@@ -19,7 +19,9 @@ __all__ = ["include_checked"]
 logger = logging.getLogger(__name__)
 
 
-def include_checked(ctx: EmitContext, header: str, constants: Mapping[str, int], where: str) -> None:
+def include_checked(
+    ctx: EmitContext, header: str, constants: Mapping[str, int], where: str
+) -> None:
     """Paste ``header`` into the generated C, then assert each of its macros equals the
     Python value the emitting code relies on.
 
@@ -41,4 +43,5 @@ def include_checked(ctx: EmitContext, header: str, constants: Mapping[str, int],
     """
     ctx.include(header)
     for name, value in constants.items():
-        ctx.helper(f'_Static_assert({name} == {int(value)}, "{header}: {name} differs from {where}");')
+        message = f"{header}: {name} differs from {where}"
+        ctx.helper(f'_Static_assert({name} == {int(value)}, "{message}");')

@@ -22,7 +22,7 @@ import onnx.helper
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import compute_dtype, is_storage, register
+from ..base import OpDef, compute_dtype, is_storage, register
 from ...backends.cstyle import ctype, storage_load, storage_store
 from .elementwise import Elementwise, cast_expr
 
@@ -58,15 +58,15 @@ def onnx_dtype(elem_type: int, where: str = "") -> np.dtype:
 _ROUND_MODES = {"up": 0, "down": 1, "nearest": 2}
 
 
-def _convert(node: Node, arg: str, src: np.dtype, dst: np.dtype) -> str:
+def _convert(op: OpDef, node: Node, arg: str, src: np.dtype, dst: np.dtype) -> str:
     """C expression of ``arg`` (a ``src`` element) converted to ``dst``: storage
     types go through their compute type (float32 or int32)."""
     if src == dst:
         return arg
     value, vtype = storage_load(arg, src), compute_dtype(src)
-    saturate = bool(node.attrs.get("saturate", 1))
+    saturate = bool(op.attr(node, "saturate"))
     if dst.name == "float8_e8m0fnu":
-        mode = node.attrs.get("round_mode", "up")
+        mode = op.attr(node, "round_mode")
         mode = mode.decode() if isinstance(mode, bytes) else mode
         if mode not in _ROUND_MODES:
             raise UnsupportedOpError(f"Cast (node {node.name!r}): round_mode {mode!r}")
@@ -80,13 +80,13 @@ def _convert(node: Node, arg: str, src: np.dtype, dst: np.dtype) -> str:
     return cast_expr(value, dst)
 
 
-def _reference(node: Node, x: np.ndarray, dst: np.dtype) -> np.ndarray:
+def _reference(op: OpDef, node: Node, x: np.ndarray, dst: np.dtype) -> np.ndarray:
     from onnx.reference.ops.op_cast import cast_to
 
-    mode = node.attrs.get("round_mode", "up")
+    mode = op.attr(node, "round_mode")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     to = onnx.helper.np_dtype_to_tensor_dtype(dst)
-    return np.asarray(cast_to(x, to, bool(node.attrs.get("saturate", 1)), mode)).astype(dst)
+    return np.asarray(cast_to(x, to, bool(op.attr(node, "saturate")), mode)).astype(dst)
 
 
 @register
@@ -97,15 +97,17 @@ class Cast(Elementwise):
     # later versions add element types only (23 float4e2m1, 24 float8e8m0 and its
     # round_mode, 25 int2/uint2: all handled here; 28 float6, refused by onnx_dtype)
     also_versions = (23, 24, 25, 28)
+    #: saturate came in 19, round_mode (float8e8m0's rounding) in 24
+    defaults = {"saturate": 1, "round_mode": "up"}
 
     def out_dtype(self, node: Node) -> np.dtype:
         return onnx_dtype(node.attrs["to"], f"Cast (node {node.name!r})")
 
     def np_fn(self, node: Node, x):
-        return _reference(node, x, self.out_dtype(node))
+        return _reference(self, node, x, self.out_dtype(node))
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
-        return _convert(node, args[0], node.inputs[0].dtype, node.outputs[0].dtype)
+        return _convert(self, node, args[0], node.inputs[0].dtype, node.outputs[0].dtype)
 
 
 @register
@@ -118,6 +120,7 @@ class CastLike(Elementwise):
 
     op_type, since_version = "CastLike", 15
     also_versions = (23, 24, 25)  # as Cast: new element types (and e8m0's round_mode)
+    defaults = Cast.defaults
     elementwise = False
     data_inputs = (0,)
 
@@ -125,8 +128,8 @@ class CastLike(Elementwise):
         return node.inputs[1].dtype
 
     def np_fn(self, node: Node, x, like):
-        return _reference(node, x, like.dtype)
+        return _reference(self, node, x, like.dtype)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
-        return _convert(node, args[0], node.inputs[0].dtype, node.outputs[0].dtype)
+        return _convert(self, node, args[0], node.inputs[0].dtype, node.outputs[0].dtype)
 

@@ -199,7 +199,7 @@ def reduce_axes(node: Node, rank: int, from_input: bool) -> tuple[int, ...]:
             )
         axes = [] if v is None else [int(a) for a in v.const.reshape(-1)]
         if not axes:
-            return () if node.attrs.get("noop_with_empty_axes", 0) else tuple(range(rank))
+            return () if node.attrs["noop_with_empty_axes"] else tuple(range(rank))
     else:
         axes = node.attrs.get("axes")
         if axes is None:

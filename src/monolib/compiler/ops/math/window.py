@@ -40,7 +40,7 @@ def _scalar(node: Node, i: int, what: str) -> float:
 
 
 def _out_dtype(node: Node) -> np.dtype:
-    dt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(int(node.attrs.get("output_datatype", 1))))
+    dt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(int(node.attrs["output_datatype"])))
     ctype(dt)  # refuses types without a C type
     return dt
 

@@ -62,7 +62,7 @@ def conv_geometry(node: Node) -> Geometry:
             f"Conv node {node.name!r}: needs X [N,C,...] and W of the same rank, "
             f"got {x and x.shape} and {w and w.shape}"
         )
-    group = int(node.attrs.get("group", 1))
+    group = int(node.attrs["group"])
     if group < 1 or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
         raise ShapeError(
             f"Conv node {node.name!r}: X {x.shape}, W {w.shape} and group "
@@ -222,7 +222,8 @@ class Conv(OpDef):
         C, OC = x.shape[1], y.shape[1]
         cg, ocg = C // group, OC // group
         T = ctype(y.dtype)
-        xp, wp = ctx.language.pointer(ctype(x.dtype), True), ctx.language.pointer(ctype(w.dtype), True)
+        xp = ctx.language.pointer(ctype(x.dtype), True)
+        wp = ctx.language.pointer(ctype(w.dtype), True)
         # ctx.ptr places constants in the params blob in call order: W before B
 
         def acc0() -> str:

@@ -33,7 +33,7 @@ def _geo(node: Node):
         raise ShapeError(f"{where}: only 2-D is supported; X {list(x.shape)}, W {list(w.shape)}")
     n, c, h, wd = x.shape
     m, cg, kh, kw = w.shape
-    group, og = int(node.attrs.get("group", 1)), int(node.attrs.get("offset_group", 1))
+    group, og = int(node.attrs["group"]), int(node.attrs["offset_group"])
     st = attr_ints(node, "strides", [1, 1])
     dl = attr_ints(node, "dilations", [1, 1])
     pd = attr_ints(node, "pads", [0, 0, 0, 0])

@@ -42,7 +42,7 @@ def _check(node: Node) -> tuple[int, int, int]:
                          "must be [N, C, d1...] and [N, d1...]")
     if w is not None and tuple(w.shape) != (x.shape[1],):
         raise ShapeError(f"{where}: weight {list(w.shape)} must be [C] = [{x.shape[1]}]")
-    reduction = node.attrs.get("reduction", "mean")
+    reduction = node.attrs["reduction"]
     if reduction not in ("none", "sum", "mean"):
         raise ShapeError(f"{where}: reduction {reduction!r} is not none, sum or mean")
     n, c = x.shape[:2]

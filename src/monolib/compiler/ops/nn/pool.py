@@ -22,7 +22,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OpDef, OutType, op_of, register
 from ...backends.cstyle import c_literal, ctype
 from ._common import Geometry, geometry, require_float32, window_dims
 
@@ -52,7 +52,7 @@ def pool_geometry(node: Node) -> Geometry:
         raise ShapeError(
             f"{node.op_type} node {node.name!r}: kernel_shape {kernel} does not match X {x.shape}"
         )
-    return geometry(node, list(x.shape[2:]), kernel, bool(node.attrs.get("ceil_mode", 0)))
+    return geometry(node, list(x.shape[2:]), kernel, bool(op_of(node).attr(node, "ceil_mode")))
 
 
 def _windows(x: np.ndarray, geo: Geometry, fill: float) -> tuple[np.ndarray, np.ndarray]:
@@ -136,7 +136,7 @@ def _device_pool(node: Node, ctx: Any) -> Kernel:
         "(void)n;",
     ]
     if not is_max:
-        if node.attrs.get("count_include_pad", 0):
+        if node.op_type == "AveragePool" and op_of(node).attr(node, "count_include_pad"):
             # positions of the window inside [-PT, H + PB) x [-PL, W + PR)
             body += [
                 f"const idx_t h0 = i1 * {g['SH']} - {g['PT']}, w0 = i2 * {g['SW']} - {g['PL']};",
@@ -206,7 +206,7 @@ def _storage_index(node: Node, sizes: list[int]) -> str:
     the ``nc`` plane's offset (the ONNX reference's rule)."""
     nd = len(sizes)
     plane = int(np.prod(sizes))
-    if node.attrs.get("storage_order", 0):
+    if op_of(node).attr(node, "storage_order"):
         terms = [f"a{i} * {int(np.prod(sizes[:i]))}" for i in range(nd)]
     else:
         terms = [f"a{i} * {int(np.prod(sizes[i + 1:]))}" for i in range(nd)]
@@ -223,7 +223,8 @@ class MaxPool(_Pool):
     # 22 adds bfloat16 and states that a window starting in the end padding is
     # dropped (ceil_mode), which pool_geometry already does
     also_versions = (22,)
-    defaults = {"storage_order": 0}
+    # ceil_mode came in 10, storage_order in 8
+    defaults = {"ceil_mode": 0, "storage_order": 0}
 
     def _check_dtype(self, node: Node) -> None:
         x = node.inputs[0]
@@ -280,7 +281,8 @@ class AveragePool(_Pool):
     # 22 adds bfloat16 and states that a window starting in the end padding is
     # dropped (ceil_mode), which pool_geometry already does
     also_versions = (22,)
-    defaults = {"count_include_pad": 0}
+    # ceil_mode came in 10, count_include_pad in 7
+    defaults = {"ceil_mode": 0, "count_include_pad": 0}
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]
@@ -327,7 +329,7 @@ class LpPool(_Pool):
     op_type = "LpPool"
     since_version = 2
     also_versions = (22,)
-    defaults = {"p": 2}
+    defaults = {"ceil_mode": 0, "p": 2}  # ceil_mode came in 18
 
     def _check_dtype(self, node: Node) -> None:
         require_float32(node, 0)

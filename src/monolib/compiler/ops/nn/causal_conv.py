@@ -38,7 +38,6 @@ class CausalConvWithState(OpDef):
     """
 
     op_type, since_version = "CausalConvWithState", 27
-    defaults = {"activation": "none"}
 
     def _dims(self, node: Node) -> tuple[int, int, int, int]:
         x, w = node.inputs[0], node.inputs[1]
@@ -55,7 +54,7 @@ class CausalConvWithState(OpDef):
         return b, c, ln, k
 
     def _act(self, node: Node) -> bool:
-        act = self.attr(node, "activation")
+        act = node.attrs["activation"]
         if act not in ("none", "silu", "swish"):
             raise UnsupportedOpError(f"CausalConvWithState (node {node.name!r}): activation {act!r}")
         return act != "none"

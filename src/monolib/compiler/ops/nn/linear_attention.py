@@ -39,11 +39,11 @@ _RULES = {"linear": (False, False), "gated": (True, False), "delta": (False, Tru
 def _dims(node: Node) -> dict:
     """Sizes and flags of a LinearAttention node; raises ShapeError/UnsupportedOpError."""
     where = f"LinearAttention (node {node.name!r})"
-    rule = node.attrs.get("update_rule", "gated_delta")
+    rule = node.attrs["update_rule"]
     if rule not in _RULES:
         raise UnsupportedOpError(f"{where}: update_rule {rule!r}")
     gated, delta = _RULES[rule]
-    hq, hkv = node.attrs.get("q_num_heads"), node.attrs.get("kv_num_heads")
+    hq, hkv = node.attrs["q_num_heads"], node.attrs["kv_num_heads"]
     q, k, v = (node.inputs[i].shape for i in range(3))
     if not hq or not hkv or hq % hkv:
         raise ShapeError(f"{where}: q_num_heads {hq} must be a multiple of kv_num_heads {hkv}")
@@ -62,7 +62,7 @@ def _dims(node: Node) -> dict:
         raise ShapeError(f"{where}: beta {beta.shape} must be [B, T, Hkv] or [B, T, 1]")
     if past is not None and past.shape != (b, hkv, dk, dv):
         raise ShapeError(f"{where}: past_state {past.shape} must be {(b, hkv, dk, dv)}")
-    sc = node.attrs.get("scale") or 1.0 / math.sqrt(dk)
+    sc = node.attrs["scale"] or 1.0 / math.sqrt(dk)
     return {"B": b, "T": t, "Hq": hq, "Hkv": hkv, "dk": dk, "dv": dv, "scale": sc,
             "decay_per_key": decay is not None and decay.shape[2] == hkv * dk,
             "beta_per_head": beta is not None and beta.shape[2] == hkv}

@@ -33,13 +33,13 @@ def _dims(node: Node) -> tuple[int, int, int, int, int]:
     if len(x.shape) == 4:
         b, h, s, d = x.shape
     elif len(x.shape) == 3:
-        h = node.attrs.get("num_heads") or 0
+        h = node.attrs["num_heads"]
         if not h or x.shape[2] % h:
             raise ShapeError(f"{where}: 3-D input needs num_heads dividing {x.shape[2]}")
         b, s, d = x.shape[0], x.shape[1], x.shape[2] // h
     else:
         raise ShapeError(f"{where}: input must be 3-D or 4-D, got {list(x.shape)}")
-    r = node.attrs.get("rotary_embedding_dim") or d
+    r = node.attrs["rotary_embedding_dim"] or d
     if r > d or r % 2:
         raise ShapeError(f"{where}: rotary_embedding_dim {r} must be even and <= head size {d}")
     ids = node.input(3)

@@ -107,11 +107,10 @@ class MeanVarianceNormalization(OpDef):
 
     op_type, since_version = "MeanVarianceNormalization", 9
     also_versions = (13,)
-    defaults = {"axes": None}
 
     def _axes(self, node: Node) -> list[int]:
         rank = len(node.inputs[0].shape)
-        axes = self.attr(node, "axes") or [0, 2, 3]
+        axes = node.attrs["axes"] or [0, 2, 3]  # an empty list as before: the default
         return sorted({normalize_axis(a, rank, f"MeanVarianceNormalization (node {node.name!r})")
                        for a in axes})
 

@@ -329,20 +329,20 @@ class LpPool(_Pool):
     op_type = "LpPool"
     since_version = 2
     also_versions = (22,)
-    defaults = {"ceil_mode": 0, "p": 2}  # ceil_mode came in 18
+    defaults = {"ceil_mode": 0}  # ceil_mode came in 18
 
     def _check_dtype(self, node: Node) -> None:
         require_float32(node, 0)
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]
-        p = float(self.attr(node, "p"))
+        p = float(node.attrs["p"])
         taps, _ = _windows(x, pool_geometry(node), 0.0)
         total = (np.abs(taps.astype(np.float64)) ** p).sum(axis=0)
         return [(total ** (1.0 / p)).astype(x.dtype)]
 
     def _body(self, node: Node, ctx: EmitContext, geo, sizes: list[int], index: list[str]):
-        p = float(self.attr(node, "p"))
+        p = float(node.attrs["p"])
         term = {1.0: "fabsf(v)", 2.0: "v * v"}.get(p, f"powf(fabsf(v), {c_literal(p, np.float32)})")
         val = {1.0: "acc", 2.0: "sqrtf(acc)"}.get(p, f"powf(acc, {c_literal(1.0 / p, np.float32)})")
         pre = "    float acc = 0.0f;\n"

@@ -60,13 +60,12 @@ class DepthToSpace(_Rearrange):
     op_type, since_version = "DepthToSpace", 11
     # 28 changes no attribute, input, output, type constraint or doc text
     also_versions = (28,)
-    defaults = {"mode": "DCR"}
 
     def view(self, node: Node):
         n, c, h, w, b = self._check(node)
         if c % (b * b):
             raise ShapeError(f"DepthToSpace (node {node.name!r}): C={c} not divisible by {b * b}")
-        mode = self.attr(node, "mode")
+        mode = node.attrs["mode"]
         out = (n, c // (b * b), h * b, w * b)
         if mode == "DCR":
             return (n, b, b, c // (b * b), h, w), [0, 3, 4, 1, 5, 2], out
@@ -81,7 +80,7 @@ class SpaceToDepth(_Rearrange):
 
     op_type, since_version = "SpaceToDepth", 1
     also_versions = (28,)  # 28 adds mode CRD, handled in view()
-    defaults = {"mode": "DCR"}
+    defaults = {"mode": "DCR"}  # the layout of versions before 28, which have no mode
 
     def view(self, node: Node):
         n, c, h, w, b = self._check(node)

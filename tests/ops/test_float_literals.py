@@ -94,3 +94,21 @@ def test_generated_c_needs_no_float_literal_repair(op, inputs, attrs):
     src = monolib.compile(model).imported_modules[0].get_source()
     bad = sorted({m.group(0) for m in _BAD_FLOAT.finditer(src)})
     assert not bad, f"{op}: invalid float literals {bad}"
+
+
+DEVICE_CASES = [c for c in CASES if c[0] in ("Gemm", "Softmax", "LogSoftmax", "ReduceMean",
+                                             "ReduceMax", "AveragePool", "GlobalAveragePool",
+                                             "LeakyRelu", "Elu", "HardSigmoid")]
+
+
+@pytest.mark.parametrize("target", ["opencl", "cuda"])
+@pytest.mark.parametrize("op,inputs,attrs", DEVICE_CASES, ids=[c[0] for c in DEVICE_CASES])
+def test_device_sources_need_no_float_literal_repair(op, inputs, attrs, target):
+    """The OpenCL and CUDA kernels (generated only: no device needed) write the same
+    valid literals: the device generator's repair pass is gone too."""
+    consts = [k for k in inputs if k not in ("x", "a")]
+    model = make_node_model(op, inputs, attrs, constant_inputs=consts)
+    host = monolib.compile(model, target=target).imported_modules[0]
+    src = host.imported_modules[0].get_source()
+    bad = sorted({m.group(0) for m in _BAD_FLOAT.finditer(src)})
+    assert not bad, f"{op} ({target}): invalid float literals {bad}"

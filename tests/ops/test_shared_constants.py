@@ -57,3 +57,31 @@ def test_qgemm_constants_are_checked():
     assert ctx.headers == ["qgemm.h"]
     assert any(f"ML_QMR == {_qcommon.QMR}" in h for h in ctx.helpers)
     assert any(f"ML_QNR == {_qcommon.QNR}" in h for h in ctx.helpers)
+
+
+def test_scratch_sizes_agree_with_the_headers():
+    """The Python that reserves scratch computes what the kernels will use:
+    ``bbuf_floats`` = ``ml_gemm_bbuf_floats``, ``qgemm_bbuf_bytes`` =
+    ``ml_qgemm_bbuf_bytes`` (the depthwise scratch: tests/ops/test_depthwise_conv.py)."""
+    import ctypes
+
+    from monolib.compiler.backends.c.headers import kernel_header
+
+    ks = [1, 3, 64, 255, 256, 257, 1000, 5000, 100000]
+    ns = [1, 15, 16, 17, 31, 33, 1000, 1024, 1025, 4096, 100000]
+    src = (
+        "#include <stdint.h>\n#include <string.h>\n"
+        + kernel_header("gemm.h") + kernel_header("qgemm.h")
+        + "void sizes(const int64_t* k, const int64_t* n, int m, int64_t* f, int64_t* q) {\n"
+        "  for (int i = 0; i < m; ++i) { f[i] = ml_gemm_bbuf_floats(k[i], n[i]);\n"
+        "    q[i] = ml_qgemm_bbuf_bytes(k[i], n[i]); } }\n"
+    )
+    lib = build_shared(src)
+    pairs = [(k, n) for k in ks for n in ns]
+    k = np.array([p[0] for p in pairs], np.int64)
+    n = np.array([p[1] for p in pairs], np.int64)
+    f, q = np.zeros(len(pairs), np.int64), np.zeros(len(pairs), np.int64)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    lib.sizes(ptr(k), ptr(n), ctypes.c_int(len(pairs)), ptr(f), ptr(q))
+    assert f.tolist() == [_gemm.bbuf_floats(a, b) for a, b in pairs]
+    assert q.tolist() == [_qcommon.qgemm_bbuf_bytes(a, b) for a, b in pairs]

@@ -25,6 +25,7 @@ __all__ = [
     "SignatureError",
     "TargetError",
     "ToolchainError",
+    "UndecidableDimError",
     "UnknownTypeKeyError",
     "UnsupportedOpError",
     "VisualizeError",
@@ -98,6 +99,11 @@ class UnsupportedOpError(CompileError):
 
 class ShapeError(CompileError):
     """A shape is missing (a dynamic dim with no value given) or inconsistent."""
+
+
+class UndecidableDimError(CompileError):
+    """A question about a run-time dim (``==``, ``<``, ``int()``) has no single answer
+    over its bounds: the code asking it cannot take that dim (message names the dim)."""
 
 
 class FunctionNotFoundError(MonolibError, AttributeError):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from monolib.abi.container import (
+    FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,
     PAYLOAD_ALIGN,
@@ -45,7 +46,7 @@ def rewrite_manifest(blob: bytes, edit) -> bytes:
 def test_header_layout_and_alignment():
     blob = sample()
     magic, version, flags, total, moff, msize = struct.unpack_from("<8sIIQQQ", blob)
-    assert (magic, version, flags, total) == (MAGIC, 1, 0, len(blob))
+    assert (magic, version, flags, total) == (MAGIC, FORMAT_VERSION, 0, len(blob))
     assert hashlib.sha256(blob[moff : moff + msize]).digest() == blob[64:96]
     c = Container(blob)
     for mod in c.modules:

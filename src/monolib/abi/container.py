@@ -52,9 +52,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MAGIC = b"\x7fMONOLIB"
-FORMAT_VERSION = 1
+#: 2 since run-time shapes (issue 12): its graph JSON may be version 2. The container
+#: bytes are laid out as in 1, so a format-1 library loads as before.
+FORMAT_VERSION = 2
 #: Format versions this reader understands (it reads every version it ever wrote).
-READABLE_VERSIONS = (1,)
+READABLE_VERSIONS = (1, 2)
 HEADER_SIZE = 128
 PAYLOAD_ALIGN = 4096
 MIN_ALIGN = 64

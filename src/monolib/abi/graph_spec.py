@@ -8,6 +8,12 @@ The graph JSON is section ``"graph"`` of the ``"graph_executor_factory"`` module
      "nodes": [...], "params": [...], "aliases": {...}, "constants": {...},
      "metadata": {...}}
 
+Version 2 (a graph with run-time dims, :mod:`.symbols`) adds ``symbols``,
+``sym_offset``, ``shape_offset`` and ``specializations``; its shape entries may be
+strings (an input's: a symbol name; an output's or node's: a dim expression) and its
+tensors with run-time dims carry ``max_nbytes`` (their bytes at the upper bounds).
+Version 1 (every dim static) is still read, and still written for static graphs.
+
 Section ``"head"`` is the same document without ``nodes`` and ``params``
 (:func:`graph_head`): all an executor reads. The compiler writes documents with
 :func:`tensor_entry`, :func:`node_entry` and :func:`graph_document`, and serializes
@@ -29,11 +35,13 @@ import numpy as np
 
 from ..errors import ContainerError
 from .names import FACTORY, GRAPH_SECTION
+from .symbols import DynamicLayout, Symbol, check_expression, dynamic_layout, is_static
 
 __all__ = [
     "GRAPH_FORMAT",
     "GRAPH_VERSION",
     "GRAPH_VERSIONS",
+    "GRAPH_VERSION_DYNAMIC",
     "LAZY_KEYS",
     "TensorInfo",
     "check_fields",
@@ -42,6 +50,7 @@ __all__ = [
     "from_json",
     "graph_document",
     "graph_head",
+    "graph_layout",
     "node_entry",
     "tensor_dtype",
     "tensor_entry",
@@ -52,10 +61,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 GRAPH_FORMAT = "monolib.graph"
-#: The version this writer produces.
+#: The version this writer produces for a graph whose dims are all static.
 GRAPH_VERSION = 1
+#: The version it produces for a graph with run-time dims (``symbols``).
+GRAPH_VERSION_DYNAMIC = 2
 #: The versions this reader accepts.
-GRAPH_VERSIONS = (1,)
+GRAPH_VERSIONS = (1, 2)
 #: Graph JSON keys an executor does not need: they stay unparsed in a loaded factory
 #: and are left out of the head section.
 LAZY_KEYS = ("nodes", "params")
@@ -65,17 +76,27 @@ LAZY_KEYS = ("nodes", "params")
 
 
 class TensorInfo(NamedTuple):
-    """A graph input, output or param: name, shape, dtype, byte offset, byte size."""
+    """A graph input, output or param: name, shape, dtype, byte offset, byte size.
+
+    A tensor with run-time dims (graph JSON version 2) has strings in ``shape`` (an
+    input's: symbol names; an output's: dim expressions) and ``nbytes`` its bytes at
+    the upper bounds (``max_nbytes``, the size of its arena slot).
+    """
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | str, ...]
     dtype: np.dtype
     offset: int
     nbytes: int
 
+    @property
+    def dynamic(self) -> bool:
+        """Whether some dim is a run-time dim (a string)."""
+        return not is_static(self.shape)
+
     def describe(self) -> str:
         """``"name: dtype[shape]"``, for messages."""
-        return f"{self.name}: {self.dtype}{list(self.shape)}"
+        return f"{self.name}: {self.dtype}[{', '.join(map(str, self.shape))}]"
 
 
 # dtype name -> np.dtype: parsing a dtype string costs ~1 us, and a graph names a few
@@ -118,24 +139,36 @@ def _parse_dtype(name: str) -> np.dtype:
         return np.dtype(found)
 
 
-def tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInfo:
+def tensor_info(
+    raw: Any, where: str, limit: int, limit_name: str,
+    symbols: Mapping[str, Symbol] | None = None,
+) -> TensorInfo:
     """One ``inputs``/``outputs``/``params`` entry, checked.
 
     Parameters
     ----------
     raw : Mapping
-        The entry: ``name``, ``shape``, ``dtype``, ``offset``.
+        The entry: ``name``, ``shape``, ``dtype``, ``offset`` (``max_nbytes`` too
+        when a dim is a string).
     where : str
-        What it is, for messages (``"input"``, ``"output"``, ``"param"``).
+        What it is, for messages (``"input"``, ``"output"``, ``"param"``, ``"node"``).
     limit : int
         Bytes of the buffer it lies in; ``limit_name`` names that buffer.
+    symbols : Mapping of str -> Symbol, optional
+        The graph's symbols (version 2): string dims are then read, an input's as a
+        symbol name, any other's as a dim expression. None: every dim must be an int.
 
     Raises
     ------
     ContainerError
-        A missing or malformed field, a dtype that is no tensor dtype, or a byte range
-        outside ``[0, limit)``.
+        A missing or malformed field, a dtype that is no tensor dtype, a string dim
+        that is no declared symbol (an input's) or no dim expression, ``max_nbytes``
+        missing or smaller than the input at its upper bounds, or a byte range outside
+        ``[0, limit)``.
     """
+    shape_raw = raw.get("shape") if isinstance(raw, Mapping) else None
+    if symbols is not None and isinstance(shape_raw, list) and not is_static(shape_raw):
+        return _dynamic_info(raw, where, limit, limit_name, symbols)
     try:
         shape = tuple(int(d) for d in raw["shape"])
         dtype = tensor_dtype(raw["dtype"])
@@ -158,6 +191,67 @@ def tensor_info(raw: Any, where: str, limit: int, limit_name: str) -> TensorInfo
     return info
 
 
+def _dynamic_info(
+    raw: Mapping, where: str, limit: int, limit_name: str, symbols: Mapping[str, Symbol]
+) -> TensorInfo:
+    """:func:`tensor_info` of an entry with string dims (graph JSON version 2)."""
+    try:
+        name, dtype = str(raw["name"]), tensor_dtype(raw["dtype"])
+        offset, nbytes = int(raw["offset"]), raw["max_nbytes"]
+        shape = tuple(raw["shape"])
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise ContainerError(f"graph JSON: malformed {where} entry {raw!r:.200} ({exc})") from None
+    if dtype.hasobject or dtype.itemsize == 0:
+        raise ContainerError(f"graph JSON: {where} {name!r} has no tensor dtype ({dtype})")
+    if type(nbytes) is not int or nbytes < 0:
+        raise ContainerError(
+            f"graph JSON: {where} {name!r}: max_nbytes {nbytes!r:.60} is no byte count"
+        )
+    top = dtype.itemsize
+    for axis, d in enumerate(shape):
+        what = f"{where} {name!r} axis {axis}"
+        if type(d) is int:
+            if d < 0:
+                raise ContainerError(f"graph JSON: {what} has size {d}")
+            top *= d
+        elif not isinstance(d, str):
+            raise ContainerError(f"graph JSON: {what} is {d!r:.60}, not an int or a string")
+        elif where == "input":
+            if d not in symbols:
+                raise ContainerError(
+                    f"graph JSON: {what} names {d!r:.60}, which is no declared symbol"
+                )
+            top *= symbols[d].last
+        else:
+            check_expression(d, symbols, what)
+    if where == "input" and top > nbytes:
+        raise ContainerError(
+            f"graph JSON: {where} {name!r} takes {top} bytes at its upper bounds, more than "
+            f"its max_nbytes {nbytes}"
+        )
+    if offset < 0 or offset + nbytes > limit:
+        raise ContainerError(
+            f"graph JSON: {where} {name!r} [{offset}, {offset + nbytes}) "
+            f"lies outside the {limit_name} ({limit} bytes)"
+        )
+    return TensorInfo(name, shape, dtype, offset, nbytes)
+
+
+def graph_layout(graph: Mapping) -> DynamicLayout | None:
+    """The run-time-dim fields of a graph JSON (or head), checked; None for a
+    version-1 graph (every dim static).
+
+    Raises
+    ------
+    ContainerError
+        A malformed ``symbols``, ``sym_offset``, ``shape_offset`` or
+        ``specializations`` (see :func:`.symbols.dynamic_layout`).
+    """
+    if graph.get("version") != GRAPH_VERSION_DYNAMIC:
+        return None
+    return dynamic_layout(graph, _count(graph.get("arena_bytes"), "arena_bytes"))
+
+
 def check_graph_json(graph: Mapping, params_nbytes: int | None) -> list[TensorInfo]:
     """Check the graph JSON's format, version and that every range fits.
 
@@ -173,8 +267,9 @@ def check_graph_json(graph: Mapping, params_nbytes: int | None) -> list[TensorIn
     Raises
     ------
     ContainerError
-        Wrong format or version, missing keys, or an input/output/param whose byte
-        range lies outside the arena or the params blob.
+        Wrong format or version, missing keys, an input/output/param whose byte
+        range lies outside the arena or the params blob, or (version 2) malformed
+        run-time dims (:func:`graph_layout`, :func:`tensor_info`).
     """
     if not isinstance(graph, Mapping) or graph.get("format") != GRAPH_FORMAT:
         raise ContainerError(f'graph JSON: "format" is not {GRAPH_FORMAT!r}')
@@ -194,9 +289,11 @@ def check_graph_json(graph: Mapping, params_nbytes: int | None) -> list[TensorIn
             f"params blob ({params_nbytes} bytes)"
         )
     arena = _count(graph["arena_bytes"], "arena_bytes")
+    layout = graph_layout(graph)
+    symbols = None if layout is None else layout.by_name
     for kind in ("inputs", "outputs"):
         for raw in _list(graph[kind], kind):
-            tensor_info(raw, kind[:-1], arena, "arena")
+            tensor_info(raw, kind[:-1], arena, "arena", symbols)
     table = _list(graph.get("params", []), "params")
     return [tensor_info(raw, "param", params_nbytes, "params blob") for raw in table]
 
@@ -243,6 +340,10 @@ def _ints(v: Any) -> bool:
     return isinstance(v, list) and all(type(d) is int for d in v)
 
 
+def _dims(v: Any) -> bool:
+    return isinstance(v, list) and all(type(d) is int or isinstance(d, str) for d in v)
+
+
 def _strs(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(d, str) for d in v)
 
@@ -255,6 +356,9 @@ _TENSOR_FIELDS = {"shape": _ints, "dtype": lambda v: isinstance(v, str)}
 _NODE_FIELDS = {**_TENSOR_FIELDS, "op": lambda v: isinstance(v, str), "fused": _strs,
                 "inputs": _strs, "outputs": _strs}  # fmt: skip
 _PARAM_FIELDS = {**_TENSOR_FIELDS, "nbytes": _byte_count}
+# version 2: inputs, outputs and nodes may have run-time dims (strings)
+_DYN_TENSOR_FIELDS = {**_TENSOR_FIELDS, "shape": _dims, "max_nbytes": _byte_count}
+_DYN_NODE_FIELDS = {**_NODE_FIELDS, "shape": _dims}
 
 
 def _check_entries(where: str, items: Any, fields: Mapping[str, Any]) -> None:
@@ -284,14 +388,18 @@ def check_fields(graph: Any) -> dict:
     ContainerError
         ``graph`` is not an object, or names the first field of the wrong type
         (entries not lists of objects with a string ``name``, shapes not lists of
-        ints, byte counts not ints >= 0, aliases not a name -> name map).
+        ints (of ints or strings in version 2), byte counts not ints >= 0, aliases
+        not a name -> name map).
     """
     if not isinstance(graph, dict):
         raise ContainerError("graph JSON is not an object")
     where = f"graph {graph.get('name', '')!r}"
-    _check_entries(f"{where}: inputs", graph.get("inputs", []), _TENSOR_FIELDS)
-    _check_entries(f"{where}: outputs", graph.get("outputs", []), _TENSOR_FIELDS)
-    _check_entries(f"{where}: nodes", graph.get("nodes", []), _NODE_FIELDS)
+    dyn = graph.get("version") == GRAPH_VERSION_DYNAMIC
+    tensor_fields = _DYN_TENSOR_FIELDS if dyn else _TENSOR_FIELDS
+    _check_entries(f"{where}: inputs", graph.get("inputs", []), tensor_fields)
+    _check_entries(f"{where}: outputs", graph.get("outputs", []), tensor_fields)
+    node_fields = _DYN_NODE_FIELDS if dyn else _NODE_FIELDS
+    _check_entries(f"{where}: nodes", graph.get("nodes", []), node_fields)
     _check_entries(f"{where}: params", graph.get("params", []), _PARAM_FIELDS)
     for key in ("params_bytes", "arena_bytes"):
         if key in graph and not _byte_count(graph[key]):
@@ -344,20 +452,28 @@ def to_json(graph: Mapping) -> bytes:
     return json.dumps(graph, separators=(",", ":")).encode("utf-8")
 
 
-def tensor_entry(name: str, shape: Sequence[int], dtype: Any, offset: int) -> dict[str, Any]:
+def tensor_entry(name: str, shape: Sequence[int | str], dtype: Any, offset: int,
+                 max_nbytes: int | None = None) -> dict[str, Any]:
     """An ``inputs``/``outputs`` entry: ``dtype`` is written by its NumPy name
-    (``"float32"``, ``"bfloat16"``), ``offset`` is bytes into the arena."""
-    return {"name": name, "shape": list(shape), "dtype": tensor_dtype(dtype).name,
-            "offset": offset}
+    (``"float32"``, ``"bfloat16"``), ``offset`` is bytes into the arena.
+
+    A tensor with run-time dims (version 2) gives ``shape`` entries as strings (an
+    input's: symbol names; an output's: dim expressions) and ``max_nbytes``, its
+    bytes at the upper bounds (the size of its arena slot)."""
+    out = {"name": name, "shape": list(shape), "dtype": tensor_dtype(dtype).name,
+           "offset": offset}
+    if max_nbytes is not None:
+        out["max_nbytes"] = int(max_nbytes)
+    return out
 
 
 def node_entry(name: str, op: str, fused: Sequence[str], inputs: Iterable[str],
-               outputs: Iterable[str], shape: Sequence[int], dtype: Any,
+               outputs: Iterable[str], shape: Sequence[int | str], dtype: Any,
                offset: int) -> dict[str, Any]:
     """A ``nodes`` entry: fused op ``i`` (``monolib_run_op(i, ...)``), its op type and
     the elementwise types fused into it, the values it reads and writes, and the
-    shape, dtype and arena ``offset`` of its output 0 (where the debug executor
-    reads it)."""
+    shape (a run-time dim as its dim expression string), dtype and arena ``offset``
+    of its output 0 (where the debug executor reads it)."""
     return {
         "name": name,
         "op": op,
@@ -383,8 +499,13 @@ def graph_document(
     constants: Mapping[str, Any] | None = None,
     metadata: Mapping[str, Any] | None = None,
     device: str | None = None,
+    symbols: Sequence[Mapping[str, Any]] | None = None,
+    sym_offset: int | None = None,
+    shape_offset: int | None = None,
+    specializations: Sequence[Mapping[str, int]] = (),
 ) -> dict[str, Any]:
-    """A graph JSON document, keys in the documented order.
+    """A graph JSON document, keys in the documented order: version 1 without
+    ``symbols``, version 2 (run-time dims) with them.
 
     Parameters
     ----------
@@ -406,13 +527,33 @@ def graph_document(
     device : str, optional
         The device kind (``"opencl"``, ``"cuda"``) whose kernels run the nodes; None
         for the C library.
+    symbols : sequence of dict, optional
+        :func:`.symbols.symbol_entry` of each run-time dim, in the order of the int64
+        values at ``sym_offset``. Given (non-empty): version 2, and ``sym_offset``
+        (``int64_t[len(symbols)]``) and ``shape_offset`` (``int64_t[sum of output
+        ranks]``, where ``monolib_run`` writes each output's actual shape) are
+        required arena offsets, 8-byte aligned.
+    specializations : sequence of dict
+        ``{symbol name: value}`` (every symbol) of each shape compiled statically;
+        written as ``[{"symbols": {...}}, ...]``.
+
+    Raises
+    ------
+    ValueError
+        ``symbols`` without ``sym_offset``/``shape_offset``, or offsets without symbols.
     """
-    out: dict[str, Any] = {"format": GRAPH_FORMAT, "version": GRAPH_VERSION, "name": name}
+    dynamic = bool(symbols)
+    if dynamic != (sym_offset is not None) or dynamic != (shape_offset is not None):
+        raise ValueError("graph_document: symbols, sym_offset and shape_offset go together")
+    version = GRAPH_VERSION_DYNAMIC if dynamic else GRAPH_VERSION
+    out: dict[str, Any] = {"format": GRAPH_FORMAT, "version": version, "name": name}
     if device is not None:
         out["device"] = device
+    out.update({"arena_bytes": arena_bytes, "params_bytes": params_bytes})
+    if dynamic:
+        out.update({"symbols": [dict(s) for s in symbols], "sym_offset": sym_offset,
+                    "shape_offset": shape_offset})
     out.update({
-        "arena_bytes": arena_bytes,
-        "params_bytes": params_bytes,
         "inputs": inputs,
         "outputs": outputs,
         "nodes": nodes,
@@ -421,4 +562,6 @@ def graph_document(
         "constants": dict(constants or {}),
         "metadata": dict(metadata or {}),
     })
+    if dynamic:
+        out["specializations"] = [{"symbols": dict(s)} for s in specializations]
     return out

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..abi.symbols import evaluate
 from .device import Device, cpu
 from ..errors import ContainerError, ExecutionError, InputError
 from .factory import GraphExecutorFactoryModule
@@ -175,7 +176,8 @@ class GraphModuleDebug(GraphModule):
         InputError
             Unknown node, or params missing.
         ExecutionError
-            An op failed, or the node's output lies outside the arena.
+            An op failed, or the node's output lies outside the arena (for a graph
+            with run-time dims: its shape, evaluated at this run's dims).
         ContainerError
             The node has no ``"offset"`` (see :meth:`output_offset`).
 
@@ -187,16 +189,28 @@ class GraphModuleDebug(GraphModule):
         off = self.output_offset(i)
         spec = self.nodes[i]
         dtype = np.dtype(spec.get("dtype", "float32"))
-        shape = tuple(int(d) for d in spec.get("shape", []))
+        for k in range(i + 1):
+            self.executor.run_op(k)  # binds the run-time dims first, if any
+        shape = self._node_shape(i, spec.get("shape", []))
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if not 0 <= off <= self.executor.arena_bytes - nbytes:
             raise ExecutionError(f"op {i}: output [{off}, {off + nbytes}) lies outside the arena")
-        for k in range(i + 1):
-            self.executor.run_op(k)
         value = self.executor.arena[off : off + nbytes].view(dtype).reshape(shape).copy()
         if out is not None:
             np.copyto(out, value)
         return NDArray(value, self.executor.device)
+
+    def _node_shape(self, i: int, dims: list) -> tuple[int, ...]:
+        """Op ``i``'s output shape: its dims, dim expressions evaluated at the
+        symbol values of this run (a graph with run-time dims)."""
+        shapes = self.executor.shapes
+        if shapes is None:
+            return tuple(int(d) for d in dims)
+        values = shapes.symbol_values()
+        try:
+            return tuple(evaluate(d, values) for d in dims)
+        except (ValueError, ZeroDivisionError) as exc:
+            raise ExecutionError(f"op {i}: output shape {dims}: {exc}") from None
 
 
 def create(

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from ..errors import ContainerError, InputError
-from ..abi.graph_spec import tensor_info
+from ..errors import ContainerError, ExecutionError, InputError
+from ..abi.graph_spec import graph_layout, tensor_info
 from ..abi.names import CUDA, DEVICE, OPENCL
 from .arena import aligned_empty
 from .factory import register_executor
@@ -239,6 +239,10 @@ class DeviceGraphExecutor(GraphExecutor):
     ------
     InputError
         ``device`` is not of the kind the graph was compiled for.
+    ExecutionError
+        The graph has run-time dims (graph JSON version 2 with symbols): device
+        kernels are compiled for static shapes (the compiler refuses such a graph
+        first; this guards a hand-made or damaged one).
     DeviceUnavailableError
         No usable device (API not installed, no driver, bad index).
     """
@@ -246,6 +250,14 @@ class DeviceGraphExecutor(GraphExecutor):
     def __init__(self, factory: Any, device: Device) -> None:
         graph = factory.graph_json
         kind = graph.get("device", "cpu")
+        layout = graph_layout(graph)
+        if layout is not None and layout.symbols:
+            names = ", ".join(s.name for s in layout.symbols)
+            raise ExecutionError(
+                f"graph {graph.get('name', '')!r} has run-time dims ({names}): the {kind} "
+                "executor runs static shapes only; compile it for the C target, or with "
+                "every dim fixed"
+            )
         if device.device_type != kind:
             raise InputError(
                 f"graph {graph.get('name', '')!r} was compiled for {kind}: make its executor "
@@ -265,8 +277,9 @@ class DeviceGraphExecutor(GraphExecutor):
         # an op's output after run_op (what the debug executor reads)
         self.arena = aligned_empty(max(self.arena_bytes, 64))
         self.inputs, self.outputs = infos[: len(graph["inputs"])], infos[len(graph["inputs"]) :]
-        self._in_views = [self._view(t) for t in self.inputs]
-        self._out_views = [self._view(t) for t in self.outputs]
+        self.shapes = None  # static shapes only (checked above)
+        self._in_views = [self._view(t, t.shape) for t in self.inputs]
+        self._out_views = [self._view(t, t.shape) for t in self.outputs]
         self.session = self.module.open(device, self.arena_bytes)
         self._use_params(factory.params, set() if factory.has_params else set(self.param_infos))
 

@@ -17,19 +17,25 @@ another executor's with ``share_params``. ``save_graph_json`` + :func:`create` i
 separate-artifact path. Each executor owns its arena and ctypes releases the GIL
 during ``monolib_run``, so executors of one factory run in parallel threads.
 Per-op profiles and outputs: :mod:`.debug_executor`.
+
+Run-time shapes (graph JSON version 2): an input takes any shape within its
+symbols' bounds; before each run the symbol values are written to the arena, after
+it the outputs' actual shapes are read back (:mod:`.shapes`), so ``output_view``
+has this run's shape. A static graph takes none of these steps.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from ..abi.graph_spec import TensorInfo, tensor_info
+from ..abi.graph_spec import TensorInfo, graph_layout, tensor_info
 from ..abi.names import RUN, RUN_OP
 from ..errors import ContainerError, ExecutionError, InputError, ParamsInputError
 from .arena import arena_empty
@@ -39,6 +45,7 @@ from .graph_module import GraphModule
 from .module import Module
 from .params import params_blob
 from .params import load_params as read_params
+from .shapes import RunShapes, start_shape
 from .threads import register_library
 
 __all__ = ["GraphExecutor", "create"]
@@ -74,12 +81,23 @@ class GraphExecutor:
                 f"graph JSON asks for a {self.arena_bytes}-byte arena, which cannot be "
                 "allocated on this machine"
             ) from None
-        self.inputs = [tensor_info(r, "input", self.arena_bytes, "arena") for r in graph["inputs"]]
-        self.outputs = [
-            tensor_info(r, "output", self.arena_bytes, "arena") for r in graph["outputs"]
+        layout = graph_layout(graph)
+        symbols = None if layout is None else layout.by_name
+        self.inputs = [
+            tensor_info(r, "input", self.arena_bytes, "arena", symbols) for r in graph["inputs"]
         ]
-        self._in_views = [self._view(t) for t in self.inputs]
-        self._out_views = [self._view(t) for t in self.outputs]
+        self.outputs = [
+            tensor_info(r, "output", self.arena_bytes, "arena", symbols) for r in graph["outputs"]
+        ]
+        #: run-time shapes (None for a static graph: nothing to do per run)
+        self.shapes = None
+        if layout is not None:
+            self.shapes = RunShapes(layout, self.inputs, self.outputs, self.arena)
+        self._in_views = [self._view(t, self._start(t, symbols)) for t in self.inputs]
+        # a run-time dim of an output is 0 until a run writes its size
+        self._out_views = [
+            self._view(t, tuple(d if type(d) is int else 0 for d in t.shape)) for t in self.outputs
+        ]
         self._run = self._c_function(RUN, [ctypes.c_void_p, ctypes.c_void_p])
         register_library(factory.lib)
         # Shared and read-only; load_params gives this executor a private copy. A
@@ -175,10 +193,33 @@ class GraphExecutor:
                 f"{len(missing)} params ({shown}): give them with load_params or set_input"
             )
 
-    def _view(self, info: TensorInfo) -> np.ndarray:
-        return (
-            self.arena[info.offset : info.offset + info.nbytes].view(info.dtype).reshape(info.shape)
-        )
+    @staticmethod
+    def _start(info: TensorInfo, symbols: dict | None) -> tuple[int, ...]:
+        return info.shape if symbols is None else start_shape(info, symbols)
+
+    def _view(self, info: TensorInfo, shape: tuple[int, ...]) -> np.ndarray:
+        """``info``'s data in the arena as an array of ``shape`` (contiguous from its
+        offset: a run-time shape fills only the start of the slot)."""
+        end = info.offset + math.prod(shape) * info.dtype.itemsize
+        return self.arena[info.offset : end].view(info.dtype).reshape(shape)
+
+    def set_input_shape(self, i: int, shape: tuple[int, ...]) -> None:
+        """Give input ``i`` (of a graph with run-time dims) the shape ``shape``,
+        already checked with ``shapes.check_input``: ``input_view(i)`` then has it."""
+        self.shapes.set_input(i, shape)
+        self._in_views[i] = self._view(self.inputs[i], shape)
+
+    def _bind(self) -> None:
+        """Before a run of a graph with run-time dims: the symbols into the arena."""
+        self.shapes.bind()
+
+    def _read_shapes(self) -> None:
+        """After a run of a graph with run-time dims: each output's view at the
+        shape the library wrote."""
+        for i, info in enumerate(self.outputs):
+            shape = self.shapes.output_shape(i)
+            if shape != self._out_views[i].shape:
+                self._out_views[i] = self._view(info, shape)
 
     def _c_function(self, name: str, argtypes: list) -> Callable:
         fn = self.factory.lib.get_function(name, query_imports=True)
@@ -191,16 +232,22 @@ class GraphExecutor:
         Raises
         ------
         InputError
-            Params are missing (a factory without weights, no ``load_params`` yet).
+            Params are missing (a factory without weights, no ``load_params`` yet), or
+            (run-time dims) two inputs give a shared dim two values.
         ExecutionError
-            ``monolib_run`` returned nonzero.
+            ``monolib_run`` returned nonzero, or wrote an output shape that does not
+            fit its slot.
         """
         self._check_ready()
+        if self.shapes is not None:
+            self._bind()
         ret = self._run(*self._args)
         if ret != 0:
             raise ExecutionError(
                 f"monolib_run returned {ret} (graph {self.factory.head.get('name', '')!r})"
             )
+        if self.shapes is not None:
+            self._read_shapes()
 
     def num_ops(self) -> int:
         """Number of fused ops (``len(graph["nodes"])``)."""
@@ -219,6 +266,8 @@ class GraphExecutor:
         if not 0 <= i < self.num_ops():
             raise InputError(f"op index {i} out of range [0, {self.num_ops()})")
         self._check_ready()
+        if self.shapes is not None:
+            self._bind()
         if not hasattr(self, "_run_op"):
             self._run_op = self._c_function(
                 RUN_OP, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p]

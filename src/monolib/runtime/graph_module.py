@@ -2,7 +2,9 @@
 
 ``GraphModule`` (TVM's ``graph_executor.GraphModule``) wraps an executor with
 ``set_input`` / ``run`` / ``get_output``, checking every array against the graph's
-inputs before any is copied into the arena.
+inputs before any is copied into the arena. An input with run-time dims takes any
+shape within its bounds, and ``get_output`` has the shape of the last run
+(:mod:`.shapes`).
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ class GraphModule:
             Input name or index.
         value : array-like
             A NumPy array, any DLPack object (``np.from_dlpack``), or a NDArray; its
-            dtype and shape must match the model's exactly.
+            dtype must match the model's, its shape too, where a run-time dim takes
+            any value within its bounds (and on its step).
         **inputs
             More ``name=array`` pairs. A name of the graph JSON ``params`` table (and
             not an input) sets that param for this executor, as TVM's ``set_input``
@@ -110,8 +113,10 @@ class GraphModule:
         ------
         InputError
             Unknown name/index, wrong shape or wrong dtype; the message lists what
-            the model expects. Every array is checked before any is copied, so on an
-            error no input has changed (the executor stays usable as it was).
+            the model expects (for a run-time dim: the axis, the dim name, its bounds
+            and the value given). Every array is checked before any is copied, so on
+            an error no input has changed (the executor stays usable as it was).
+            Dims shared by several inputs are compared at :meth:`run`.
         """
         pairs = ([(key, value)] if key is not None else []) + list(inputs.items())
         params = {n: v for n, v in pairs if self._is_param(n)}
@@ -119,8 +124,12 @@ class GraphModule:
         if params:
             self.executor.load_params(params)
         for i, arr in checked:
+            view = self.executor.input_view(i)
+            if view.shape != arr.shape:  # an input with run-time dims (checked): resize
+                self.executor.set_input_shape(i, arr.shape)
+                view = self.executor.input_view(i)
             # copyto reads any strides (non-contiguous, negative, broadcast) correctly
-            np.copyto(self.executor.input_view(i), arr)
+            np.copyto(view, arr)
 
     def _is_param(self, key: Any) -> bool:
         return (
@@ -138,6 +147,9 @@ class GraphModule:
                 f"{info.dtype} ({self._expected()})"
             )
         if arr.shape != info.shape:
+            if info.dynamic:
+                self.executor.shapes.check_input(info, arr.shape)
+                return i, arr
             raise InputError(
                 f"input {info.name!r} has shape {list(arr.shape)}, the model "
                 f"expects {list(info.shape)} ({self._expected()})"
@@ -182,15 +194,27 @@ class GraphModule:
         """Number of graph outputs."""
         return len(self.executor.outputs)
 
-    def get_input_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
-        """``(shape_dict, dtype_dict)`` of the inputs, by name (TVM's order)."""
-        ins = self.executor.inputs
-        return {t.name: t.shape for t in ins}, {t.name: str(t.dtype) for t in ins}
+    def _dims(self, info: TensorInfo) -> tuple:
+        if not info.dynamic:
+            return info.shape
+        symbols = self.executor.shapes.symbols
+        return tuple(symbols[d].info() if d in symbols else d for d in info.shape)
 
-    def get_output_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
-        """``(shape_dict, dtype_dict)`` of the outputs, by name."""
+    def get_input_info(self) -> tuple[dict[str, tuple], dict[str, str]]:
+        """``(shape_dict, dtype_dict)`` of the inputs, by name (TVM's order).
+
+        A run-time dim appears as ``(name, lo, hi)``, or ``(name, lo, hi, step)``
+        when its step is above 1: e.g. ``{"x": (("batch", 1, 8), 3, 224, 224)}``.
+        """
+        ins = self.executor.inputs
+        return {t.name: self._dims(t) for t in ins}, {t.name: str(t.dtype) for t in ins}
+
+    def get_output_info(self) -> tuple[dict[str, tuple], dict[str, str]]:
+        """``(shape_dict, dtype_dict)`` of the outputs, by name; a run-time dim
+        appears as its dim expression string (``"batch"``, ``"(x_2 / 4)"``), or as
+        ``(name, lo, hi[, step])`` where it is a symbol itself."""
         outs = self.executor.outputs
-        return {t.name: t.shape for t in outs}, {t.name: str(t.dtype) for t in outs}
+        return {t.name: self._dims(t) for t in outs}, {t.name: str(t.dtype) for t in outs}
 
     def load_params(self, params: Any) -> None:
         """Use other weights: ``{name: array}`` or a safetensors file path / bytes

@@ -32,7 +32,7 @@ def test_parse_arguments():
 def test_inspect_json(lib, capsys):
     assert main(["inspect", lib, "--json", "--verify"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["container"]["format_version"] == 1
+    assert report["container"]["format_version"] == 2
     assert report["verified"] and report["binary"].startswith("ELF64")
     assert [m["type_key"] for m in report["modules"]] == ["graph_executor_factory", "library"]
     assert report["modules"][0]["imports"] == [1]

@@ -135,7 +135,7 @@ def test_compile_steps_with_a_stand_in_compiler(tmp_path, monkeypatch, capsys):
 
     seen = {}
 
-    def fake_compile(model, target, shapes, constants, progress):
+    def fake_compile(model, target, shapes, constants, progress, dims, opt_shapes):
         seen.update(model=model, target=target, shapes=shapes, constants=constants)
         progress("import")
         progress("generate C")
@@ -239,7 +239,7 @@ def test_compile_failure_names_the_step(tmp_path, monkeypatch, capsys):
     from monolib.compiler import build
     from monolib.errors import UnsupportedOpError
 
-    def failing(model, target, shapes, constants, progress):
+    def failing(model, target, shapes, constants, progress, dims, opt_shapes):
         progress("import")
         raise UnsupportedOpError("1 unsupported operator(s) in the model: Foo (opset 17)")
 

@@ -4,6 +4,8 @@
 
     monolib compile model.onnx -o model.so --shape x=1,3,48,320 [--const sr=16000]
                                            [--target "c"]
+    monolib compile det.onnx -o det.so --shape x=1,3,32..1280:32,32..1280:32 \
+                                       [--dim batch=1..8] [--opt x=1,3,640,640]
     monolib run model.so --input x=image.npy [--output out.npz] [--repeat N]
                          [--trusted-key key.pub]
     monolib inspect model.so [--verify] [--json]
@@ -31,32 +33,82 @@ from typing import Any
 
 from .errors import CompileError, InputError, MonolibError
 
-__all__ = ["build_parser", "main", "parse_const", "parse_shape"]
+__all__ = ["build_parser", "main", "parse_const", "parse_dim", "parse_opt", "parse_shape"]
 
 logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- parsing
-def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """``"x=1,3,48,320"`` -> ``("x", (1, 3, 48, 320))`` (``"x="`` is a scalar).
+def _axis(word: str) -> int | tuple[int, ...]:
+    """``"3"`` -> 3, ``"1..8"`` -> (1, 8), ``"32..1280:32"`` -> (32, 1280, 32)."""
+    word = word.strip()
+    if ".." not in word:
+        n = int(word)
+        if n < 0:
+            raise ValueError(word)
+        return n
+    lo, _, rest = word.partition("..")
+    hi, colon, step = rest.partition(":")
+    return (int(lo), int(hi), int(step)) if colon else (int(lo), int(hi))
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int | tuple[int, ...], ...]]:
+    """``"x=1,3,48,320"`` -> ``("x", (1, 3, 48, 320))`` (``"x="`` is a scalar); an axis
+    ``lo..hi`` or ``lo..hi:step`` is a run-time dim: ``"x=1..8,3"`` -> ``("x", ((1, 8), 3))``.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Not ``NAME=d0,d1,...`` with non-negative integers or bounds.
+    """
+    name, eq, dims = text.partition("=")
+    try:
+        if not name or not eq:
+            raise ValueError
+        words = dims.split(",") if ".." in dims else dims.replace("x", ",").split(",")
+        shape = tuple(_axis(d) for d in words if d.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad --shape {text!r}: expected NAME=d0,d1,... with each d a size or "
+            "lo..hi[:step] (e.g. x=1,3,48,320 or x=1..8,3,32..1280:32,32..1280:32)"
+        ) from None
+    return name, shape
+
+
+def parse_dim(text: str) -> tuple[str, tuple[int, ...]]:
+    """``"batch=1..8"`` -> ``("batch", (1, 8))``; ``"w=32..1280:32"`` -> ``("w", (32, 1280, 32))``.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Not ``NAME=lo..hi[:step]``.
+    """
+    name, eq, bounds = text.partition("=")
+    try:
+        if not name or not eq or ".." not in bounds:
+            raise ValueError
+        value = _axis(bounds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad --dim {text!r}: expected NAME=lo..hi[:step] (e.g. batch=1..8)"
+        ) from None
+    return name, value  # type: ignore[return-value]
+
+
+def parse_opt(text: str) -> tuple[str, tuple[int, ...]]:
+    """``"x=1,3,640,640"`` -> ``("x", (1, 3, 640, 640))``: one hot shape to specialize.
 
     Raises
     ------
     argparse.ArgumentTypeError
         Not ``NAME=d0,d1,...`` with non-negative integers.
     """
-    name, eq, dims = text.partition("=")
-    try:
-        if not name or not eq:
-            raise ValueError
-        shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
-        if any(d < 0 for d in shape):
-            raise ValueError
-    except ValueError:
+    name, shape = parse_shape(text)
+    if any(not isinstance(d, int) for d in shape):
         raise argparse.ArgumentTypeError(
-            f"bad --shape {text!r}: expected NAME=d0,d1,... (e.g. x=1,3,48,320)"
-        ) from None
-    return name, shape
+            f"bad --opt {text!r}: expected a concrete shape NAME=d0,d1,... (e.g. x=1,3,640,640)"
+        )
+    return name, shape  # type: ignore[return-value]
 
 
 def _number(word: str) -> Any:
@@ -108,7 +160,23 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_shape,
         default=[],
         metavar="NAME=D0,D1,...",
-        help="static shape of an input (repeatable)",
+        help="shape of an input, each dim a size or lo..hi[:step] bounds (repeatable)",
+    )
+    comp.add_argument(
+        "--dim",
+        action="append",
+        type=parse_dim,
+        default=[],
+        metavar="NAME=LO..HI[:STEP]",
+        help="bounds of every input dim the model names NAME (repeatable)",
+    )
+    comp.add_argument(
+        "--opt",
+        action="append",
+        type=parse_opt,
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="a hot input shape compiled fully static too (repeatable)",
     )
     comp.add_argument(
         "--const",
@@ -264,6 +332,14 @@ class StepDisplay:
         self.current = None
 
 
+def _opt_shapes(pairs: Sequence[tuple[str, tuple[int, ...]]]) -> dict[str, list] | None:
+    """Repeated ``--opt NAME=...`` -> ``{name: [shape, ...]}`` in the order given."""
+    out: dict[str, list] = {}
+    for name, shape in pairs:
+        out.setdefault(name, []).append(shape)
+    return out or None
+
+
 def cmd_compile(args: argparse.Namespace, console: Any) -> int:
     try:
         from .compiler.build import compile as build_compile  # the compiler: lazily
@@ -279,6 +355,8 @@ def cmd_compile(args: argparse.Namespace, console: Any) -> int:
             target=args.target,
             shapes=dict(args.shape) or None,
             constants=dict(args.const) or None,
+            dims=dict(args.dim) or None,
+            opt_shapes=_opt_shapes(args.opt),
             progress=steps,
         )
         path = lib.export_library(args.output, progress=steps)

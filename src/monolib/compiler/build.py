@@ -38,9 +38,11 @@ logger = logging.getLogger(__name__)
 
 def lower(
     model: Any,
-    shapes: dict[str, tuple[int, ...]] | None = None,
+    shapes: dict[str, tuple[Any, ...]] | None = None,
     constants: dict[str, Any] | None = None,
     progress: Progress = None,
+    dims: dict[str, tuple[int, ...]] | None = None,
+    opt_shapes: dict[str, list[tuple[int, ...]]] | None = None,
 ) -> tuple[str, dict[str, Any], np.ndarray]:
     """Compile ``model`` down to C source, graph JSON and params blob (no runtime).
 
@@ -54,7 +56,7 @@ def lower(
     params : numpy.ndarray of uint8
     """
     backend, target = BACKENDS["c"], Target("c")
-    graph, fusion, plan = prepare(model, shapes, constants, progress)
+    graph, fusion, plan = prepare(model, shapes, constants, progress, dims, opt_shapes)
     step(progress, backend.step)
     out = backend.generate(graph, fusion, plan, target, constants=jsonable(constants))
     return out.source, out.graph_json, out.params
@@ -63,9 +65,11 @@ def lower(
 def compile(
     model: Any,
     target: str = "c",
-    shapes: dict[str, tuple[int, ...]] | None = None,
+    shapes: dict[str, tuple[Any, ...]] | None = None,
     constants: dict[str, Any] | None = None,
     progress: Progress = None,
+    dims: dict[str, tuple[int, ...]] | None = None,
+    opt_shapes: dict[str, list[tuple[int, ...]]] | None = None,
 ):
     """Compile an ONNX model into a graph executor factory module.
 
@@ -77,12 +81,20 @@ def compile(
         Target string in TVM's form: ``"c"``, ``"c -mcpu=native"``,
         ``"c -mtriple=aarch64-linux-gnu"``, ``"opencl"``, ``"cuda -arch=sm_90"``.
     shapes : dict, optional
-        Input name -> static shape, for inputs with dynamic dims.
+        Input name -> shape, for inputs with dynamic dims: per axis an int (static) or
+        ``(lo, hi)`` / ``(lo, hi, step)`` (a run-time dim, inclusive bounds, values a
+        multiple of ``step``), e.g. ``{"x": ((1, 8), 3, (32, 1280, 32), (32, 1280, 32))}``.
     constants : dict, optional
         Input name -> value: inputs frozen to compile-time constants (e.g. a sample
         rate); recorded under ``"constants"`` in the graph JSON.
     progress : callable, optional
         ``progress(step_name)`` is called at the start of each step.
+    dims : dict, optional
+        ONNX ``dim_param`` -> ``(lo, hi[, step])``: binds every input dim the model names
+        so (``{"batch": (1, 8)}``); dims sharing a name are equal at run time.
+    opt_shapes : dict, optional
+        Input name -> list of concrete shapes that get fully static, specialized code
+        in the same library (``{"x": [(1, 3, 640, 640)]}``).
 
     Returns
     -------
@@ -96,8 +108,9 @@ def compile(
         A malformed target string, an unknown kind, or an option its backend refuses.
     CompileError
         Subclasses name the problem: ``UnsupportedOpError`` (an op or opset monolib
-        lacks), ``ShapeError`` (a dynamic dim with no value), ...; a kind with no
-        backend.
+        lacks), ``ShapeError`` (a dynamic dim with no value, a malformed or
+        contradicting bound), ``UndecidableDimError`` (an op that cannot take a
+        run-time dim; the node, the op and the dim named), ...; a kind with no backend.
 
     Examples
     --------
@@ -113,7 +126,7 @@ def compile(
             f"target {target!r}: no backend for kind {tgt.kind!r} (known: {', '.join(BACKENDS)})"
         )
     backend.accept(tgt)
-    graph, fusion, plan = prepare(model, shapes, constants, progress)
+    graph, fusion, plan = prepare(model, shapes, constants, progress, dims, opt_shapes)
     step(progress, backend.step)
     generated = backend.generate(graph, fusion, plan, tgt, constants=jsonable(constants))
     step(progress, "package")

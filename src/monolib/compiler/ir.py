@@ -1,13 +1,19 @@
-"""The graph IR: typed tensors with static shapes, nodes, graphs.
+"""The graph IR: typed tensors, nodes, graphs.
 
 Everything after the ONNX frontend works on these three classes:
 
-* :class:`Value` -- a tensor: name, static ``shape`` (tuple of ints, ``()`` for a
-  scalar), NumPy ``dtype``, and ``const`` (the data, when known at compile time).
+* :class:`Value` -- a tensor: name, ``shape`` (a tuple of ints and run-time
+  :class:`~.symbolic.Dim` s, ``()`` for a scalar), NumPy ``dtype``, and ``const`` (the
+  data, when known at compile time; an ``object`` array holding Dims for a shape
+  computed from run-time dims, whose ``dtype`` stays the integer type).
 * :class:`Node` -- one operator application: ONNX ``op_type`` and ``domain``, the
   ``opset`` version in force for that domain, ``inputs`` (``None`` for an omitted
   optional input), ``outputs``, and ``attrs`` with every schema default filled in.
-* :class:`Graph` -- ``inputs``, ``outputs`` and ``nodes`` in topological order.
+* :class:`Graph` -- ``inputs``, ``outputs`` and ``nodes`` in topological order, the
+  run-time ``symbols`` and the ``specializations`` asked for.
+
+:func:`is_static`, :func:`max_shape` and :func:`nbytes_at_bounds` answer what memory
+planning and the code generators ask of a shape that may hold run-time dims.
 
 Attribute values are plain Python: ``int``, ``float``, ``str`` (ONNX bytes decoded as
 UTF-8), lists of those, ``np.ndarray`` for TENSOR attributes and :class:`Graph` for
@@ -22,7 +28,10 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-__all__ = ["Value", "Node", "Graph"]
+from .symbolic import Dim, DimLike, SymbolTable
+
+__all__ = ["Graph", "Node", "Value", "is_static", "max_shape", "nbytes_at_bounds",
+           "normalize_shape", "shape_size"]
 
 _ids = itertools.count()
 
@@ -35,23 +44,25 @@ class Value:
     ----------
     name : str
         Unique name within the graph (the ONNX value name where there is one).
-    shape : tuple of int
-        Static shape; ``()`` is a scalar. Every dim is a concrete int >= 0.
+    shape : tuple of int or Dim
+        ``()`` is a scalar. Each dim is an int >= 0 or a run-time :class:`~.symbolic.Dim`.
     dtype : numpy.dtype
         Element type (``float32``, ``int64``, ``bool``...).
     const : numpy.ndarray or None
         The data when it is known at compile time (initializers, ``Constant`` nodes,
-        folded subgraphs). ``const.shape == shape`` and ``const.dtype == dtype``.
+        folded subgraphs). ``const.shape == shape`` and ``const.dtype == dtype``, except
+        a symbolic shape computation: an ``object`` array of ints and Dims (its
+        ``dtype`` the integer type it has at run time).
     """
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[DimLike, ...]
     dtype: np.dtype
     const: np.ndarray | None = None
     uid: int = field(default_factory=lambda: next(_ids))
 
     def __post_init__(self) -> None:
-        self.shape = tuple(int(d) for d in self.shape)
+        self.shape = normalize_shape(self.shape)
         self.dtype = np.dtype(self.dtype)
 
     @property
@@ -60,13 +71,19 @@ class Value:
         return self.const is not None
 
     @property
-    def size(self) -> int:
-        """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
+    def is_symbolic_const(self) -> bool:
+        """True for a constant computed from run-time dims (an ``object`` array)."""
+        return self.const is not None and self.const.dtype == object
 
     @property
-    def nbytes(self) -> int:
-        """Size of the data in bytes."""
+    def size(self) -> DimLike:
+        """Number of elements (a Dim when the shape has run-time dims)."""
+        return shape_size(self.shape)
+
+    @property
+    def nbytes(self) -> DimLike:
+        """Size of the data in bytes (a Dim when the shape has run-time dims; see
+        :func:`nbytes_at_bounds`)."""
         return self.size * self.dtype.itemsize
 
     @classmethod
@@ -81,6 +98,38 @@ class Value:
     def __repr__(self) -> str:
         kind = "const " if self.is_const else ""
         return f"Value({self.name!r}, {kind}{self.dtype}{list(self.shape)})"
+
+
+def normalize_shape(shape) -> tuple[DimLike, ...]:
+    """``shape`` as a tuple of Python ints and Dims (NumPy integers converted)."""
+    return tuple(d if isinstance(d, Dim) else int(d) for d in shape)
+
+
+def is_static(shape) -> bool:
+    """True when every dim of ``shape`` is an int."""
+    return not any(isinstance(d, Dim) for d in shape)
+
+
+def shape_size(shape) -> DimLike:
+    """Product of the dims (an int, or a Dim when one is a run-time dim)."""
+    n: DimLike = 1
+    for d in shape:
+        n = n * d
+    return n
+
+
+def max_shape(shape) -> tuple[int, ...]:
+    """``shape`` with each run-time dim at its upper bound (:attr:`Dim.hi`)."""
+    return tuple(d.hi if isinstance(d, Dim) else int(d) for d in shape)
+
+
+def nbytes_at_bounds(value: "Value") -> int:
+    """Bytes of ``value`` at the upper bounds of its run-time dims: the size of its
+    arena slot. Equal to ``value.nbytes`` for a static shape."""
+    n = 1
+    for d in max_shape(value.shape):
+        n *= d
+    return n * value.dtype.itemsize
 
 
 @dataclass(eq=False)
@@ -136,6 +185,10 @@ class Graph:
     outputs: list[Value]
     nodes: list[Node]
     metadata: dict[str, str] = field(default_factory=dict)
+    #: the run-time dims of the inputs, in the order the arena holds their values
+    symbols: SymbolTable = field(default_factory=SymbolTable)
+    #: ``opt_shapes`` as ``{symbol name: value}`` per specialization
+    specializations: list[dict[str, int]] = field(default_factory=list)
 
     def producers(self) -> dict[int, Node]:
         """Map ``Value.uid`` -> the node that produces it."""

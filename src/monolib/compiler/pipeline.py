@@ -30,7 +30,14 @@ def step(progress: Progress, name: str) -> None:
         progress(name)
 
 
-def prepare(model: Any, shapes=None, constants=None, progress: Progress = None):
+def prepare(
+    model: Any,
+    shapes=None,
+    constants=None,
+    progress: Progress = None,
+    dims=None,
+    opt_shapes=None,
+):
     """Import (unless ``model`` is already a :class:`~.ir.Graph`), simplify, fuse
     elementwise chains, plan the arena; each step announced to ``progress``.
 
@@ -38,10 +45,14 @@ def prepare(model: Any, shapes=None, constants=None, progress: Progress = None):
     ----------
     model : str, bytes, onnx.ModelProto or Graph
     shapes : dict, optional
-        Input name -> static shape.
+        Input name -> shape (ints; ``(lo, hi[, step])`` for a run-time dim).
     constants : dict, optional
         Input name -> value frozen at compile time.
     progress : callable, optional
+    dims : dict, optional
+        ONNX ``dim_param`` -> ``(lo, hi[, step])``.
+    opt_shapes : dict, optional
+        Input name -> shapes to specialize.
 
     Returns
     -------
@@ -59,7 +70,10 @@ def prepare(model: Any, shapes=None, constants=None, progress: Progress = None):
     from .passes.plan_memory import plan_memory
 
     step(progress, "import")
-    graph = model if isinstance(model, Graph) else import_model(model, shapes, constants)
+    if isinstance(model, Graph):
+        graph = model
+    else:
+        graph = import_model(model, shapes, constants, dims, opt_shapes)
     step(progress, "optimize")
     graph = simplify(graph).graph
     step(progress, "fuse")

@@ -1,8 +1,9 @@
-"""Graph inputs of an ONNX model -> static-shaped :class:`~monolib.compiler.ir.Value`.
+"""Graph inputs of an ONNX model -> :class:`~monolib.compiler.ir.Value` s.
 
-monolib compiles for ONE static shape per input. The shape comes from the model's
-declared input type (``ValueInfoProto.type.tensor_type``) or, where a dim is dynamic,
-from the user's ``shapes={"x": (1, 3, 48, 320)}``. A dim is dynamic when it is symbolic
+The shape comes from the model's declared input type (``ValueInfoProto.type.tensor_type``)
+or, where a dim is dynamic, from the user's ``shapes={"x": (1, 3, 48, 320)}``: a static
+size, or bounds ``(lo, hi[, step])`` making it a run-time dim (:mod:`.dims`, with
+``dims=`` binding ONNX ``dim_param`` names). A dim is dynamic when it is symbolic
 (``dim_param``), absent, or a non-positive ``dim_value`` (PaddlePaddle exports declare
 ``-1``). ``constants={"sr": 16000}`` turns an input into a compile-time constant.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,8 +22,10 @@ from onnx import helper
 from ...errors import CompileError, ShapeError
 from ..ir import Value
 from ..passes.node_eval import make_const
+from ..symbolic import SymbolTable
+from .dims import input_dims, parse_dims, specializations
 
-__all__ = ["check_input_names", "declared_dims", "onnx_dtype", "resolve_inputs"]
+__all__ = ["ResolvedInputs", "check_input_names", "declared_dims", "onnx_dtype", "resolve_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,45 +68,6 @@ def declared_dims(info: onnx.ValueInfoProto) -> list[int | str | None] | None:
     return dims
 
 
-def _static_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple[int, ...]:
-    """The static shape of input ``info``: the declared dims, with ``given`` (the
-    user's shape) filling every dynamic dim and checked against every static one."""
-    name = info.name
-    dims = declared_dims(info)
-    if given is not None:
-        try:
-            given = tuple(int(d) for d in given)
-        except (TypeError, ValueError):
-            raise ShapeError(f"input {name!r}: shape {given!r} is not a sequence of ints") from None
-        if any(d < 0 for d in given):
-            raise ShapeError(f"input {name!r}: shape {given} has a negative dim")
-        if dims is not None:
-            if len(dims) != len(given):
-                raise ShapeError(
-                    f"input {name!r}: shape {given} has rank {len(given)}, "
-                    f"the model declares rank {len(dims)} ({_fmt(dims)})"
-                )
-            for i, (d, g) in enumerate(zip(dims, given)):
-                if isinstance(d, int) and d != g:
-                    raise ShapeError(
-                        f"input {name!r}: dim {i} is {g} in the given shape {given}, "
-                        f"but the model declares {d} ({_fmt(dims)})"
-                    )
-        return given
-    if dims is None:
-        raise ShapeError(
-            f"input {name!r} has no declared shape; give it with shapes={{{name!r}: (...)}}"
-        )
-    for i, d in enumerate(dims):
-        if not isinstance(d, int):
-            sym = f" (symbolic {d!r})" if isinstance(d, str) else ""
-            raise ShapeError(
-                f"input {name!r}: dim {i}{sym} is dynamic ({_fmt(dims)}); "
-                f"give the static shape with shapes={{{name!r}: (...)}}"
-            )
-    return tuple(dims)  # type: ignore[arg-type]
-
-
 def _fmt(dims: Sequence[int | str | None]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
@@ -141,13 +106,26 @@ def check_input_names(
             raise CompileError(f"{what}: {n!r} is not an input of the model (inputs: {valid})")
 
 
+@dataclass
+class ResolvedInputs:
+    """What :func:`resolve_inputs` found: the runtime inputs, the inputs made constant,
+    the run-time symbols and the specializations (``{symbol: value}`` each)."""
+
+    runtime: list[Value]
+    consts: list[Value]
+    symbols: SymbolTable = field(default_factory=SymbolTable)
+    specializations: list[dict[str, int]] = field(default_factory=list)
+
+
 def resolve_inputs(
     graph: onnx.GraphProto,
     initializers: set[str],
-    shapes: Mapping[str, Sequence[int]] | None,
+    shapes: Mapping[str, Sequence[Any]] | None,
     constants: Mapping[str, Any] | None,
-) -> tuple[list[Value], list[Value]]:
-    """Values of the graph inputs: ``(runtime inputs, inputs made constant)``.
+    dims: Mapping[str, Any] | None = None,
+    opt_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
+) -> ResolvedInputs:
+    """Values of the graph inputs, with run-time dims where bounds are given.
 
     Inputs that are also initializers (IR < 4 style defaults) are left out: the
     initializer provides them.
@@ -155,17 +133,26 @@ def resolve_inputs(
     Raises
     ------
     ShapeError
-        A dynamic dim with no value given (message names the input, the dim index and
-        its symbol), or a given shape that contradicts the declared one.
+        A dynamic dim with neither value nor bounds (message names the input, the axis
+        and its symbol), a given shape or bound that contradicts the declared one, a
+        malformed bound, ``dims``/``opt_shapes`` entries that do not fit.
     CompileError
-        ``shapes``/``constants`` name something that is not an input, a non-tensor input.
+        ``shapes``/``constants`` name something that is not an input, a non-tensor input;
+        ``dims`` names no ``dim_param`` of the inputs.
     """
     shapes = dict(shapes or {})
     constants = dict(constants or {})
     check_input_names(graph, initializers, "shapes", shapes)
     check_input_names(graph, initializers, "constants", constants)
-    runtime: list[Value] = []
-    consts: list[Value] = []
+    bound = parse_dims(dims)
+    params = {d for i in graph.input for d in (declared_dims(i) or []) if isinstance(d, str)}
+    unknown = sorted(set(bound) - params)
+    if unknown:
+        raise CompileError(
+            f"dims: {unknown} name no dim of the model's inputs (their dim_params: "
+            f"{sorted(params)})"
+        )
+    out = ResolvedInputs([], [])
     for info in graph.input:
         if info.name in initializers:
             continue
@@ -173,8 +160,15 @@ def resolve_inputs(
             raise CompileError(f"input {info.name!r} is not a tensor; monolib takes tensors only")
         dtype = onnx_dtype(info.type.tensor_type.elem_type, f"input {info.name!r}")
         if info.name in constants:
-            consts.append(_constant_input(info, constants[info.name], dtype))
+            out.consts.append(_constant_input(info, constants[info.name], dtype))
             continue
-        shape = _static_shape(info, shapes.get(info.name))
-        runtime.append(Value(info.name, shape, dtype))
-    return runtime, consts
+        shape = input_dims(
+            info.name, declared_dims(info), shapes.get(info.name), bound, out.symbols
+        )
+        out.runtime.append(Value(info.name, shape, dtype))
+    out.specializations = specializations(
+        opt_shapes, {v.name: v.shape for v in out.runtime}, out.symbols
+    )
+    if out.symbols:
+        logger.info("run-time dims: %s", ", ".join(s.describe() for s in out.symbols))
+    return out

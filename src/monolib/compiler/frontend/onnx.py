@@ -117,21 +117,29 @@ def _check(proto: onnx.ModelProto) -> dict[str, int]:
 
 def import_model(
     model: Any,
-    shapes: Mapping[str, Sequence[int]] | None = None,
+    shapes: Mapping[str, Sequence[Any]] | None = None,
     constants: Mapping[str, Any] | None = None,
+    dims: Mapping[str, Any] | None = None,
+    opt_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
 ) -> Graph:
-    """Import an ONNX model as a monolib graph with static shapes.
+    """Import an ONNX model as a monolib graph (static shapes, or run-time dims where
+    bounds are given).
 
     Parameters
     ----------
     model : str, os.PathLike, bytes or onnx.ModelProto
         The model (self-contained: external data is rejected).
     shapes : dict, optional
-        Input name -> static shape, for inputs whose declared shape has dynamic dims
-        (symbolic, ``-1``, or unknown), e.g. ``{"x": (1, 3, 48, 320)}``.
+        Input name -> shape, for inputs whose declared shape has dynamic dims
+        (symbolic, ``-1``, or unknown): per axis an int, or ``(lo, hi)`` /
+        ``(lo, hi, step)`` for a run-time dim, e.g. ``{"x": ((1, 8), 3, 48, 320)}``.
     constants : dict, optional
         Input name -> value known at compile time (``{"sr": 16000}``); the input
         becomes a constant of the model input's dtype and leaves the graph inputs.
+    dims : dict, optional
+        ONNX ``dim_param`` -> ``(lo, hi[, step])``: every axis so named is a run-time dim.
+    opt_shapes : dict, optional
+        Input name -> list of concrete shapes to specialize (``Graph.specializations``).
 
     Returns
     -------
@@ -147,13 +155,16 @@ def import_model(
         Every unsupported op at once (type, opset, node names); an unsupported opset;
         an ``If`` whose condition is not known at compile time.
     ShapeError
-        A dynamic input dim with no value given (the input, dim index and symbol named).
+        A dynamic input dim with no value given (the input, dim index and symbol named),
+        a malformed or contradicting bound (:mod:`.dims`).
+    UndecidableDimError
+        An op whose shape inference branches on a run-time dim (the node named).
     """
     proto = load_model(model)
     opsets = _check(proto)
     check_supported(proto.graph, opsets)
     importer = _Importer(opsets)
-    graph = importer.import_main(proto.graph, shapes, constants)
+    graph = importer.import_main(proto.graph, shapes, constants, dims, opt_shapes)
     graph.metadata = {p.key: p.value for p in proto.metadata_props}
     DeadCodeElimination()(graph)
     logger.info("imported %r: %d nodes %s", graph.name, len(graph.nodes), graph.op_counts())
@@ -217,17 +228,18 @@ class _Importer:
 
     # -- graphs --------------------------------------------------------------------
 
-    def import_main(self, g: onnx.GraphProto, shapes, constants) -> Graph:
+    def import_main(self, g: onnx.GraphProto, shapes, constants, dims, opt_shapes) -> Graph:
         scope = _Scope()
         inits = self._add_initializers(g, scope)
-        runtime, consts = resolve_inputs(g, inits, shapes, constants)
-        for v in (*runtime, *consts):
+        found = resolve_inputs(g, inits, shapes, constants, dims, opt_shapes)
+        for v in (*found.runtime, *found.consts):
             self.value_names.add(v.name)
             scope.values[v.name] = v
-        self.graph_inputs = runtime
+        self.graph_inputs = found.runtime
         self._import_nodes(g.node, scope)
         outputs = [self._graph_output(o.name, scope) for o in g.output]
-        return Graph(g.name or "model", runtime, outputs, self.nodes)
+        return Graph(g.name or "model", found.runtime, outputs, self.nodes,
+                     symbols=found.symbols, specializations=found.specializations)
 
     def _add_initializers(self, g: onnx.GraphProto, scope: _Scope) -> set[str]:
         names = set()
@@ -250,7 +262,7 @@ class _Importer:
         self._add_initializers(g, scope)
         inputs = []
         for info in g.input:
-            v, _ = resolve_inputs(_single_input_graph(info), set(), None, None)
+            v = resolve_inputs(_single_input_graph(info), set(), None, None).runtime
             v[0].name = self._unique(info.name, self.value_names)
             scope.values[info.name] = v[0]
             inputs.append(v[0])

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...errors import CompileError, MonolibError
-from ..ir import Node, Value
+from ..ir import Node, Value, normalize_shape
 from ..ops.base import OpDef, op_of
 
 __all__ = [
@@ -69,9 +69,10 @@ def make_const(name: str, array: np.ndarray) -> Value:
     return Value(name, arr.shape, arr.dtype, arr)
 
 
-def set_type(value: Value, shape: tuple[int, ...], dtype: np.dtype) -> None:
-    """Give ``value`` a (static) shape and dtype, normalized like ``Value`` does."""
-    value.shape = tuple(int(d) for d in shape)
+def set_type(value: Value, shape: tuple, dtype: np.dtype) -> None:
+    """Give ``value`` a shape (ints and run-time Dims) and dtype, normalized like
+    ``Value`` does."""
+    value.shape = normalize_shape(shape)
     value.dtype = np.dtype(dtype)
 
 

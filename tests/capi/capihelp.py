@@ -87,6 +87,9 @@ class TensorInfo(ctypes.Structure):
         ("ndim", ctypes.c_int32),
         ("shape", ctypes.POINTER(ctypes.c_int64)),
         ("nbytes", ctypes.c_uint64),
+        ("shape_lo", ctypes.POINTER(ctypes.c_int64)),
+        ("shape_hi", ctypes.POINTER(ctypes.c_int64)),
+        ("shape_step", ctypes.POINTER(ctypes.c_int64)),
     ]
 
 
@@ -105,6 +108,10 @@ def bind(path: str) -> ctypes.CDLL:
         "monolib_input_index": (i32, [model, ctypes.c_char_p]),
         "monolib_output_index": (i32, [model, ctypes.c_char_p]),
         "monolib_set_input": (i32, [model, i32, vp, ctypes.c_size_t]),
+        "monolib_set_input_shaped": (
+            i32, [model, i32, vp, ctypes.POINTER(ctypes.c_int64), i32]
+        ),
+        "monolib_output_shape": (i32, [model, i32, ctypes.POINTER(ctypes.c_int64)]),
         "monolib_run_model": (i32, [model]),
         "monolib_get_output": (i32, [model, i32, vp, ctypes.c_size_t]),
         "monolib_output_data": (vp, [model, i32]),

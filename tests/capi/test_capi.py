@@ -37,7 +37,7 @@ def test_monolib_header_prints_the_shipped_header(capsys):
     assert main(["header"]) == 0
     out = capsys.readouterr().out
     assert out == HEADER == header_text()
-    assert "monolib_open" in out and "MONOLIB_CAPI_VERSION 1" in out
+    assert "monolib_open" in out and "MONOLIB_CAPI_VERSION 2" in out
 
 
 USE_HEADER = """
@@ -99,7 +99,7 @@ def test_tensor_info(two_lib):
     model = lib.monolib_open()
     assert model, last_error(lib)
     try:
-        assert lib.monolib_capi_version() == 1
+        assert lib.monolib_capi_version() == 2
         assert (lib.monolib_num_inputs(model), lib.monolib_num_outputs(model)) == (2, 2)
         got = []
         for kind, i in (("input", 0), ("input", 1), ("output", 0), ("output", 1)):
@@ -115,6 +115,10 @@ def test_tensor_info(two_lib):
                     info.nbytes,
                 )
             )
+            # a static axis: its bounds are its size, step 1
+            assert [info.shape_lo[d] for d in range(info.ndim)] == got[-1][5]
+            assert [info.shape_hi[d] for d in range(info.ndim)] == got[-1][5]
+            assert [info.shape_step[d] for d in range(info.ndim)] == [1] * info.ndim
         assert got == [
             ("x", "float32", 2, 32, 1, [2, 3], 24),
             (N_NAME, "int64", 0, 64, 1, [], 8),

@@ -94,8 +94,10 @@ CAPI_SYMBOLS = (
     "monolib_input_index",
     "monolib_output_index",
     "monolib_set_input",
+    "monolib_set_input_shaped",
     "monolib_run_model",
     "monolib_get_output",
+    "monolib_output_shape",
     "monolib_output_data",
     "monolib_last_error",
 )

@@ -9,6 +9,12 @@ params through the container symbols ``__monolib_container_start/_end``, so a C
 program needs nothing but the library. Dtypes carry DLPack's type codes (dlpack.h
 ``DLDataTypeCode``).
 
+A graph with run-time dims (graph JSON version 2) also gets its symbols' table and
+the arena offsets of the symbol values and the output shapes; each tensor's table row
+gives per axis the size (-1 for a run-time dim), the bounds and step, and (inputs)
+the symbol's index, so ``monolib_set_input_shaped`` checks a shape as the Python
+executor does.
+
 A library whose graph cannot run from C alone (a device module in the tree, params
 removed or compressed, no graph executor factory at the root) still exports the API:
 ``monolib_open`` then fails with the reason, and nothing references ``monolib_run``.
@@ -35,6 +41,8 @@ from ..abi.names import (
     RUN,
 )
 from ..abi.container import Container
+from ..abi.graph_spec import graph_layout
+from ..abi.symbols import Symbol
 from ..runtime.module import Module
 
 __all__ = ["capi_source", "dlpack_dtype", "header_text", "tree_capi_source"]
@@ -93,28 +101,69 @@ def _c_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _tensor_table(kind: str, entries: Sequence[dict]) -> list[str]:
-    lines = []
-    rows = []
+def _c_array(ctype: str, name: str, values: Sequence[int]) -> str:
+    # a zero-length C array is not C99: a scalar gets one unused element
+    return f"static const {ctype} {name}[] = {{{', '.join(map(str, values)) or '0'}}};"
+
+
+def _tensor_table(kind: str, entries: Sequence[dict], symbols: Sequence[Symbol] = ()) -> list[str]:
+    """The C table of the inputs or outputs: per tensor its name, dtype, per-axis
+    size (-1: run-time), bounds and step, per-axis symbol index (-1: static), bytes
+    (at the upper bounds) and arena offset, and where its dims start in the handle's
+    input shapes (inputs) or the arena's output shapes (outputs)."""
+    index = {s.name: k for k, s in enumerate(symbols)}
+    lines, rows, at = [], [], 0
     for i, raw in enumerate(entries):
-        shape = [int(d) for d in raw["shape"]]
+        dims = list(raw["shape"])
         code, bits = dlpack_dtype(str(raw["dtype"]))
-        shape_name = f"ml_capi_{kind}_shape_{i}"
-        # a zero-length C array is not C99: a scalar gets one unused element
-        lines.append(
-            f"static const int64_t {shape_name}[] = {{{', '.join(map(str, shape)) or '0'}}};"
-        )
-        nbytes = math.prod(shape) * bits // 8
+        dynamic = any(isinstance(d, str) for d in dims)
+        if dynamic:
+            nbytes = int(raw["max_nbytes"])
+            most = nbytes * 8 // bits if bits else 0  # any axis of an output: a bound
+        else:
+            nbytes = math.prod(int(d) for d in dims) * bits // 8
+        axes = []  # per axis: (size, lo, hi, step, symbol index)
+        for d in dims:
+            if not isinstance(d, str):
+                axes.append((int(d), int(d), int(d), 1, -1))
+            elif d in index:
+                sym = symbols[index[d]]
+                axes.append((-1, sym.lo, sym.hi, sym.step, index[d]))
+            else:  # an output's dim expression: sized by the run, bounded by its slot
+                axes.append((-1, 0, most, 1, -1))
+        base = f"ml_capi_{kind}_{i}"
+        columns = list(zip(*axes)) or [()] * 5
+        for field, ctype, values in zip(("shape", "lo", "hi", "step", "sym"),
+                                        ("int64_t",) * 4 + ("int32_t",), columns):  # fmt: skip
+            lines.append(_c_array(ctype, f"{base}_{field}", values))
         rows.append(
             f"  {{{_c_string(str(raw['name']))}, {_c_string(str(raw['dtype']))}, {code}, {bits}, "
-            f"{len(shape)}, {shape_name}, {nbytes}u, {int(raw['offset'])}u}}"
+            f"{len(dims)}, {base}_shape, {base}_lo, {base}_hi, {base}_step, {base}_sym, "
+            f"{nbytes}u, {int(raw['offset'])}u, {int(dynamic)}, {at}}}"
         )
+        at += len(dims)
     if not rows:
-        rows.append('  {"", "", 0, 0, 0, NULL, 0u, 0u}')
+        rows.append('  {"", "", 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0u, 0u, 0, 0}')
     lines.append(
         f"static const ml_capi_tensor ml_capi_{kind}s[] = {{\n" + ",\n".join(rows) + "\n};"
     )
+    lines.append(f"#define ML_CAPI_{kind.upper()}_DIMS {at}")
     return lines
+
+
+def _symbol_table(graph: dict | None) -> tuple[list[str], tuple[Symbol, ...]]:
+    """The C table of the graph's symbols and the arena offsets of their values and
+    of the output shapes (``ML_CAPI_NUM_SYMBOLS`` 0 for a static graph)."""
+    layout = None if graph is None else graph_layout(graph)
+    if layout is None or not layout.symbols:
+        return ["#define ML_CAPI_NUM_SYMBOLS 0"], ()
+    rows = [f"  {{{_c_string(s.name)}, {s.lo}, {s.hi}, {s.step}}}" for s in layout.symbols]
+    return [
+        "static const ml_capi_symbol ml_capi_symbols[] = {\n" + ",\n".join(rows) + "\n};",
+        f"#define ML_CAPI_NUM_SYMBOLS {len(layout.symbols)}",
+        f"#define ML_CAPI_SYM_OFFSET {layout.sym_offset}u",
+        f"#define ML_CAPI_SHAPE_OFFSET {layout.shape_offset}u",
+    ], layout.symbols
 
 
 _TABLE_PRELUDE = """\
@@ -124,9 +173,16 @@ typedef struct ml_capi_tensor {
   const char* dtype_name;
   uint8_t code, bits;
   int32_t ndim;
-  const int64_t* shape;
-  uint64_t nbytes, offset;
+  const int64_t *shape, *lo, *hi, *step; /* shape[d] -1: a run-time dim */
+  const int32_t* sym;                    /* per axis: symbol index, -1 static */
+  uint64_t nbytes, offset;               /* nbytes at the upper bounds */
+  int32_t dynamic;                       /* some dim is a run-time dim */
+  int32_t dims_at;                       /* first dim in the input / output shapes */
 } ml_capi_tensor;
+typedef struct ml_capi_symbol {
+  const char* name;
+  int64_t lo, hi, step;
+} ml_capi_symbol;
 """
 
 
@@ -179,7 +235,9 @@ def capi_source(
         _TABLE_PRELUDE,
     ]
     if refusal is None and graph is not None and params is not None:
-        parts += _tensor_table("input", graph["inputs"]) + _tensor_table("output", graph["outputs"])
+        table, symbols = _symbol_table(graph)
+        parts += _tensor_table("input", graph["inputs"], symbols)
+        parts += _tensor_table("output", graph["outputs"], symbols) + table
         parts += [
             "#define ML_CAPI_HOST 1",
             f"#define ML_CAPI_NUM_INPUTS {len(graph['inputs'])}",
@@ -190,6 +248,7 @@ def capi_source(
         ]
     else:
         parts += _tensor_table("input", []) + _tensor_table("output", [])
+        parts += _symbol_table(None)[0]
         parts += [
             "#define ML_CAPI_HOST 0",
             "#define ML_CAPI_NUM_INPUTS 0",

@@ -1,4 +1,4 @@
-/* monolib.h: the C API of a library exported by monolib (version 1).
+/* monolib.h: the C API of a library exported by monolib (version 2).
  *
  * Every host library that monolib exports (export_library, `monolib compile`) holds
  * one model: its graph, its weights (the params, embedded in the library) and its
@@ -10,6 +10,16 @@
  *     monolib_get_output(m, 0, probs, probs_bytes);   // copies; size checked
  *     monolib_close(m);
  *
+ * Run-time shapes: a model compiled with bounded dims (shapes={"x": ((1, 8), 3, 224,
+ * 224)}) reports such a dim as shape[d] == -1 with its bounds in shape_lo/shape_hi/
+ * shape_step; give such an input with its shape, and ask each output's shape after a run:
+ *
+ *     int64_t shape[4] = {batch, 3, 224, 224};
+ *     monolib_set_input_shaped(m, 0, image, shape, 4);  // bounds and step checked
+ *     monolib_run_model(m);                             // shared dims checked
+ *     monolib_output_shape(m, 0, out_shape);            // this run's shape
+ *     monolib_get_output(m, 0, probs, bytes_of_out_shape);
+ *
  * Link with the library (cc app.c ./model.so) or load it with dlopen/LoadLibrary and
  * look each function up by name. This header is shipped inside the Python package and
  * printed by `monolib header`; docs/c_api.md has the full guide.
@@ -20,7 +30,8 @@
  *     failure, monolib_last_error() says what went wrong and where.
  *   - Indices are 0-based, in the order of the graph's inputs and outputs.
  *   - Tensors are dense, row-major (C order), in the dtype the info names; byte
- *     counts are exact (nbytes = product of shape * bits / 8).
+ *     counts are exact (nbytes = product of shape * bits / 8; of this run's shape
+ *     for a tensor with run-time dims).
  *   - Dtypes use DLPack's type codes (dlpack.h: DLDataTypeCode), so a monolib_dtype
  *     has the layout of DLDataType.
  *
@@ -66,7 +77,7 @@ extern "C" {
 #endif
 
 /** Version of this C API; monolib_capi_version() returns the library's. */
-#define MONOLIB_CAPI_VERSION 1
+#define MONOLIB_CAPI_VERSION 2
 
 /** Status codes of the functions that return int32_t. */
 #define MONOLIB_OK 0
@@ -98,8 +109,15 @@ typedef struct monolib_tensor_info {
   const char* dtype_name; /* NumPy spelling: "float32", "int64", "bool"... */
   monolib_dtype dtype;
   int32_t ndim;           /* number of dimensions (0: a scalar) */
-  const int64_t* shape;   /* ndim sizes, static (fixed when the model was compiled) */
-  uint64_t nbytes;        /* bytes of the whole tensor */
+  const int64_t* shape;   /* ndim sizes; -1: a run-time dim (see shape_lo/hi/step) */
+  uint64_t nbytes;        /* bytes of the whole tensor (at the upper bounds) */
+  /* Since version 2. Per axis: the sizes it may take, lo <= size <= hi and
+   * size % step == 0 (lo == hi == shape[d], step 1 for a static axis). For an
+   * output's run-time dim (an expression of the inputs' dims): lo 0 and hi a bound
+   * (the elements its nbytes holds); monolib_output_shape gives the size. */
+  const int64_t* shape_lo;
+  const int64_t* shape_hi;
+  const int64_t* shape_step;
 } monolib_tensor_info;
 
 /** An open model: one arena, inputs and outputs. Opaque. */
@@ -130,17 +148,31 @@ MONOLIB_API int32_t monolib_output_info(const monolib_model* model, int32_t i,
 MONOLIB_API int32_t monolib_input_index(const monolib_model* model, const char* name);
 MONOLIB_API int32_t monolib_output_index(const monolib_model* model, const char* name);
 
-/** Copy nbytes from data into input i. nbytes must equal the input's nbytes. */
+/** Copy nbytes from data into input i. nbytes must equal the input's nbytes. An input
+ *  with run-time dims is an error: use monolib_set_input_shaped. */
 MONOLIB_API int32_t monolib_set_input(monolib_model* model, int32_t i, const void* data,
                                       size_t nbytes);
 
+/** Copy input i of shape shape[0..ndim) from data (product of shape * bits / 8 bytes).
+ *  Errors: a wrong ndim, a static dim that differs, a run-time dim outside its bounds
+ *  or off its step, one dim name given two values in this input. Dims shared by
+ *  several inputs are compared by monolib_run_model. Works for static inputs too. */
+MONOLIB_API int32_t monolib_set_input_shaped(monolib_model* model, int32_t i, const void* data,
+                                             const int64_t* shape, int32_t ndim);
+
 /** Run the whole graph on the inputs set so far (unset inputs read as zeros or as
- *  the values of the previous call). */
+ *  the values of the previous call; an unset input with run-time dims at its smallest
+ *  in-bound shape). Errors: two inputs giving a shared dim two values. */
 MONOLIB_API int32_t monolib_run_model(monolib_model* model);
 
-/** Copy output i (after monolib_run_model) into data; nbytes must equal its nbytes. */
+/** Copy output i (after monolib_run_model) into data; nbytes must equal its bytes in
+ *  this run (its nbytes when its shape is static). */
 MONOLIB_API int32_t monolib_get_output(const monolib_model* model, int32_t i, void* data,
                                        size_t nbytes);
+
+/** The shape of output i in the last run into shape[0..ndim) (ndim of its info); a
+ *  run-time dim is 0 before the first run. */
+MONOLIB_API int32_t monolib_output_shape(const monolib_model* model, int32_t i, int64_t* shape);
 
 /** Output i in place (64-byte aligned, read only); NULL on error. Valid until the
  *  next monolib_run_model or monolib_close of this handle. */

@@ -8,6 +8,12 @@
  *   ML_CAPI_ARENA_BYTES     the arena size
  *   ML_CAPI_PARAMS_OFFSET, ML_CAPI_PARAMS_BYTES  where the params blob lies in the
  *                           embedded container
+ *   ML_CAPI_INPUT_DIMS, ML_CAPI_OUTPUT_DIMS  the sum of the inputs' / outputs' ranks
+ *   ML_CAPI_NUM_SYMBOLS     run-time dims (0: a static graph); when > 0 also
+ *                           ml_capi_symbols[], ML_CAPI_SYM_OFFSET (arena offset of
+ *                           int64_t sym[ML_CAPI_NUM_SYMBOLS], written before each run)
+ *                           and ML_CAPI_SHAPE_OFFSET (of int64_t[ML_CAPI_OUTPUT_DIMS],
+ *                           the outputs' shapes, written by monolib_run)
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,6 +34,9 @@
 struct monolib_model {
   void* raw;      /* what malloc returned */
   uint8_t* arena; /* raw rounded up to ML_CAPI_ALIGN */
+#if ML_CAPI_NUM_SYMBOLS
+  int64_t in_dims[ML_CAPI_INPUT_DIMS]; /* every input's shape as last set */
+#endif
 };
 
 static ML_CAPI_TLS char ml_capi_error[512];
@@ -37,6 +46,16 @@ static void ml_capi_fail(const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(ml_capi_error, sizeof ml_capi_error, fmt, ap);
   va_end(ap);
+}
+
+/* The name of symbol s, for messages. */
+static const char* ml_capi_symbol_name(int32_t s) {
+#if ML_CAPI_NUM_SYMBOLS
+  if (s >= 0 && s < ML_CAPI_NUM_SYMBOLS) return ml_capi_symbols[s].name;
+#else
+  (void)s;
+#endif
+  return "?";
 }
 
 MONOLIB_API int32_t monolib_capi_version(void) { return MONOLIB_CAPI_VERSION; }
@@ -88,6 +107,17 @@ MONOLIB_API monolib_model* monolib_open(void) {
     return NULL;
   }
   m->arena = (uint8_t*)m->raw + (ML_CAPI_ALIGN - (uintptr_t)m->raw % ML_CAPI_ALIGN) % ML_CAPI_ALIGN;
+#if ML_CAPI_NUM_SYMBOLS
+  { /* before an input is set: zeros at the smallest in-bound shape */
+    int32_t i, d;
+    for (i = 0; i < ML_CAPI_NUM_INPUTS; ++i) {
+      const ml_capi_tensor* t = &ml_capi_inputs[i];
+      for (d = 0; d < t->ndim; ++d)
+        m->in_dims[t->dims_at + d] =
+            t->shape[d] >= 0 ? t->shape[d] : (t->lo[d] + t->step[d] - 1) / t->step[d] * t->step[d];
+    }
+  }
+#endif
   return m;
 #else
   ml_capi_fail("monolib_open: %s", ml_capi_refusal);
@@ -145,6 +175,9 @@ static int32_t ml_capi_info(const ml_capi_tensor* t, monolib_tensor_info* info,
   info->ndim = t->ndim;
   info->shape = t->shape;
   info->nbytes = t->nbytes;
+  info->shape_lo = t->lo;
+  info->shape_hi = t->hi;
+  info->shape_step = t->step;
   return MONOLIB_OK;
 }
 
@@ -185,17 +218,17 @@ MONOLIB_API int32_t monolib_output_index(const monolib_model* model, const char*
   return ml_capi_index(model, name, 0, "monolib_output_index");
 }
 
-/* Check a copy of nbytes to/from tensor t through data; 1 if it may proceed. */
-static int ml_capi_check_copy(const ml_capi_tensor* t, const void* data, size_t nbytes,
-                              const char* fn) {
-  if (t == NULL) return 0;
-  if (data == NULL && t->nbytes > 0) {
+/* Check a copy of nbytes to/from tensor t (holding `want` bytes now) through data;
+ * 1 if it may proceed. */
+static int ml_capi_check_copy(const ml_capi_tensor* t, uint64_t want, const void* data,
+                              size_t nbytes, const char* fn) {
+  if (data == NULL && want > 0) {
     ml_capi_fail("%s: data is NULL for \"%s\"", fn, t->name);
     return 0;
   }
-  if ((uint64_t)nbytes != t->nbytes) {
+  if ((uint64_t)nbytes != want) {
     ml_capi_fail("%s: \"%s\" (%s, %d dims) holds %llu bytes, got %llu", fn, t->name,
-                 t->dtype_name, (int)t->ndim, (unsigned long long)t->nbytes,
+                 t->dtype_name, (int)t->ndim, (unsigned long long)want,
                  (unsigned long long)nbytes);
     return 0;
   }
@@ -205,8 +238,130 @@ static int ml_capi_check_copy(const ml_capi_tensor* t, const void* data, size_t 
 MONOLIB_API int32_t monolib_set_input(monolib_model* model, int32_t i, const void* data,
                                       size_t nbytes) {
   const ml_capi_tensor* t = ml_capi_tensor_at(model, i, 1, "monolib_set_input");
-  if (!ml_capi_check_copy(t, data, nbytes, "monolib_set_input")) return MONOLIB_ERROR;
+  if (t == NULL) return MONOLIB_ERROR;
+  if (t->dynamic) {
+    ml_capi_fail("monolib_set_input: input \"%s\" has run-time dims: give its shape with "
+                 "monolib_set_input_shaped", t->name);
+    return MONOLIB_ERROR;
+  }
+  if (!ml_capi_check_copy(t, t->nbytes, data, nbytes, "monolib_set_input")) return MONOLIB_ERROR;
   if (nbytes) memcpy(model->arena + t->offset, data, nbytes);
+  return MONOLIB_OK;
+}
+
+/* Bytes of a tensor of dtype t and `ndim` dims `shape`. */
+static uint64_t ml_capi_bytes(const ml_capi_tensor* t, const int64_t* shape) {
+  uint64_t n = 1;
+  int32_t d;
+  for (d = 0; d < t->ndim; ++d) n *= (uint64_t)shape[d];
+  return n * t->bits / 8;
+}
+
+MONOLIB_API int32_t monolib_set_input_shaped(monolib_model* model, int32_t i, const void* data,
+                                             const int64_t* shape, int32_t ndim) {
+  static const char fn[] = "monolib_set_input_shaped";
+  const ml_capi_tensor* t = ml_capi_tensor_at(model, i, 1, fn);
+  int32_t d, e;
+  uint64_t nbytes;
+  if (t == NULL) return MONOLIB_ERROR;
+  if (ndim != t->ndim || (shape == NULL && ndim > 0)) {
+    ml_capi_fail("%s: input \"%s\" has %d dims, got %d%s", fn, t->name, (int)t->ndim,
+                 (int)ndim, shape == NULL && ndim > 0 ? " and a NULL shape" : "");
+    return MONOLIB_ERROR;
+  }
+  for (d = 0; d < ndim; ++d) {
+    int64_t v = shape[d];
+    if (t->shape[d] >= 0) {
+      if (v != t->shape[d]) {
+        ml_capi_fail("%s: input \"%s\" axis %d is %lld, the model expects %lld", fn, t->name,
+                     (int)d, (long long)v, (long long)t->shape[d]);
+        return MONOLIB_ERROR;
+      }
+      continue;
+    }
+    if (v < t->lo[d] || v > t->hi[d] || v % t->step[d] != 0) {
+      ml_capi_fail("%s: input \"%s\" axis %d (dim \"%s\") is %lld, outside its bounds "
+                   "[%lld, %lld] step %lld", fn, t->name, (int)d,
+                   ml_capi_symbol_name(t->sym[d]), (long long)v, (long long)t->lo[d],
+                   (long long)t->hi[d], (long long)t->step[d]);
+      return MONOLIB_ERROR;
+    }
+    for (e = 0; e < d; ++e)
+      if (t->sym[e] == t->sym[d] && shape[e] != v) {
+        ml_capi_fail("%s: input \"%s\" axes %d and %d share dim \"%s\" but are %lld and %lld",
+                     fn, t->name, (int)e, (int)d, ml_capi_symbol_name(t->sym[d]),
+                     (long long)shape[e], (long long)v);
+        return MONOLIB_ERROR;
+      }
+  }
+  nbytes = ml_capi_bytes(t, shape);
+  if (nbytes > t->nbytes) { /* the bounds say it fits: a damaged table */
+    ml_capi_fail("%s: input \"%s\" of %llu bytes exceeds its slot", fn, t->name,
+                 (unsigned long long)nbytes);
+    return MONOLIB_ERROR;
+  }
+  if (data == NULL && nbytes > 0) {
+    ml_capi_fail("%s: data is NULL for \"%s\"", fn, t->name);
+    return MONOLIB_ERROR;
+  }
+  if (nbytes) memcpy(model->arena + t->offset, data, (size_t)nbytes);
+#if ML_CAPI_NUM_SYMBOLS
+  for (d = 0; d < ndim; ++d) model->in_dims[t->dims_at + d] = shape[d];
+#endif
+  return MONOLIB_OK;
+}
+
+#if ML_CAPI_NUM_SYMBOLS
+/* Write the symbol values of the inputs' shapes into the arena; 0 (error set) when two
+ * inputs give one symbol two values. */
+static int ml_capi_bind(monolib_model* model) {
+  int32_t s, i, d;
+  int64_t sym[ML_CAPI_NUM_SYMBOLS];
+  int32_t from[ML_CAPI_NUM_SYMBOLS], axis[ML_CAPI_NUM_SYMBOLS];
+  for (s = 0; s < ML_CAPI_NUM_SYMBOLS; ++s) from[s] = -1, axis[s] = 0, sym[s] = 0;
+  for (i = 0; i < ML_CAPI_NUM_INPUTS; ++i) {
+    const ml_capi_tensor* t = &ml_capi_inputs[i];
+    for (d = 0; d < t->ndim; ++d) {
+      int64_t v = model->in_dims[t->dims_at + d];
+      s = t->sym[d];
+      if (s < 0) continue;
+      if (from[s] < 0) {
+        from[s] = i, axis[s] = d, sym[s] = v;
+      } else if (sym[s] != v) {
+        ml_capi_fail("monolib_run_model: inputs \"%s\" (axis %d) and \"%s\" (axis %d) share "
+                     "dim \"%s\" [%lld, %lld] step %lld but are %lld and %lld",
+                     ml_capi_inputs[from[s]].name, (int)axis[s], t->name, (int)d,
+                     ml_capi_symbols[s].name, (long long)ml_capi_symbols[s].lo,
+                     (long long)ml_capi_symbols[s].hi, (long long)ml_capi_symbols[s].step,
+                     (long long)sym[s], (long long)v);
+        return 0;
+      }
+    }
+  }
+  memcpy(model->arena + ML_CAPI_SYM_OFFSET, sym, sizeof sym);
+  return 1;
+}
+#endif
+
+/* The shape of output t in this run: static, or written by monolib_run. */
+static const int64_t* ml_capi_out_shape(const monolib_model* model, const ml_capi_tensor* t) {
+#if ML_CAPI_NUM_SYMBOLS
+  if (t->dynamic)
+    return (const int64_t*)(model->arena + ML_CAPI_SHAPE_OFFSET) + t->dims_at;
+#else
+  (void)model;
+#endif
+  return t->shape;
+}
+
+MONOLIB_API int32_t monolib_output_shape(const monolib_model* model, int32_t i, int64_t* shape) {
+  const ml_capi_tensor* t = ml_capi_tensor_at(model, i, 0, "monolib_output_shape");
+  if (t == NULL) return MONOLIB_ERROR;
+  if (shape == NULL && t->ndim > 0) {
+    ml_capi_fail("monolib_output_shape: shape is NULL");
+    return MONOLIB_ERROR;
+  }
+  if (t->ndim) memcpy(shape, ml_capi_out_shape(model, t), sizeof(int64_t) * (size_t)t->ndim);
   return MONOLIB_OK;
 }
 
@@ -214,11 +369,30 @@ MONOLIB_API int32_t monolib_run_model(monolib_model* model) {
   if (!ml_capi_check(model, "monolib_run_model")) return MONOLIB_ERROR;
 #if ML_CAPI_HOST
   {
-    int32_t rc = monolib_run(ml_capi_params(), model->arena);
+    int32_t rc;
+#if ML_CAPI_NUM_SYMBOLS
+    int32_t i;
+    if (!ml_capi_bind(model)) return MONOLIB_ERROR;
+#endif
+    rc = monolib_run(ml_capi_params(), model->arena);
     if (rc != 0) {
       ml_capi_fail("monolib_run_model: the graph failed (monolib_run returned %d)", (int)rc);
       return MONOLIB_ERROR;
     }
+#if ML_CAPI_NUM_SYMBOLS
+    for (i = 0; i < ML_CAPI_NUM_OUTPUTS; ++i) { /* a shape the slot cannot hold: a bug */
+      const ml_capi_tensor* t = &ml_capi_outputs[i];
+      const int64_t* shape = ml_capi_out_shape(model, t);
+      int32_t d;
+      for (d = 0; d < t->ndim; ++d)
+        if (shape[d] < 0) break;
+      if (d < t->ndim || ml_capi_bytes(t, shape) > t->nbytes) {
+        ml_capi_fail("monolib_run_model: the library wrote a shape for output \"%s\" that its "
+                     "%llu bytes cannot hold", t->name, (unsigned long long)t->nbytes);
+        return MONOLIB_ERROR;
+      }
+    }
+#endif
   }
   return MONOLIB_OK;
 #else
@@ -230,7 +404,10 @@ MONOLIB_API int32_t monolib_run_model(monolib_model* model) {
 MONOLIB_API int32_t monolib_get_output(const monolib_model* model, int32_t i, void* data,
                                        size_t nbytes) {
   const ml_capi_tensor* t = ml_capi_tensor_at(model, i, 0, "monolib_get_output");
-  if (!ml_capi_check_copy(t, data, nbytes, "monolib_get_output")) return MONOLIB_ERROR;
+  if (t == NULL) return MONOLIB_ERROR;
+  if (!ml_capi_check_copy(t, ml_capi_bytes(t, ml_capi_out_shape(model, t)), data, nbytes,
+                          "monolib_get_output"))
+    return MONOLIB_ERROR;
   if (nbytes) memcpy(data, model->arena + t->offset, nbytes);
   return MONOLIB_OK;
 }

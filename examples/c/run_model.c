@@ -1,13 +1,15 @@
 /* run_model.c: run a model exported by monolib from C, with no Python.
  *
- *   run_model LIBRARY [-i INPUT.bin]... [-o OUTPUT_PREFIX] [-t THREADS]
+ *   run_model LIBRARY [-i INPUT.bin[@D0,D1,...]]... [-o OUTPUT_PREFIX] [-t THREADS]
  *
  * Loads LIBRARY with dlopen, opens the model it holds through the C API of
- * monolib.h, prints each input and output (name, dtype, shape), fills input i from
- * the i-th -i file (raw bytes, C order, exactly the input's size; inputs without a
- * file stay zero), runs the graph, prints a summary of each output and, with -o,
- * writes output i to OUTPUT_PREFIX.i.bin (raw bytes). Exit status 0 on success, 1
- * with a message on stderr on any failure.
+ * monolib.h, prints each input and output (name, dtype, shape; a run-time dim as
+ * lo..hi or lo..hi:step), fills input i from the i-th -i file (raw bytes, C order,
+ * exactly the input's size; inputs without a file stay zero; @D0,D1,... gives the
+ * shape of an input with run-time dims), runs the graph, prints a summary of each
+ * output (with its shape in this run) and, with -o, writes output i to
+ * OUTPUT_PREFIX.i.bin (raw bytes). Exit status 0 on success, 1 with a message on
+ * stderr on any failure.
  *
  * Build (see README.md): cc -std=c99 -I<dir of monolib.h> run_model.c -o run_model -ldl
  */
@@ -19,6 +21,7 @@
 #include "monolib.h"
 
 #define MAX_INPUTS 64
+#define MAX_DIMS 16
 
 /* The C API, looked up by name in the loaded library. */
 struct api {
@@ -33,6 +36,9 @@ struct api {
   const void* (*output_data)(const monolib_model*, int32_t);
   const char* (*last_error)(void);
   int32_t (*set_num_threads)(int32_t);
+  /* C API version 2, looked up when a model has run-time dims */
+  int32_t (*set_input_shaped)(monolib_model*, int32_t, const void*, const int64_t*, int32_t);
+  int32_t (*output_shape)(const monolib_model*, int32_t, int64_t*);
 };
 
 static void* lookup(void* lib, const char* name) {
@@ -64,11 +70,40 @@ static void load_api(void* lib, struct api* api) {  /* all but set_num_threads *
   LOOKUP(api->last_error, "monolib_last_error");
 }
 
+static int has_run_time_dims(const monolib_tensor_info* info) {
+  int32_t d;
+  for (d = 0; d < info->ndim; ++d)
+    if (info->shape[d] < 0) return 1;
+  return 0;
+}
+
 static void print_info(const char* kind, int32_t i, const monolib_tensor_info* info) {
   int32_t d;
   printf("%s %d: %s %s[", kind, (int)i, info->name, info->dtype_name);
-  for (d = 0; d < info->ndim; ++d) printf(d ? ",%lld" : "%lld", (long long)info->shape[d]);
-  printf("] (%llu bytes)\n", (unsigned long long)info->nbytes);
+  for (d = 0; d < info->ndim; ++d) {
+    if (d) printf(",");
+    if (info->shape[d] >= 0) printf("%lld", (long long)info->shape[d]);
+    else if (info->shape_step[d] > 1)
+      printf("%lld..%lld:%lld", (long long)info->shape_lo[d], (long long)info->shape_hi[d],
+             (long long)info->shape_step[d]);
+    else printf("%lld..%lld", (long long)info->shape_lo[d], (long long)info->shape_hi[d]);
+  }
+  printf("] (%llu bytes%s)\n", (unsigned long long)info->nbytes,
+         has_run_time_dims(info) ? " at most" : "");
+}
+
+/* Parse "D0,D1,..." into shape; the number of dims, or -1 if malformed. */
+static int32_t parse_shape(const char* text, int64_t* shape) {
+  int32_t n = 0;
+  char* end;
+  while (n < MAX_DIMS) {
+    shape[n++] = strtoll(text, &end, 10);
+    if (end == text) return -1;
+    if (*end == '\0') return n;
+    if (*end != ',') return -1;
+    text = end + 1;
+  }
+  return -1;
 }
 
 /* Read the whole file `path` into a new buffer; its size in *size. NULL + message if
@@ -91,10 +126,12 @@ static void* read_file(const char* path, size_t* size) {
   return buf;
 }
 
-/* Print a float32 output's size, min, max, and argmax over the last axis of row 0. */
-static void summarize(const monolib_tensor_info* info, const void* data) {
+/* Print a float32 output's size, min, max, and argmax over the last axis of row 0
+ * (shape: its shape in this run, nbytes its bytes). */
+static void summarize(const monolib_tensor_info* info, const int64_t* shape, uint64_t nbytes,
+                      const void* data) {
   const float* x = (const float*)data;
-  uint64_t n = info->nbytes / 4, i, last = info->ndim ? (uint64_t)info->shape[info->ndim - 1] : 1;
+  uint64_t n = nbytes / 4, i, last = info->ndim ? (uint64_t)shape[info->ndim - 1] : 1;
   float lo, hi;
   uint64_t best = 0;
   if (info->dtype.code != MONOLIB_DTYPE_FLOAT || info->dtype.bits != 32 || n == 0) return;
@@ -123,13 +160,15 @@ static int write_output(const char* prefix, int32_t i, const void* data, uint64_
 }
 
 static int usage(const char* argv0) {
-  fprintf(stderr, "usage: %s LIBRARY [-i INPUT.bin]... [-o OUTPUT_PREFIX] [-t THREADS]\n",
+  fprintf(stderr,
+          "usage: %s LIBRARY [-i INPUT.bin[@D0,D1,...]]... [-o OUTPUT_PREFIX] [-t THREADS]\n",
           argv0);
   return 2;
 }
 
 int main(int argc, char** argv) {
   const char* inputs[MAX_INPUTS];
+  char* shapes[MAX_INPUTS]; /* the "@D0,D1,..." of each -i, or NULL */
   const char* prefix = NULL;
   char path[4096];
   int n_files = 0, threads = 0, a, status = 1;
@@ -142,7 +181,11 @@ int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return usage(argv[0]);
   for (a = 2; a < argc; ++a) {
     if (a + 1 >= argc) return usage(argv[0]);
-    if (strcmp(argv[a], "-i") == 0 && n_files < MAX_INPUTS) inputs[n_files++] = argv[++a];
+    if (strcmp(argv[a], "-i") == 0 && n_files < MAX_INPUTS) {
+      shapes[n_files] = strrchr(argv[a + 1], '@');
+      if (shapes[n_files] != NULL) *shapes[n_files]++ = '\0';
+      inputs[n_files++] = argv[++a];
+    }
     else if (strcmp(argv[a], "-o") == 0) prefix = argv[++a];
     else if (strcmp(argv[a], "-t") == 0) threads = atoi(argv[++a]);
     else return usage(argv[0]);
@@ -184,7 +227,19 @@ int main(int argc, char** argv) {
       void* data = read_file(inputs[i], &size);
       int32_t rc;
       if (data == NULL) goto done;
-      rc = api.set_input(model, i, data, size);
+      if (shapes[i] != NULL) { /* an input with run-time dims: give its shape */
+        int64_t shape[MAX_DIMS];
+        int32_t ndim = parse_shape(shapes[i], shape);
+        if (ndim < 0) {
+          fprintf(stderr, "error: bad shape @%s for input %d\n", shapes[i], (int)i);
+          free(data);
+          goto done;
+        }
+        LOOKUP(api.set_input_shaped, "monolib_set_input_shaped");
+        rc = api.set_input_shaped(model, i, data, shape, ndim);
+      } else {
+        rc = api.set_input(model, i, data, size);
+      }
       free(data);
       if (rc != MONOLIB_OK) {
         fprintf(stderr, "error: %s\n", api.last_error());
@@ -198,10 +253,24 @@ int main(int argc, char** argv) {
   }
   for (i = 0; i < n_out; ++i) {
     const void* data = api.output_data(model, i);
+    int64_t shape[MAX_DIMS];
+    uint64_t nbytes;
+    int32_t d;
     api.output_info(model, i, &info);
     print_info("output", i, &info);
-    summarize(&info, data);
-    if (prefix && !write_output(prefix, i, data, info.nbytes)) goto done;
+    nbytes = info.nbytes;
+    if (info.ndim > MAX_DIMS) continue;
+    if (info.ndim) memcpy(shape, info.shape, sizeof(int64_t) * (size_t)info.ndim);
+    if (has_run_time_dims(&info)) { /* its shape in this run */
+      LOOKUP(api.output_shape, "monolib_output_shape");
+      api.output_shape(model, i, shape);
+      for (nbytes = info.dtype.bits / 8, d = 0; d < info.ndim; ++d) nbytes *= (uint64_t)shape[d];
+      printf("  this run: [");
+      for (d = 0; d < info.ndim; ++d) printf(d ? ",%lld" : "%lld", (long long)shape[d]);
+      printf("] (%llu bytes)\n", (unsigned long long)nbytes);
+    }
+    summarize(&info, shape, nbytes, data);
+    if (prefix && !write_output(prefix, i, data, nbytes)) goto done;
   }
   status = 0;
 done:

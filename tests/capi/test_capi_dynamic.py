@@ -207,3 +207,27 @@ def test_c_program_runs_the_library_at_two_sizes(dyn, tmp_path, cc):
             np.array(g.split(":")[1].split(), float), np.array(w.split(":")[1].split(), float),
             rtol=1e-5,
         )
+
+
+def test_example_program_runs_a_dynamic_library(dyn, tmp_path, run_model_exe):
+    """examples/c/run_model.c: bounds printed, the input's shape after its file, each
+    output written at its size in this run."""
+    _, path = dyn
+    x, v = np.arange(5, dtype=np.float32), np.ones(5, np.float32)
+    u = np.arange(16, dtype=np.float32).reshape(2, 8)
+    files = []
+    for name, arr in (("x", x), ("v", v), ("u", u)):
+        arr.tofile(tmp_path / f"{name}.bin")
+        dims = ",".join(map(str, arr.shape))
+        files += ["-i", f"{tmp_path / name}.bin@{dims}"]
+    res = subprocess.run([str(run_model_exe), path, *files, "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "input 2: u float32[2,4..32:4] (256 bytes at most)" in res.stdout
+    assert "this run: [10] (40 bytes)" in res.stdout
+    for i, ref in enumerate(dyn_reference(x, v, u)):
+        got = np.fromfile(tmp_path / f"out.{i}.bin", np.float32)
+        np.testing.assert_allclose(got, ref.ravel(), rtol=1e-6)
+    res = subprocess.run([str(run_model_exe), path, "-i", str(tmp_path / "x.bin")],
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert res.returncode == 1 and "give its shape with monolib_set_input_shaped" in res.stderr

@@ -10,17 +10,17 @@ from typing import ClassVar
 import numpy as np
 
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
 from ...backends.cstyle import ctype
+from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import flat_index_exprs, normalize_axis
-from .reduce import flat_groups
 
 __all__ = ["ArgMax", "ArgMin"]
 
 logger = logging.getLogger(__name__)
 
 
-class _Arg(OpDef):
+class _Arg(FlatEpilogueOp):
     better: ClassVar[str] = ">"
     defaults = {"select_last_index": 0}
 
@@ -49,9 +49,6 @@ class _Arg(OpDef):
         else:
             idx = fn(x, axis=a)
         return [np.asarray(idx, np.int64).reshape(self.infer(node)[0][0])]
-
-    def epilogue_groups(self, node: Node):
-        return flat_groups(len(node.outputs[0].shape))
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]

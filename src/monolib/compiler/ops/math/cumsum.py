@@ -11,9 +11,10 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
 from ..tensor.loops import flat_index_exprs, has_epilogue, normalize_axis
-from .reduce import acc_ctype, flat_groups
+from ..tensor.flat import FlatEpilogueOp
+from .reduce import acc_ctype
 
 __all__ = ["CumSum"]
 
@@ -21,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 @register
-class CumSum(OpDef):
+class CumSum(FlatEpilogueOp):
     """``CumSum``.
 
     Raises
@@ -57,9 +58,6 @@ class CumSum(OpDef):
         if node.attrs["reverse"]:
             out = np.flip(out, a)
         return [np.array(out, dtype=x.dtype, order="C")]
-
-    def epilogue_groups(self, node: Node):
-        return flat_groups(len(node.outputs[0].shape))
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]

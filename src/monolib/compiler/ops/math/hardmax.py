@@ -13,11 +13,11 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
+from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import flat_index_exprs, normalize_axis
 from .elementwise import cfn, is_float
-from .reduce import flat_groups
 from .softmax import softmax_view
 
 __all__ = ["Hardmax1", "Hardmax13", "LpNormalization"]
@@ -39,7 +39,7 @@ def _column_loop(ctx, outer: int, n: int, inner: int, body) -> str:
     )
 
 
-class _Hardmax(OpDef):
+class _Hardmax(FlatEpilogueOp):
     coerce_2d: ClassVar[bool] = False
 
     def infer(self, node: Node) -> list[OutType]:
@@ -56,9 +56,6 @@ class _Hardmax(OpDef):
         first = np.argmax(v, axis=1)[:, None, :]
         out = (np.arange(n)[None, :, None] == first).astype(x.dtype)
         return [out.reshape(x.shape)]
-
-    def epilogue_groups(self, node: Node):
-        return flat_groups(len(node.outputs[0].shape))
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]
@@ -96,7 +93,7 @@ class Hardmax13(_Hardmax):
 
 
 @register
-class LpNormalization(OpDef):
+class LpNormalization(FlatEpilogueOp):
     """``LpNormalization``: ``x / ||x||_p`` along ``axis`` (p = 1 or 2; a zero norm
     gives 0, as ONNX Runtime does)."""
 
@@ -130,9 +127,6 @@ class LpNormalization(OpDef):
         with np.errstate(all="ignore"):
             out = np.where(norm == 0, 0, v / norm)
         return [out.astype(x.dtype).reshape(x.shape)]
-
-    def epilogue_groups(self, node: Node):
-        return flat_groups(len(node.outputs[0].shape))
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]

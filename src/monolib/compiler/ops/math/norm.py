@@ -18,6 +18,7 @@ from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import c_literal, ctype
+from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import (
     broadcast_shape,
     broadcast_strides,
@@ -26,7 +27,6 @@ from ..tensor.loops import (
     normalize_axis,
 )
 from .elementwise import cfn, is_float
-from .reduce import flat_groups
 
 __all__ = ["InstanceNormalization", "LayerNormalization", "emit_row_stats"]
 
@@ -71,7 +71,7 @@ def _row_operand(ctx: EmitContext, v: Value | None, norm_shape, j: str) -> str:
 
 
 @register
-class LayerNormalization(OpDef):
+class LayerNormalization(FlatEpilogueOp):
     """``LayerNormalization`` 17: normalize over dims ``axis..``; outputs Y and the
     optional Mean and InvStdDev (shape ``X.shape[:axis] + [1] * (rank - axis)``).
 
@@ -122,9 +122,6 @@ class LayerNormalization(OpDef):
             y = y + bias
         outs = [y.astype(x.dtype), mean.astype(np.float32), inv.astype(np.float32)]
         return outs[: max(len(node.outputs), 1)]
-
-    def epilogue_groups(self, node: Node):
-        return flat_groups(len(node.outputs[0].shape))
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]

@@ -35,7 +35,7 @@ from ..base import EmitContext, OpDef, OutType, compute_dtype, is_storage, regis
 from ...backends.cstyle import ctype, storage_load, storage_store
 from ..tensor.loops import flat_index_exprs, normalize_axis
 from .cast import onnx_dtype
-from .reduce import flat_groups
+from ..tensor.flat import flat_groups
 
 __all__ = ["DequantizeLinear", "QuantizeLinear"]
 

@@ -25,8 +25,9 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
+from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import (
     collapse_dims,
     contiguous_strides,
@@ -40,16 +41,9 @@ from .elementwise import cfn, is_float
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
 
-__all__ = ["Reduce", "acc_ctype", "flat_groups", "reduce_axes"]
+__all__ = ["Reduce", "acc_ctype", "reduce_axes"]
 
 logger = logging.getLogger(__name__)
-
-
-def flat_groups(rank: int) -> list[list[int]]:
-    """Epilogue groups viewing a rank-``rank`` output as ``[1, prod(dims[:-1]), last]``."""
-    if rank == 0:
-        return [[], [], []]
-    return [[], list(range(rank - 1)), [rank - 1]]
 
 
 def acc_ctype(dtype: np.dtype) -> str:
@@ -208,7 +202,7 @@ def reduce_axes(node: Node, rank: int, from_input: bool) -> tuple[int, ...]:
     return tuple(sorted({normalize_axis(int(a), rank, where) for a in axes}))
 
 
-class Reduce(OpDef):
+class Reduce(FlatEpilogueOp):
     """A reduction op; ``axes_input`` tells whether ``axes`` is input 1."""
 
     axes_input: ClassVar[bool] = False
@@ -232,9 +226,6 @@ class Reduce(OpDef):
         axes = self.axes(node)  # () reduces each element on its own (L2 gives |x|)
         out = self.kind.np_fn(x, axes, bool(node.attrs["keepdims"]))
         return [np.asarray(out).astype(x.dtype, copy=False).reshape(self.infer(node)[0][0])]
-
-    def epilogue_groups(self, node: Node):
-        return flat_groups(len(node.outputs[0].shape))
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]

@@ -13,12 +13,12 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
 from ...backends.cstyle import ctype
+from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import broadcast_shape, flat_index_exprs, normalize_axis
 from .elementwise import is_float
 from .norm import _row_operand
-from .reduce import flat_groups
 
 __all__ = ["RMSNormalization"]
 
@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 @register
-class RMSNormalization(OpDef):
+class RMSNormalization(FlatEpilogueOp):
     """ONNX ``RMSNormalization`` 23 (float32/float64).
 
     Raises
@@ -61,9 +61,6 @@ class RMSNormalization(OpDef):
         ms = (x.astype(np.float64) ** 2).mean(axis=axes, keepdims=True)
         y = x / np.sqrt(ms + node.attrs["epsilon"]) * scale
         return [y.astype(x.dtype)]
-
-    def epilogue_groups(self, node: Node):
-        return flat_groups(len(node.outputs[0].shape))
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]

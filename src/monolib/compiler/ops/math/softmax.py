@@ -22,11 +22,11 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
+from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import flat_index_exprs, has_epilogue, normalize_axis
 from .elementwise import cfn, is_float
-from .reduce import flat_groups
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
@@ -49,7 +49,7 @@ def softmax_view(shape, axis: int, coerce_2d: bool) -> tuple[int, int, int]:
     return outer, int(shape[a]), int(np.prod(shape[a + 1 :], dtype=np.int64))
 
 
-class _SoftmaxBase(OpDef):
+class _SoftmaxBase(FlatEpilogueOp):
     coerce_2d: ClassVar[bool] = False
     log: ClassVar[bool] = False
 
@@ -71,9 +71,6 @@ class _SoftmaxBase(OpDef):
         s = e.sum(axis=1, keepdims=True)
         out = (v - m - np.log(s)) if self.log else e / s
         return [out.astype(x.dtype).reshape(x.shape)]
-
-    def epilogue_groups(self, node: Node):
-        return flat_groups(len(node.outputs[0].shape))
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x = node.inputs[0]

@@ -16,7 +16,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
+from .flat import FlatEpilogueOp
 from .loops import flat_index_exprs, has_epilogue, normalize_axis
 
 __all__ = ["Gather"]
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 @register
-class Gather(OpDef):
+class Gather(FlatEpilogueOp):
     """``Gather`` along ``axis``.
 
     Raises
@@ -59,10 +60,6 @@ class Gather(OpDef):
         dim = data.shape[a]
         idx = np.where(idx < 0, idx + dim, idx)
         return [np.array(np.take(data, idx.astype(np.int64), axis=a), order="C")]
-
-    def epilogue_groups(self, node: Node):
-        rank = len(node.outputs[0].shape)
-        return [[], list(range(rank - 1)), [rank - 1]] if rank else [[], [], []]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         data, idx, y = node.inputs[0], node.inputs[1], node.outputs[0]

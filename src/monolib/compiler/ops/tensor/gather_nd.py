@@ -14,7 +14,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
+from .flat import FlatEpilogueOp
 from .loops import contiguous_strides, flat_index_exprs, has_epilogue
 
 __all__ = ["GatherND"]
@@ -23,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 @register
-class GatherND(OpDef):
+class GatherND(FlatEpilogueOp):
     """``GatherND`` with any ``batch_dims``.
 
     Raises
@@ -64,10 +65,6 @@ class GatherND(OpDef):
             t = tuple(int(v) + (xb.shape[d] if v < 0 else 0) for d, v in enumerate(idx[p][:q]))
             out[p] = xb[t]
         return [out]
-
-    def epilogue_groups(self, node: Node):
-        rank = len(node.outputs[0].shape)
-        return [[], list(range(rank - 1)), [rank - 1]] if rank else [[], [], []]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, idx, y = node.inputs[0], node.inputs[1], node.outputs[0]

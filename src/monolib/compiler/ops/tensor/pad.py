@@ -17,8 +17,9 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
+from .flat import FlatEpilogueOp
 from .loops import const_ints, contiguous_strides, has_epilogue, linear_offset, normalize_axis
 
 __all__ = ["Pad2", "Pad11", "Pad18", "pad_amounts"]
@@ -61,7 +62,7 @@ def _map_index(s: str, n: int, mode: str) -> str:
     return f"{s} %= {p}; if ({s} < 0) {s} += {p}; if ({s} >= {n}) {s} = {p} - {s};"
 
 
-class _Pad(OpDef):
+class _Pad(FlatEpilogueOp):
     attrs_version: ClassVar[bool] = False
 
     def _config(self, node: Node):
@@ -107,10 +108,6 @@ class _Pad(OpDef):
                 value = inputs[2].reshape(-1)[0]
             return [np.pad(x, widths, mode="constant", constant_values=np.asarray(value, x.dtype))]
         return [np.pad(x, widths, mode=mode)]
-
-    def epilogue_groups(self, node: Node):
-        rank = len(node.outputs[0].shape)
-        return [[], list(range(rank - 1)), [rank - 1]] if rank else [[], [], []]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]

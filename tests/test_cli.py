@@ -52,7 +52,7 @@ def test_inspect_table(lib, capsys):
     assert main(["inspect", lib]) == 0
     out = capsys.readouterr().out
     words = (
-        "format v1",
+        "format v2",
         "graph_executor_factory",
         "library",
         "params",

@@ -26,9 +26,11 @@ __all__ = [
     "DynamicLayout",
     "Symbol",
     "check_expression",
+    "dim_label",
     "dynamic_layout",
     "evaluate",
     "is_static",
+    "shape_label",
     "symbol_entry",
 ]
 
@@ -67,6 +69,11 @@ class Symbol(NamedTuple):
         """``"[lo, hi]"``, with ``" step s"`` when ``step > 1``, for messages."""
         return f"[{self.lo}, {self.hi}]" + (f" step {self.step}" if self.step > 1 else "")
 
+    def label(self) -> str:
+        """``"batch∈[1,8]"``, ``"x_2∈[32,1280]:32"`` with a step: how the tools
+        (``inspect``, ``view``) show the dim."""
+        return f"{self.name}\u2208[{self.lo},{self.hi}]" + (f":{self.step}" if self.step > 1 else "")
+
     def info(self) -> tuple:
         """``(name, lo, hi)``, or ``(name, lo, hi, step)`` when ``step > 1``: how
         ``get_input_info`` reports the dim."""
@@ -101,6 +108,17 @@ class DynamicLayout(NamedTuple):
 def is_static(shape: Sequence[Any]) -> bool:
     """Whether every entry of a shape is an int (no run-time dim)."""
     return all(type(d) is int for d in shape)
+
+
+def dim_label(dim: Any, symbols: Mapping[str, Symbol]) -> str:
+    """A shape entry for display: an int as is, a symbol with its bounds
+    (:meth:`Symbol.label`), a dim expression as written."""
+    return symbols[dim].label() if isinstance(dim, str) and dim in symbols else str(dim)
+
+
+def shape_label(shape: Sequence[Any], symbols: Mapping[str, Symbol]) -> str:
+    """``"[batch∈[1,8], 3, 224, 224]"``: a shape with :func:`dim_label` entries."""
+    return "[" + ", ".join(dim_label(d, symbols) for d in shape) + "]"
 
 
 def symbol_entry(name: str, lo: int, hi: int, step: int = 1) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Reads the ELF section table (:mod:`monolib.abi.binfmt`), the container header an
 manifest (:mod:`monolib.abi.container`) and the graph JSON of each graph
 executor factory, and reports: format version, the module tree with type keys, each
 section's size, codec and SHA-256, graph inputs/outputs, op counts (fused ops and
-the ONNX ops inside them), params count and bytes, and the library's size. A library
+the ONNX ops inside them), params count and bytes, and the library's size. A graph
+with run-time dims also reports its symbols (shown as ``batch∈[1,8]``), the shapes
+it is specialized for, and that its arena is sized at the upper bounds. A library
 exported by Apache TVM (no ``.monolib`` section, a ``__tvm_ffi__library_bin`` or
 ``__tvm_dev_mblob`` symbol) gets its module tree, type keys and sizes
 (:mod:`.tvm_container`).
@@ -20,9 +22,10 @@ from typing import Any
 
 from ..abi.binfmt import exported_symbols, parse_binary
 from ..abi.container import SMALL_SECTION_BYTES, Container
-from ..abi.graph_spec import factory_graphs
+from ..abi.graph_spec import factory_graphs, graph_layout
+from ..abi.symbols import Symbol, shape_label
 from ..abi.names import ABI_SYMBOLS, CUDA, DATA_SECTION, LIBRARY, OPENCL
-from ..errors import LibraryLoadError
+from ..errors import ContainerError, LibraryLoadError
 from ..runtime.library import read_container
 from .tvm_container import find_tvm
 
@@ -54,6 +57,24 @@ def _devices(container: Container) -> dict[int, dict]:
     return out
 
 
+def _symbols(graph: dict) -> dict[str, Any]:
+    """The run-time-dim fields of a version-2 graph for the report (``symbols``,
+    ``specializations``, ``arena_at_bounds``); empty for a static graph, or for
+    fields too damaged to read (running the library reports those)."""
+    try:
+        layout = graph_layout(graph)
+    except ContainerError as exc:
+        logger.info("graph %r: run-time dims unreadable: %s", graph.get("name", ""), exc)
+        return {}
+    if layout is None:
+        return {}
+    return {
+        "symbols": [s._asdict() for s in layout.symbols],
+        "specializations": [dict(s) for s in layout.specializations],
+        "arena_at_bounds": True,
+    }
+
+
 def _graph_summary(graph: dict) -> dict[str, Any]:
     nodes = graph.get("nodes", [])
     onnx_ops: Counter = Counter()
@@ -80,6 +101,7 @@ def _graph_summary(graph: dict) -> dict[str, Any]:
         "arena_bytes": int(graph.get("arena_bytes", 0)),
         "constants": graph.get("constants", {}),
         "metadata_keys": sorted(graph.get("metadata", {})),
+        **_symbols(graph),
     }
 
 
@@ -366,16 +388,28 @@ def _render_tvm(report: dict, console: Any) -> None:
 
 
 def _render_graph(console: Any, idx: str, g: dict) -> None:
-    rows = [["input", t["name"], str(t["shape"]), t["dtype"]] for t in g["inputs"]]
-    rows += [["output", t["name"], str(t["shape"]), t["dtype"]] for t in g["outputs"]]
+    symbols = {s["name"]: Symbol(**s) for s in g.get("symbols", [])}
+    rows = [
+        [kind, t["name"], shape_label(t["shape"] or [], symbols) if symbols else str(t["shape"]),
+         t["dtype"]]
+        for kind, key in (("input", "inputs"), ("output", "outputs"))
+        for t in g[key]
+    ]  # fmt: skip
     print_table(
         console, f"graph {g['name']!r} (module {idx})", ["kind", "name", "shape", "dtype"], rows
     )
+    at_bounds = " (at the upper bounds)" if g.get("arena_at_bounds") else ""
     console.print(
         f"fused ops: {g['fused_ops']} (ONNX ops: {g['onnx_op_total']}); "
         f"params: {g['params_count']} tensors, {_size(g['params_bytes'])}; "
-        f"arena: {_size(g['arena_bytes'])}"
+        f"arena: {_size(g['arena_bytes'])}{at_bounds}"
     )
+    if symbols:
+        dims = ", ".join(s.label() for s in symbols.values())
+        console.print(f"run-time dims: {dims}", markup=False)
+        specs = [", ".join(f"{k}={v}" for k, v in s.items()) for s in g["specializations"]]
+        specs_text = "; ".join(specs) or "none (generic kernels only)"
+        console.print(f"specialized for: {specs_text}", markup=False)
     ops = ", ".join(f"{op} {n}" for op, n in g["onnx_ops"].items())
     if ops:
         console.print(f"ONNX ops: {ops}")

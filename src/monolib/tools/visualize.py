@@ -2,9 +2,12 @@
 
 The library is read WITHOUT dlopen, in the one pass of ``monolib inspect``
 (:func:`monolib.tools.inspect.read_library`), so none of its code runs. The page
-shows the module tree, the params, and each graph: fused ops as nodes (op + fused ONNX ops, output shape and dtype), edges between them
+shows the module tree, the params, and each graph: fused ops as nodes (op + fused ONNX
+ops, output shape and dtype), edges between them
 by tensor name (shape and dtype on the edge), graph inputs and outputs; with a
-profile, each op's time and share of the total.
+profile, each op's time and share of the total. A graph with run-time dims shows them
+with their bounds (``batch∈[1,8]``), the shapes it is specialized for, and its arena
+size at the upper bounds.
 
 The layout is computed here, in Python: longest-path layers (a node sits one layer
 below its deepest producer), then a few sweeps of barycentre ordering within layers
@@ -26,7 +29,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..abi.graph_spec import check_fields
+from ..abi.graph_spec import check_fields, graph_layout
+from ..abi.symbols import Symbol, dim_label
 from ..errors import ContainerError, LibraryLoadError, VisualizeError
 from .inspect import read_library
 
@@ -321,16 +325,36 @@ def _attach_params(graph: dict, verts: list[dict]) -> None:
         ]
 
 
+def _run_time_dims(graph: dict) -> dict[str, Symbol]:
+    """``{name: Symbol}`` of a version-2 graph's run-time dims; empty for a static
+    graph or unreadable fields (running the library reports those)."""
+    try:
+        layout = graph_layout(graph)
+    except ContainerError:
+        return {}
+    return {} if layout is None else layout.by_name
+
+
 def _summary(graph: dict, total: float | None) -> dict:
     params = [p for p in graph.get("params", []) if isinstance(p, dict)]
     big = sorted(params, key=lambda p: -int(p.get("nbytes", 0)))[:12]
+    symbols = _run_time_dims(graph)
+
+    def tensor(t: dict) -> dict:  # a run-time dim shown with its bounds: batch∈[1,8]
+        out = {k: t.get(k) for k in ("name", "shape", "dtype")}
+        if symbols and isinstance(out["shape"], list):
+            out["shape"] = [d if type(d) is int else dim_label(d, symbols) for d in out["shape"]]
+        return out
+
+    specs = []
+    if symbols:
+        layout = graph_layout(graph)
+        specs = [", ".join(f"{k}={v}" for k, v in s.items()) for s in layout.specializations]
     return {
-        "inputs": [
-            {k: t.get(k) for k in ("name", "shape", "dtype")} for t in graph.get("inputs", [])
-        ],
-        "outputs": [
-            {k: t.get(k) for k in ("name", "shape", "dtype")} for t in graph.get("outputs", [])
-        ],
+        "inputs": [tensor(t) for t in graph.get("inputs", [])],
+        "outputs": [tensor(t) for t in graph.get("outputs", [])],
+        "symbols": [s.label() for s in symbols.values()],
+        "specializations": specs,
         "fused_ops": len(graph.get("nodes", [])),
         "params_count": len(params),
         "params_bytes": int(
@@ -643,7 +667,11 @@ function sideInfo() {
   S.outputs.forEach((x) => row("output", `${x.name} ${shp(x.shape)} ${x.dtype}`));
   row("fused ops", String(S.fused_ops));
   row("params", `${S.params_count} tensors, ${bytes(S.params_bytes)}`);
-  row("arena", bytes(S.arena_bytes));
+  if (S.symbols.length) {
+    row("run-time dims", S.symbols.join(", "));
+    row("specialized for", S.specializations.join("; ") || "none (generic kernels only)");
+  }
+  row("arena", bytes(S.arena_bytes) + (S.symbols.length ? " (at the upper bounds)" : ""));
   if (S.total_time !== null) row("op time sum", ms(S.total_time));
   const ops = {};
   G.vertices.forEach((v) => { if (v.kind === "op") [v.op, ...v.fused].forEach((o) => ops[o] = (ops[o] || 0) + 1); });

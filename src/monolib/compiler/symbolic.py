@@ -32,6 +32,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Union
 
@@ -44,11 +46,15 @@ __all__ = [
     "DimLike",
     "Symbol",
     "SymbolTable",
+    "c_rendering",
     "dim_max",
     "dim_min",
     "evaluate",
     "free_symbols",
     "is_dim",
+    "is_one",
+    "same",
+    "same_shape",
     "size_hint",
 ]
 
@@ -115,8 +121,20 @@ DimLike = Union[int, "Dim"]
 
 def _atom_key(atom: Atom) -> str:
     if atom[0] == "q":
-        return f"0{atom[1].name}"
-    return f"1{atom[0]}({atom[1]!s},{atom[2]!s})"
+        s = atom[1]
+        return f"0{s.name}:{s.lo}:{s.hi}:{s.step}"
+    return f"1{atom[0]}({_key(atom[1])},{_key(atom[2])})"
+
+
+def _key(x: DimLike) -> str:
+    """A string that two dims share exactly when their canonical forms are the same."""
+    if not isinstance(x, Dim):
+        return str(int(x))
+    if x._key is None:
+        x._key = "+".join(
+            f"{c}" + "".join(f"*{_atom_key(a)}^{e}" for a, e in m) for m, c in x.terms
+        )
+    return x._key
 
 
 def _mono_key(m: Monomial) -> tuple:
@@ -218,11 +236,12 @@ class Dim:
         depends on the run-time value.
     """
 
-    __slots__ = ("terms", "_hash", "_bounds")
+    __slots__ = ("terms", "_hash", "_bounds", "_key")
 
     def __init__(self, terms: tuple[tuple[Monomial, int], ...]):
         self.terms = terms
-        self._hash = hash(terms)
+        self._key: str | None = None
+        self._hash = hash(_key(self))
         self._bounds: tuple[int, int] | None = None
 
     @classmethod
@@ -357,6 +376,8 @@ class Dim:
         return d, f"{self} {what} {o}"
 
     def __eq__(self, other):
+        if isinstance(other, Dim) and _key(other) == _key(self):
+            return True  # structural: dict keys, tuples of atoms
         d, question = self._sign_question(other, "==")
         if question is None:
             return NotImplemented
@@ -422,6 +443,15 @@ class Dim:
     def __repr__(self) -> str:
         return f"Dim({self})"
 
+    def __format__(self, spec: str) -> str:
+        """The C expression inside :func:`c_rendering` (so ``f"i < {n}"`` in an emitter
+        writes C for a run-time ``n``), the display text elsewhere."""
+        active = _C_RENDERING.get()
+        if active is None:
+            return format(str(self), spec)
+        text = self.c_expr(*active)
+        return text if text.startswith("(") or "*" not in text and " " not in text else f"({text})"
+
     def c_expr(self, table: "SymbolTable", sym_array: str = "S") -> str:
         """C (int64) expression of the value, symbol ``k`` of ``table`` read as
         ``sym_array[k]``; floor division stays exact for negative numerators.
@@ -432,6 +462,41 @@ class Dim:
             When a symbol is not in ``table``.
         """
         return _render(self, lambda a, div: _c_atom(a, div, table, sym_array))
+
+
+_C_RENDERING: ContextVar[tuple["SymbolTable", str] | None] = ContextVar(
+    "monolib_dim_c_rendering", default=None
+)
+
+
+@contextmanager
+def c_rendering(table: "SymbolTable", sym_array: str = "S") -> Iterator[None]:
+    """Within the block, ``format(dim)`` (f-strings) writes :meth:`Dim.c_expr` over
+    ``table``, wrapped in parentheses unless it is a single ``S[k]``."""
+    token = _C_RENDERING.set((table, sym_array))
+    try:
+        yield
+    finally:
+        _C_RENDERING.reset(token)
+
+
+def same(a, b) -> bool:
+    """Structural identity of two dims (never raises): equal ints, or Dims of the same
+    canonical form. ``batch`` and ``h`` are not the same even if equal at run time."""
+    if isinstance(a, Dim) or isinstance(b, Dim):
+        return isinstance(a, Dim) and isinstance(b, Dim) and _key(a) == _key(b)
+    return int(a) == int(b)
+
+
+def same_shape(a, b) -> bool:
+    """Same rank and :func:`same` on every axis (never raises)."""
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+def is_one(d) -> bool:
+    """True when ``d`` is the int 1. A run-time dim is never taken as 1: it does not
+    broadcast (like ``torch.export`` dims), so its strides stay real."""
+    return not isinstance(d, Dim) and int(d) == 1
 
 
 def _bounds_text(d: Dim) -> str:

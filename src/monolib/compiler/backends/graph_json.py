@@ -15,13 +15,19 @@ from typing import Any
 import numpy as np
 
 from ...abi import graph_spec
-from ..ir import Graph, Value
+from ..ir import Graph, Value, is_static, nbytes_at_bounds
 from ..passes.fuse_elementwise import FusedOp, Fusion
 from ..passes.plan_memory import ALIGN, MemoryPlan, align
 
-__all__ = ["graph_json_of", "io_json", "node_json"]
+__all__ = ["graph_json_of", "io_json", "json_shape", "node_json"]
 
 logger = logging.getLogger(__name__)
+
+
+def json_shape(shape) -> list[int | str]:
+    """A shape as the graph JSON writes it: ints, and each run-time dim as its display
+    text (an input's: the symbol's name; elsewhere a dim expression, version 2)."""
+    return [d if isinstance(d, int) else str(d) for d in shape]
 
 
 def node_json(fused: FusedOp, plan: MemoryPlan) -> dict[str, Any]:
@@ -29,14 +35,21 @@ def node_json(fused: FusedOp, plan: MemoryPlan) -> dict[str, Any]:
     its output 0's arena offset comes from ``plan``."""
     return graph_spec.node_entry(
         fused.name, fused.op_type, fused.fused_types, (v.name for v in fused.reads()),
-        (v.name for v in fused.writes()), fused.out.shape, fused.out.dtype,
+        (v.name for v in fused.writes()), json_shape(fused.out.shape), fused.out.dtype,
         plan.offset(fused.out),
     )
 
 
 def io_json(values: Sequence[Value], plan: MemoryPlan) -> list[dict[str, Any]]:
-    """The ``inputs``/``outputs`` entries of ``values`` at their planned arena offsets."""
-    return [graph_spec.tensor_entry(v.name, v.shape, v.dtype, plan.offset(v)) for v in values]
+    """The ``inputs``/``outputs`` entries of ``values`` at their planned arena offsets
+    (``max_nbytes``, the bytes at the upper bounds, for a shape with run-time dims)."""
+    return [
+        graph_spec.tensor_entry(
+            v.name, json_shape(v.shape), v.dtype, plan.offset(v),
+            None if is_static(v.shape) else nbytes_at_bounds(v),
+        )
+        for v in values
+    ]
 
 
 def graph_json_of(
@@ -83,4 +96,18 @@ def graph_json_of(
         constants=constants,
         metadata=graph.metadata,
         device=device,
+        **_dynamic_fields(fusion, plan),
     )
+
+
+def _dynamic_fields(fusion: Fusion, plan: MemoryPlan) -> dict[str, Any]:
+    """``symbols``, ``sym_offset``, ``shape_offset`` of a graph with run-time dims
+    (version 2), else nothing. ``specializations`` stay empty: the specialized static
+    paths of ``opt_shapes`` are not generated yet."""
+    if not len(fusion.symbols):
+        return {}
+    return {
+        "symbols": fusion.symbols.as_json(),
+        "sym_offset": plan.sym_offset,
+        "shape_offset": plan.shape_offset,
+    }

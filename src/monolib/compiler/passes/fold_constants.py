@@ -13,7 +13,7 @@ import logging
 
 import numpy as np
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, is_static
 from .base import Pass, PassResult
 from .node_eval import fold_node, set_type
 
@@ -23,10 +23,11 @@ logger = logging.getLogger(__name__)
 
 
 def static_shape_fold(node: Node) -> np.ndarray | None:
-    """The value of a ``Shape``/``Size`` node from its input's static shape, else None.
+    """The value of a ``Shape``/``Size`` node from its input's shape, else None.
 
     ``Shape`` follows opset 15's ``start``/``end`` (negative counts from the back,
-    clamped to ``[0, rank]``), which equals Python slicing of the shape.
+    clamped to ``[0, rank]``), which equals Python slicing of the shape. A shape with
+    run-time dims gives an ``object`` array holding them (a symbolic constant).
     """
     x = node.input(0)
     if x is None:
@@ -35,9 +36,18 @@ def static_shape_fold(node: Node) -> np.ndarray | None:
         start = int(node.attrs.get("start", 0))
         end = node.attrs.get("end")
         dims = x.shape[start:] if end is None else x.shape[start : int(end)]
-        return np.array(dims, dtype=np.int64)
+        if is_static(dims):
+            return np.array(dims, dtype=np.int64)
+        out = np.empty(len(dims), dtype=object)
+        out[:] = list(dims)
+        return out
     if node.op_type == "Size" and node.domain == "":
-        return np.array(x.size, dtype=np.int64)
+        size = x.size
+        if isinstance(size, int):
+            return np.array(size, dtype=np.int64)
+        out = np.empty((), dtype=object)
+        out[()] = size
+        return out
     return None
 
 
@@ -54,7 +64,7 @@ class FoldConstants(Pass):
         for node in graph.nodes:
             arr = static_shape_fold(node)
             if arr is not None:
-                set_type(node.outputs[0], arr.shape, arr.dtype)
+                set_type(node.outputs[0], arr.shape, np.int64)
                 node.outputs[0].const = arr
                 folded += 1
             elif fold_node(node):

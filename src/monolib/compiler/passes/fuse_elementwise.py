@@ -39,8 +39,9 @@ import logging
 from dataclasses import dataclass, field
 
 from ...errors import CompileError
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Value, is_static
 from ..ops.base import OpDef, op_of
+from ..symbolic import SymbolTable, is_one, same, same_shape
 
 __all__ = [
     "MAX_BAKED_ELEMENTS",
@@ -153,6 +154,8 @@ class Fusion:
     ops: list[FusedOp]
     inputs: list[Value]
     outputs: list[Value]
+    #: the graph's run-time dims (their values sit at the start of the arena)
+    symbols: SymbolTable = field(default_factory=SymbolTable)
 
 
 def _distinct(values) -> list[Value]:
@@ -167,12 +170,14 @@ def _distinct(values) -> list[Value]:
 
 def is_scalar_const(v: Value) -> bool:
     """A constant with one element: it becomes a C literal."""
-    return v.is_const and v.size == 1
+    return v.is_const and not v.is_symbolic_const and same(v.size, 1)
 
 
 def broadcast_strides(shape, out_shape) -> list[int]:
     """Element strides of a C-contiguous tensor of ``shape`` broadcast (numpy rules) to
     ``out_shape``: one per output dim, 0 where the tensor is broadcast or the dim is 1.
+    A run-time dim is never broadcast (:func:`~..symbolic.is_one`): it must be the same
+    expression in ``shape`` and ``out_shape``; its strides are C expressions' Dims.
 
     Raises
     ------
@@ -186,9 +191,9 @@ def broadcast_strides(shape, out_shape) -> list[int]:
     strides = [0] * len(out_shape)
     step = 1
     for d in reversed(range(len(out_shape))):
-        if pad[d] == out_shape[d] and pad[d] != 1:
+        if same(pad[d], out_shape[d]) and not is_one(pad[d]):
             strides[d] = step
-        elif pad[d] != 1:
+        elif not is_one(pad[d]):
             raise CompileError(f"shape {list(shape)} does not broadcast to {list(out_shape)}")
         step *= pad[d]
     return strides
@@ -203,18 +208,18 @@ def group_strides(strides, out_shape, groups) -> tuple[int, int, int] | None:
     out of the groups must have size 1.
     """
     covered = {d for g in groups for d in g}
-    if any(out_shape[d] != 1 for d in range(len(out_shape)) if d not in covered):
+    if any(not is_one(out_shape[d]) for d in range(len(out_shape)) if d not in covered):
         return None
     result = []
     for g in groups:
-        dims = [d for d in g if out_shape[d] != 1]
-        if not dims or all(strides[d] == 0 for d in dims):
+        dims = [d for d in g if not is_one(out_shape[d])]
+        if not dims or all(same(strides[d], 0) for d in dims):
             result.append(0)
             continue
-        if any(strides[d] == 0 for d in dims):
+        if any(same(strides[d], 0) for d in dims):
             return None
         for a, b in itertools.pairwise(dims):
-            if strides[a] != strides[b] * out_shape[b]:
+            if not same(strides[a], strides[b] * out_shape[b]):
                 return None
         result.append(strides[dims[-1]])
     return tuple(result)
@@ -292,6 +297,8 @@ class _Fuser:
         if (node.domain, node.op_type) != ("", "Concat") or len(node.outputs) != 1:
             return False
         y = node.outputs[0]
+        if not all(is_static(v.shape) for v in (y, *node.inputs) if v is not None):
+            return False  # members at byte offsets known only at run time
         axis = int(node.attrs.get("axis", 0))
         axis += len(y.shape) if axis < 0 else 0
         if any(d != 1 for d in y.shape[:axis]):
@@ -367,7 +374,7 @@ class _Fuser:
         if not op.elementwise or len(node.outputs) != 1 or not _broadcasts(node):
             return None
         out = node.outputs[0]
-        if out.shape != fused.out.shape:  # fused.out is still the group's first value
+        if not same_shape(out.shape, fused.out.shape):  # fused.out: the group's first value
             return None
         positions = tuple(
             i for i, v in enumerate(node.inputs) if v is not None and v.uid in pending
@@ -459,4 +466,4 @@ def fuse_elementwise(graph: Graph) -> Fusion:
     copies, outputs = _output_copies(graph, ops)
     n_nodes = sum(len(f.nodes) for f in ops)
     logger.debug("fused %d nodes into %d ops (+%d output copies)", n_nodes, len(ops), len(copies))
-    return Fusion(ops + copies, list(graph.inputs), outputs)
+    return Fusion(ops + copies, list(graph.inputs), outputs, graph.symbols)

@@ -16,13 +16,15 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...errors import CompileError, MonolibError
-from ..ir import Node, Value, normalize_shape
+from ..ir import Node, Value, is_static, normalize_shape
 from ..ops.base import OpDef, op_of
+from ..symbolic import Dim
 
 __all__ = [
     "MAX_FOLD_BYTES",
     "fold_node",
     "foldable",
+    "has_dims",
     "make_const",
     "node_context",
     "run_infer",
@@ -63,10 +65,22 @@ def make_const(name: str, array: np.ndarray) -> Value:
     """A constant Value holding ``array`` as a C-contiguous array.
 
     Unlike ``np.ascontiguousarray`` (used by ``Value.constant``), this keeps 0-d
-    arrays 0-d: ONNX scalars must stay scalars (shape ``()``).
+    arrays 0-d: ONNX scalars must stay scalars (shape ``()``). An ``object`` array (a
+    shape computed from run-time dims) stays one, typed ``int64``, while it holds a
+    :class:`~..symbolic.Dim`; without one it becomes a plain ``int64`` array.
     """
     arr = np.asarray(array, order="C")
+    if arr.dtype == object:
+        if not has_dims(arr):
+            arr = arr.astype(np.int64)
+        else:
+            return Value(name, arr.shape, np.int64, arr)
     return Value(name, arr.shape, arr.dtype, arr)
+
+
+def has_dims(array: np.ndarray) -> bool:
+    """True when ``array`` (an ``object`` array) holds a run-time Dim."""
+    return array.dtype == object and any(isinstance(x, Dim) for x in array.reshape(-1))
 
 
 def set_type(value: Value, shape: tuple, dtype: np.dtype) -> None:
@@ -127,6 +141,9 @@ def run_reference(
                 f"{_where(node)}: reference output {i} has shape {list(r.shape)} "
                 f"but infer gave {list(v.shape)}"
             )
+        if r.dtype == object and has_dims(r):  # a shape computed from run-time dims
+            out.append(np.asarray(r, order="C"))
+            continue
         out.append(np.asarray(r, dtype=v.dtype, order="C"))
     return out
 
@@ -145,6 +162,8 @@ def foldable(node: Node, op: OpDef) -> bool:
     given = [v for v in node.inputs if v is not None]
     if not (op.foldable and given and all(v.is_const for v in given)):
         return False
+    if not all(is_static(v.shape) for v in node.outputs):
+        return False  # data of a run-time size: computed at run time
     out_bytes = sum(v.nbytes for v in node.outputs)
     if out_bytes > MAX_FOLD_BYTES and out_bytes > GROWTH_LIMIT * sum(v.nbytes for v in given):
         logger.info("not folding %s %r: %d bytes of constants", node.op_type, node.name, out_bytes)
@@ -164,7 +183,18 @@ def fold_node(node: Node, op: OpDef | None = None) -> bool:
     op = op or op_of(node)
     if not foldable(node, op):
         return False
-    arrays = run_reference(node, [v.const if v is not None else None for v in node.inputs], op)
+    inputs = [v.const if v is not None else None for v in node.inputs]
+    if not any(x is not None and x.dtype == object for x in inputs):
+        arrays = run_reference(node, inputs, op)
+    else:
+        # a shape computation over run-time dims folds symbolically where the reference
+        # takes object arrays of Dims; where it cannot (int(), range(), a cast, a
+        # comparison with no one answer) the node stays and runs at run time
+        try:
+            arrays = run_reference(node, inputs, op)
+        except CompileError as e:
+            logger.debug("%s %r stays (run-time dims): %s", node.op_type, node.name, e)
+            return False
     for v, a in zip(node.outputs, arrays):
         v.const = a
     return True

@@ -17,6 +17,13 @@ Liveness runs over the fused ops in order (see :mod:`.fuse_elementwise`):
 * per-op scratch buffers (``ctx.scratch``, sizes measured by a first emission) are
   allocated while their op runs, after its outputs and before its inputs are freed,
   and released right after it, so they reuse the space of dead activations.
+
+Run-time dims (issue 12): every region is sized at the upper bounds
+(:func:`~..ir.nbytes_at_bounds`), so the offsets are static and valid for every
+in-bound size (a tensor uses the first bytes of its region). A graph with run-time
+dims first reserves ``int64_t sym[n]`` (the symbol values the executor writes,
+``sym_offset``) and ``int64_t out_shapes[sum of output ranks]`` (the code writes each
+output's shape there, ``shape_offset``).
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...errors import CompileError
-from ..ir import Value
+from ..ir import Value, nbytes_at_bounds
+from ..symbolic import same, same_shape
 from .fuse_elementwise import Fusion
 
 __all__ = ["ALIGN", "MemoryPlan", "align", "plan_memory"]
@@ -60,6 +68,9 @@ class MemoryPlan:
         Index of the fused op -> byte offset of its scratch block.
     scratch_sizes : dict
         Index of the fused op -> bytes of scratch planned for it.
+    sym_offset, shape_offset : int or None
+        Arena offsets of the symbol values and of the output shapes (int64 each);
+        ``None`` for a graph without run-time dims.
     """
 
     offsets: dict[int, int] = field(default_factory=dict)
@@ -68,6 +79,8 @@ class MemoryPlan:
     buffers: int = 0
     scratch: dict[int, int] = field(default_factory=dict)
     scratch_sizes: dict[int, int] = field(default_factory=dict)
+    sym_offset: int | None = None
+    shape_offset: int | None = None
 
     def root(self, v: Value) -> Value:
         """The value whose storage ``v`` shares."""
@@ -146,7 +159,7 @@ class _Owners:
         for f in fusion.ops:
             if f.kind == "concat":
                 off = 0
-                for v in f.anchor.inputs:
+                for v in f.anchor.inputs:  # static shapes (fuse_elementwise checks)
                     self.member[v.uid] = (f.out, off)
                     off += v.nbytes
         #: owners and members of concats: never handed over in place
@@ -198,12 +211,15 @@ def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> Mem
     owner = _Owners(fusion, roots)
     plan = MemoryPlan(roots=roots)
     alloc = _Allocator()
+    if len(fusion.symbols):
+        plan.sym_offset = alloc.alloc(8 * len(fusion.symbols))
+        plan.shape_offset = alloc.alloc(8 * sum(len(v.shape) for v in fusion.outputs))
     root_off: dict[int, int] = {}
     for v in [*fusion.inputs, *fusion.outputs]:
         r, _ = owner(v)
         if r.is_const or r.uid in root_off:
             continue
-        root_off[r.uid] = alloc.alloc(r.nbytes)
+        root_off[r.uid] = alloc.alloc(nbytes_at_bounds(r))
     persistent = set(root_off)
 
     born, dies, values = _lifetimes(fusion, owner)
@@ -214,7 +230,7 @@ def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> Mem
         kept = _in_place(f, t, owner, root_off, persistent, dies, born)
         for uid in [u for u, b in born.items() if b == t]:
             if uid not in root_off and not values[uid].is_const:
-                root_off[uid] = alloc.alloc(values[uid].nbytes)
+                root_off[uid] = alloc.alloc(nbytes_at_bounds(values[uid]))
         need = int((scratch or {}).get(t, 0))
         if need > 0:
             plan.scratch[t] = alloc.alloc(need)
@@ -222,7 +238,7 @@ def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> Mem
             alloc.release(plan.scratch[t], need)
         for uid in frees.get(t, []):
             if uid in root_off and uid not in persistent and uid in values and uid != kept:
-                alloc.release(root_off[uid], values[uid].nbytes)
+                alloc.release(root_off[uid], nbytes_at_bounds(values[uid]))
 
     _assign(fusion, plan, owner, root_off)
     plan.arena_bytes = align(alloc.end)
@@ -248,9 +264,9 @@ def _in_place(f, t, owner: _Owners, root_off, persistent, dies, born) -> int | N
             and r.uid not in owner.shared
             and r.uid not in persistent
             and dies.get(r.uid) == t
-            and v.shape == f.out.shape
+            and same_shape(v.shape, f.out.shape)
             and v.dtype == f.out.dtype
-            and r.nbytes == out.nbytes
+            and same(r.nbytes, out.nbytes)
         ):
             root_off[out.uid] = root_off[r.uid]
             return r.uid

@@ -19,6 +19,10 @@ Three shapes of code use it:
 
 Leaves are resolved by a caller-given ``pointer(value) -> str`` (a typed C pointer
 expression valid in the function being written); scalar constants become literals.
+Extents and strides may be run-time :class:`~...symbolic.Dim` s: they are written as
+C through :func:`~...symbolic.c_rendering` (the caller's), and the functions written
+here start with the caller's ``prologue`` (``S``, the symbol values, read from the
+arena).
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from collections.abc import Callable, Sequence
 
 from ....errors import CompileError
 from ...ir import Value
-from ..cstyle import c_literal, ctype
 from ...passes.fuse_elementwise import ChainStep, broadcast_strides, group_strides, is_scalar_const
+from ...symbolic import is_one, same
+from ..cstyle import c_literal, ctype
 
 __all__ = [
     "coalesce",
@@ -125,12 +130,12 @@ def coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]]):
     (dims, strides)
         The merged extents and, per operand, the merged strides. Unit dims are dropped.
     """
-    keep = [d for d in range(len(shape)) if shape[d] != 1]
+    keep = [d for d in range(len(shape)) if not is_one(shape[d])]
     dims = [shape[d] for d in keep]
     sts = [[st[d] for d in keep] for st in strides]
     k = len(dims) - 2
     while k >= 0:
-        if all(st[k] == st[k + 1] * dims[k + 1] for st in sts):
+        if all(same(st[k], st[k + 1] * dims[k + 1]) for st in sts):
             dims[k : k + 2] = [dims[k] * dims[k + 1]]
             for st in sts:
                 st[k : k + 2] = [st[k + 1]]
@@ -139,7 +144,7 @@ def coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]]):
 
 
 def _index(vars_: Sequence[str], strides: Sequence[int]) -> str:
-    terms = [v if s == 1 else f"{v} * {s}" for v, s in zip(vars_, strides) if s != 0]
+    terms = [v if same(s, 1) else f"{v} * {s}" for v, s in zip(vars_, strides) if not same(s, 0)]
     return " + ".join(terms) if terms else "0"
 
 
@@ -225,6 +230,7 @@ def tile_epilogue_function(
     groups: Sequence[Sequence[int]],
     out_offset: int,
     pointer: Pointer,
+    prologue: str = "",
 ) -> str:
     """A C function applying the chain in place on a tile of the ``[B, M, N]`` view.
 
@@ -245,9 +251,10 @@ def tile_epilogue_function(
     T = ctype(out.dtype)
     head = [
         f"static void {name}(void* out_, int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {{",
-        f"  {T}* restrict out = ({T}*)out_ + b * {M * N};",
         f"  uint8_t* arena = (uint8_t*)out_ - {out_offset};",
         "  (void)arena;",
+        *([prologue] if prologue else []),
+        f"  {T}* restrict out = ({T}*)out_ + b * {M * N};",
     ]
     rows, names, row_strides = [], {}, []
     for j, v in enumerate(leaves):
@@ -259,10 +266,12 @@ def tile_epilogue_function(
         rows.append(f"    const {Tj}* restrict r{j} = s{j} + m * {gs[1]};")
         row_strides.append(gs[1])
         names[v.uid] = (
-            f"r{j}[n * {gs[2]}]" if gs[2] not in (0, 1) else (f"r{j}[n]" if gs[2] else f"r{j}[0]")
+            f"r{j}[n * {gs[2]}]"
+            if not (same(gs[2], 0) or same(gs[2], 1))
+            else (f"r{j}[n]" if same(gs[2], 1) else f"r{j}[0]")
         )
     x = steps[0].node.inputs[steps[0].positions[0]]
-    if N == 1:  # [B, M, 1] (squeeze-excite vectors...): walk m, the contiguous dim
+    if same(N, 1):  # [B, M, 1] (squeeze-excite vectors...): walk m, the contiguous dim
         single = {v.uid: f"s{j}[m * {gs}]" for j, (v, gs) in enumerate(zip(leaves, row_strides))}
         body, final = compose(steps, (x, "x"), lambda v: single[v.uid], "    ")
         lines = head + [
@@ -291,7 +300,9 @@ def tile_epilogue_function(
     return "\n".join(lines)
 
 
-def value_function(name: str, steps: Sequence[ChainStep], out: Value, pointer: Pointer) -> str:
+def value_function(
+    name: str, steps: Sequence[ChainStep], out: Value, pointer: Pointer, prologue: str = ""
+) -> str:
     """``static inline T name(T x, const uint8_t* params, uint8_t* arena, int64_t i0,
     ...)``: the chain applied to one element ``x`` of output 0 at index ``(i0, ...)``.
     """
@@ -302,6 +313,8 @@ def value_function(name: str, steps: Sequence[ChainStep], out: Value, pointer: P
         [f"{T} x", "const uint8_t* params", "uint8_t* arena", *(f"int64_t {i}" for i in idx)]
     )
     lines = [f"static inline {T} {name}({sig}) {{", "  (void)params; (void)arena;"]
+    if prologue:
+        lines.append(prologue)
     for i in idx:
         lines.append(f"  (void){i};")
     names = {}

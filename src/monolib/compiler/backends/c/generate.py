@@ -17,6 +17,15 @@ function heads). Each op's ``emit(node, ctx)`` gets a :class:`CEmitContext` (the
 :mod:`.epilogue`. Per-op scratch buffers go where the plan put them
 (:func:`scratch_sizes` measures them for :func:`~..passes.plan_memory.plan_memory`);
 an op whose scratch was not planned gets it after the planned arena.
+
+Run-time dims (issue 12): every function that sizes something starts with
+``const int64_t* restrict S = (const int64_t*)(arena + SYM_OFFSET);`` (:func:`sym_prologue`),
+every dim is written as :meth:`~..symbolic.Dim.c_expr` over the graph's symbols (an
+f-string of a Dim inside :func:`~..symbolic.c_rendering`), and ``monolib_run`` writes the
+shape of each output at ``shape_offset`` before returning. An emitter that cannot take a
+run-time dim (``int(dim)``, ``range(dim)``, a comparison with no single answer raise
+:class:`~monolib.errors.UndecidableDimError`) fails the compile with one error naming
+the node, the op and the dim, before any C is compiled.
 """
 
 from __future__ import annotations
@@ -29,17 +38,25 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import CompileError, MonolibError
-from ...ir import Graph, Value
+from ....errors import CompileError, MonolibError, UndecidableDimError
+from ...ir import Graph, Value, shape_size
 from ...ops.base import op_of
 from ...passes.fuse_elementwise import FusedOp, Fusion
 from ...passes.plan_memory import MemoryPlan, align
+from ...symbolic import Dim, SymbolTable, c_rendering, size_hint
 from ..cstyle import HOST_C, c_literal, ctype, rendering, tensor_pointer
 from ..graph_json import graph_json_of, node_json
 from . import epilogue
 from .headers import kernel_header
 
-__all__ = ["CEmitContext", "ParamsBuilder", "generate", "host_prelude", "scratch_sizes"]
+__all__ = [
+    "CEmitContext",
+    "ParamsBuilder",
+    "generate",
+    "host_prelude",
+    "scratch_sizes",
+    "sym_prologue",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +68,16 @@ def host_prelude() -> str:
     ``ctx.include`` come after it."""
     pasted = (f"/* ---- {h} ---- */\n" + kernel_header(h).strip("\n") for h in HOST_C.headers)
     return "\n\n".join([HOST_C.prelude.strip("\n"), *pasted])
+
+
+def sym_prologue(plan: MemoryPlan) -> str:
+    """The C line giving a function ``S``, the run-time symbol values in the arena
+    (``""`` for a graph without run-time dims); the function must have ``arena``."""
+    if plan.sym_offset is None:
+        return ""
+    return (
+        f"  const int64_t* restrict S = (const int64_t*)(arena + {plan.sym_offset}); (void)S;"
+    )
 
 
 class ParamsBuilder:
@@ -156,6 +183,8 @@ class CEmitContext:
         self._value_fn: str | None = None
         #: the emitter asked for the epilogue (tile function or output expression)
         self.epilogue_used = False
+        #: the graph's run-time dims (Dims in f-strings render as C over them)
+        self.plan_symbols = SymbolTable()
 
     # -- pointers ------------------------------------------------------------------
     def ptr(self, value: Value) -> str:
@@ -174,7 +203,9 @@ class CEmitContext:
     def scratch(self, nbytes: int) -> str:
         """A 64-aligned temporary of ``nbytes`` in the arena, valid during this op."""
         off = self.scratch_base + self.scratch_used
-        self.scratch_used = align(self.scratch_used + max(int(nbytes), 1))
+        # a run-time size gets its upper bound: the plan is static
+        n = nbytes.hi if isinstance(nbytes, Dim) else int(nbytes)
+        self.scratch_used = align(self.scratch_used + max(n, 1))
         return f"((uint8_t*)(arena + {off}))"
 
     # -- top-level code ------------------------------------------------------------
@@ -227,7 +258,8 @@ class CEmitContext:
         if key not in self._tile:
             name = self.unique("epi_")
             code = epilogue.tile_epilogue_function(
-                name, f.steps, f.out, groups, self.plan.offset(f.out), self._epilogue_pointer
+                name, f.steps, f.out, groups, self.plan.offset(f.out), self._epilogue_pointer,
+                sym_prologue(self.plan),
             )
             self.source.functions.append(code)
             self._tile[key] = name
@@ -245,7 +277,9 @@ class CEmitContext:
             )
         if self._value_fn is None:
             self._value_fn = self.unique("epv_")
-            code = epilogue.value_function(self._value_fn, f.steps, f.out, self._epilogue_pointer)
+            code = epilogue.value_function(
+                self._value_fn, f.steps, f.out, self._epilogue_pointer, sym_prologue(self.plan)
+            )
             self.source.functions.append(code)
         args = ", ".join([f"({acc})", "params", "arena", *(f"(int64_t)({i})" for i in index)])
         return f"{self._value_fn}({args})"
@@ -282,9 +316,14 @@ def _elementwise(fused: FusedOp, ctx: CEmitContext, in_place: frozenset[int]) ->
     its outermost loop run by ``ml_parallel_for`` (blocks are disjoint: safe in place)."""
     out = fused.out
     n, depth = epilogue.outer_extent(fused.steps, out)
-    work = int(np.prod(out.shape, dtype=np.int64)) * max(1, len(fused.steps))
-    if n < 2 or work < PARALLEL_ELEMENTWISE:
+    size = shape_size(out.shape)
+    work = size_hint(size) * max(1, len(fused.steps))  # at the bounds for run-time dims
+    if size_hint(n) < 2 or work < PARALLEL_ELEMENTWISE:
         return epilogue.elementwise_loop(fused.steps, out, ctx.ptr, ctx.ptr(out), in_place)
+    if isinstance(size, Dim):  # the pool decides on this run's work
+        work_c = f"4.0 * (double){size} * {max(1, len(fused.steps))}"
+    else:
+        work_c = f"{float(4 * work)}"
     name = ctx.unique("ew_task_")
     loop = epilogue.elementwise_loop(
         fused.steps, out, ctx.ptr, ctx.ptr(out), in_place, ("lo_", "lo_ + c_->chunk")
@@ -294,6 +333,7 @@ def _elementwise(fused: FusedOp, ctx: CEmitContext, in_place: frozenset[int]) ->
         "  const ml_ew_ctx* c_ = (const ml_ew_ctx*)ctx_;\n"
         "  const uint8_t* restrict params = c_->params;\n"
         "  uint8_t* restrict arena = c_->arena;\n"
+        f"{sym_prologue(ctx.plan)}\n"
         "  int64_t lo_ = t * c_->chunk;\n"
         f"  (void)params; (void)arena; (void)scratch_;\n{loop}\n}}"
     )
@@ -301,7 +341,7 @@ def _elementwise(fused: FusedOp, ctx: CEmitContext, in_place: frozenset[int]) ->
     align = "\n    c_.chunk = (c_.chunk + 63) & ~(int64_t)63;" if depth == 1 else ""
     return (
         f"  {{ ml_ew_ctx c_ = {{params, arena, 0}};\n"
-        f"    int64_t t_ = ml_par_tasks({float(4 * work)}, {n});\n"
+        f"    int64_t t_ = ml_par_tasks({work_c}, {n});\n"
         f"    c_.chunk = ({n} + t_ - 1) / t_;{align}\n"
         f"    ml_parallel_for(({n} + c_.chunk - 1) / c_.chunk, {name}, &c_, 0, 0); }}"
     )
@@ -315,31 +355,39 @@ def _whole_output_epilogue(fused: FusedOp, ctx: CEmitContext) -> str:
     lines = [f"  {{ {T}* restrict y = {ctx.ptr(fused.out)};"]
     for i, n in zip(idx, shape):
         lines.append(f"  for (int64_t {i} = 0; {i} < {n}; ++{i})")
-    flat = (
-        " + ".join(
-            f"{i} * {int(np.prod(shape[d + 1 :], dtype=np.int64))}" for d, i in enumerate(idx)
-        )
-        or "0"
-    )
+    flat = " + ".join(f"{i} * {shape_size(shape[d + 1 :])}" for d, i in enumerate(idx)) or "0"
     lines.append(f"    y[{flat}] = {ctx.output_expr(f'y[{flat}]', idx)};")
     lines.append("  }")
     return "\n".join(lines)
 
 
-def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
+def _assemble(source: _Source, op_functions: list[str], n: int, shapes: str = "") -> str:
+    """The C file: prelude, headers, helpers, op functions and the exported entry
+    points; ``shapes`` (C statements, run-time dims only) writes the output shapes at
+    the end of ``monolib_run`` and after the last op of ``monolib_run_op``."""
     parts = [host_prelude(), *source.headers, *source.helpers, *source.functions, *op_functions]
+    if shapes:
+        parts.append(
+            "static void ml_output_shapes(uint8_t* restrict arena) {\n" + shapes + "\n}"
+        )
+    last = "\n  if (i == %d) ml_output_shapes(arena);" % (n - 1) if shapes and n else ""
+    write = "\n  ml_output_shapes(arena);" if shapes else ""
     if n:
         table = ", ".join(f"op_{i}" for i in range(n))
         parts.append(
             f"static void (*const monolib_ops[{n}])(const uint8_t* restrict, uint8_t* restrict) = {{{table}}};"
         )
         run_op = (
-            f"  if (i < 0 || i >= {n}) return -1;\n  monolib_ops[i](params, arena);\n  return 0;"
+            f"  if (i < 0 || i >= {n}) return -1;\n  monolib_ops[i](params, arena);{last}\n"
+            "  return 0;"
         )
-        run = f"  for (int32_t i = 0; i < {n}; ++i) monolib_ops[i](params, arena);\n  return 0;"
+        run = (
+            f"  for (int32_t i = 0; i < {n}; ++i) monolib_ops[i](params, arena);{write}\n"
+            "  return 0;"
+        )
     else:
         run_op = "  (void)i; (void)params; (void)arena;\n  return -1;"
-        run = "  (void)params; (void)arena;\n  return 0;"
+        run = f"  (void)params; (void)arena;{write}\n  return 0;"
     parts += [
         f"MONOLIB_EXPORT int32_t monolib_num_ops(void) {{ return {n}; }}",
         "MONOLIB_EXPORT int32_t monolib_set_num_threads(int32_t n) { return ml_set_num_threads(n); }",
@@ -349,11 +397,31 @@ def _assemble(source: _Source, op_functions: list[str], n: int) -> str:
     return "\n\n".join(p.strip("\n") for p in parts) + "\n"
 
 
+def _output_shapes(fusion: Fusion, plan: MemoryPlan) -> str:
+    """C statements writing each output's shape (int64, outputs in order) at
+    ``plan.shape_offset``; ``""`` without run-time dims."""
+    if plan.shape_offset is None:
+        return ""
+    lines = [sym_prologue(plan),
+             f"  int64_t* restrict shp = (int64_t*)(arena + {plan.shape_offset}); (void)shp;"]
+    k = 0
+    with c_rendering(fusion.symbols):
+        for v in fusion.outputs:
+            for d in v.shape:
+                lines.append(f"  shp[{k}] = {d};")
+                k += 1
+    return "\n".join(lines)
+
+
 def _emit_checked(fused: FusedOp, ctx: CEmitContext) -> str:
     """``_emit_body`` with every error naming the node."""
     try:
-        with rendering(HOST_C):
+        with rendering(HOST_C), c_rendering(ctx.plan_symbols):
             return _emit_body(fused, ctx)
+    except UndecidableDimError as e:
+        raise UndecidableDimError(
+            f"node {fused.name!r} ({fused.op_type}) cannot take a run-time dim: {e}"
+        ) from e
     except MonolibError as e:
         if fused.name and repr(fused.name) in str(e):
             raise
@@ -376,6 +444,7 @@ def scratch_sizes(fusion: Fusion, plan: MemoryPlan) -> dict[int, int]:
         if not fused.has_code or fused.kind == "copy":
             continue
         ctx = CEmitContext(fused, plan, params, source, plan.arena_bytes)
+        ctx.plan_symbols = fusion.symbols
         _emit_checked(fused, ctx)
         if ctx.scratch_used:
             sizes[t] = ctx.scratch_used
@@ -419,12 +488,14 @@ def generate(
     params = ParamsBuilder()
     source = _Source()
     op_functions, nodes = [], []
+    prologue = sym_prologue(plan) + "\n" if plan.sym_offset is not None else ""
     tail = 0  # scratch of ops the plan did not place: after the planned arena
     for t, fused in enumerate(fusion.ops):
         if not fused.has_code:
             continue
         base = plan.scratch.get(t, plan.arena_bytes)
         ctx = CEmitContext(fused, plan, params, source, base)
+        ctx.plan_symbols = fusion.symbols
         body = _emit_checked(fused, ctx)
         if t in plan.scratch and ctx.scratch_used > align(plan.scratch_sizes[t]):
             raise CompileError(
@@ -437,10 +508,10 @@ def generate(
         chain = " -> ".join([fused.op_type, *fused.fused_types])
         op_functions.append(
             f"/* {chain}: {fused.name} */\n{HOST_C.signature(f'op_{i}')} {{\n"
-            f"  (void)params; (void)arena;\n{body}\n}}"
+            f"  (void)params; (void)arena;\n{prologue}{body}\n}}"
         )
         nodes.append(node_json(fused, plan))
-    src = _assemble(source, op_functions, len(nodes))
+    src = _assemble(source, op_functions, len(nodes), _output_shapes(fusion, plan))
     blob = params.blob()
     graph_json = graph_json_of(graph, fusion, plan, nodes, params, blob, constants,
                                arena_bytes=plan.arena_bytes + tail)

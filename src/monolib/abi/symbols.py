@@ -66,8 +66,8 @@ class Symbol(NamedTuple):
         return self.hi - self.hi % self.step
 
     def bounds(self) -> str:
-        """``"[lo, hi]"``, with ``" step s"`` when ``step > 1``, for messages."""
-        return f"[{self.lo}, {self.hi}]" + (f" step {self.step}" if self.step > 1 else "")
+        """``"[lo, hi]"``, with ``" step s"`` unless ``step`` is 1, for messages."""
+        return f"[{self.lo}, {self.hi}]" + (f" step {self.step}" if self.step != 1 else "")
 
     def label(self) -> str:
         """``"batch∈[1,8]"``, ``"x_2∈[32,1280]:32"`` with a step: how the tools

@@ -6,8 +6,8 @@ bounds when ``lo <= v <= hi`` and ``v % step == 0``. An input's shape entry is a
 string (integers, symbol names, ``+ - * / %``, ``min(a, b)``, ``max(a, b)``,
 parentheses), for display only: the actual sizes of a run are written by the library
 at ``arena + shape_offset``. The executor writes the symbol values (int64, in
-``symbols`` order) at ``arena + sym_offset`` before each run. The contract is
-docs/ARCHITECTURE.md, "Run-time shapes" (issue 12).
+``symbols`` order) at ``arena + sym_offset`` before each run. Documented in
+docs/ARCHITECTURE.md, "The graph JSON", version 2 (issue 12).
 
 This module reads and checks those fields (:func:`dynamic_layout`) and writes them
 (:func:`symbol_entry`); :mod:`.graph_spec` calls it.

@@ -211,3 +211,17 @@ def test_c_rendering_matches(tmp_path):
         got = subprocess.run([str(exe), *args], check=True, capture_output=True, text=True)
         values = [int(v) for v in got.stdout.split()]
         assert values == [w[k] for w in wants]
+
+
+def test_structural_helpers_and_c_rendering():
+    from monolib.compiler.symbolic import c_rendering, is_one, same, same_shape
+
+    assert same(b * 2, b + b) and not same(b, h) and same(3, 3) and not same(b, 3)
+    assert same_shape((b, 3), (b, 3)) and not same_shape((b, 3), (h, 3))
+    assert is_one(1) and not is_one(b) and not is_one(2)
+    t = SymbolTable(SYMS)
+    with c_rendering(t):
+        assert f"{b} {x // 4} {3 * b} {b + 1}" == "S[0] (S[1] / 4) (3*S[0]) (S[0] + 1)"
+        assert str(b * h) == "(S[0]*S[2])"  # str() writes C too while rendering
+        assert (b * h).display() == "batch*h"
+    assert str(b * h) == "batch*h" and f"{x // 4}" == "(x_2 / 4)"

@@ -365,7 +365,9 @@ class Dim:
             return self
         if self.hi <= 0:
             return -self
-        raise UndecidableDimError(f"the sign of run-time dim {self} is not known at compile time")
+        raise UndecidableDimError(
+            f"the sign of run-time dim {self.display()} is not known at compile time"
+        )
 
     # -- comparisons ----------------------------------------------------------------
     def _sign_question(self, other, what: str):
@@ -373,7 +375,7 @@ class Dim:
         if o is None:
             return None, None
         d = self - o
-        return d, f"{self} {what} {o}"
+        return d, f"{self.display()} {what} {_text(o)}"
 
     def __eq__(self, other):
         if isinstance(other, Dim) and _key(other) == _key(self):
@@ -431,13 +433,19 @@ class Dim:
 
     def __int__(self) -> int:
         raise UndecidableDimError(
-            f"run-time dim {self} ({_bounds_text(self)}) has no compile-time value"
+            f"run-time dim {self.display()} ({_bounds_text(self)}) has no compile-time value"
         )
 
     __index__ = __int__
 
     # -- text -----------------------------------------------------------------------
     def __str__(self) -> str:
+        """The display text; inside :func:`c_rendering` the C expression, like
+        ``format`` (emitters write ``str(n)`` as often as ``f"{n}"``)."""
+        return self.display() if _C_RENDERING.get() is None else format(self)
+
+    def display(self) -> str:
+        """The display text of the contract (``"(x_2 / 4)"``, ``"3*batch"``), always."""
         return _render(self, _display_atom)
 
     def __repr__(self) -> str:
@@ -448,7 +456,7 @@ class Dim:
         writes C for a run-time ``n``), the display text elsewhere."""
         active = _C_RENDERING.get()
         if active is None:
-            return format(str(self), spec)
+            return format(self.display(), spec)
         text = self.c_expr(*active)
         return text if text.startswith("(") or "*" not in text and " " not in text else f"({text})"
 
@@ -499,9 +507,16 @@ def is_one(d) -> bool:
     return not isinstance(d, Dim) and int(d) == 1
 
 
+def _text(x: DimLike) -> str:
+    """Display text of an int or Dim (never C)."""
+    return x.display() if isinstance(x, Dim) else str(x)
+
+
 def _bounds_text(d: Dim) -> str:
     syms = ", ".join(s.describe() for s in d.symbols())
-    own = "" if str(d) in {s.name for s in d.symbols()} else f"; {d} in [{d.lo}, {d.hi}]"
+    own = "" if d.display() in {s.name for s in d.symbols()} else (
+        f"; {d.display()} in [{d.lo}, {d.hi}]"
+    )
     return syms + own
 
 
@@ -562,7 +577,7 @@ def floordiv(a: DimLike, b: DimLike) -> DimLike:
 def _div_by_dim(a: DimLike, b: "Dim") -> DimLike:
     if b.lo < 1:
         raise UndecidableDimError(
-            f"{a} // {b}: the divisor may be zero or negative ({_bounds_text(b)})"
+            f"{_text(a)} // {b.display()}: the divisor may be zero or negative ({_bounds_text(b)})"
         )
     if len(b.terms) == 1:  # exact division by a monomial: (b*3*h*w) // (b*3) == h*w
         (dm, dc), = b.terms
@@ -595,7 +610,7 @@ def _minmax(kind: str, a: DimLike, b: DimLike) -> DimLike:
         return a if kind == "min" else b
     if lo >= 0:
         return b if kind == "min" else a
-    x, y = sorted((a, b), key=lambda v: str(v))
+    x, y = sorted((a, b), key=_key)
     return _single((kind, x, y))
 
 
@@ -643,10 +658,11 @@ def _display_atom(atom: Atom, div: int) -> str:
     kind = atom[0]
     if kind == "q":
         return atom[1].name if div == 1 else f"({atom[1].name} / {div})"
+    a, b = _text(atom[1]), _text(atom[2])
     if kind == "div":
-        den = f"({atom[2]})" if "*" in str(atom[2]) else str(atom[2])
-        return f"({atom[1]} / {den})"
-    return f"{kind}({atom[1]}, {atom[2]})"
+        den = f"({b})" if "*" in b else b
+        return f"({a} / {den})"
+    return f"{kind}({a}, {b})"
 
 
 def _c_operand(x: DimLike, table: "SymbolTable", sym: str) -> str:

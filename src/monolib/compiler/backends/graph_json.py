@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 def json_shape(shape) -> list[int | str]:
     """A shape as the graph JSON writes it: ints, and each run-time dim as its display
     text (an input's: the symbol's name; elsewhere a dim expression, version 2)."""
-    return [d if isinstance(d, int) else str(d) for d in shape]
+    return [d if isinstance(d, int) else d.display() for d in shape]
 
 
 def node_json(fused: FusedOp, plan: MemoryPlan) -> dict[str, Any]:

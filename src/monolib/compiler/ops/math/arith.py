@@ -241,33 +241,38 @@ class _Variadic(Elementwise):
         return reduce(lambda a, b: self.combine(a, b, dt), args)
 
 
+class _Extreme(_Variadic):
+    """Max or Min: keeps ``x`` where ``x <sym> y``; a NaN in either input gives NaN."""
+
+    sym = ">"
+    ufunc = staticmethod(np.maximum)
+
+    def np_fn(self, node: Node, *xs):
+        return reduce(self.ufunc, xs)
+
+    def combine(self, a: str, b: str, dt: np.dtype) -> str:
+        # NaN propagates as in np.maximum and ORT: x != x is false for integers
+        return bind(
+            [a, b], [dt, dt], lambda x, y: f"(({x} {self.sym} {y} || {x} != {x}) ? {x} : {y})"
+        )
+
+
 @register
-class Max(_Variadic):
+class Max(_Extreme):
     """ONNX ``Max`` (8, 12, 13): elementwise maximum of 1..N broadcast inputs."""
 
     op_type = "Max"
     since_version = 8
 
-    def np_fn(self, node: Node, *xs):
-        return reduce(np.maximum, xs)
-
-    def combine(self, a: str, b: str, dt: np.dtype) -> str:
-        # a NaN in either input gives NaN (np.maximum, ORT): x != x is false for integers
-        return bind([a, b], [dt, dt], lambda x, y: f"(({x} > {y} || {x} != {x}) ? {x} : {y})")
-
 
 @register
-class Min(_Variadic):
+class Min(_Extreme):
     """ONNX ``Min`` (8, 12, 13): elementwise minimum of 1..N broadcast inputs."""
 
     op_type = "Min"
     since_version = 8
-
-    def np_fn(self, node: Node, *xs):
-        return reduce(np.minimum, xs)
-
-    def combine(self, a: str, b: str, dt: np.dtype) -> str:
-        return bind([a, b], [dt, dt], lambda x, y: f"(({x} < {y} || {x} != {x}) ? {x} : {y})")
+    sym = "<"
+    ufunc = staticmethod(np.minimum)
 
 
 @register

@@ -75,14 +75,6 @@ def _bound(dt: np.dtype, low: bool):
     return np.iinfo(dt).min if low else np.iinfo(dt).max
 
 
-def _lowest(dt: np.dtype) -> str:
-    return c_literal(_bound(dt, True), dt)
-
-
-def _highest(dt: np.dtype) -> str:
-    return c_literal(_bound(dt, False), dt)
-
-
 def _np(fn):
     def run(x, axes, keepdims):
         with np.errstate(all="ignore"):
@@ -107,6 +99,19 @@ _ID = lambda a, n, dt: a
 _ADD = lambda a, x, dt: f"{a} + {x}"
 _SQ = lambda a, x, dt: f"{a} + {x} * {x}"
 
+
+def _extreme(low: bool, np_fn, sym: str, row: str) -> _Kind:
+    """ReduceMax (``low``: starts from the lowest value, keeps ``x > acc``) or ReduceMin
+    (``x < acc``); a NaN propagates."""
+    return _Kind(
+        _np(lambda x, a, k: np_fn(x, a, keepdims=k, initial=_bound(x.dtype, low))),
+        lambda dt: c_literal(_bound(dt, low), dt),
+        lambda a, x, dt: f"(({x} {sym} {a} || {x} != {x}) ? {x} : {a})",
+        _ID,
+        row,
+    )
+
+
 _KINDS: dict[str, _Kind] = {
     "ReduceSum": _Kind(
         _np(lambda x, a, k: np.sum(x, a, dtype=x.dtype, keepdims=k)),
@@ -122,20 +127,8 @@ _KINDS: dict[str, _Kind] = {
         _mean_fin,
         "ml_rsum_f32",
     ),
-    "ReduceMax": _Kind(
-        _np(lambda x, a, k: np.max(x, a, keepdims=k, initial=_bound(x.dtype, True))),
-        _lowest,
-        lambda a, x, dt: f"(({x} > {a} || {x} != {x}) ? {x} : {a})",  # NaN propagates
-        _ID,
-        "ml_rmax_f32",
-    ),
-    "ReduceMin": _Kind(
-        _np(lambda x, a, k: np.min(x, a, keepdims=k, initial=_bound(x.dtype, False))),
-        _highest,
-        lambda a, x, dt: f"(({x} < {a} || {x} != {x}) ? {x} : {a})",  # NaN propagates
-        _ID,
-        "ml_rmin_f32",
-    ),
+    "ReduceMax": _extreme(True, np.max, ">", "ml_rmax_f32"),
+    "ReduceMin": _extreme(False, np.min, "<", "ml_rmin_f32"),
     "ReduceProd": _Kind(
         _np(lambda x, a, k: np.prod(x, a, dtype=x.dtype, keepdims=k)),
         lambda dt: "1",

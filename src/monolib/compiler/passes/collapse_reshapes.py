@@ -19,8 +19,9 @@ import logging
 import numpy as np
 
 from ...errors import UnsupportedOpError
-from ..ir import Graph, Node
+from ..ir import Graph, Node, is_static
 from ..ops.base import lookup
+from ..symbolic import is_one
 from .base import Pass, PassResult
 from .node_eval import make_const
 
@@ -41,7 +42,7 @@ def is_reshape_like(node: Node) -> bool:
     if node.op_type == "Transpose":
         shape = node.inputs[0].shape
         perm = node.attrs.get("perm") or list(reversed(range(len(shape))))
-        moved = [p for p in perm if shape[p] != 1]
+        moved = [p for p in perm if not is_one(shape[p])]  # a run-time dim moves
         return moved == sorted(moved)
     return False
 
@@ -87,7 +88,9 @@ class CollapseReshapes(Pass):
             k += 1
             shape_name = f"{node.name}/shape.{k}"
         names.add(shape_name)
-        shape = make_const(shape_name, np.array(out.shape, dtype=np.int64))
+        dims = np.empty(len(out.shape), dtype=np.int64 if is_static(out.shape) else object)
+        dims[:] = list(out.shape)  # Dims stay (a symbolic constant, see node_eval)
+        shape = make_const(shape_name, dims)
         logger.debug("%s %r -> Reshape of %r to %s", node.op_type, node.name, src.name, out.shape)
         node.op_type = "Reshape"
         node.inputs = [src, shape]

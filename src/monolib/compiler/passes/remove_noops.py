@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..ir import Graph, Node, Value
+from ..symbolic import same_shape
 from .base import Pass, PassResult
 from .collapse_reshapes import is_reshape_like
 
@@ -93,7 +94,7 @@ def noop_input(node: Node) -> Value | None:
     if rule is None or node.domain != "" or len(node.outputs) != 1 or not node.inputs:
         return None
     x, out = node.inputs[0], node.outputs[0]
-    if x is None or x.is_const or x.shape != out.shape or x.dtype != out.dtype:
+    if x is None or x.is_const or not same_shape(x.shape, out.shape) or x.dtype != out.dtype:
         return None
     return x if rule(node) else None
 

@@ -37,9 +37,10 @@ import numpy as np
 
 from ...errors import UnsupportedOpError
 from ..ir import Graph, Node, Value
-from ..ops.base import lookup, op_of
+from ..ops.base import op_of
 from .base import Pass, PassResult, splice_nodes
-from .node_eval import make_const, run_infer, run_reference
+from .node_eval import run_infer, run_reference
+from .rewrite import NodeBuilder, graph_index, ops_available
 
 __all__ = ["OneHotMatMulToGather", "fold_into_table", "match_onehot_matmul"]
 
@@ -214,31 +215,19 @@ def _arr(v: Value | None, arrays: dict[int, np.ndarray]) -> np.ndarray | None:
     return arrays.get(v.uid, v.const)
 
 
-def _supported(opset: int) -> bool:
-    try:
-        for op in _NEEDED:
-            lookup(op, opset)
-    except UnsupportedOpError:
-        return False
-    return True
-
-
 class OneHotMatMulToGather(Pass):
     """Replace each one-hot MatMul by a Gather from the table, folding the elementwise
     nodes after it into the table (see the module doc)."""
 
     def call(self, graph: Graph) -> PassResult:
-        producers = graph.producers()
-        readers = graph.consumers()
-        outputs = {v.uid for v in graph.outputs}
-        names = {v.name for v in graph.values()}
+        producers, readers, outputs, names = graph_index(graph)
         replace: dict[int, list[Node]] = {}
         dropped: set[int] = set()
         for node in graph.nodes:
             if id(node) in dropped:
                 continue
             match = match_onehot_matmul(node, producers, readers, outputs)
-            if match is None or not _supported(node.opset):
+            if match is None or not ops_available(_NEEDED, node.opset):
                 continue
             idx, w = match
             table = np.concatenate([w, np.zeros((1, w.shape[1]), w.dtype)])
@@ -265,26 +254,8 @@ def _gather_nodes(
 ) -> list[Node]:
     """The nodes computing each frontier value with a Gather from its table."""
     k = folded[0][1].shape[0] - 1  # the last row is the out-of-range one
-    nodes: list[Node] = []
-
-    def fresh(suffix: str) -> str:
-        name, n = f"{mm.name}/{suffix}", 0
-        while name in names:
-            n += 1
-            name = f"{mm.name}/{suffix}.{n}"
-        names.add(name)
-        return name
-
-    def const(suffix: str, array) -> Value:
-        return make_const(fresh(suffix), np.asarray(array))
-
-    def add(op: str, inputs: list[Value], attrs: dict | None = None, out: Value | None = None):
-        out = out or Value(fresh(op.lower()), (), np.float32)
-        node = Node(op, fresh(op), inputs, [out], attrs or {}, "", mm.opset)
-        run_infer(node)
-        nodes.append(node)
-        return out
-
+    b = NodeBuilder(mm.name, names, mm.opset, np.float32)
+    add, const = b.add, b.const
     lead = mm.outputs[0].shape[:-1]
     flat = add("Reshape", [idx, const("idx_shape", np.array(lead, np.int64))])
     if np.iinfo(flat.dtype).max < k:  # the zero row's index does not fit (uint8, K = 256)
@@ -295,4 +266,4 @@ def _gather_nodes(
     safe = add("Where", [bad, const("zero_row", np.array(k, flat.dtype)), flat])
     for value, table, _ in folded:
         add("Gather", [const("table", table), safe], {"axis": 0}, out=value)
-    return nodes
+    return b.nodes

@@ -23,11 +23,9 @@ import logging
 
 import numpy as np
 
-from ...errors import UnsupportedOpError
 from ..ir import Graph, Node, Value
-from ..ops.base import lookup
 from .base import Pass, PassResult, splice_nodes
-from .node_eval import make_const, run_infer
+from .rewrite import NodeBuilder, graph_index, ops_available
 
 __all__ = ["TanhPlusOneToSigmoid"]
 
@@ -62,10 +60,7 @@ class TanhPlusOneToSigmoid(Pass):
     ``Sigmoid(Mul(u, 2))`` (see the module doc)."""
 
     def call(self, graph: Graph) -> PassResult:
-        producers = graph.producers()
-        readers = graph.consumers()
-        outputs = {v.uid for v in graph.outputs}
-        names = {v.name for v in graph.values()}
+        producers, readers, outputs, names = graph_index(graph)
         replace: dict[int, list[Node]] = {}
         dropped: set[int] = set()
         for add in graph.nodes:
@@ -92,10 +87,7 @@ class TanhPlusOneToSigmoid(Pass):
                 continue
             if t.uid in outputs or len(readers.get(t.uid, [])) != 1:
                 continue
-            try:
-                for op in ("Mul", "Sigmoid"):
-                    lookup(op, add.opset)
-            except UnsupportedOpError:
+            if not ops_available(("Mul", "Sigmoid"), add.opset):
                 continue
             half = _half_reader(add, readers, outputs)
             nodes = _sigmoid_nodes(tanh, add, half, names)
@@ -130,29 +122,12 @@ def _sigmoid_nodes(tanh: Node, add: Node, half: Node | None, names: set[str]) ->
     Add's."""
     u = tanh.inputs[0]
     dt = add.outputs[0].dtype
-
-    def fresh(suffix: str) -> str:
-        name, n = f"{tanh.name}/{suffix}", 0
-        while name in names:
-            n += 1
-            name = f"{tanh.name}/{suffix}.{n}"
-        names.add(name)
-        return name
-
-    nodes: list[Node] = []
-
-    def add_node(op: str, inputs: list[Value], out: Value | None) -> Value:
-        out = out or Value(fresh(op.lower()), (), dt)
-        node = Node(op, fresh(op), inputs, [out], {}, "", add.opset)
-        run_infer(node)
-        nodes.append(node)
-        return out
-
-    two = make_const(fresh("two"), np.array(2, dt))
-    twice = add_node("Mul", [u, two], None)
+    b = NodeBuilder(tanh.name, names, add.opset, dt)
+    two = b.const("two", np.array(2, dt))
+    twice = b.add("Mul", [u, two])
     if half is not None:
-        add_node("Sigmoid", [twice], half.outputs[0])
+        b.add("Sigmoid", [twice], out=half.outputs[0])
     else:
-        s = add_node("Sigmoid", [twice], None)
-        add_node("Mul", [s, two], add.outputs[0])
-    return nodes
+        s = b.add("Sigmoid", [twice])
+        b.add("Mul", [s, two], out=add.outputs[0])
+    return b.nodes

@@ -32,9 +32,19 @@ logger = logging.getLogger(__name__)
 # stack note. PE: "dr" (data, read-only), exported by --export-all-symbols at link.
 # Mach-O: __DATA_CONST (read-only after load), 16 KiB aligned (arm64 pages), and C
 # symbols carry a leading underscore.
+_HEADER = "/* monolib container, embedded by monolib.export.embed */\n"
+#: PE and Mach-O: the start symbol, the blob, the end symbol (ELF adds types).
+_SYMBOLS = """\
+    .globl {start}
+{start}:
+    .incbin "{blob}"
+    .globl {end}
+{end}:
+    .byte 0
+"""
 ASM_TEMPLATES = {
-    "linux": """\
-/* monolib container, embedded by monolib.export.embed */
+    "linux": _HEADER
+    + """\
     .section .monolib,"a",@progbits
     .balign 4096
     .globl {start}
@@ -47,31 +57,9 @@ ASM_TEMPLATES = {
     .byte 0
     .section .note.GNU-stack,"",@progbits
 """,
-    "windows": """\
-/* monolib container, embedded by monolib.export.embed */
-    .section .monolib,"dr"
-    .p2align 12
-    .globl {start}
-{start}:
-    .incbin "{blob}"
-    .globl {end}
-{end}:
-    .byte 0
-""",
-    "macos": """\
-/* monolib container, embedded by monolib.export.embed */
-    .section __DATA_CONST,__monolib
-    .p2align 14
-    .globl {start}
-{start}:
-    .incbin "{blob}"
-    .globl {end}
-{end}:
-    .byte 0
-""",
+    "windows": _HEADER + '    .section .monolib,"dr"\n    .p2align 12\n' + _SYMBOLS,
+    "macos": _HEADER + "    .section __DATA_CONST,__monolib\n    .p2align 14\n" + _SYMBOLS,
 }
-#: ELF kept under its old name.
-ASM_TEMPLATE_ELF = ASM_TEMPLATES["linux"]
 
 
 def symbol_prefix(target: Target) -> str:

@@ -72,7 +72,8 @@ class Symbol(NamedTuple):
     def label(self) -> str:
         """``"batch∈[1,8]"``, ``"x_2∈[32,1280]:32"`` with a step: how the tools
         (``inspect``, ``view``) show the dim."""
-        return f"{self.name}\u2208[{self.lo},{self.hi}]" + (f":{self.step}" if self.step > 1 else "")
+        step = f":{self.step}" if self.step > 1 else ""
+        return f"{self.name}\u2208[{self.lo},{self.hi}]{step}"
 
     def info(self) -> tuple:
         """``(name, lo, hi)``, or ``(name, lo, hi, step)`` when ``step > 1``: how

@@ -93,6 +93,9 @@ class GraphExecutor:
         self.shapes = None
         if layout is not None:
             self.shapes = RunShapes(layout, self.inputs, self.outputs, self.arena)
+            # run() of a static graph stays one check and one native call: this one
+            # runs the shaped path instead
+            self.run = self._run_shaped
         self._in_views = [self._view(t, self._start(t, symbols)) for t in self.inputs]
         # a run-time dim of an output is 0 until a run writes its size
         self._out_views = [
@@ -209,10 +212,6 @@ class GraphExecutor:
         self.shapes.set_input(i, shape)
         self._in_views[i] = self._view(self.inputs[i], shape)
 
-    def _bind(self) -> None:
-        """Before a run of a graph with run-time dims: the symbols into the arena."""
-        self.shapes.bind()
-
     def _read_shapes(self) -> None:
         """After a run of a graph with run-time dims: each output's view at the
         shape the library wrote."""
@@ -229,6 +228,9 @@ class GraphExecutor:
     def run(self) -> None:
         """Run the whole graph once (one native call).
 
+        A graph with run-time dims runs :meth:`_run_shaped` instead (set per
+        executor in ``__init__``).
+
         Raises
         ------
         InputError
@@ -239,15 +241,23 @@ class GraphExecutor:
             fit its slot.
         """
         self._check_ready()
-        if self.shapes is not None:
-            self._bind()
         ret = self._run(*self._args)
         if ret != 0:
             raise ExecutionError(
                 f"monolib_run returned {ret} (graph {self.factory.head.get('name', '')!r})"
             )
-        if self.shapes is not None:
-            self._read_shapes()
+
+    def _run_shaped(self) -> None:
+        """:meth:`run` of a graph with run-time dims (this executor's ``run``): the
+        symbols into the arena, the outputs' shapes out."""
+        self._check_ready()
+        self.shapes.bind()
+        ret = self._run(*self._args)
+        if ret != 0:
+            raise ExecutionError(
+                f"monolib_run returned {ret} (graph {self.factory.head.get('name', '')!r})"
+            )
+        self._read_shapes()
 
     def num_ops(self) -> int:
         """Number of fused ops (``len(graph["nodes"])``)."""
@@ -267,7 +277,7 @@ class GraphExecutor:
             raise InputError(f"op index {i} out of range [0, {self.num_ops()})")
         self._check_ready()
         if self.shapes is not None:
-            self._bind()
+            self.shapes.bind()
         if not hasattr(self, "_run_op"):
             self._run_op = self._c_function(
                 RUN_OP, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p]

@@ -70,6 +70,8 @@ class GraphModule:
             raise TypeError(f"GraphModule wraps a GraphExecutor, got {type(module).__name__}")
         self.executor = module
         self._by_name = {t.name: i for i, t in enumerate(module.inputs)}
+        # inputs with run-time dims: set_input may change their shape
+        self._resizable = any(t.dynamic for t in module.inputs)
 
     def _expected(self) -> str:
         return ", ".join(t.describe() for t in self.executor.inputs)
@@ -123,13 +125,13 @@ class GraphModule:
         checked = [self._checked(k, v) for k, v in pairs if not self._is_param(k)]
         if params:
             self.executor.load_params(params)
+        if self._resizable:
+            for i, arr in checked:  # shapes checked: give the inputs theirs
+                if self.executor.input_view(i).shape != arr.shape:
+                    self.executor.set_input_shape(i, arr.shape)
         for i, arr in checked:
-            view = self.executor.input_view(i)
-            if view.shape != arr.shape:  # an input with run-time dims (checked): resize
-                self.executor.set_input_shape(i, arr.shape)
-                view = self.executor.input_view(i)
             # copyto reads any strides (non-contiguous, negative, broadcast) correctly
-            np.copyto(view, arr)
+            np.copyto(self.executor.input_view(i), arr)
 
     def _is_param(self, key: Any) -> bool:
         return (

@@ -231,3 +231,27 @@ def test_example_program_runs_a_dynamic_library(dyn, tmp_path, run_model_exe):
     res = subprocess.run([str(run_model_exe), path, "-i", str(tmp_path / "x.bin")],
                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert res.returncode == 1 and "give its shape with monolib_set_input_shaped" in res.stderr
+
+
+def test_static_library_takes_the_shaped_calls_too(tmp_path):
+    """A static library (no symbols compiled in): monolib_set_input_shaped checks the
+    static shape, monolib_output_shape gives it."""
+    from capihelp import W, two_factory
+
+    lib = bind(two_factory().export_library(str(tmp_path / "two.so")))
+    model = lib.monolib_open()
+    try:
+        x = np.ones((2, 3), np.float32)
+        assert lib.monolib_set_input_shaped(model, 0, x.ctypes.data, _shape([2, 4]), 2) == -1
+        assert last_error(lib) == (
+            'monolib_set_input_shaped: input "x" axis 1 is 4, the model expects 3'
+        )
+        assert lib.monolib_set_input_shaped(model, 0, x.ctypes.data, _shape([2, 3]), 2) == 0
+        assert lib.monolib_run_model(model) == 0, last_error(lib)
+        shape = _shape([0, 0])
+        assert lib.monolib_output_shape(model, 0, shape) == 0 and list(shape) == [2, 3]
+        y = np.empty((2, 3), np.float32)
+        assert lib.monolib_get_output(model, 0, y.ctypes.data, y.nbytes) == 0
+        np.testing.assert_array_equal(y, x * W)
+    finally:
+        lib.monolib_close(model)

@@ -159,3 +159,11 @@ def test_cli_passes_dims_and_opt(monkeypatch, tmp_path):
     assert seen["shapes"] == {"x": ((1, 8), 3, (32, 1280, 32), (32, 1280, 32))}
     assert seen["dims"] == {"batch": (1, 8)}
     assert seen["opt_shapes"] == {"x": [(1, 3, 640, 640), (2, 3, 64, 64)]}
+
+
+def test_symbol_names_are_c_identifiers():
+    g = import_model(_model(["p2o.DynamicDimension.0", 3]),
+                     dims={"p2o.DynamicDimension.0": (1, 8)})
+    assert _sym(g.inputs[0].shape[0]) == ("p2o_DynamicDimension_0", 1, 8, 1)
+    g = import_model(_model(["p2o.D.0", "7x"]), shapes={"x": ((1, 4), (2, 9))})
+    assert [s.name for s in g.symbols] == ["p2o_D_0", "d_7x"]

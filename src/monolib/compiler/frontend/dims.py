@@ -8,8 +8,8 @@
 * ``opt_shapes={"x": [(1, 3, 640, 640), ...]}``: hot shapes, each a specialization.
 
 A run-time dim is named after the model's ``dim_param`` when it has one, else
-``<input>_<axis>`` made a C identifier; axes that share a name share the symbol (equal
-at run time). Every error is a :class:`~monolib.errors.ShapeError` naming the input,
+``<input>_<axis>``, made a C identifier either way (:func:`c_identifier`); axes that
+share a name share the symbol (equal at run time). Every error is a :class:`~monolib.errors.ShapeError` naming the input,
 the axis and what is wrong.
 """
 
@@ -25,7 +25,15 @@ import numpy as np
 from ...errors import ShapeError
 from ..symbolic import Dim, Symbol, SymbolTable, evaluate
 
-__all__ = ["DimSpec", "axis_symbol_name", "bound_of", "input_dims", "parse_dims", "specializations"]
+__all__ = [
+    "DimSpec",
+    "axis_symbol_name",
+    "bound_of",
+    "c_identifier",
+    "input_dims",
+    "parse_dims",
+    "specializations",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +87,15 @@ def parse_dims(dims: Mapping[str, Any] | None) -> dict[str, Symbol]:
 
 def axis_symbol_name(input_name: str, axis: int) -> str:
     """``<input>_<axis>`` as a C identifier (``"x:0"``, axis 2 -> ``"x_0_2"``)."""
-    name = re.sub(r"\W", "_", f"{input_name}_{axis}")
-    return name if not name[0].isdigit() else f"d_{name}"
+    return c_identifier(f"{input_name}_{axis}")
+
+
+def c_identifier(name: str) -> str:
+    """``name`` with every character outside ``[A-Za-z0-9_]`` made ``_`` (and ``d_``
+    before a leading digit): symbol names are C identifiers in the graph JSON, so a
+    PaddlePaddle ``p2o.DynamicDimension.1`` is the symbol ``p2o_DynamicDimension_1``."""
+    name = re.sub(r"\W", "_", name, flags=re.ASCII)
+    return name if name and not name[0].isdigit() else f"d_{name}"
 
 
 def input_dims(
@@ -147,9 +162,11 @@ def input_dims(
         if g is None and isinstance(d, int):
             out.append(d)
             continue
-        sym_name = d if isinstance(d, str) else axis_symbol_name(name, axis)
+        # ``dims=`` binds the model's own dim_param; the symbol is its C identifier
+        key = d if isinstance(d, str) else axis_symbol_name(name, axis)
+        sym_name = c_identifier(key)
         if g is None:
-            if sym_name not in bound:
+            if key not in bound:
                 what = f"symbolic {d!r}" if isinstance(d, str) else "unknown"
                 bind = f" or dims={{{d!r}: (lo, hi)}}" if isinstance(d, str) else ""
                 raise ShapeError(
@@ -157,7 +174,7 @@ def input_dims(
                     "give its size or "
                     f"bounds with shapes={{{name!r}: (...)}}{bind}"
                 )
-            sym = bound[sym_name]
+            sym = _renamed(bound[key], sym_name)
         else:
             if isinstance(d, int):
                 raise ShapeError(
@@ -165,10 +182,9 @@ def input_dims(
                 )
             lo, hi, step = bound_of(g, where)
             sym = Symbol(sym_name, lo, hi, step)
-            if sym_name in bound and bound[sym_name] != sym:
+            if key in bound and _renamed(bound[key], sym_name) != sym:
                 raise ShapeError(
-                    f"{where}: bounds {g!r} contradict dims[{sym_name!r}] "
-                    f"({bound[sym_name].describe()})"
+                    f"{where}: bounds {g!r} contradict dims[{key!r}] ({bound[key].describe()})"
                 )
         old = table.get(sym.name)
         if old is not None and old != sym:
@@ -178,6 +194,10 @@ def input_dims(
             )
         out.append(Dim.of(table.add(sym)))
     return tuple(out)
+
+
+def _renamed(sym: Symbol, name: str) -> Symbol:
+    return sym if sym.name == name else Symbol(name, sym.lo, sym.hi, sym.step)
 
 
 def specializations(

@@ -24,7 +24,7 @@ from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import ctype
 from ..tensor.loops import contiguous_strides, emit_loops, linear_offset, normalize_axis
 from .elementwise import is_float
-from .norm import emit_row_stats
+from .norm import emit_row_loop, emit_row_stats
 
 __all__ = ["GroupNormalization", "MeanVarianceNormalization"]
 
@@ -76,29 +76,20 @@ class GroupNormalization(OpDef):
         return [(y * scale.reshape(shp) + bias.reshape(shp)).astype(x.dtype)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
-        x, y = node.inputs[0], node.outputs[0]
+        x = node.inputs[0]
         if x.size == 0:
             return ""
         g = self._groups(node)
         n, c = x.shape[:2]
         sp = x.size // (n * c)
         row_len = c // g * sp
-        ct = ctype(x.dtype)
         o, j, m, inv, row = (ctx.unique(p) for p in ("o", "j", "mean", "inv", "row"))
         p = f"(({o} % {g})*{c // g} + {j} / {sp})"  # the channel of element j of row o
         sc, bi = ctx.ptr(node.inputs[1]), ctx.ptr(node.inputs[2])
-        return "\n".join(
-            [
-                f"for (int64_t {o} = 0; {o} < {n * g}; ++{o}) {{",
-                f"const {ct}* {row} = {ctx.ptr(x)} + {o}*{row_len};",
-                emit_row_stats(ctx, row, row_len, x.dtype, node.attrs["epsilon"], m, inv),
-                (
-                    f"for (int64_t {j} = 0; {j} < {row_len}; ++{j}) {ctx.ptr(y)}[{o}*{row_len} + {j}] ="
-                    f" ({row}[{j}] - {m}) * {inv} * {sc}[{p}] + {bi}[{p}];"
-                ),
-                "}",
-            ]
-        )
+        stats = emit_row_stats(ctx, row, row_len, x.dtype, node.attrs["epsilon"], m, inv)
+        # GroupNormalization takes no epilogue: emit_row_loop stores val as it is
+        val = f"({row}[{j}] - {m}) * {inv} * {sc}[{p}] + {bi}[{p}]"
+        return emit_row_loop(ctx, node, n * g, row_len, (o, j, row), stats, val)
 
 
 @register

@@ -28,7 +28,7 @@ from ..tensor.loops import (
 )
 from .elementwise import cfn, is_float
 
-__all__ = ["InstanceNormalization", "LayerNormalization", "emit_row_stats"]
+__all__ = ["InstanceNormalization", "LayerNormalization", "emit_row_loop", "emit_row_stats"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,49 @@ def emit_row_stats(
         f"{mean} /= {n};\n"
         f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {{ {ct} d = {row}[{j}] - {mean}; {inv} += d * d; }}\n"
         f"{inv} = 1 / {cfn('sqrt', dtype)}({inv} / {n} + {c_literal(eps, dtype)});"
+    )
+
+
+def emit_row_loop(
+    ctx: EmitContext,
+    node: Node,
+    rows: int,
+    n: int,
+    names: tuple[str, str, str],
+    stats: str,
+    value: str,
+    after: tuple[str, ...] = (),
+) -> str:
+    """C loop over ``rows`` contiguous rows of ``n`` elements of ``node``'s input 0 that
+    writes output 0 at the same positions (through its epilogue, if any).
+
+    Parameters
+    ----------
+    names : (str, str, str)
+        C names of the row index ``o``, the element index ``j`` and the ``const``
+        pointer to row ``o``.
+    stats : str
+        C statements opening each row (its statistics, e.g. :func:`emit_row_stats`).
+    value : str
+        C expression of element ``j`` of row ``o`` of the output.
+    after : tuple of str
+        C statements closing each row (e.g. storing the statistics).
+    """
+    x, y = node.inputs[0], node.outputs[0]
+    o, j, row = names
+    flat = f"{o}*{n} + {j}"
+    return "\n".join(
+        [
+            f"for (int64_t {o} = 0; {o} < {rows}; ++{o}) {{",
+            f"const {ctype(x.dtype)}* {row} = {ctx.ptr(x)} + {o}*{n};",
+            stats,
+            (
+                f"for (int64_t {j} = 0; {j} < {n}; ++{j}) "
+                f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(value, flat_index_exprs(flat, y.shape))};"
+            ),
+            *after,
+            "}",
+        ]
     )
 
 
@@ -124,7 +167,7 @@ class LayerNormalization(FlatEpilogueOp):
         return outs[: max(len(node.outputs), 1)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
-        x, y = node.inputs[0], node.outputs[0]
+        x = node.inputs[0]
         if x.size == 0:
             return ""
         a = self._axis(node)
@@ -132,26 +175,16 @@ class LayerNormalization(FlatEpilogueOp):
         n = int(np.prod(norm, dtype=np.int64))
         rows = x.size // n
         o, j, m, inv, row = (ctx.unique(p) for p in ("o", "j", "mean", "inv", "row"))
-        ct = ctype(x.dtype)
         sc = _row_operand(ctx, node.input(1), norm, j)
         bi = _row_operand(ctx, node.input(2), norm, j)
-        flat = f"{o}*{n} + {j}"
         val = f"({row}[{j}] - {m}) * {inv} * {sc}" + (f" + {bi}" if bi else "")
-        lines = [
-            f"for (int64_t {o} = 0; {o} < {rows}; ++{o}) {{",
-            f"const {ct}* {row} = {ctx.ptr(x)} + {o}*{n};",
-            emit_row_stats(ctx, row, n, x.dtype, node.attrs["epsilon"], m, inv),
-            (
-                f"for (int64_t {j} = 0; {j} < {n}; ++{j}) "
-                f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(f'({val})', flat_index_exprs(flat, y.shape))};"
-            ),
-        ]
+        stats = emit_row_stats(ctx, row, n, x.dtype, node.attrs["epsilon"], m, inv)
+        after = []
         if len(node.outputs) > 1 and node.outputs[1] is not None:
-            lines.append(f"{ctx.ptr(node.outputs[1])}[{o}] = (float){m};")
+            after.append(f"{ctx.ptr(node.outputs[1])}[{o}] = (float){m};")
         if len(node.outputs) > 2 and node.outputs[2] is not None:
-            lines.append(f"{ctx.ptr(node.outputs[2])}[{o}] = (float){inv};")
-        lines.append("}")
-        return "\n".join(lines)
+            after.append(f"{ctx.ptr(node.outputs[2])}[{o}] = (float){inv};")
+        return emit_row_loop(ctx, node, rows, n, (o, j, row), stats, f"({val})", tuple(after))
 
 
 @register
@@ -190,25 +223,13 @@ class InstanceNormalization(OpDef):
         return [[0], [1], list(range(2, len(node.outputs[0].shape)))]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
-        x, y = node.inputs[0], node.outputs[0]
+        x = node.inputs[0]
         c = x.shape[1]
         n = x.size // max(x.shape[0] * c, 1)
         if x.size == 0:
             return ""
         o, j, m, inv, row = (ctx.unique(p) for p in ("o", "j", "mean", "inv", "row"))
-        ct = ctype(x.dtype)
         sc, bi = ctx.ptr(node.inputs[1]), ctx.ptr(node.inputs[2])
-        flat = f"{o}*{n} + {j}"
         val = f"(({row}[{j}] - {m}) * {inv} * {sc}[{o} % {c}] + {bi}[{o} % {c}])"
-        return "\n".join(
-            [
-                f"for (int64_t {o} = 0; {o} < {x.shape[0] * c}; ++{o}) {{",
-                f"const {ct}* {row} = {ctx.ptr(x)} + {o}*{n};",
-                emit_row_stats(ctx, row, n, x.dtype, node.attrs["epsilon"], m, inv),
-                (
-                    f"for (int64_t {j} = 0; {j} < {n}; ++{j}) "
-                    f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(val, flat_index_exprs(flat, y.shape))};"
-                ),
-                "}",
-            ]
-        )
+        stats = emit_row_stats(ctx, row, n, x.dtype, node.attrs["epsilon"], m, inv)
+        return emit_row_loop(ctx, node, x.shape[0] * c, n, (o, j, row), stats, val)

@@ -16,9 +16,9 @@ from ...ir import Node
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import ctype
 from ..tensor.flat import FlatEpilogueOp
-from ..tensor.loops import broadcast_shape, flat_index_exprs, normalize_axis
+from ..tensor.loops import broadcast_shape, normalize_axis
 from .elementwise import is_float
-from .norm import _row_operand
+from .norm import _row_operand, emit_row_loop
 
 __all__ = ["RMSNormalization"]
 
@@ -63,31 +63,20 @@ class RMSNormalization(FlatEpilogueOp):
         return [y.astype(x.dtype)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
-        x, y = node.inputs[0], node.outputs[0]
+        x = node.inputs[0]
         if x.size == 0:
             return ""
         norm = x.shape[self._axis(node) :]
         n = int(np.prod(norm, dtype=np.int64))
         rows = x.size // max(n, 1)
-        dt = x.dtype
-        ct = ctype(dt)
+        ct = ctype(x.dtype)
         o, j, s, row = (ctx.unique(p) for p in ("o", "j", "ss", "row"))
         sc = _row_operand(ctx, node.inputs[1], norm, j)
-        flat = f"{o}*{n} + {j}"
-        val = f"({row}[{j}] * {s} * {sc})"
         # the sum of squares in double: rows of thousands of float32 values lose
         # digits in a float accumulator
-        return "\n".join(
-            [
-                f"for (int64_t {o} = 0; {o} < {rows}; ++{o}) {{",
-                f"const {ct}* {row} = {ctx.ptr(x)} + {o}*{n};",
-                f"double {s}d = 0;",
-                f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {s}d += (double){row}[{j}] * {row}[{j}];",
-                f"const {ct} {s} = ({ct})(1.0 / sqrt({s}d / {n} + {node.attrs['epsilon']!r}));",
-                (
-                    f"for (int64_t {j} = 0; {j} < {n}; ++{j}) "
-                    f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(val, flat_index_exprs(flat, y.shape))};"
-                ),
-                "}",
-            ]
+        stats = (
+            f"double {s}d = 0;\n"
+            f"for (int64_t {j} = 0; {j} < {n}; ++{j}) {s}d += (double){row}[{j}] * {row}[{j}];\n"
+            f"const {ct} {s} = ({ct})(1.0 / sqrt({s}d / {n} + {node.attrs['epsilon']!r}));"
         )
+        return emit_row_loop(ctx, node, rows, n, (o, j, row), stats, f"({row}[{j}] * {s} * {sc})")

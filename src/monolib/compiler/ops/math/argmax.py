@@ -12,8 +12,9 @@ import numpy as np
 from ...ir import Node
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import ctype
+from ..tensor.axis import attr_axis, split_at_axis
 from ..tensor.flat import FlatEpilogueOp
-from ..tensor.loops import flat_index_exprs, normalize_axis
+from ..tensor.loops import flat_index_exprs
 
 __all__ = ["ArgMax", "ArgMin"]
 
@@ -25,11 +26,9 @@ class _Arg(FlatEpilogueOp):
     defaults = {"select_last_index": 0}
 
     def _view(self, node: Node) -> tuple[int, int, int, int]:
-        shape = node.inputs[0].shape
-        a = normalize_axis(node.attrs["axis"], len(shape), f"{self.op_type} (node {node.name!r})")
-        outer = int(np.prod(shape[:a], dtype=np.int64))
-        inner = int(np.prod(shape[a + 1 :], dtype=np.int64))
-        return a, outer, int(shape[a]), inner
+        a = attr_axis(node)
+        outer, n, inner = split_at_axis(node.inputs[0].shape, a)
+        return a, outer, int(n), inner
 
     def infer(self, node: Node) -> list[OutType]:
         a, _, _, _ = self._view(node)

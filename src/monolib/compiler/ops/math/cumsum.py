@@ -13,6 +13,7 @@ from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OutType, register
 from ..tensor.loops import flat_index_exprs, has_epilogue, normalize_axis
+from ..tensor.axis import split_at_axis
 from ..tensor.flat import FlatEpilogueOp
 from .reduce import acc_ctype
 
@@ -63,10 +64,7 @@ class CumSum(FlatEpilogueOp):
         x, y = node.inputs[0], node.outputs[0]
         if x.size == 0:
             return ""
-        a = self._axis(node)
-        outer = int(np.prod(x.shape[:a], dtype=np.int64))
-        n = x.shape[a]
-        inner = int(np.prod(x.shape[a + 1 :], dtype=np.int64))
+        outer, n, inner = split_at_axis(x.shape, self._axis(node))
         act = acc_ctype(x.dtype)
         acc, o, k, i = ctx.unique("acc"), ctx.unique("o"), ctx.unique("k"), ctx.unique("i")
         kk = f"({n - 1} - {k})" if node.attrs["reverse"] else k

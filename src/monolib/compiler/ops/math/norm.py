@@ -18,13 +18,13 @@ from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import c_literal, ctype
+from ..tensor.axis import attr_axis
 from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import (
     broadcast_shape,
     broadcast_strides,
     flat_index_exprs,
     linear_offset,
-    normalize_axis,
 )
 from .elementwise import cfn, is_float
 
@@ -127,11 +127,7 @@ class LayerNormalization(FlatEpilogueOp):
     op_type, since_version = "LayerNormalization", 17
 
     def _axis(self, node: Node) -> int:
-        return normalize_axis(
-            node.attrs["axis"],
-            len(node.inputs[0].shape),
-            f"LayerNormalization (node {node.name!r})",
-        )
+        return attr_axis(node)
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]

@@ -15,8 +15,9 @@ from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import ctype
+from ..tensor.axis import attr_axis
 from ..tensor.flat import FlatEpilogueOp
-from ..tensor.loops import broadcast_shape, normalize_axis
+from ..tensor.loops import broadcast_shape
 from .elementwise import is_float
 from .norm import _row_operand, emit_row_loop
 
@@ -40,9 +41,7 @@ class RMSNormalization(FlatEpilogueOp):
     op_type, since_version = "RMSNormalization", 23
 
     def _axis(self, node: Node) -> int:
-        return normalize_axis(
-            node.attrs["axis"], len(node.inputs[0].shape), f"RMSNormalization (node {node.name!r})"
-        )
+        return attr_axis(node)
 
     def infer(self, node: Node) -> list[OutType]:
         x, scale = node.inputs[0], node.inputs[1]

@@ -24,6 +24,7 @@ from ....errors import UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
+from ..tensor.axis import split_at_axis
 from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import flat_index_exprs, has_epilogue, normalize_axis
 from .elementwise import cfn, is_float
@@ -43,10 +44,10 @@ def softmax_view(shape, axis: int, coerce_2d: bool) -> tuple[int, int, int]:
     if rank == 0:
         return 1, 1, 1
     a = normalize_axis(axis, rank, "Softmax")
-    outer = int(np.prod(shape[:a], dtype=np.int64))
     if coerce_2d:
-        return outer, int(np.prod(shape[a:], dtype=np.int64)), 1
-    return outer, int(shape[a]), int(np.prod(shape[a + 1 :], dtype=np.int64))
+        return int(np.prod(shape[:a], dtype=np.int64)), int(np.prod(shape[a:], dtype=np.int64)), 1
+    outer, n, inner = split_at_axis(shape, a)
+    return outer, int(n), inner
 
 
 class _SoftmaxBase(FlatEpilogueOp):

@@ -17,12 +17,24 @@ import numpy as np
 from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OutType, register
+from .axis import attr_axis, split_at_axis
 from .flat import FlatEpilogueOp
-from .loops import flat_index_exprs, has_epilogue, normalize_axis
+from .loops import flat_index_exprs, has_epilogue
 
-__all__ = ["Gather"]
+__all__ = ["Gather", "clamped_index"]
 
 logger = logging.getLogger(__name__)
+
+
+def clamped_index(t: str, src: str, dim: int) -> str:
+    """C statements declaring ``int64_t t``: the index read by expression ``src``
+    (negative counts from the end) clamped into ``[0, dim)``, so that a bad run-time
+    index never reads outside the tensor (C cannot raise)."""
+    return (
+        f"int64_t {t} = (int64_t){src};\n"
+        f"if ({t} < 0) {t} += {dim};\n"
+        f"if ({t} < 0) {t} = 0; else if ({t} >= {dim}) {t} = {dim - 1};"
+    )
 
 
 @register
@@ -38,9 +50,7 @@ class Gather(FlatEpilogueOp):
     op_type, since_version = "Gather", 1
 
     def _axis(self, node: Node) -> int:
-        return normalize_axis(
-            node.attrs["axis"], len(node.inputs[0].shape), f"Gather (node {node.name!r})"
-        )
+        return attr_axis(node)
 
     def infer(self, node: Node) -> list[OutType]:
         data, idx = node.inputs[0], node.inputs[1]
@@ -65,10 +75,7 @@ class Gather(FlatEpilogueOp):
         data, idx, y = node.inputs[0], node.inputs[1], node.outputs[0]
         if y.size == 0:
             return ""
-        a = self._axis(node)
-        outer = int(np.prod(data.shape[:a], dtype=np.int64))
-        dim = data.shape[a]
-        inner = int(np.prod(data.shape[a + 1 :], dtype=np.int64))
+        outer, dim, inner = split_at_axis(data.shape, self._axis(node))
         n = idx.size
         o, k, j, t = ctx.unique("o"), ctx.unique("k"), ctx.unique("j"), ctx.unique("ix")
         flat = f"({o}*{n} + {k})*{inner} + {j}"
@@ -77,8 +84,6 @@ class Gather(FlatEpilogueOp):
             src = ctx.output_expr(src, flat_index_exprs(flat, y.shape))
         return (
             f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) for (int64_t {k} = 0; {k} < {n}; ++{k}) {{\n"
-            f"int64_t {t} = (int64_t){ctx.ptr(idx)}[{k}];\n"
-            f"if ({t} < 0) {t} += {dim};\n"
-            f"if ({t} < 0) {t} = 0; else if ({t} >= {dim}) {t} = {dim - 1};\n"
+            f"{clamped_index(t, f'{ctx.ptr(idx)}[{k}]', dim)}\n"
             f"for (int64_t {j} = 0; {j} < {inner}; ++{j}) {ctx.ptr(y)}[{flat}] = {src};\n}}"
         )

@@ -16,6 +16,7 @@ from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OutType, register
 from .flat import FlatEpilogueOp
+from .gather import clamped_index
 from .loops import contiguous_strides, flat_index_exprs, has_epilogue
 
 __all__ = ["GatherND"]
@@ -84,9 +85,7 @@ class GatherND(FlatEpilogueOp):
             t = ctx.unique("ix")
             dim = x.shape[b + d]
             lines += [
-                f"int64_t {t} = (int64_t){ctx.ptr(idx)}[{p}*{q} + {d}];",
-                f"if ({t} < 0) {t} += {dim};",
-                f"if ({t} < 0) {t} = 0; else if ({t} >= {dim}) {t} = {dim - 1};",
+                clamped_index(t, f"{ctx.ptr(idx)}[{p}*{q} + {d}]", dim),
                 f"{base} += {t}*{xs[b + d]};",
             ]
         flat = f"{p}*{inner} + {j}"

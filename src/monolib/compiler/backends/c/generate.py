@@ -115,6 +115,11 @@ class ParamsBuilder:
         """Byte offset of constant ``v`` (added on first use, deduplicated by value)."""
         off = self.by_uid.get(v.uid)
         if off is None:
+            if v.is_symbolic_const:
+                raise UndecidableDimError(
+                    f"value {v.name!r} is computed from run-time dims: it has no place in the "
+                    "params blob"
+                )
             off = self.by_uid[v.uid] = self.add(v.const, v.name)
         return off
 
@@ -185,6 +190,9 @@ class CEmitContext:
         self.epilogue_used = False
         #: the graph's run-time dims (Dims in f-strings render as C over them)
         self.plan_symbols = SymbolTable()
+        #: declarations the op function starts with (materialised symbolic constants)
+        self.preamble: list[str] = []
+        self._materialised: dict[int, str] = {}
 
     # -- pointers ------------------------------------------------------------------
     def ptr(self, value: Value) -> str:
@@ -192,7 +200,23 @@ class CEmitContext:
         f = self.fused
         if f.kind == "op" and f.steps and value is f.anchor.outputs[0]:
             value = f.out
+        root = self.plan.root(value)
+        if value.is_symbolic_const or root.is_symbolic_const:
+            return self._materialise(value if value.is_symbolic_const else root)
         return tensor_pointer(HOST_C, value, self.plan, self.params)
+
+    def _materialise(self, value: Value) -> str:
+        """A constant computed from run-time dims, read as data: a local array of the
+        op function, filled from the symbol values ``S`` when the op runs."""
+        name = self._materialised.get(value.uid)
+        if name is None:
+            name = self._materialised[value.uid] = self.unique("symc")
+            flat = value.const.reshape(-1)
+            items = ", ".join(f"({ctype(value.dtype)})({x})" for x in flat.tolist()) or "0"
+            self.preamble.append(
+                f"  const {ctype(value.dtype)} {name}[{max(flat.size, 1)}] = {{{items}}};"
+            )
+        return f"(({HOST_C.pointer(ctype(value.dtype), True)}){name})"
 
     def param(self, array: np.ndarray, hint: str) -> str:
         """Add ``array`` to the params blob; a typed ``const`` pointer expression."""
@@ -239,6 +263,11 @@ class CEmitContext:
 
     def _epilogue_pointer(self, v: Value) -> str:
         root = self.plan.root(v)
+        if v.is_symbolic_const or root.is_symbolic_const:
+            raise UndecidableDimError(
+                f"value {v.name!r} is computed from run-time dims and read by a fused "
+                "epilogue, which cannot take it"
+            )
         if v.is_const or root.is_const:
             return self._const_pointer(v if v.is_const else root)
         return f"(({HOST_C.pointer(ctype(v.dtype), True)})(arena + {self.plan.offset(v)}))"
@@ -318,7 +347,10 @@ def _elementwise(fused: FusedOp, ctx: CEmitContext, in_place: frozenset[int]) ->
     n, depth = epilogue.outer_extent(fused.steps, out)
     size = shape_size(out.shape)
     work = size_hint(size) * max(1, len(fused.steps))  # at the bounds for run-time dims
-    if size_hint(n) < 2 or work < PARALLEL_ELEMENTWISE:
+    # a materialised symbolic constant lives in the op function: no task function
+    local = any(ctx.plan.root(v).is_symbolic_const or v.is_symbolic_const
+                for v in epilogue.leaves_of(fused.steps))
+    if size_hint(n) < 2 or work < PARALLEL_ELEMENTWISE or local:
         return epilogue.elementwise_loop(fused.steps, out, ctx.ptr, ctx.ptr(out), in_place)
     if isinstance(size, Dim):  # the pool decides on this run's work
         work_c = f"4.0 * (double){size} * {max(1, len(fused.steps))}"
@@ -505,10 +537,11 @@ def generate(
         if t not in plan.scratch:
             tail = max(tail, ctx.scratch_used)
         i = len(nodes)
+        decls = "".join(line + "\n" for line in ctx.preamble)
         chain = " -> ".join([fused.op_type, *fused.fused_types])
         op_functions.append(
             f"/* {chain}: {fused.name} */\n{HOST_C.signature(f'op_{i}')} {{\n"
-            f"  (void)params; (void)arena;\n{prologue}{body}\n}}"
+            f"  (void)params; (void)arena;\n{prologue}{decls}{body}\n}}"
         )
         nodes.append(node_json(fused, plan))
     src = _assemble(source, op_functions, len(nodes), _output_shapes(fusion, plan))

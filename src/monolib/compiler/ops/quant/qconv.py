@@ -24,16 +24,14 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
 from ..nn._common import Geometry
 from ..nn.conv import as_2d, conv_geometry, grouped_conv
 from ._qcommon import (
     QMR,
     check_vector,
     include_qgemm,
-    mult_c,
     mult_ref,
-    out_fields,
     pack_a16,
     qgemm_bbuf_bytes,
     qgemm_call,
@@ -42,6 +40,7 @@ from ._qcommon import (
     zp_c,
     zp_ref,
 )
+from ._qop import QuantOp, check_float_scales, requantized_out
 
 __all__ = ["ConvInteger", "QLinearConv", "int_conv"]
 
@@ -54,7 +53,7 @@ def int_conv(x: np.ndarray, w: np.ndarray, geo: Geometry, group: int) -> np.ndar
     return grouped_conv(x.astype(np.int64), w.astype(np.int64), geo, group, np.int64).astype(np.int32)
 
 
-class _QConv(OpDef):
+class _QConv(QuantOp):
     """Shared logic; subclasses name the input positions."""
 
     X, W, XZP, WZP, BIAS = 0, 1, 2, 3, -1
@@ -76,9 +75,6 @@ class _QConv(OpDef):
         check_vector(node, self.WZP, m, "output channel")
         return geo
 
-    def _out_dtype(self, node: Node) -> np.dtype:
-        return np.dtype(np.int32)
-
     def infer(self, node: Node) -> list[OutType]:
         geo = self._check(node)
         x, w = node.inputs[self.X], node.inputs[self.W]
@@ -96,10 +92,6 @@ class _QConv(OpDef):
             bias = inputs[self.BIAS].astype(np.int32).reshape((1, m) + (1,) * (x.ndim - 2))
             acc = (acc.astype(np.int64) + bias).astype(np.int32)
         return acc
-
-    def _out(self, node: Node, ctx: EmitContext) -> tuple[dict[str, str], str, bool]:
-        """(ml_qout members with ``y``/``ld`` left to fill, code, per-channel mult)."""
-        return out_fields(np.int32, "0", "0"), "", False
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, w = node.inputs[self.X], node.inputs[self.W]
@@ -257,9 +249,6 @@ class ConvInteger(_QConv):
     op_type, since_version = "ConvInteger", 10
     X, W, XZP, WZP, BIAS = 0, 1, 2, 3, -1
 
-    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
-        return [self._acc(node, inputs)]
-
 
 @register
 class QLinearConv(_QConv):
@@ -274,11 +263,7 @@ class QLinearConv(_QConv):
     def _check(self, node: Node) -> Geometry:
         geo = super()._check(node)
         m = node.inputs[3].shape[0]
-        for i in (1, 4, 6):
-            if node.inputs[i].dtype != np.float32:
-                raise UnsupportedOpError(
-                    f"QLinearConv node {node.name!r}: scale input {i} is {node.inputs[i].dtype}, not float32"
-                )
+        check_float_scales(node)
         check_vector(node, 1, 1, "tensor")
         check_vector(node, 6, 1, "tensor")
         check_vector(node, 4, m, "output channel")
@@ -302,8 +287,4 @@ class QLinearConv(_QConv):
         return [requantize(acc, mult, None if yz is None else zp_ref(yz, 1)[0], self._out_dtype(node))]
 
     def _out(self, node: Node, ctx: EmitContext):
-        mult, code = mult_c(ctx, node.inputs[1], node.inputs[4], node.inputs[6])
-        per_channel = node.inputs[4].size > 1
-        yzp, _, _ = zp_c(ctx, node, 7, 1)
-        mode = "ML_QMULT_ROW" if per_channel else "ML_QMULT_TENSOR"
-        return out_fields(self._out_dtype(node), "0", "0", mult, mode, yzp), code, per_channel
+        return requantized_out(ctx, node, self._out_dtype(node), "ML_QMULT_ROW")

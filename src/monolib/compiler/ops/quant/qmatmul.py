@@ -20,14 +20,12 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
-from ..base import EmitContext, OpDef, OutType, register
+from ..base import EmitContext, OutType, register
 from ._qcommon import (
     QMR,
     check_vector,
     include_qgemm,
-    mult_c,
     mult_ref,
-    out_fields,
     pack_a16,
     pack_b16,
     qgemm_bbuf_bytes,
@@ -37,6 +35,7 @@ from ._qcommon import (
     zp_c,
     zp_ref,
 )
+from ._qop import QuantOp, check_float_scales, requantized_out
 
 __all__ = ["MatMulInteger", "QLinearMatMul"]
 
@@ -79,7 +78,7 @@ def _batch_index(shape: list[int], batch: list[int]) -> np.ndarray:
     return np.broadcast_to(idx, tuple(batch)).ravel() if batch else idx.reshape(1)
 
 
-class _QMatMul(OpDef):
+class _QMatMul(QuantOp):
     """Shared logic; subclasses name the input positions."""
 
     A, B, AZP, BZP = 0, 1, 2, 3
@@ -92,9 +91,6 @@ class _QMatMul(OpDef):
         check_vector(node, self.BZP, n, "column of B")
         return dims
 
-    def _out_dtype(self, node: Node) -> np.dtype:
-        return np.dtype(np.int32)
-
     def infer(self, node: Node) -> list[OutType]:
         return [(self._check(node)[-1], self._out_dtype(node))]
 
@@ -105,9 +101,6 @@ class _QMatMul(OpDef):
         az = zp_ref(inputs[self.AZP] if len(inputs) > self.AZP else None, m).reshape(m, 1)
         bz = zp_ref(inputs[self.BZP] if len(inputs) > self.BZP else None, n)
         return np.matmul(a - az, b - bz).astype(np.int32).reshape(out)
-
-    def _out(self, node: Node, ctx: EmitContext) -> tuple[dict[str, str], str, bool]:
-        return out_fields(np.int32, "0", "0"), "", False
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         batch, ash, bsh, m, k, n, _ = _dims(node, node.inputs[self.A].shape, node.inputs[self.B].shape)
@@ -179,9 +172,6 @@ class MatMulInteger(_QMatMul):
     op_type, since_version = "MatMulInteger", 10
     A, B, AZP, BZP = 0, 1, 2, 3
 
-    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
-        return [self._acc(node, inputs)]
-
 
 @register
 class QLinearMatMul(_QMatMul):
@@ -197,11 +187,7 @@ class QLinearMatMul(_QMatMul):
     def _check(self, node: Node):
         dims = super()._check(node)
         n = dims[5]
-        for i in (1, 4, 6):
-            if node.inputs[i].dtype != np.float32:
-                raise UnsupportedOpError(
-                    f"QLinearMatMul node {node.name!r}: scale input {i} is {node.inputs[i].dtype}, not float32"
-                )
+        check_float_scales(node)
         if node.inputs[1].size != 1:
             raise UnsupportedOpError(
                 f"QLinearMatMul node {node.name!r}: a_scale has {node.inputs[1].size} values; "
@@ -225,8 +211,4 @@ class QLinearMatMul(_QMatMul):
         return [requantize(acc, mult, zp_ref(inputs[7], 1)[0], self._out_dtype(node))]
 
     def _out(self, node: Node, ctx: EmitContext):
-        mult, code = mult_c(ctx, node.inputs[1], node.inputs[4], node.inputs[6])
-        per_col = node.inputs[4].size > 1
-        yzp, _, _ = zp_c(ctx, node, 7, 1)
-        mode = "ML_QMULT_COL" if per_col else "ML_QMULT_TENSOR"
-        return out_fields(self._out_dtype(node), "0", "0", mult, mode, yzp), code, per_col
+        return requantized_out(ctx, node, self._out_dtype(node), "ML_QMULT_COL")

@@ -23,10 +23,10 @@ from .elementwise import (
     bind,
     cast_expr,
     cfn,
-    check_same_dtype,
     const_scalar,
     is_float,
 )
+from .traits import SameDtype, UfuncBinary
 
 __all__ = ["Add", "Div", "Max", "Mean", "Min", "Mod", "Mul", "Pow", "Sub", "Sum"]
 
@@ -52,18 +52,11 @@ def _narrow(expr: str, dtype: np.dtype) -> str:
     return expr
 
 
-class _Binary(Elementwise):
+class _Binary(SameDtype, UfuncBinary):
     """A binary op ``a <sym> b`` with one type T."""
 
     sym = "+"
     ufunc = staticmethod(np.add)
-
-    def infer(self, node: Node):
-        check_same_dtype(node)
-        return super().infer(node)
-
-    def np_fn(self, node: Node, a, b):
-        return self.ufunc(a, b)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         a, b = args
@@ -226,12 +219,8 @@ class Pow(Elementwise):
         return cast_expr(f"pow((double)({args[0]}), (double)({args[1]}))", dt)
 
 
-class _Variadic(Elementwise):
+class _Variadic(SameDtype):
     """A variadic op folding its inputs left to right."""
-
-    def infer(self, node: Node):
-        check_same_dtype(node)
-        return super().infer(node)
 
     def combine(self, a: str, b: str, dt: np.dtype) -> str:
         raise NotImplementedError

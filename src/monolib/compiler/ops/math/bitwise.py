@@ -13,6 +13,7 @@ from ...ir import Node
 from ..base import register
 from ...backends.cstyle import ctype
 from .elementwise import Elementwise, cast_expr, check_same_dtype
+from .traits import UfuncBinary
 
 __all__ = ["BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor"]
 
@@ -30,12 +31,9 @@ class _IntOnly(Elementwise):
         return super().infer(node)
 
 
-class _Bitwise(_IntOnly):
+class _Bitwise(_IntOnly, UfuncBinary):
     sym = "&"
     ufunc = staticmethod(np.bitwise_and)
-
-    def np_fn(self, node: Node, a, b):
-        return self.ufunc(a, b)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         return cast_expr(f"{args[0]} {self.sym} {args[1]}", node.outputs[0].dtype)

@@ -11,26 +11,16 @@ import numpy as np
 
 from ...ir import Node
 from ..base import register
-from .elementwise import Elementwise, check_same_dtype
+from .traits import BoolOutput, SameDtype, UfuncBinary
 
 __all__ = ["And", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not", "Or", "Xor"]
 
 logger = logging.getLogger(__name__)
 
 
-class _Compare(Elementwise):
+class _Compare(SameDtype, UfuncBinary, BoolOutput):
     sym = "=="
     ufunc = staticmethod(np.equal)
-
-    def infer(self, node: Node):
-        check_same_dtype(node)
-        return super().infer(node)
-
-    def out_dtype(self, node: Node) -> np.dtype:
-        return np.dtype(bool)
-
-    def np_fn(self, node: Node, a, b):
-        return self.ufunc(a, b)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         return f"((uint8_t)({args[0]} {self.sym} {args[1]}))"
@@ -103,13 +93,10 @@ class Xor(_Compare):
 
 
 @register
-class Not(Elementwise):
+class Not(BoolOutput):
     """ONNX ``Not`` (1): logical negation of a bool tensor."""
 
     op_type, since_version = "Not", 1
-
-    def out_dtype(self, node: Node) -> np.dtype:
-        return np.dtype(bool)
 
     def np_fn(self, node: Node, x):
         return np.logical_not(x)

@@ -12,6 +12,7 @@ from ...ir import Node
 from ..base import register
 from ...backends.cstyle import c_literal
 from .elementwise import Elementwise, bind, cast_expr, cfn
+from .traits import BoolOutput
 
 __all__ = ["Celu", "IsInf", "IsNaN", "Mish", "Shrink", "ThresholdedRelu"]
 
@@ -23,14 +24,11 @@ def _f(node: Node, v: float):
 
 
 @register
-class IsNaN(Elementwise):
+class IsNaN(BoolOutput):
     """ONNX ``IsNaN`` (9, 13, 20): true where x is NaN."""
 
     op_type, since_version = "IsNaN", 9
     float_only = True
-
-    def out_dtype(self, node: Node) -> np.dtype:
-        return np.dtype(bool)
 
     def np_fn(self, node: Node, x):
         return np.isnan(x)
@@ -40,15 +38,12 @@ class IsNaN(Elementwise):
 
 
 @register
-class IsInf(Elementwise):
+class IsInf(BoolOutput):
     """ONNX ``IsInf`` (10, 20): true where x is +inf (``detect_positive``) or -inf
     (``detect_negative``)."""
 
     op_type, since_version = "IsInf", 10
     float_only = True
-
-    def out_dtype(self, node: Node) -> np.dtype:
-        return np.dtype(bool)
 
     def np_fn(self, node: Node, x):
         pos = np.isposinf(x) if node.attrs["detect_positive"] else np.zeros(x.shape, bool)

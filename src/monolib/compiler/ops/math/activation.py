@@ -29,6 +29,7 @@ __all__ = [
     "Sigmoid",
     "Softplus",
     "Softsign",
+    "input_scalar",
 ]
 
 logger = logging.getLogger(__name__)
@@ -38,9 +39,9 @@ def _lit(v: float, node: Node) -> str:
     return c_literal(v, node.outputs[0].dtype)
 
 
-def _f(node: Node, v: float) -> np.ndarray:
-    """An attribute value as a NumPy scalar of the output type (keeps float32 math
-    in float32 like the C code)."""
+def input_scalar(node: Node, v: float) -> np.ndarray:
+    """An attribute value as a NumPy scalar of input 0's type (keeps float32 math in
+    float32 like the C code)."""
     return np.asarray(v, dtype=node.inputs[0].dtype)
 
 
@@ -76,7 +77,7 @@ class LeakyRelu(Elementwise):
     float_only = True
 
     def np_fn(self, node: Node, x):
-        return np.where(x >= 0, x, x * _f(node, node.attrs["alpha"]))
+        return np.where(x >= 0, x, x * input_scalar(node, node.attrs["alpha"]))
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         a = _lit(node.attrs["alpha"], node)
@@ -125,7 +126,7 @@ class HardSigmoid(Elementwise):
     float_only = True
 
     def np_fn(self, node: Node, x):
-        a, b = _f(node, node.attrs["alpha"]), _f(node, node.attrs["beta"])
+        a, b = input_scalar(node, node.attrs["alpha"]), input_scalar(node, node.attrs["beta"])
         return np.clip(x * a + b, 0, 1).astype(x.dtype)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
@@ -142,7 +143,7 @@ class HardSwish(Elementwise):
     float_only = True
 
     def np_fn(self, node: Node, x):
-        a, b = _f(node, 1 / 6), _f(node, 0.5)
+        a, b = input_scalar(node, 1 / 6), input_scalar(node, 0.5)
         return x * np.clip(x * a + b, 0, 1).astype(x.dtype)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
@@ -160,7 +161,7 @@ class Elu(Elementwise):
     float_only = True
 
     def np_fn(self, node: Node, x):
-        a = _f(node, node.attrs["alpha"])
+        a = input_scalar(node, node.attrs["alpha"])
         return np.where(x >= 0, x, a * (np.exp(x) - 1))
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
@@ -180,7 +181,7 @@ class Selu(Elementwise):
     float_only = True
 
     def np_fn(self, node: Node, x):
-        a, g = _f(node, node.attrs["alpha"]), _f(node, node.attrs["gamma"])
+        a, g = input_scalar(node, node.attrs["alpha"]), input_scalar(node, node.attrs["gamma"])
         return np.where(x > 0, g * x, g * (a * np.exp(x) - a))
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:

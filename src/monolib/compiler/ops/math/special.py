@@ -11,16 +11,13 @@ import numpy as np
 from ...ir import Node
 from ..base import register
 from ...backends.cstyle import c_literal
+from .activation import input_scalar
 from .elementwise import Elementwise, bind, cast_expr, cfn
 from .traits import BoolOutput
 
 __all__ = ["Celu", "IsInf", "IsNaN", "Mish", "Shrink", "ThresholdedRelu"]
 
 logger = logging.getLogger(__name__)
-
-
-def _f(node: Node, v: float):
-    return np.asarray(v, dtype=node.inputs[0].dtype)
 
 
 @register
@@ -91,7 +88,7 @@ class ThresholdedRelu(Elementwise):
     float_only = True
 
     def np_fn(self, node: Node, x):
-        return np.where(x > _f(node, node.attrs["alpha"]), x, 0)
+        return np.where(x > input_scalar(node, node.attrs["alpha"]), x, 0)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
@@ -108,7 +105,7 @@ class Celu(Elementwise):
     float_only = True
 
     def np_fn(self, node: Node, x):
-        a = _f(node, node.attrs["alpha"])
+        a = input_scalar(node, node.attrs["alpha"])
         return np.maximum(x, 0) + np.minimum(0, a * (np.exp(x / a) - 1))
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:

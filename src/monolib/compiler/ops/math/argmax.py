@@ -16,9 +16,20 @@ from ..tensor.axis import attr_axis, split_at_axis
 from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import flat_index_exprs
 
-__all__ = ["ArgMax", "ArgMin"]
+__all__ = ["ArgMax", "ArgMin", "emit_arg_best"]
 
 logger = logging.getLogger(__name__)
+
+
+def emit_arg_best(ct: str, elem, n: int, k: str, best: str, bi: str, cmp: str) -> str:
+    """C statements declaring ``best`` (C type ``ct``) and ``int64_t bi``: the value and
+    the index of the best of the ``n`` elements ``elem(k)`` (a C expression of the
+    index expression ``k``), where an element is better when ``elem(k) cmp best``: with
+    ``>`` (``<``) the first largest (smallest), with ``>=`` (``<=``) the last."""
+    return (
+        f"{ct} {best} = {elem('0')}; int64_t {bi} = 0;\n"
+        f"for (int64_t {k} = 1; {k} < {n}; ++{k}) if ({elem(k)} {cmp} {best}) {{ {best} = {elem(k)}; {bi} = {k}; }}"
+    )
 
 
 class _Arg(FlatEpilogueOp):
@@ -62,8 +73,7 @@ class _Arg(FlatEpilogueOp):
         store = ctx.output_expr(bi, flat_index_exprs(flat, y.shape))
         return (
             f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{\n"
-            f"{ctype(x.dtype)} {best} = {at(0)}; int64_t {bi} = 0;\n"
-            f"for (int64_t {k} = 1; {k} < {n}; ++{k}) if ({at(k)} {cmp} {best}) {{ {best} = {at(k)}; {bi} = {k}; }}\n"
+            f"{emit_arg_best(ctype(x.dtype), at, n, k, best, bi, cmp)}\n"
             f"{ctx.ptr(y)}[{flat}] = {store};\n}}"
         )
 

@@ -17,6 +17,7 @@ from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
 from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import flat_index_exprs, normalize_axis
+from .argmax import emit_arg_best
 from .elementwise import cfn, is_float
 from .softmax import softmax_view
 
@@ -68,12 +69,9 @@ class _Hardmax(FlatEpilogueOp):
 
         def body(o, i, at):
             one = ctx.output_expr(f"({ct})({k} == {bi})", flat_index_exprs(at(k), y.shape))
-            return (
-                f"{ct} {best} = {px}[{at('0')}]; int64_t {bi} = 0;\n"
-                f"for (int64_t {k} = 1; {k} < {n}; ++{k}) if ({px}[{at(k)}] > {best}) "
-                f"{{ {best} = {px}[{at(k)}]; {bi} = {k}; }}\n"
-                f"for (int64_t {k} = 0; {k} < {n}; ++{k}) {py}[{at(k)}] = {one};"
-            )
+            # the first maximum, the spec's tie rule
+            first_max = emit_arg_best(ct, lambda kk: f"{px}[{at(kk)}]", n, k, best, bi, ">")
+            return f"{first_max}\nfor (int64_t {k} = 0; {k} < {n}; ++{k}) {py}[{at(k)}] = {one};"
 
         return _column_loop(ctx, outer, n, inner, body)
 

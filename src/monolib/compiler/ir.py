@@ -189,6 +189,8 @@ class Graph:
     symbols: SymbolTable = field(default_factory=SymbolTable)
     #: ``opt_shapes`` as ``{symbol name: value}`` per specialization
     specializations: list[dict[str, int]] = field(default_factory=list)
+    #: the static graphs compiled for them (``pipeline.Specialized``), once prepared
+    specialized: list = field(default_factory=list)
 
     def producers(self) -> dict[int, Node]:
         """Map ``Value.uid`` -> the node that produces it."""

@@ -3,19 +3,26 @@
 Every backend (``compiler/backends``) starts from what :func:`prepare` returns; the
 steps are announced to the caller's ``progress`` by :func:`step`, so the command line
 shows where a long compile is.
+
+A graph with run-time dims and ``opt_shapes`` also gets one fully static
+:class:`Specialized` graph per specialization (``Graph.specialized``): the model
+imported again at that exact shape, as a static compile would, for a backend that
+puts both paths in one library.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .ir import Graph
+from .symbolic import evaluate
 
-__all__ = ["Progress", "jsonable", "prepare", "step"]
+__all__ = ["Progress", "Specialized", "jsonable", "prepare", "step"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +35,17 @@ def step(progress: Progress, name: str) -> None:
     logger.debug("step: %s", name)
     if progress is not None:
         progress(name)
+
+
+@dataclass
+class Specialized:
+    """One ``opt_shapes`` entry compiled statically: the symbol values it stands for and
+    its own graph, fusion and memory plan (``Graph.specialized`` of the generic graph)."""
+
+    values: dict[str, int]
+    graph: Graph
+    fusion: Any
+    plan: Any
 
 
 def prepare(
@@ -79,7 +97,16 @@ def prepare(
     step(progress, "fuse")
     fusion = fuse_elementwise(graph)
     step(progress, "plan memory")
-    return graph, fusion, plan_memory(fusion)
+    plan = plan_memory(fusion)
+    if graph.specializations and not isinstance(model, Graph):
+        step(progress, "specialize")
+        for values in graph.specializations:
+            static = {v.name: tuple(evaluate(d, values) for d in v.shape) for v in graph.inputs}
+            g = simplify(import_model(model, static, constants)).graph
+            f = fuse_elementwise(g)
+            graph.specialized.append(Specialized(dict(values), g, f, plan_memory(f)))
+            logger.info("specialized for %s: %d fused ops", values, len(f.ops))
+    return graph, fusion, plan
 
 
 def jsonable(constants: dict[str, Any] | None) -> dict[str, Any]:

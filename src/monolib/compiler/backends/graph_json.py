@@ -63,6 +63,7 @@ def graph_json_of(
     *,
     arena_bytes: int,
     device: str | None = None,
+    specializations: Sequence[Mapping[str, int]] = (),
 ) -> dict[str, Any]:
     """The graph JSON (:func:`~monolib.abi.graph_spec.graph_document`) of a generated
     library.
@@ -83,6 +84,8 @@ def graph_json_of(
         The arena the code needs (rounded up to 64 bytes here).
     device : str, optional
         The device kind (``"opencl"``, ``"cuda"``) when the kernels run on one.
+    specializations : list of dict, optional
+        The symbol values of each static path the library has (version 2).
     """
     return graph_spec.graph_document(
         graph.name,
@@ -96,18 +99,18 @@ def graph_json_of(
         constants=constants,
         metadata=graph.metadata,
         device=device,
-        **_dynamic_fields(fusion, plan),
+        **_dynamic_fields(fusion, plan, specializations),
     )
 
 
-def _dynamic_fields(fusion: Fusion, plan: MemoryPlan) -> dict[str, Any]:
-    """``symbols``, ``sym_offset``, ``shape_offset`` of a graph with run-time dims
-    (version 2), else nothing. ``specializations`` stay empty: the specialized static
-    paths of ``opt_shapes`` are not generated yet."""
+def _dynamic_fields(fusion: Fusion, plan: MemoryPlan, specializations) -> dict[str, Any]:
+    """``symbols``, ``sym_offset``, ``shape_offset`` and ``specializations`` of a graph
+    with run-time dims (version 2), else nothing."""
     if not len(fusion.symbols):
         return {}
     return {
         "symbols": fusion.symbols.as_json(),
         "sym_offset": plan.sym_offset,
         "shape_offset": plan.shape_offset,
+        "specializations": [dict(v) for v in specializations],
     }

@@ -1,7 +1,8 @@
 """The host C backend (target kind ``c``): one self-contained C library per model.
 
 ``generate`` measures each op's scratch with a first emission, re-plans the arena when
-some op asks for scratch, then writes the C (:mod:`.generate`); ``package`` wraps it as
+some op asks for scratch, then writes the C (:mod:`.generate`), with the static paths
+of a graph's ``opt_shapes`` specializations beside its generic one; ``package`` wraps it as
 ``GraphExecutorFactoryModule(graph_json, params, CSourceModule(source, target))``,
 compiled by ``export_library`` (or on first call).
 """
@@ -22,6 +23,13 @@ __all__ = ["CBackend"]
 logger = logging.getLogger(__name__)
 
 
+def _with_scratch(fusion: Fusion, plan: MemoryPlan) -> MemoryPlan:
+    """``plan``, re-planned with the scratch each op asks for when some op does (a
+    first emission measures it)."""
+    scratch = c_source.scratch_sizes(fusion, plan)
+    return plan_memory(fusion, scratch) if scratch else plan
+
+
 class CBackend(Backend):
     """Target kind ``c`` (``-mcpu``, ``-mtriple``, ``-mattr``: flags of the export's C
     compiler, see :meth:`~monolib.export.targets.Target.cflags`)."""
@@ -33,10 +41,16 @@ class CBackend(Backend):
         self, graph: Graph, fusion: Fusion, plan: MemoryPlan, target: Target, *, constants=None
     ) -> Generated:
         # looked up at call time: a test's stand-in for the generator is the one run
-        scratch = c_source.scratch_sizes(fusion, plan)  # a first emission measures scratch
-        if scratch:
-            plan = plan_memory(fusion, scratch)
-        source, graph_json, params = c_source.generate(graph, fusion, plan, constants=constants)
+        plan = _with_scratch(fusion, plan)
+        if graph.specialized:  # opt_shapes: static paths in the same library
+            variants = [(sp.values, sp.fusion, _with_scratch(sp.fusion, sp.plan))
+                        for sp in graph.specialized]
+            source, graph_json, params = c_source.generate(
+                graph, fusion, plan, constants=constants, variants=variants
+            )
+        else:
+            source, graph_json, params = c_source.generate(graph, fusion, plan,
+                                                           constants=constants)
         return Generated(source, graph_json, params)
 
     def package(self, generated: Generated, target: Target):

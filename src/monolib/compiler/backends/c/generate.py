@@ -46,7 +46,7 @@ from ...passes.plan_memory import MemoryPlan, align
 from ...symbolic import Dim, SymbolTable, c_rendering, size_hint
 from ..cstyle import HOST_C, c_literal, ctype, rendering, tensor_pointer
 from ..graph_json import graph_json_of, node_json
-from . import epilogue
+from . import epilogue, specialize
 from .headers import kernel_header
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "generate",
     "host_prelude",
     "scratch_sizes",
+    "emit_ops",
     "sym_prologue",
 ]
 
@@ -83,16 +84,32 @@ def sym_prologue(plan: MemoryPlan) -> str:
 class ParamsBuilder:
     """The params blob under construction: tensors at 64-byte aligned offsets."""
 
-    def __init__(self) -> None:
+    def __init__(self, dedupe: bool = False) -> None:
         self.entries: list[dict[str, Any]] = []
         self.arrays: list[np.ndarray] = []
         self.size = 0
         self.by_uid: dict[int, int] = {}
         self.names: set[str] = set()
+        #: store equal arrays once (the specializations' copies of the weights)
+        self.dedupe = dedupe
+        self._by_content: dict[tuple, int] = {}
 
     def add(self, array: np.ndarray, name: str) -> int:
-        """Append ``array`` (C-contiguous copy) and return its byte offset."""
+        """Append ``array`` (C-contiguous copy) and return its byte offset (with
+        ``dedupe``, the offset of an equal array already added)."""
         array = np.ascontiguousarray(array)
+        if self.dedupe:
+            key = (array.dtype.str, array.shape,
+                   hashlib.sha256(array.reshape(-1).view(np.uint8)).hexdigest())
+            off = self._by_content.get(key)
+            if off is not None:
+                return off
+            off = self._add(array, name)
+            self._by_content[key] = off
+            return off
+        return self._add(array, name)
+
+    def _add(self, array: np.ndarray, name: str) -> int:
         base, k = name or "param", 1
         while name in self.names or not name:
             name, k = f"{base}_{k}", k + 1
@@ -393,10 +410,13 @@ def _whole_output_epilogue(fused: FusedOp, ctx: CEmitContext) -> str:
     return "\n".join(lines)
 
 
-def _assemble(source: _Source, op_functions: list[str], n: int, shapes: str = "") -> str:
+def _assemble(
+    source: _Source, op_functions: list[str], n: int, shapes: str = "", run_first: str = ""
+) -> str:
     """The C file: prelude, headers, helpers, op functions and the exported entry
     points; ``shapes`` (C statements, run-time dims only) writes the output shapes at
-    the end of ``monolib_run`` and after the last op of ``monolib_run_op``."""
+    the end of ``monolib_run`` and after the last op of ``monolib_run_op``;
+    ``run_first`` starts ``monolib_run`` (the dispatch to specialized paths)."""
     parts = [host_prelude(), *source.headers, *source.helpers, *source.functions, *op_functions]
     if shapes:
         parts.append(
@@ -414,6 +434,8 @@ def _assemble(source: _Source, op_functions: list[str], n: int, shapes: str = ""
             "  return 0;"
         )
         run = (
+            f"{run_first}\n" if run_first else ""
+        ) + (
             f"  for (int32_t i = 0; i < {n}; ++i) monolib_ops[i](params, arena);{write}\n"
             "  return 0;"
         )
@@ -483,45 +505,25 @@ def scratch_sizes(fusion: Fusion, plan: MemoryPlan) -> dict[int, int]:
     return sizes
 
 
-def generate(
-    graph: Graph,
-    fusion: Fusion,
-    plan: MemoryPlan,
-    *,
-    constants: dict[str, Any] | None = None,
-) -> tuple[str, dict[str, Any], np.ndarray]:
-    """Generate the C library source, the graph JSON and the params blob.
-
-    Parameters
-    ----------
-    graph : Graph
-        The graph (name and ``metadata`` go into the JSON).
-    fusion : Fusion
-        Fused ops in run order (:func:`~..passes.fuse_elementwise.fuse_elementwise`).
-    plan : MemoryPlan
-        Arena offsets (:func:`~..passes.plan_memory.plan_memory`).
-    constants : dict, optional
-        User constants recorded under ``"constants"`` in the JSON.
+def emit_ops(
+    fusion: Fusion, plan: MemoryPlan, params: ParamsBuilder, source: _Source, prefix: str = "op_"
+) -> tuple[list[str], list[dict[str, Any]], int]:
+    """The C function of each fused op that has code, named ``<prefix><i>``.
 
     Returns
     -------
-    source : str
-        Self-contained C (ABI: docs/ARCHITECTURE.md, "The generated C library").
-    graph_json : dict
-        ARCHITECTURE.md, "The graph JSON".
-    params : numpy.ndarray
-        ``uint8`` params blob.
+    (functions, nodes, tail)
+        The functions, their graph JSON ``nodes`` entries, and the bytes of scratch of
+        ops the plan did not place (they go after ``plan.arena_bytes``).
 
     Raises
     ------
     CompileError
         When an op's emitter fails (the message names the node).
     """
-    params = ParamsBuilder()
-    source = _Source()
-    op_functions, nodes = [], []
+    functions, nodes = [], []
     prologue = sym_prologue(plan) + "\n" if plan.sym_offset is not None else ""
-    tail = 0  # scratch of ops the plan did not place: after the planned arena
+    tail = 0
     for t, fused in enumerate(fusion.ops):
         if not fused.has_code:
             continue
@@ -539,18 +541,74 @@ def generate(
         i = len(nodes)
         decls = "".join(line + "\n" for line in ctx.preamble)
         chain = " -> ".join([fused.op_type, *fused.fused_types])
-        op_functions.append(
-            f"/* {chain}: {fused.name} */\n{HOST_C.signature(f'op_{i}')} {{\n"
+        functions.append(
+            f"/* {chain}: {fused.name} */\n{HOST_C.signature(f'{prefix}{i}')} {{\n"
             f"  (void)params; (void)arena;\n{prologue}{decls}{body}\n}}"
         )
         nodes.append(node_json(fused, plan))
-    src = _assemble(source, op_functions, len(nodes), _output_shapes(fusion, plan))
+    return functions, nodes, tail
+
+
+def generate(
+    graph: Graph,
+    fusion: Fusion,
+    plan: MemoryPlan,
+    *,
+    constants: dict[str, Any] | None = None,
+    variants: Sequence[tuple[dict[str, int], Fusion, MemoryPlan]] = (),
+) -> tuple[str, dict[str, Any], np.ndarray]:
+    """Generate the C library source, the graph JSON and the params blob.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph (name and ``metadata`` go into the JSON).
+    fusion : Fusion
+        Fused ops in run order (:func:`~..passes.fuse_elementwise.fuse_elementwise`).
+    plan : MemoryPlan
+        Arena offsets (:func:`~..passes.plan_memory.plan_memory`).
+    constants : dict, optional
+        User constants recorded under ``"constants"`` in the JSON.
+    variants : list of (values, Fusion, MemoryPlan), optional
+        Static specializations of a graph with run-time dims (:mod:`.specialize`): the
+        symbol values each stands for, its fused ops and its own plan.
+
+    Returns
+    -------
+    source : str
+        Self-contained C (ABI: docs/ARCHITECTURE.md, "The generated C library").
+    graph_json : dict
+        ARCHITECTURE.md, "The graph JSON".
+    params : numpy.ndarray
+        ``uint8`` params blob.
+
+    Raises
+    ------
+    CompileError
+        When an op's emitter fails (the message names the node).
+    """
+    params = ParamsBuilder(dedupe=bool(variants))
+    source = _Source()
+    op_functions, nodes, tail = emit_ops(fusion, plan, params, source)
+    arena = align(plan.arena_bytes + tail)
+    for k, (values, vfusion, vplan) in enumerate(variants):
+        moved = specialize.shifted(vplan, arena)
+        functions, vnodes, vtail = emit_ops(vfusion, moved, params, source, f"spec{k}_op_")
+        op_functions += functions
+        op_functions.append(specialize.runner(k, len(vnodes), fusion, plan, vfusion, moved))
+        arena = align(moved.arena_bytes + vtail)
+    run_first = ""
+    if variants:
+        run_first = specialize.dispatch(fusion.symbols, plan.sym_offset, [v for v, _, _ in variants])
+    src = _assemble(source, op_functions, len(nodes), _output_shapes(fusion, plan), run_first)
     blob = params.blob()
     graph_json = graph_json_of(graph, fusion, plan, nodes, params, blob, constants,
-                               arena_bytes=plan.arena_bytes + tail)
+                               arena_bytes=arena,
+                               specializations=[v for v, _, _ in variants])
     logger.info(
-        "generated %d ops, %d bytes of C, arena %d bytes",
+        "generated %d ops (%d specializations), %d bytes of C, arena %d bytes",
         len(nodes),
+        len(variants),
         len(src),
         graph_json["arena_bytes"],
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 
-from ....errors import TargetError
+from ....errors import CompileError, TargetError
 from ....export.targets import Target
 from ...ir import Graph
 from ...passes.fuse_elementwise import Fusion
@@ -84,6 +84,11 @@ class DeviceBackend(Backend):
     def generate(
         self, graph: Graph, fusion: Fusion, plan: MemoryPlan, target: Target, *, constants=None
     ) -> Generated:
+        if len(graph.symbols):
+            raise CompileError(
+                f"target {self.kind}: run-time dims ({', '.join(s.describe() for s in graph.symbols)}) "
+                "are compiled for the host C target only; give static shapes for a device"
+            )
         source, functions, graph_json, params = generate(
             graph, fusion, plan, self.language, constants=constants
         )

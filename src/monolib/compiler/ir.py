@@ -31,7 +31,7 @@ import numpy as np
 from .symbolic import Dim, DimLike, SymbolTable
 
 __all__ = ["Graph", "Node", "Value", "is_static", "max_shape", "nbytes_at_bounds",
-           "normalize_shape", "shape_size"]
+           "normalize_shape", "shape_array", "shape_size"]
 
 _ids = itertools.count()
 
@@ -116,6 +116,14 @@ def shape_size(shape) -> DimLike:
     for d in shape:
         n = n * d
     return n
+
+
+def shape_array(shape) -> np.ndarray:
+    """``shape`` as the data of a shape tensor: ``int64``, or an ``object`` array holding
+    its run-time Dims (a symbolic constant, see ``passes/node_eval.make_const``)."""
+    out = np.empty(len(shape), dtype=np.int64 if is_static(shape) else object)
+    out[:] = list(shape)
+    return out
 
 
 def max_shape(shape) -> tuple[int, ...]:

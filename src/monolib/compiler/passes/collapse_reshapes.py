@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 from ...errors import UnsupportedOpError
-from ..ir import Graph, Node, is_static
+from ..ir import Graph, Node, shape_array
 from ..ops.base import lookup
 from ..symbolic import is_one
 from .base import Pass, PassResult
@@ -88,9 +86,7 @@ class CollapseReshapes(Pass):
             k += 1
             shape_name = f"{node.name}/shape.{k}"
         names.add(shape_name)
-        dims = np.empty(len(out.shape), dtype=np.int64 if is_static(out.shape) else object)
-        dims[:] = list(out.shape)  # Dims stay (a symbolic constant, see node_eval)
-        shape = make_const(shape_name, dims)
+        shape = make_const(shape_name, shape_array(out.shape))  # Dims stay symbolic
         logger.debug("%s %r -> Reshape of %r to %s", node.op_type, node.name, src.name, out.shape)
         node.op_type = "Reshape"
         node.inputs = [src, shape]

@@ -36,7 +36,7 @@ import logging
 import numpy as np
 
 from ...errors import UnsupportedOpError
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Value, shape_array
 from ..ops.base import op_of
 from .base import Pass, PassResult, splice_nodes
 from .node_eval import run_infer, run_reference
@@ -257,7 +257,7 @@ def _gather_nodes(
     b = NodeBuilder(mm.name, names, mm.opset, np.float32)
     add, const = b.add, b.const
     lead = mm.outputs[0].shape[:-1]
-    flat = add("Reshape", [idx, const("idx_shape", np.array(lead, np.int64))])
+    flat = add("Reshape", [idx, const("idx_shape", shape_array(lead))])
     if np.iinfo(flat.dtype).max < k:  # the zero row's index does not fit (uint8, K = 256)
         flat = add("Cast", [flat], {"to": 7})  # 7: INT64
     low = add("Less", [flat, const("zero", np.zeros((), flat.dtype))])

@@ -34,11 +34,11 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Union
 
 import numpy as np
 
+from ..abi import symbols as abi_symbols
 from ..errors import ShapeError, UndecidableDimError
 
 __all__ = [
@@ -61,9 +61,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Symbol:
-    """A named run-time dim: every value ``v`` with ``lo <= v <= hi`` and ``v % step == 0``.
+class Symbol(abi_symbols.Symbol):
+    """A named run-time dim: every value ``v`` with ``lo <= v <= hi`` and ``v % step == 0``
+    (the graph JSON's :class:`monolib.abi.symbols.Symbol`, checked when made).
 
     Raises
     ------
@@ -72,44 +72,35 @@ class Symbol:
         lies in the bounds.
     """
 
-    name: str
-    lo: int
-    hi: int
-    step: int = 1
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if not (1 <= self.lo <= self.hi) or self.step < 1:
+    def __new__(cls, name: str, lo: int, hi: int, step: int = 1) -> "Symbol":
+        lo, hi, step = int(lo), int(hi), int(step)
+        if not (1 <= lo <= hi) or step < 1:
             raise ShapeError(
-                f"dim {self.name!r}: bounds ({self.lo}, {self.hi}, step {self.step}) need "
-                "1 <= lo <= hi and step >= 1"
+                f"dim {name!r}: bounds ({lo}, {hi}, step {step}) need 1 <= lo <= hi and step >= 1"
             )
-        if self.qlo > self.qhi:
-            raise ShapeError(
-                f"dim {self.name!r}: no multiple of {self.step} lies in [{self.lo}, {self.hi}]"
-            )
+        if -(-lo // step) > hi // step:
+            raise ShapeError(f"dim {name!r}: no multiple of {step} lies in [{lo}, {hi}]")
+        return super().__new__(cls, name, lo, hi, step)
 
     @property
     def qlo(self) -> int:
         """Smallest in-bound value divided by ``step``."""
-        return -(-self.lo // self.step)
+        return self.first // self.step
 
     @property
     def qhi(self) -> int:
         """Largest in-bound value divided by ``step``."""
-        return self.hi // self.step
-
-    def contains(self, v: int) -> bool:
-        """True when ``v`` is in bounds and on step."""
-        return self.lo <= v <= self.hi and v % self.step == 0
+        return self.last // self.step
 
     def describe(self) -> str:
         """``name in [lo, hi]`` (``step k`` appended when k > 1), for messages."""
-        step = f" step {self.step}" if self.step > 1 else ""
-        return f"{self.name} in [{self.lo}, {self.hi}]{step}"
+        return f"{self.name} in {self.bounds()}"
 
     def as_json(self) -> dict:
         """The graph JSON entry ``{"name", "lo", "hi", "step"}``."""
-        return {"name": self.name, "lo": self.lo, "hi": self.hi, "step": self.step}
+        return abi_symbols.symbol_entry(*self)
 
 
 # An atom is a hashable tuple: ("q", Symbol) | ("div", Dim, den) | ("min"|"max", a, b).

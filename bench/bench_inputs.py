@@ -1,10 +1,12 @@
 """The benchmarked models: fetch key, compile shapes and constants, and meaningful
-inputs (rendered text, synthesized speech, a Python source file) for monolib and ORT."""
+inputs (rendered text, synthesized speech, Python source files) for monolib and ORT,
+at the default size (``bench/run.py``) or at any size (``bench/dynamic.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -14,35 +16,57 @@ from monolib.models import fetch_model, magika, ocr, vad
 __all__ = ["MODEL_INPUTS", "BenchModel"]
 
 Feeds = dict[str, np.ndarray]
+HERE = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
 class BenchModel:
-    """``make()`` returns (monolib feeds, ORT feeds): ORT also gets the inputs monolib
-    compiles in as ``constants``."""
+    """One benchmarked model.
+
+    ``make()`` returns (monolib feeds, ORT feeds) at ``shapes``: ORT also gets the inputs
+    monolib compiles in as ``constants``. Models with run-time dims also have
+    ``dynamic`` (the keywords of ``monolib.compile`` for ONE library with run-time dims,
+    ``shapes=``/``dims=``), ``sizes`` (the sizes ``bench/dynamic.py`` times) and
+    ``make_at(size)`` (the feeds at one of those sizes, the same kind as ``make()``).
+    """
 
     key: str
     shapes: dict
     make: Callable[[], tuple[Feeds, Feeds]]
     constants: dict = field(default_factory=dict)
+    dynamic: dict = field(default_factory=dict)
+    sizes: tuple = ()
+    make_at: Callable[[object], tuple[Feeds, Feeds]] | None = None
+
+    def shapes_at(self, size: object) -> dict[str, tuple[int, ...]]:
+        """The static ``shapes=`` of today's library for exactly ``size``."""
+        feeds, _ = self.make_at(size)
+        return {k: tuple(v.shape) for k, v in feeds.items() if k not in self.constants}
 
 
 def _same(feeds: Feeds) -> tuple[Feeds, Feeds]:
     return feeds, feeds
 
 
-def _det():
-    image, _ = ocr.render_page(["Hello World 2024", "monolib compiles ONNX"])
+PAGE = ["Hello World 2024", "monolib compiles ONNX"]
+
+
+def _det_at(hw: tuple[int, int]):
+    image, _ = ocr.render_page(PAGE, size=hw)
     return _same({"x": ocr.det_preprocess(image)})
 
 
-def _line(width: int):
-    return lambda: _same({"x": ocr.line_preprocess(ocr.render_line("Hello World 2024"),
-                                                   48, width)})
+def _line_at(width: int, batch: int = 1):
+    """``batch`` copies of the rendered line, each padded (or squeezed) to ``width``."""
+    x = ocr.line_preprocess(ocr.render_line("Hello World 2024"), 48, width)
+    return _same({"x": np.ascontiguousarray(np.repeat(x, batch, axis=0))})
 
 
+@cache
 def _speech_chunks() -> np.ndarray:
-    audio, _, _ = vad.speech_with_silence("The quick brown fox jumps over the lazy dog.", 0.2)
+    """[T, 576] chunks of synthesized speech with silence (T >= 200)."""
+    text = " ".join(["The quick brown fox jumps over the lazy dog."] * 3)
+    audio, _, _ = vad.speech_with_silence(text, 0.2)
     return vad.vad_chunks(audio)
 
 
@@ -52,26 +76,40 @@ def _silero():
     return feeds, {**feeds, "sr": np.array(16000, np.int64)}
 
 
-def _silero_seq():
-    chunks = _speech_chunks()[:32]
+def _silero_seq_at(chunks: int):
     zeros = np.zeros((1, 1, 128), np.float32)
-    return _same({"input": chunks, "h": zeros, "c": zeros})
+    return _same({"input": np.ascontiguousarray(_speech_chunks()[:chunks]), "h": zeros,
+                  "c": zeros})
 
 
-def _magika():
+def _magika_at(batch: int):
+    """The features of ``batch`` Python source files of bench/ (one row each)."""
     cfg = magika.load_config(fetch_model("magika_config"))
-    source = Path(__file__).read_bytes()
-    return _same({"bytes": magika.magika_features(source, cfg)})
+    files = sorted(HERE.glob("*.py"))
+    files = [Path(__file__)] + [f for f in files if f.name != Path(__file__).name]
+    rows = [magika.magika_features(files[i % len(files)].read_bytes(), cfg)
+            for i in range(batch)]
+    return _same({"bytes": np.ascontiguousarray(np.concatenate(rows, axis=0))})
 
 
 MODEL_INPUTS: dict[str, BenchModel] = {
-    "det": BenchModel("ppocr_det", {"x": (1, 3, 640, 640)}, _det),
-    "rec": BenchModel("ppocr_rec", {"x": (1, 3, 48, 320)}, _line(320)),
-    "cls": BenchModel("ppocr_cls", {"x": (1, 3, 48, 192)}, _line(192)),
+    "det": BenchModel("ppocr_det", {"x": (1, 3, 640, 640)}, lambda: _det_at((640, 640)),
+                      dynamic={"shapes": {"x": (1, 3, (32, 1280, 32), (32, 1280, 32))}},
+                      sizes=((480, 640), (736, 736), (1280, 960)), make_at=_det_at),
+    "rec": BenchModel("ppocr_rec", {"x": (1, 3, 48, 320)}, lambda: _line_at(320),
+                      dynamic={"shapes": {"x": (1, 3, 48, (32, 1280))}},
+                      sizes=(100, 320, 960), make_at=_line_at),
+    "cls": BenchModel("ppocr_cls", {"x": (1, 3, 48, 192)}, lambda: _line_at(192),
+                      dynamic={"shapes": {"x": ((1, 8), 3, 48, 192)}},
+                      sizes=(1, 3, 8), make_at=lambda b: _line_at(192, b)),
     "silero": BenchModel("silero_vad", {"input": (1, 576), "state": (2, 1, 128)}, _silero,
                          {"sr": 16000}),
     "silero_seq": BenchModel("silero_vad_sequence",
                              {"input": (32, 576), "h": (1, 1, 128), "c": (1, 1, 128)},
-                             _silero_seq),
-    "magika": BenchModel("magika", {"bytes": (1, 2048)}, _magika),
+                             lambda: _silero_seq_at(32),
+                             dynamic={"dims": {"sequence_length": (1, 256)}},
+                             sizes=(8, 32, 200), make_at=_silero_seq_at),
+    "magika": BenchModel("magika", {"bytes": (1, 2048)}, lambda: _magika_at(1),
+                         dynamic={"shapes": {"bytes": ((1, 8), 2048)}},
+                         sizes=(1, 3, 8), make_at=_magika_at),
 }

@@ -43,6 +43,15 @@ def test_line_preprocess_keeps_aspect_and_pads():
     np.testing.assert_allclose(wide, -1.0)  # clipped to the full width
 
 
+def test_line_preprocess_natural_width():
+    """No fixed width (a recognizer with a run-time width): ceil(48 * w / h), no padding,
+    squeezed to max_width."""
+    x = ocr.line_preprocess(np.full((25, 80, 3), 255, np.uint8))  # 48 * 80 / 25 = 153.6
+    assert x.shape == (1, 3, 48, 154)
+    np.testing.assert_allclose(x, 1.0)
+    assert ocr.line_preprocess(np.zeros((10, 1000, 3), np.uint8), max_width=1280).shape[3] == 1280
+
+
 def test_det_preprocess_normalizes_and_checks_size():
     img = np.zeros((64, 96, 3), np.uint8)
     x = ocr.det_preprocess(img)

@@ -4,8 +4,9 @@ classifier): render text with a TrueType font, preprocess as PaddleOCR does, dec
 Follows PaddleOCR's inference preprocessing (``tools/infer/predict_det.py``,
 ``predict_rec.py``, ``predict_cls.py``): the detector takes RGB/255 normalized with
 the ImageNet mean and std, NCHW; the recognizer and the classifier take a line resized
-to height 48 keeping its aspect, ``(x/255 - 0.5) / 0.5``, padded with zeros on the
-right. The recognizer's output is decoded greedily with CTC (index 0 is the blank).
+to height 48 keeping its aspect (width ``ceil(48 * w / h)``), ``(x/255 - 0.5) / 0.5``,
+at that natural width for a recognizer with a run-time width, or padded with zeros on
+the right to a fixed width. The recognizer's output is decoded greedily with CTC (index 0 is the blank).
 Pillow is imported on first use only (it is a test/bench dependency).
 """
 
@@ -67,22 +68,23 @@ def render_line(text: str, font_size: int = 32, margin: int = 8) -> np.ndarray:
     return np.asarray(img)
 
 
-def render_page(lines: list[str], size: int = 640, font_size: int = 40,
+def render_page(lines: list[str], size: int | tuple[int, int] = 640, font_size: int = 40,
                 top: int = 200, spacing: int = 100) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Render text lines on a white ``size`` x ``size`` page, one every ``spacing``
-    pixels from ``top``, starting 40 px from the left.
+    """Render text lines on a white page of ``size`` (``H`` x ``W``, or one int for a
+    square), one every ``spacing`` pixels from ``top``, starting 40 px from the left.
 
     Returns
     -------
     image : numpy.ndarray
-        uint8 RGB, shape ``[size, size, 3]``.
+        uint8 RGB, shape ``[H, W, 3]``.
     bands : list of (int, int)
         For each line, the rows ``[y0, y1)`` its ink covers.
     """
     from PIL import Image, ImageDraw
 
+    height, width = (size, size) if isinstance(size, int) else size
     font = _font(font_size)
-    img = Image.new("RGB", (size, size), "white")
+    img = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(img)
     bands = []
     for i, line in enumerate(lines):
@@ -108,24 +110,31 @@ def det_preprocess(image: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
-def line_preprocess(image: np.ndarray, height: int = 48, width: int = 320) -> np.ndarray:
+def line_preprocess(image: np.ndarray, height: int = 48, width: int | None = None,
+                    max_width: int = 1280) -> np.ndarray:
     """Recognizer/classifier input from an RGB uint8 line image ``[h, w, 3]``.
 
-    Resized (bilinear) to ``height`` keeping the aspect ratio, at most ``width`` wide,
-    normalized to ``(x/255 - 0.5) / 0.5`` and padded with zeros on the right.
+    Resized (bilinear) to ``height`` keeping the aspect ratio, to the natural width
+    ``ceil(height * w / h)`` as PaddleOCR's ``resize_norm_img`` rounds it, and
+    normalized to ``(x/255 - 0.5) / 0.5``. With ``width`` (a library of fixed width)
+    the line is squeezed to at most ``width`` and padded with zeros on the right to
+    ``width``; without it (a library with a run-time width) the input has the natural
+    width, squeezed to at most ``max_width``.
 
     Returns
     -------
     numpy.ndarray
-        float32 ``[1, 3, height, width]``.
+        float32 ``[1, 3, height, width]``, or ``[1, 3, height, W]`` with
+        ``W = min(ceil(height * w / h), max_width)`` when ``width`` is None.
     """
     from PIL import Image
 
     h, w = image.shape[:2]
-    new_w = min(width, math.ceil(height * w / h))
+    natural = math.ceil(height * w / h)
+    new_w = min(natural, width if width is not None else max_width)
     resized = np.asarray(Image.fromarray(image).resize((new_w, height), Image.BILINEAR))
     x = (resized.astype(np.float32) / 255.0 - 0.5) / 0.5
-    out = np.zeros((1, 3, height, width), np.float32)
+    out = np.zeros((1, 3, height, width if width is not None else new_w), np.float32)
     out[0, :, :, :new_w] = x.transpose(2, 0, 1)
     return out
 
@@ -205,7 +214,7 @@ def text_boxes(prob_map: np.ndarray, threshold: float = 0.3, pad: int = 6,
 
 
 def read_page(image: np.ndarray, detect, recognize, charset: list[str],
-              rec_width: int = 320, threshold: float = 0.3):
+              rec_width: int | None = None, threshold: float = 0.3):
     """Detect and read every text line of ``image`` (the PP-OCR pipeline, simplified).
 
     Parameters
@@ -215,9 +224,12 @@ def read_page(image: np.ndarray, detect, recognize, charset: list[str],
     detect : callable
         ``detect(x [1, 3, H, W] float32) -> probability map [1, 1, H, W]``.
     recognize : callable
-        ``recognize(x [1, 3, 48, rec_width] float32) -> [1, T, C]`` class probabilities.
+        ``recognize(x [1, 3, 48, W] float32) -> [1, T, C]`` class probabilities.
     charset : list of str
         From :func:`load_charset`.
+    rec_width : int, optional
+        The recognizer's fixed input width (each line padded to it); None (a recognizer
+        with a run-time width): each line at its natural width (:func:`line_preprocess`).
 
     Returns
     -------

@@ -22,6 +22,7 @@ import onnx.helper
 
 from ....errors import UnsupportedOpError
 from ...ir import Node
+from ...symbolic import is_dim
 from ..base import OpDef, compute_dtype, is_storage, register
 from ...backends.cstyle import ctype, storage_load, storage_store
 from .elementwise import Elementwise, cast_expr
@@ -105,6 +106,20 @@ class Cast(Elementwise):
 
     def np_fn(self, node: Node, x):
         return _reference(self, node, x, self.out_dtype(node))
+
+    def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
+        """As :meth:`Elementwise.reference`, except for a shape computed from run-time dims
+        (an ``object`` array holding Dims) cast to an integer type whose range holds every
+        in-bound value: it keeps its Dims, so ``Shape -> Cast -> ... -> Reshape`` still folds
+        (Magika's one-hot batch)."""
+        dst = self.out_dtype(node)
+        cells = np.asarray(inputs[0]).reshape(-1)
+        if cells.dtype == object and dst.kind in "iu" and any(is_dim(d) for d in cells):
+            info = np.iinfo(dst)
+            bounds = [(d.lo, d.hi) if is_dim(d) else (d, d) for d in cells]
+            if all(info.min <= lo and hi <= info.max for lo, hi in bounds):
+                return [np.array(inputs[0], dtype=object)]
+        return super().reference(node, inputs)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         return _convert(self, node, args[0], node.inputs[0].dtype, node.outputs[0].dtype)

@@ -25,6 +25,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
+from ...symbolic import is_dim
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
 from ..tensor.flat import FlatEpilogueOp
@@ -84,6 +85,8 @@ def _np(fn):
 
 
 def _mean_fin(a: str, n: int, dt) -> str:
+    if is_dim(n):  # a run-time count: its C expression, converted
+        return f"({a} / ({ctype(dt)})({n}))"
     return f"({a} / {c_literal(n, dt) if is_float(dt) else n})"
 
 
@@ -228,15 +231,16 @@ class Reduce(FlatEpilogueOp):
         kd = [1 if d in axes else n for d, n in enumerate(x.shape)]
         kd_strides = contiguous_strides(kd)
         out_strides = [0 if d in axes else kd_strides[d] for d in range(len(kd))]
-        count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+        # math.prod keeps a run-time dim symbolic (its C renders over S)
+        count = math.prod(x.shape[d] for d in axes)
         shape, (ist, ost) = collapse_dims(
             x.shape, [(contiguous_strides(x.shape), 0), (out_strides, 0)]
         )
         red = [s == 0 for s in ost]
         if len(shape) >= 1 and red[-1] and sum(red) == 1:
-            return self._emit_rows(node, ctx, int(np.prod(shape[:-1])), shape[-1], count)
+            return self._emit_rows(node, ctx, math.prod(shape[:-1]), shape[-1], count)
         if len(shape) >= 2 and red[-2] and not red[-1] and sum(red) == 1:
-            k = int(np.prod(shape[:-2]))
+            k = math.prod(shape[:-2])
             return self._emit_strided(node, ctx, k, shape[-2], shape[-1], count)
         return self._emit_general(node, ctx, shape, ist, ost, count)
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
+from ...symbolic import is_dim
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
 from .flat import FlatEpilogueOp
@@ -55,11 +56,12 @@ def _map_index(s: str, n: int, mode: str) -> str:
         return f"if ({s} < 0) {s} = 0; else if ({s} >= {n}) {s} = {n - 1};"
     if mode == "wrap":
         return f"{s} %= {n}; if ({s} < 0) {s} += {n};"
-    if n == 1:
-        return f"{s} = 0;"
     # reflect: period 2(n-1), then mirror the upper half
     p = 2 * (n - 1)
-    return f"{s} %= {p}; if ({s} < 0) {s} += {p}; if ({s} >= {n}) {s} = {p} - {s};"
+    reflect = f"{s} %= {p}; if ({s} < 0) {s} += {p}; if ({s} >= {n}) {s} = {p} - {s};"
+    if is_dim(n):  # a run-time size may be 1 (period 0): decided when the op runs
+        return f"if ({n} == 1) {s} = 0; else {{ {reflect} }}"
+    return f"{s} = 0;" if n == 1 else reflect
 
 
 class _Pad(FlatEpilogueOp):

@@ -96,7 +96,7 @@ def test_detect_then_read_the_page(model_lib, page):
 
     image, bands = page
     charset = ocr.load_charset(fetch_model("ppocr_rec"))
-    found = ocr.read_page(image, runner("det"), runner("rec"), charset)
+    found = ocr.read_page(image, runner("det"), runner("rec"), charset, rec_width=320)
     assert [text for _, text in found] == PAGE
     for ((_, y0, _, y1), _), (b0, b1) in zip(found, bands):
         assert b0 < (y0 + y1) / 2 < b1, (found, bands)  # each box sits on its line

@@ -175,19 +175,27 @@ def ctc_greedy_decode(probs: np.ndarray, charset: list[str]) -> str:
     return "".join(charset[i] for i in best[keep & (best != 0)])
 
 
-def text_boxes(prob_map: np.ndarray, threshold: float = 0.3, pad: int = 6,
-               min_rows: int = 4) -> list[tuple[int, int, int, int]]:
+def text_boxes(prob_map: np.ndarray, threshold: float = 0.3, pad: int | None = None,
+               min_rows: int = 4, unclip_ratio: float = 2.0) -> list[tuple[int, int, int, int]]:
     """Text boxes from the detector's probability map, for horizontal lines.
 
     The map is thresholded; each run of consecutive rows holding text pixels is a
-    line, boxed by the columns it covers, then grown by ``pad`` pixels (DBNet
-    predicts shrunk text kernels; PaddleOCR "unclips" them, this is the simple
-    version of that).
+    line, boxed by the columns it covers, then grown on every side (DBNet predicts
+    shrunk text kernels). The growth is PaddleOCR's "unclip" distance
+    ``area * unclip_ratio / perimeter`` of the kernel box (``DBPostProcess``, for an
+    axis-aligned box), or ``pad`` pixels when given. The whole glyph height matters:
+    a line read at its natural width by a recognizer with a run-time width (no
+    squeezing to a fixed width) loses its word gaps when the tops are cut.
 
     Parameters
     ----------
     prob_map : numpy.ndarray
         float ``[H, W]`` (or ``[1, 1, H, W]``) probabilities.
+    pad : int, optional
+        A fixed growth in pixels instead of the unclip distance.
+    unclip_ratio : float
+        PaddleOCR's ``det_db_unclip_ratio`` (it ships 1.5 with polygon unclipping;
+        2.0 suits this axis-aligned simplification).
 
     Returns
     -------
@@ -208,8 +216,10 @@ def text_boxes(prob_map: np.ndarray, threshold: float = 0.3, pad: int = 6,
             y += 1
         if y - y0 >= min_rows:
             cols = np.flatnonzero(m[y0:y].any(axis=0))
-            boxes.append((max(0, int(cols[0]) - pad), max(0, y0 - pad),
-                          min(w, int(cols[-1]) + 1 + pad), min(h, y + pad)))
+            bw, bh = int(cols[-1]) + 1 - int(cols[0]), y - y0
+            d = pad if pad is not None else round(bw * bh * unclip_ratio / (2 * (bw + bh)))
+            boxes.append((max(0, int(cols[0]) - d), max(0, y0 - d),
+                          min(w, int(cols[-1]) + 1 + d), min(h, y + d)))
     return boxes
 
 

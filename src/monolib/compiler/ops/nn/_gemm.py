@@ -17,6 +17,7 @@ import logging
 
 import numpy as np
 
+from ...symbolic import is_dim
 from .._constants import include_checked
 from ..base import EmitContext
 
@@ -67,7 +68,9 @@ def pack_b(b: np.ndarray) -> np.ndarray:
 
 
 def bbuf_floats(k: int, n: int) -> int:
-    """Floats of the B block buffer ``ml_sgemm`` needs (mirrors ``ml_gemm_bbuf_floats``)."""
+    """Floats of the B block buffer ``ml_sgemm`` needs (mirrors ``ml_gemm_bbuf_floats``);
+    a run-time ``k`` or ``n`` at its upper bound (the buffer is planned once)."""
+    k, n = (d.hi if is_dim(d) else d for d in (k, n))
     return min(k, KC) * min(-(-n // 32) * 32, NC)
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
+from ...symbolic import is_dim
 from ...backends.cstyle import c_literal, ctype
 from ..base import EmitContext, OpDef, OutType, register
 from .._constants import include_checked
@@ -484,7 +485,8 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
     k = cg * d["KH"] * d["KW"]
     ohw = d["OH"] * d["OW"]
     ap, per_group, code = _weights(node, ctx, group, mg, k)
-    folded = n > 1 and ohw < FOLD_BATCH_BELOW
+    # a run-time batch folds too (its C reads the batch; at 1 the fold only costs a copy)
+    folded = (is_dim(n) or n > 1) and ohw < FOLD_BATCH_BELOW
     if not folded and mg < DIRECT_BELOW and not _pointwise(d) and _direct_fits(d, cg):
         return code + _emit_direct(node, ctx, d, epi, group, ap, per_group)
     bsrc, pad = _b_source(node, ctx, d, folded)

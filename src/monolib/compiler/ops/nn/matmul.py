@@ -18,7 +18,7 @@ from ....errors import ShapeError
 from ...backends.cstyle import c_literal, ctype
 from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
-from ..tensor.loops import broadcast_strides
+from ..tensor.loops import broadcast_shape, broadcast_strides
 from ._common import epi_call, require_float32
 from ._gemm import MR, NR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
 from .gemm import a_operand, b_operand
@@ -46,9 +46,9 @@ def matmul_shapes(node: Node) -> tuple[tuple[int, ...], int, int, int, tuple[int
     b2 = b + (1,) if len(b) == 1 else b
     if a2[-1] != b2[-2]:
         raise ShapeError(f"MatMul node {node.name!r}: inner dims differ, {a} @ {b}")
-    try:
-        batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
-    except ValueError:
+    try:  # broadcast_shape takes run-time dims (never broadcast themselves)
+        batch = broadcast_shape(a2[:-2], b2[:-2])
+    except ShapeError:
         raise ShapeError(
             f"MatMul node {node.name!r}: batch dims of {a} and {b} do not broadcast"
         ) from None

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ....errors import ShapeError
+from ...symbolic import is_dim, is_one, same
 from ..base import EmitContext
 
 __all__ = [
@@ -45,7 +46,8 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major (C order) strides, in elements, of a tensor of ``shape``."""
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * max(int(shape[d + 1]), 1)
+        n = shape[d + 1]  # a run-time dim (>= 1) stays symbolic
+        strides[d] = strides[d + 1] * (n if is_dim(n) else max(int(n), 1))
     return tuple(strides)
 
 
@@ -65,17 +67,18 @@ def broadcast_shape(*shapes: Sequence[int], where: str = "") -> tuple[int, ...]:
     for s in shapes:
         for i, d in enumerate(s):
             k = rank - len(s) + i
-            if d == 1:
+            # a run-time dim never broadcasts (is_one): it must meet 1 or itself
+            if is_one(d):
                 continue
-            if out[k] not in (1, d):
+            if not (is_one(out[k]) or same(out[k], d)):
                 raise ShapeError(
                     f"{where or 'broadcast'}: shapes {[list(x) for x in shapes]} are not broadcastable"
                 )
-            out[k] = int(d)
+            out[k] = d if is_dim(d) else int(d)
     # a zero-sized dim broadcasts against 1 and stays 0
     for s in shapes:
         for i, d in enumerate(s):
-            if d == 0:
+            if not is_dim(d) and d == 0:
                 out[rank - len(s) + i] = 0
     return tuple(out)
 
@@ -87,7 +90,7 @@ def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> tupl
     lead = len(out_shape) - len(in_shape)
     strides = [0] * len(out_shape)
     for i, d in enumerate(in_shape):
-        strides[lead + i] = own[i] if d != 1 else 0
+        strides[lead + i] = 0 if is_one(d) else own[i]
     return tuple(strides)
 
 
@@ -113,19 +116,19 @@ def collapse_dims(
     operand (true of contiguous and of fully broadcast runs), so fewer, longer loops
     are emitted. Returns the new shape and each operand's new strides.
     """
-    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    dims = [d for d in range(len(shape)) if not is_one(shape[d])]
     new_shape: list[int] = []
     new_strides: list[list[int]] = [[] for _ in operands]
     for d in dims:
-        n = int(shape[d])
-        if new_shape and all(st[-1] == ops[0][d] * n for st, ops in zip(new_strides, operands)):
+        n = shape[d] if is_dim(shape[d]) else int(shape[d])
+        if new_shape and all(same(st[-1], ops[0][d] * n) for st, ops in zip(new_strides, operands)):
             new_shape[-1] *= n
             for st, ops in zip(new_strides, operands):
                 st[-1] = ops[0][d]
             continue
         new_shape.append(n)
         for st, ops in zip(new_strides, operands):
-            st.append(int(ops[0][d]))
+            st.append(ops[0][d] if is_dim(ops[0][d]) else int(ops[0][d]))
     return new_shape, new_strides
 
 
@@ -133,9 +136,9 @@ def linear_offset(index: Sequence[str], strides: Sequence[int], base: int | str 
     """C expression ``base + i0*s0 + i1*s1 ...`` (terms with stride 0 dropped)."""
     terms = [] if base in (0, "0") else [str(base)]
     for var, st in zip(index, strides):
-        if st == 0:
+        if same(st, 0):
             continue
-        terms.append(var if st == 1 else f"{var}*{st}")
+        terms.append(var if same(st, 1) else f"{var}*{st}")
     return " + ".join(terms) if terms else "0"
 
 
@@ -148,9 +151,9 @@ def flat_index_exprs(flat: str, shape: Sequence[int]) -> list[str]:
     out = []
     for d, (n, st) in enumerate(zip(shape, strides)):
         e = flat if st == 1 else f"({flat} / {st})"
-        if d > 0 and n != 1:
+        if d > 0 and not is_one(n):
             e = f"({e} % {n})"
-        elif n == 1:
+        elif is_one(n):
             e = "0"
         out.append(e)
     return out
@@ -167,12 +170,12 @@ def emit_loops(
     ``vars`` are the C names of the loop indices (``int64_t``). A zero-sized shape
     gives ``""``; a scalar shape gives the body in a block.
     """
-    if any(int(n) == 0 for n in shape):
+    if any(not is_dim(n) and int(n) == 0 for n in shape):  # a run-time dim is >= 1
         return ""
     names = [ctx.unique(prefix) for _ in shape]
     code = body(names)
     for name, n in zip(reversed(names), reversed(list(shape))):
-        code = f"for (int64_t {name} = 0; {name} < {int(n)}; ++{name}) {{\n{code}\n}}"
+        code = f"for (int64_t {name} = 0; {name} < {n}; ++{name}) {{\n{code}\n}}"
     return "{\n" + code + "\n}"
 
 
@@ -201,7 +204,7 @@ def emit_strided(
     sum(i_d * stride_d)``) and the loop variables per dim of ``shape`` (``None`` when
     dims were collapsed, i.e. ``collapse=True``: then only the offsets are meaningful).
     """
-    if any(int(n) == 0 for n in shape):
+    if any(not is_dim(n) and int(n) == 0 for n in shape):  # a run-time dim is >= 1
         return ""
     if collapse:
         cshape, cstrides = collapse_dims(shape, operands)
@@ -265,4 +268,5 @@ def const_ints(node, i: int, what: str) -> list[int] | None:
         raise ShapeError(
             f"{node.op_type} (node {node.name!r}): input {what!r} must be a compile-time constant"
         )
-    return [int(a) for a in np.asarray(v.const).reshape(-1)]
+    # a shape computed from run-time dims keeps its Dims
+    return [a if is_dim(a) else int(a) for a in np.asarray(v.const).reshape(-1)]

@@ -9,12 +9,14 @@ move), so ``emit`` writes no code. Semantics follow the ONNX specs: Reshape 5 an
 from __future__ import annotations
 
 import logging
+import math
 from typing import ClassVar
 
 import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
+from ...symbolic import is_dim, same
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import const_ints, normalize_axis
 
@@ -48,16 +50,18 @@ def reshape_shape(in_shape, target, allowzero: bool, where: str) -> tuple[int, .
                     f"{where}: 0 at position {i} but the input has rank {len(in_shape)}"
                 )
             d = in_shape[i]
-        out.append(int(d))
-    size = int(np.prod(in_shape, dtype=np.int64))
-    if out.count(-1) > 1 or any(d < -1 for d in out):
+        out.append(d if is_dim(d) else int(d))
+    # math.prod keeps run-time dims symbolic: the -1 becomes their quotient
+    size = math.prod(in_shape)
+    infer = [i for i, d in enumerate(out) if not is_dim(d) and d == -1]
+    if len(infer) > 1 or any(not is_dim(d) and d < -1 for d in out):
         raise ShapeError(f"{where}: invalid target shape {list(target)}")
-    if -1 in out:
-        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
-        if known == 0 or size % known:
+    if infer:
+        known = math.prod(d for i, d in enumerate(out) if i != infer[0])
+        if same(known, 0) or not same(size % known, 0):
             raise ShapeError(f"{where}: cannot reshape {list(in_shape)} to {list(target)}")
-        out[out.index(-1)] = size // known
-    if int(np.prod(out, dtype=np.int64)) != size:
+        out[infer[0]] = size // known
+    if not same(math.prod(out), size):
         raise ShapeError(
             f"{where}: cannot reshape {list(in_shape)} ({size} elements) to {list(target)}"
         )
@@ -116,7 +120,7 @@ class Flatten(_View):
             raise ShapeError(
                 f"{self.where(node)}: axis {node.attrs['axis']} out of range for rank {len(shape)}"
             )
-        return (int(np.prod(shape[:a], dtype=np.int64)), int(np.prod(shape[a:], dtype=np.int64)))
+        return (math.prod(shape[:a]), math.prod(shape[a:]))
 
 
 class _Squeeze(_View):

@@ -16,6 +16,7 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
+from ...symbolic import dim_max, dim_min, is_dim
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import const_ints, contiguous_strides, emit_copy, has_epilogue, normalize_axis
 
@@ -40,16 +41,19 @@ def slice_params(shape, starts, ends, axes, steps, where: str) -> list[tuple[int
     steps = [1] * len(starts) if steps is None else list(steps)
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ShapeError(f"{where}: starts, ends, axes and steps differ in length")
-    out = [(0, 1, int(d)) for d in shape]
+    out = [(0, 1, d if is_dim(d) else int(d)) for d in shape]
     seen = set()
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = normalize_axis(a, rank, where)
         if a in seen or st == 0:
             raise ShapeError(f"{where}: repeated axis {a} or zero step")
         seen.add(a)
-        dim = int(shape[a])
+        dim = shape[a] if is_dim(shape[a]) else int(shape[a])
         s = s + dim if s < 0 else s
         e = e + dim if e < 0 else e
+        if any(is_dim(v) for v in (dim, s, e)):
+            out[a] = _run_time_params(dim, s, e, st)
+            continue
         if st > 0:
             s, e = min(max(s, 0), dim), min(max(e, 0), dim)
             count = max(0, -(-(e - s) // st))
@@ -58,6 +62,17 @@ def slice_params(shape, starts, ends, axes, steps, where: str) -> list[tuple[int
             count = max(0, -(-(s - e) // -st))
         out[a] = (s, st, count)
     return out
+
+
+def _run_time_params(dim, s, e, st) -> tuple:
+    """``(start, step, count)`` of one axis when its size or bounds are run-time Dims:
+    the clamps of :func:`slice_params` as ``min``/``max`` atoms, and the count as a
+    ceiling division of a non-negative difference (the C of a Dim divides as C does)."""
+    if st > 0:
+        s, e = dim_min(dim_max(s, 0), dim), dim_min(dim_max(e, 0), dim)
+        return s, st, (dim_max(e - s, 0) + st - 1) // st
+    s, e = dim_min(dim_max(s, 0), dim - 1), dim_min(dim_max(e, -1), dim - 1)
+    return s, st, (dim_max(s - e, 0) - st - 1) // -st
 
 
 class _Slice(OpDef):

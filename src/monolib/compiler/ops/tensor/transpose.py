@@ -17,6 +17,7 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
+from ...symbolic import same, size_hint
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import collapse_dims, contiguous_strides, emit_copy, has_epilogue, linear_offset
 
@@ -81,13 +82,15 @@ class Transpose(OpDef):
         shape, (dst, src) = collapse_dims(y.shape, [dst_op, (src_strides, 0)])
         # tiles help when both walked dims are long; a short inner dim (<= 64) already
         # keeps its source lines in L1 across consecutive outer iterations
-        if len(shape) >= 2 and src[-1] != 1 and 1 in src[:-1] and shape[-1] > 64:
+        # (run-time strides and sizes: structural tests, the size at its upper bound)
+        unit = [same(v, 1) for v in src]
+        if len(shape) >= 2 and not unit[-1] and any(unit[:-1]) and size_hint(shape[-1]) > 64:
             return self._blocked(ctx, ctx.ptr(y), ctx.ptr(x), shape, dst, src)
         return emit_copy(ctx, shape, ctx.ptr(y), (dst, 0), ctx.ptr(x), (src, 0))
 
     def _blocked(self, ctx, out: str, inp: str, shape, dst, src) -> str:
         """Tile the innermost output dim ``l`` and the dim ``p`` that reads contiguously."""
-        p, last = src.index(1), len(shape) - 1
+        p, last = [same(v, 1) for v in src].index(True), len(shape) - 1
         others = [d for d in range(len(shape)) if d not in (p, last)]
         var = {d: ctx.unique("i") for d in range(len(shape))}
         tp, tl = ctx.unique("tp"), ctx.unique("tl")

@@ -19,6 +19,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
+from ...symbolic import Dim
 from ..base import EmitContext, OpDef, OutType
 from ...backends.cstyle import bound_expression, c_literal, ctype
 from ..tensor.loops import (
@@ -113,6 +114,11 @@ def input_dtype(node: Node, i: int = 0) -> np.dtype:
     return v.dtype if v is not None else np.dtype("float32")
 
 
+def _holds_dims(a: np.ndarray) -> bool:
+    """True for an ``object`` array holding run-time Dims (a symbolic shape value)."""
+    return any(isinstance(v, Dim) for v in a.reshape(-1))
+
+
 class Elementwise(OpDef):
     """Base of ops whose output 0 is a function of the broadcast input elements.
 
@@ -164,7 +170,9 @@ class Elementwise(OpDef):
         shape, dtype = self.infer(node)[0]
         with np.errstate(all="ignore"):
             out = self.np_fn(node, *inputs)
-        out = np.asarray(out).astype(dtype, copy=False)
+        out = np.asarray(out)
+        if not (out.dtype == object and dtype.kind in "iu" and _holds_dims(out)):
+            out = out.astype(dtype, copy=False)  # Dims of a shape computation stay
         if out.shape != shape:
             out = np.broadcast_to(out, shape).copy()
         return [out]

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ....errors import UnsupportedOpError
-from ...ir import Node
+from ...ir import Node, shape_size
+from ...symbolic import is_dim
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
 from ..tensor.axis import split_at_axis
@@ -44,10 +45,10 @@ def softmax_view(shape, axis: int, coerce_2d: bool) -> tuple[int, int, int]:
     if rank == 0:
         return 1, 1, 1
     a = normalize_axis(axis, rank, "Softmax")
-    if coerce_2d:
-        return int(np.prod(shape[:a], dtype=np.int64)), int(np.prod(shape[a:], dtype=np.int64)), 1
+    if coerce_2d:  # run-time dims stay symbolic (shape_size)
+        return shape_size(shape[:a]), shape_size(shape[a:]), 1
     outer, n, inner = split_at_axis(shape, a)
-    return outer, int(n), inner
+    return outer, n if is_dim(n) else int(n), inner
 
 
 class _SoftmaxBase(FlatEpilogueOp):

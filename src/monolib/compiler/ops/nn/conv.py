@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
-from ...symbolic import is_dim
+from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
+from ...ir import Node, is_static
+from ...symbolic import is_dim, is_one, same, size_hint
 from ...backends.cstyle import c_literal, ctype
 from ..base import EmitContext, OpDef, OutType, register
 from .._constants import include_checked
@@ -134,9 +134,9 @@ def as_2d(shape: list[int], geo: Geometry) -> dict[str, int]:
     """
     if (
         len(shape) == 2
-        and shape[1] == 1
+        and is_one(shape[1])
         and geo.kernel[1] == 1
-        and geo.out[1] == 1
+        and is_one(geo.out[1])
         and geo.begin[1] == 0
     ):
         shape = [shape[0]]
@@ -193,9 +193,11 @@ class Conv(OpDef):
         ctx.include("conv.h")
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         group = int(node.attrs["group"])
-        if group == x.shape[1] == w.shape[0]:
+        static = is_static((d["H"], d["W"]))
+        if group == x.shape[1] == w.shape[0] and _dw_decidable(d):
             return _emit_depthwise(node, ctx, d, epi)
-        plan = plan_winograd(node, d, group)
+        # Winograd's tile plan is made for one image size: a run-time image takes GEMM
+        plan = plan_winograd(node, d, group) if static else None
         if plan is not None:
             return emit_winograd(node, ctx, d, epi, plan)
         return _emit_gemm(node, ctx, d, epi, group)
@@ -305,6 +307,16 @@ def _dw_fast(d: dict[str, int]) -> bool:
     )
 
 
+def _dw_decidable(d: dict) -> bool:
+    """False when whether ``ml_dwconv2d`` takes its fast path depends on run-time sizes
+    (then the grouped GEMM path convolves instead)."""
+    try:
+        _dw_fast(d)
+    except UndecidableDimError:
+        return False
+    return True
+
+
 def _dw_scratch_floats(d: dict[str, int], vw: int) -> int:
     """``ml_dw_scratch_floats`` of kernels/conv.h for vectors of ``vw`` floats."""
     oh, ow, kh, kw, sh, sw = (d[k] for k in ("OH", "OW", "KH", "KW", "SH", "SW"))
@@ -327,13 +339,16 @@ def _emit_depthwise(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -
     include_depthwise(ctx)
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
-    floats = max(_dw_scratch_floats(d, vw) for vw in _VECTOR_WIDTHS)
+    # run-time sizes: the scratch at the upper bounds (it grows with the image)
+    top = {k: v.hi if is_dim(v) else v for k, v in d.items()}
+    floats = max(_dw_scratch_floats(top, vw) for vw in _VECTOR_WIDTHS)
     scratch = ctx.scratch(4 * floats)
     units = "ml_dw_units_any"
     if _dw_fast(d):
         # tiles of 4 output rows, or of 3 where that computes 5% fewer (3, 5, 6, 9 rows: a
         # short last tile is moved back over rows already done); 3 rows run ~5% slower
-        r3 = -(-d["OH"] // 3) * 3 * 1.05 < max(-(-d["OH"] // 4) * 4, 4)
+        oh = size_hint(d["OH"])
+        r3 = -(-oh // 3) * 3 * 1.05 < max(-(-oh // 4) * 4, 4)
         units = f"ml_dw_units_{d['KH']}_{d['SH']}{d['SW']}" + ("_r3" if r3 else "")
     bias = ctx.ptr(b) if b is not None else "0"
     yp = ctx.ptr(y)
@@ -373,8 +388,8 @@ def _pointwise(d: dict[str, int]) -> bool:
     return (
         d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1
         and d["PT"] == d["PL"] == 0
-        and d["OH"] == d["H"]
-        and d["OW"] == d["W"]
+        and same(d["OH"], d["H"])
+        and same(d["OW"], d["W"])
     )
 
 
@@ -433,6 +448,15 @@ def _emit_direct(
 FOLD_BATCH_BELOW = 64
 
 
+def _may_exceed(a, b) -> bool:
+    """``a > b``, or True when only the run-time sizes decide (padding is then always
+    done: ``ml_pad_image`` also crops)."""
+    try:
+        return bool(a > b)
+    except UndecidableDimError:
+        return True
+
+
 def _b_source(
     node: Node, ctx: EmitContext, d: dict[str, int], folded: bool
 ) -> tuple[dict[str, str], str]:
@@ -455,7 +479,7 @@ def _b_source(
     wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
     pad = ""
     src = f"{ctx.ptr(x)} + {first} * {c * hw} + g * {cg * hw}"
-    if d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"]:
+    if d["PT"] or d["PL"] or _may_exceed(hp, d["H"]) or _may_exceed(wp, d["W"]):
         images = n if folded else 1
         padded = ctx.scratch(4 * images * c * hp * wp)
         pad = (
@@ -485,9 +509,12 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
     k = cg * d["KH"] * d["KW"]
     ohw = d["OH"] * d["OW"]
     ap, per_group, code = _weights(node, ctx, group, mg, k)
-    # a run-time batch folds too (its C reads the batch; at 1 the fold only costs a copy)
-    folded = (is_dim(n) or n > 1) and ohw < FOLD_BATCH_BELOW
-    if not folded and mg < DIRECT_BELOW and not _pointwise(d) and _direct_fits(d, cg):
+    # a run-time batch folds too (its C reads the batch; at 1 the fold only costs a copy);
+    # a run-time image is judged at its upper bound (a speed choice only), and takes no
+    # direct path: its tap table is made for one image size
+    folded = (is_dim(n) or n > 1) and size_hint(ohw) < FOLD_BATCH_BELOW
+    static = is_static((d["H"], d["W"]))
+    if static and not folded and mg < DIRECT_BELOW and not _pointwise(d) and _direct_fits(d, cg):
         return code + _emit_direct(node, ctx, d, epi, group, ap, per_group)
     bsrc, pad = _b_source(node, ctx, d, folded)
     cols = n * ohw if folded else ohw

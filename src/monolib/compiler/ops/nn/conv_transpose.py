@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
+from ...ir import Node, shape_size
+from ...symbolic import same
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import attr_ints, require_float32, window_dims
 from ._gemm import MR, NR, bbuf_floats, gemm_call, include_gemm, pack_a
@@ -184,8 +185,8 @@ def _tiles_exactly(d: dict[str, int]) -> bool:
         d["SH"] == d["KH"]
         and d["SW"] == d["KW"]
         and d["DH"] == d["DW"] == 1
-        and d["OH"] == d["H"] * d["KH"]
-        and d["OW"] == d["W"] * d["KW"]
+        and same(d["OH"], d["H"] * d["KH"])
+        and same(d["OW"], d["W"] * d["KW"])
         and d["PT"] == d["PL"] == 0
     )
 
@@ -199,7 +200,7 @@ def _emit(node: Node, ctx: EmitContext, geo: TGeometry, epi: str) -> str:
     cg, mg = c // group, w.shape[1]
     cout = mg * group
     rows = mg * int(np.prod(geo.kernel))  # GEMM M: (co, ky, kx)
-    hw, ohw = int(np.prod(x.shape[2:])), int(np.prod(geo.out))
+    hw, ohw = shape_size(x.shape[2:]), shape_size(geo.out)
     per_group = -(-rows // MR) * MR * cg
     code = ""
     if w.const is not None:

@@ -20,7 +20,7 @@ from ....errors import ShapeError
 from ...backends.cstyle import c_literal, ctype
 from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
-from ..tensor.loops import broadcast_strides
+from ..tensor.loops import broadcast_shape, broadcast_strides
 from ._common import epi_call, f32, require_float32
 from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
 
@@ -133,8 +133,9 @@ class Gemm(OpDef):
         c = node.input(2)
         if c is not None:
             try:
-                np.broadcast_shapes(c.shape, (m, n))
-            except ValueError:
+                if len(broadcast_shape(c.shape, (m, n))) != 2:
+                    raise ShapeError("rank")
+            except ShapeError:
                 raise ShapeError(
                     f"Gemm node {node.name!r}: C {c.shape} does not broadcast to ({m}, {n})"
                 ) from None

@@ -9,6 +9,7 @@ time. Epilogue view: ``[batch, M, N]`` (M or N empty for 1-D operands).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...backends.cstyle import c_literal, ctype
-from ...ir import Node, Value
+from ...ir import Node, Value, shape_size
+from ...symbolic import is_one
 from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import broadcast_shape, broadcast_strides
 from ._common import epi_call, require_float32
@@ -59,15 +61,18 @@ def matmul_shapes(node: Node) -> tuple[tuple[int, ...], int, int, int, tuple[int
 
 def _batch_offsets(shape: tuple[int, ...], batch: tuple[int, ...], mat: int) -> list[int]:
     """Element offset of each output batch's matrix in an operand of ``shape`` (its last
-    two dims the matrix of ``mat`` elements), broadcasting size-1 batch dims."""
+    two dims the matrix of ``mat`` elements), broadcasting size-1 batch dims. A run-time
+    matrix size gives Dim offsets (the batch dims themselves must be static)."""
     bshape = (1,) * (len(batch) - len(shape[:-2])) + tuple(shape[:-2])
-    strides = np.zeros(len(batch), np.int64)
+    strides = [0] * len(batch)
     acc = mat
     for i in range(len(batch) - 1, -1, -1):
-        strides[i] = acc if bshape[i] != 1 else 0
-        acc *= bshape[i]
-    idx = np.indices(batch).reshape(len(batch), -1) if batch else np.zeros((0, 1), np.int64)
-    return [int(x) for x in (strides[:, None] * idx).sum(axis=0)] if batch else [0]
+        strides[i] = acc if not is_one(bshape[i]) else 0
+        acc = acc * bshape[i]
+    if not batch:
+        return [0]
+    return [sum((s * j for s, j in zip(strides, idx)), 0)
+            for idx in itertools.product(*(range(b) for b in batch))]
 
 
 def _operand_batch(v: Value, k: int, is_a: bool) -> tuple[tuple[int, ...], int]:
@@ -105,8 +110,8 @@ class MatMul(OpDef):
         include_gemm(ctx)
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         yp = ctx.ptr(y)
-        nbatch = int(np.prod(batch, dtype=np.int64))
-        b_batched = len(b.shape) > 2 and int(np.prod(b.shape[:-2])) > 1
+        nbatch = shape_size(batch)  # a run-time batch folds into M too
+        b_batched = len(b.shape) > 2 and not is_one(shape_size(b.shape[:-2]))
         if not b_batched:
             # X @ W: fold every batch of A into M
             ap, code = a_operand(ctx, a, nbatch * m, k, k, 1, name=node.name + ".A")
@@ -163,8 +168,10 @@ def _emit_batched(
     yp = ctx.ptr(y)
     nb = len(offa)
     table = ctx.unique("mm_off")
+    # offsets of run-time matrix sizes are computed when the op runs
+    storage = "static const" if all(isinstance(v, int) for v in offa + offb) else "const"
     lines = [
-        f"static const int64_t {table}[{2 * nb}] = {{"
+        f"{storage} int64_t {table}[{2 * nb}] = {{"
         + ", ".join(str(v) for pair in zip(offa, offb) for v in pair)
         + "};"
     ]

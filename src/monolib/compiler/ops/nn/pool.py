@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
+from ...ir import Node, shape_size
+from ...symbolic import Dim
 from ..base import EmitContext, OpDef, OutType, op_of, register
 from ...backends.cstyle import c_literal, ctype
 from ._common import Geometry, geometry, require_float32, window_dims
@@ -169,7 +170,7 @@ class _Pool(OpDef):
         x = node.inputs[0]
         self._check_dtype(node)
         geo = pool_geometry(node)
-        sizes = [int(v) for v in x.shape[2:]]
+        sizes = [v if isinstance(v, Dim) else int(v) for v in x.shape[2:]]  # run-time too
         nd = len(sizes)
         n, c = x.shape[:2]
         ty = ctype(x.dtype)
@@ -177,7 +178,7 @@ class _Pool(OpDef):
         index = [f"(nc / {c})", f"(nc % {c})"] + ov
         head = (
             f"for (int64_t nc = 0; nc < {n * c}; ++nc) {{\n"
-            f"  const {ty}* xc = {ctx.ptr(x)} + nc * {int(np.prod(sizes))};\n"
+            f"  const {ty}* xc = {ctx.ptr(x)} + nc * {shape_size(sizes)};\n"
         )
         for i in range(nd):
             head += f"  for (int64_t o{i} = 0; o{i} < {geo.out[i]}; ++o{i}) {{\n"
@@ -205,11 +206,11 @@ def _storage_index(node: Node, sizes: list[int]) -> str:
     row-major over the spatial dims (``storage_order=0``) or column-major (1), plus
     the ``nc`` plane's offset (the ONNX reference's rule)."""
     nd = len(sizes)
-    plane = int(np.prod(sizes))
+    plane = shape_size(sizes)
     if op_of(node).attr(node, "storage_order"):
-        terms = [f"a{i} * {int(np.prod(sizes[:i]))}" for i in range(nd)]
+        terms = [f"a{i} * {shape_size(sizes[:i])}" for i in range(nd)]
     else:
-        terms = [f"a{i} * {int(np.prod(sizes[i + 1:]))}" for i in range(nd)]
+        terms = [f"a{i} * {shape_size(sizes[i + 1:])}" for i in range(nd)]
     return f"nc * {plane} + " + " + ".join(terms)
 
 
@@ -369,13 +370,14 @@ class _GlobalPool(OpDef):
         require_float32(node, 0)
         x = node.inputs[0]
         n, c = x.shape[:2]
-        hw = int(np.prod(x.shape[2:]))
+        hw = shape_size(x.shape[2:])
+        count = f"(float)({hw})" if isinstance(hw, Dim) else c_literal(float(hw), np.float32)
         ctx.include("pool.h")
         is_max = int(self.op_type == "GlobalMaxPool")
         y = ctx.ptr(node.outputs[0])
         # the reductions (split over channels on the thread pool when large), then the
         # fused epilogue on the N*C results
-        code = f"ml_global_pool({n * c}, {hw}, {ctx.ptr(x)}, {y}, {is_max}, {c_literal(float(hw), np.float32)});"
+        code = f"ml_global_pool({n * c}, {hw}, {ctx.ptr(x)}, {y}, {is_max}, {count});"
         index = [f"(nc / {c})", f"(nc % {c})"] + ["0"] * (len(x.shape) - 2)
         val = ctx.output_expr(f"{y}[nc]", index)
         if val != f"{y}[nc]":

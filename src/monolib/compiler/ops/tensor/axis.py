@@ -7,9 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import numpy as np
-
-from ...ir import Node
+from ...ir import Node, shape_size
 from .loops import normalize_axis
 
 __all__ = ["attr_axis", "split_at_axis"]
@@ -33,6 +31,5 @@ def split_at_axis(shape: Sequence[int], a: int) -> tuple[int, int, int]:
     """``(outer, n, inner)``: the elements before axis ``a`` (non-negative), its size, and
     the elements after it; element ``k`` of column ``(o, i)`` is at flat offset
     ``o*n*inner + k*inner + i``."""
-    outer = int(np.prod(shape[:a], dtype=np.int64))
-    inner = int(np.prod(shape[a + 1 :], dtype=np.int64))
-    return outer, shape[a], inner
+    # run-time dims stay symbolic (shape_size), so do outer/inner sizes made of them
+    return shape_size(shape[:a]), shape[a], shape_size(shape[a + 1 :])

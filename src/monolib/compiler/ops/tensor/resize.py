@@ -34,8 +34,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
+from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
+from ...ir import Node, shape_size
+from ...symbolic import Dim
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import ctype
 from .loops import contiguous_strides, emit_loops, has_epilogue, linear_offset, normalize_axis
@@ -66,7 +67,9 @@ class ResizePlan:
 
     shape: tuple[int, ...]
     mode: str
-    index: list[np.ndarray | None]
+    #: an ``int`` ``f`` for a run-time axis upsampled by the integer factor ``f``
+    #: (nearest): source index ``o / f``
+    index: list[np.ndarray | int | None]
     weight: list[np.ndarray | None]
     #: per axis, ``[out]`` bool: positions outside the input (``tf_crop_and_resize``),
     #: whose output is ``extrapolation_value``; ``None`` when there are none
@@ -115,6 +118,39 @@ def _nearest(x: np.ndarray, mode: str, in_len: int) -> np.ndarray:
     else:
         raise UnsupportedOpError(f"Resize: nearest_mode {mode!r} is not supported")
     return np.clip(idx, 0, in_len - 1).astype(np.int64)
+
+
+#: coordinate modes whose nearest source index of an integer upsampling by f is o / f
+#: whatever the length (round_prefer_floor/floor; align_corners depends on the length)
+_FACTOR_COORDS = ("asymmetric", "half_pixel", "pytorch_half_pixel", "tf_half_pixel_for_nn")
+
+
+def _runtime_factor(
+    where: str, mode: str, coord: str, nearest_mode: str, scale: float, axis: int
+) -> int:
+    """The integer factor of a nearest upsampling along a run-time axis.
+
+    Raises
+    ------
+    UndecidableDimError
+        Any other resize of a run-time axis (its tables depend on the length).
+    """
+    if mode == "nearest" and coord in _FACTOR_COORDS and scale >= 1 and scale.is_integer():
+        f = int(scale)
+        # these coordinate modes do not read the length: a few lengths check the rule
+        if all(
+            np.array_equal(
+                _nearest(source_coords(coord, n * f, n, scale), nearest_mode, n),
+                np.arange(n * f) // f,
+            )
+            for n in (1, 2, 7, 8, 33)
+        ):
+            return f
+    raise UndecidableDimError(
+        f"{where}: axis {axis} has a run-time length; only nearest upsampling by an "
+        f"integer factor ({', '.join(_FACTOR_COORDS)}) takes one, not {mode} "
+        f"({coord}, {nearest_mode}) by {scale}"
+    )
 
 
 def resize_plan(
@@ -184,12 +220,21 @@ def resize_plan(
             scale[a] = float(np.float32(scales[i]))
             if scale[a] <= 0:
                 raise ShapeError(f"{where}: scale {scales[i]} must be positive")
+            if isinstance(in_shape[a], Dim):
+                out[a] = in_shape[a] * _runtime_factor(
+                    where, mode, coord, nearest_mode, scale[a], a
+                )
+                continue
             span = np.float32(crop[a][1] - crop[a][0])
             out[a] = int(np.floor(np.float32(in_shape[a]) * span * np.float32(scale[a])))
     index: list[np.ndarray | None] = [None] * rank
     weight: list[np.ndarray | None] = [None] * rank
     outside: list[np.ndarray | None] = [None] * rank
     for d in range(rank):
+        if isinstance(in_shape[d], Dim):
+            if d in axes and scale[d] != 1.0:
+                index[d] = int(scale[d])  # checked by _runtime_factor
+            continue
         n_in, n_out = int(in_shape[d]), int(out[d])
         if n_out == 0 or n_in == 0:
             continue
@@ -463,6 +508,9 @@ class _Resize(OpDef):
             if idx is None:
                 f.append(1)
                 continue
+            if isinstance(idx, int):  # a run-time axis upsampled by idx
+                f.append(idx)
+                continue
             n_out = len(idx)
             if (
                 n_in == 0
@@ -473,7 +521,7 @@ class _Resize(OpDef):
             f.append(n_out // n_in)
         fy, fx = f
         h, w = x.shape[-2:]
-        outer = int(np.prod(x.shape[:-2], dtype=np.int64))
+        outer = shape_size(x.shape[:-2])
         ctx.include("resize.h")
         return (
             f"ml_upsample_nearest({outer * h}, {w}, {fx}, {fy}, {y.dtype.itemsize}, "
@@ -483,6 +531,8 @@ class _Resize(OpDef):
     def _table(self, ctx: EmitContext, plan: ResizePlan, d: int, n_in: int):
         """A function from the output loop variable to the C source index."""
         idx = plan.index[d]
+        if isinstance(idx, int):  # a run-time axis upsampled by idx
+            return lambda o: f"({o} / {idx})"
         n_out = len(idx)
         if plan.mode == "nearest" and n_out % n_in == 0:
             f = n_out // n_in

@@ -193,11 +193,9 @@ class Conv(OpDef):
         ctx.include("conv.h")
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         group = int(node.attrs["group"])
-        static = is_static((d["H"], d["W"]))
         if group == x.shape[1] == w.shape[0] and _dw_decidable(d):
             return _emit_depthwise(node, ctx, d, epi)
-        # Winograd's tile plan is made for one image size: a run-time image takes GEMM
-        plan = plan_winograd(node, d, group) if static else None
+        plan = plan_winograd(node, d, group)  # a run-time image: planned at its bounds
         if plan is not None:
             return emit_winograd(node, ctx, d, epi, plan)
         return _emit_gemm(node, ctx, d, epi, group)

@@ -33,6 +33,7 @@ import numpy as np
 
 from ....errors import CompileError
 from ...ir import Node
+from ...symbolic import size_hint
 from ..base import EmitContext
 from ...backends.cstyle import c_literal
 from ._gemm import MR, NR, pack_a
@@ -396,6 +397,9 @@ def plan_winograd(node: Node, d: dict[str, int], group: int) -> WinogradPlan | N
     x, w = node.inputs[0], node.inputs[1]
     if not _enabled() or group != 1 or w.const is None:
         return None
+    # a run-time image: the plan (a speed choice) is made at the upper bounds; the tile
+    # grid itself is computed when the op runs (emit_winograd), any size fits the plan
+    d = {k: size_hint(v) for k, v in d.items()}
     if d["SH"] != 1 or d["SW"] != 1 or d["DH"] != 1 or d["DW"] != 1:
         return None
     kernel = (d["KH"], d["KW"])
@@ -436,7 +440,10 @@ def emit_winograd(
     c_out = w.shape[0]
     th, tw = plan.th, plan.tw
     ah, aw = th.alpha, tw.alpha
-    big_th, big_tw = plan.tiles(d)
+    big_th, big_tw = plan.tiles(d)  # Dims for a run-time image
+    # scratch at the upper bounds: every size below needs no more (winograd.h takes
+    # v/m/p_floats as lower bounds of the buffers it is given)
+    top_th, top_tw = size_hint(big_th), size_hint(big_tw)
     u = transform_weights(w.const.reshape(c_out, c_in, d["KH"], d["KW"]), th, tw)
     packed = np.concatenate([pack_a(u[xi]) for xi in range(ah * aw)])
     u_stride = -(-c_out // MR) * MR * c_in
@@ -444,11 +451,11 @@ def emit_winograd(
     fin, fout = transform_functions(ctx, th, tw)
     ctx.include("winograd.h")
     bh, bw = plan.block
-    bwp = _round(min(bw, big_tw), VW_MAX)
-    ntp = _round(min(bh, big_th) * bwp, NR)
+    bwp = _round(min(bw, top_tw), VW_MAX)
+    ntp = _round(min(bh, top_th) * bwp, NR)
     v_floats = ah * aw * _stride(c_in * ntp)
     m_floats = ah * aw * _stride(plan.co_block * ntp)
-    p_floats = _round(((min(bh, big_th) - 1) * th.m + ah) * tw.m * (bwp + (aw - 1) // tw.m), 16)
+    p_floats = _round(((min(bh, top_th) - 1) * th.m + ah) * tw.m * (bwp + (aw - 1) // tw.m), 16)
     scratch = ctx.scratch(4 * (v_floats + m_floats + p_floats))
     hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
     yp = ctx.ptr(y)

@@ -10,7 +10,9 @@ UnsupportedOpError.
 
 Lowering: per direction one GEMM ``gx[T*B, 4H] = X @ W^T + (Wb + Rb)`` (W^T packed at
 compile time), then ``ml_lstm_dir`` of ``kernels/lstm.h`` runs the recurrence with R^T
-(transposed at compile time when constant).
+(transposed at compile time when constant). A run-time T or B (issue 12) is read from
+the symbols when the op runs (the sizes render as their C); scratch is planned at the
+bounds and the weights are still packed at compile time.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import numpy as np
 
 from ...ir import Node
+from ...symbolic import is_dim
 from ..base import EmitContext, OpDef, OutType, op_of, register
 from ._common import f32, require_float32
 from ._gemm import include_gemm
@@ -46,14 +49,16 @@ def _dims(node: Node) -> tuple[int, int, int, int, int]:
 
 def _fast(node: Node) -> bool:
     """True when ``kernels/lstm.h`` computes the node: layout 0, default activations,
-    no ragged ``sequence_lens`` (absent, or constant and all T)."""
+    no ragged ``sequence_lens`` (absent, or constant and all T; with a run-time T a
+    constant ``sequence_lens`` is read at run time by the generic recurrence)."""
     t, _, _, _, ndir = rnn_dims(node)
     acts = [a.lower() for a in node.attrs.get("activations") or []]
     seq = node.input(4)
     return (
         not op_of(node).attr(node, "layout")
         and (not acts or acts == _DEFAULT_ACTS * ndir)
-        and (seq is None or (seq.const is not None and bool(np.all(seq.const == t))))
+        and (seq is None or (seq.const is not None and not is_dim(t)
+                             and bool(np.all(seq.const == t))))
     )
 
 

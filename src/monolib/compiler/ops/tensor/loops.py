@@ -150,7 +150,7 @@ def flat_index_exprs(flat: str, shape: Sequence[int]) -> list[str]:
         flat = f"({flat})"
     out = []
     for d, (n, st) in enumerate(zip(shape, strides)):
-        e = flat if st == 1 else f"({flat} / {st})"
+        e = flat if same(st, 1) else f"({flat} / {st})"
         if d > 0 and not is_one(n):
             e = f"({e} % {n})"
         elif is_one(n):

@@ -558,6 +558,8 @@ def floordiv(a: DimLike, b: DimLike) -> DimLike:
     lo, hi = r.bounds
     if lo // b == hi // b:
         return out + lo // b
+    if hi <= 0:  # floor(r / b) == -ceil(-r / b): ceilings read as (x + b - 1) // b
+        return out - floordiv(-r + (b - 1), b)
     if len(r.terms) == 1 and r.terms[0][1] == 1 and len(r.terms[0][0]) == 1:
         (atom, e), = r.terms[0][0]
         if e == 1 and atom[0] == "div" and isinstance(atom[2], int):

@@ -144,6 +144,34 @@ def test_reduce_over_run_time_axis(op):
     _match_ort(m, [{"x": _f32(3, n, 6)} for n in (1, 4, 16)], dims={"n": (1, 16)})
 
 
+_NORMS = {
+    "LayerNormalization": ({"axis": -1}, 17, 1),
+    "LayerNormalization_axis1": ({"axis": 1}, 17, 1),
+    "InstanceNormalization": ({}, 17, 4),
+    "GroupNormalization": ({"num_groups": 2}, 21, 4),
+    "RMSNormalization": ({"axis": -1}, 23, 0),
+}
+
+
+@pytest.mark.parametrize("case", list(_NORMS))
+def test_normalizations_run_time_rows_and_length(case):
+    """Row normalizations with a run-time batch and a run-time row length (a constant
+    Scale/B broadcast along it), both bounds and a size between."""
+    attrs, opset, params = _NORMS[case]
+    op = case.split("_")[0]
+    ins = ["x", "g", "b"][: 3 if params else 2]
+    shape = [2, "n", 4] if case.endswith("axis1") else ["n", 4, "w"]
+    inits = [(k, _f32(params or 1)) for k in ins[1:]]
+    if case.endswith("axis1"):
+        inits = [(k, _f32(1, 4)) for k in ins[1:]]
+    m = _graph_model([helper.make_node(op, ins, ["y"], **attrs)], [("x", shape)], [("y", shape)],
+                     inits, opset=opset)
+    at = {"n": (1, 3, 8), "w": (2, 7, 30)}
+    feeds = [{"x": _f32(*[at[d][i] if isinstance(d, str) else d for d in shape])}
+             for i in range(3)]
+    _match_ort(m, feeds, dims={"n": (1, 8), "w": (2, 30)} if "w" in shape else {"n": (1, 8)})
+
+
 def test_reflect_pad_run_time_axis():
     """Silero's STFT pads its frames by reflection along a run-time axis."""
     pads = helper.make_tensor("pads", TensorProto.INT64, [6], [0, 1, 2, 0, 1, 2])

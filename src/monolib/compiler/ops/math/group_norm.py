@@ -15,6 +15,7 @@ slice divides 0 by 0 (NaN), as the function body does. Statistics in double.
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 
@@ -81,7 +82,7 @@ class GroupNormalization(OpDef):
             return ""
         g = self._groups(node)
         n, c = x.shape[:2]
-        sp = x.size // (n * c)
+        sp = math.prod(x.shape[2:])  # run-time dims stay Dims
         row_len = c // g * sp
         o, j, m, inv, row = (ctx.unique(p) for p in ("o", "j", "mean", "inv", "row"))
         p = f"(({o} % {g})*{c // g} + {j} / {sp})"  # the channel of element j of row o
@@ -127,8 +128,8 @@ class MeanVarianceNormalization(OpDef):
         shape = x.shape
         kept = [d for d in range(len(shape)) if d not in axes]
         gshape = [shape[d] for d in kept]
-        ngroups = int(np.prod(gshape, dtype=np.int64))
-        cnt = x.size // ngroups
+        ngroups = math.prod(gshape)
+        cnt = math.prod(shape[d] for d in axes)
         gst = dict(zip(kept, contiguous_strides(gshape)))
         gstrides = [gst.get(d, 0) for d in range(len(shape))]
         xst = contiguous_strides(shape)

@@ -5,19 +5,23 @@ with the biased variance, then scale and shift. LayerNormalization's rows are th
 dims from ``axis`` on, with ``Scale``/``B`` broadcast to them; InstanceNormalization's
 rows are the spatial dims of one (batch, channel), scaled per channel. The mean and
 the variance are computed in two passes (``math_reduce.h`` for float32), as ONNX
-Runtime does, so large offsets do not cancel.
+Runtime does, so large offsets do not cancel. Any dim may be a run-time dim (issue 12):
+row counts and lengths render as their C, and a constant Scale/B broadcast along a
+run-time axis is read with stride 0 instead of being expanded at compile time.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node, Value
+from ...ir import Node, Value, is_static
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import c_literal, ctype
+from ...symbolic import is_dim, same, same_shape
 from ..tensor.axis import attr_axis
 from ..tensor.flat import FlatEpilogueOp
 from ..tensor.loops import (
@@ -37,13 +41,14 @@ def emit_row_stats(
     ctx: EmitContext, row: str, n: int, dtype, eps: float, mean: str, inv: str
 ) -> str:
     """C statements declaring ``mean`` and ``inv`` (= 1/sqrt(var + eps)) of the ``n``
-    contiguous elements at pointer ``row``."""
+    contiguous elements at pointer ``row`` (``n`` an int or a run-time Dim)."""
     ct = ctype(dtype)
     if np.dtype(dtype) == np.float32:
         ctx.include("math_reduce.h")
+        fn = f"(({ct})({n}))" if is_dim(n) else c_literal(n, dtype)
         return (
-            f"{ct} {mean} = ml_rsum_f32({row}, {n}) / {c_literal(n, dtype)};\n"
-            f"{ct} {inv} = 1.0f / sqrtf(ml_rsumsq_f32({row}, {n}, {mean}) / {c_literal(n, dtype)} + {c_literal(eps, dtype)});"
+            f"{ct} {mean} = ml_rsum_f32({row}, {n}) / {fn};\n"
+            f"{ct} {inv} = 1.0f / sqrtf(ml_rsumsq_f32({row}, {n}, {mean}) / {fn} + {c_literal(eps, dtype)});"
         )
     j = ctx.unique("j")
     return (
@@ -103,10 +108,9 @@ def _row_operand(ctx: EmitContext, v: Value | None, norm_shape, j: str) -> str:
     ``j`` of a row; ``""`` when ``v`` is omitted."""
     if v is None:
         return ""
-    n = int(np.prod(norm_shape, dtype=np.int64))
-    if v.size == n:
+    if same(v.size, math.prod(norm_shape)):  # broadcasting only added 1s: same layout
         return f"{ctx.ptr(v)}[{j}]"
-    if v.is_const:
+    if v.is_const and is_static(norm_shape):
         full = np.ascontiguousarray(np.broadcast_to(v.const.reshape(v.shape), norm_shape))
         return f"{ctx.param(full.reshape(-1), 'ln_param')}[{j}]"
     strides = broadcast_strides(v.shape, norm_shape)
@@ -138,9 +142,9 @@ class LayerNormalization(FlatEpilogueOp):
         a = self._axis(node)
         norm = x.shape[a:]
         for v in node.inputs[1:3]:
-            if v is not None and broadcast_shape(
-                v.shape, norm, where=f"LayerNormalization {node.name!r}"
-            ) != tuple(norm):
+            if v is not None and not same_shape(
+                broadcast_shape(v.shape, norm, where=f"LayerNormalization {node.name!r}"), norm
+            ):
                 raise ShapeError(
                     f"LayerNormalization (node {node.name!r}): {list(v.shape)} does not broadcast to {list(norm)}"
                 )
@@ -168,8 +172,7 @@ class LayerNormalization(FlatEpilogueOp):
             return ""
         a = self._axis(node)
         norm = x.shape[a:]
-        n = int(np.prod(norm, dtype=np.int64))
-        rows = x.size // n
+        n, rows = math.prod(norm), math.prod(x.shape[:a])
         o, j, m, inv, row = (ctx.unique(p) for p in ("o", "j", "mean", "inv", "row"))
         sc = _row_operand(ctx, node.input(1), norm, j)
         bi = _row_operand(ctx, node.input(2), norm, j)
@@ -221,7 +224,7 @@ class InstanceNormalization(OpDef):
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x = node.inputs[0]
         c = x.shape[1]
-        n = x.size // max(x.shape[0] * c, 1)
+        n = math.prod(x.shape[2:])
         if x.size == 0:
             return ""
         o, j, m, inv, row = (ctx.unique(p) for p in ("o", "j", "mean", "inv", "row"))

@@ -8,6 +8,7 @@ float32 computation, which float32 and float64 inputs already meet or exceed.
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 
@@ -65,9 +66,9 @@ class RMSNormalization(FlatEpilogueOp):
         x = node.inputs[0]
         if x.size == 0:
             return ""
-        norm = x.shape[self._axis(node) :]
-        n = int(np.prod(norm, dtype=np.int64))
-        rows = x.size // max(n, 1)
+        a = self._axis(node)
+        norm = x.shape[a:]
+        n, rows = math.prod(norm), math.prod(x.shape[:a])  # run-time dims stay Dims
         ct = ctype(x.dtype)
         o, j, s, row = (ctx.unique(p) for p in ("o", "j", "ss", "row"))
         sc = _row_operand(ctx, node.inputs[1], norm, j)

@@ -111,8 +111,9 @@ def read_pages(lines: list[str], pages: list[tuple[int, int]], work: Path,
     for k, (h, w) in enumerate(pages):
         image, _ = ocr.render_page(lines, size=(h, w))
         where = f"page {h}x{w}"
-        found = ocr.read_page(image, run(det, f"det {where}" + (" (first run)" if k == 0 else "")),
-                              run(rec, f"rec {where} (all lines)"), charset)
+        det_label = f"det {where}" + (" (first run)" if k == 0 else "")
+        found = ocr.read_page(image, run(det, det_label), run(rec, f"rec {where} (all lines)"),
+                              charset)
         spec = " (specialized)" if opt == (h, w) else " (not specialized: generic path)"
         print(f"{where}{spec}:")
         for ((x0, y0, x1, y1), text), width in zip(found, widths[-len(found):] if found else []):

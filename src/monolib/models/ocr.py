@@ -6,8 +6,8 @@ Follows PaddleOCR's inference preprocessing (``tools/infer/predict_det.py``,
 the ImageNet mean and std, NCHW; the recognizer and the classifier take a line resized
 to height 48 keeping its aspect (width ``ceil(48 * w / h)``), ``(x/255 - 0.5) / 0.5``,
 at that natural width for a recognizer with a run-time width, or padded with zeros on
-the right to a fixed width. The recognizer's output is decoded greedily with CTC (index 0 is the blank).
-Pillow is imported on first use only (it is a test/bench dependency).
+the right to a fixed width. The recognizer's output is decoded greedily with CTC
+(index 0 is the blank). Pillow is imported on first use only (it is a test/bench dependency).
 """
 
 from __future__ import annotations

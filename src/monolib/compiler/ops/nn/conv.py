@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
-from ...ir import Node, is_static
+from ...ir import Node
 from ...symbolic import is_dim, is_one, same, size_hint
 from ...backends.cstyle import c_literal, ctype
 from ..base import EmitContext, OpDef, OutType, register
@@ -403,8 +403,9 @@ def _plane(d: dict[str, int]) -> tuple[int, int, int, int]:
 
 
 def _direct_fits(d: dict[str, int], cg: int) -> bool:
-    """The tap offsets of the direct path are int32: the group's planes must fit."""
-    return cg * _plane(d)[3] < 2**31 - 1
+    """The tap offsets of the direct path are int32: the group's planes must fit (a
+    run-time image at its upper bound)."""
+    return cg * size_hint(_plane(d)[3]) < 2**31 - 1
 
 
 def _emit_direct(
@@ -419,18 +420,33 @@ def _emit_direct(
     cg, mg = c // group, m // group
     sh, sw = d["SH"], d["SW"]
     hp, wp, wq, plane = _plane(d)
-    ci, ky, kx = np.meshgrid(np.arange(cg), np.arange(d["KH"]), np.arange(d["KW"]), indexing="ij")
-    koff = (
-        (ci * plane + ky * d["DH"] * sw * wq + ((kx * d["DW"]) % sw) * wq + (kx * d["DW"]) // sw)
-        .astype(np.int32)
-        .ravel()
-    )
-    table = ctx.param(koff, f"{node.name}.tap_offsets")
     buf = ctx.scratch(4 * (c * plane + 64))
+    fill = ""
+    if is_dim(plane):  # a run-time image: the tap table is filled when the op runs
+        taps = cg * d["KH"] * d["KW"]
+        table = f"((const int32_t*){ctx.scratch(4 * taps)})"
+        fill = (
+            f"  {{ int32_t* t_ = (int32_t*){table}; int64_t i_ = 0;\n"
+            f"    for (int64_t ci = 0; ci < {cg}; ++ci) for (int64_t ky = 0; ky < {d['KH']}; ++ky)\n"
+            f"      for (int64_t kx = 0; kx < {d['KW']}; ++kx)\n"
+            f"        t_[i_++] = (int32_t)(ci * {plane} + ky * {d['DH'] * sw} * {wq} + "
+            f"((kx * {d['DW']}) % {sw}) * {wq} + (kx * {d['DW']}) / {sw}); }}\n"
+        )
+    else:
+        ci, ky, kx = np.meshgrid(
+            np.arange(cg), np.arange(d["KH"]), np.arange(d["KW"]), indexing="ij"
+        )
+        koff = (
+            (ci * plane + ky * d["DH"] * sw * wq + ((kx * d["DW"]) % sw) * wq
+             + (kx * d["DW"]) // sw)
+            .astype(np.int32)
+            .ravel()
+        )
+        table = ctx.param(koff, f"{node.name}.tap_offsets")
     hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
     yp = ctx.ptr(y)
     bias = f"{ctx.ptr(b)} + g * {mg}" if b is not None else "0"
-    return (
+    return fill + (
         f"for (int64_t n = 0; n < {n}; ++n) {{\n"
         f"  ml_pad_planes({c}, {ctx.ptr(x)} + n * {c * hw}, {d['H']}, {d['W']}, {hp}, "
         f"{wp}, {sw}, {wq}, {d['PT']}, {d['PL']}, (float*){buf}, {plane});\n"
@@ -508,11 +524,9 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
     ohw = d["OH"] * d["OW"]
     ap, per_group, code = _weights(node, ctx, group, mg, k)
     # a run-time batch folds too (its C reads the batch; at 1 the fold only costs a copy);
-    # a run-time image is judged at its upper bound (a speed choice only), and takes no
-    # direct path: its tap table is made for one image size
+    # a run-time image is judged at its upper bound (a speed choice only)
     folded = (is_dim(n) or n > 1) and size_hint(ohw) < FOLD_BATCH_BELOW
-    static = is_static((d["H"], d["W"]))
-    if static and not folded and mg < DIRECT_BELOW and not _pointwise(d) and _direct_fits(d, cg):
+    if not folded and mg < DIRECT_BELOW and not _pointwise(d) and _direct_fits(d, cg):
         return code + _emit_direct(node, ctx, d, epi, group, ap, per_group)
     bsrc, pad = _b_source(node, ctx, d, folded)
     cols = n * ohw if folded else ohw

@@ -3,7 +3,7 @@
 
 The op models are small one- or few-node graphs; the PP-OCR models (``slow``) are the
 classifier at batch 1..8, the recognizer at widths 32..1280 and the detector at any
-page size in steps of 32.
+page size in steps of 32 (Magika and Silero: test_dynamic_magika_silero.py).
 """
 
 from __future__ import annotations
@@ -266,18 +266,3 @@ def test_opt_shapes_get_a_static_path():
     _, _, generic_params = lower(m, dims=_HW)
     assert params.nbytes == generic_params.nbytes  # the weights are stored once
     _check(m, [{"x": (1, 8, 32, 32)}, {"x": (2, 8, 32, 32)}, {"x": (1, 8, 8, 64)}], **kwargs)
-
-
-@pytest.mark.slow
-def test_magika_run_time_batch():
-    _check(_ppocr("magika"), [{"bytes": (b, 2048)} for b in (1, 3, 8)],
-           shapes={"bytes": ((1, 8), 2048)})
-
-
-@pytest.mark.slow
-def test_silero_sequence_run_time_chunks():
-    """LSTM over a run-time sequence length; reflect Pad of a run-time length."""
-    state = {"h": (1, 1, 128), "c": (1, 1, 128)}
-    _check(_ppocr("silero_vad_sequence"),
-           [{"input": (n, 576), **state} for n in (1, 8, 32, 200)],
-           dims={"sequence_length": (1, 200)}, atol=5e-4)

@@ -194,6 +194,32 @@ def test_slice_along_run_time_axis():
     _match_ort(m, [{"x": _f32(n, 4)} for n in (2, 5, 9)], dims={"n": (2, 9)})
 
 
+def test_gather_and_onehot_run_time_batch():
+    """Embedding lookups (run-time index batch), a gather from a run-time batch of data,
+    a gather along the run-time axis itself (negative index), and OneHot."""
+    ints = TensorProto.INT64
+    nodes = [helper.make_node("Gather", ["w", "i"], ["e"], axis=0),
+             helper.make_node("Gather", ["x", "k"], ["c"], axis=1),
+             helper.make_node("Gather", ["x", "last"], ["r"], axis=0),
+             helper.make_node("OneHot", ["i", "depth", "values"], ["h"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("i", ints, ["n", 3]),
+         helper.make_tensor_value_info("x", F, ["n", 10])],
+        [helper.make_tensor_value_info("e", F, ["n", 3, 7]),
+         helper.make_tensor_value_info("c", F, ["n", 3]),
+         helper.make_tensor_value_info("r", F, [2, 10]),
+         helper.make_tensor_value_info("h", F, ["n", 3, 10])],
+        [numpy_helper.from_array(a, k) for k, a in (
+            ("w", _f32(10, 7)), ("k", np.array([0, 4, 9])), ("last", np.array([0, -1])),
+            ("depth", np.array(10)), ("values", np.array([0.0, 1.0], np.float32)))],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    feeds = [{"i": RNG.integers(0, 10, (n, 3)), "x": _f32(n, 10)} for n in (1, 3, 8)]
+    _match_ort(m, feeds, dims={"n": (1, 8)})
+
+
 def test_shape_cast_chain_folds_into_reshape():
     """``Shape -> Cast(int32) -> Cast(int64) -> Reshape`` (tf2onnx's pattern in Magika)
     folds at compile time with the run-time batch kept symbolic."""
@@ -232,6 +258,17 @@ def test_magika_run_time_batch():
     gm = _match_ort(m, feeds, atol=1e-5, shapes={name: ((1, 8), 2048)})
     shapes, _ = gm.get_output_info()
     assert next(iter(shapes.values()))[0][1:] == (1, 8)
+
+
+@pytest.mark.slow
+def test_magika_opt_shape_specialized_and_generic():
+    """With ``opt_shapes`` batch 1 runs the specialized static path, other batches the
+    generic one; both match ONNX Runtime."""
+    m = _real("magika")
+    name = m.graph.input[0].name
+    feeds = [{name: RNG.integers(0, 257, (b, 2048)).astype(np.int32)} for b in (1, 2, 8)]
+    _match_ort(m, feeds, atol=1e-5, shapes={name: ((1, 8), 2048)},
+               opt_shapes={name: [(1, 2048)]})
 
 
 @pytest.mark.slow

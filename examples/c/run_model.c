@@ -107,7 +107,8 @@ static int32_t parse_shape(const char* text, int64_t* shape) {
 }
 
 /* Read the whole file `path` into a new buffer; its size in *size. NULL + message if
- * it cannot be read. (A wrong size is left to monolib_set_input to report.) */
+ * it cannot be read. (A wrong size is left to monolib_set_input to report, or to
+ * shaped_size_matches for an input given with its shape.) */
 static void* read_file(const char* path, size_t* size) {
   FILE* f = fopen(path, "rb");
   char* buf = NULL;
@@ -124,6 +125,25 @@ static void* read_file(const char* path, size_t* size) {
   if (buf == NULL) fprintf(stderr, "error: cannot read %s\n", path);
   *size = (size_t)n;
   return buf;
+}
+
+/* Whether `size` file bytes fill input `info` at `shape` (ndim dims); a message if not.
+ * monolib_set_input_shaped copies the bytes of the shape it is given and cannot see
+ * the buffer's size, so a short file must be caught here. A wrong rank or a negative
+ * dim is left to monolib_set_input_shaped, which refuses it before reading data. */
+static int shaped_size_matches(int32_t i, const monolib_tensor_info* info, const int64_t* shape,
+                               int32_t ndim, size_t size) {
+  uint64_t nbytes = (uint64_t)info->dtype.bits * info->dtype.lanes / 8;
+  int32_t d;
+  if (ndim != info->ndim) return 1;
+  for (d = 0; d < ndim; ++d) {
+    if (shape[d] < 0) return 1;
+    nbytes *= (uint64_t)shape[d];
+  }
+  if (nbytes == (uint64_t)size) return 1;
+  fprintf(stderr, "error: input %d (%s): the file holds %llu bytes, its shape needs %llu\n",
+          (int)i, info->name, (unsigned long long)size, (unsigned long long)nbytes);
+  return 0;
 }
 
 /* Print a float32 output's size, min, max, and argmax over the last axis of row 0
@@ -235,6 +255,10 @@ int main(int argc, char** argv) {
           free(data);
           goto done;
         }
+        if (!shaped_size_matches(i, &info, shape, ndim, size)) {
+          free(data);
+          goto done;
+        }
         LOOKUP(api.set_input_shaped, "monolib_set_input_shaped");
         rc = api.set_input_shaped(model, i, data, shape, ndim);
       } else {
@@ -243,6 +267,8 @@ int main(int argc, char** argv) {
       free(data);
       if (rc != MONOLIB_OK) {
         fprintf(stderr, "error: %s\n", api.last_error());
+        if (shapes[i] == NULL && has_run_time_dims(&info))
+          fprintf(stderr, "hint: give input %d as -i FILE@D0,D1,...\n", (int)i);
         goto done;
       }
     }

@@ -1,11 +1,13 @@
 """Helpers of the C API tests: a small hand-written model ("two"), ctypes bindings
-of ``monolib.h``, Python's outputs of a library, zig's C compiler."""
+of ``monolib.h``, Python's outputs of a library, zig's C compiler, the aarch64
+sysroot that qemu runs against."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,14 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "c" / "run_model.c"
 INCLUDE = ROOT / "src" / "monolib" / "include"
 CLS_SHAPE = (1, 3, 48, 192)
+# The classifier with a run-time batch: any of 1..8 by the generic path, batch 2 by a
+# specialized one (opt_shapes).
+CLS_DYN_KW = {"shapes": {"x": ((1, 8), 3, 48, 192)}, "opt_shapes": {"x": [(2, 3, 48, 192)]}}
+# The aarch64 C library that qemu-aarch64 -L reads (Debian libc6-arm64-cross), and its
+# glibc (Debian 12's): zig links against the version named in the triple, so a program
+# built for it asks for nothing newer than the sysroot's C library has.
+SYSROOT = Path("/usr/aarch64-linux-gnu")
+GLIBC = "2.36"
 
 # "two": y = x * w + n (float32[2,3]); flag = n > 0 (bool[1]); n is an int64 scalar
 # whose name needs escaping in C. Arena: x@0, n@64, y@128, flag@192 (256 bytes).
@@ -127,6 +137,13 @@ def last_error(lib: ctypes.CDLL) -> str:
     return lib.monolib_last_error().decode("utf-8")
 
 
+def cls_batch(line: np.ndarray, batch: int) -> np.ndarray:
+    """A classifier input of ``batch`` rows: ``line`` (1, 3, 48, 192) first, then seeded
+    noise (softmax not saturated, so comparisons see every bit)."""
+    noise = np.random.default_rng(batch).normal(0, 1.5, (batch - 1, *CLS_SHAPE[1:]))
+    return np.ascontiguousarray(np.concatenate([line, noise.astype(np.float32)]), np.float32)
+
+
 def python_outputs(lib: Path, x: np.ndarray) -> list[np.ndarray]:
     """The outputs of ``lib`` run from Python (``load_module``) on input ``x``."""
     from monolib.runtime import load_module
@@ -148,3 +165,15 @@ def zig_cc() -> list[str] | None:
     if shutil.which("zig"):
         return ["zig", "cc"]
     return None
+
+
+def qemu_run_model(qemu: str, exe: Path, *args: str) -> subprocess.CompletedProcess:
+    """``exe`` (run_model built for aarch64) run under ``qemu`` with ``args``; output
+    captured as text, the exit status left to the caller."""
+    return subprocess.run(
+        [qemu, "-L", str(SYSROOT), str(exe), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -1,17 +1,19 @@
-"""Fixtures of the C API tests: the PP-OCR classifier exported once per session
-(shared by the pytest-xdist workers through a file lock), its inputs, and the example
-program built with the system C compiler (helpers in ``capihelp.py``)."""
+"""Fixtures of the C API tests: the PP-OCR classifier (static, and with a run-time
+batch) exported once per session (shared by the pytest-xdist workers through a file
+lock), its inputs, the example program built with the system C compiler and for
+aarch64 with qemu to run it (helpers in ``capihelp.py``)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from capihelp import CLS_SHAPE, EXAMPLE, INCLUDE
+from capihelp import CLS_DYN_KW, CLS_SHAPE, EXAMPLE, GLIBC, INCLUDE, SYSROOT, zig_cc
 
 
 @pytest.fixture(scope="session")
@@ -68,10 +70,10 @@ def cls_model():
     return fetch_model("ppocr_cls")
 
 
-@pytest.fixture(scope="session")
-def export_cls(cls_model, tmp_path_factory):
-    """``export_cls(target, name) -> Path``: the classifier compiled for ``target`` and
-    exported once per test session (workers share it under a file lock)."""
+def _exporter(cls_model, tmp_path_factory, **compile_kw):
+    """``get(target, name) -> Path``: the classifier compiled for ``target`` with
+    ``compile_kw`` and exported once per test session (workers share it under a file
+    lock)."""
     import monolib
 
     shared = _shared_dir(tmp_path_factory)
@@ -81,11 +83,59 @@ def export_cls(cls_model, tmp_path_factory):
         with open(shared / f"{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not out.exists():
-                factory = monolib.compile(str(cls_model), target=target, shapes={"x": CLS_SHAPE})
+                factory = monolib.compile(str(cls_model), target=target, **compile_kw)
                 factory.export_library(str(out))
         return out
 
     return get
+
+
+@pytest.fixture(scope="session")
+def export_cls(cls_model, tmp_path_factory):
+    """``export_cls(target, name) -> Path``: the classifier at its static shape."""
+    return _exporter(cls_model, tmp_path_factory, shapes={"x": CLS_SHAPE})
+
+
+@pytest.fixture(scope="session")
+def export_cls_dyn(cls_model, tmp_path_factory):
+    """``export_cls_dyn(target, name) -> Path``: the classifier with a run-time batch in
+    [1, 8] and a static path for batch 2 (``CLS_DYN_KW``)."""
+    return _exporter(cls_model, tmp_path_factory, **CLS_DYN_KW)
+
+
+@pytest.fixture(scope="session")
+def qemu() -> str:
+    """qemu-aarch64 with an aarch64 C library and zig to build for it, else skip."""
+    exe = shutil.which("qemu-aarch64") or shutil.which("qemu-aarch64-static")
+    if exe is None:
+        pytest.skip("qemu-aarch64 not installed (Debian: apt-get install qemu-user)")
+    if not (SYSROOT / "lib" / "ld-linux-aarch64.so.1").exists():
+        pytest.skip(f"no aarch64 C library in {SYSROOT} (apt-get install libc6-arm64-cross)")
+    if zig_cc() is None:
+        pytest.skip("zig's C compiler not installed (pip install ziglang)")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def arm_exe(qemu, tmp_path_factory) -> Path:
+    """``examples/c/run_model.c`` built for aarch64 by zig against glibc ``GLIBC``."""
+    exe = tmp_path_factory.mktemp("arm") / "run_model"
+    cmd = [
+        *zig_cc(),
+        "-target",
+        f"aarch64-linux-gnu.{GLIBC}",
+        "-std=c99",
+        "-O2",
+        "-Wall",
+        "-Werror",
+        f"-I{INCLUDE}",
+        str(EXAMPLE),
+        "-o",
+        str(exe),
+        "-ldl",
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    return exe
 
 
 @pytest.fixture(scope="session")

@@ -211,6 +211,54 @@ def test_property_random_in_bound_shapes(batch, h, w, stride):
     _check(m, [{"x": (batch, 4, h, w)}], gm=gm)
 
 
+def _misc_models():
+    """(id, model, dims, sizes): shape computations and ops over a run-time axis."""
+    b = {"batch": (1, 8)}
+    n = {"n": (1, 64)}
+    expand = _model([helper.make_node("Shape", ["y"], ["s"]),
+                     helper.make_node("Expand", ["x", "s"], ["z"])],
+                    [("x", F, [1, 4]), ("y", F, ["batch", 4])], [("z", F, ["batch", 4])])
+    fill = helper.make_tensor("v", TensorProto.FLOAT, [1], [2.5])
+    const_of_shape = _model([helper.make_node("Shape", ["y"], ["s"]),
+                             helper.make_node("ConstantOfShape", ["s"], ["c"], value=fill),
+                             helper.make_node("Add", ["c", "y"], ["z"])],
+                            [("y", F, ["batch", 4])], [("z", F, ["batch", 4])])
+    position_ids = _model(
+        [helper.make_node("Shape", ["y"], ["s"]),
+         helper.make_node("Gather", ["s", "i0"], ["k"], axis=0),
+         helper.make_node("Range", ["z0", "k", "one"], ["r"]),
+         helper.make_node("Cast", ["r"], ["rf"], to=F),
+         helper.make_node("Unsqueeze", ["rf", "ax1"], ["ru"]),
+         helper.make_node("Add", ["y", "ru"], ["z"])],
+        [("y", F, ["batch", 4])], [("z", F, ["batch", 4])],
+        [_i64("i0", 0), _i64("z0", 0), _i64("one", 1), _i64("ax1", [1])],
+    )
+    softmax = _model([helper.make_node("Softmax", ["y"], ["z"], axis=-1)],
+                     [("y", F, [2, "n"])], [("z", F, [2, "n"])])
+    concat = _model([helper.make_node("Concat", ["y", "y"], ["z"], axis=0)],
+                    [("y", F, ["n", 3])], [("z", F, [None, 3])])
+    gather = _model([helper.make_node("Gather", ["y", "i"], ["z"], axis=1)],
+                    [("y", F, [2, "n"])], [("z", F, [2, 2])], [_i64("i", [0, 0])])
+    flatten = _model([helper.make_node("Flatten", ["y"], ["z"], axis=1)],
+                     [("y", F, ["n", 3, 4])], [("z", F, [None, 12])])
+    rows = [{"y": (k, 4)} for k in (1, 5, 8)]
+    return [
+        ("expand", expand, b, [{"x": (1, 4), **r} for r in rows]),
+        ("constant_of_shape", const_of_shape, b, rows),
+        ("range_position_ids", position_ids, b, rows),
+        ("softmax_run_time_axis", softmax, n, [{"y": (2, k)} for k in (1, 7, 64)]),
+        ("concat_run_time_axis", concat, n, [{"y": (k, 3)} for k in (1, 7, 64)]),
+        ("gather_run_time_axis", gather, n, [{"y": (2, k)} for k in (1, 7, 64)]),
+        ("flatten", flatten, n, [{"y": (k, 3, 4)} for k in (1, 7, 64)]),
+    ]
+
+
+@pytest.mark.parametrize("case", _misc_models(), ids=lambda c: c[0])
+def test_shape_computations_and_run_time_axes(case):
+    _, model, dims, sizes = case
+    _check(model, sizes, dims=dims)
+
+
 # -- refusals --------------------------------------------------------------------------
 def test_refusals_name_node_op_and_dim():
     linear = _model(

@@ -13,10 +13,11 @@ import logging
 
 import numpy as np
 
-from ....errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
 from ...ir import Node
+from ...symbolic import dim_max, is_dim
 from ..base import EmitContext, OpDef, OutType, register
-from ...backends.cstyle import c_literal
+from ...backends.cstyle import c_literal, ctype
 from .loops import const_ints
 
 __all__ = ["ConstantOfShape", "Range", "Shape", "Size"]
@@ -118,14 +119,15 @@ class ConstantOfShape(OpDef):
 class Range(OpDef):
     """``Range``: ``start, start + delta, ...`` below ``limit``; the three scalar inputs
     must be constant (the output length ``max(ceil((limit - start) / delta), 0)`` is a
-    shape)."""
+    shape). An integer Range whose start or limit is a run-time Dim (computed from a
+    run-time shape) has a run-time length and is computed when the op runs."""
 
     op_type, since_version = "Range", 11
     #: 27 adds float16/bfloat16 and ``stash_type`` (their accumulation type)
     also_versions = (27,)
     defaults = {"stash_type": 1}
 
-    def _value(self, node: Node) -> np.ndarray:
+    def _scalars(self, node: Node) -> list:
         vals = []
         for i, name in enumerate(("start", "limit", "delta")):
             v = node.input(i)
@@ -134,7 +136,31 @@ class Range(OpDef):
                     f"Range (node {node.name!r}): input {name!r} must be a compile-time constant"
                 )
             vals.append(v.const.reshape(-1)[0])
-        start, limit, delta = vals
+        return vals
+
+    def _run_time(self, node: Node):
+        """``(start, delta, length)`` when start or limit is a run-time Dim (an integer
+        Range over a shape: position ids), else None.
+
+        Raises
+        ------
+        UndecidableDimError
+            A run-time delta, or a run-time bound of a float Range.
+        """
+        start, limit, delta = self._scalars(node)
+        if not (is_dim(start) or is_dim(limit) or is_dim(delta)):
+            return None
+        if is_dim(delta) or node.inputs[0].dtype.kind not in "iu" or int(delta) == 0:
+            raise UndecidableDimError(
+                f"Range (node {node.name!r}): only an integer Range with a constant, nonzero "
+                f"delta takes a run-time start or limit (got {start}, {limit}, {delta})"
+            )
+        delta = int(delta)
+        span = limit - start if delta > 0 else start - limit
+        return start, delta, dim_max(-(-span // abs(delta)), 0)
+
+    def _value(self, node: Node) -> np.ndarray:
+        start, limit, delta = self._scalars(node)
         if delta == 0:
             raise ShapeError(f"Range (node {node.name!r}): delta is 0")
         dt = node.inputs[0].dtype
@@ -152,10 +178,19 @@ class Range(OpDef):
         ).astype(dt)
 
     def infer(self, node: Node) -> list[OutType]:
+        run_time = self._run_time(node)
+        if run_time is not None:
+            return [((run_time[2],), node.inputs[0].dtype)]
         return [(self._value(node).shape, node.inputs[0].dtype)]
 
     def reference(self, node: Node, inputs):
         return [self._value(node)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
-        return _store_constant(ctx, node, self._value(node))
+        run_time = self._run_time(node)
+        if run_time is None:
+            return _store_constant(ctx, node, self._value(node))
+        start, delta, n = run_time  # the values computed when the op runs
+        y, i = node.outputs[0], ctx.unique("i")
+        return (f"for (int64_t {i} = 0; {i} < {n}; ++{i}) "
+                f"{ctx.ptr(y)}[{i}] = ({ctype(y.dtype)})({start} + {i} * {delta});")

@@ -12,7 +12,7 @@ run, every output out as NumPy, as ``bench/run.py`` counts it) of
 * monolib STATIC: today's library compiled for exactly that size,
 * ONNX Runtime (``monolib.compiler.testing.ort_session``),
 
-at 1 and 2 threads, timed back to back per size and thread count; the ratios
+at 1 and 2 threads, called in turn per size and thread count; the ratios
 dynamic / ORT and dynamic / static with their geometric means; compile times (dynamic
 vs the mean static); the largest difference of the dynamic library from ORT. With
 ``--opt`` the dynamic library is compiled a second time with ``opt_shapes`` at each
@@ -67,6 +67,7 @@ class ModelResult:
     compile_s: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)
     max_diff: dict = field(default_factory=dict)
+    cpu: dict = field(default_factory=dict)
 
 
 def _error(exc: BaseException) -> str:
@@ -93,14 +94,29 @@ def _runner(gm, feeds: dict):
     return run
 
 
+def side_by_side(calls: dict, repeat: int, warmup: int = 2) -> dict:
+    """``{name: (median wall s, median CPU s of the calling thread)}`` of each call,
+    timed round-robin (one call of each per round, ``run.median_time`` of one call)
+    so that a burst of load on this shared machine hits every contender alike."""
+    for fn in calls.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict = {name: [] for name in calls}
+    for _ in range(repeat):
+        for name, fn in calls.items():
+            samples[name].append(median_time(fn, 1, warmup=0))
+    return {name: (float(np.median([w for w, _ in xs])), float(np.median([c for _, c in xs])))
+            for name, xs in samples.items()}
+
+
 def _size_label(size) -> str:
     return "x".join(map(str, size)) if isinstance(size, tuple) else str(size)
 
 
 def bench_model(name: str, repeat: int, threads: tuple[int, ...], work: Path,
                 opt: bool) -> ModelResult:
-    """Build the dynamic, static (and opt) libraries of ``name``, then time each size and
-    thread count back to back (see the module docstring)."""
+    """Build the dynamic, static (and opt) libraries of ``name``, then time them and ORT
+    side by side at each size and thread count (see the module docstring)."""
     spec: BenchModel = MODEL_INPUTS[name]
     res = ModelResult(name, spec.sizes, spec.sizes[len(spec.sizes) // 2] if opt else None)
     path = fetch_model(spec.key)
@@ -131,12 +147,10 @@ def bench_model(name: str, repeat: int, threads: tuple[int, ...], work: Path,
             res.errors["opt"] = _error(exc)
     for s in spec.sizes:
         feeds_ml, feeds_ort = feeds[s]
-        want = None
         for t in threads:
             sess = ort_session(path, threads=t)
-            res.latency[("ort", s, t)] = median_time(partial(sess.run, None, feeds_ort),
-                                                     repeat)[0]
-            want = want if want is not None else sess.run(None, feeds_ort)
+            calls = {"ort": partial(sess.run, None, feeds_ort)}
+            want = sess.run(None, feeds_ort)
             monolib.runtime.set_num_threads(t)
             for variant in VARIANTS:
                 gm = gms.get(variant if variant != "static" else ("static", s))
@@ -145,13 +159,17 @@ def bench_model(name: str, repeat: int, threads: tuple[int, ...], work: Path,
                 run = _runner(gm, feeds_ml)
                 try:
                     got = run()
-                    if variant == "dynamic" and t == threads[0]:
-                        res.max_diff[s] = max(
-                            float(np.abs(g.astype(np.float64) - w).max())
-                            for g, w in zip(got, want))
-                    res.latency[(variant, s, t)] = median_time(run, repeat)[0]
                 except Exception as exc:  # noqa: BLE001
                     res.errors[(variant, s)] = _error(exc)
+                    continue
+                if variant == "dynamic" and t == threads[0]:
+                    res.max_diff[s] = max(float(np.abs(g.astype(np.float64) - w).max())
+                                          for g, w in zip(got, want))
+                calls[variant] = run
+            for variant, (wall, cpu) in side_by_side(calls, repeat).items():
+                res.latency[(variant, s, t)] = wall
+                if t == 1:
+                    res.cpu[(variant, s)] = cpu
         print(f"  {name} {_size_label(s)}: " + ", ".join(
             f"{k[0]}@{k[2]} {_ms(v)} ms" for k, v in res.latency.items() if k[1] == s),
               flush=True)
@@ -179,6 +197,8 @@ def header(threads: tuple[int, ...]) -> list[str]:
     for t in threads:
         cols += [f"dynamic@{t} ms", f"static@{t} ms", f"ORT@{t} ms", f"dyn/ORT@{t}",
                  f"dyn/static@{t}"]
+    if 1 in threads:
+        cols += ["CPU dyn/ORT@1", "CPU dyn/static@1"]
     return cols + ["max abs diff", "status"]
 
 
@@ -192,6 +212,9 @@ def rows(results: list[ModelResult], threads: tuple[int, ...]) -> list[list[str]
             for t in threads:
                 d, st, o = (lat.get((v, s, t)) for v in ("dynamic", "static", "ort"))
                 row += [_ms(d), _ms(st), _ms(o), _x(_ratio(d, o)), _x(_ratio(d, st))]
+            if 1 in threads:
+                d, st, o = (r.cpu.get((v, s)) for v in ("dynamic", "static", "ort"))
+                row += [_x(_ratio(d, o)), _x(_ratio(d, st))]
             diff = r.max_diff.get(s)
             row += ["-" if diff is None else f"{diff:.1e}", _status(r, s)]
             out.append(row)
@@ -235,6 +258,10 @@ def targets(results: list[ModelResult], threads: tuple[int, ...]) -> list[tuple[
             if x is not None:
                 out.append((x <= 1.05, f"opt_shapes {r.name} {_size_label(r.opt_size)} @{t}: "
                             f"{x:.3f}x static (target <= 1.05)"))
+            c = _ratio(r.cpu.get(("opt", r.opt_size)), r.cpu.get(("static", r.opt_size)))
+            if t == 1 and c is not None:
+                out.append((c <= 1.05, f"opt_shapes {r.name} {_size_label(r.opt_size)} @1, CPU "
+                            f"time: {c:.3f}x static (target <= 1.05)"))
     for r in results:
         d, st = r.compile_s.get("dynamic"), r.compile_s.get("static")
         if d and st:
@@ -274,17 +301,23 @@ def write_markdown(results: list[ModelResult], info: dict, args, threads: tuple[
          f"{','.join(map(str, threads))}{' --opt' if args.opt else ''}` on "
          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."), "",
         (f"- CPU: {info['cpu']}, {info['cores']} cores; {info['gcc']}; 1-minute load average "
-         f"{info['load']:.1f} at the start and {os.getloadavg()[0]:.1f} at the end"),
+         f"{info['load']:.1f} at the start and {os.getloadavg()[0]:.1f} at the end"
+         + (f" (above {info['cores']}: other processes competed for the cores, wall times, "
+            "the 2-thread ones most, are inflated)"
+            if max(info["load"], os.getloadavg()[0]) > info["cores"] else "")),
         (f"- Python {info['python']}, NumPy {info['numpy']}, onnxruntime "
          f"{info['onnxruntime']}, monolib {info['monolib']}"),
         ("- dynamic: ONE library per model with run-time dims (det "
          "`(1, 3, 32..1280:32, 32..1280:32)`, rec width `32..1280`, cls and Magika batch "
          "`1..8`, Silero sequence `sequence_length` `1..256`); static: today's library "
          "compiled for exactly that size; ORT with `intra_op_num_threads` N, "
-         "`inter_op_num_threads=1`. The three are timed back to back at each size and "
+         "`inter_op_num_threads=1`. The three are timed side by side at each size and "
          "thread count."),
-        ("- Latency: median wall time of the repeats, inputs set + run + outputs as NumPy. "
-         "Ratios below 1: the dynamic library is faster. max abs diff: dynamic vs ORT."),
+        ("- Latency: median wall time of the repeats, inputs set + run + outputs as NumPy, "
+         "the contenders called in turn (one call each per round). Ratios below 1: the "
+         "dynamic library is faster. CPU ratios: median CPU time of the calling thread at "
+         "1 thread; they leave out the time other processes held the core, the steadier "
+         "figure on a shared machine. max abs diff: dynamic vs ORT."),
         "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |"
               for row in rows(results, threads)]

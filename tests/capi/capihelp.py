@@ -144,6 +144,44 @@ def cls_batch(line: np.ndarray, batch: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([line, noise.astype(np.float32)]), np.float32)
 
 
+def conv_head_model():
+    """A small ONNX model with run-time batch, height and width: x (batch, 3, h, w) ->
+    Conv 3x3 stride 2 pad 1 -> Relu = feat (batch, 4, h/2, w/2) -> GlobalAveragePool ->
+    Flatten -> Gemm = logits (batch, 5). Compile with ``CONV_HEAD_SHAPES``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    weights = {
+        "w": rng.standard_normal((4, 3, 3, 3)) * 0.3,
+        "b": rng.standard_normal(4) * 0.1,
+        "g": rng.standard_normal((5, 4)) * 0.5,
+        "c": rng.standard_normal(5) * 0.1,
+    }
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["conv"], pads=[1, 1, 1, 1], strides=[2, 2]),
+            helper.make_node("Relu", ["conv"], ["feat"]),
+            helper.make_node("GlobalAveragePool", ["feat"], ["pool"]),
+            helper.make_node("Flatten", ["pool"], ["flat"]),
+            helper.make_node("Gemm", ["flat", "g", "c"], ["logits"], transB=1),
+        ],
+        "conv_head",
+        [helper.make_tensor_value_info("x", f32, ["batch", 3, "h", "w"])],
+        [
+            helper.make_tensor_value_info("feat", f32, ["batch", 4, "oh", "ow"]),
+            helper.make_tensor_value_info("logits", f32, ["batch", 5]),
+        ],
+        [numpy_helper.from_array(a.astype(np.float32), n) for n, a in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+CONV_HEAD_SHAPES = {"x": ((1, 4), 3, (8, 32, 8), (8, 32, 8))}
+
+
 def python_outputs(lib: Path, x: np.ndarray) -> list[np.ndarray]:
     """The outputs of ``lib`` run from Python (``load_module``) on input ``x``."""
     from monolib.runtime import load_module
@@ -165,6 +203,15 @@ def zig_cc() -> list[str] | None:
     if shutil.which("zig"):
         return ["zig", "cc"]
     return None
+
+
+def assert_near_host(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """``got`` (an aarch64 library's) within 1e-4 of the range of ``want`` (the host's:
+    another ISA, other roundings); the difference printed after ``what``."""
+    diff = float(np.abs(got - want).max())
+    span = float(want.max() - want.min())
+    print(f"{what}: max |diff| {diff:.3g} (range {span:.3g})")
+    assert diff <= 1e-4 * max(span, 1e-6), (got, want)
 
 
 def qemu_run_model(qemu: str, exe: Path, *args: str) -> subprocess.CompletedProcess:

@@ -3,7 +3,8 @@ run-time batch 1..8 and a specialized path for batch 2 (``CLS_DYN_KW``) for
 ``c -mtriple=aarch64-linux-gnu``, run under qemu-aarch64 by ``examples/c/run_model.c``
 built for aarch64 (fixtures in conftest.py) at batch 2 (specialized path) and 3 (generic
 path); each run's shape as on the host, its values the host library's within 1e-4 of
-their range (another ISA, other roundings)."""
+their range (another ISA, other roundings). Likewise ``conv_head_model`` (run-time batch,
+height and width in steps of 8) at two sizes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import time
 
 import numpy as np
 import pytest
-from capihelp import cls_batch, python_outputs, qemu_run_model
+from capihelp import (
+    CONV_HEAD_SHAPES,
+    assert_near_host,
+    cls_batch,
+    conv_head_model,
+    python_outputs,
+    qemu_run_model,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -39,10 +47,28 @@ def test_dynamic_aarch64_library_under_qemu_matches_host(
         (want,) = python_outputs(host_lib, x)
         assert want.shape == (batch, 2)
         want = want.ravel()
-        diff = float(np.abs(got - want).max())
-        span = float(want.max() - want.min())
-        print(f"batch {batch}: aarch64 under qemu {seconds:.2f} s, max |diff| {diff:.3g} "
-              f"(range {span:.3g})")  # fmt: skip
-        assert diff <= 1e-4 * max(span, 1e-6), (got, want)
+        assert_near_host(got, want, f"batch {batch}: aarch64 under qemu {seconds:.2f} s")
         np.testing.assert_array_equal(got.reshape(batch, 2).argmax(1),
                                       want.reshape(batch, 2).argmax(1))  # fmt: skip
+
+
+def test_three_run_time_dims_on_aarch64_under_qemu(qemu, arm_exe, tmp_path):
+    import monolib
+
+    libs = {}
+    for target, name in (("c -mtriple=aarch64-linux-gnu", "arm.so"), ("c", "host.so")):
+        factory = monolib.compile(conv_head_model(), target=target, shapes=CONV_HEAD_SHAPES)
+        libs[name] = factory.export_library(str(tmp_path / name))
+    for batch, h, w in [(3, 24, 16), (1, 8, 32)]:
+        x = np.random.default_rng(h + w).normal(size=(batch, 3, h, w)).astype(np.float32)
+        x.tofile(tmp_path / "x.bin")
+        res = qemu_run_model(
+            qemu, arm_exe, libs["arm.so"], "-i", f"{tmp_path / 'x.bin'}@{batch},3,{h},{w}",
+            "-o", str(tmp_path / "out"),
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert f"this run: [{batch},4,{h // 2},{w // 2}]" in res.stdout
+        for i, want in enumerate(python_outputs(libs["host.so"], x)):
+            got = np.fromfile(tmp_path / f"out.{i}.bin", np.float32)
+            assert got.size == want.size, (i, want.shape)
+            assert_near_host(got, want.ravel(), f"({batch}, 3, {h}, {w}) output {i}")

@@ -1,0 +1,103 @@
+"""The C API (version 2) of a small COMPILED library with three run-time dims: Conv +
+Relu + GlobalAveragePool + Gemm (``conv_head_model``) with a run-time batch 1..4 and
+height and width 8..32 in steps of 8, run from C by ``examples/c/run_model.c`` at two
+sizes: this run's output shapes, Python's outputs of the same library bit for bit, ONNX
+Runtime's within 1e-5. Fast (the classifier's slow tests: test_capi_dynamic_cls.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+
+import numpy as np
+import pytest
+from capihelp import (
+    CONV_HEAD_SHAPES,
+    TensorInfo,
+    bind,
+    conv_head_model,
+    last_error,
+    python_outputs,
+)
+
+SIZES = [(2, 16, 24), (4, 32, 8)]  # (batch, h, w): mixed, and both upper bound and lower
+
+
+@pytest.fixture(scope="module")
+def conv_head(tmp_path_factory):
+    """(the ONNX model, the host library exported from it)."""
+    pytest.importorskip("onnx")
+    import monolib
+
+    model = conv_head_model()
+    out = tmp_path_factory.mktemp("conv_head") / "conv_head.so"
+    monolib.compile(model, shapes=CONV_HEAD_SHAPES).export_library(str(out))
+    return model, out
+
+
+def _info(lib, model, kind: str, i: int) -> tuple:
+    info = TensorInfo()
+    assert getattr(lib, f"monolib_{kind}_info")(model, i, ctypes.byref(info)) == 0
+    axes = range(info.ndim)
+    return (
+        [info.shape[d] for d in axes],
+        [(info.shape_lo[d], info.shape_hi[d], info.shape_step[d]) for d in axes],
+        info.nbytes,
+    )
+
+
+def test_info_reports_each_run_time_dim(conv_head):
+    lib = bind(str(conv_head[1]))
+    model = lib.monolib_open()
+    assert model, last_error(lib)
+    try:
+        assert _info(lib, model, "input", 0) == (
+            [-1, 3, -1, -1], [(1, 4, 1), (3, 3, 1), (8, 32, 8), (8, 32, 8)], 4 * 3 * 32 * 32 * 4
+        )  # fmt: skip
+        # feat's h/2 and w/2: bounded by the slot (docs/c_api.md); its batch by the symbol
+        shape, bounds, nbytes = _info(lib, model, "output", 0)
+        assert shape == [-1, 4, -1, -1] and nbytes == 4 * 4 * 16 * 16 * 4
+        assert bounds[:2] == [(1, 4, 1), (4, 4, 1)]
+        assert all(lo <= 4 and hi >= 16 for lo, hi, _ in bounds[2:])
+        assert _info(lib, model, "output", 1) == ([-1, 5], [(1, 4, 1), (5, 5, 1)], 4 * 5 * 4)
+    finally:
+        lib.monolib_close(model)
+
+
+@pytest.mark.parametrize("batch, h, w", SIZES)
+def test_example_runs_like_python_and_ort(tmp_path, run_model_exe, conv_head, batch, h, w):
+    pytest.importorskip("onnxruntime")
+    from monolib.compiler.testing import ort_run
+
+    model, lib = conv_head
+    x = np.random.default_rng(h * w + batch).normal(size=(batch, 3, h, w)).astype(np.float32)
+    x.tofile(tmp_path / "x.bin")
+    res = subprocess.run(
+        [str(run_model_exe), str(lib), "-i", f"{tmp_path / 'x.bin'}@{batch},3,{h},{w}",
+         "-o", str(tmp_path / "out")],
+        check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "input 0: x float32[1..4,3,8..32:8,8..32:8] (49152 bytes at most)" in res.stdout
+    assert f"this run: [{batch},4,{h // 2},{w // 2}] ({batch * h * w * 4} bytes)" in res.stdout
+    assert f"this run: [{batch},5] ({batch * 20} bytes)" in res.stdout
+    wants = python_outputs(lib, x)
+    refs = ort_run(model, {"x": x})
+    for i, (want, ref) in enumerate(zip(wants, refs)):
+        got = np.fromfile(tmp_path / f"out.{i}.bin", np.float32)
+        assert want.shape == ref.shape
+        np.testing.assert_array_equal(got, want.ravel())  # same library, same bits
+        np.testing.assert_allclose(got.reshape(ref.shape), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_example_refuses_a_size_off_the_step(tmp_path, run_model_exe, conv_head):
+    np.zeros(3 * 12 * 16, np.float32).tofile(tmp_path / "x.bin")
+    res = subprocess.run(
+        [str(run_model_exe), str(conv_head[1]), "-i", f"{tmp_path / 'x.bin'}@1,3,12,16"],
+        check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 1
+    assert (
+        'error: monolib_set_input_shaped: input "x" axis 2 (dim "h") is 12, outside its bounds '
+        "[8, 32] step 8"
+    ) in res.stderr

@@ -276,6 +276,14 @@ def test_refusals_name_node_op_and_dim():
     assert issubclass(UndecidableDimError, CompileError)
 
 
+@pytest.mark.parametrize("target", ["opencl", "cuda"])
+def test_device_targets_refuse_run_time_dims(target):
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, ["batch", 4])],
+               [("y", F, ["batch", 4])])
+    with pytest.raises(CompileError, match=rf"target {target}: run-time dims \(batch in \[1, 8\]\)"):
+        compile_model(m, target=target, dims={"batch": (1, 8)})
+
+
 # -- real models -----------------------------------------------------------------------
 def _ppocr(key):
     """A model of ``monolib.models`` (fetched once, cached)."""

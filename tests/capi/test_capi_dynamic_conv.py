@@ -101,3 +101,61 @@ def test_example_refuses_a_size_off_the_step(tmp_path, run_model_exe, conv_head)
         'error: monolib_set_input_shaped: input "x" axis 2 (dim "h") is 12, outside its bounds '
         "[8, 32] step 8"
     ) in res.stderr
+
+
+def _run_handle(lib, handle, x: np.ndarray) -> list[np.ndarray]:
+    """Run ``x`` on ``handle``; each output at this run's shape."""
+    shape = (ctypes.c_int64 * 4)(*x.shape)
+    assert lib.monolib_set_input_shaped(handle, 0, x.ctypes.data, shape, 4) == 0, last_error(lib)
+    assert lib.monolib_run_model(handle) == 0, last_error(lib)
+    outs = []
+    for i, ndim in enumerate((4, 2)):
+        out_shape = (ctypes.c_int64 * ndim)()
+        assert lib.monolib_output_shape(handle, i, out_shape) == 0
+        got = np.empty(tuple(out_shape), np.float32)
+        assert lib.monolib_get_output(handle, i, got.ctypes.data, got.nbytes) == 0
+        outs.append(got)
+    return outs
+
+
+def test_handles_at_different_sizes_run_concurrently(conv_head):
+    """Four threads, a handle each, each at its own size (ctypes drops the GIL in the
+    calls): the run-time sizes live in each handle's arena, so every run equals the
+    same size run alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lib = bind(str(conv_head[1]))
+    sizes = [(1, 8, 8), (4, 32, 32), (2, 16, 24), (3, 24, 8)]
+    xs = [np.random.default_rng(b * h * w).normal(size=(b, 3, h, w)).astype(np.float32)
+          for b, h, w in sizes]  # fmt: skip
+    want = [python_outputs(conv_head[1], x) for x in xs]
+
+    def work(k: int) -> list[list[np.ndarray]]:
+        handle = lib.monolib_open()
+        try:
+            return [_run_handle(lib, handle, xs[k]) for _ in range(20)]
+        finally:
+            lib.monolib_close(handle)
+
+    with ThreadPoolExecutor(len(sizes)) as pool:
+        results = list(pool.map(work, range(len(sizes))))
+    for k, runs in enumerate(results):
+        for outs in runs:
+            for got, ref in zip(outs, want[k]):
+                np.testing.assert_array_equal(got, ref)
+
+
+def test_a_handle_with_no_input_set_runs_at_the_smallest_shape(conv_head):
+    lib = bind(str(conv_head[1]))
+    handle = lib.monolib_open()
+    try:
+        assert lib.monolib_run_model(handle) == 0, last_error(lib)
+        shape = (ctypes.c_int64 * 4)()
+        assert lib.monolib_output_shape(handle, 0, shape) == 0
+        assert list(shape) == [1, 4, 4, 4]
+        feat = np.empty((1, 4, 4, 4), np.float32)
+        assert lib.monolib_get_output(handle, 0, feat.ctypes.data, feat.nbytes) == 0
+        zeros = np.zeros((1, 3, 8, 8), np.float32)
+        np.testing.assert_array_equal(feat, python_outputs(conv_head[1], zeros)[0])
+    finally:
+        lib.monolib_close(handle)

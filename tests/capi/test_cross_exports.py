@@ -1,6 +1,7 @@
 """Every cross-compiled library exports the C API of monolib.h, the low-level ABI and
 the container symbols: read from the ELF (aarch64), PE (.dll) and Mach-O (.dylib)
-files without loading them. Needs zig's C compiler (``pip install ziglang``)."""
+files without loading them; a compiled library with run-time dims too. Needs zig's C
+compiler (``pip install ziglang``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from capihelp import INCLUDE, two_factory
+from capihelp import CONV_HEAD_SHAPES, INCLUDE, conv_head_model, two_factory
 
 from monolib.export.csource import CSourceModule
 from monolib.runtime import GraphExecutorFactoryModule
@@ -51,4 +52,19 @@ def test_cross_library_exports_the_c_api(tmp_path, triple):
     # the hand-written model defines no monolib_set_num_threads (generated code does)
     want = set(API) - {"monolib_set_num_threads"} | set(CONTAINER)
     missing = want - _symbols(path)
+    assert not missing, f"{path} does not export {sorted(missing)}"
+
+
+@pytest.mark.parametrize("triple", ["aarch64-linux-gnu", "x86_64-windows-gnu", "aarch64-macos"])
+def test_cross_library_with_run_time_dims_exports_the_c_api(tmp_path, triple):
+    """Generated code with run-time dims (the C API's symbol table and shape checks)
+    cross-compiles, and exports the whole API, monolib_set_num_threads included."""
+    pytest.importorskip("onnx")
+    import monolib
+
+    factory = monolib.compile(
+        conv_head_model(), target=f"c -mtriple={triple}", shapes=CONV_HEAD_SHAPES
+    )
+    path = factory.export_library(str(tmp_path / "conv_head"))
+    missing = (set(API) | set(CONTAINER)) - _symbols(path)
     assert not missing, f"{path} does not export {sorted(missing)}"

@@ -104,6 +104,32 @@ def test_lstm_generic_recurrence_run_time_sequence():
     _match_ort(m, _recurrent_feeds(m, _SIZES), dims={"T": (1, 40), "B": (1, 4)})
 
 
+def test_lstm_layout_1_run_time_sequence_and_batch():
+    """``layout=1`` (X ``[B, T, I]``), matched against ONNX's reference evaluator (ONNX
+    Runtime runs no layout 1)."""
+    from onnx.reference import ReferenceEvaluator
+
+    hidden, features = 8, 5
+    state = ["B", 1, hidden]
+    node = helper.make_node("LSTM", ["x", "W", "R", "Bias", "", "h0", "c0"], ["y", "yh", "yc"],
+                            hidden_size=hidden, layout=1)
+    m = _graph_model(
+        [node], [("x", ["B", "T", features]), ("h0", state), ("c0", state)],
+        [("y", ["B", "T", 1, hidden]), ("yh", state), ("yc", state)],
+        [("W", _f32(1, 4 * hidden, features)), ("R", _f32(1, 4 * hidden, hidden)),
+         ("Bias", _f32(1, 8 * hidden))], opset=14)
+    gm = monolib.GraphModule(
+        compile_model(m, dims={"T": (1, 40), "B": (1, 4)})["default"](monolib.cpu()))
+    ref = ReferenceEvaluator(m)
+    for t, b in _SIZES:
+        feeds = {"x": _f32(b, t, features), "h0": _f32(b, 1, hidden), "c0": _f32(b, 1, hidden)}
+        for name, a in feeds.items():
+            gm.set_input(name, a)
+        gm.run()
+        for i, want in enumerate(ref.run(None, feeds)):
+            np.testing.assert_allclose(gm.get_output(i).numpy(), want, atol=1e-5, rtol=1e-4)
+
+
 def test_lstm_constant_sequence_lens_run_time_sequence():
     """A constant ``sequence_lens`` cannot be known to equal a run-time T: the generic
     recurrence reads it when the op runs."""

@@ -32,24 +32,15 @@ def cc() -> str:
 def run_model_exe(cc, tmp_path_factory) -> Path:
     """``examples/c/run_model.c`` built with the system compiler, warnings as errors."""
     exe = tmp_path_factory.mktemp("example") / "run_model"
-    subprocess.run(
-        [
-            cc,
-            "-std=c99",
-            "-O2",
-            "-Wall",
-            "-Wextra",
-            "-pedantic",
-            "-Werror",
-            f"-I{INCLUDE}",
-            str(EXAMPLE),
-            "-o",
-            str(exe),
-            "-ldl",
-        ],
-        check=True,
-    )
+    subprocess.run(_example_cmd([cc, "-Wextra", "-pedantic"], exe), check=True)
     return exe
+
+
+def _example_cmd(compiler: list[str], exe: Path) -> list[str]:
+    """The command that builds ``examples/c/run_model.c`` into ``exe`` with ``compiler``
+    (the compiler and its extra flags), warnings as errors."""
+    return [*compiler, "-std=c99", "-O2", "-Wall", "-Werror", f"-I{INCLUDE}", str(EXAMPLE),
+            "-o", str(exe), "-ldl"]  # fmt: skip
 
 
 def _shared_dir(tmp_path_factory) -> Path:
@@ -120,20 +111,7 @@ def qemu() -> str:
 def arm_exe(qemu, tmp_path_factory) -> Path:
     """``examples/c/run_model.c`` built for aarch64 by zig against glibc ``GLIBC``."""
     exe = tmp_path_factory.mktemp("arm") / "run_model"
-    cmd = [
-        *zig_cc(),
-        "-target",
-        f"aarch64-linux-gnu.{GLIBC}",
-        "-std=c99",
-        "-O2",
-        "-Wall",
-        "-Werror",
-        f"-I{INCLUDE}",
-        str(EXAMPLE),
-        "-o",
-        str(exe),
-        "-ldl",
-    ]
+    cmd = _example_cmd([*zig_cc(), "-target", f"aarch64-linux-gnu.{GLIBC}"], exe)
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     return exe
 

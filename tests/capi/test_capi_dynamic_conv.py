@@ -2,7 +2,9 @@
 Relu + GlobalAveragePool + Gemm (``conv_head_model``) with a run-time batch 1..4 and
 height and width 8..32 in steps of 8, run from C by ``examples/c/run_model.c`` at two
 sizes: this run's output shapes, Python's outputs of the same library bit for bit, ONNX
-Runtime's within 1e-5. Fast (the classifier's slow tests: test_capi_dynamic_cls.py)."""
+Runtime's within 1e-5; handles at different sizes from threads. And two inputs that
+share a named dim (``dims=``), checked by monolib_run_model. Fast (the classifier's slow
+tests: test_capi_dynamic_cls.py)."""
 
 from __future__ import annotations
 
@@ -157,5 +159,47 @@ def test_a_handle_with_no_input_set_runs_at_the_smallest_shape(conv_head):
         assert lib.monolib_get_output(handle, 0, feat.ctypes.data, feat.nbytes) == 0
         zeros = np.zeros((1, 3, 8, 8), np.float32)
         np.testing.assert_array_equal(feat, python_outputs(conv_head[1], zeros)[0])
+    finally:
+        lib.monolib_close(handle)
+
+
+def test_inputs_sharing_a_named_dim_are_checked_at_run(tmp_path):
+    """z = x * y with x and y both (batch, 4), compiled with dims={"batch": (1, 6)}: one
+    symbol for both inputs; different batches are refused by monolib_run_model, equal
+    ones run."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    import monolib
+
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "y"], ["z"])],
+        "shared",
+        [helper.make_tensor_value_info(n, f32, ["batch", 4]) for n in "xy"],
+        [helper.make_tensor_value_info("z", f32, ["batch", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    factory = monolib.compile(model, dims={"batch": (1, 6)})
+    lib = bind(factory.export_library(str(tmp_path / "shared.so")))
+    handle = lib.monolib_open()
+    try:
+        x = np.arange(24, dtype=np.float32).reshape(6, 4)
+        y = x[::-1].copy()
+        for i, (arr, rows) in enumerate(((x, 3), (y, 2))):
+            shape = (ctypes.c_int64 * 2)(rows, 4)
+            assert lib.monolib_set_input_shaped(handle, i, arr.ctypes.data, shape, 2) == 0
+        assert lib.monolib_run_model(handle) == -1
+        assert last_error(lib) == (
+            'monolib_run_model: inputs "x" (axis 0) and "y" (axis 0) share dim "batch" '
+            "[1, 6] step 1 but are 3 and 2"
+        )
+        shape = (ctypes.c_int64 * 2)(3, 4)
+        assert lib.monolib_set_input_shaped(handle, 1, y.ctypes.data, shape, 2) == 0
+        assert lib.monolib_run_model(handle) == 0, last_error(lib)
+        z = np.empty((3, 4), np.float32)
+        assert lib.monolib_get_output(handle, 0, z.ctypes.data, z.nbytes) == 0
+        np.testing.assert_array_equal(z, x[:3] * y[:3])
     finally:
         lib.monolib_close(handle)

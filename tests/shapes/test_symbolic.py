@@ -157,6 +157,24 @@ def test_random_expressions_match_python(tree, env):
         assert d == want
 
 
+@settings(max_examples=300, deadline=None)
+@given(_exprs, _points)
+def test_display_text_is_a_graph_json_expression(tree, env):
+    """The display text parses as a dim expression of the graph JSON (no unary minus) and,
+    where every division's operands are non-negative, evaluates to the same value."""
+    from monolib.abi.symbols import check_expression
+    from monolib.abi.symbols import evaluate as json_evaluate
+
+    d, want = _build(tree, env)
+    if not isinstance(d, Dim):
+        return
+    text = d.display()
+    check_expression(text, {s.name: s for s in SYMS}, "test")
+    if all(a[0] != "div" or (a[1].lo if isinstance(a[1], Dim) else a[1]) >= 0
+           for a in d._atoms()):
+        assert json_evaluate(text, env) == want, text
+
+
 def _check_decided(d: Dim, want: int) -> None:
     """A comparison that answers must be right at this point."""
     for k in (0, 1, 7, 100):

@@ -366,7 +366,7 @@ class Dim:
         if o is None:
             return None, None
         d = self - o
-        return d, f"{self.display()} {what} {_text(o)}"
+        return d, f"{self.display()} {what} {o.display() if isinstance(o, Dim) else o}"
 
     def __eq__(self, other):
         if isinstance(other, Dim) and _key(other) == _key(self):
@@ -499,8 +499,11 @@ def is_one(d) -> bool:
 
 
 def _text(x: DimLike) -> str:
-    """Display text of an int or Dim (never C)."""
-    return x.display() if isinstance(x, Dim) else str(x)
+    """Display text of an int or Dim (never C; a negative int as ``(0 - k)``: the graph
+    JSON's expressions have no unary minus)."""
+    if isinstance(x, Dim):
+        return x.display()
+    return str(x) if x >= 0 else f"(0 - {-x})"
 
 
 def _bounds_text(d: Dim) -> str:
@@ -570,7 +573,8 @@ def floordiv(a: DimLike, b: DimLike) -> DimLike:
 def _div_by_dim(a: DimLike, b: "Dim") -> DimLike:
     if b.lo < 1:
         raise UndecidableDimError(
-            f"{_text(a)} // {b.display()}: the divisor may be zero or negative ({_bounds_text(b)})"
+            f"{a.display() if isinstance(a, Dim) else a} // {b.display()}: the divisor may "
+            f"be zero or negative ({_bounds_text(b)})"
         )
     if len(b.terms) == 1:  # exact division by a monomial: (b*3*h*w) // (b*3) == h*w
         (dm, dc), = b.terms
@@ -693,13 +697,15 @@ def _render(d: Dim, atom_text) -> str:
                     div = atom[1].step // g
                 factors.append(atom_text(atom, div))
         parts.append((coeff, "*".join(factors)))
-    parts.sort(key=lambda p: p[1] == "")  # the constant last
-    out = ""
-    for i, (coeff, body) in enumerate(parts):
+    # positive terms first, constants last: the text never starts with a unary minus
+    # (the graph JSON's expressions have none: ``64 - h``, ``0 - h``)
+    parts.sort(key=lambda p: (p[0] < 0, p[1] == ""))
+    out = "" if parts[0][0] > 0 else "0"
+    for coeff, body in parts:
         mag = abs(coeff)
         term = body if mag == 1 and body else (f"{mag}*{body}" if body else str(mag))
-        if i == 0:
-            out = term if coeff > 0 else f"-{term}"
+        if not out:
+            out = term
         else:
             out += f" + {term}" if coeff > 0 else f" - {term}"
     return out if len(parts) == 1 and parts[0][0] > 0 else f"({out})"

@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_inputs import MODEL_INPUTS, BenchModel
-from run import _ms, machine, median_time
+from run import _ms, machine, median_time, parse_threads
 
 import monolib
 from monolib.compiler.testing import ort_session
@@ -340,17 +340,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(dynamic))
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--threads", default="1,2", help="thread counts, e.g. 1,2")
+    ap.add_argument("--threads", default="1,2",
+                    help="thread counts, e.g. 1,2 (1 is always run)")
     ap.add_argument("--opt", action="store_true",
                     help="also a dynamic library with opt_shapes at each model's middle size")
     ap.add_argument("--out", default=str(HERE / "DYNAMIC.md"))
     args = ap.parse_args()
-    try:
-        threads = tuple(sorted({int(t) for t in args.threads.split(",") if t}))
-    except ValueError:
-        ap.error(f"--threads: comma-separated integers, got {args.threads!r}")
-    if not threads or threads[0] < 1:
-        ap.error(f"--threads: counts must be >= 1, got {args.threads!r}")
+    threads = parse_threads(ap, args.threads)
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in dynamic]
     if unknown:

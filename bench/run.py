@@ -297,6 +297,18 @@ def write_markdown(results: list[Result], info: dict, args, path: Path,
     path.write_text("\n".join(lines) + "\n")
 
 
+def parse_threads(ap: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
+    """``--threads 1,2`` -> (1, 2): sorted, 1 always included; a bad list is
+    ``ap.error`` (exits)."""
+    try:
+        threads = tuple(sorted({1, *(int(t) for t in text.split(",") if t)}))
+    except ValueError:
+        ap.error(f"--threads: comma-separated integers, got {text!r}")
+    if threads[0] < 1:
+        ap.error(f"--threads: counts must be >= 1, got {text!r}")
+    return threads
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODEL_INPUTS))
@@ -307,12 +319,7 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2",
                     help="monolib (and ORT) thread counts, e.g. 1,2 (1 is always run)")
     args = ap.parse_args()
-    try:
-        threads = tuple(sorted({1, *(int(t) for t in args.threads.split(",") if t)}))
-    except ValueError:
-        ap.error(f"--threads: comma-separated integers, got {args.threads!r}")
-    if threads[0] < 1:
-        ap.error(f"--threads: counts must be >= 1, got {args.threads!r}")
+    threads = parse_threads(ap, args.threads)
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in MODEL_INPUTS]
     if unknown:

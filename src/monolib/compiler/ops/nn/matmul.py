@@ -59,16 +59,23 @@ def matmul_shapes(node: Node) -> tuple[tuple[int, ...], int, int, int, tuple[int
     return batch, m, n, k, out
 
 
-def _batch_offsets(shape: tuple[int, ...], batch: tuple[int, ...], mat: int) -> list[int]:
-    """Element offset of each output batch's matrix in an operand of ``shape`` (its last
-    two dims the matrix of ``mat`` elements), broadcasting size-1 batch dims. A run-time
-    matrix size gives Dim offsets (the batch dims themselves must be static)."""
+def _batch_strides(shape: tuple[int, ...], batch: tuple[int, ...], mat: int) -> list:
+    """Element stride of each output batch axis in an operand of ``shape`` (its last two
+    dims the matrix of ``mat`` elements): 0 along a broadcast size-1 batch dim."""
     bshape = (1,) * (len(batch) - len(shape[:-2])) + tuple(shape[:-2])
     strides = [0] * len(batch)
     acc = mat
     for i in range(len(batch) - 1, -1, -1):
         strides[i] = acc if not is_one(bshape[i]) else 0
         acc = acc * bshape[i]
+    return strides
+
+
+def _batch_offsets(shape: tuple[int, ...], batch: tuple[int, ...], mat: int) -> list[int]:
+    """Element offset of each output batch's matrix in an operand of ``shape`` (its last
+    two dims the matrix of ``mat`` elements), broadcasting size-1 batch dims. A run-time
+    matrix size gives Dim offsets (the batch dims themselves must be static)."""
+    strides = _batch_strides(shape, batch, mat)
     if not batch:
         return [0]
     return [sum((s * j for s, j in zip(strides, idx)), 0)
@@ -157,32 +164,56 @@ class MatMul(OpDef):
         return element_kernel(node, ctx, body)
 
 
+def _batch_offset_c(shape: tuple, batch: tuple, mat) -> str:
+    """C expression of the element offset of output batch ``bi``'s matrix in an operand
+    of ``shape``, for a run-time ``batch`` (decomposed when the op runs)."""
+    terms, inner = [], 1
+    for bd, st in reversed(list(zip(batch, _batch_strides(shape, batch, mat)))):
+        if not (type(st) is int and st == 0):
+            terms.append(f"(bi / ({inner})) % ({bd}) * ({st})")
+        inner = inner * bd
+    return " + ".join(terms) or "0"
+
+
 def _emit_batched(
     node: Node, ctx: EmitContext, batch: tuple[int, ...], m: int, n: int, k: int, epi: str
 ) -> str:
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     a2 = (1,) + a.shape if len(a.shape) == 1 else a.shape
     b2 = b.shape + (1,) if len(b.shape) == 1 else b.shape
-    offa = _batch_offsets(a2, batch, m * k)
-    offb = _batch_offsets(b2, batch, k * n)
     yp = ctx.ptr(y)
-    nb = len(offa)
-    table = ctx.unique("mm_off")
-    # offsets of run-time matrix sizes are computed when the op runs
-    storage = "static const" if all(isinstance(v, int) for v in offa + offb) else "const"
-    lines = [
-        f"{storage} int64_t {table}[{2 * nb}] = {{"
-        + ", ".join(str(v) for pair in zip(offa, offb) for v in pair)
-        + "};"
-    ]
+    if all(type(d) is int for d in batch):
+        offa = _batch_offsets(a2, batch, m * k)
+        offb = _batch_offsets(b2, batch, k * n)
+        nb = len(offa)
+        table = ctx.unique("mm_off")
+        # offsets of run-time matrix sizes are computed when the op runs
+        storage = "static const" if all(isinstance(v, int) for v in offa + offb) else "const"
+        lines = [
+            f"{storage} int64_t {table}[{2 * nb}] = {{"
+            + ", ".join(str(v) for pair in zip(offa, offb) for v in pair)
+            + "};"
+        ]
+        off_a, off_b = f"{table}[2 * bi]", f"{table}[2 * bi + 1]"
+        a_mat = b_mat = "bi"  # a constant operand is packed per output batch
+    else:
+        # a run-time batch: each batch's offsets decomposed from bi when the op runs; a
+        # constant operand (static shape) is packed per matrix of its own
+        nb = shape_size(batch)
+        offa = _batch_offsets(a2, a2[:-2], m * k) if a.const is not None else []
+        offb = _batch_offsets(b2, b2[:-2], k * n) if b.const is not None else []
+        off_a = _batch_offset_c(a2, batch, m * k)
+        off_b = _batch_offset_c(b2, batch, k * n)
+        lines = ["/* a run-time batch of matrices */"]
+        a_mat, b_mat = f"({off_a}) / {m * k}", f"({off_b}) / {k * n}"
     if a.const is not None:
         packed = [pack_a(a.const.ravel()[o : o + m * k].reshape(m, k)) for o in offa]
         ap = ctx.param(np.concatenate(packed), f"{node.name}.A.packed")
-        a_ptr = f"{ap} + bi * {packed[0].size}"
+        a_ptr = f"{ap} + {a_mat} * {packed[0].size}"
     else:
         buf = ctx.scratch(4 * -(-m // MR) * MR * k)
         lines.append(
-            f"  ml_pack_a({m}, {k}, {ctx.ptr(a)} + {table}[2 * bi], {k}, 1, (float*){buf});"
+            f"  ml_pack_a({m}, {k}, {ctx.ptr(a)} + {off_a}, {k}, 1, (float*){buf});"
         )
         a_ptr = f"(const float*){buf}"
     if b.const is not None:
@@ -190,12 +221,12 @@ def _emit_batched(
         bsrc = {
             "kind": "ML_B_PACKED",
             "k_total": str(k),
-            "p": _packed_b_batches(node, ctx, offb, k, n) + f" + bi * {per}",
+            "p": _packed_b_batches(node, ctx, offb, k, n) + f" + {b_mat} * {per}",
         }
     else:
         bsrc = {
             "kind": "ML_B_STRIDED",
-            "p": f"{ctx.ptr(b)} + {table}[2 * bi + 1]",
+            "p": f"{ctx.ptr(b)} + {off_b}",
             "ldk": str(n),
             "ldn": "1",
         }

@@ -134,7 +134,7 @@ def collapse_dims(
 
 def linear_offset(index: Sequence[str], strides: Sequence[int], base: int | str = 0) -> str:
     """C expression ``base + i0*s0 + i1*s1 ...`` (terms with stride 0 dropped)."""
-    terms = [] if base in (0, "0") else [str(base)]
+    terms = [] if str(base) == "0" else [str(base)]  # a Dim base never compares with ==
     for var, st in zip(index, strides):
         if same(st, 0):
             continue

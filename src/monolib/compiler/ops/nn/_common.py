@@ -17,6 +17,7 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...backends.cstyle import c_literal
+from ...symbolic import dim_max, dim_min, is_dim
 
 __all__ = ["Geometry", "attr_ints", "epi_call", "f32", "geometry", "require_float32", "window_dims"]
 
@@ -80,7 +81,8 @@ def geometry(
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         out = [-(-i // s) for i, s in zip(in_sizes, strides)]
-        total = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, eff, in_sizes)]
+        total = [dim_max((o - 1) * s + e - i, 0)  # a run-time size: a max atom
+                 for o, s, e, i in zip(out, strides, eff, in_sizes)]
         small = [t // 2 for t in total]
         big = [t - t // 2 for t in total]
         begin, end = (small, big) if auto == "SAME_UPPER" else (big, small)
@@ -97,8 +99,11 @@ def geometry(
             o = -(-in_sizes[i] // strides[i])
         elif ceil_mode:
             o = -(-span // strides[i]) + 1
-            # the last window must start inside the input or the begin padding
-            if (o - 1) * strides[i] >= in_sizes[i] + begin[i]:
+            # the last window must start inside the input or the begin padding (pads are
+            # below the kernel, so at most one window starts past it: a min over Dims)
+            if is_dim(o):
+                o = dim_min(o, (in_sizes[i] + begin[i] - 1) // strides[i] + 1)
+            elif (o - 1) * strides[i] >= in_sizes[i] + begin[i]:
                 o -= 1
         else:
             o = span // strides[i] + 1

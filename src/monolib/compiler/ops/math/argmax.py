@@ -10,6 +10,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...ir import Node
+from ...symbolic import is_dim
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import ctype
 from ..tensor.axis import attr_axis, split_at_axis
@@ -36,10 +37,10 @@ class _Arg(FlatEpilogueOp):
     better: ClassVar[str] = ">"
     defaults = {"select_last_index": 0}
 
-    def _view(self, node: Node) -> tuple[int, int, int, int]:
+    def _view(self, node: Node) -> tuple:
         a = attr_axis(node)
         outer, n, inner = split_at_axis(node.inputs[0].shape, a)
-        return a, outer, int(n), inner
+        return a, outer, n, inner  # n: an int, or a run-time Dim (never 0)
 
     def infer(self, node: Node) -> list[OutType]:
         a, _, _, _ = self._view(node)
@@ -63,7 +64,7 @@ class _Arg(FlatEpilogueOp):
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]
         _, outer, n, inner = self._view(node)
-        if y.size == 0 or n == 0:
+        if any(not is_dim(d) and d == 0 for d in (*y.shape, n)):  # nothing to compute
             return ""
         cmp = self.better + ("=" if self.attr(node, "select_last_index") else "")
         o, i, k, best, bi = (ctx.unique(p) for p in ("o", "i", "k", "best", "bi"))

@@ -17,6 +17,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
+from ...symbolic import is_dim, is_one, same
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import ctype
 from ..tensor.loops import contiguous_strides, emit_loops
@@ -60,12 +61,12 @@ def parse_einsum(equation: str, shapes: list[tuple[int, ...]], where: str = "Ein
     for labels, shape in zip(in_labels, shapes):
         for lab, d in zip(labels, shape):
             old = sizes.get(lab, 1)
-            if d != 1 and old not in (1, d):
+            if not is_one(d) and not (is_one(old) or same(old, d)):  # a run-time dim is never 1
                 raise ShapeError(f"{where}: label {chr(lab) if lab > 0 else '...'} has sizes {old} and {d}")
-            sizes[lab] = d if d != 1 else old
+            sizes[lab] = d if not is_one(d) else old
     ell_labels = [-(n_ell - i) for i in range(n_ell)]
     if arrow:
-        if "..." not in rhs and n_ell and any(sizes[e] != 1 for e in ell_labels):
+        if "..." not in rhs and n_ell and any(not is_one(sizes[e]) for e in ell_labels):
             raise ShapeError(f"{where}: the output of {equation!r} drops broadcast dims")
         head, ell, tail = rhs.partition("...")
         if not all(ch.isalpha() for ch in head + tail):
@@ -132,7 +133,7 @@ class Einsum(OpDef):
             outs = []
             for labels, v in zip(in_labels, node.inputs):
                 st = contiguous_strides(v.shape)
-                terms = [f"{var[lab]}*{s}" for lab, s, d in zip(labels, st, v.shape) if d != 1]
+                terms = [f"{var[lab]}*{s}" for lab, s, d in zip(labels, st, v.shape) if not is_one(d)]
                 outs.append(" + ".join(terms) or "0")
             return outs
 
@@ -146,6 +147,6 @@ class Einsum(OpDef):
         code = f"{acc_t} {acc} = 0;\n{inner}\n{ctx.ptr(y)}[{yoff}] = ({ctype(dt)}){acc};"
         for v, lab in zip(reversed(out_vars), reversed(out)):
             code = f"for (int64_t {v} = 0; {v} < {sizes[lab]}; ++{v}) {{\n{code}\n}}"
-        if y.size == 0:
+        if any(not is_dim(d) and d == 0 for d in y.shape):
             return ""
         return "{\n" + code + "\n}"

@@ -13,7 +13,7 @@ import logging
 import numpy as np
 
 from ....errors import ShapeError
-from ...ir import Node
+from ...ir import Node, shape_size
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import ctype
 from .loops import const_ints, normalize_axis
@@ -37,15 +37,14 @@ class TopK(OpDef):
     also_versions = (24,)  # 24 adds bfloat16 only
     defaults = {"largest": 1}
 
-    def _view(self, node: Node) -> tuple[int, int, int, int, int]:
+    def _view(self, node: Node) -> tuple:
         x = node.inputs[0]
         where = f"TopK (node {node.name!r})"
         a = normalize_axis(node.attrs["axis"], len(x.shape), where)
         k = const_ints(node, 1, "K")
         if k is None or len(k) != 1 or not 0 <= k[0] <= x.shape[a]:
             raise ShapeError(f"{where}: K must be a constant in [0, {x.shape[a]}], got {k}")
-        outer = int(np.prod(x.shape[:a], dtype=np.int64))
-        inner = int(np.prod(x.shape[a + 1 :], dtype=np.int64))
+        outer, inner = shape_size(x.shape[:a]), shape_size(x.shape[a + 1 :])  # Dims kept
         return a, outer, x.shape[a], inner, k[0]
 
     def infer(self, node: Node) -> list[OutType]:

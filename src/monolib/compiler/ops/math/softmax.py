@@ -22,7 +22,7 @@ import numpy as np
 
 from ....errors import UnsupportedOpError
 from ...ir import Node, shape_size
-from ...symbolic import is_dim
+from ...symbolic import is_dim, is_one
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
 from ..tensor.axis import split_at_axis
@@ -79,9 +79,9 @@ class _SoftmaxBase(FlatEpilogueOp):
         if x.size == 0:
             return ""
         outer, n, inner = softmax_view(x.shape, node.attrs["axis"], self.coerce_2d)
-        if inner == 1 and x.dtype == np.float32:
+        if is_one(inner) and x.dtype == np.float32:  # a run-time inner dim is never 1
             return self._emit_rows_f32(node, ctx, outer, n)
-        if inner == 1:
+        if is_one(inner):
             return self._emit_rows(node, ctx, outer, n)
         return self._emit_columns(node, ctx, outer, n, inner)
 

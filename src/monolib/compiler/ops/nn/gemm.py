@@ -18,7 +18,8 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...backends.cstyle import c_literal, ctype
-from ...ir import Node, Value
+from ...ir import Node, Value, max_shape
+from ...symbolic import is_dim, is_one, same
 from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import broadcast_shape, broadcast_strides
 from ._common import epi_call, f32, require_float32
@@ -218,16 +219,17 @@ def _c_term(node: Node, ctx: EmitContext, m: int, n: int, fields: dict[str, str]
     shape = (1,) * (2 - len(c.shape)) + tuple(c.shape)
     if c.const is not None and (shape[0] == 1 or shape[1] == 1):
         cb = (np.float32(beta) * c.const.astype(np.float32)).reshape(shape)
-        if shape[0] == 1 and shape[1] == n and n > 1:
+        if shape[0] == 1 and same(shape[1], n) and (is_dim(n) or n > 1):
             fields["bias_n"] = ctx.param(cb.ravel(), f"{node.name}.bias_n")
         else:
             fields["bias_m"] = ctx.param(
-                np.broadcast_to(cb, (m, 1)).ravel().copy(), f"{node.name}.bias_m"
+                # a run-time M: as many rows as its upper bound (only M are read)
+                np.broadcast_to(cb, (max_shape((m,))[0], 1)).ravel().copy(), f"{node.name}.bias_m"
             )
         return ""
     fields["accumulate"] = "1"
-    sm = shape[1] if shape[0] != 1 else 0
-    sn = 1 if shape[1] != 1 else 0
+    sm = shape[1] if not is_one(shape[0]) else 0  # a run-time dim is never 1
+    sn = 1 if not is_one(shape[1]) else 0
     return (
         f"for (int64_t i = 0; i < {m}; ++i) for (int64_t j = 0; j < {n}; ++j)\n"
         f"  {ctx.ptr(node.outputs[0])}[i * {n} + j] = {f32(beta)} * "

@@ -215,6 +215,8 @@ CASES = [
          [("x", F, ["b", "n", 2])], {**B, **N}, [_i64("i", [[0, -1], [-1, 0]])]),
     Case("gather_runtime_rows", [_n("Gather", ["e", "i"], axis=0)],
          [("i", I64, ["b", "n"])], {**B, **N}, [("e", _w(256, 3))]),
+    Case("gathernd_runtime_data", [_n("GatherND", ["x", "i"])], [("x", F, ["b", "n", 3])], {**B, **N},
+         [_i64("i", [[0, 0], [0, -1]])]),
     Case("expand_to_shape", [_n("Shape", ["z"], ["s"]), _n("Expand", ["x", "s"])],
          [("x", F, [1, "n"]), ("z", F, ["b", "n"])], {**B, **N}),
     Case("constant_of_shape", [_n("Shape", ["x"], ["s"]),

@@ -13,7 +13,8 @@ import logging
 import numpy as np
 
 from ....errors import ShapeError
-from ...ir import Node
+from ...ir import Node, shape_size
+from ...symbolic import is_dim
 from ..base import EmitContext, OutType, register
 from .flat import FlatEpilogueOp
 from .gather import clamped_index
@@ -69,15 +70,15 @@ class GatherND(FlatEpilogueOp):
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, idx, y = node.inputs[0], node.inputs[1], node.outputs[0]
-        if y.size == 0:
+        if any(not is_dim(d) and d == 0 for d in y.shape):  # a run-time dim is >= 1
             return ""
         q = self._q(node)
         b = int(self.attr(node, "batch_dims") or 0)
         xs = contiguous_strides(x.shape)
-        inner = int(np.prod(x.shape[b + q:], dtype=np.int64))
+        inner = shape_size(x.shape[b + q:])  # sizes keep their run-time Dims
         n = idx.size // max(q, 1)
-        per_batch = n // max(int(np.prod(idx.shape[:b], dtype=np.int64)), 1)
-        batch_stride = int(np.prod(x.shape[b:], dtype=np.int64))
+        per_batch = n // shape_size(idx.shape[:b]) if b else n
+        batch_stride = shape_size(x.shape[b:])
         p, j, base = ctx.unique("p"), ctx.unique("j"), ctx.unique("base")
         start = f"({p} / {per_batch}) * {batch_stride}" if b else "0"
         lines = [f"for (int64_t {p} = 0; {p} < {n}; ++{p}) {{", f"int64_t {base} = {start};"]

@@ -133,7 +133,8 @@ class Einsum(OpDef):
             outs = []
             for labels, v in zip(in_labels, node.inputs):
                 st = contiguous_strides(v.shape)
-                terms = [f"{var[lab]}*{s}" for lab, s, d in zip(labels, st, v.shape) if not is_one(d)]
+                terms = [f"{var[lab]}*{s}" for lab, s, d in zip(labels, st, v.shape)
+                         if not is_one(d)]
                 outs.append(" + ".join(terms) or "0")
             return outs
 

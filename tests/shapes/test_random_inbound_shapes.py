@@ -25,7 +25,7 @@ import monolib
 from monolib.compiler.build import compile as compile_model
 from monolib.errors import InputError
 
-F, I64 = TensorProto.FLOAT, TensorProto.INT64
+F, I64, U8 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8
 RNG = np.random.default_rng(20261125)
 MAX_SYMBOLS = 4  # draws per example: one fraction per symbol of the case
 
@@ -393,6 +393,22 @@ CASES = [
                                  _n("DequantizeLinear", ["q", "s", "zp"])],
          [("x", F, ["b", "n"])], {**B, **N},
          [("s", np.array(0.01, np.float32)), ("zp", np.array(128, np.uint8))]),
+    Case("matmulinteger_runtime_batch", [_n("MatMulInteger", ["x", "wt"], ["q"]),
+                                         _n("Cast", ["q"], to=F)],
+         [("x", U8, ["b", "n", 8])], {**B, **N},
+         [("wt", np.arange(40, dtype=np.uint8).reshape(8, 5))]),
+    Case("matmulinteger_runtime_k_zero_points", [_n("MatMulInteger", ["x", "z", "az", "bz"], ["q"]),
+                                                 _n("Cast", ["q"], to=F)],
+         [("x", U8, ["b", "m", "n"]), ("z", U8, ["n", 4])], {**B, "m": (1, 5), **N},
+         [("az", np.array(3, np.uint8)), ("bz", np.array([1, 2, 3, 4], np.uint8))]),
+    Case("qlinearmatmul_runtime_batch",
+         [_n("QuantizeLinear", ["x", "s", "zp"], ["q"]),
+          _n("QLinearMatMul", ["q", "s", "zp", "wq", "ws", "wz", "s", "zp"], ["c"]),
+          _n("DequantizeLinear", ["c", "s", "zp"])],
+         [("x", F, ["b", "n", 8])], {**B, **N},
+         [("s", np.array(0.02, np.float32)), ("zp", np.array(128, np.uint8)),
+          ("wq", (np.arange(40, dtype=np.uint8).reshape(8, 5) % 9 + 124)),
+          ("ws", np.array(0.01, np.float32)), ("wz", np.array(128, np.uint8))]),
     Case("qlinearconv", [_n("QuantizeLinear", ["x", "s", "zp"], ["q"]),
                          _n("QLinearConv", ["q", "s", "zp", "wq", "ws", "wz", "s", "zp"], ["c"],
                             pads=[1, 1, 1, 1]),

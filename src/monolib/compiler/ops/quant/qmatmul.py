@@ -18,8 +18,9 @@ import logging
 
 import numpy as np
 
-from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
+from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
+from ...ir import Node, max_shape, shape_size
+from ..tensor.loops import broadcast_shape
 from ..base import EmitContext, OutType, register
 from ._qcommon import (
     QMR,
@@ -58,9 +59,9 @@ def _dims(node: Node, a_shape, b_shape):
     b = b + [1] if drop_n else b
     if a[-1] != b[-2]:
         raise ShapeError(f"{node.op_type} node {node.name!r}: A {list(a_shape)} and B {list(b_shape)} disagree on K")
-    try:
-        batch = list(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
-    except ValueError:
+    try:  # by structure: a run-time batch dim meets 1 or itself
+        batch = list(broadcast_shape(tuple(a[:-2]), tuple(b[:-2])))
+    except ShapeError:
         raise ShapeError(
             f"{node.op_type} node {node.name!r}: batch dims of A {list(a_shape)} and B "
             f"{list(b_shape)} do not broadcast"
@@ -76,6 +77,15 @@ def _batch_index(shape: list[int], batch: list[int]) -> np.ndarray:
     count = int(np.prod(own, dtype=np.int64))
     idx = np.arange(count, dtype=np.int64).reshape(own) if own else np.zeros((), np.int64)
     return np.broadcast_to(idx, tuple(batch)).ravel() if batch else idx.reshape(1)
+
+
+def _bbuf_bytes_at_bounds(k, n) -> int:
+    """``qgemm_bbuf_bytes(k, n)``, for a run-time K or N the most any in-bound size needs
+    (it grows with N; along K it is not monotonic, so every K up to its bound is tried)."""
+    kh, nh = max_shape((k, n))
+    if type(k) is int:
+        return qgemm_bbuf_bytes(k, nh)
+    return max(qgemm_bbuf_bytes(kk, nh) for kk in range(1, kh + 1))
 
 
 class _QMatMul(QuantOp):
@@ -109,9 +119,19 @@ class _QMatMul(QuantOp):
             return ""
         include_qgemm(ctx)
         out, code, _ = self._out(node, ctx)
-        nb = int(np.prod(batch, dtype=np.int64))
-        ai, bi = _batch_index(ash, batch), _batch_index(bsh, batch)
-        kp = k + (k & 1)
+        if all(type(d) is int for d in batch):
+            nb = int(np.prod(batch, dtype=np.int64))
+            a_at = self._bidx(ctx, node, _batch_index(ash, batch), "a")
+            b_at = self._bidx(ctx, node, _batch_index(bsh, batch), "b")
+        elif len(bsh) == 2 and len(ash) == len(batch) + 2:
+            # a run-time batch of A against one B matrix: A's batch is the output's
+            nb, a_at, b_at = shape_size(batch), "bt", "0"
+        else:
+            raise UndecidableDimError(
+                f"{node.op_type} node {node.name!r}: a run-time batch {batch} is taken only "
+                f"by A against a 2-D B"
+            )
+        kp = k + k % 2  # K rounded up to even (a Dim too)
         per_a = -(-m // QMR) * QMR * kp
         per_b = kp * (-(-n // 16) * 16)
         lines = [code]
@@ -121,20 +141,20 @@ class _QMatMul(QuantOp):
         if a.const is not None and (az is None or az.const is not None):
             ai_ = a.const.astype(np.int32).reshape(-1, m, k) - zp_ref(None if az is None else az.const, m)[:, None]
             apk = ctx.param(np.concatenate([pack_a16(x) for x in ai_]), f"{node.name}.packed_a16")
-            a_expr = f"{apk} + {self._bidx(ctx, node, ai, 'a')} * {per_a}"
+            a_expr = f"{apk} + {a_at} * {per_a}"
         else:
             azp0, azp_arr, zcode = zp_c(ctx, node, self.AZP, m)
             abuf = ctx.scratch(2 * per_a)
             lines.append(zcode)
             a_expr = f"(const int16_t*){abuf}"
             pack_a = (
-                f"  ml_qpack_a({m}, {k}, {ctx.ptr(a)} + {self._bidx(ctx, node, ai, 'a')} * {m * k}, "
+                f"  ml_qpack_a({m}, {k}, {ctx.ptr(a)} + {a_at} * {m * k}, "
                 f"{int(a.dtype == np.int8)}, {k}, 1, {azp_arr}, {azp0}, (int16_t*){abuf});\n"
             )
         if b.const is not None and (bz is None or bz.const is not None):
             bi_ = b.const.astype(np.int32).reshape(-1, k, n) - zp_ref(None if bz is None else bz.const, n)
             bpk = ctx.param(np.concatenate([pack_b16(x) for x in bi_]), f"{node.name}.packed_b16")
-            bsrc = {"kind": "ML_QB_PACKED", "p16": f"{bpk} + {self._bidx(ctx, node, bi, 'b')} * {per_b}"}
+            bsrc = {"kind": "ML_QB_PACKED", "p16": f"{bpk} + {b_at} * {per_b}"}
             bbuf = "0"
         else:
             bzp0, bzp_arr, zcode = zp_c(ctx, node, self.BZP, n)
@@ -142,13 +162,13 @@ class _QMatMul(QuantOp):
             bsrc = {
                 "kind": "ML_QB_STRIDED",
                 "is_signed": str(int(b.dtype == np.int8)),
-                "p8": f"{ctx.ptr(b)} + {self._bidx(ctx, node, bi, 'b')} * {k * n}",
+                "p8": f"{ctx.ptr(b)} + {b_at} * {k * n}",
                 "ldk": str(n),
                 "ldn": "1",
                 "zp_n": bzp_arr if bzp_arr != "0" else "0",
                 "zp0": bzp0,
             }
-            bbuf = f"(int16_t*){ctx.scratch(qgemm_bbuf_bytes(k, n))}"
+            bbuf = f"(int16_t*){ctx.scratch(_bbuf_bytes_at_bounds(k, n))}"
         out = dict(out)
         out["y"] = f"(void*)({ctx.ptr(y)} + bt * {m * n})"
         out["ld"] = str(n)

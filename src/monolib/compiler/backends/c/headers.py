@@ -22,6 +22,7 @@ HEADER_DIRS = (
     ("monolib.compiler.ops.math", ""),
     ("monolib.compiler.ops.tensor", ""),
     ("monolib.compiler.ops.quant", ""),
+    ("monolib.compiler.ops.contrib", ""),
 )
 
 

@@ -105,3 +105,36 @@ def test_bias_gelu_fuses_after_matmul():
 
     _, graph_json, _ = lower(model)
     assert [n["op"] for n in graph_json["nodes"]] == ["MatMul"], graph_json["nodes"]
+
+
+# -- SkipLayerNormalization, SkipSimplifiedLayerNormalization ----------------------------
+
+
+@pytest.mark.parametrize(
+    "skip_shape,beta,bias,outs",
+    [
+        ((2, 3, 16), True, True, 4),
+        ((3, 16), True, False, [True, False, False, True]),
+        ((1, 3, 16), False, True, 1),
+        ((2, 3, 16), True, True, [True, True, True]),
+    ],
+)
+def test_skip_layer_norm(skip_shape, beta, bias, outs):
+    inputs = [_f32(2, 3, 16, scale=2), _f32(*skip_shape), _f32(16), _f32(16) if beta else None,
+              _f32(16) if bias else None]
+    while inputs[-1] is None:
+        inputs.pop()
+    _check(*_ms_model("SkipLayerNormalization", inputs, {"epsilon": 1e-5}, outs, consts=(2, 3, 4)),
+           rtol=1e-4, atol=1e-5)
+
+
+def test_skip_layer_norm_2d_default_epsilon():
+    inputs = [_f32(5, 24), _f32(5, 24), _f32(24), _f32(24)]
+    _check(*_ms_model("SkipLayerNormalization", inputs, None, 1, consts=(2, 3)), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias,outs", [(True, 4), (False, 1)])
+def test_skip_simplified_layer_norm(bias, outs):
+    inputs = [_f32(2, 4, 16), _f32(2, 4, 16), _f32(16)] + ([_f32(16)] if bias else [])
+    _check(*_ms_model("SkipSimplifiedLayerNormalization", inputs, {"epsilon": 1e-6}, outs, consts=(2, 3)),
+           rtol=1e-4, atol=1e-5)

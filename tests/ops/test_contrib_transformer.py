@@ -138,3 +138,37 @@ def test_skip_simplified_layer_norm(bias, outs):
     inputs = [_f32(2, 4, 16), _f32(2, 4, 16), _f32(16)] + ([_f32(16)] if bias else [])
     _check(*_ms_model("SkipSimplifiedLayerNormalization", inputs, {"epsilon": 1e-6}, outs, consts=(2, 3)),
            rtol=1e-4, atol=1e-5)
+
+
+# -- EmbedLayerNormalization -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "segments,mask,pos_ids,outs",
+    [
+        (True, True, None, 3),
+        (False, True, "batch", 2),
+        (True, False, "row", 3),
+        (True, True, "full", [True, False, True]),
+        (False, False, None, 2),
+    ],
+)
+def test_embed_layer_norm(segments, mask, pos_ids, outs):
+    b, s, h, vocab, npos, nseg = 2, 5, 16, 11, 7, 2
+    i32 = np.int32
+    ids = RNG.integers(0, vocab, (b, s)).astype(i32)
+    inputs = [
+        ids,
+        RNG.integers(0, nseg, (b, s)).astype(i32) if segments else None,
+        _f32(vocab, h), _f32(npos, h), _f32(nseg, h) if segments else None,
+        _f32(h), _f32(h),
+        np.array([[1, 2, 0, 1, 0], [1, 0, 1, 1, 1]], i32) if mask else None,  # counts the 1s
+    ]
+    if pos_ids == "row":
+        inputs.append(RNG.integers(0, npos, (1, s)).astype(i32))
+    elif pos_ids in ("batch", "full"):
+        inputs.append(RNG.integers(0, npos, (b, s)).astype(i32))
+    while inputs[-1] is None:
+        inputs.pop()
+    _check(*_ms_model("EmbedLayerNormalization", inputs, {"epsilon": 1e-5}, outs, consts=(2, 3, 4, 5, 6)),
+           rtol=1e-4, atol=1e-5)

@@ -163,11 +163,13 @@ def requantize(acc: np.ndarray, mult: np.ndarray, zp: np.ndarray | None, dtype) 
 
 
 def out_fields(dtype, y: str, ld: str, mult: str = "0", mode: str = "ML_QMULT_TENSOR", zp: str = "0") -> dict[str, str]:
-    """``ml_qout`` members: int32 output, or requantized into uint8/int8."""
+    """``ml_qout`` members: int32 output, requantized into uint8/int8, or float32
+    (``(float)acc * mult``; the caller may add ``fbias``)."""
     kind = {
         np.dtype(np.int32): "ML_QOUT_I32",
         np.dtype(np.uint8): "ML_QOUT_U8",
         np.dtype(np.int8): "ML_QOUT_S8",
+        np.dtype(np.float32): "ML_QOUT_F32",  # (float)acc * mult (+ fbias): com.microsoft ops
     }[np.dtype(dtype)]
     return {"kind": kind, "y": f"(void*)({y})", "ld": ld, "mult": mult, "mult_mode": mode, "zp": zp}
 

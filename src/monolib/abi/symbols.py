@@ -6,7 +6,9 @@ bounds when ``lo <= v <= hi`` and ``v % step == 0``. An input's shape entry is a
 string (integers, symbol names, ``+ - * / %``, ``min(a, b)``, ``max(a, b)``,
 parentheses), for display only: the actual sizes of a run are written by the library
 at ``arena + shape_offset``. The executor writes the symbol values (int64, in
-``symbols`` order) at ``arena + sym_offset`` before each run. Documented in
+``symbols`` order) at ``arena + sym_offset`` before each run. A **computed** symbol
+(``"computed": true``, issue 13: NonZero's count, NMS's selected boxes) is written by the
+library itself during ``monolib_run``; its ``lo`` may be 0 and no input names it. Documented in
 docs/ARCHITECTURE.md, "The graph JSON", version 2 (issue 12).
 
 This module reads and checks those fields (:func:`dynamic_layout`) and writes them
@@ -23,6 +25,7 @@ from typing import Any, NamedTuple
 from ..errors import ContainerError
 
 __all__ = [
+    "ComputedSymbol",
     "DynamicLayout",
     "Symbol",
     "check_expression",
@@ -65,6 +68,11 @@ class Symbol(NamedTuple):
         """The largest value in bounds (the arena is planned for it)."""
         return self.hi - self.hi % self.step
 
+    @property
+    def computed(self) -> bool:
+        """Whether the library writes this symbol during a run (:class:`ComputedSymbol`)."""
+        return False
+
     def bounds(self) -> str:
         """``"[lo, hi]"``, with ``" step s"`` unless ``step`` is 1, for messages."""
         return f"[{self.lo}, {self.hi}]" + (f" step {self.step}" if self.step != 1 else "")
@@ -79,6 +87,19 @@ class Symbol(NamedTuple):
         """``(name, lo, hi)``, or ``(name, lo, hi, step)`` when ``step > 1``: how
         ``get_input_info`` reports the dim."""
         return (self.name, self.lo, self.hi) + ((self.step,) if self.step > 1 else ())
+
+
+class ComputedSymbol(Symbol):
+    """A dim the library computes during a run (a data-dependent output size, issue
+    13): bounds ``0 <= lo <= hi``, written at ``sym_offset`` by the op that knows it,
+    never bound from an input's shape."""
+
+    __slots__ = ()
+    computed = True
+
+    def label(self) -> str:
+        """``"nz_count∈[0,24] computed"``: :meth:`Symbol.label` marked computed."""
+        return super().label() + " computed"
 
 
 class DynamicLayout(NamedTuple):
@@ -122,9 +143,14 @@ def shape_label(shape: Sequence[Any], symbols: Mapping[str, Symbol]) -> str:
     return "[" + ", ".join(dim_label(d, symbols) for d in shape) + "]"
 
 
-def symbol_entry(name: str, lo: int, hi: int, step: int = 1) -> dict[str, Any]:
-    """A ``symbols`` entry of the graph JSON (the writer side of :class:`Symbol`)."""
-    return {"name": name, "lo": int(lo), "hi": int(hi), "step": int(step)}
+def symbol_entry(name: str, lo: int, hi: int, step: int = 1, computed: bool = False
+                 ) -> dict[str, Any]:
+    """A ``symbols`` entry of the graph JSON (the writer side of :class:`Symbol`);
+    ``"computed": true`` only for a :class:`ComputedSymbol`."""
+    out = {"name": name, "lo": int(lo), "hi": int(hi), "step": int(step)}
+    if computed:
+        out["computed"] = True
+    return out
 
 
 def _int(value: Any, what: str) -> int:
@@ -141,11 +167,16 @@ def _symbol(raw: Any, i: int) -> Symbol:
         raise ContainerError(f"graph JSON: symbol name {name!r:.60} is not a C identifier")
     lo, hi = _int(raw.get("lo"), f"symbol {name!r} lo"), _int(raw.get("hi"), f"symbol {name!r} hi")
     step = _int(raw.get("step", 1), f"symbol {name!r} step")
-    sym = Symbol(name, lo, hi, step)
-    if not 1 <= lo <= hi or step < 1 or sym.first > hi:
+    computed = raw.get("computed", False)
+    if type(computed) is not bool:
+        raise ContainerError(f"graph JSON: symbol {name!r} computed is {computed!r:.40}, "
+                             "not a bool")
+    sym = (ComputedSymbol if computed else Symbol)(name, lo, hi, step)
+    least = 0 if computed else 1
+    if not least <= lo <= hi or step < 1 or sym.first > hi:
         raise ContainerError(
-            f"graph JSON: symbol {name!r} has bounds {sym.bounds()} (needs 1 <= lo <= hi, "
-            "step >= 1 and a multiple of step in between)"
+            f"graph JSON: symbol {name!r} has bounds {sym.bounds()} (needs {least} <= lo <= "
+            "hi, step >= 1 and a multiple of step in between)"
         )
     return sym
 
@@ -263,10 +294,12 @@ def _slot(graph: Mapping, key: str, count: int, arena: int) -> int:
 def dynamic_layout(graph: Mapping, arena: int) -> DynamicLayout:
     """The run-time-dim fields of a version-2 graph JSON, checked against the arena.
 
-    Checks: symbol names are C identifiers and unique, ``1 <= lo <= hi``,
-    ``step >= 1``; every symbol is a dim of some input; ``sym_offset`` and
+    Checks: symbol names are C identifiers and unique, ``1 <= lo <= hi`` (``0 <= lo``
+    for a computed one), ``step >= 1``; every symbol but the computed ones is a dim of
+    some input; ``sym_offset`` and
     ``shape_offset`` are 8-byte aligned and their int64 ranges lie inside the arena;
-    each ``specializations`` entry gives every symbol an in-bounds value. The shape
+    each ``specializations`` entry gives every input symbol (not the computed ones)
+    an in-bounds value. The shape
     entries themselves are checked by :func:`.graph_spec.tensor_info`.
 
     Raises
@@ -284,7 +317,7 @@ def dynamic_layout(graph: Mapping, arena: int) -> DynamicLayout:
         raise ContainerError(f"graph JSON: symbol {dup!r} is declared twice")
     used = {d for t in graph.get("inputs", []) if isinstance(t, Mapping)
             for d in t.get("shape", []) if isinstance(d, str)}  # fmt: skip
-    unset = [n for n in names if n not in used]
+    unset = [n for n, s in names.items() if n not in used and not s.computed]
     if unset:
         raise ContainerError(
             f"graph JSON: symbol {unset[0]!r} is no input's dim: nothing could set it"
@@ -299,12 +332,13 @@ def dynamic_layout(graph: Mapping, arena: int) -> DynamicLayout:
     if not isinstance(specs, list):
         raise ContainerError("graph JSON: specializations is not a list")
     out = []
+    given = [n for n, s in names.items() if not s.computed]
     for i, spec in enumerate(specs):
         values = spec.get("symbols") if isinstance(spec, Mapping) else None
-        if not isinstance(values, Mapping) or set(values) != set(names):
+        if not isinstance(values, Mapping) or set(values) != set(given):
             raise ContainerError(
                 f"graph JSON: specializations[{i}] must give every symbol "
-                f"({', '.join(names)}) a value"
+                f"({', '.join(given)}) a value"
             )
         for name, v in values.items():
             if type(v) is not int or not names[name].contains(v):

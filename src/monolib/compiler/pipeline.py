@@ -84,6 +84,7 @@ def prepare(
     """
     from .frontend.onnx import import_model
     from .passes import simplify
+    from .passes.computed_symbols import register_computed
     from .passes.fuse_elementwise import fuse_elementwise
     from .passes.plan_memory import plan_memory
 
@@ -93,12 +94,16 @@ def prepare(
     else:
         graph = import_model(model, shapes, constants, dims, opt_shapes)
     step(progress, "optimize")
-    graph = simplify(graph).graph
+    graph = register_computed(simplify(graph).graph)
     step(progress, "fuse")
     fusion = fuse_elementwise(graph)
     step(progress, "plan memory")
     plan = plan_memory(fusion)
-    if graph.specializations and not isinstance(model, Graph):
+    if graph.specializations and any(s.computed for s in graph.symbols):
+        # a static path would compute its data-dependent dims in its own slots, which
+        # the generic output shapes do not read: the generic path serves every shape
+        logger.warning("opt_shapes ignored: the graph has data-dependent (computed) dims")
+    elif graph.specializations and not isinstance(model, Graph):
         step(progress, "specialize")
         for values in graph.specializations:
             static = {v.name: tuple(evaluate(d, values) for d in v.shape) for v in graph.inputs}

@@ -29,8 +29,10 @@ is the value with every symbol at its upper bound (memory planning sizes from
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -47,10 +49,12 @@ __all__ = [
     "Symbol",
     "SymbolTable",
     "c_rendering",
+    "computed_symbol",
     "dim_max",
     "dim_min",
     "evaluate",
     "free_symbols",
+    "is_computed",
     "is_dim",
     "is_one",
     "same",
@@ -99,8 +103,44 @@ class Symbol(abi_symbols.Symbol):
         return f"{self.name} in {self.bounds()}"
 
     def as_json(self) -> dict:
-        """The graph JSON entry ``{"name", "lo", "hi", "step"}``."""
-        return abi_symbols.symbol_entry(*self)
+        """The graph JSON entry ``{"name", "lo", "hi", "step"}`` (+ ``"computed"``)."""
+        return abi_symbols.symbol_entry(*self, computed=self.computed)
+
+
+class ComputedSymbol(Symbol, abi_symbols.ComputedSymbol):
+    """A dim the library writes during a run (issue 13), ``0 <= lo <= hi`` (else
+    :class:`ShapeError`); written by its op through ``CEmitContext.set_symbol``."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, lo: int, hi: int, step: int = 1) -> "ComputedSymbol":
+        if not (0 <= int(lo) <= int(hi)) or int(step) < 1:
+            raise ShapeError(f"computed dim {name!r}: bounds ({lo}, {hi}, step {step}) "
+                             "need 0 <= lo <= hi and step >= 1")
+        return tuple.__new__(cls, (name, int(lo), int(hi), int(step)))
+
+
+_computed_ids = itertools.count()
+
+
+def computed_symbol(hint: str, hi: int, lo: int = 0) -> ComputedSymbol:
+    """A fresh data-dependent dim (issue 13), bounds ``lo..hi``, step 1, named from
+    ``hint`` made a C identifier plus a unique number. Raises :class:`ShapeError`
+    unless ``0 <= lo <= hi``."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", str(hint))[:40]
+    base = base if base[:1].isalpha() or base[:1] == "_" else f"n_{base}"
+    return ComputedSymbol(f"{base}_c{next(_computed_ids)}", lo, hi, 1)
+
+
+def is_computed(sym) -> bool:
+    """Whether ``sym`` (a Symbol, a Dim that is one symbol, a list of symbols: any) is
+    computed. ``d == 0`` of a Dim ``d >= 0`` reading one is False: "empty?" skips no code."""
+    if isinstance(sym, list):
+        return any(is_computed(s) for s in sym)
+    if isinstance(sym, Dim):
+        syms = sym.symbols()
+        return len(syms) == 1 and is_computed(syms[0]) and same(sym, Dim.of(syms[0]))
+    return bool(getattr(sym, "computed", False))
 
 
 # An atom is a hashable tuple: ("q", Symbol) | ("div", Dim, den) | ("min"|"max", a, b).
@@ -377,8 +417,8 @@ class Dim:
         if isinstance(d, int):
             return d == 0
         lo, hi = d.bounds
-        if lo > 0 or hi < 0:
-            return False
+        if lo > 0 or hi < 0 or lo == 0 and _key(other) == "0" and is_computed(d.symbols()):
+            return False  # "empty?" of a data-dependent size: its kernels loop 0 times
         poly = dict(d.terms)
         g = _content(poly, constant=False)
         if g and poly.get((), 0) % g:

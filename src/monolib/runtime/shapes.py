@@ -7,7 +7,9 @@ when it is set (static dims equal, each symbol in bounds and on step, one value 
 name within the input); at :meth:`RunShapes.bind` the symbols shared by several inputs
 must agree, and their values are written (int64, in ``symbols`` order) at
 ``arena + sym_offset``; ``monolib_run`` writes the actual shape of every output at
-``arena + shape_offset``, read back by :meth:`RunShapes.output_shapes`.
+``arena + shape_offset``, read back by :meth:`RunShapes.output_shapes`. A computed
+symbol (issue 13, a data-dependent dim) is never bound from an input: the library writes
+it during the run, and the output shapes read back carry its value.
 """
 
 from __future__ import annotations
@@ -135,13 +137,15 @@ class RunShapes:
             self._sym[self._slot[name]] = v
 
     def symbol_values(self) -> dict[str, int]:
-        """``{name: value}`` of the symbols as last written by :meth:`bind`."""
+        """``{name: value}`` of the symbols as last written by :meth:`bind` (the
+        computed ones as the last run wrote them)."""
         return {s.name: int(self._sym[k]) for k, s in enumerate(self.layout.symbols)}
 
     def specialized(self) -> int | None:
         """Index of the ``specializations`` entry the symbols last bound match
         exactly (the library runs its static path), else None."""
-        values = self.symbol_values()
+        values = {n: v for n, v in self.symbol_values().items()
+                  if not self.symbols[n].computed}  # the library writes the computed ones
         return next((k for k, s in enumerate(self.layout.specializations) if s == values), None)
 
     def output_shape(self, i: int) -> tuple[int, ...]:

@@ -43,7 +43,7 @@ from ...ir import Graph, Value, shape_size
 from ...ops.base import op_of
 from ...passes.fuse_elementwise import FusedOp, Fusion
 from ...passes.plan_memory import MemoryPlan, align
-from ...symbolic import Dim, SymbolTable, c_rendering, size_hint
+from ...symbolic import Dim, SymbolTable, c_rendering, is_computed, size_hint
 from ..cstyle import HOST_C, c_literal, ctype, rendering, tensor_pointer
 from ..graph_json import graph_json_of, node_json
 from . import epilogue, specialize
@@ -240,6 +240,23 @@ class CEmitContext:
         array = np.asarray(array)
         off = self.params.add(array, f"{self.fused.name}.{hint}")
         return f"(({HOST_C.pointer(ctype(array.dtype), True)})(params + {off}))"
+
+    def set_symbol(self, dim: Any, c_value: str) -> str:
+        """The C statement writing computed symbol ``dim`` (a ``ComputedSymbol`` or the
+        Dim of one; issue 13) into its slot of ``S``: ops after this one read it as any
+        run-time dim. This op must not read that symbol through ``S`` after writing it
+        (``S`` is ``restrict``): it keeps its own count.
+
+        Raises
+        ------
+        CompileError
+            ``dim`` is not one computed symbol of the graph's table.
+        """
+        sym = dim.symbols()[0] if isinstance(dim, Dim) and len(dim.symbols()) == 1 else dim
+        if not is_computed(dim) or self.plan_symbols.get(getattr(sym, "name", "")) is None:
+            raise CompileError(f"set_symbol: {dim!r} is not a computed symbol of this graph")
+        k = self.plan_symbols.index(sym.name)
+        return f"((int64_t*)(arena + {self.plan.sym_offset}))[{k}] = (int64_t)({c_value});"
 
     def scratch(self, nbytes: int) -> str:
         """A 64-aligned temporary of ``nbytes`` in the arena, valid during this op."""

@@ -1,4 +1,4 @@
-"""Operators whose output SHAPE depends on input values: NonZero (9, 13), Unique (11,
+"""Operators whose output SHAPE depends on input values: Unique (11,
 28), Compress (9, 11, 28) and NonMaxSuppression (10, 11).
 
 monolib compiles static shapes, so the value-deciding input must be a compile-time
@@ -20,7 +20,7 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import normalize_axis
 
-__all__ = ["Compress", "NonMaxSuppression", "NonZero", "Unique"]
+__all__ = ["Compress", "NonMaxSuppression", "Unique"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,18 +52,6 @@ class _Folded(OpDef):
     def emit(self, node: Node, ctx: EmitContext) -> str:
         _need_const(node, 0, "X")  # folded before emission; reaching here is a bug
         raise UnsupportedOpError(f"{node.op_type} (node {node.name!r}) was not folded")
-
-
-@register
-class NonZero(_Folded):
-    """``NonZero``: constant X -> int64 ``[rank, count]`` indices of its nonzero
-    elements, row-major."""
-
-    op_type, since_version = "NonZero", 9
-    also_versions = (13,)  # 13 only added types
-
-    def reference(self, node: Node, inputs):
-        return [np.array(np.nonzero(inputs[0]), dtype=np.int64).reshape(inputs[0].ndim, -1)]
 
 
 @register

@@ -1,0 +1,133 @@
+"""Computed (data-dependent) dims, issue 13: a dim whose size a kernel writes during
+``monolib_run`` (NonZero's count here). The symbol API, the graph JSON entry
+(``"computed": true``) and its reader, the tools' label, and whole models whose later
+ops (Shape, Cast, ReduceSum, Gather) read the computed size, run through the Python
+executor and the C API, matched with ONNX Runtime, the empty result included."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import monolib
+from monolib.abi.symbols import ComputedSymbol, dynamic_layout
+from monolib.compiler.symbolic import Dim, computed_symbol, is_computed
+from monolib.compiler.testing import ort_run, run_model
+from monolib.errors import ContainerError, ShapeError, UndecidableDimError
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "capi"))
+
+
+def test_computed_symbol_api():
+    s = computed_symbol("NonZero/7 count", hi=24)
+    assert s.name.isidentifier() and s.name.startswith("NonZero_7_count")
+    assert (s.lo, s.hi, s.step) == (0, 24, 1) and is_computed(s) and s.computed
+    assert computed_symbol("NonZero/7 count", hi=24).name != s.name  # fresh each time
+    d = Dim.of(s)
+    assert is_computed(d) and not is_computed(d * 2) and (d * 3).hi == 72
+    # "empty?" skips no code (kernels loop 0 times); other questions stay undecidable
+    assert not d == 0 and not (d * 4) == 0
+    with pytest.raises(UndecidableDimError):
+        bool(d - 1 == 0)
+    assert s.as_json() == {"name": s.name, "lo": 0, "hi": 24, "step": 1, "computed": True}
+    with pytest.raises(ShapeError):
+        computed_symbol("bad", hi=-1)
+
+
+def _graph(symbols, arena=4096):
+    return {"symbols": symbols, "sym_offset": 0, "shape_offset": 64, "arena_bytes": arena,
+            "inputs": [{"name": "x", "shape": ["n"]}], "outputs": [{"name": "y", "shape": [2]}],
+            "specializations": [{"symbols": {"n": 4}}]}
+
+
+def test_graph_json_reads_computed_symbols():
+    layout = dynamic_layout(_graph([{"name": "n", "lo": 1, "hi": 8, "step": 1},
+                                    {"name": "c", "lo": 0, "hi": 8, "computed": True}]), 4096)
+    n, c = layout.symbols
+    assert not n.computed and c.computed and isinstance(c, ComputedSymbol)
+    assert c.label() == "c\u2208[0,8] computed"
+    # lo 0 and "named by no input" are for computed symbols only
+    with pytest.raises(ContainerError, match="no input's dim"):
+        dynamic_layout(_graph([{"name": "n", "lo": 1, "hi": 8},
+                               {"name": "c", "lo": 1, "hi": 8}]), 4096)
+    with pytest.raises(ContainerError, match="bounds"):
+        dynamic_layout(_graph([{"name": "n", "lo": 0, "hi": 8}]), 4096)
+    with pytest.raises(ContainerError, match="not a bool"):
+        dynamic_layout(_graph([{"name": "n", "lo": 1, "hi": 8},
+                               {"name": "c", "lo": 0, "hi": 8, "computed": 1}]), 4096)
+
+
+def _nonzero_model(shape):
+    nodes = [h.make_node("NonZero", ["x"], ["i"], name="nz"),
+             h.make_node("Shape", ["i"], ["s"]),
+             h.make_node("Cast", ["i"], ["f"], to=T.FLOAT),
+             h.make_node("ReduceSum", ["f"], ["sum"], keepdims=0)]
+    outs = [h.make_tensor_value_info("i", T.INT64, [len(shape), "k"]),
+            h.make_tensor_value_info("s", T.INT64, [2]),
+            h.make_tensor_value_info("sum", T.FLOAT, [])]
+    if len(shape) == 1:  # the selected elements, gathered by the computed indices
+        nodes.append(h.make_node("Gather", ["x", "i"], ["g"], axis=0))
+        outs.append(h.make_tensor_value_info("g", T.FLOAT, [1, "k"]))
+    g = h.make_graph(nodes, "nz", [h.make_tensor_value_info("x", T.FLOAT, shape)], outs)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
+
+
+def _cases(rng, shape):
+    x = rng.normal(size=shape).astype(np.float32)
+    return [x * (rng.random(shape) > 0.6), np.zeros(shape, np.float32), x]
+
+
+def test_nonzero_count_flows_to_later_ops():
+    rng = np.random.default_rng(0)
+    model = _nonzero_model([5])
+    for x in _cases(rng, (5,)):
+        got, want = run_model(model, {"x": x}), ort_run(model, {"x": x})
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and np.array_equal(a, b)
+
+
+def test_computed_dim_beside_an_input_symbol_and_in_the_graph_json():
+    rng = np.random.default_rng(1)
+    model = _nonzero_model([2, "n"])
+    factory = monolib.compile(model, shapes={"x": (2, (1, 6))})
+    syms = factory.get_graph_json()["symbols"]
+    assert [s.get("computed", False) for s in syms] == [False, True]
+    assert syms[1]["lo"] == 0 and syms[1]["hi"] == 12  # the element count at the bounds
+    gm = monolib.GraphModule(factory["default"](monolib.cpu()))
+    for n in (1, 6, 3):
+        for x in _cases(rng, (2, n)):
+            gm.run(x=x)
+            want = ort_run(model, {"x": x})
+            for k, b in enumerate(want[:3]):
+                a = gm.get_output(k).numpy()
+                assert a.shape == b.shape and np.array_equal(a, b)
+
+
+def test_c_api_reports_the_computed_shape(tmp_path):
+    from capihelp import bind, last_error
+
+    model = _nonzero_model([6])
+    path = monolib.compile(model).export_library(str(tmp_path / "libnz.so"))
+    lib = bind(path)
+    handle = lib.monolib_open()
+    assert handle, last_error(lib)
+    try:
+        for x in (np.array([0, 2, 0, 3, 4, 0], np.float32), np.zeros(6, np.float32)):
+            assert lib.monolib_set_input(handle, 0, x.ctypes.data, x.nbytes) == 0, last_error(lib)
+            assert lib.monolib_run_model(handle) == 0, last_error(lib)
+            shape = (ctypes.c_int64 * 2)()
+            assert lib.monolib_output_shape(handle, 0, shape) == 0
+            want = np.array(np.nonzero(x), np.int64)
+            assert tuple(shape) == want.shape
+            got = np.empty(want.shape, np.int64)
+            rc = lib.monolib_get_output(handle, 0, got.ctypes.data, got.nbytes)
+            assert rc == 0, last_error(lib)
+            assert np.array_equal(got, want)
+    finally:
+        lib.monolib_close(handle)

@@ -6,6 +6,9 @@ models through monolib.
 :class:`MonolibRep` that runs it in process, without exporting a library (the C module
 is built into a temporary shared library on first call, see ``export/csource.py``).
 
+A string input is compiled at :meth:`MonolibRep.run` too, as wide (bytes of UTF-8
+per element) as the longest element of its data.
+
 monolib compiles static shapes. Inputs that determine an output's SHAPE (Reshape's
 ``shape``, Slice's ``starts``..., see :data:`SHAPE_INPUTS`) must therefore be known at
 compile time: when a model feeds such an input from a graph input, compilation is
@@ -208,8 +211,11 @@ class MonolibRep(BackendRep):
         self.input_names = [v.name for v in inputs]
         self.shape_inputs = _shape_input_names(self.model)
         self._dynamic = not all(_is_static(v) for v in inputs)
+        # a string input's width (bytes per element) comes from the data: compiled at run
+        self.string_inputs = {v.name for v in inputs
+                              if v.type.tensor_type.elem_type == onnx.TensorProto.STRING}
         self._modules: dict[bytes, Any] = {}
-        if not self.shape_inputs and not self._dynamic:
+        if not self.shape_inputs and not self._dynamic and not self.string_inputs:
             self._module_for({}, {})
 
     def _module_for(self, constants: dict[str, np.ndarray], shapes: dict[str, tuple]):
@@ -249,6 +255,7 @@ class MonolibRep(BackendRep):
             Wrong number, name, shape or dtype of inputs.
         """
         from .errors import InputError
+        from .runtime.strings import to_utf8
 
         if isinstance(inputs, dict):
             named = dict(inputs)
@@ -261,8 +268,11 @@ class MonolibRep(BackendRep):
             named = dict(zip(self.input_names, inputs))
         named = {k: _as_numpy(v) for k, v in named.items()}
         constants = {n: named[n] for n in self.shape_inputs if n in named}
-        shapes = {n: tuple(v.shape) for n, v in named.items()
-                  if self._dynamic and n not in constants}
+        shapes: dict[str, Any] = {n: tuple(v.shape) for n, v in named.items()
+                                  if self._dynamic and n not in constants}
+        for n in self.string_inputs & set(named) - set(constants):
+            shapes[n] = {"shape": tuple(named[n].shape),
+                         "width": to_utf8(named[n]).dtype.itemsize}
         gm = self._module_for(constants, shapes)
         known = set(gm.input_names)
         for name, value in named.items():

@@ -46,6 +46,7 @@ __all__ = [
     "TensorInfo",
     "check_fields",
     "check_graph_json",
+    "dtype_name",
     "factory_graphs",
     "from_json",
     "graph_document",
@@ -121,6 +122,15 @@ def tensor_dtype(name: Any) -> np.dtype:
             found = _DTYPES[name] = _parse_dtype(name)
         return found
     return np.dtype(name)
+
+
+def dtype_name(dtype: Any) -> str:
+    """The graph JSON spelling of ``dtype``: its NumPy name (``"float32"``,
+    ``"bfloat16"``), and ``"S<n>"`` for a string tensor (NumPy's fixed-width bytes
+    type: ``n`` bytes of UTF-8 per element, NUL padded; NumPy names it
+    ``"bytes<8n>"``, which ``np.dtype`` does not read back)."""
+    dt = tensor_dtype(dtype)
+    return f"S{dt.itemsize}" if dt.kind == "S" else dt.name
 
 
 def _parse_dtype(name: str) -> np.dtype:
@@ -454,14 +464,13 @@ def to_json(graph: Mapping) -> bytes:
 
 def tensor_entry(name: str, shape: Sequence[int | str], dtype: Any, offset: int,
                  max_nbytes: int | None = None) -> dict[str, Any]:
-    """An ``inputs``/``outputs`` entry: ``dtype`` is written by its NumPy name
-    (``"float32"``, ``"bfloat16"``), ``offset`` is bytes into the arena.
+    """An ``inputs``/``outputs`` entry: ``dtype`` is written by :func:`dtype_name`
+    (``"float32"``, ``"bfloat16"``, ``"S16"``), ``offset`` is bytes into the arena.
 
     A tensor with run-time dims (version 2) gives ``shape`` entries as strings (an
     input's: symbol names; an output's: dim expressions) and ``max_nbytes``, its
     bytes at the upper bounds (the size of its arena slot)."""
-    out = {"name": name, "shape": list(shape), "dtype": tensor_dtype(dtype).name,
-           "offset": offset}
+    out = {"name": name, "shape": list(shape), "dtype": dtype_name(dtype), "offset": offset}
     if max_nbytes is not None:
         out["max_nbytes"] = int(max_nbytes)
     return out
@@ -481,7 +490,7 @@ def node_entry(name: str, op: str, fused: Sequence[str], inputs: Iterable[str],
         "inputs": list(inputs),
         "outputs": list(outputs),
         "shape": list(shape),
-        "dtype": tensor_dtype(dtype).name,
+        "dtype": dtype_name(dtype),
         "offset": offset,
     }
 

@@ -20,6 +20,7 @@ from ..errors import InputError
 from .device import cpu
 from .factory import GraphExecutorFactoryModule, is_executor
 from .ndarray import NDArray
+from .strings import encode_input, from_utf8
 
 __all__ = ["BenchmarkResult", "GraphModule"]
 
@@ -142,7 +143,10 @@ class GraphModule:
         """(input index, array) for ``set_input``, dtype and shape checked."""
         i = self._index(key)
         info = self.executor.inputs[i]
-        arr = value if type(value) is np.ndarray else _as_array(value, info)
+        if info.dtype.kind == "S":  # a string tensor: text -> its UTF-8 slots
+            arr = encode_input(value, info.name, info.dtype.itemsize)
+        else:
+            arr = value if type(value) is np.ndarray else _as_array(value, info)
         if arr.dtype != info.dtype:
             raise InputError(
                 f"input {info.name!r} has dtype {arr.dtype}, the model expects "
@@ -184,6 +188,8 @@ class GraphModule:
                 f"{len(outputs)} outputs ({names})"
             )
         view = self.executor.output_view(int(index))
+        if view.dtype.kind == "S":  # a string tensor: str objects, as ONNX Runtime's
+            view = from_utf8(view)
         if out is not None:
             np.copyto(out, view)
         return NDArray(view, self.executor.device)

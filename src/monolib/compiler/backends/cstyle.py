@@ -40,6 +40,7 @@ __all__ = [
     "bound_expression",
     "c_literal",
     "ctype",
+    "string_typedefs",
     "current_language",
     "rendering",
     "storage_load",
@@ -97,10 +98,21 @@ def ctype(dtype: Any) -> str:
     UnsupportedOpError
         For a dtype the C backends have no type for.
     """
+    dt = np.dtype(dtype)
+    if dt.kind == "S":  # a string tensor: one struct per fixed-width UTF-8 slot
+        return f"ml_str{dt.itemsize}"
     try:
-        return _CTYPES[np.dtype(dtype)]
+        return _CTYPES[dt]
     except KeyError:
         raise UnsupportedOpError(f"dtype {np.dtype(dtype)} has no C type in monolib") from None
+
+
+def string_typedefs(dtypes: Any) -> list[str]:
+    """The C typedefs of the string element types among ``dtypes``: ``ml_str<n>``, a
+    struct of ``n`` bytes (NUL-padded UTF-8), so ops that only move elements (copies,
+    Gather, Transpose...) move whole strings by assignment."""
+    widths = sorted({np.dtype(d).itemsize for d in dtypes if np.dtype(d).kind == "S"})
+    return [f"typedef struct {{ uint8_t b[{w}]; }} ml_str{w};" for w in widths]
 
 
 def c_literal(value: Any, dtype: Any) -> str:

@@ -11,7 +11,7 @@ Conversion table (ONNX ``AttributeProto.type`` -> Python):
 FLOAT      ``float``
 INT        ``int``
 STRING     ``str`` (bytes decoded as UTF-8)
-TENSOR     ``np.ndarray`` (``onnx.numpy_helper.to_array``)
+TENSOR     ``np.ndarray`` (``onnx.numpy_helper.to_array``; strings as ``S<n>``)
 GRAPH      whatever ``convert_graph`` returns (the frontend passes a function
            that imports the subgraph as an :class:`~monolib.compiler.ir.Graph`)
 FLOATS...  lists of the above
@@ -30,6 +30,7 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from ...errors import CompileError
+from ...runtime.strings import to_utf8
 
 __all__ = [
     "convert_attribute",
@@ -90,6 +91,8 @@ def tensor_to_array(tensor: onnx.TensorProto, where: str) -> np.ndarray:
             f"{where}: tensor {tensor.name!r} is stored as external data; monolib reads "
             "self-contained models only (save the model without external data)"
         )
+    if tensor.data_type == onnx.TensorProto.STRING:  # bytes objects -> fixed-width UTF-8
+        return to_utf8(numpy_helper.to_array(tensor))
     return numpy_helper.to_array(tensor)
 
 

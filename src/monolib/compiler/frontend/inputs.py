@@ -5,7 +5,9 @@ or, where a dim is dynamic, from the user's ``shapes={"x": (1, 3, 48, 320)}``: a
 size, or bounds ``(lo, hi[, step])`` making it a run-time dim (:mod:`.dims`, with
 ``dims=`` binding ONNX ``dim_param`` names). A dim is dynamic when it is symbolic
 (``dim_param``), absent, or a non-positive ``dim_value`` (PaddlePaddle exports declare
-``-1``). ``constants={"sr": 16000}`` turns an input into a compile-time constant.
+``-1``). ``constants={"sr": 16000}`` turns an input into a compile-time constant. A string
+input's width (bytes of UTF-8 per element) is given as ``shapes={"x": {"shape": ...,
+"width": 16}}`` (:mod:`.strings`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import onnx
 from onnx import helper
 
 from ...errors import CompileError, ShapeError
+from ...runtime.strings import to_utf8
 from ..ir import Value
 from ..passes.node_eval import make_const
 from ..symbolic import SymbolTable
 from .dims import input_dims, parse_dims, specializations
+from .strings import string_input
 
 __all__ = ["ResolvedInputs", "check_input_names", "declared_dims", "onnx_dtype", "resolve_inputs"]
 
@@ -72,12 +76,13 @@ def _fmt(dims: Sequence[int | str | None]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def _constant_input(info: onnx.ValueInfoProto, value: Any, dtype: np.dtype) -> Value:
-    """A constant Value for input ``info`` fed with ``value`` at compile time."""
+def _constant_input(info: onnx.ValueInfoProto, value: Any, dtype: np.dtype | None) -> Value:
+    """A constant Value for input ``info`` fed with ``value`` at compile time (``dtype``
+    None: a string input, encoded as UTF-8 as wide as its longest element)."""
     name = info.name
     try:
         arr = np.asarray(value)
-        cast = arr.astype(dtype)
+        cast = arr.astype(dtype) if dtype is not None else to_utf8(value)  # None: strings
     except (TypeError, ValueError) as e:
         raise CompileError(f"constant for input {name!r} is not convertible to {dtype}: {e}") from e
     if arr.dtype.kind in "iub" and dtype.kind in "iu" and not np.array_equal(cast, arr):
@@ -158,13 +163,18 @@ def resolve_inputs(
             continue
         if not info.type.HasField("tensor_type"):
             raise CompileError(f"input {info.name!r} is not a tensor; monolib takes tensors only")
-        dtype = onnx_dtype(info.type.tensor_type.elem_type, f"input {info.name!r}")
+        given = shapes.get(info.name)
+        if info.type.tensor_type.elem_type == onnx.TensorProto.STRING:
+            if info.name in constants:
+                out.consts.append(_constant_input(info, constants[info.name], None))
+                continue
+            given, dtype = string_input(info.name, given)
+        else:
+            dtype = onnx_dtype(info.type.tensor_type.elem_type, f"input {info.name!r}")
         if info.name in constants:
             out.consts.append(_constant_input(info, constants[info.name], dtype))
             continue
-        shape = input_dims(
-            info.name, declared_dims(info), shapes.get(info.name), bound, out.symbols
-        )
+        shape = input_dims(info.name, declared_dims(info), given, bound, out.symbols)
         out.runtime.append(Value(info.name, shape, dtype))
     out.specializations = specializations(
         opt_shapes, {v.name: v.shape for v in out.runtime}, out.symbols

@@ -27,6 +27,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ...errors import CompileError, UnsupportedOpError
+from ...runtime.strings import to_utf8
 from ..ir import Graph, Node, Value
 from ..ops.base import lookup
 from ..passes.dce import DeadCodeElimination
@@ -37,6 +38,7 @@ from .check import check_model_light
 from .inputs import resolve_inputs
 from .order import topological_order
 from .storage import narrow_outputs, storage_type, widen_inputs
+from .strings import string_node
 from .support import DEFAULT_OPSETS, check_supported, normalize_domain, walk_nodes
 
 __all__ = ["import_model", "load_model"]
@@ -332,8 +334,8 @@ class _Importer:
         wide = "/wide" if narrow is not None else ""
         outputs = [self._new_value(o + wide if o else f"{name}/unused{i}")
                    for i, o in enumerate(p.output)]
-        node = Node(p.op_type, name, inputs, outputs, attrs, domain, opset)
-        op = lookup(p.op_type, opset, domain, name)
+        node = string_node(Node(p.op_type, name, inputs, outputs, attrs, domain, opset))
+        op = lookup(node.op_type, opset, node.domain, name)
         run_infer(node, op)
         if not fold_node(node, op):
             self.nodes.append(node)
@@ -361,14 +363,16 @@ class _Importer:
             arr = np.array(attrs["value_int"].i, dtype=np.int64)
         elif "value_ints" in attrs:
             arr = np.array(list(attrs["value_ints"].ints), dtype=np.int64)
+        elif "value_string" in attrs:  # UTF-8 bytes, stored as S<n> (frontend/strings.py)
+            arr = to_utf8(attrs["value_string"].s)
+        elif "value_strings" in attrs:
+            arr = to_utf8(list(attrs["value_strings"].strings))
         else:
             kinds = ", ".join(attrs) or "none"
             raise CompileError(
                 f"{where}: unsupported value attribute ({kinds}); "
-                "monolib reads numeric tensors only"
+                "monolib reads tensors and strings only"
             )
-        if arr.dtype.kind in "OUS":
-            raise CompileError(f"{where}: string constants are not supported")
         self._bind_const(p.output[0], arr, scope)
 
     def _op_Shape(self, p, name, inputs, opset, scope) -> None:

@@ -38,13 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from ....abi.graph_spec import dtype_name
 from ....errors import CompileError, MonolibError, UndecidableDimError
 from ...ir import Graph, Value, shape_size
 from ...ops.base import op_of
 from ...passes.fuse_elementwise import FusedOp, Fusion
 from ...passes.plan_memory import MemoryPlan, align
 from ...symbolic import Dim, SymbolTable, c_rendering, is_computed, size_hint
-from ..cstyle import HOST_C, c_literal, ctype, rendering, tensor_pointer
+from ..cstyle import HOST_C, c_literal, ctype, rendering, string_typedefs, tensor_pointer
 from ..graph_json import graph_json_of, node_json
 from . import epilogue, specialize
 from .headers import kernel_header
@@ -119,7 +120,7 @@ class ParamsBuilder:
             {
                 "name": name,
                 "shape": list(array.shape),
-                "dtype": array.dtype.name,
+                "dtype": dtype_name(array.dtype),  # "S<n>" for strings
                 "offset": off,
                 "nbytes": array.nbytes,
             }
@@ -607,6 +608,9 @@ def generate(
     params = ParamsBuilder(dedupe=bool(variants))
     source = _Source()
     op_functions, nodes, tail = emit_ops(fusion, plan, params, source)
+    # string tensors' element types, before every header and helper that names them
+    source.headers[:0] = string_typedefs(
+        v.dtype for n in graph.nodes for v in (*n.inputs, *n.outputs) if v is not None)
     arena = align(plan.arena_bytes + tail)
     for k, (values, vfusion, vplan) in enumerate(variants):
         moved = specialize.shifted(vplan, arena)

@@ -23,6 +23,8 @@ HEADER_DIRS = (
     ("monolib.compiler.ops.tensor", ""),
     ("monolib.compiler.ops.quant", ""),
     ("monolib.compiler.ops.contrib", ""),
+    ("monolib.compiler.ops.text", ""),
+    ("monolib.compiler.ops.sequence", ""),
 )
 
 

@@ -72,7 +72,7 @@ def run_both(model, a):
 
 @pytest.mark.parametrize("a_shape,k,n,bs,symmetric", [
     ([1, 64], 64, 48, 32, False),          # GEMV, asymmetric
-    ([3, 80], 80, 40, 16, True),           # bs 16, symmetric, N not a multiple of 16
+    ([6, 80], 80, 40, 16, True),           # bs 16, symmetric, two row tiles, N % 16 != 0
     ([2, 5, 100], 100, 33, 64, False),     # 3-D A, 10 rows: GEMM path, K % bs != 0
     ([13, 256], 256, 70, 128, True),       # GEMM, a partial panel of columns
     ([2, 300], 300, 17, 256, False),       # block 256 over K = 300 (2 blocks, padded)

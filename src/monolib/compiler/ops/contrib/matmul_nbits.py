@@ -14,8 +14,10 @@ Follows ONNX Runtime's contrib operator spec (``docs/ContribOperators.md``,
 * ``bias`` (optional, input 5): float32 ``[N]``, added to each row.
 * ``W[n, k] = (q - zero_point) * scale``; ``Y = A @ W^T (+ bias)``.
 
-The library keeps B 4-bit: the kernel (``matmul_nbits.h``) dequantizes blocks on the fly
-inside a GEMV loop for a few rows and inside gemm.h's blocked GEMM for more.
+The library keeps B 4-bit, repacked at compile time into panels of 16 columns
+(:func:`repack_nbits`); the kernel (``matmul_nbits.h``) dequantizes on the fly inside a
+GEMV loop for a few rows and inside gemm.h's blocked GEMM for more. B, scales and zero
+points must be constants (initializers, as the quantizers write them).
 ``accuracy_level`` only lets ONNX Runtime compute in lower precision; monolib computes
 in float32 whatever it says.
 """
@@ -31,14 +33,15 @@ from ...ir import Node, shape_size
 from ...symbolic import is_dim
 from .._constants import include_checked
 from ..base import EmitContext, OpDef, OutType, register
-from ..nn._gemm import KC, MR, include_gemm
+from ..nn._gemm import KC, MR, NR, include_gemm
 
-__all__ = ["MatMulNBits", "dequantize_nbits"]
+__all__ = ["MatMulNBits", "dequantize_nbits", "repack_nbits"]
 
 logger = logging.getLogger(__name__)
 
-GEMV_ROWS = 4  # ML_NBITS_GEMV_ROWS of matmul_nbits.h
+GEMV_ROWS = 8  # ML_NBITS_GEMV_ROWS of matmul_nbits.h
 NCHUNK = 256  # ML_NBITS_NCHUNK
+PANEL = NR  # columns of a repacked panel: one vector of 16 floats, gemm.h's panel width
 
 
 def _dims(node: Node) -> tuple[int, int, int, int]:
@@ -102,6 +105,39 @@ def dequantize_nbits(b: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, k
     return w.reshape(n, nblk * bs)[:, :k]
 
 
+def repack_nbits(b: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, k: int, n: int,
+                 bs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MatMulNBits' 4-bit data in ``matmul_nbits.h``'s panel layout, still 4-bit.
+
+    Returns
+    -------
+    q : uint8 ``[ceil(N/16), ceil(K/2), 16]``
+        Byte ``(p, i, c)`` holds ``W[16p + c]``'s elements ``2i`` (low nibble) and
+        ``2i + 1`` (high nibble): ORT's row bytes transposed into panels of 16 columns.
+    s, zs : float32 ``[ceil(N/16), k_blocks, 16]``
+        The scales and ``zero_point * scale`` (zero past column ``N``), so that
+        ``W = q * s - zs``.
+    """
+    nblk, panels, kp2 = -(-k // bs), -(-n // PANEL), -(-k // 2)
+    rows = np.zeros((panels * PANEL, kp2), np.uint8)
+    rows[:n] = np.asarray(b, np.uint8).reshape(n, nblk * bs // 2)[:, :kp2]
+    q = np.ascontiguousarray(rows.reshape(panels, PANEL, kp2).transpose(0, 2, 1))
+    sc = np.asarray(scales, np.float32).reshape(n, nblk)
+    if zp is None:
+        z = np.full((n, nblk), 8.0, np.float32)
+    elif zp.dtype == np.uint8:
+        zb = np.asarray(zp).reshape(n, -1)
+        z = np.stack([zb & 15, zb >> 4], axis=-1).reshape(n, -1)[:, :nblk].astype(np.float32)
+    else:
+        z = np.asarray(zp, np.float32).reshape(n, nblk)
+    out = []
+    for v in (sc, z * sc):
+        full = np.zeros((panels * PANEL, nblk), np.float32)
+        full[:n] = v
+        out.append(np.ascontiguousarray(full.reshape(panels, PANEL, nblk).transpose(0, 2, 1)))
+    return q, out[0], out[1]
+
+
 @register
 class MatMulNBits(OpDef):
     """``com.microsoft`` ``MatMulNBits`` 1 with 4-bit weights; see the module docstring.
@@ -133,25 +169,33 @@ class MatMulNBits(OpDef):
     def emit(self, node: Node, ctx: EmitContext) -> str:
         k, n, bs, nblk = _dims(node)
         a, y = node.inputs[0], node.outputs[0]
+        for i, what in ((1, "B"), (2, "scales"), (3, "zero_points")):
+            v = node.input(i)
+            if v is not None and v.const is None:
+                raise UnsupportedOpError(
+                    f"MatMulNBits (node {node.name!r}): {what} is computed at run time; "
+                    f"monolib repacks the quantized weight at compile time (a constant)")
         m = shape_size(a.shape[:-1])
         m_hi = m.hi if is_dim(m) else int(m)
         if m_hi == 0 or n == 0:
             return ""
         include_gemm(ctx)
-        include_checked(ctx, "matmul_nbits.h",
-                        {"ML_NBITS_GEMV_ROWS": GEMV_ROWS, "ML_NBITS_NCHUNK": NCHUNK}, __name__)
-        # the work buffer: nibble-ordered A + block sums, or packed A (see the header)
-        mp = -(-m_hi // MR) * MR
-        work = max(m_hi * (nblk * bs + nblk), mp * k)
+        include_checked(ctx, "matmul_nbits.h", {"ML_NBITS_GEMV_ROWS": GEMV_ROWS,
+                                                "ML_NBITS_NCHUNK": NCHUNK, "ML_NR": PANEL},
+                        __name__)
         zp, bias = node.input(3), node.input(5)
+        q, s, zs = repack_nbits(node.inputs[1].const, node.inputs[2].const,
+                                None if zp is None else zp.const, k, n, bs)
+        # the work buffer: A padded to an even K + block sums, or packed A (the header)
+        work = max(m_hi * (k + k % 2 + nblk), -(-m_hi // MR) * MR * k)
         fields = {
             "M": str(m), "N": str(n), "K": str(k), "bs": str(bs), "nblk": str(nblk),
-            "a": ctx.ptr(a), "b": ctx.ptr(node.inputs[1]), "scales": ctx.ptr(node.inputs[2]),
-            "zp_u8": ctx.ptr(zp) if zp is not None and zp.dtype == np.uint8 else "0",
-            "zp_f": ctx.ptr(zp) if zp is not None and zp.dtype == np.float32 else "0",
+            "a": ctx.ptr(a), "q": ctx.param(q, f"{node.name}.q4"),
+            "s": ctx.param(s, f"{node.name}.scales"), "zs": ctx.param(zs, f"{node.name}.zs"),
             "bias": ctx.ptr(bias) if bias is not None else "0",
             "c": ctx.ptr(y), "work": f"(float*){ctx.scratch(4 * work)}",
         }
         scratch = ctx.scratch(4 * min(k, KC) * NCHUNK)
         body = "".join(f"  g_.{f} = {v};\n" for f, v in fields.items())
-        return f"{{\n  ml_nbits_args g_;\n  memset(&g_, 0, sizeof g_);\n{body}  ml_matmul_nbits(&g_, {scratch});\n}}"
+        return (f"{{\n  ml_nbits_args g_;\n  memset(&g_, 0, sizeof g_);\n{body}"
+                f"  ml_matmul_nbits(&g_, {scratch});\n}}")

@@ -1,0 +1,117 @@
+"""``com.microsoft`` contrib ops (issue 13): monolib against ONNX Runtime, one op each.
+
+    python bench/contrib.py [--repeat 50] [--threads 1,2] [--only matmul_nbits]
+
+Each case is a one-node model built with ``onnx.helper``; for each thread count it
+prints the median latency (input in, run, output out, as ``bench/run.py`` counts it) of
+the monolib library and of an ONNX Runtime session, their ratio (monolib / ORT, below 1
+is faster) and the largest difference of monolib's output from ORT's.
+
+Cases (:data:`CASES`; add a line there for another op):
+
+* ``matmul_nbits``: MatMulNBits A ``[1, 4096]`` x 4-bit B ``[4096, 4096]`` (block 32,
+  asymmetric zero points), the decode step of a small language model's projection;
+  weights quantized by ONNX Runtime's own ``quantize_matmul_4bits``.
+* ``matmul_nbits_m32``: the same weight against 32 rows (a prompt's prefill: the GEMM
+  path, B dequantized block by block into gemm.h's panels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from run import _ms, median_time, parse_threads
+
+import monolib
+from monolib.compiler.testing import ort_session
+from monolib.runtime import GraphModule, cpu, set_num_threads
+
+__all__ = ["CASES", "bench_case", "main", "matmul_nbits_case"]
+
+logger = logging.getLogger(__name__)
+
+
+def matmul_nbits_case(m: int = 1, k: int = 4096, n: int = 4096, bs: int = 32):
+    """A MatMulNBits model (weights from ORT's 4-bit block quantizer) and its feeds."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    nblk = -(-k // bs)
+    packed = np.zeros((n, nblk, bs // 2), np.uint8)
+    scales = np.zeros((n, nblk), np.float32)
+    zp = np.zeros((n, (nblk + 1) // 2), np.uint8)
+    quantize_matmul_4bits(packed, w, scales, zp, bs, n, k, False)
+    node = helper.make_node("MatMulNBits", ["A", "B", "scales", "zp"], ["Y"],
+                            domain="com.microsoft", K=k, N=n, bits=4, block_size=bs)
+    graph = helper.make_graph(
+        [node], "matmul_nbits", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])],
+        [numpy_helper.from_array(packed, "B"), numpy_helper.from_array(scales, "scales"),
+         numpy_helper.from_array(zp, "zp")])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[
+        helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    return model, {"A": rng.standard_normal((m, k)).astype(np.float32)}
+
+
+#: name -> (description, builder returning (model, feeds))
+CASES: dict[str, tuple[str, Callable]] = {
+    "matmul_nbits": ("MatMulNBits [1,4096]x[4096,4096] 4-bit bs32", matmul_nbits_case),
+    "matmul_nbits_m32": ("MatMulNBits [32,4096]x[4096,4096] 4-bit bs32",
+                         lambda: matmul_nbits_case(m=32)),
+}
+
+
+def bench_case(name: str, threads: tuple[int, ...], repeat: int) -> list[str]:
+    """Printed lines of one case: per thread count the monolib and ORT medians, ratio
+    and the largest difference."""
+    title, build = CASES[name]
+    model, feeds = build()
+    gm = GraphModule(monolib.compile(model, target="c")["default"](cpu()))
+
+    def run_monolib():
+        gm.run(**feeds)
+        return [gm.get_output(i).numpy() for i in range(gm.get_num_outputs())]
+
+    lines = []
+    try:
+        for t in threads:
+            set_num_threads(t)
+            sess = ort_session(model, threads=t)
+            ml, _ = median_time(run_monolib, repeat)
+            ort, _ = median_time(lambda: sess.run(None, feeds), repeat)
+            diff = max(float(np.max(np.abs(a - b)))
+                       for a, b in zip(run_monolib(), sess.run(None, feeds)))
+            lines.append(f"{title:48s} threads={t}  monolib {_ms(ml)} ms  ORT {_ms(ort)} ms  "
+                         f"ratio {ml / ort:.2f}x  max|diff| {diff:.2e}")
+    finally:
+        set_num_threads(len(os.sched_getaffinity(0)))
+    return lines
+
+
+def main() -> None:
+    """Parse the command line and print each case's lines."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--only", default=",".join(CASES))
+    args = ap.parse_args()
+    threads = parse_threads(ap, args.threads)
+    for name in args.only.split(","):
+        for line in bench_case(name, threads, args.repeat):
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -194,3 +194,30 @@ def test_embed_layer_norm(segments, mask, pos_ids, outs):
 )
 def test_fused_matmul(sa, sb, attrs, consts):
     _check(*_ms_model("FusedMatMul", [_f32(*sa), _f32(*sb)], attrs, consts=consts), rtol=1e-4, atol=1e-4)
+
+
+# -- RotaryEmbedding (com.microsoft) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "layout,interleaved,ids,rdim",
+    [
+        ("bsh", 0, "full", 0),
+        ("bsh", 1, "offset", 0),
+        ("bnsd", 0, "offset", 0),
+        ("bnsd", 1, "full", 0),
+        ("bsh", 0, "full", 4),  # partial rotation: features from 4 on are copied
+        ("bsh", 1, "offset", 4),
+    ],
+)
+def test_rotary_embedding(layout, interleaved, ids, rdim):
+    b, s, n, d, npos = 2, 3, 2, 8, 12
+    r = rdim or d
+    x = _f32(b, s, n * d) if layout == "bsh" else _f32(b, n, s, d)
+    pos = RNG.integers(0, npos, (b, s)) if ids == "full" else np.array([4])
+    angles = np.arange(npos)[:, None] * (1e-2 ** (np.arange(r // 2) / (r // 2)))[None, :]
+    attrs = {"interleaved": interleaved}
+    if rdim:
+        attrs.update(rotary_embedding_dim=rdim, num_heads=n)
+    inputs = [x, pos.astype(np.int64), np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)]
+    _check(*_ms_model("RotaryEmbedding", inputs, attrs, consts=(2, 3)), rtol=1e-5, atol=1e-5)

@@ -13,15 +13,16 @@ A position id outside ``[0, max_pos)`` is clamped to the cache (no out-of-bounds
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
+from ...ir import Node, Value
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import ctype
 
-__all__ = ["RotaryEmbedding"]
+__all__ = ["RotaryEmbedding", "emit_rotary", "rotate"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,63 +69,82 @@ class RotaryEmbedding(OpDef):
     def reference(self, node: Node, inputs):
         x, cos, sin = inputs[:3]
         ids = inputs[3] if len(inputs) > 3 else None
-        b, h, s, d, r = _dims(node)
-        v = x.reshape(b, s, h, d) if x.ndim == 3 else x.transpose(0, 2, 1, 3)  # [B, S, H, D]
+        dims = _dims(node)
         if ids is not None:
             idx = np.clip(ids, 0, cos.shape[0] - 1)
             cos, sin = cos[idx], sin[idx]
-        c, sn = cos[:, :, None, :], sin[:, :, None, :]
-        out = v.copy()
-        if node.attrs["interleaved"]:
-            x1, x2 = v[..., 0:r:2], v[..., 1:r:2]
-            out[..., 0:r:2], out[..., 1:r:2] = c * x1 - sn * x2, sn * x1 + c * x2
-        else:
-            x1, x2 = v[..., : r // 2], v[..., r // 2 : r]
-            out[..., : r // 2], out[..., r // 2 : r] = c * x1 - sn * x2, sn * x1 + c * x2
-        out = out.reshape(x.shape) if x.ndim == 3 else out.transpose(0, 2, 1, 3)
-        return [np.ascontiguousarray(out).astype(x.dtype)]
+        return [rotate(x, cos, sin, dims, node.attrs["interleaved"])]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
-        b_, h_, s_, d_, r = _dims(node)
-        x, y = node.inputs[0], node.outputs[0]
-        if x.size == 0:
-            return ""
-        ct = ctype(x.dtype)
-        r2 = r // 2
-        b, h, s, k = (ctx.unique(p) for p in ("b", "h", "s", "k"))
-        if len(x.shape) == 3:
-            base = f"({b}*{s_} + {s})*{h_ * d_} + {h}*{d_}"
-        else:
-            base = f"(({b}*{h_} + {h})*{s_} + {s})*{d_}"
+        dims = _dims(node)
         ids = node.input(3)
-        if ids is not None:
+
+        def position(b: str, s: str) -> str:
+            if ids is None:
+                return f"int64_t pos = {b}*{dims[2]} + {s};"
             npos = node.inputs[1].shape[0]
-            pos = (
-                f"int64_t pos = (int64_t){ctx.ptr(ids)}[{b}*{s_} + {s}];\n"
+            return (
+                f"int64_t pos = (int64_t){ctx.ptr(ids)}[{b}*{dims[2]} + {s}];\n"
                 f"pos = pos < 0 ? 0 : (pos >= {npos} ? {npos - 1} : pos);"
             )
-        else:
-            pos = f"int64_t pos = {b}*{s_} + {s};"
-        if node.attrs["interleaved"]:
-            i1, i2 = f"2*{k}", f"2*{k} + 1"
-        else:
-            i1, i2 = k, f"{k} + {r2}"
-        return "\n".join(
-            [
-                f"for (int64_t {b} = 0; {b} < {b_}; ++{b}) for (int64_t {s} = 0; {s} < {s_}; ++{s}) {{",
-                pos,
-                f"const {ct}* cs = {ctx.ptr(node.inputs[1])} + pos*{r2};",
-                f"const {ct}* sn = {ctx.ptr(node.inputs[2])} + pos*{r2};",
-                f"for (int64_t {h} = 0; {h} < {h_}; ++{h}) {{",
-                f"const {ct}* xr = {ctx.ptr(x)} + {base};",
-                f"{ct}* yr = {ctx.ptr(y)} + {base};",
-                f"for (int64_t {k} = 0; {k} < {r2}; ++{k}) {{",
-                f"  const {ct} x1 = xr[{i1}], x2 = xr[{i2}];",
-                f"  yr[{i1}] = cs[{k}] * x1 - sn[{k}] * x2;",
-                f"  yr[{i2}] = sn[{k}] * x1 + cs[{k}] * x2;",
-                "}",
-                f"for (int64_t {k} = {r}; {k} < {d_}; ++{k}) yr[{k}] = xr[{k}];",
-                "}",
-                "}",
-            ]
-        )
+
+        return emit_rotary(ctx, node.inputs[0], node.outputs[0], node.inputs[1], node.inputs[2],
+                           dims, node.attrs["interleaved"], position)
+
+
+def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, dims, interleaved: int) -> np.ndarray:
+    """NumPy rotation of ``x`` (``[B, H, S, D]`` or ``[B, S, H*D]``) by the cache rows
+    ``cos``/``sin`` ``[B, S, R/2]`` of each (batch, position); ``dims`` is (B, H, S, D, R)."""
+    b, h, s, d, r = dims
+    v = x.reshape(b, s, h, d) if x.ndim == 3 else x.transpose(0, 2, 1, 3)  # [B, S, H, D]
+    c, sn = cos[:, :, None, :], sin[:, :, None, :]
+    out = v.copy()
+    if interleaved:
+        x1, x2 = v[..., 0:r:2], v[..., 1:r:2]
+        out[..., 0:r:2], out[..., 1:r:2] = c * x1 - sn * x2, sn * x1 + c * x2
+    else:
+        x1, x2 = v[..., : r // 2], v[..., r // 2 : r]
+        out[..., : r // 2], out[..., r // 2 : r] = c * x1 - sn * x2, sn * x1 + c * x2
+    out = out.reshape(x.shape) if x.ndim == 3 else out.transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(out).astype(x.dtype)
+
+
+def emit_rotary(ctx: EmitContext, x: Value, y: Value, cos: Value, sin: Value, dims,
+                interleaved: int, position: Callable[[str, str], str]) -> str:
+    """C rotating ``x`` into ``y`` (layouts of :func:`rotate`; ``dims`` (B, H, S, D, R))
+    with the cache rows ``cos``/``sin`` ``[*, R/2]`` at ``pos``: ``position(b, s)``
+    gives C statements declaring ``int64_t pos`` for batch ``b``, sequence index ``s``
+    (C names). Features from ``R`` on are copied."""
+    b_, h_, s_, d_, r = dims
+    if x.size == 0:
+        return ""
+    ct = ctype(x.dtype)
+    r2 = r // 2
+    b, h, s, k = (ctx.unique(p) for p in ("b", "h", "s", "k"))
+    if len(x.shape) == 3:
+        base = f"({b}*{s_} + {s})*{h_ * d_} + {h}*{d_}"
+    else:
+        base = f"(({b}*{h_} + {h})*{s_} + {s})*{d_}"
+    if interleaved:
+        i1, i2 = f"2*{k}", f"2*{k} + 1"
+    else:
+        i1, i2 = k, f"{k} + {r2}"
+    return "\n".join(
+        [
+            f"for (int64_t {b} = 0; {b} < {b_}; ++{b}) for (int64_t {s} = 0; {s} < {s_}; ++{s}) {{",
+            position(b, s),
+            f"const {ct}* cs = {ctx.ptr(cos)} + pos*{r2};",
+            f"const {ct}* sn = {ctx.ptr(sin)} + pos*{r2};",
+            f"for (int64_t {h} = 0; {h} < {h_}; ++{h}) {{",
+            f"const {ct}* xr = {ctx.ptr(x)} + {base};",
+            f"{ct}* yr = {ctx.ptr(y)} + {base};",
+            f"for (int64_t {k} = 0; {k} < {r2}; ++{k}) {{",
+            f"  const {ct} x1 = xr[{i1}], x2 = xr[{i2}];",
+            f"  yr[{i1}] = cs[{k}] * x1 - sn[{k}] * x2;",
+            f"  yr[{i2}] = sn[{k}] * x1 + cs[{k}] * x2;",
+            "}",
+            f"for (int64_t {k} = {r}; {k} < {d_}; ++{k}) yr[{k}] = xr[{k}];",
+            "}",
+            "}",
+        ]
+    )

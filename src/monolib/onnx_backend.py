@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 #: specs), or the graph's structure (If's condition, Dropout's training_mode), compiled
 #: in as constants when they come from graph inputs.
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
-    "If": (0,), "Dropout": (2,),
+    "If": (0,), "Dropout": (2,), "Loop": (0, 1),
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
     "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "Squeeze": (1,),
     "Unsqueeze": (1,), "TopK": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),

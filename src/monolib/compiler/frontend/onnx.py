@@ -123,6 +123,7 @@ def import_model(
     constants: Mapping[str, Any] | None = None,
     dims: Mapping[str, Any] | None = None,
     opt_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    max_trip_count: Mapping[str, int] | None = None,
 ) -> Graph:
     """Import an ONNX model as a monolib graph (static shapes, or run-time dims where
     bounds are given).
@@ -142,6 +143,9 @@ def import_model(
         ONNX ``dim_param`` -> ``(lo, hi[, step])``: every axis so named is a run-time dim.
     opt_shapes : dict, optional
         Input name -> list of concrete shapes to specialize (``Graph.specializations``).
+    max_trip_count : dict, optional
+        ``Loop`` node name -> upper bound on its trip count (the size its scan outputs
+        are planned at, when no bound can be derived; ``ops/control/loop.py``).
 
     Returns
     -------
@@ -155,7 +159,7 @@ def import_model(
         Unreadable model, the ONNX checker's error, external data, a node failing.
     UnsupportedOpError
         Every unsupported op at once (type, opset, node names); an unsupported opset;
-        an ``If`` whose condition is not known at compile time.
+        a ``Loop`` with scan outputs and no bound on its trip count.
     ShapeError
         A dynamic input dim with no value given (the input, dim index and symbol named),
         a malformed or contradicting bound (:mod:`.dims`).
@@ -165,7 +169,7 @@ def import_model(
     proto = load_model(model)
     opsets = _check(proto)
     check_supported(proto.graph, opsets)
-    importer = _Importer(opsets)
+    importer = _Importer(opsets, max_trip_count)
     graph = importer.import_main(proto.graph, shapes, constants, dims, opt_shapes)
     graph.metadata = {p.key: p.value for p in proto.metadata_props}
     DeadCodeElimination()(graph)
@@ -201,8 +205,10 @@ class _Scope:
 class _Importer:
     """Walks the ONNX graph once, typing, folding and inlining as it goes."""
 
-    def __init__(self, opsets: dict[str, int]):
+    def __init__(self, opsets: dict[str, int], max_trips: Mapping[str, int] | None = None):
         self.opsets = opsets
+        #: ``max_trip_count``: ONNX node name -> bound on a Loop's trip count
+        self.max_trips = dict(max_trips or {})
         self.value_names: set[str] = set()
         self.node_names: set[str] = set()
         self.nodes: list[Node] = []  # the graph being built (swapped for subgraphs)
@@ -321,7 +327,8 @@ class _Importer:
         name = self._unique(p.name or f"{p.op_type}_{len(self.node_names)}", self.node_names)
         where = f"node {name!r} ({p.op_type})"
         inputs = [None if n == "" else self._lookup(n, scope, where) for n in p.input]
-        if domain == "" and p.op_type in ("Constant", "Identity", "Dropout", "If", "Shape", "Size"):
+        if domain == "" and p.op_type in ("Constant", "Identity", "Dropout", "If", "Shape", "Size",
+                                          "Loop", "Scan"):
             handler = getattr(self, f"_op_{p.op_type}")
             handler(p, name, inputs, opset, scope)
             return
@@ -401,15 +408,12 @@ class _Importer:
             self._bind_const(p.output[1], np.ones(x.shape, dtype=bool), scope)
 
     def _op_If(self, p, name, inputs, opset, scope) -> None:
-        """Inline the branch chosen by a constant condition."""
+        """Inline the branch chosen by a constant condition; on a run-time condition
+        both branches become subgraphs of an ``If`` node (``ops/control``)."""
         cond = inputs[0]
         if not cond.is_const:
-            raise UnsupportedOpError(
-                f"node {name!r} (If): its condition {cond.name!r} is not known at compile "
-                f"time (it depends on input(s) {self._input_ancestors(cond)}); monolib "
-                "inlines If only when the condition is constant: give the controlling "
-                "input via constants= (e.g. constants={'sr': 16000} for Silero VAD)"
-            )
+            self._control(p, name, inputs, opset, scope)
+            return
         if cond.const.size != 1:
             raise CompileError(f"node {name!r} (If): condition has {cond.const.size} elements")
         taken = bool(cond.const.reshape(-1)[0])
@@ -428,6 +432,68 @@ class _Importer:
         for o, bo in zip(p.output, branch.output):
             if o:
                 scope.values[o] = self._lookup(bo.name, sub, f"node {name!r} (If)")
+
+    def _control(self, p, name, inputs, opset, scope) -> None:
+        """A control-flow node (run-time ``If``, ``Loop``, ``Scan``): each GRAPH attribute
+        imported as a :class:`Graph` whose formal inputs are typed from the node's inputs
+        (``OpDef.body_types``); the values the subgraphs read from enclosing scopes
+        ("captures") are appended to the node's inputs (``attrs["_formal"]`` counts the
+        formal ones, ``attrs["_captures"]`` lists them; ``ops/control/subgraph.py``)."""
+        from ..ops.control.subgraph import free_values
+
+        op = lookup(p.op_type, opset, "", name)
+        attrs = node_attributes(p, opset)  # GRAPH attributes kept as GraphProto
+        captures: dict[int, Value] = {}
+        for key in [k for k, a in attrs.items() if isinstance(a, onnx.GraphProto)]:
+            types = op.body_types(inputs, attrs, key)
+            with _in_branch(name, attrs[key].name, p.op_type):
+                graph = self._import_body(attrs[key], scope, types, f"{key} of {name!r}")
+            attrs[key] = graph
+            for v in free_values(graph, graph.inputs):
+                captures.setdefault(v.uid, v)
+        attrs["_formal"] = len(inputs)
+        attrs["_captures"] = list(captures.values())
+        if name in self.max_trips:
+            attrs["_max_trip_count"] = int(self.max_trips[name])
+        outputs = [self._new_value(o if o else f"{name}/unused{i}")
+                   for i, o in enumerate(p.output)]
+        node = Node(p.op_type, name, [*inputs, *captures.values()], outputs, attrs, "", opset)
+        run_infer(node, op)
+        if not fold_node(node, op):
+            self.nodes.append(node)
+        for o, v in zip(p.output, outputs):
+            if o:
+                scope.values[o] = v
+
+    _op_Loop = _control
+    _op_Scan = _control
+
+    def _op_SequenceMap(self, p, name, inputs, opset, scope) -> None:
+        """Unrolled over the sequence's elements (``frontend/sequence_map.py``)."""
+        from .sequence_map import unroll_sequence_map
+
+        unroll_sequence_map(self, p, name, inputs, opset, scope, _Scope)
+
+    def _import_body(self, g: onnx.GraphProto, outer: _Scope, types, where: str) -> Graph:
+        """Subgraph ``g`` with formal inputs of the given ``(shape, dtype)`` types (the
+        declared types of a body's inputs are often partial)."""
+        if len(g.input) != len(types):
+            raise CompileError(f"{where}: the subgraph has {len(g.input)} inputs, "
+                               f"the node gives {len(types)}")
+        scope = _Scope(outer)
+        self._add_initializers(g, scope)
+        inputs = []
+        for info, (shape, dtype) in zip(g.input, types):
+            v = Value(self._unique(info.name, self.value_names), shape, dtype)
+            scope.values[info.name] = v
+            inputs.append(v)
+        saved, self.nodes = self.nodes, []
+        try:
+            self._import_nodes(g.node, scope)
+            outputs = [self._lookup(o.name, scope, where) for o in g.output]
+            return Graph(g.name or where, inputs, outputs, self.nodes)
+        finally:
+            self.nodes = saved
 
     def _input_ancestors(self, value: Value) -> list[str]:
         """Names of the graph inputs ``value`` depends on."""
@@ -448,10 +514,12 @@ class _Importer:
 
 
 class _in_branch:
-    """Context manager that names the If branch in errors raised while inlining it."""
+    """Context manager that names the If branch (or the subgraph of another op) in
+    errors raised while importing it."""
 
-    def __init__(self, node: str, branch: str):
-        self.where = f"in branch {branch!r} of If {node!r}"
+    def __init__(self, node: str, branch: str, op_type: str = "If"):
+        self.where = f"in {'branch' if op_type == 'If' else 'subgraph'} {branch!r} of " \
+                     f"{op_type} {node!r}"
 
     def __enter__(self):
         return self

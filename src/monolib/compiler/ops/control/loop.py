@@ -1,0 +1,199 @@
+"""ONNX ``Loop`` (1, 11, 13, 16, 19, 21, 23, 24, 25): run-time trip count and
+condition, loop-carried values, scan outputs. Spec:
+https://onnx.ai/onnx/operators/onnx__Loop.html.
+
+The body (:mod:`.subgraph`) is compiled into the library; the op's C function is::
+
+    m = M (absent: no limit); c = cond (absent: true); carried slots = initial values
+    for (i = 0; i < m && c; ++i) {
+        body.iter_num = i; body.cond = c; run the body's ops
+        c = body.cond_out; carried slots = carried outputs (memmove)
+        scan output k [i] = body scan output k
+    }
+    final values = carried slots; the trip count written as a computed dim
+
+Scan outputs ``[T, ...]`` are planned at a bound on the trip count ``T``: ``T`` itself
+when it is known (a constant or run-time-dim ``M``, a condition that never turns
+false), else a computed dim (issue 13) bounded by ``M``'s value or upper bound, or by
+the user's ``max_trip_count={"node": N}`` (``--max-trips node=N``); a loop with scan
+outputs and no bound is refused with that hint. A run that would pass the bound stops
+there and ``monolib_run`` returns an error naming the node (never a write past the
+buffer). Loop-carried values keep their shape (a value whose shape changes per
+iteration is refused, naming the node).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....errors import CompileError, ShapeError, UnsupportedOpError
+from ...ir import Node, Value
+from ...symbolic import Dim, computed_symbol, same_shape
+from ..base import OpDef, OutType, register
+from .status import fail_statement
+from .subgraph import compile_subgraph, evaluate_subgraph
+
+__all__ = ["Loop", "trip_count"]
+
+logger = logging.getLogger(__name__)
+
+INT64_MAX = (1 << 63) - 1
+
+
+def _scalar(v: Value):
+    x = v.const.reshape(-1)[0]
+    return x if isinstance(x, Dim) else x.item() if hasattr(x, "item") else x
+
+
+def trip_count(node: Node):
+    """``(exact, bound)`` of ``node``'s number of iterations: ``exact`` an int or Dim
+    when the count is known at compile time (else ``None``); ``bound`` an int upper
+    bound (``None``: none known)."""
+    body = node.attrs["body"]
+    m_in, c_in = node.input(0), node.input(1)
+    m = None if m_in is None else (_scalar(m_in) if m_in.is_const else "run")
+    cond = True if c_in is None else (bool(_scalar(c_in)) if c_in.is_const else None)
+    out0 = body.outputs[0]
+    steady = out0 is body.inputs[1] or (out0.is_const and bool(out0.const.reshape(-1)[0]))
+    bounds = []
+    if isinstance(m, Dim):
+        bounds.append(max(m.hi, 0))
+    elif m not in (None, "run"):
+        bounds.append(max(int(m), 0))
+    user = node.attrs.get("_max_trip_count")
+    if user is not None:
+        bounds.append(int(user))
+    bound = min(bounds) if bounds else None
+    if cond is False:
+        return 0, 0
+    if cond and steady and m not in (None, "run"):
+        return (m if isinstance(m, Dim) else max(int(m), 0)), bound
+    return None, bound
+
+
+@register
+class Loop(OpDef):
+    """``Loop``: inputs ``M`` (optional), ``cond`` (optional), the initial loop-carried
+    values, then the captured values; attribute ``body`` (:class:`~...ir.Graph`).
+
+    Raises
+    ------
+    ShapeError
+        A body whose outputs do not match the carried values (count, dtype, shape: a
+        value whose shape changes per iteration is refused).
+    UnsupportedOpError
+        Scan outputs with no bound on the trip count (the hint names
+        ``max_trip_count``).
+    """
+
+    op_type = "Loop"
+    since_version = 1
+    also_versions = (11, 13, 16, 19, 21, 23, 24, 25)
+
+    def body_types(self, inputs, attrs, key: str):
+        """Types of the body's formal inputs: ``iter_num`` (int64), ``cond`` (bool), the
+        loop-carried values (as the node's initial values)."""
+        carried = [(v.shape, v.dtype) for v in inputs[2:]]
+        return [((), np.dtype(np.int64)), ((), np.dtype(bool)), *carried]
+
+    def infer(self, node: Node) -> list[OutType]:
+        body = node.attrs["body"]
+        formal = int(node.attrs.get("_formal", len(node.inputs)))
+        init = node.inputs[2:formal]
+        n_scan = len(body.outputs) - 1 - len(init)
+        if n_scan < 0:
+            raise ShapeError(f"Loop {node.name!r}: the body has {len(body.outputs)} outputs "
+                             f"for {len(init)} loop-carried values")
+        out: list[OutType] = []
+        for k, (v, o) in enumerate(zip(init, body.outputs[1:])):
+            if v.dtype != o.dtype or not same_shape(v.shape, o.shape):
+                raise ShapeError(
+                    f"Loop {node.name!r}: loop-carried value {k} enters as "
+                    f"{v.dtype}{list(v.shape)} and leaves the body as {o.dtype}{list(o.shape)}; "
+                    "monolib compiles loop-carried values of one fixed shape")
+            out.append((v.shape, v.dtype))
+        if n_scan:
+            out += [((self._trips(node), *o.shape), o.dtype)
+                    for o in body.outputs[1 + len(init):]]
+        return out
+
+    def _trips(self, node: Node):
+        if "_trips" in node.attrs:
+            return node.attrs["_trips"]
+        exact, bound = trip_count(node)
+        if exact is not None:
+            node.attrs["_trips"] = exact
+            return exact
+        if bound is None:
+            raise UnsupportedOpError(
+                f"Loop {node.name!r}: its trip count has no bound monolib can derive and it "
+                "has scan outputs, whose buffers are planned at that bound; give one with "
+                f"max_trip_count={{{node.name!r}: N}} (CLI: --max-trips {node.name}=N)")
+        node.attrs["_trips"] = Dim.of(computed_symbol(f"{node.name}_trips", hi=bound))
+        return node.attrs["_trips"]
+
+    def reference(self, node: Node, inputs):
+        formal = int(node.attrs.get("_formal", len(inputs)))
+        m = INT64_MAX if inputs[0] is None else int(np.asarray(inputs[0]).reshape(-1)[0])
+        c = True if inputs[1] is None else bool(np.asarray(inputs[1]).reshape(-1)[0])
+        carried = list(inputs[2:formal])
+        captured = inputs[formal:]
+        scans: list[list[np.ndarray]] = []
+        i = 0
+        while i < m and c:
+            outs = evaluate_subgraph(node, "body", [np.array(i, np.int64), np.array(c)] + carried,
+                                     captured)
+            c = bool(np.asarray(outs[0]).reshape(-1)[0])
+            carried = outs[1:1 + len(carried)]
+            scans.append(outs[1 + len(carried):])
+            i += 1
+        n_scan = len(node.outputs) - len(carried)
+        stacked = []
+        for k in range(n_scan):
+            body_out = node.attrs["body"].outputs[1 + len(carried) + k]
+            if scans:
+                stacked.append(np.stack([s[k] for s in scans]))
+            else:
+                stacked.append(np.zeros((0, *body_out.shape), body_out.dtype))
+        return [*carried, *stacked]
+
+    def emit(self, node: Node, ctx) -> str:
+        body = compile_subgraph(node, "body", ctx.plan_symbols)
+        base = ctx.scratch_base + ctx.scratch_used
+        ctx.scratch(body.arena_bytes)
+        em = body.emit(ctx, base, None, f"{node.name}_body")
+        formal = int(node.attrs.get("_formal", len(node.inputs)))
+        init = node.inputs[2:formal]
+        n = len(init)
+        it, cin, slots = body.formal[0], body.formal[1], body.formal[2:]
+        cout, couts, souts = body.outputs[0], body.outputs[1:1 + n], body.outputs[1 + n:]
+        exact, bound = trip_count(node)
+        trips = node.attrs.get("_trips")
+        m_in, c_in = node.input(0), node.input(1)
+        m = "INT64_MAX" if m_in is None else f"(int64_t){ctx.ptr(m_in)}[0]"
+        c = "1" if c_in is None else f"({ctx.ptr(c_in)}[0] != 0)"
+        lines = ["  {", f"  int64_t m_ = {m}; int c_ = {c}; int64_t i_ = 0;"]
+        for v, s in zip(init, slots):
+            lines.append(f"  memcpy({em.ptr(s)}, {ctx.ptr(v)}, {v.nbytes});")
+        lines.append("  for (; i_ < m_ && c_; ++i_) {")
+        if souts and exact is None:
+            lines.append(f"    if (i_ >= {bound}) {{ {fail_statement(ctx, node, 'trip count')}"
+                         " break; }")
+        lines.append(f"    *{em.ptr(it)} = i_; *{em.ptr(cin)} = (uint8_t)c_;")
+        lines.append(f"    {em.call}")
+        lines.append(f"    c_ = ({em.ptr(cout)}[0] != 0);")
+        for s, o in zip(slots, couts):
+            if em.offset(o) != em.offset(s):
+                lines.append(f"    memmove({em.ptr(s)}, {em.ptr(o)}, {o.nbytes});")
+        for o, y in zip(souts, node.outputs[n:]):
+            lines.append(f"    memcpy((uint8_t*){ctx.ptr(y)} + i_ * (int64_t)({o.nbytes}), "
+                         f"{em.ptr(o)}, {o.nbytes});")
+        lines.append("  }")
+        for s, y in zip(slots, node.outputs[:n]):
+            lines.append(f"  memcpy({ctx.ptr(y)}, {em.ptr(s)}, {y.nbytes});")
+        if souts and exact is None:
+            lines.append(f"  {ctx.set_symbol(trips, 'i_')}")
+        lines.append("  }")
+        return "\n".join(lines)

@@ -1,5 +1,5 @@
 """Operators whose output SHAPE depends on input values: Unique (11,
-28), Compress (9, 11, 28) and NonMaxSuppression (10, 11).
+28) and Compress (9, 11, 28).
 
 monolib compiles static shapes, so the value-deciding input must be a compile-time
 constant (an initializer, or computed from constants): NonZero's and Unique's input X
@@ -20,7 +20,7 @@ from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from .loops import normalize_axis
 
-__all__ = ["Compress", "NonMaxSuppression", "Unique"]
+__all__ = ["Compress", "Unique"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,60 +140,3 @@ class Compress(OpDef):
             f"  memcpy({ctx.ptr(y)} + (o * {keep.size} + k) * {inner}, "
             f"{ctx.ptr(x)} + (o * {n} + {table}[k]) * {inner}, {inner * x.dtype.itemsize});"
         )
-
-
-def _iou_over(a: np.ndarray, b: np.ndarray, center: bool, threshold: float) -> bool:
-    """True when boxes ``a`` and ``b`` overlap by IoU > threshold (ONNX's rule: boxes
-    of zero area or disjoint boxes never suppress)."""
-    if center:
-        (ax, ay, aw, ah), (bx, by, bw, bh) = a, b
-        a = np.array([ay - ah / 2, ax - aw / 2, ay + ah / 2, ax + aw / 2])
-        b = np.array([by - bh / 2, bx - bw / 2, by + bh / 2, bx + bw / 2])
-    ay0, ay1 = sorted((a[0], a[2]))
-    ax0, ax1 = sorted((a[1], a[3]))
-    by0, by1 = sorted((b[0], b[2]))
-    bx0, bx1 = sorted((b[1], b[3]))
-    iw, ih = min(ax1, bx1) - max(ax0, bx0), min(ay1, by1) - max(ay0, by0)
-    if iw <= 0 or ih <= 0:
-        return False
-    inter = iw * ih
-    area_a, area_b = (ax1 - ax0) * (ay1 - ay0), (bx1 - bx0) * (by1 - by0)
-    union = area_a + area_b - inter
-    if area_a <= 0 or area_b <= 0 or union <= 0:
-        return False
-    return inter / union > threshold
-
-
-@register
-class NonMaxSuppression(_Folded):
-    """``NonMaxSuppression``: constant boxes ``[B, N, 4]``, scores ``[B, C, N]`` and
-    thresholds -> selected ``[K, 3]`` (batch, class, box), per batch and class greedy
-    by descending score (ties: lower index first), at most max_output_boxes_per_class."""
-
-    op_type, since_version = "NonMaxSuppression", 10
-    also_versions = (11,)
-    deciding = ("boxes", "scores", "max_output_boxes_per_class", "iou_threshold",
-                "score_threshold")
-
-    def reference(self, node: Node, inputs):
-        boxes, scores = inputs[0], inputs[1]
-        get = lambda i, d: (float(np.asarray(inputs[i]).reshape(-1)[0])
-                            if len(inputs) > i and inputs[i] is not None
-                            and np.asarray(inputs[i]).size else d)
-        limit = max(int(get(2, 0)), 0)
-        iou, score_min = get(3, 0.0), get(4, None)
-        center = bool(node.attrs["center_point_box"])
-        out = []
-        for b in range(boxes.shape[0]):
-            for c in range(scores.shape[1]):
-                s = scores[b, c]
-                cand = [i for i in range(s.size) if score_min is None or s[i] > score_min]
-                cand.sort(key=lambda i: (-s[i], i))
-                kept: list[int] = []
-                for i in cand:
-                    if len(kept) >= limit:
-                        break
-                    if not any(_iou_over(boxes[b, i], boxes[b, j], center, iou) for j in kept):
-                        kept.append(i)
-                out += [(b, c, i) for i in kept]
-        return [np.array(out, np.int64).reshape(-1, 3)]

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import CompileError
 from ..ir import Node
-from ..ops.text._common import TEXT_DOMAIN
+from ..ops.text._common import TEXT_DOMAIN, string_dtype
 
 __all__ = ["string_dtype", "string_input", "string_node"]
 
@@ -40,11 +40,6 @@ def string_node(node: Node) -> Node:
     if form is None or not any(v is not None and v.dtype.kind == "S" for v in node.inputs):
         return node
     return Node(form, node.name, node.inputs, node.outputs, node.attrs, TEXT_DOMAIN, node.opset)
-
-
-def string_dtype(width: int) -> np.dtype:
-    """``S<width>`` (at least 1 byte: NumPy's ``S0`` holds nothing)."""
-    return np.dtype(f"S{max(1, int(width))}")
 
 
 def string_input(name: str, given: Any) -> tuple[Any, np.dtype]:

@@ -12,12 +12,18 @@ from ...ir import Node, Value
 from ..base import EmitContext
 from ..tensor.loops import broadcast_shape, broadcast_strides, emit_loops, linear_offset
 
-__all__ = ["TEXT_DOMAIN", "broadcast_loops", "bytes_ptr", "require_strings", "width"]
+__all__ = ["TEXT_DOMAIN", "as_strings", "broadcast_loops", "bytes_ptr", "require_strings",
+           "string_dtype", "width"]
 
 logger = logging.getLogger(__name__)
 
 #: monolib's own domain for string forms of ONNX ops (``frontend/strings.py``).
 TEXT_DOMAIN = "monolib.text"
+
+
+def string_dtype(width: int) -> np.dtype:
+    """``S<width>`` (at least 1 byte: NumPy's ``S0`` holds nothing)."""
+    return np.dtype(f"S{max(1, int(width))}")
 
 
 def width(v: Value) -> int:

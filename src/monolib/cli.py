@@ -137,6 +137,20 @@ def parse_const(text: str) -> tuple[str, Any]:
     return name, _number(value)
 
 
+def parse_max_trips(text: str) -> tuple[str, int]:
+    """``"decode=64"`` -> ``("decode", 64)``: a Loop node's trip-count bound.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Not ``NODE=N`` with ``N`` a non-negative integer.
+    """
+    name, eq, value = text.rpartition("=")
+    if not name or not eq or not value.isdigit():
+        raise argparse.ArgumentTypeError(f"bad --max-trips {text!r}: expected NODE=N")
+    return name, int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``monolib`` command."""
     parser = argparse.ArgumentParser(
@@ -169,6 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=LO..HI[:STEP]",
         help="bounds of every input dim the model names NAME (repeatable)",
+    )
+    comp.add_argument(
+        "--max-trips",
+        action="append",
+        type=parse_max_trips,
+        default=[],
+        metavar="NODE=N",
+        help="bound on a Loop node's trip count, when monolib cannot derive one (repeatable)",
     )
     comp.add_argument(
         "--opt",
@@ -357,6 +379,7 @@ def cmd_compile(args: argparse.Namespace, console: Any) -> int:
             constants=dict(args.const) or None,
             dims=dict(args.dim) or None,
             opt_shapes=_opt_shapes(args.opt),
+            max_trip_count=dict(args.max_trips) or None,
             progress=steps,
         )
         path = lib.export_library(args.output, progress=steps)

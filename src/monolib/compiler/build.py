@@ -43,6 +43,7 @@ def lower(
     progress: Progress = None,
     dims: dict[str, tuple[int, ...]] | None = None,
     opt_shapes: dict[str, list[tuple[int, ...]]] | None = None,
+    max_trip_count: dict[str, int] | None = None,
 ) -> tuple[str, dict[str, Any], np.ndarray]:
     """Compile ``model`` down to C source, graph JSON and params blob (no runtime).
 
@@ -56,7 +57,8 @@ def lower(
     params : numpy.ndarray of uint8
     """
     backend, target = BACKENDS["c"], Target("c")
-    graph, fusion, plan = prepare(model, shapes, constants, progress, dims, opt_shapes)
+    graph, fusion, plan = prepare(model, shapes, constants, progress, dims, opt_shapes,
+                                  max_trip_count)
     step(progress, backend.step)
     out = backend.generate(graph, fusion, plan, target, constants=jsonable(constants))
     return out.source, out.graph_json, out.params
@@ -70,6 +72,7 @@ def compile(
     progress: Progress = None,
     dims: dict[str, tuple[int, ...]] | None = None,
     opt_shapes: dict[str, list[tuple[int, ...]]] | None = None,
+    max_trip_count: dict[str, int] | None = None,
 ):
     """Compile an ONNX model into a graph executor factory module.
 
@@ -95,6 +98,10 @@ def compile(
     opt_shapes : dict, optional
         Input name -> list of concrete shapes that get fully static, specialized code
         in the same library (``{"x": [(1, 3, 640, 640)]}``).
+    max_trip_count : dict, optional
+        ``Loop`` node name -> upper bound on its trip count, for a loop with scan
+        outputs whose bound monolib cannot derive (``{"decode": 64}``); a run that
+        needs more iterations stops with an ``ExecutionError`` naming the node.
 
     Returns
     -------
@@ -126,7 +133,8 @@ def compile(
             f"target {target!r}: no backend for kind {tgt.kind!r} (known: {', '.join(BACKENDS)})"
         )
     backend.accept(tgt)
-    graph, fusion, plan = prepare(model, shapes, constants, progress, dims, opt_shapes)
+    graph, fusion, plan = prepare(model, shapes, constants, progress, dims, opt_shapes,
+                                  max_trip_count)
     step(progress, backend.step)
     generated = backend.generate(graph, fusion, plan, tgt, constants=jsonable(constants))
     step(progress, "package")

@@ -55,6 +55,7 @@ def prepare(
     progress: Progress = None,
     dims=None,
     opt_shapes=None,
+    max_trip_count=None,
 ):
     """Import (unless ``model`` is already a :class:`~.ir.Graph`), simplify, fuse
     elementwise chains, plan the arena; each step announced to ``progress``.
@@ -71,6 +72,8 @@ def prepare(
         ONNX ``dim_param`` -> ``(lo, hi[, step])``.
     opt_shapes : dict, optional
         Input name -> shapes to specialize.
+    max_trip_count : dict, optional
+        ``Loop`` node name -> bound on its trip count (``ops/control/loop.py``).
 
     Returns
     -------
@@ -92,7 +95,7 @@ def prepare(
     if isinstance(model, Graph):
         graph = model
     else:
-        graph = import_model(model, shapes, constants, dims, opt_shapes)
+        graph = import_model(model, shapes, constants, dims, opt_shapes, max_trip_count)
     step(progress, "optimize")
     graph = register_computed(simplify(graph).graph)
     step(progress, "fuse")
@@ -107,7 +110,8 @@ def prepare(
         step(progress, "specialize")
         for values in graph.specializations:
             static = {v.name: tuple(evaluate(d, values) for d in v.shape) for v in graph.inputs}
-            g = simplify(import_model(model, static, constants)).graph
+            g = simplify(import_model(model, static, constants,
+                                      max_trip_count=max_trip_count)).graph
             f = fuse_elementwise(g)
             graph.specialized.append(Specialized(dict(values), g, f, plan_memory(f)))
             logger.info("specialized for %s: %d fused ops", values, len(f.ops))

@@ -243,9 +243,19 @@ class GraphExecutor:
         self._check_ready()
         ret = self._run(*self._args)
         if ret != 0:
-            raise ExecutionError(
-                f"monolib_run returned {ret} (graph {self.factory.head.get('name', '')!r})"
-            )
+            raise ExecutionError(self._failure(ret))
+
+    def _failure(self, ret: int) -> str:
+        """The message of a failed ``monolib_run``: ``1000 + i`` is fused op ``i``
+        stopping the run (a ``Loop`` past its planned trip-count bound, issue 13)."""
+        graph = self.factory.head.get("name", "")
+        nodes = self.factory.graph_json.get("nodes", []) if ret >= 1000 else []
+        if 0 <= ret - 1000 < len(nodes):
+            node = nodes[ret - 1000]
+            return (f"node {node.get('name')!r} ({node.get('op')}) of graph {graph!r} stopped "
+                    "the run: a Loop in it needed more iterations than its planned bound "
+                    "(compile with a larger max_trip_count)")
+        return f"monolib_run returned {ret} (graph {graph!r})"
 
     def _run_shaped(self) -> None:
         """:meth:`run` of a graph with run-time dims (this executor's ``run``): the
@@ -254,9 +264,7 @@ class GraphExecutor:
         self.shapes.bind()
         ret = self._run(*self._args)
         if ret != 0:
-            raise ExecutionError(
-                f"monolib_run returned {ret} (graph {self.factory.head.get('name', '')!r})"
-            )
+            raise ExecutionError(self._failure(ret))
         self._read_shapes()
 
     def num_ops(self) -> int:

@@ -447,15 +447,20 @@ def _assemble(
         parts.append(
             f"static void (*const monolib_ops[{n}])(const uint8_t* restrict, uint8_t* restrict) = {{{table}}};"
         )
+        # a control-flow op that failed at run time (ops/control/status.py) set
+        # ml_status: stop there and return STATUS_BASE + the op's index
+        status = any("ML_STATUS" in h for h in source.helpers)
+        check = (" if (ml_status) { ml_status = 0; return 1000 + (int32_t)i; }"
+                 if status else "")
         run_op = (
-            f"  if (i < 0 || i >= {n}) return -1;\n  monolib_ops[i](params, arena);{last}\n"
-            "  return 0;"
+            f"  if (i < 0 || i >= {n}) return -1;\n  monolib_ops[i](params, arena);{check}"
+            f"{last}\n  return 0;"
         )
         run = (
             f"{run_first}\n" if run_first else ""
         ) + (
-            f"  for (int32_t i = 0; i < {n}; ++i) monolib_ops[i](params, arena);{write}\n"
-            "  return 0;"
+            f"  for (int32_t i = 0; i < {n}; ++i) {{ monolib_ops[i](params, arena);{check} }}"
+            f"{write}\n  return 0;"
         )
     else:
         run_op = "  (void)i; (void)params; (void)arena;\n  return -1;"

@@ -221,3 +221,139 @@ def test_rotary_embedding(layout, interleaved, ids, rdim):
         attrs.update(rotary_embedding_dim=rdim, num_heads=n)
     inputs = [x, pos.astype(np.int64), np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)]
     _check(*_ms_model("RotaryEmbedding", inputs, attrs, consts=(2, 3)), rtol=1e-5, atol=1e-5)
+
+
+# -- a BERT-like layer fused by ONNX Runtime's transformer optimizer ---------------------
+
+
+def _bert_like(b=2, s=8, hid=32, heads=2, vocab=50, ffn=64, seed=3):
+    """Embeddings (word + segment + position, LayerNormalization) and one encoder layer
+    (unfused multi-head self-attention, residual + LayerNormalization, an erf-GELU FFN,
+    residual + LayerNormalization), as BERT exports look before ORT fuses them."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def w(*shape, sc=0.2):
+        return (rng.standard_normal(shape) * sc).astype(np.float32)
+
+    def node(op, ins, out, **kw):
+        nodes.append(helper.make_node(op, ins, [out], name=out + "_n", **kw))
+        return out
+
+    dh = hid // heads
+    init("word", w(vocab, hid)), init("posemb", w(16, hid)), init("segemb", w(2, hid))
+    init("one_i", np.array(1, np.int64)), init("ax0", np.array([0], np.int64))
+    init("ax1", np.array([1], np.int64)), init("pos_buffer", np.arange(16, dtype=np.int64)[None])
+    # position ids as BERT exports slice them: Shape -> Gather(1) -> Unsqueeze -> Slice
+    node("Shape", ["input_ids"], "ids_shape")
+    node("Gather", ["ids_shape", "one_i"], "seq_len", axis=0)
+    node("Unsqueeze", ["seq_len", "ax0"], "seq_end")
+    node("Slice", ["pos_buffer", "ax0", "seq_end", "ax1", "ax1"], "pos_ids")
+    node("Gather", ["word", "input_ids"], "we", axis=0)
+    node("Gather", ["segemb", "token_type_ids"], "se", axis=0)
+    node("Gather", ["posemb", "pos_ids"], "pe", axis=0)
+    node("Add", ["we", "se"], "e1")
+    node("Add", ["e1", "pe"], "e2")
+
+    def layer_norm(x, out):
+        init(out + "_g", 1 + w(hid, sc=0.1)), init(out + "_b", w(hid, sc=0.1))
+        return node("LayerNormalization", [x, out + "_g", out + "_b"], out, axis=-1, epsilon=1e-12)
+
+    def dense(x, n_in, n_out, out):
+        init(out + "_w", w(n_in, n_out)), init(out + "_bias", w(n_out, sc=0.1))
+        return node("Add", [node("MatMul", [x, out + "_w"], out + "_mm"), out + "_bias"], out)
+
+    emb = layer_norm("e2", "emb")
+    init("split_shape", np.array([b, s, heads, dh], np.int64))
+    init("merge_shape", np.array([b, s, hid], np.int64))
+    qkv = {}
+    for t in "qkv":
+        r = node("Reshape", [dense(emb, hid, hid, t), "split_shape"], t + "_r")
+        qkv[t] = node("Transpose", [r], t + "_t", perm=[0, 2, 3, 1] if t == "k" else [0, 2, 1, 3])
+    init("scale", np.array(np.sqrt(dh), np.float32))
+    scores = node("Div", [node("MatMul", [qkv["q"], qkv["k"]], "qk"), "scale"], "qk_scaled")
+    probs = node("Softmax", [scores], "probs", axis=-1)
+    ctx = node("Transpose", [node("MatMul", [probs, qkv["v"]], "pv")], "ctx_t", perm=[0, 2, 1, 3])
+    ctx = node("Reshape", [ctx, "merge_shape"], "ctx")
+    attn = layer_norm(node("Add", [dense(ctx, hid, hid, "attn_out"), emb], "res1"), "ln1")
+    init("sqrt2", np.array(np.sqrt(2), np.float32)), init("onef", np.array(1, np.float32))
+    init("half", np.array(0.5, np.float32))
+    h1 = dense(attn, hid, ffn, "ffn1")
+    g = node("Add", [node("Erf", [node("Div", [h1, "sqrt2"], "g1")], "g2"), "onef"], "g3")
+    g = node("Mul", [node("Mul", [h1, g], "g4"), "half"], "gelu")
+    layer_norm(node("Add", [dense(g, ffn, hid, "ffn2"), attn], "res2"), "out")
+    graph = helper.make_graph(
+        nodes, "bert_like",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, [b, s]) for n in ("input_ids", "token_type_ids")],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [b, s, hid])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+@pytest.mark.parametrize("gelu_approximation", [False, True])
+def test_bert_like_optimized_by_ort(gelu_approximation, tmp_path):
+    """ORT's transformer optimizer (model_type="bert", attention fusion off) turns the
+    layer into EmbedLayerNormalization, SkipLayerNormalization and BiasGelu (FastGelu
+    with gelu_approximation); ORT's own extended graph optimizations then make the
+    scaled Q @ K^T a FusedMatMul. That model compiles and matches ORT."""
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    model = _bert_like()
+    opts = FusionOptions("bert")
+    opts.enable_attention = False  # Attention is another op's test
+    opts.enable_gelu_approximation = gelu_approximation
+    optimizer = optimize_model(model, model_type="bert", num_heads=2, hidden_size=32,
+                               optimization_options=opts, opt_level=0)
+    optimizer.save_model_to_file(str(tmp_path / "fused.onnx"))  # adds the com.microsoft import
+    fused = onnx.load(str(tmp_path / "fused.onnx"))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "extended.onnx")
+    ort.InferenceSession(fused.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                         disabled_optimizers=["AttentionFusion"])
+    extended = onnx.load(so.optimized_model_filepath)
+    ops = {n.op_type for n in extended.graph.node if n.domain == MS}
+    gelu = "FastGelu" if gelu_approximation else "BiasGelu"
+    assert {"EmbedLayerNormalization", "SkipLayerNormalization", gelu, "FusedMatMul"} <= ops, ops
+    feeds = {"input_ids": RNG.integers(0, 50, (2, 8)).astype(np.int64),
+             "token_type_ids": RNG.integers(0, 2, (2, 8)).astype(np.int64)}
+    want = ort_run(fused, feeds, optimize=False)[0]
+    if not gelu_approximation:  # the fusions are exact: the unfused model agrees
+        np.testing.assert_allclose(want, ort_run(model, feeds, optimize=False)[0], rtol=1e-4, atol=1e-4)
+    # the extended model holds every op of the fused one, and FusedMatMul
+    np.testing.assert_allclose(run_model(extended, feeds)[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_other_contrib_ops_get_one_refusal():
+    """A model with com.microsoft ops monolib lacks gets ONE error naming each of them
+    (domain, opset, nodes), not the supported FastGelu beside them."""
+    from monolib import compile as ml_compile
+    from monolib.errors import UnsupportedOpError
+
+    vi = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("FastGelu", ["x"], ["a"], name="gelu", domain=MS),
+        helper.make_node("CDist", ["a", "a"], ["d"], name="dist", domain=MS),
+        helper.make_node("WordConvEmbedding", ["ids", "w", "b", "c"], ["e"], name="wce", domain=MS),
+        helper.make_node("CDist", ["d", "d"], ["y"], name="dist2", domain=MS),
+    ]
+    graph = helper.make_graph(
+        nodes, "g",
+        [vi("x", TensorProto.FLOAT, [4, 3]), vi("ids", TensorProto.INT32, [2, 3, 5])],
+        [vi("y", TensorProto.FLOAT, [4, 4]), vi("e", TensorProto.FLOAT, [2, 3, 8])],
+        [numpy_helper.from_array(_f32(*s), n) for n, s in (("w", (8, 1, 2, 4)), ("b", (8,)), ("c", (10, 4)))])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)], ir_version=10)
+    with pytest.raises(UnsupportedOpError) as err:
+        ml_compile(model)
+    msg = str(err.value)
+    assert msg.startswith("2 unsupported operator(s)"), msg
+    assert "com.microsoft::CDist (opset 1): node(s) 'dist', 'dist2'" in msg, msg
+    assert "com.microsoft::WordConvEmbedding (opset 1): node(s) 'wce'" in msg, msg
+    assert "FastGelu" not in msg, msg

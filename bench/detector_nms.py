@@ -1,0 +1,89 @@
+"""The end-to-end detector of issue 13 (PP-OCRv4 det + box head + NonMaxSuppression +
+Gather, :func:`monolib.models.detector.detector_with_nms`): monolib's one library
+against ONNX Runtime, side by side, on rendered pages with 0, 1 and 3 text lines.
+
+    python bench/detector_nms.py [--size 320] [--repeat 20] [--threads 1,2]
+
+Per page and thread count: the median latency (input in, run, both outputs out as
+NumPy) of the monolib library and of an ONNX Runtime session (same threads), the ratio
+monolib / ORT (target <= 1.0x), whether the selections are equal, and the geometric
+mean of the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from run import _ms, machine, median_time, parse_threads  # noqa: E402
+
+import monolib  # noqa: E402
+from monolib.compiler.testing import ort_session  # noqa: E402
+from monolib.models import fetch_model, ocr  # noqa: E402
+from monolib.models.detector import detector_with_nms  # noqa: E402
+
+__all__ = ["main", "pages"]
+
+logger = logging.getLogger(__name__)
+
+PAGES = {0: [], 1: ["Hello monolib"], 3: ["one library", "NMS inside", "many lines"]}
+
+
+def pages(size: int) -> dict[int, np.ndarray]:
+    """Detector inputs ``[1, 3, size, size]`` of the 0-, 1- and 3-line pages."""
+    out = {}
+    for n, lines in PAGES.items():
+        image, _ = ocr.render_page(lines, size=size, font_size=24 * size // 320,
+                                   top=40 * size // 320, spacing=70 * size // 320)
+        out[n] = ocr.det_preprocess(image)
+    return out
+
+
+def main() -> None:
+    """Parse the arguments, time both sides, print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=320)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--threads", default="1,2")
+    args = ap.parse_args()
+    threads = parse_threads(ap, args.threads)
+    model = detector_with_nms(fetch_model("ppocr_det"), size=(args.size, args.size))
+    lib = monolib.compile(model)
+    gm = monolib.GraphModule(lib["default"](monolib.cpu()))
+    inputs = pages(args.size)
+    info = machine()
+    print(f"# detector + NMS, {args.size}x{args.size}, {info.get('cpu', '?')}")
+    print("| page | threads | K | monolib ms | ORT ms | monolib / ORT | same selection |")
+    print("|---|---|---|---|---|---|---|")
+    ratios = []
+    for t in threads:
+        monolib.runtime.set_num_threads(t)
+        sess = ort_session(model, threads=t)
+        for n, x in inputs.items():
+            def ours():
+                gm.run(x=x)
+                return [gm.get_output(i).numpy() for i in range(2)]
+
+            def theirs():
+                return sess.run(None, {"x": x})
+
+            got, want = ours(), theirs()
+            same = all(np.array_equal(a, b) for a, b in zip(got, want))
+            m, _ = median_time(ours, args.repeat)
+            o, _ = median_time(theirs, args.repeat)
+            ratios.append(m / o)
+            print(f"| {n} lines | {t} | {len(got[0])} | {_ms(m)} | {_ms(o)} | "
+                  f"{m / o:.3f}x | {same} |")
+    geo = float(np.exp(np.mean(np.log(ratios))))
+    print(f"\ngeometric mean monolib / ORT: {geo:.3f}x (target <= 1.0x)")
+
+
+if __name__ == "__main__":
+    main()

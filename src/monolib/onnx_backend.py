@@ -66,7 +66,7 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "OneHot": (1,), "Split": (1,), "CenterCropPad": (1,), "CumSum": (1,), "CumProd": (1,),
     "Trilu": (1,), "AffineGrid": (1,), "HannWindow": (0,), "HammingWindow": (0,),
     "BlackmanWindow": (0,), "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3),
-    "MelWeightMatrix": (0, 1, 2, 3, 4), "MaxUnpool": (2,),
+    "MelWeightMatrix": (0, 1, 2, 3, 4), "MaxUnpool": (2,), "SplitToSequence": (1,),
     **{f"Reduce{r}": (1,) for r in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2",
                                     "LogSum", "LogSumExp", "SumSquare")},
 }
@@ -184,10 +184,31 @@ def _is_static(value: onnx.ValueInfoProto) -> bool:
                                        for d in t.shape.dim)
 
 
-def _as_numpy(value: Any) -> np.ndarray:
+def _as_numpy(value: Any) -> Any:
+    """An input as NumPy: a list (a sequence) stays a list of arrays, None (an empty
+    optional) stays None."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_as_numpy(v) for v in value]
     if isinstance(value, onnx.TensorProto):
         return onnx.numpy_helper.to_array(value)
     return np.asarray(value)
+
+
+def _shape_of(value: Any) -> Any:
+    """What ``shapes=`` takes for an input: its shape; a list of the element shapes for
+    a sequence."""
+    if isinstance(value, list):
+        return [tuple(v.shape) for v in value]
+    return tuple(value.shape)
+
+
+def _as_output(value: Any) -> Any:
+    """An output as ONNX's runner compares it: a NumPy array, a list of them, or None."""
+    if value is None or isinstance(value, list):
+        return value
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
 
 
 class MonolibRep(BackendRep):
@@ -242,12 +263,14 @@ class MonolibRep(BackendRep):
         ----------
         inputs : sequence of arrays, dict, or one array
             Graph inputs (initializers excluded) in the model's order, or by name;
-            NumPy arrays or ``onnx.TensorProto``.
+            NumPy arrays or ``onnx.TensorProto``; a list of them for a sequence input,
+            None for an empty optional.
 
         Returns
         -------
         tuple of numpy.ndarray
-            The outputs, in the model's order.
+            The outputs, in the model's order (a list of arrays for a sequence, None
+            for an empty optional).
 
         Raises
         ------
@@ -268,8 +291,8 @@ class MonolibRep(BackendRep):
             named = dict(zip(self.input_names, inputs))
         named = {k: _as_numpy(v) for k, v in named.items()}
         constants = {n: named[n] for n in self.shape_inputs if n in named}
-        shapes: dict[str, Any] = {n: tuple(v.shape) for n, v in named.items()
-                                  if self._dynamic and n not in constants}
+        shapes: dict[str, Any] = {n: _shape_of(v) for n, v in named.items()
+                                  if self._dynamic and n not in constants and v is not None}
         for n in self.string_inputs & set(named) - set(constants):
             shapes[n] = {"shape": tuple(named[n].shape),
                          "width": to_utf8(named[n]).dtype.itemsize}
@@ -279,7 +302,7 @@ class MonolibRep(BackendRep):
             if name in known:
                 gm.set_input(name, value)
         gm.run()
-        return tuple(gm.get_output(i).numpy() for i in range(gm.get_num_outputs()))
+        return tuple(_as_output(gm.get_output(i)) for i in range(gm.get_num_outputs()))
 
 
 class MonolibBackend(Backend):

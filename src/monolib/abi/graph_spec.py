@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import ContainerError
 from .names import FACTORY, GRAPH_SECTION
+from .sequences import spec_of
 from .symbols import DynamicLayout, Symbol, check_expression, dynamic_layout, is_static
 
 __all__ = [
@@ -303,7 +304,8 @@ def check_graph_json(graph: Mapping, params_nbytes: int | None) -> list[TensorIn
     symbols = None if layout is None else layout.by_name
     for kind in ("inputs", "outputs"):
         for raw in _list(graph[kind], kind):
-            tensor_info(raw, kind[:-1], arena, "arena", symbols)
+            info = tensor_info(raw, kind[:-1], arena, "arena", symbols)
+            spec_of(raw, info.nbytes)  # a sequence's layout fits its slot
     table = _list(graph.get("params", []), "params")
     return [tensor_info(raw, "param", params_nbytes, "params blob") for raw in table]
 
@@ -463,16 +465,22 @@ def to_json(graph: Mapping) -> bytes:
 
 
 def tensor_entry(name: str, shape: Sequence[int | str], dtype: Any, offset: int,
-                 max_nbytes: int | None = None) -> dict[str, Any]:
+                 max_nbytes: int | None = None,
+                 sequence: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An ``inputs``/``outputs`` entry: ``dtype`` is written by :func:`dtype_name`
     (``"float32"``, ``"bfloat16"``, ``"S16"``), ``offset`` is bytes into the arena.
 
     A tensor with run-time dims (version 2) gives ``shape`` entries as strings (an
     input's: symbol names; an output's: dim expressions) and ``max_nbytes``, its
-    bytes at the upper bounds (the size of its arena slot)."""
+    bytes at the upper bounds (the size of its arena slot).
+
+    A sequence or optional (``sequence``: ``abi.sequences.spec_entry``) is its slot,
+    ``uint8[slot bytes]``, with ``"sequence"`` describing the layout."""
     out = {"name": name, "shape": list(shape), "dtype": dtype_name(dtype), "offset": offset}
     if max_nbytes is not None:
         out["max_nbytes"] = int(max_nbytes)
+    if sequence is not None:
+        out["sequence"] = dict(sequence)
     return out
 
 

@@ -6,6 +6,8 @@ Everything after the ONNX frontend works on these three classes:
   :class:`~.symbolic.Dim` s, ``()`` for a scalar), NumPy ``dtype``, and ``const`` (the
   data, when known at compile time; an ``object`` array holding Dims for a shape
   computed from run-time dims, whose ``dtype`` stays the integer type).
+* :class:`SeqType` -- what a sequence or optional value holds (``Value.seq``): such a
+  value is ONE arena slot, typed ``uint8[slot bytes]`` (``abi/sequences.py`` layout).
 * :class:`Node` -- one operator application: ONNX ``op_type`` and ``domain``, the
   ``opset`` version in force for that domain, ``inputs`` (``None`` for an omitted
   optional input), ``outputs``, and ``attrs`` with every schema default filled in.
@@ -28,9 +30,10 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from ..abi.sequences import SeqLayout
 from .symbolic import Dim, DimLike, SymbolTable
 
-__all__ = ["Graph", "Node", "Value", "is_static", "max_shape", "nbytes_at_bounds",
+__all__ = ["Graph", "Node", "SeqType", "Value", "is_static", "max_shape", "nbytes_at_bounds",
            "normalize_shape", "shape_array", "shape_size"]
 
 _ids = itertools.count()
@@ -53,6 +56,9 @@ class Value:
         folded subgraphs). ``const.shape == shape`` and ``const.dtype == dtype``, except
         a symbolic shape computation: an ``object`` array of ints and Dims (its
         ``dtype`` the integer type it has at run time).
+    seq : SeqType or None
+        Set for an ONNX sequence or optional value: ``shape`` is then
+        ``(slot bytes,)`` and ``dtype`` ``uint8`` (see :meth:`SeqType.slot`).
     """
 
     name: str
@@ -60,6 +66,7 @@ class Value:
     dtype: np.dtype
     const: np.ndarray | None = None
     uid: int = field(default_factory=lambda: next(_ids))
+    seq: "SeqType | None" = None
 
     def __post_init__(self) -> None:
         self.shape = normalize_shape(self.shape)
@@ -98,6 +105,104 @@ class Value:
     def __repr__(self) -> str:
         kind = "const " if self.is_const else ""
         return f"Value({self.name!r}, {kind}{self.dtype}{list(self.shape)})"
+
+
+@dataclass(frozen=True)
+class SeqType:
+    """What an ONNX ``sequence`` / ``optional`` value holds, known at compile time.
+
+    The value is one arena slot laid out as ``abi/sequences.py`` documents (count,
+    per-element shape records, elements at a fixed stride); C kernels read the count
+    and the shapes at run time, so elements of one sequence may differ in shape.
+
+    Parameters
+    ----------
+    kind : str
+        ``"sequence"``, ``"optional_tensor"`` or ``"optional_sequence"``.
+    elem_dtype : numpy.dtype
+        Element type of the tensors.
+    capacity : int
+        Most elements the slot holds (1 for an optional tensor).
+    elem_max : tuple of int
+        Each element dim's largest size; its length is the elements' rank.
+    shapes : tuple of tuple of int, optional
+        Each element's shape, when the count and every shape are known at compile
+        time (a SequenceConstruct of static tensors, a SplitToSequence...); ``None``
+        when they are known only at run time (a sequence carried by a Loop).
+    present : bool, optional
+        For an optional: whether it holds a value, when known at compile time.
+    """
+
+    kind: str
+    elem_dtype: np.dtype
+    capacity: int
+    elem_max: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...] | None = None
+    present: bool | None = None
+
+    @property
+    def rank(self) -> int:
+        """Rank of every element."""
+        return len(self.elem_max)
+
+    @property
+    def count(self) -> int | None:
+        """Number of elements when known at compile time, else None."""
+        return None if self.shapes is None else len(self.shapes)
+
+    @property
+    def layout(self) -> SeqLayout:
+        """The slot's byte layout."""
+        return SeqLayout(self.capacity, self.rank, tuple(self.elem_max),
+                         np.dtype(self.elem_dtype).itemsize)
+
+    def slot(self) -> tuple[tuple[int], np.dtype]:
+        """``(shape, dtype)`` of the value holding it: ``((slot bytes,), uint8)``; what
+        an op's ``infer`` returns for a sequence output (after setting ``Value.seq``)."""
+        return (self.layout.nbytes,), np.dtype(np.uint8)
+
+    @staticmethod
+    def of_shapes(kind: str, dtype: Any, shapes, capacity: int | None = None,
+                  present: bool | None = None) -> "SeqType":
+        """The SeqType of elements of the static ``shapes`` (capacity: their count,
+        unless given larger).
+
+        Raises
+        ------
+        ValueError
+            Elements of different ranks, or a capacity below the count.
+        """
+        shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+        ranks = {len(s) for s in shapes}
+        if len(ranks) > 1:
+            raise ValueError(f"elements of ranks {sorted(ranks)}: one rank is required")
+        rank = ranks.pop() if ranks else 0
+        elem_max = tuple(max(s[a] for s in shapes) for a in range(rank)) if shapes else ()
+        cap = len(shapes) if capacity is None else capacity
+        if cap < len(shapes):
+            raise ValueError(f"capacity {cap} below {len(shapes)} elements")
+        return SeqType(kind, np.dtype(dtype), cap, elem_max, shapes, present)
+
+    def join(self, other: "SeqType") -> "SeqType":
+        """A SeqType able to hold either (the output of an If whose branches give these):
+        the larger capacity and element bounds; shapes kept where they agree.
+
+        Raises
+        ------
+        ValueError
+            Different kinds, element types or ranks.
+        """
+        if (self.kind, np.dtype(self.elem_dtype)) != (other.kind, np.dtype(other.elem_dtype)):
+            raise ValueError(f"{self.kind} of {self.elem_dtype} vs {other.kind} of "
+                             f"{other.elem_dtype}")
+        if self.rank != other.rank and self.capacity and other.capacity:
+            raise ValueError(f"elements of rank {self.rank} vs {other.rank}")
+        elem_max = (tuple(max(a, b) for a, b in zip(self.elem_max, other.elem_max))
+                    if self.capacity and other.capacity
+                    else (self.elem_max if self.capacity else other.elem_max))
+        return SeqType(self.kind, self.elem_dtype, max(self.capacity, other.capacity), elem_max,
+                       self.shapes if self.shapes == other.shapes else None,
+                       self.present if self.present == other.present else None)
 
 
 def normalize_shape(shape) -> tuple[DimLike, ...]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..abi.graph_spec import TensorInfo
+from ..abi.sequences import SeqSpec, pack, spec_of, unpack
 from ..errors import InputError
 from .device import cpu
 from .factory import GraphExecutorFactoryModule, is_executor
@@ -25,6 +26,16 @@ from .strings import encode_input, from_utf8
 __all__ = ["BenchmarkResult", "GraphModule"]
 
 logger = logging.getLogger(__name__)
+
+
+def _seq_specs(entries: Any, infos: Any) -> dict[int, SeqSpec]:
+    """Index -> SeqSpec of the sequence/optional entries among ``entries``."""
+    out = {}
+    for i, (raw, info) in enumerate(zip(entries, infos)):
+        spec = spec_of(raw, info.nbytes) if isinstance(raw, dict) else None
+        if spec is not None:
+            out[i] = spec
+    return out
 
 
 def _as_array(value: Any, info: TensorInfo) -> np.ndarray:
@@ -71,6 +82,10 @@ class GraphModule:
             raise TypeError(f"GraphModule wraps a GraphExecutor, got {type(module).__name__}")
         self.executor = module
         self._by_name = {t.name: i for i, t in enumerate(module.inputs)}
+        # sequence/optional inputs and outputs: slot layouts (abi/sequences.py)
+        head = getattr(getattr(module, "factory", None), "head", None) or {}
+        self._seq_in = _seq_specs(head.get("inputs", ()), module.inputs)
+        self._seq_out = _seq_specs(head.get("outputs", ()), module.outputs)
         # inputs with run-time dims: set_input may change their shape
         self._resizable = any(t.dynamic for t in module.inputs)
 
@@ -106,7 +121,9 @@ class GraphModule:
         value : array-like
             A NumPy array, any DLPack object (``np.from_dlpack``), or a NDArray; its
             dtype must match the model's, its shape too, where a run-time dim takes
-            any value within its bounds (and on its step).
+            any value within its bounds (and on its step). A sequence input takes a
+            list of arrays (at most its capacity, each within its element bounds),
+            an optional one an array or list, or None (``abi.sequences.pack``).
         **inputs
             More ``name=array`` pairs. A name of the graph JSON ``params`` table (and
             not an input) sets that param for this executor, as TVM's ``set_input``
@@ -143,7 +160,11 @@ class GraphModule:
         """(input index, array) for ``set_input``, dtype and shape checked."""
         i = self._index(key)
         info = self.executor.inputs[i]
-        if info.dtype.kind == "S":  # a string tensor: text -> its UTF-8 slots
+        spec = self._seq_in.get(i)
+        if spec is not None:  # a list (or None): packed into the slot's bytes
+            arr = np.zeros(info.nbytes, np.uint8)
+            pack(spec, value, info.name, arr)
+        elif info.dtype.kind == "S":  # a string tensor: text -> its UTF-8 slots
             arr = encode_input(value, info.name, info.dtype.itemsize)
         else:
             arr = value if type(value) is np.ndarray else _as_array(value, info)
@@ -173,7 +194,9 @@ class GraphModule:
         return NDArray(self.executor.input_view(self._index(key)), self.executor.device)
 
     def get_output(self, index: int, out: np.ndarray | None = None) -> NDArray:
-        """Output ``index`` as an NDArray (a view: ``.numpy()`` copies it).
+        """Output ``index`` as an NDArray (a view: ``.numpy()`` copies it). A sequence
+        output is a list of arrays, an optional one an array (a list for an optional
+        sequence) or None, as ONNX Runtime returns them (copies; ``out`` is ignored).
 
         Raises
         ------
@@ -188,6 +211,9 @@ class GraphModule:
                 f"{len(outputs)} outputs ({names})"
             )
         view = self.executor.output_view(int(index))
+        spec = self._seq_out.get(int(index))
+        if spec is not None:  # a sequence/optional: a list of arrays, an array, or None
+            return unpack(spec, view, outputs[int(index)].name)
         if view.dtype.kind == "S":  # a string tensor: str objects, as ONNX Runtime's
             view = from_utf8(view)
         if out is not None:

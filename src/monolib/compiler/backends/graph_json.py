@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...abi import graph_spec
+from ...abi.sequences import SeqSpec, spec_entry
 from ..ir import Graph, Value, is_static, nbytes_at_bounds
 from ..passes.fuse_elementwise import FusedOp, Fusion
 from ..passes.plan_memory import ALIGN, MemoryPlan, align
@@ -47,6 +48,8 @@ def io_json(values: Sequence[Value], plan: MemoryPlan) -> list[dict[str, Any]]:
         graph_spec.tensor_entry(
             v.name, json_shape(v.shape), v.dtype, plan.offset(v),
             None if is_static(v.shape) else nbytes_at_bounds(v),
+            None if v.seq is None else spec_entry(
+                SeqSpec(v.seq.kind, v.seq.elem_dtype, v.seq.layout, v.seq.shapes)),
         )
         for v in values
     ]

@@ -161,8 +161,11 @@ def resolve_inputs(
     for info in graph.input:
         if info.name in initializers:
             continue
-        if not info.type.HasField("tensor_type"):
-            raise CompileError(f"input {info.name!r} is not a tensor; monolib takes tensors only")
+        if not info.type.HasField("tensor_type"):  # a sequence or an optional
+            from .sequence_inputs import sequence_input
+
+            out.runtime.append(sequence_input(info, shapes.get(info.name), onnx_dtype))
+            continue
         given = shapes.get(info.name)
         if info.type.tensor_type.elem_type == onnx.TensorProto.STRING:
             if info.name in constants:

@@ -299,7 +299,7 @@ class _Importer:
             v.name = name
             self.output_uids.add(v.uid)
             return v
-        out = Value(self._unique(name, self.value_names), v.shape, v.dtype)
+        out = Value(self._unique(name, self.value_names), v.shape, v.dtype, seq=v.seq)
         self.nodes.append(
             Node(
                 "Identity",
@@ -328,7 +328,7 @@ class _Importer:
         where = f"node {name!r} ({p.op_type})"
         inputs = [None if n == "" else self._lookup(n, scope, where) for n in p.input]
         if domain == "" and p.op_type in ("Constant", "Identity", "Dropout", "If", "Shape", "Size",
-                                          "Loop", "Scan"):
+                                          "Loop", "Scan", "SequenceMap"):
             handler = getattr(self, f"_op_{p.op_type}")
             handler(p, name, inputs, opset, scope)
             return

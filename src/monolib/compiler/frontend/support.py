@@ -22,8 +22,10 @@ logger = logging.getLogger(__name__)
 
 #: Default-domain ops the frontend resolves itself (they never reach the op registry):
 #: ``Constant`` and ``Shape``/``Size`` (static shapes) fold, ``If`` with a constant
-#: condition is inlined, ``Identity``/``Dropout`` (inference) alias their input.
-FRONTEND_OPS = frozenset({"Constant", "If", "Identity", "Dropout", "Shape", "Size"})
+#: condition is inlined, ``Identity``/``Dropout`` (inference) alias their input,
+#: ``SequenceMap`` is unrolled (``sequence_map.py``).
+FRONTEND_OPS = frozenset({"Constant", "If", "Identity", "Dropout", "Shape", "Size",
+                          "SequenceMap"})
 
 #: Opsets of the default domain the frontend accepts: 11 to the newest the installed
 #: ``onnx`` defines. Per operator, :func:`~monolib.compiler.ops.base.lookup` refuses a

@@ -432,7 +432,7 @@ def _output_copies(graph: Graph, ops: list[FusedOp]) -> tuple[list[FusedOp], lis
     for v in graph.outputs:
         root = _storage_root(v, alias_src)
         if root.is_const or v.is_const or root.uid in input_uids or root.uid in used_roots:
-            dst = Value(v.name, v.shape, v.dtype)
+            dst = Value(v.name, v.shape, v.dtype, seq=v.seq)  # a sequence stays one
             copies.append(FusedOp("copy", None, out=dst, src=v))
             outputs.append(dst)
         else:

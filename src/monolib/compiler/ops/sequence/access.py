@@ -1,0 +1,148 @@
+"""SequenceAt, SequenceLength, OptionalHasElement and OptionalGetElement: read a
+sequence or optional slot (ONNX operator specs, opsets 11, 15 and 18)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ....errors import ShapeError
+from ...ir import Node, SeqType
+from ..base import OpDef, register
+from ._slot import (c_seq, element_shape, input_seq, is_seq, is_tensor, seq_output,
+                    write_shape_symbols)
+
+__all__ = ["OptionalGetElement", "OptionalHasElement", "SequenceAt", "SequenceLength"]
+
+logger = logging.getLogger(__name__)
+
+
+def _const_index(node: Node, i: int) -> int | None:
+    v = node.input(i)
+    if v is None or not v.is_const or v.is_symbolic_const:
+        return None
+    return int(np.asarray(v.const).reshape(-1)[0])
+
+
+def take_element(ctx, node: Node, src, index_c: str) -> str:
+    """C copying element ``index_c`` (a C int64 expression, already in range) of the
+    slot ``src`` to ``node``'s output 0, writing its computed dims if any."""
+    out = node.outputs[0]
+    itemsize = np.dtype(out.dtype).itemsize
+    s = c_seq(ctx, src)
+    return (f"  {{ int64_t k_ = {index_c};\n"
+            f"    memcpy({ctx.ptr(out)}, ml_seq_data({s}, k_), "
+            f"(size_t)(ml_seq_numel({s}, k_) * {itemsize}));\n"
+            f"    const int64_t* r_ = ml_seq_shape({s}, k_); (void)r_;\n"
+            f"{write_shape_symbols(ctx, out, 'r_')}\n  }}")
+
+
+@register
+class SequenceAt(OpDef):
+    """ONNX ``SequenceAt``: the tensor at ``position`` (negative counts from the back).
+    Its shape is static when the compiler knows it (a constant position into known
+    element shapes, or elements all of one shape), else computed dims written from
+    the element's shape record. A position out of range at run time yields element 0
+    clamped into range (the C library has no error channel for it)."""
+
+    op_type, since_version = "SequenceAt", 11
+    foldable = False
+
+    def infer(self, node: Node):
+        t = input_seq(node, 0)
+        index = _const_index(node, 1)
+        if index is not None and t.count is not None and not -t.count <= index < t.count:
+            raise ShapeError(f"node {node.name!r} (SequenceAt): position {index} is out of "
+                             f"range for {t.count} elements")
+        return [(element_shape(node, t, index), t.elem_dtype)]
+
+    def emit(self, node: Node, ctx) -> str:
+        ctx.include("sequence.h")
+        src = node.inputs[0]
+        n = f"(*ml_seq_count({c_seq(ctx, src)}))"
+        pos = f"((const int64_t*){ctx.ptr(node.inputs[1])})[0]" \
+            if node.inputs[1].dtype == np.int64 else f"(int64_t)({ctx.ptr(node.inputs[1])})[0]"
+        idx = f"ml_seq_index({pos}, {n})"
+        ctx.helper("static inline int64_t ml_seq_index(int64_t p, int64_t n) {\n"
+                   "  if (p < 0) p += n;\n  return p < 0 ? 0 : (p >= n ? (n > 0 ? n - 1 : 0) : p);\n}")
+        return take_element(ctx, node, src, idx)
+
+
+@register
+class SequenceLength(OpDef):
+    """ONNX ``SequenceLength``: the element count, an int64 scalar."""
+
+    op_type, since_version = "SequenceLength", 11
+    foldable = False
+
+    def infer(self, node: Node):
+        input_seq(node, 0)
+        return [((), np.dtype(np.int64))]
+
+    def emit(self, node: Node, ctx) -> str:
+        ctx.include("sequence.h")
+        return (f"  {ctx.ptr(node.outputs[0])}[0] = "
+                f"*ml_seq_count({c_seq(ctx, node.inputs[0])});")
+
+
+@register
+class OptionalHasElement(OpDef):
+    """ONNX ``OptionalHasElement``: whether the optional holds a value (true for a
+    tensor or sequence input, false with no input; opset 18)."""
+
+    op_type, since_version = "OptionalHasElement", 15
+    also_versions = (18, 28)  # 18: tensor and sequence inputs; 28: new element types
+    foldable = False
+
+    def infer(self, node: Node):
+        return [((), np.dtype(bool))]
+
+    def emit(self, node: Node, ctx) -> str:
+        v, out = node.input(0), ctx.ptr(node.outputs[0])
+        if v is None:
+            return f"  {out}[0] = 0;"
+        if v.seq is None or v.seq.kind == "sequence":
+            return f"  {out}[0] = 1;"
+        ctx.include("sequence.h")
+        return f"  {out}[0] = *ml_seq_count({c_seq(ctx, v)}) >= 0;"
+
+
+@register
+class OptionalGetElement(OpDef):
+    """ONNX ``OptionalGetElement``: the value an optional holds (a tensor or a
+    sequence); a tensor or sequence input is returned as it is (opset 18). An empty
+    optional at run time gives an empty sequence / a tensor left as it was (the C
+    library has no error channel for it)."""
+
+    op_type, since_version = "OptionalGetElement", 15
+    also_versions = (18, 28)  # 18: tensor and sequence inputs; 28: new element types
+    foldable = False
+
+    def infer(self, node: Node):
+        v = node.input(0)
+        if v is None:
+            raise ShapeError(f"node {node.name!r} (OptionalGetElement): no input")
+        if is_tensor(v):
+            return [(v.shape, v.dtype)]
+        t = v.seq
+        if t.present is False:
+            raise ShapeError(f"node {node.name!r} (OptionalGetElement): the optional is "
+                             "always empty")
+        if t.kind in ("sequence", "optional_sequence"):
+            return [seq_output(node, 0, SeqType("sequence", t.elem_dtype, t.capacity,
+                                                t.elem_max, t.shapes))]
+        return [(element_shape(node, t, 0), t.elem_dtype)]
+
+    def emit(self, node: Node, ctx) -> str:
+        v, out = node.inputs[0], node.outputs[0]
+        if is_tensor(v):
+            return f"  memcpy({ctx.ptr(out)}, {ctx.ptr(v)}, {v.nbytes});"
+        ctx.include("sequence.h")
+        itemsize = np.dtype(v.seq.elem_dtype).itemsize
+        if is_seq(out):
+            return (f"  ml_seq_copy({c_seq(ctx, out)}, {c_seq(ctx, v)}, {itemsize});\n"
+                    f"  if (*ml_seq_count({c_seq(ctx, out)}) < 0) "
+                    f"*ml_seq_count({c_seq(ctx, out)}) = 0;")
+        return (f"  if (*ml_seq_count({c_seq(ctx, v)}) > 0) {{\n"
+                f"{take_element(ctx, node, v, '0')}\n  }}")

@@ -12,7 +12,8 @@ from ...ir import Node, Value
 from ..base import EmitContext
 from ..tensor.loops import broadcast_shape, broadcast_strides, emit_loops, linear_offset
 
-__all__ = ["TEXT_DOMAIN", "as_strings", "broadcast_loops", "bytes_ptr", "require_strings",
+__all__ = ["TEXT_DOMAIN", "as_strings", "broadcast_loops", "byte_param", "bytes_ptr",
+           "require_strings",
            "string_dtype", "width"]
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,14 @@ def require_strings(node: Node, indices: Sequence[int]) -> None:
 def bytes_ptr(ctx: EmitContext, v: Value, const: bool = True) -> str:
     """``v``'s data as a ``(const) uint8_t*`` C expression."""
     return f"(({'const ' if const else ''}uint8_t*){ctx.ptr(v)})"
+
+
+def byte_param(ctx: EmitContext, arr: np.ndarray, hint: str) -> str:
+    """A compile-time array (a string table: ``S<n>`` slots) in the params blob, as a
+    ``const uint8_t*`` C expression (stored as its bytes, so its width needs no C
+    type)."""
+    raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    return f"((const uint8_t*){ctx.param(raw if raw.size else np.zeros(1, np.uint8), hint)})"
 
 
 def broadcast_loops(ctx: EmitContext, node: Node, body: Callable[[str, list[str]], str]) -> str:

@@ -19,7 +19,7 @@ from ....errors import ShapeError
 from ...backends.cstyle import c_literal, ctype
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
-from ._common import bytes_ptr, string_dtype, width
+from ._common import byte_param, bytes_ptr, string_dtype, width
 from ....runtime.strings import to_utf8
 
 __all__ = ["LabelEncoder"]
@@ -126,8 +126,10 @@ class LabelEncoder(OpDef):
         keys, values = keys[keep], values[keep]
         x, y = node.inputs[0], node.outputs[0]
         n, m = x.size, len(keys)
-        kp = ctx.param(keys if m else keys[:0].copy(), "keys")
-        vp = ctx.param(values, "values")
+        text = keys.dtype.kind == "S"
+        kp = byte_param(ctx, keys, "keys") if text else ctx.param(keys if m else np.zeros(1, keys.dtype), "keys")
+        vp = (byte_param(ctx, values, "values") if values.dtype.kind == "S"
+              else ctx.param(values if m else default, "values"))
         if keys.dtype.kind == "S":
             kw, wx = keys.dtype.itemsize, width(x)
             find = (f"const uint8_t* s = {bytes_ptr(ctx, x)} + i * {wx};\n"
@@ -148,7 +150,7 @@ class LabelEncoder(OpDef):
                     "}")
         if values.dtype.kind == "S":
             wy = width(y)
-            dp = ctx.param(default, "default")
+            dp = byte_param(ctx, default, "default")
             store = (f"const uint8_t* v = at >= 0 ? (const uint8_t*){vp} + at * {wy} "
                      f": (const uint8_t*){dp};\n"
                      f"memcpy({bytes_ptr(ctx, y, const=False)} + i * {wy}, v, {wy});")

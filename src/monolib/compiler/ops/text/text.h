@@ -24,6 +24,10 @@ static inline int ml_str_cmp(const uint8_t* a, int64_t la, const uint8_t* b, int
 static inline uint8_t ml_ascii_lower(uint8_t c) { return (c >= 'A' && c <= 'Z') ? (uint8_t)(c + 32) : c; }
 static inline uint8_t ml_ascii_upper(uint8_t c) { return (c >= 'a' && c <= 'z') ? (uint8_t)(c - 32) : c; }
 
+static inline int ml_str_eq(const uint8_t* a, int64_t la, const uint8_t* b, int64_t lb) {
+  return la == lb && memcmp(a, b, (size_t)la) == 0;
+}
+
 /* equal ignoring ASCII case */
 static inline int ml_str_eq_nocase(const uint8_t* a, int64_t la, const uint8_t* b, int64_t lb) {
   if (la != lb) return 0;
@@ -32,8 +36,43 @@ static inline int ml_str_eq_nocase(const uint8_t* a, int64_t la, const uint8_t* 
   return 1;
 }
 
-/* Python's str.isspace for the ASCII whitespace str.split() splits on (no argument) */
-static inline int ml_is_space(uint8_t c) { return c == ' ' || (c >= 9 && c <= 13) || (c >= 28 && c <= 31); }
+/* the whitespace Python's bytes.split() splits on (no separator): space, \t \n \v \f \r */
+static inline int ml_is_space(uint8_t c) { return c == ' ' || (c >= 9 && c <= 13); }
+
+/* Python's s.split(sep, maxsplit) (sep_len 0: s.split(None, maxsplit), runs of
+ * whitespace); maxsplit < 0: no limit. Returns the number of pieces; when out is not
+ * NULL, piece k goes to the slot out + k * w (w >= n: a piece always fits). */
+static int64_t ml_split(const uint8_t* s, int64_t n, const uint8_t* sep, int64_t sep_len,
+                        int64_t maxsplit, uint8_t* out, int64_t w) {
+  int64_t count = 0, left = maxsplit < 0 ? INT64_MAX : maxsplit, i = 0, j = 0;
+#define ML_PIECE(a, b) do { if (out) ml_str_put(out + count * w, w, s + (a), (b) - (a)); ++count; } while (0)
+  if (sep_len == 0) {
+    while (left-- > 0) {
+      while (i < n && ml_is_space(s[i])) ++i;
+      if (i == n) break;
+      j = i++;
+      while (i < n && !ml_is_space(s[i])) ++i;
+      ML_PIECE(j, i);
+    }
+    if (i < n) {  /* maxsplit reached: the rest, leading whitespace skipped */
+      while (i < n && ml_is_space(s[i])) ++i;
+      if (i != n) ML_PIECE(i, n);
+    }
+    return count;
+  }
+  while (j + sep_len <= n && left-- > 0) {
+    for (; j + sep_len <= n; ++j) {
+      if (memcmp(s + j, sep, (size_t)sep_len) == 0) {
+        ML_PIECE(i, j);
+        i = j = j + sep_len;
+        break;
+      }
+    }
+  }
+  ML_PIECE(i, n);
+#undef ML_PIECE
+  return count;
+}
 
 /* ---- regular expressions: a Thompson NFA over code points (ops/text/regex.py) ----
  * Instructions: op, a, b. ML_RE_CHAR a: code point a; ML_RE_ANY: any code point but

@@ -11,7 +11,6 @@ from frontend.onnx_util import F32, make_model, requires_ops
 from monolib.compiler.frontend import import_model
 from monolib.compiler.ir import Graph
 from monolib.compiler.ops.base import OpDef, register, registered_ops
-from monolib.errors import UnsupportedOpError
 
 DOMAIN = "test.monolib.frontend"
 
@@ -62,13 +61,14 @@ def test_graph_attribute_is_imported_with_outer_scope_reads():
     assert sub.outputs[0] is sub.nodes[1].outputs[0]
 
 
-def test_dropout_in_training_mode_is_refused():
+def test_dropout_in_training_mode_is_a_node_inference_an_identity():
     nodes = [helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="drop")]
     model = make_model(
         nodes, [("x", F32, [3]), ("t", 9, [])], [("y", F32, [3])], {"r": np.float32(0.5)}
     )
-    with pytest.raises(UnsupportedOpError, match="'drop'.*training_mode"):
-        import_model(model, constants={"t": True})
+    # training (constant or run-time): the random mask in C (ops/math/dropout.py)
+    assert import_model(model, constants={"t": True}).op_counts() == {"Dropout": 1}
+    assert import_model(model).op_counts() == {"Dropout": 1}
     g = import_model(model, constants={"t": False})
     assert g.op_counts() == {"Identity": 1}  # y is a copy of the graph input x
     assert g.outputs[0].name == "y"

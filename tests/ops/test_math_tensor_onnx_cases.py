@@ -27,6 +27,10 @@ ORT_SEMANTICS = {
     "test_resize_downsample_scales_linear_align_corners",
     "test_resize_downsample_scales_cubic_align_corners",
 }
+# Expected values drawn from NumPy's global generator after the inputs' draws, not from
+# the node's seed: no reference can reproduce them (ops/math/random.py draws
+# RandomState(seed); tests/ops/test_random.py checks it)
+GLOBAL_RANDOM = {"test_bernoulli", "test_bernoulli_double", "test_bernoulli_seed"}
 
 
 def _mine() -> set[str]:
@@ -89,6 +93,8 @@ def _ids():
 def test_reference_matches_onnx_case(name):
     if name in ORT_SEMANTICS:
         pytest.skip("monolib follows ONNX Runtime here (see ORT_SEMANTICS)")
+    if name in GLOBAL_RANDOM:
+        pytest.skip("expected values from NumPy's global generator (see GLOBAL_RANDOM)")
     tc = next(t for t in _cases() if t.name == name)
     for inputs, expected in tc.data_sets:
         try:

@@ -395,13 +395,19 @@ class _Importer:
         scope.values[p.output[0]] = inputs[0]
 
     def _op_Dropout(self, p, name, inputs, opset, scope) -> None:
-        """Dropout in inference is the identity; its mask (if asked for) is all true."""
+        """Dropout in inference is the identity; its mask (if asked for) is all true.
+        A ``training_mode`` that is a constant true or a run-time value makes a
+        ``Dropout`` node (``ops/math/dropout.py``: the random mask in C)."""
         training = inputs[2] if len(inputs) > 2 else None
         if training is not None and (not training.is_const or bool(training.const)):
-            raise UnsupportedOpError(
-                f"node {name!r} (Dropout): training_mode must be a constant false; "
-                "monolib compiles for inference"
-            )
+            outputs = [self._new_value(o or f"{name}/unused{i}") for i, o in enumerate(p.output)]
+            node = Node("Dropout", name, inputs, outputs, node_attributes(p, opset), "", opset)
+            run_infer(node, lookup("Dropout", opset, "", name))
+            self.nodes.append(node)
+            for o, v in zip(p.output, outputs):
+                if o:
+                    scope.values[o] = v
+            return
         x = inputs[0]
         scope.values[p.output[0]] = x
         if len(p.output) > 1 and p.output[1]:

@@ -216,6 +216,12 @@ class OpDef:
     def epilogue_groups(self, node: Node) -> list[list[int]] | None:
         return None
 
+    def state_bytes(self, node: Node) -> int:
+        """Bytes of state the op keeps in the arena from run to run (the random ops'
+        generator): ``plan_memory`` gives it a region never reused, found at
+        ``ctx.plan.state[node.name]``; the arena starts zeroed. 0 (default): none."""
+        return 0
+
 
 def register(cls: type[OpDef]) -> type[OpDef]:
     """Class decorator: register an op implementation under (domain, op_type)."""

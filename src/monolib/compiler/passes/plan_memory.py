@@ -16,7 +16,9 @@ Liveness runs over the fused ops in order (see :mod:`.fuse_elementwise`):
 * constants live in the params blob, not in the arena;
 * per-op scratch buffers (``ctx.scratch``, sizes measured by a first emission) are
   allocated while their op runs, after its outputs and before its inputs are freed,
-  and released right after it, so they reuse the space of dead activations.
+  and released right after it, so they reuse the space of dead activations;
+* per-op state (``OpDef.state_bytes``: the random ops' generator) gets a region of its
+  own for the life of the arena, never reused: it carries over from run to run.
 
 Run-time dims (issue 12): every region is sized at the upper bounds
 (:func:`~..ir.nbytes_at_bounds`), so the offsets are static and valid for every
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 
 from ...errors import CompileError
 from ..ir import Value, nbytes_at_bounds
+from ..ops.base import op_of
 from ..symbolic import same, same_shape
 from .fuse_elementwise import Fusion
 
@@ -71,6 +74,8 @@ class MemoryPlan:
     sym_offset, shape_offset : int or None
         Arena offsets of the symbol values and of the output shapes (int64 each);
         ``None`` for a graph without run-time dims.
+    state : dict
+        Node name -> byte offset of the op's persistent state (``OpDef.state_bytes``).
     """
 
     offsets: dict[int, int] = field(default_factory=dict)
@@ -81,6 +86,7 @@ class MemoryPlan:
     scratch_sizes: dict[int, int] = field(default_factory=dict)
     sym_offset: int | None = None
     shape_offset: int | None = None
+    state: dict[str, int] = field(default_factory=dict)
 
     def root(self, v: Value) -> Value:
         """The value whose storage ``v`` shares."""
@@ -214,6 +220,10 @@ def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> Mem
     if len(fusion.symbols):
         plan.sym_offset = alloc.alloc(8 * len(fusion.symbols))
         plan.shape_offset = alloc.alloc(8 * sum(len(v.shape) for v in fusion.outputs))
+    for f in fusion.ops:
+        need = op_of(f.anchor).state_bytes(f.anchor) if f.kind == "op" else 0
+        if need:
+            plan.state[f.anchor.name] = alloc.alloc(need)
     root_off: dict[int, int] = {}
     for v in [*fusion.inputs, *fusion.outputs]:
         r, _ = owner(v)

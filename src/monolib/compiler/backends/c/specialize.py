@@ -37,6 +37,7 @@ def shifted(plan: MemoryPlan, base: int) -> MemoryPlan:
         buffers=plan.buffers,
         scratch={t: o + base for t, o in plan.scratch.items()},
         scratch_sizes=dict(plan.scratch_sizes),
+        state={k: o + base for k, o in plan.state.items()},
     )
 
 

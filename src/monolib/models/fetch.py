@@ -51,6 +51,7 @@ class ModelSpec:
 _RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
 _SILERO = "silero-vad==6.2.3"
 _MAGIKA = "magika==1.0.3"
+_G2P_ID = "g2p-id-py==0.4.2"
 
 #: Every model known by key. Digests from MODELS.md (the config's from the wheel).
 MODELS: dict[str, ModelSpec] = {
@@ -89,6 +90,20 @@ MODELS: dict[str, ModelSpec] = {
         "magika/models/standard_v3_3/model.onnx",
         "fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c",
         "magika_model.onnx",
+    ),
+    # the LSTM decoder step of an Indonesian grapheme-to-phoneme model: the greedy
+    # decoder Loop of tests/models/test_loop_decoder.py is built around it (issue 13)
+    "g2p_id_decoder": ModelSpec(
+        _G2P_ID,
+        "g2p_id/models/lstm/decoder_model.onnx",
+        "d269795a4b504a46af6bbcbd388142e7e4d8fc3d34f491bd377b1247287766cb",
+        "g2p_id_lstm_decoder_model.onnx",
+    ),
+    "g2p_id_encoder": ModelSpec(
+        _G2P_ID,
+        "g2p_id/models/lstm/encoder_model.onnx",
+        "a9ee8658ea099300392f5ef5dbdf9d38658d104ddb21557a38044a06f68d8b22",
+        "g2p_id_lstm_encoder_model.onnx",
     ),
     "magika_config": ModelSpec(
         _MAGIKA,

@@ -215,7 +215,7 @@ def compile_subgraph(node: Node, key: str, symbols: SymbolTable) -> CompiledSubg
     sub = Graph(graph.name, [*formal, *captures], list(graph.outputs), list(graph.nodes),
                 symbols=symbols)
     try:
-        sub = simplify(sub, onehot_gather=False).graph
+        sub = simplify(sub).graph
         fusion = fuse_elementwise(sub)
         plan = plan_memory(fusion)
         scratch = scratch_sizes(fusion, plan)

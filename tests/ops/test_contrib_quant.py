@@ -180,3 +180,59 @@ def test_qgemm_matches_ort():
                                       consts=consts))
     got, want = run_both(cases)
     assert_outputs(cases, got, want, rtol=1e-6, atol=1e-6)
+
+
+# -- QLinearAdd / QLinearMul / QLinearSigmoid / QLinearLeakyRelu ------------------------
+
+BINARY_SHAPES = [((3, 37), (3, 37)), ((2, 3, 5, 7), (3, 1, 1)), ((1,), (4, 9)), ((6, 1), (1, 40))]
+
+
+def _binary_cases(op):
+    cases = []
+    for k, (ash, bsh) in enumerate(BINARY_SHAPES):
+        for t in (np.uint8, np.int8):
+            info = np.iinfo(t)
+            ins = {
+                "a": q(t, *ash), "as": np.array(0.02 + 0.01 * k, np.float32), "az": np.array(info.min + 100, t),
+                "b": q(t, *bsh), "bs": np.array(0.035, np.float32), "bz": np.array(info.max - 77, t),
+                "cs": np.array(0.05 if op == "QLinearAdd" else 0.9, np.float32), "cz": np.array(info.min + 128, t),
+            }
+            if k == 3:  # an omitted (trailing) zero point reads 0
+                del ins["cz"]
+            consts = ("as", "bs", "cs", "bz") if k % 2 else ()
+            cases.append(Case(op, ins, [(t, np.broadcast_shapes(ash, bsh))], consts=consts))
+    return cases
+
+
+def test_qlinear_add_mul_match_ort():
+    """Bit-exact for equal shapes (the same float32 operations in the same order as ORT's
+    MLAS kernels); within one step when broadcast: ORT then feeds one side to its kernel
+    as a scalar per span, folding ``B * rb`` into the constant with a separate multiply
+    and add where this kernel uses one fused multiply-add (a tie may round apart)."""
+    cases = _binary_cases("QLinearAdd") + _binary_cases("QLinearMul")
+    got, want = run_both(cases)
+    same = [i for i, c in enumerate(cases) if c.ins["a"].shape == c.ins["b"].shape]
+    other = [i for i in range(len(cases)) if i not in same]
+    for idx, steps in ((same, 0), (other, 1)):
+        assert_outputs([cases[i] for i in idx], [got[i] for i in idx], [want[i] for i in idx], steps=steps)
+
+
+def test_qlinear_sigmoid_leaky_relu_match_ort():
+    """LeakyRelu bit-exact; Sigmoid within one step (ORT's logistic is MLAS's polynomial,
+    a value at a rounding tie may land one step apart)."""
+    cases = []
+    for op, attrs in (("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1}), ("QLinearLeakyRelu", {})):
+        for t in (np.uint8, np.int8):
+            for shape, consts in (((2, 3, 17), ()), ((256,), ("xs", "xz", "ys", "yz"))):
+                x = np.arange(256).astype(t) if shape == (256,) else q(t, *shape)  # every value
+                ins = {"x": x, "xs": np.array(0.05, np.float32), "xz": np.array(np.iinfo(t).min + 120, t),
+                       "ys": np.array(1 / 256 if op == "QLinearSigmoid" else 0.04, np.float32),
+                       "yz": np.array(np.iinfo(t).min + (0 if op == "QLinearSigmoid" else 100), t)}
+                cases.append(Case(op, ins, [(t, shape)], attrs=attrs, consts=consts))
+    got, want = run_both(cases)
+    sig = [c for c in cases if c.op == "QLinearSigmoid"]
+    rest = [c for c in cases if c.op != "QLinearSigmoid"]
+    k = [i for i, c in enumerate(cases) if c.op == "QLinearSigmoid"]
+    assert_outputs(sig, [got[i] for i in k], [want[i] for i in k], steps=1)
+    k = [i for i, c in enumerate(cases) if c.op != "QLinearSigmoid"]
+    assert_outputs(rest, [got[i] for i in k], [want[i] for i in k], steps=0)

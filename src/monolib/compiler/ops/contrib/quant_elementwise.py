@@ -1,0 +1,198 @@
+"""``com.microsoft`` elementwise 8-bit ops: QLinearAdd, QLinearMul (NumPy broadcasting),
+QLinearSigmoid, QLinearLeakyRelu. All scales and zero points are per tensor; omitted zero
+points are 0; the output has input A's / X's type (uint8 or int8).
+
+Each follows ONNX Runtime's CPU kernel (MLAS) so the integer outputs match it:
+
+* QLinearAdd (``qladd`` AVX2): ``ra = A_scale / C_scale``, ``rb = B_scale / C_scale``,
+  ``v = fma(A, ra, fma(B, rb, C_zp - (ra * A_zp + rb * B_zp)))``, rounded half to even,
+  saturated.
+* QLinearMul (``qlmul``): ``(A - A_zp) * (B - B_zp)`` exactly in int32, times
+  ``A_scale * B_scale / C_scale`` in float32, rounded half to even, ``+ C_zp``, saturated.
+* QLinearSigmoid / QLinearLeakyRelu (ORT: a 256-entry table from
+  ``QlinearBuildLookupTable``): ``x = X_scale * (X - X_zp)``, ``f(x)`` in float32,
+  ``round_half_even(f(x) / Y_scale) + Y_zp`` saturated. Here computed per element (the
+  same formula); ORT's logistic is MLAS's polynomial, so a value at a rounding tie may
+  land one step apart (tests allow one step for Sigmoid).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from ....errors import UnsupportedOpError
+from ...ir import Node
+from ..base import OutType, register
+from ..math.elementwise import Elementwise
+
+__all__ = ["QLinearAdd", "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid"]
+
+logger = logging.getLogger(__name__)
+
+MS = "com.microsoft"
+_Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _range(dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _saturate_c(expr: str, dtype) -> str:
+    """C: float ``expr`` (already an integer value) clamped to ``dtype``'s range, cast."""
+    lo, hi = _range(dtype)
+    ct = "uint8_t" if np.dtype(dtype) == np.uint8 else "int8_t"
+    return f"(({ct})fmaxf({lo}.0f, fminf({hi}.0f, {expr})))"
+
+
+def _saturate(v: np.ndarray, dtype) -> np.ndarray:
+    lo, hi = _range(dtype)
+    return np.clip(v, lo, hi).astype(dtype)
+
+
+def _zp(arg: str) -> str:
+    """An omitted zero point reads 0."""
+    return f"(float)({arg})" if arg else "0.0f"
+
+
+def _zp_np(x) -> np.float32:
+    return np.float32(0 if x is None else np.asarray(x).ravel()[0])
+
+
+def _f(x) -> np.float32:
+    return np.float32(np.asarray(x).ravel()[0])
+
+
+class _QLinearUnary(Elementwise):
+    """``X, X_scale, X_zero_point?, Y_scale, Y_zero_point?`` -> Y: ``quantize(f(dequantize(X)))``."""
+
+    domain, since_version = MS, 1
+
+    def infer(self, node: Node) -> list[OutType]:
+        x = node.inputs[0]
+        if x.dtype not in _Q8:
+            raise UnsupportedOpError(f"{self.op_type} node {node.name!r}: X is {x.dtype}; expected uint8 or int8")
+        for i in (1, 3):
+            if node.inputs[i].size != 1 or node.inputs[i].dtype != np.float32:
+                raise UnsupportedOpError(
+                    f"{self.op_type} node {node.name!r}: input {i} must be a float32 scalar (per-tensor scale)"
+                )
+        return [(x.shape, x.dtype)]
+
+    def _fn_np(self, node: Node, v: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _fn_c(self, node: Node, v: str) -> str:
+        raise NotImplementedError
+
+    def np_fn(self, node: Node, x, xs, xz=None, ys=None, yz=None):
+        v = np.float32(_f(xs)) * (x.astype(np.int32) - np.int32(_zp_np(xz))).astype(np.float32)
+        y = self._fn_np(node, v.astype(np.float32)).astype(np.float32)
+        return _saturate(np.rint(y / _f(ys)) + _zp_np(yz), x.dtype)
+
+    def c_expr(self, node: Node, args: Sequence[str]) -> str:
+        x, xs, xz, ys = args[0], args[1], args[2] if len(args) > 2 else "", args[3]
+        yz = args[4] if len(args) > 4 else ""
+        v = f"({xs} * (float)((int32_t)({x}) - (int32_t){_zp(xz)}))"
+        return _saturate_c(f"(nearbyintf({self._fn_c(node, v)} / {ys}) + {_zp(yz)})", node.inputs[0].dtype)
+
+
+@register
+class QLinearSigmoid(_QLinearUnary):
+    """``com.microsoft.QLinearSigmoid`` (1): ``quantize(sigmoid(dequantize(X)))``, X and Y
+    uint8 or int8 (any shape), per-tensor float32 scales and zero points of X's type."""
+
+    op_type = "QLinearSigmoid"
+
+    def _fn_np(self, node: Node, v):
+        return (1.0 / (1.0 + np.exp(-v.astype(np.float64)))).astype(np.float32)
+
+    def _fn_c(self, node: Node, v: str) -> str:
+        return f"(1.0f / (1.0f + expf(-{v})))"
+
+
+@register
+class QLinearLeakyRelu(_QLinearUnary):
+    """``com.microsoft.QLinearLeakyRelu`` (1): ``quantize(leaky_relu(dequantize(X)))``
+    with attribute ``alpha`` (float, default 0.01); types as QLinearSigmoid."""
+
+    op_type = "QLinearLeakyRelu"
+    defaults = {"alpha": 0.01}
+
+    def _alpha(self, node: Node) -> np.float32:
+        return np.float32(self.attr(node, "alpha"))
+
+    def _fn_np(self, node: Node, v):
+        return np.where(v >= 0, v, v * self._alpha(node)).astype(np.float32)
+
+    def _fn_c(self, node: Node, v: str) -> str:
+        return f"({v} >= 0.0f ? {v} : {v} * {float(self._alpha(node))!r}f)"
+
+
+class _QLinearBinary(Elementwise):
+    """``A, A_scale, A_zp?, B, B_scale, B_zp?, C_scale, C_zp?`` -> C (broadcast A, B)."""
+
+    domain, since_version = MS, 1
+
+    def infer(self, node: Node) -> list[OutType]:
+        a, b = node.inputs[0], node.inputs[3]
+        if a.dtype not in _Q8 or b.dtype != a.dtype:
+            raise UnsupportedOpError(
+                f"{self.op_type} node {node.name!r}: A is {a.dtype} and B {b.dtype}; expected both uint8 or both int8"
+            )
+        for i in (1, 4, 6):
+            if node.inputs[i].size != 1 or node.inputs[i].dtype != np.float32:
+                raise UnsupportedOpError(
+                    f"{self.op_type} node {node.name!r}: input {i} must be a float32 scalar (per-tensor scale)"
+                )
+        for i in (2, 5, 7):
+            z = node.input(i)
+            if z is not None and z.size != 1:
+                raise UnsupportedOpError(f"{self.op_type} node {node.name!r}: zero point input {i} must be a scalar")
+        return super().infer(node)
+
+
+@register
+class QLinearAdd(_QLinearBinary):
+    """``com.microsoft.QLinearAdd`` (1): ``C = quantize(dequantize(A) + dequantize(B))``
+    in ORT's arithmetic (module docstring); A, B and C uint8 or int8 (one type)."""
+
+    op_type = "QLinearAdd"
+
+    def np_fn(self, node: Node, a, sa, za, b, sb, zb, sc, zc=None):
+        ra, rb = _f(sa) / _f(sc), _f(sb) / _f(sc)
+        fixed = np.float32(_zp_np(zc) - np.float32(ra * _zp_np(za) + rb * _zp_np(zb)))
+        # fma: one rounding of an exact product plus a float32 (float64 holds it exactly)
+        inner = (b.astype(np.float64) * np.float64(rb) + np.float64(fixed)).astype(np.float32)
+        v = (a.astype(np.float64) * np.float64(ra) + inner.astype(np.float64)).astype(np.float32)
+        return _saturate(np.rint(v), a.dtype)
+
+    def c_expr(self, node: Node, args: Sequence[str]) -> str:
+        a, sa, za, b, sb, zb, sc = args[:7]
+        zc = args[7] if len(args) > 7 else ""
+        ra, rb = f"({sa} / {sc})", f"({sb} / {sc})"
+        fixed = f"({_zp(zc)} - ({ra} * {_zp(za)} + {rb} * {_zp(zb)}))"
+        v = f"fmaf((float)({a}), {ra}, fmaf((float)({b}), {rb}, {fixed}))"
+        return _saturate_c(f"nearbyintf({v})", node.inputs[0].dtype)
+
+
+@register
+class QLinearMul(_QLinearBinary):
+    """``com.microsoft.QLinearMul`` (1): ``C = quantize(dequantize(A) * dequantize(B))``
+    in ORT's arithmetic (module docstring); types as QLinearAdd."""
+
+    op_type = "QLinearMul"
+
+    def np_fn(self, node: Node, a, sa, za, b, sb, zb, sc, zc=None):
+        r = np.float32(_f(sa) * _f(sb)) / _f(sc)
+        prod = (a.astype(np.int32) - np.int32(_zp_np(za))) * (b.astype(np.int32) - np.int32(_zp_np(zb)))
+        return _saturate(np.rint(prod.astype(np.float32) * r) + _zp_np(zc), a.dtype)
+
+    def c_expr(self, node: Node, args: Sequence[str]) -> str:
+        a, sa, za, b, sb, zb, sc = args[:7]
+        zc = args[7] if len(args) > 7 else ""
+        prod = f"(float)(((int32_t)({a}) - (int32_t){_zp(za)}) * ((int32_t)({b}) - (int32_t){_zp(zb)}))"
+        return _saturate_c(f"(nearbyintf({prod} * ({sa} * {sb} / {sc})) + {_zp(zc)})", node.inputs[0].dtype)

@@ -398,3 +398,30 @@ def test_run_time_batch_and_sequence(op):
             got = gm.get_output(i).numpy()
             assert got.shape == want.shape, (i, got.shape, want.shape)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "FusedMatMul", "EmbedLayerNormalization"])
+def test_elementwise_tail_fuses_into_the_op(op):
+    """An elementwise tail (Mul by a per-column vector, then Relu) runs as the op's
+    epilogue: one fused op in the library, results still ORT's."""
+    if op == "SkipLayerNormalization":
+        inputs, consts, n = [_f32(2, 3, 16), _f32(3, 16), _f32(16), _f32(16)], (2, 3), 16
+    elif op == "FusedMatMul":  # the per-batch GEMM path (transB, both operands batched)
+        inputs, consts, n = [_f32(2, 3, 4, 8), _f32(2, 3, 16, 8)], (), 16
+    else:
+        ids = RNG.integers(0, 10, (2, 5)).astype(np.int32)
+        inputs, consts, n = [ids, None, _f32(10, 16), _f32(6, 16), None, _f32(16), _f32(16)], (2, 3, 5, 6), 16
+    attrs = {"transB": 1, "alpha": 0.5} if op == "FusedMatMul" else {}
+    tail = [helper.make_node("Mul", ["out0", "scale"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    model, feeds = _ms_model(op, inputs, attrs, 2 if op.startswith("Embed") else 1, consts=consts,
+                             extra_nodes=tail)
+    model.graph.initializer.append(numpy_helper.from_array(_f32(n), "scale"))
+    keep = [vi for vi in model.graph.output if vi.name != "out0"]  # y (and mask_index)
+    del model.graph.output[:]
+    model.graph.output.extend([helper.make_empty_tensor_value_info("y"), *keep])
+    _check(model, feeds, rtol=1e-4, atol=1e-5)
+    from monolib.compiler.build import lower
+
+    _, graph_json, _ = lower(model)
+    assert [nd["op"] for nd in graph_json["nodes"]] == [op], graph_json["nodes"]
+    assert graph_json["nodes"][0]["fused"] == ["Mul", "Relu"], graph_json["nodes"][0]

@@ -1,4 +1,5 @@
-"""Frontend: If with a constant condition is inlined; constants= feeds the condition."""
+"""Frontend: If with a constant condition is inlined (constants= feeds the condition);
+on a run-time condition it stays a node holding both branches."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from frontend.onnx_util import F32, I64, make_model, requires_ops
 from monolib.compiler.frontend import import_model
 from monolib.compiler.reference_eval import evaluate
 from monolib.compiler.testing import ort_run
-from monolib.errors import CompileError, ShapeError, UnsupportedOpError
+from monolib.errors import CompileError, ShapeError
 
 
 def _branch(name: str, op: str, const: float, nested: bool = False):
@@ -86,12 +87,21 @@ def test_nested_if_reading_outer_scopes():
     np.testing.assert_array_equal(evaluate(g, {"x": x})[0], want)
 
 
-@requires_ops("Equal", "Mul", "Add")
-def test_if_on_runtime_input_names_the_input_and_constants():
-    with pytest.raises(UnsupportedOpError) as e:
-        import_model(_sr_model(), shapes={"x": (2, 3)})
-    msg = str(e.value)
-    assert "'the_if'" in msg and "'sr'" in msg and "constants=" in msg
+@requires_ops("Equal", "Mul", "Add", "Neg")
+@pytest.mark.parametrize("nested", [False, True])
+def test_if_on_runtime_input_keeps_both_branches(nested):
+    """Without constants= the If stays (issue 13, ops/control/if_.py): both branches
+    imported as subgraphs, the outer ``x`` a captured input of the node."""
+    model = _sr_model(nested)
+    g = import_model(model, shapes={"x": (2, 3)})
+    assert g.op_counts() == {"Equal": 1, "If": 1}
+    node = g.nodes[-1]
+    assert node.attrs["_formal"] == 1 and [v.name for v in node.inputs[1:]] == ["x"]
+    assert set(node.attrs["then_branch"].op_counts()) == ({"Mul", "Neg"} if nested else {"Mul"})
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for sr in (16000, 8000):
+        feeds = {"x": x, "sr": np.array(sr, np.int64)}
+        np.testing.assert_array_equal(evaluate(g, feeds)[0], ort_run(model, feeds)[0])
 
 
 @requires_ops("Equal", "Mul", "Add")

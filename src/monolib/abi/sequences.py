@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ContainerError, ExecutionError, InputError
+from ..errors import ContainerError, InputError
 
 __all__ = ["KINDS", "SeqLayout", "SeqSpec", "pack", "shapes_of", "spec_entry", "spec_of", "unpack"]
 
@@ -215,8 +215,6 @@ def unpack(spec: SeqSpec, data: np.ndarray, name: str) -> Any:
 
     Raises
     ------
-    ExecutionError
-        The count is -2: an op that made it got a position out of range.
     ContainerError
         A count or element shape the library wrote that does not fit the slot.
     """
@@ -224,9 +222,6 @@ def unpack(spec: SeqSpec, data: np.ndarray, name: str) -> Any:
     count = int(data[:8].view(np.int64)[0])
     if count < 0 and spec.kind != "sequence":
         return None
-    if count == -2:
-        raise ExecutionError(f"output {name!r}: a SequenceInsert/SequenceErase that made it "
-                             "got a position out of range")
     if not 0 <= count <= lay.capacity:
         raise ContainerError(f"output {name!r}: count {count} outside 0..{lay.capacity}")
     shapes = (data[8:8 + 8 * lay.capacity * lay.rank].view(np.int64).reshape(-1, lay.rank)

@@ -10,6 +10,7 @@ import numpy as np
 from ....errors import ShapeError
 from ...ir import Node, SeqType
 from ..base import OpDef, register
+from ..control.status import fail_statement
 from ._slot import (c_seq, element_shape, input_seq, is_seq, is_tensor, seq_output,
                     write_shape_symbols)
 
@@ -43,8 +44,8 @@ class SequenceAt(OpDef):
     """ONNX ``SequenceAt``: the tensor at ``position`` (negative counts from the back).
     Its shape is static when the compiler knows it (a constant position into known
     element shapes, or elements all of one shape), else computed dims written from
-    the element's shape record. A position out of range at run time yields element 0
-    clamped into range (the C library has no error channel for it)."""
+    the element's shape record. A position out of range at run time stops the run
+    (``monolib_run`` fails naming the node: ``ops/control/status.py``)."""
 
     op_type, since_version = "SequenceAt", 11
     foldable = False
@@ -60,13 +61,11 @@ class SequenceAt(OpDef):
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")
         src = node.inputs[0]
-        n = f"(*ml_seq_count({c_seq(ctx, src)}))"
-        pos = f"((const int64_t*){ctx.ptr(node.inputs[1])})[0]" \
-            if node.inputs[1].dtype == np.int64 else f"(int64_t)({ctx.ptr(node.inputs[1])})[0]"
-        idx = f"ml_seq_index({pos}, {n})"
-        ctx.helper("static inline int64_t ml_seq_index(int64_t p, int64_t n) {\n"
-                   "  if (p < 0) p += n;\n  return p < 0 ? 0 : (p >= n ? (n > 0 ? n - 1 : 0) : p);\n}")
-        return take_element(ctx, node, src, idx)
+        pos = f"(int64_t)({ctx.ptr(node.inputs[1])})[0]"
+        return (f"  {{ int64_t at_ = {pos}, n_ = *ml_seq_count({c_seq(ctx, src)});\n"
+                "  if (at_ < 0) at_ += n_;\n"
+                f"  if (at_ < 0 || at_ >= n_) {{ {fail_statement(ctx, node, 'position')} return; }}\n"
+                + take_element(ctx, node, src, "at_") + "\n  }")
 
 
 @register
@@ -112,8 +111,7 @@ class OptionalHasElement(OpDef):
 class OptionalGetElement(OpDef):
     """ONNX ``OptionalGetElement``: the value an optional holds (a tensor or a
     sequence); a tensor or sequence input is returned as it is (opset 18). An empty
-    optional at run time gives an empty sequence / a tensor left as it was (the C
-    library has no error channel for it)."""
+    optional at run time stops the run (``monolib_run`` fails naming the node)."""
 
     op_type, since_version = "OptionalGetElement", 15
     also_versions = (18, 28)  # 18: tensor and sequence inputs; 28: new element types
@@ -140,9 +138,8 @@ class OptionalGetElement(OpDef):
             return f"  memcpy({ctx.ptr(out)}, {ctx.ptr(v)}, {v.nbytes});"
         ctx.include("sequence.h")
         itemsize = np.dtype(v.seq.elem_dtype).itemsize
+        empty = (f"  if (*ml_seq_count({c_seq(ctx, v)}) < 0) "  # None: the op fails
+                 f"{{ {fail_statement(ctx, node, 'empty optional')} return; }}\n")
         if is_seq(out):
-            return (f"  ml_seq_copy({c_seq(ctx, out)}, {c_seq(ctx, v)}, {itemsize});\n"
-                    f"  if (*ml_seq_count({c_seq(ctx, out)}) < 0) "
-                    f"*ml_seq_count({c_seq(ctx, out)}) = 0;")
-        return (f"  if (*ml_seq_count({c_seq(ctx, v)}) > 0) {{\n"
-                f"{take_element(ctx, node, v, '0')}\n  }}")
+            return empty + f"  ml_seq_copy({c_seq(ctx, out)}, {c_seq(ctx, v)}, {itemsize});"
+        return empty + take_element(ctx, node, v, "0")

@@ -10,6 +10,7 @@ import numpy as np
 from ....errors import ShapeError
 from ...ir import Node, SeqType, is_static, max_shape
 from ..base import OpDef, register
+from ..control.status import fail_statement
 from ._slot import c_seq, c_shape, input_seq, is_tensor, seq_output
 
 __all__ = ["SequenceErase", "SequenceInsert"]
@@ -42,8 +43,8 @@ def _c_position(ctx, node: Node, i: int, default: str) -> str:
 @register
 class SequenceInsert(OpDef):
     """ONNX ``SequenceInsert``: ``tensor`` inserted at ``position`` (default: the end).
-    Output capacity: the input's plus one. A position out of range at run time gives
-    an output count of -2, which the executor reports when it reads the output."""
+    Output capacity: the input's plus one. A position out of range at run time stops
+    the run (``monolib_run`` fails naming the node: ``ops/control/status.py``)."""
 
     op_type, since_version = "SequenceInsert", 11
     foldable = False
@@ -85,7 +86,7 @@ class SequenceInsert(OpDef):
         pos = _c_position(ctx, node, 2, "n_")
         return (f"  {{ int64_t n_ = *ml_seq_count({s});\n"
                 f"    int64_t p_ = ml_seq_position({pos}, n_, 1);\n"
-                f"    if (p_ < 0) {{ *ml_seq_count({o}) = -2; }} else {{\n"
+                f"    if (p_ < 0) {{ {fail_statement(ctx, node, 'position')} return; }} {{\n"
                 f"      for (int64_t k = n_ - 1; k >= p_; --k) ml_seq_copy_elem({o}, k + 1, {s}, k, {itemsize});\n"
                 f"      for (int64_t k = 0; k < p_; ++k) ml_seq_copy_elem({o}, k, {s}, k, {itemsize});\n"
                 f"      {decl}\n"
@@ -96,8 +97,8 @@ class SequenceInsert(OpDef):
 @register
 class SequenceErase(OpDef):
     """ONNX ``SequenceErase``: the sequence without the element at ``position``
-    (default: the last). A position out of range at run time gives an output count
-    of -2, which the executor reports when it reads the output."""
+    (default: the last). A position out of range at run time stops the run
+    (``monolib_run`` fails naming the node)."""
 
     op_type, since_version = "SequenceErase", 11
     foldable = False
@@ -125,7 +126,7 @@ class SequenceErase(OpDef):
         pos = _c_position(ctx, node, 1, "n_ - 1")
         return (f"  {{ int64_t n_ = *ml_seq_count({s});\n"
                 f"    int64_t p_ = ml_seq_position({pos}, n_, 0);\n"
-                f"    if (p_ < 0) {{ *ml_seq_count({o}) = -2; }} else {{\n"
+                f"    if (p_ < 0) {{ {fail_statement(ctx, node, 'position')} return; }} {{\n"
                 f"      for (int64_t k = 0; k < p_; ++k) ml_seq_copy_elem({o}, k, {s}, k, {itemsize});\n"
                 f"      for (int64_t k = p_ + 1; k < n_; ++k) ml_seq_copy_elem({o}, k - 1, {s}, k, {itemsize});\n"
                 f"      *ml_seq_count({o}) = n_ - 1;\n    }}\n  }}")

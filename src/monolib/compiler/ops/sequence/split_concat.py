@@ -131,7 +131,8 @@ class ConcatFromSequence(OpDef):
                     raise ShapeError(f"node {node.name!r} (ConcatFromSequence): element shapes "
                                      f"{[list(x) for x in t.shapes]} do not concatenate")
             n = len(t.shapes) if new else sum(s[axis] for s in t.shapes)
-            return [(first[:axis] + (n,) + (first if new else first[axis + 1:]), t.elem_dtype)]
+            return [(first[:axis] + (n,) + (first[axis:] if new else first[axis + 1:]),
+                     t.elem_dtype)]
         from ...symbolic import computed_symbol  # issue 13's data-dependent dims
 
         hi = t.capacity * (1 if new else t.elem_max[axis])

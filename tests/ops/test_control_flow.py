@@ -222,3 +222,28 @@ def test_scan_over_runtime_length(rng, ort_run):
     feeds = [{"s": rng.standard_normal(3).astype(np.float32),
               "x": rng.standard_normal((t, 3)).astype(np.float32)} for t in (1, 4, 9)]
     _check(model, feeds, ort_run, shapes={"x": ((1, 9), 3)})
+
+
+def test_loop_carried_shape_change_refused():
+    """A carried value growing per iteration (Concat) is refused, naming the node."""
+    body = helper.make_graph(
+        [helper.make_node("Concat", ["v_in", "v_in"], ["v_out"], axis=0),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "body", [_vi("i", I64, []), _vi("c_in", B, []), _vi("v_in", F, ["n"])],
+        [_vi("c_out", B, []), _vi("v_out", F, ["m"])])
+    model = _model([helper.make_node("Loop", ["m", "", "v0"], ["v"], body=body, name="grow")],
+                   [_vi("m", I64, []), _vi("v0", F, [2])], [_vi("v", F, ["k"])])
+    with pytest.raises(monolib.errors.ShapeError, match=r"'grow'.*leaves the body as float32\[4\]"):
+        monolib.compile(model)
+
+
+def test_if_branch_ranks_differ_refused():
+    then_b = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [],
+                               [_vi("t", F, [2, 3])])
+    else_b = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["e"], keepdims=0)], "else",
+                               [], [_vi("e", F, [])])
+    model = _model([helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b,
+                                     name="pick")],
+                   [_vi("x", F, [2, 3]), _vi("c", B, [])], [_vi("y", F, ["a", "b"])])
+    with pytest.raises(monolib.errors.ShapeError, match="'pick'.*rank 2 in then_branch"):
+        monolib.compile(model)

@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 #: Default-domain ops the frontend resolves itself (they never reach the op registry):
 #: ``Constant`` and ``Shape``/``Size`` (static shapes) fold, ``If`` with a constant
-#: condition is inlined, ``Identity``/``Dropout`` (inference) alias their input,
+#: condition is inlined (on a run-time one it becomes ``ops/control/if_.py``'s node,
+#: ``Loop``/``Scan`` always do), ``Identity``/``Dropout`` (inference) alias their input,
 #: ``SequenceMap`` is unrolled (``sequence_map.py``).
 FRONTEND_OPS = frozenset({"Constant", "If", "Identity", "Dropout", "Shape", "Size",
                           "SequenceMap"})

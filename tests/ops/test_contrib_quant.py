@@ -236,3 +236,55 @@ def test_qlinear_sigmoid_leaky_relu_match_ort():
     assert_outputs(sig, [got[i] for i in k], [want[i] for i in k], steps=1)
     k = [i for i, c in enumerate(cases) if c.op != "QLinearSigmoid"]
     assert_outputs(rest, [got[i] for i in k], [want[i] for i in k], steps=0)
+
+
+# -- QLinearGlobalAveragePool / QLinearAveragePool / QLinearConcat ----------------------
+
+
+def _qparams(t, xs=0.07, ys=0.05):
+    info = np.iinfo(t)
+    return (np.array(xs, np.float32), np.array(info.min + 110, t), np.array(ys, np.float32), np.array(info.min + 131, t))
+
+
+def test_qlinear_pools_match_ort():
+    """Bit-exact: ORT's integer sums (global) and float32 window sums in its order."""
+    cases = []
+    for t in (np.uint8, np.int8):
+        xs, xz, ys, yz = _qparams(t)
+        for shape, last in (((2, 5, 7, 9), 0), ((1, 6, 4, 3), 1), ((2, 3, 20), 0)):
+            n = shape[0]
+            c = shape[-1] if last else shape[1]
+            out = (n, *([1] * (len(shape) - 2)), c) if last else (n, c, *([1] * (len(shape) - 2)))
+            ins = {"x": q(t, *shape), "xs": xs, "xz": xz, "ys": ys, "yz": yz}
+            cases.append(Case("QLinearGlobalAveragePool", ins, [(t, out)], attrs={"channels_last": last}))
+        for shape, attrs, out in (
+            ((2, 3, 9, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (2, 3, 5, 6)),
+            ((2, 3, 9, 11), {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [1, 0, 1, 1],
+                             "count_include_pad": 1}, (2, 3, 5, 4)),
+            ((1, 4, 7, 7), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, (1, 4, 4, 4)),
+            ((1, 7, 8, 5), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "channels_last": 1}, (1, 7, 8, 5)),
+            ((2, 3, 15), {"kernel_shape": [4], "strides": [3], "pads": [2, 1]}, (2, 3, 5)),
+        ):
+            ins = {"x": q(t, *shape), "xs": xs, "xz": xz, "ys": ys, "yz": yz}
+            cases.append(Case("QLinearAveragePool", ins, [(t, out)], attrs=attrs, consts=("xs", "ys")))
+    got, want = run_both(cases)
+    assert_outputs(cases, got, want, steps=0)
+
+
+def test_qlinear_concat_matches_ort():
+    cases = []
+    for t in (np.uint8, np.int8):
+        info = np.iinfo(t)
+        for axis, shapes in ((1, [(2, 3, 4), (2, 5, 4), (2, 1, 4)]), (-1, [(3, 2), (3, 7)]), (0, [(2, 6), (1, 6)])):
+            ins = {"ys": np.array(0.05, np.float32), "yz": np.array(info.min + 128, t)}
+            for k, s in enumerate(shapes):
+                ins[f"x{k}"] = q(t, *s)
+                # the second input shares Y's quantization (ORT copies it)
+                ins[f"s{k}"] = np.array(0.05 if k == 1 else 0.02 + 0.04 * k, np.float32)
+                ins[f"z{k}"] = np.array(info.min + 128 if k == 1 else info.min + 60 * k + 3, t)
+            out = list(shapes[0])
+            out[axis] = sum(s[axis] for s in shapes)
+            cases.append(Case("QLinearConcat", ins, [(t, tuple(out))], attrs={"axis": axis},
+                              consts=("ys", "s0") if axis == 1 else ()))
+    got, want = run_both(cases)
+    assert_outputs(cases, got, want, steps=0)

@@ -425,3 +425,24 @@ def test_elementwise_tail_fuses_into_the_op(op):
     _, graph_json, _ = lower(model)
     assert [nd["op"] for nd in graph_json["nodes"]] == [op], graph_json["nodes"]
     assert graph_json["nodes"][0]["fused"] == ["Mul", "Relu"], graph_json["nodes"][0]
+
+
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "BiasGelu", "FusedMatMul", "EmbedLayerNormalization",
+                                "RotaryEmbedding"])
+def test_float16_model(op):
+    """A float16 model (what ORT's optimizer writes with float16=True) computes in
+    float32 between Casts (frontend/storage.py widens com.microsoft ops as ONNX's) and
+    matches ORT's float16 kernels to float16 precision."""
+    def h16(*shape):
+        return _f32(*shape).astype(np.float16)
+
+    cases = {
+        "SkipLayerNormalization": ([h16(2, 3, 16), h16(2, 3, 16), h16(16), h16(16)], (2, 3), 1),
+        "BiasGelu": ([h16(2, 3, 16), h16(16)], (1,), 1),
+        "FusedMatMul": ([h16(2, 3, 16), h16(16, 4)], (1,), 1),
+        "EmbedLayerNormalization": ([RNG.integers(0, 5, (2, 3)).astype(np.int32), None, h16(5, 16),
+                                     h16(4, 16), None, h16(16), h16(16)], (2, 3, 5, 6), 2),
+        "RotaryEmbedding": ([h16(1, 3, 16), np.array([1]), h16(8, 4), h16(8, 4)], (2, 3), 1),
+    }
+    inputs, consts, n_out = cases[op]
+    _check(*_ms_model(op, inputs, {}, n_out, consts=consts), rtol=1e-2, atol=1e-2)

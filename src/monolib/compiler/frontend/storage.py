@@ -29,9 +29,11 @@ logger = logging.getLogger(__name__)
 #: Ops that read and write storage types themselves (their own conversions).
 KEEP_STORAGE = frozenset({"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear"})
 
-#: Domains whose ops compute as ONNX's (widening keeps their meaning); ops of other
-#: domains (custom kernels) get their inputs' types as they are.
-WIDENED_DOMAINS = frozenset({"", "ai.onnx.preview", "ai.onnx.ml"})
+#: Domains whose ops compute as ONNX's (widening keeps their meaning; ONNX Runtime's
+#: ``com.microsoft`` contrib ops are formulas over float tensors too, e.g. a float16
+#: model from its transformer optimizer); ops of other domains (custom kernels) get
+#: their inputs' types as they are.
+WIDENED_DOMAINS = frozenset({"", "ai.onnx.preview", "ai.onnx.ml", "com.microsoft"})
 
 # the opset the inserted Casts are looked up at (Cast 21 reads every storage type)
 _CAST_OPSET = 21

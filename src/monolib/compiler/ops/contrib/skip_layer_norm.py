@@ -14,7 +14,10 @@ schema, ``docs/ContribOperators.md``):
 
 ``input`` is ``[B, S, H]`` or ``[T, H]``; ``skip`` has input's shape or a suffix of it
 (``[1, S, H]``, ``[S, H]``): its rows repeat over the leading dims. ``epsilon`` defaults
-to 1e-12 (the schema's). The row statistics are monolib's LayerNormalization code
+to 1e-12 (the schema's). A float16 model is computed in float32 between Casts
+(``frontend/storage.py``); its ``mean``/``inv_std_var`` then come back as float16, where
+ONNX Runtime keeps them float32 (training outputs its optimizer never wires). The row
+statistics are monolib's LayerNormalization code
 (``math/norm.py``: ``emit_row_stats``); output 0 takes a fused epilogue (flat view).
 """
 

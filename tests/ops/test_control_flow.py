@@ -247,3 +247,22 @@ def test_if_branch_ranks_differ_refused():
                    [_vi("x", F, [2, 3]), _vi("c", B, [])], [_vi("y", F, ["a", "b"])])
     with pytest.raises(monolib.errors.ShapeError, match="'pick'.*rank 2 in then_branch"):
         monolib.compile(model)
+
+
+def test_cli_max_trips(tmp_path, rng, capsys, ort_run):
+    """``monolib compile --max-trips the_loop=8``; without it the CLI prints the hint."""
+    import onnx
+
+    from monolib.cli import main
+
+    model = _counter_loop()
+    path = tmp_path / "loop.onnx"
+    onnx.save(model, path)
+    assert main(["compile", str(path), "-o", str(tmp_path / "x.so")]) == 1
+    assert "--max-trips the_loop=N" in capsys.readouterr().err
+    lib = tmp_path / "loop.so"
+    assert main(["compile", str(path), "-o", str(lib), "--max-trips", "the_loop=8"]) == 0
+    gm = monolib.GraphModule(monolib.load_module(str(lib))["default"](monolib.cpu()))
+    feeds = _loop_feeds(rng, 6)
+    for g, w in zip(_run(gm, feeds), ort_run(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

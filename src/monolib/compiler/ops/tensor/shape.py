@@ -18,6 +18,7 @@ from ...ir import Node
 from ...symbolic import dim_max, is_dim
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import c_literal, ctype
+from . import range_data
 from .loops import const_ints
 
 __all__ = ["ConstantOfShape", "Range", "Shape", "Size"]
@@ -178,6 +179,8 @@ class Range(OpDef):
         ).astype(dt)
 
     def infer(self, node: Node) -> list[OutType]:
+        if any(v is not None and v.const is None for v in node.inputs):
+            return range_data.infer(node)  # run-time values: a computed length (issue 13)
         run_time = self._run_time(node)
         if run_time is not None:
             return [((run_time[2],), node.inputs[0].dtype)]
@@ -187,6 +190,8 @@ class Range(OpDef):
         return [self._value(node)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
+        if any(v is not None and v.const is None for v in node.inputs):
+            return range_data.emit(node, ctx)
         run_time = self._run_time(node)
         if run_time is None:
             return _store_constant(ctx, node, self._value(node))

@@ -118,8 +118,13 @@ def string_typedefs(dtypes: Any) -> list[str]:
 def c_literal(value: Any, dtype: Any) -> str:
     """A C literal of ``value`` as ``dtype`` (exact for float32: printed with 9
     significant digits; ``INFINITY``/``NAN`` for non-finite values; for a storage type
-    its bit pattern, e.g. ``15360u`` for float16 1.0)."""
+    its bit pattern, e.g. ``15360u`` for float16 1.0; for a string ``S<n>``, a
+    compound literal ``((ml_str<n>){{...bytes}})``, an expression, not a static
+    initializer)."""
     dt = np.dtype(dtype)
+    if dt.kind == "S":  # a string: a compound literal of its slot's bytes
+        raw = np.asarray(value, dtype=dt).reshape(1).tobytes()
+        return f"((ml_str{dt.itemsize}){{{{{', '.join(map(str, raw))}}}}})"
     if dt in STORAGE_TYPES:  # the bit pattern, as the storage C type holds it
         bits = np.asarray(value).astype(dt).reshape(1).view(np.uint8 if dt.itemsize == 1 else np.uint16)
         return f"{int(bits[0])}u"

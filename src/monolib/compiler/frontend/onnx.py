@@ -38,7 +38,7 @@ from .check import check_model_light
 from .inputs import resolve_inputs
 from .order import topological_order
 from .storage import narrow_outputs, storage_type, widen_inputs
-from .strings import string_node
+from .strings import same_widths, string_node
 from .support import DEFAULT_OPSETS, check_supported, normalize_domain, walk_nodes
 
 __all__ = ["import_model", "load_model"]
@@ -338,6 +338,8 @@ class _Importer:
         if narrow is not None:
             inputs = widen_inputs(inputs, name, self._new_value, self._node_name,
                                   self.nodes.append)
+        inputs = same_widths(p.op_type, domain, inputs, name, self._new_value,
+                             self._node_name, self.nodes.append)  # string slot widths
         wide = "/wide" if narrow is not None else ""
         outputs = [self._new_value(o + wide if o else f"{name}/unused{i}")
                    for i, o in enumerate(p.output)]

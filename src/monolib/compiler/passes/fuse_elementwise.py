@@ -376,6 +376,8 @@ class _Fuser:
         out = node.outputs[0]
         if not same_shape(out.shape, fused.out.shape):  # fused.out: the group's first value
             return None
+        if out.dtype.kind == "S":  # strings (Where): no epilogue bakes their constants
+            return None
         positions = tuple(
             i for i, v in enumerate(node.inputs) if v is not None and v.uid in pending
         )

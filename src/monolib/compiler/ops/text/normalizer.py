@@ -5,9 +5,9 @@ that are not stopwords (ONNX Runtime's kernel: when none is left, Y is one empty
 string, ``[1]`` / ``[1, 1]``). With stopwords and a run-time X, ``C'`` is a computed
 dim (issue 13) written by the kernel. Case change (``LOWER``/``UPPER``) and the
 case-insensitive stopword match (``is_case_sensitive=0``) act on ASCII letters only:
-other UTF-8 characters are copied as they are (ONNX Runtime's locale-dependent
-change of non-ASCII letters is not done), so a string keeps its byte length and its
-slot width.
+other UTF-8 characters are copied as they are, at any ``locale`` (ONNX Runtime at
+``locale="C"``; at a UTF-8 locale it also changes non-ASCII letters, "é" -> "É"), so a
+string keeps its byte length and its slot width.
 """
 
 from __future__ import annotations

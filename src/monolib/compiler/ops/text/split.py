@@ -1,4 +1,7 @@
-"""StringSplit (ONNX 20): split each string at a delimiter (Python's ``str.split``).
+"""StringSplit (ONNX 20): split each string at a delimiter, as ONNX's reference does
+(Python's ``str.split``; ONNX Runtime 1.32 departs from it: it gives an empty string no
+piece where a delimiter is given, splits at spaces only, and strips the trailing
+whitespace of a ``maxsplit`` remainder).
 
 X strings (any shape, ``S<w>``) -> Y ``[*X.shape, K]`` strings ``S<w>`` (a piece is
 never longer than its string), padded with empty strings, and Z int64 ``X.shape``,

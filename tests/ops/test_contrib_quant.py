@@ -288,3 +288,22 @@ def test_qlinear_concat_matches_ort():
                               consts=("ys", "s0") if axis == 1 else ()))
     got, want = run_both(cases)
     assert_outputs(cases, got, want, steps=0)
+
+
+# -- QLinearSoftmax ----------------------------------------------------------------------
+
+
+def test_qlinear_softmax_matches_ort():
+    """Bit-exact: ORT's float32 exp table aligned to the row maximum, float32 sums."""
+    cases = []
+    for t in (np.uint8, np.int8):
+        info = np.iinfo(t)
+        for shape, opset, axis in (((3, 40), 13, -1), ((2, 5, 7), 13, 1), ((2, 3, 4, 5), 12, 2), ((4, 9), 12, None),
+                                   ((6, 300), 13, None)):
+            attrs = {"opset": opset} if axis is None else {"opset": opset, "axis": axis}
+            ins = {"x": q(t, *shape), "xs": np.array(0.08, np.float32), "xz": np.array(info.min + 128, t),
+                   "ys": np.array(1 / 256, np.float32), "yz": np.array(info.min, t)}
+            cases.append(Case("QLinearSoftmax", ins, [(t, shape)], attrs=attrs,
+                              consts=("xs",) if opset == 13 else ()))
+    got, want = run_both(cases)
+    assert_outputs(cases, got, want, steps=0)

@@ -94,15 +94,19 @@ def emit_normalized_rows(
     stat_outs: tuple[Value | None, Value | None],
     eps: float,
     simplified: bool,
+    source: Value | None = None,
 ) -> str:
-    """C loop over ``rows`` rows of ``h`` elements: build each row in a buffer, then
-    normalize it into output 0 (through its epilogue).
+    """C loop over ``rows`` rows of ``h`` elements: build each row in a buffer (or read
+    it from ``source``), then normalize it into output 0 (through its epilogue).
 
     Parameters
     ----------
     fill : str
         C statements that write the row's ``h`` values to ``ct* r`` given the row index
-        ``int64_t o`` (e.g. ``input + skip + bias``, or the embedding sum).
+        ``int64_t o`` (e.g. ``input + skip + bias``, or the embedding sum); ignored with
+        ``source``.
+    source : Value or None
+        A tensor whose row ``o`` is the row itself (nothing to build).
     sum_out : Value or None
         An output that keeps the built rows (the row buffer is then that output's row
         ``o``); ``None``: one row of scratch.
@@ -113,7 +117,12 @@ def emit_normalized_rows(
     """
     y = node.outputs[0]
     ct = ctype(y.dtype)
-    row = f"{ctx.ptr(sum_out)} + o*{h}" if sum_out is not None else f"({ct}*){ctx.scratch(y.dtype.itemsize * _hi(h))}"
+    if source is not None:
+        decl, fill = f"const {ct}* r = {ctx.ptr(source)} + o*{h};", ""
+    elif sum_out is not None:
+        decl = f"{ct}* r = {ctx.ptr(sum_out)} + o*{h};"
+    else:
+        decl = f"{ct}* r = ({ct}*){ctx.scratch(y.dtype.itemsize * _hi(h))};"
     if simplified:
         stats = (
             f"{ct} mean = 0, inv = 0;\n"
@@ -131,7 +140,7 @@ def emit_normalized_rows(
     return "\n".join(
         [
             f"for (int64_t o = 0; o < {rows}; ++o) {{",
-            f"{ct}* r = {row};",
+            decl,
             fill,
             stats,
             f"for (int64_t j = 0; j < {h}; ++j) "

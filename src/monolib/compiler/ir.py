@@ -31,6 +31,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ..abi.sequences import SeqLayout
+from .computed_bounds import numel_hi
 from .symbolic import Dim, DimLike, SymbolTable
 
 __all__ = ["Graph", "Node", "SeqType", "Value", "is_static", "max_shape", "nbytes_at_bounds",
@@ -238,11 +239,9 @@ def max_shape(shape) -> tuple[int, ...]:
 
 def nbytes_at_bounds(value: "Value") -> int:
     """Bytes of ``value`` at the upper bounds of its run-time dims: the size of its
-    arena slot. Equal to ``value.nbytes`` for a static shape."""
-    n = 1
-    for d in max_shape(value.shape):
-        n *= d
-    return n * value.dtype.itemsize
+    arena slot. Equal to ``value.nbytes`` for a static shape; jointly bounded computed
+    dims (a Reshape to a run-time shape, :mod:`.computed_bounds`) count at their cap."""
+    return numel_hi(value.shape) * value.dtype.itemsize
 
 
 @dataclass(eq=False)

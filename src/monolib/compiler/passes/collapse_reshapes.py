@@ -35,8 +35,9 @@ def is_reshape_like(node: Node) -> bool:
     order kept)."""
     if node.domain != "" or len(node.outputs) != 1 or not node.inputs or node.inputs[0] is None:
         return False
-    if node.op_type in _RESHAPES:
-        return True
+    if node.op_type in _RESHAPES:  # not a Reshape to a run-time shape (issue 13)
+        return node.op_type != "Reshape" or len(node.inputs) < 2 or node.inputs[1] is None \
+            or node.inputs[1].const is not None
     if node.op_type == "Transpose":
         shape = node.inputs[0].shape
         perm = node.attrs.get("perm") or list(reversed(range(len(shape))))

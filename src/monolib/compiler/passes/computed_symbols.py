@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..ir import Graph, Value
+from ..ir import Graph, Node, Value
 from ..symbolic import Dim, Symbol, is_computed
 
-__all__ = ["computed_symbols", "register_computed"]
+__all__ = ["computed_symbols", "register_computed", "writes_computed"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,3 +59,13 @@ def register_computed(graph: Graph) -> Graph:
     if added:
         logger.info("computed dims: %s", ", ".join(s.describe() for s in added))
     return graph
+
+
+def writes_computed(node: Node) -> bool:
+    """Whether ``node``'s outputs read a computed symbol none of its inputs reads: the
+    node is where that size becomes known, so it must run code (an ``alias`` op such
+    as a Reshape to a run-time shape cannot stay a free view)."""
+    def syms(values) -> set[str]:
+        return {s.name for v in values if v is not None for d in _dims_of(v)
+                for s in d.symbols() if is_computed(s)}
+    return bool(syms(node.outputs) - syms(node.inputs))

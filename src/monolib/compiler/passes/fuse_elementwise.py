@@ -42,6 +42,7 @@ from ...errors import CompileError
 from ..ir import Graph, Node, Value, is_static
 from ..ops.base import OpDef, op_of
 from ..symbolic import SymbolTable, is_one, same, same_shape
+from .computed_symbols import writes_computed
 
 __all__ = [
     "MAX_BAKED_ELEMENTS",
@@ -273,7 +274,7 @@ class _Fuser:
 
     def _group(self, node: Node) -> FusedOp:
         op = op_of(node)
-        if op.alias:
+        if op.alias and not writes_computed(node):  # else its code writes the size
             return FusedOp("alias", node, out=node.outputs[0], src=node.inputs[0])
         if self._concat_in_place(node):
             return FusedOp("concat", node, out=node.outputs[0])

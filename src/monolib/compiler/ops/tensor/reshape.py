@@ -18,6 +18,7 @@ from ....errors import ShapeError
 from ...ir import Node
 from ...symbolic import is_dim, same
 from ..base import EmitContext, OpDef, OutType, register
+from . import reshape_data
 from .loops import const_ints, normalize_axis
 
 __all__ = [
@@ -92,17 +93,28 @@ class _View(OpDef):
 
 @register
 class Reshape(_View):
-    """ONNX ``Reshape`` 5 and 14: the ``shape`` input must be a compile-time constant."""
+    """ONNX ``Reshape`` 5 and 14. A constant ``shape`` (or one computed from run-time
+    dims) makes a free view. A ``shape`` read at run time (issue 13): every output dim
+    is a computed symbol bounded by the element count, and the node runs code
+    (:mod:`.reshape_data`): it resolves ``0``/``-1``, writes the dims, copies the data."""
 
     op_type, since_version = "Reshape", 5
     also_versions = (23, 24, 25)  # new element types only
     defaults = {"allowzero": 0}
 
     def out_shape(self, node: Node):
+        if node.input(1) is not None and node.input(1).const is None:
+            return reshape_data.out_shape(node)
         target = const_ints(node, 1, "shape")
         return reshape_shape(
             node.inputs[0].shape, target, bool(self.attr(node, "allowzero")), self.where(node)
         )
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        """No code for a view; a run-time ``shape``'s dims and copy otherwise."""
+        if node.input(1) is not None and node.input(1).const is None:
+            return reshape_data.emit(node, ctx, bool(self.attr(node, "allowzero")))
+        return ""
 
 
 @register

@@ -1,0 +1,45 @@
+"""Joint upper bounds of computed dims (issue 13): the dims of a Reshape to a run-time
+shape are separate computed symbols, each at most the element count ``N``, but their
+product is at most ``N`` too. Interval arithmetic alone would plan ``N**rank`` elements;
+:func:`bound_jointly` records the joint cap and :func:`numel_hi` applies it when the
+memory plan sizes a value (``ir.nbytes_at_bounds``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from .symbolic import Dim, DimLike, is_computed
+
+__all__ = ["bound_jointly", "numel_hi"]
+
+logger = logging.getLogger(__name__)
+
+#: computed symbol name -> (the names of its group, the most their product can be)
+_JOINT: dict[str, tuple[frozenset[str], int]] = {}
+
+
+def bound_jointly(dims: Iterable[DimLike], cap: int) -> None:
+    """Record that the product of the computed symbols among ``dims`` is at most ``cap``."""
+    names = frozenset(d.symbols()[0].name for d in dims if isinstance(d, Dim) and is_computed(d))
+    if len(names) > 1:
+        for n in names:
+            _JOINT[n] = (names, int(cap))
+
+
+def numel_hi(shape: Iterable[DimLike]) -> int:
+    """Elements of ``shape`` at the upper bounds of its dims, each group of jointly
+    bounded computed dims (:func:`bound_jointly`) counted at its cap."""
+    total, groups = 1, {}
+    for d in shape:
+        name = d.symbols()[0].name if isinstance(d, Dim) and is_computed(d) else None
+        if name in _JOINT:
+            names, cap = _JOINT[name]
+            prod, _ = groups.get(names, (1, cap))
+            groups[names] = (prod * d.hi, cap)
+        else:
+            total *= d.hi if isinstance(d, Dim) else int(d)
+    for prod, cap in groups.values():
+        total *= min(prod, cap)
+    return total

@@ -144,7 +144,7 @@ def fit_opset(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 # ops whose outputs depend on their input's shape only (static at compile time)
-_SHAPE_ONLY = frozenset({"Shape", "Size"})
+_SHAPE_ONLY = frozenset({"Shape", "Size", "SequenceLength"})  # a sequence's count: its shapes
 
 
 def _shape_input_names(model: onnx.ModelProto) -> list[str]:

@@ -327,6 +327,11 @@ class _Importer:
         name = self._unique(p.name or f"{p.op_type}_{len(self.node_names)}", self.node_names)
         where = f"node {name!r} ({p.op_type})"
         inputs = [None if n == "" else self._lookup(n, scope, where) for n in p.input]
+        if domain == "" and p.op_type == "SequenceLength" and inputs and inputs[0] is not None \
+                and inputs[0].seq is not None and inputs[0].seq.count is not None:
+            # a count known at compile time (ops/sequence) folds like Shape
+            self._bind_const(p.output[0], np.array(inputs[0].seq.count, np.int64), scope)
+            return
         if domain == "" and p.op_type in ("Constant", "Identity", "Dropout", "If", "Shape", "Size",
                                           "Loop", "Scan", "SequenceMap"):
             handler = getattr(self, f"_op_{p.op_type}")
@@ -484,15 +489,17 @@ class _Importer:
 
     def _import_body(self, g: onnx.GraphProto, outer: _Scope, types, where: str) -> Graph:
         """Subgraph ``g`` with formal inputs of the given ``(shape, dtype)`` types (the
-        declared types of a body's inputs are often partial)."""
+        declared types of a body's inputs are often partial); ``(shape, dtype, seq)``
+        for a sequence or optional (``ir.SeqType``)."""
         if len(g.input) != len(types):
             raise CompileError(f"{where}: the subgraph has {len(g.input)} inputs, "
                                f"the node gives {len(types)}")
         scope = _Scope(outer)
         self._add_initializers(g, scope)
         inputs = []
-        for info, (shape, dtype) in zip(g.input, types):
-            v = Value(self._unique(info.name, self.value_names), shape, dtype)
+        for info, (shape, dtype, *seq) in zip(g.input, types):
+            v = Value(self._unique(info.name, self.value_names), shape, dtype,
+                      seq=seq[0] if seq else None)
             scope.values[info.name] = v
             inputs.append(v)
         saved, self.nodes = self.nodes, []

@@ -19,7 +19,8 @@ the user's ``max_trip_count={"node": N}`` (``--max-trips node=N``); a loop with 
 outputs and no bound is refused with that hint. A run that would pass the bound stops
 there and ``monolib_run`` returns an error naming the node (never a write past the
 buffer). Loop-carried values keep their shape (a value whose shape changes per
-iteration is refused, naming the node).
+iteration is refused, naming the node); a carried sequence is a slot sized for the
+elements it gains over the bound on the trip count (``ops/sequence/_carried.py``).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ import logging
 
 import numpy as np
 
-from ....errors import CompileError, ShapeError, UnsupportedOpError
+from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
 from ...symbolic import Dim, computed_symbol, same_shape
 from ..base import OpDef, OutType, register
+from ..sequence._carried import body_type, copy_back, copy_in, settle_carried
 from .status import fail_statement
 from .subgraph import compile_subgraph, evaluate_subgraph
 
@@ -95,7 +97,8 @@ class Loop(OpDef):
     def body_types(self, inputs, attrs, key: str):
         """Types of the body's formal inputs: ``iter_num`` (int64), ``cond`` (bool), the
         loop-carried values (as the node's initial values)."""
-        carried = [(v.shape, v.dtype) for v in inputs[2:]]
+        carried = [body_type(v) if v.seq is not None else (v.shape, v.dtype)
+                   for v in inputs[2:]]
         return [((), np.dtype(np.int64)), ((), np.dtype(bool)), *carried]
 
     def infer(self, node: Node) -> list[OutType]:
@@ -107,7 +110,13 @@ class Loop(OpDef):
             raise ShapeError(f"Loop {node.name!r}: the body has {len(body.outputs)} outputs "
                              f"for {len(init)} loop-carried values")
         out: list[OutType] = []
+        exact, bound = trip_count(node)
+        seqs = settle_carried(node, body, list(init), exact if isinstance(exact, int) else bound)
         for k, (v, o) in enumerate(zip(init, body.outputs[1:])):
+            if k in seqs:  # a sequence: the slot that holds it at every iteration
+                node.outputs[k].seq = seqs[k]
+                out.append(seqs[k].slot())
+                continue
             if v.dtype != o.dtype or not same_shape(v.shape, o.shape):
                 raise ShapeError(
                     f"Loop {node.name!r}: loop-carried value {k} enters as "
@@ -176,7 +185,8 @@ class Loop(OpDef):
         c = "1" if c_in is None else f"({ctx.ptr(c_in)}[0] != 0)"
         lines = ["  {", f"  int64_t m_ = {m}; int c_ = {c}; int64_t i_ = 0;"]
         for v, s in zip(init, slots):
-            lines.append(f"  memcpy({em.ptr(s)}, {ctx.ptr(v)}, {v.nbytes});")
+            lines.append(f"  {copy_in(ctx, em.ptr(s), s.seq, ctx.ptr(v), v.seq)}" if v.seq else
+                         f"  memcpy({em.ptr(s)}, {ctx.ptr(v)}, {v.nbytes});")
         lines.append("  for (; i_ < m_ && c_; ++i_) {")
         if souts and exact is None:
             lines.append(f"    if (i_ >= {bound}) {{ {fail_statement(ctx, node, 'trip count')}"
@@ -185,7 +195,9 @@ class Loop(OpDef):
         lines.append(f"    {em.call}")
         lines.append(f"    c_ = ({em.ptr(cout)}[0] != 0);")
         for s, o in zip(slots, couts):
-            if em.offset(o) != em.offset(s):
+            if s.seq is not None and o is not s:
+                lines.append(f"    {copy_back(ctx, node, em.ptr(s), s.seq, em.ptr(o), o.seq)}")
+            elif em.offset(o) != em.offset(s):
                 lines.append(f"    memmove({em.ptr(s)}, {em.ptr(o)}, {o.nbytes});")
         for o, y in zip(souts, node.outputs[n:]):
             lines.append(f"    memcpy((uint8_t*){ctx.ptr(y)} + i_ * (int64_t)({o.nbytes}), "

@@ -84,10 +84,27 @@ def element_shape(node: Node, t: SeqType, index: int | None) -> tuple:
             return t.shapes[index]
         if len(set(t.shapes)) == 1:
             return t.shapes[0]
+    return tuple(_element_dim(node, t, a) for a in range(t.rank))
+
+
+#: computed dims of elements taken out at a run-time index, by what decides them: the
+#: sequence's known shapes and the index value (two sequences of equal shapes give
+#: the same dims at one index: an Add of their elements broadcasts), else the node's
+#: output; typing a node again (a Loop body settling) finds the same dim
+_DIMS: dict[tuple, Dim] = {}
+
+
+def _element_dim(node: Node, t: SeqType, axis: int) -> Dim:
     from ...symbolic import computed_symbol  # issue 13's data-dependent dims
 
-    return tuple(Dim.of(computed_symbol(f"{node.name}_d{a}", hi=m))
-                 for a, m in enumerate(t.elem_max))
+    index = node.input(1)
+    key = ((t.shapes, axis, index.uid) if t.shapes is not None and index is not None
+           else (node.outputs[0].uid, axis))
+    dim = _DIMS.get(key)
+    if dim is None or dim.hi != t.elem_max[axis]:
+        dim = _DIMS[key] = Dim.of(computed_symbol(f"{node.name}_d{axis}",
+                                                  hi=t.elem_max[axis]))
+    return dim
 
 
 def write_shape_symbols(ctx, out: Value, record: str) -> str:

@@ -307,3 +307,39 @@ def test_qlinear_softmax_matches_ort():
                               consts=("xs",) if opset == 13 else ()))
     got, want = run_both(cases)
     assert_outputs(cases, got, want, steps=0)
+
+
+# -- DynamicQuantizeLSTM -----------------------------------------------------------------
+
+
+def test_dynamic_quantize_lstm_matches_ort():
+    """Within 2e-3 (measured: 1e-7): the same integer sums, float sums in another order
+    and libm's sigmoid/tanh where ORT uses MLAS polynomials; a state value at a rounding
+    tie of the next step's run-time quantization would move one step (quant_lstm)."""
+    cases = []
+    for direction, t, b, i, h, wt, per_col in (("forward", 5, 2, 7, 6, np.int8, False),
+                                                ("reverse", 4, 3, 5, 8, np.uint8, True),
+                                                ("bidirectional", 3, 2, 9, 4, np.int8, True)):
+        d = 2 if direction == "bidirectional" else 1
+        pshape = (d, 4 * h) if per_col else (d,)
+        ins = {
+            "x": f32(t, b, i),
+            "w": _b(wt, d, i, 4 * h), "r": _b(wt, d, h, 4 * h),
+            "bias": f32(d, 8 * h, scale=0.1), "seq": None,
+            "h0": f32(d, b, h, scale=0.5) if direction != "forward" else None,
+            "c0": f32(d, b, h, scale=0.5) if direction != "forward" else None,
+            "p": None,
+            "ws": R.uniform(0.004, 0.01, pshape).astype(np.float32),
+            # ORT requires int8 weight zero points to be 0, uint8 ones one value
+            "wz": np.full(pshape, 0 if wt == np.int8 else 131, wt),
+            "rs": R.uniform(0.004, 0.01, pshape).astype(np.float32),
+            "rz": np.full(pshape, 0 if wt == np.int8 else 125, wt),
+        }
+        outs = [(np.float32, (t, d, b, h)), (np.float32, (d, b, h)), (np.float32, (d, b, h))]
+        attrs = {"hidden_size": h, "direction": direction}
+        if direction == "reverse":
+            attrs["clip"] = 2.5
+        cases.append(Case("DynamicQuantizeLSTM", ins, outs, attrs=attrs,
+                          consts=("w", "r", "ws", "wz", "rs", "rz")))
+    got, want = run_both(cases)
+    assert_outputs(cases, got, want, rtol=0, atol=2e-3)

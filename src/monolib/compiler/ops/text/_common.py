@@ -12,7 +12,7 @@ from ...ir import Node, Value
 from ..base import EmitContext
 from ..tensor.loops import broadcast_shape, broadcast_strides, emit_loops, linear_offset
 
-__all__ = ["TEXT_DOMAIN", "as_strings", "broadcast_loops", "byte_param", "bytes_ptr",
+__all__ = ["TEXT_DOMAIN", "broadcast_loops", "byte_param", "bytes_ptr",
            "require_strings",
            "string_dtype", "width"]
 
@@ -72,7 +72,3 @@ def broadcast_loops(ctx: EmitContext, node: Node, body: Callable[[str, list[str]
         return "{\n" + inner([]) + "\n}"
     return emit_loops(ctx, shape, inner)
 
-
-def as_strings(a: np.ndarray) -> list[bytes]:
-    """The elements of an ``S`` array as bytes (NumPy strips trailing NULs)."""
-    return [bytes(x) for x in np.asarray(a).reshape(-1).tolist()]

@@ -74,6 +74,13 @@ class Program:
         self.ranges: list[tuple[int, int]] = []
 
     def emit(self, op: int, a: int = 0, b: int = 0) -> int:
+        """Append instruction ``(op, a, b)``; its index.
+
+        Raises
+        ------
+        CompileError
+            The program would exceed :data:`MAX_INSTRUCTIONS`.
+        """
         if len(self.code) >= MAX_INSTRUCTIONS:
             raise CompileError(f"{self.where}: the pattern compiles to more than "
                                f"{MAX_INSTRUCTIONS} NFA instructions (counted repeats)")
@@ -81,21 +88,31 @@ class Program:
         return len(self.code) - 1
 
     def cls(self, ranges: Sequence[tuple[int, int]], negate: bool) -> None:
+        """Append a class instruction over code point ``ranges`` (inclusive)."""
         start = len(self.ranges)
         self.ranges.extend(ranges)
         self.emit(NCLASS if negate else CLASS, start, len(self.ranges))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(code int32 [n, 3], ranges int32 [m, 2])`` for the params blob."""
         ranges = self.ranges or [(1, 0)]  # never empty (a params array of 0 bytes)
         return (np.asarray(self.code, np.int32).reshape(-1, 3),
                 np.asarray(ranges, np.int32).reshape(-1, 2))
 
     # -- the parse tree -> code ------------------------------------------------------
     def seq(self, items) -> None:
+        """Compile a sequence of parse-tree items (``re._parser`` ``(op, arg)``)."""
         for op, av in items:
             self.item(op, av)
 
     def item(self, op, av) -> None:
+        """Compile one parse-tree item.
+
+        Raises
+        ------
+        CompileError
+            A feature RE2 lacks or this compiler does not take, named.
+        """
         name = str(op)
         if op is C.LITERAL:
             self.emit(CHAR, av)
@@ -124,6 +141,7 @@ class Program:
                                "compiled to C at compile time)")
 
     def in_(self, items) -> None:
+        """Compile a class ``[...]`` (literals, ranges, ``\\d \\w \\s`` and negations)."""
         ranges: list[tuple[int, int]] = []
         negate = False
         for op, av in items:
@@ -141,6 +159,7 @@ class Program:
         self.cls(ranges, negate)
 
     def branch(self, alternatives) -> None:
+        """Compile ``a|b|...``: a chain of SPLITs, each alternative jumping to the end."""
         jumps = []
         for k, alt in enumerate(alternatives):
             if k < len(alternatives) - 1:
@@ -154,6 +173,8 @@ class Program:
             self.code[j][1] = len(self.code)
 
     def repeat(self, lo: int, hi: int, body) -> None:
+        """Compile ``body{lo,hi}``: ``lo`` copies, then a loop (unbounded) or
+        ``hi - lo`` optional copies."""
         for _ in range(lo):
             self.seq(body)
         if hi == C.MAXREPEAT:

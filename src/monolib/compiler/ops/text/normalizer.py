@@ -18,6 +18,7 @@ import numpy as np
 
 from ....errors import ShapeError
 from ...ir import Node
+from ...symbolic import is_one
 from ..base import EmitContext, OpDef, OutType, register
 from ..tensor._computed import count_dim, is_runtime, upper
 from ._common import byte_param, bytes_ptr, require_strings, width
@@ -49,7 +50,7 @@ class StringNormalizer(OpDef):
     def _check(self, node: Node) -> tuple[str, list[bytes], bool]:
         require_strings(node, (0,))
         x = node.inputs[0]
-        if not (len(x.shape) == 1 or (len(x.shape) == 2 and x.shape[0] == 1)):
+        if not (len(x.shape) == 1 or (len(x.shape) == 2 and is_one(x.shape[0]))):
             raise ShapeError(f"StringNormalizer (node {node.name!r}): X must be [C] or "
                              f"[1, C], got {list(x.shape)}")
         action = node.attrs.get("case_change_action", "NONE")

@@ -343,3 +343,59 @@ def test_dynamic_quantize_lstm_matches_ort():
                           consts=("w", "r", "ws", "wz", "rs", "rz")))
     got, want = run_both(cases)
     assert_outputs(cases, got, want, rtol=0, atol=2e-3)
+
+
+# -- fused chains and refusals ------------------------------------------------------------
+
+
+def test_qlinear_elementwise_chain_fuses_and_matches_ort():
+    """QLinearAdd -> QLinearLeakyRelu -> QLinearMul: the elementwise ops fuse into one
+    loop (the generated graph has one op) and still match ORT bit for bit."""
+    import monolib
+
+    t = np.uint8
+    a, b, c = q(t, 4, 33), q(t, 4, 33), q(t, 4, 33)
+    s = lambda v: numpy_helper.from_array(np.array(v, np.float32), f"s{v}".replace(".", "_"))
+    z = lambda v: numpy_helper.from_array(np.array(v, t), f"z{v}")
+    inits = [s(0.02), s(0.03), s(0.05), s(0.04), z(128), z(100), z(90)]
+    nodes = [
+        helper.make_node("QLinearAdd", ["a", "s0_02", "z128", "b", "s0_03", "z100", "s0_05", "z90"], ["t1"], domain=MS),
+        helper.make_node("QLinearLeakyRelu", ["t1", "s0_05", "z90", "s0_04", "z128"], ["t2"], domain=MS, alpha=0.2),
+        helper.make_node("QLinearMul", ["t2", "s0_04", "z128", "c", "s0_02", "z100", "s0_05", "z90"], ["y"], domain=MS),
+    ]
+    vi = lambda n: helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t)), (4, 33))
+    graph = helper.make_graph(nodes, "chain", [vi("a"), vi("b"), vi("c")], [vi("y")], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                              ir_version=10)
+    feeds = {"a": a, "b": b, "c": c}
+    np.testing.assert_array_equal(run_model(model, feeds)[0], ort_run(model, feeds)[0])
+    graph_json = monolib.compile(model.SerializeToString(), target="c")["get_graph_json"]()
+    assert len(graph_json["nodes"]) == 1, graph_json["nodes"]
+
+
+def test_refusals_name_the_node():
+    import monolib
+    from monolib.errors import UnsupportedOpError
+
+    ins = {"a": q(np.uint8, 3, 4), "as": np.array(0.1, np.float32), "az": np.array(1, np.uint8),
+           "b": q(np.uint8, 4, 5), "bs": np.array(0.1, np.float32), "bz": np.array(2, np.uint8),
+           "c": q(np.int32, 3, 5, lo=-9, hi=9)}
+    model, _ = build([Case("QGemm", ins, [(np.float32, (3, 5))], consts=("c",))])
+    try:
+        monolib.compile(model.SerializeToString(), target="c")
+    except UnsupportedOpError as e:
+        assert "n0_QGemm" in str(e) and "C has shape [3, 5]" in str(e), e
+    else:
+        raise AssertionError("a C varying along both axes was accepted")
+    lstm = {"x": f32(2, 1, 3), "w": q(np.uint8, 1, 3, 8), "r": q(np.uint8, 1, 2, 8),
+            "bias": None, "seq": None, "h0": None, "c0": None, "p": None,
+            "ws": np.array([0.01], np.float32), "wz": np.array([128], np.uint8),
+            "rs": np.array([0.01], np.float32), "rz": np.array([128], np.uint8)}
+    model, _ = build([Case("DynamicQuantizeLSTM", lstm, [(np.float32, (2, 1, 1, 2))], attrs={"hidden_size": 2},
+                           consts=("r", "ws", "wz", "rs", "rz"))])
+    try:
+        monolib.compile(model.SerializeToString(), target="c")
+    except UnsupportedOpError as e:
+        assert "n0_DynamicQuantizeLSTM" in str(e) and "constant" in str(e), e
+    else:
+        raise AssertionError("a run-time W was accepted")

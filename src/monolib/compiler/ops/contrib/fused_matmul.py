@@ -168,7 +168,6 @@ def _emit_batched(node: Node, ctx: EmitContext, va, vb, batch, m, n, k, fields) 
     a, b = node.inputs[0], node.inputs[1]
     offa, offb = _batch_offsets(va, batch), _batch_offsets(vb, batch)
     nb = len(offa)
-    table = node.name  # only for the param hints
     tab = ctx.unique("fmm_off")
     lines = [f"static const int64_t {tab}[{2 * nb}] = {{"
              + ", ".join(str(v) for pair in zip(offa, offb) for v in pair) + "};",
@@ -177,7 +176,7 @@ def _emit_batched(node: Node, ctx: EmitContext, va, vb, batch, m, n, k, fields) 
     ldb_k, ldb_n = vb[1][-2], vb[1][-1]
     if a.const is not None:
         packed = [pack_a(const_matrix(a, o, m, k, lda_m, lda_k)) for o in offa]
-        ap = f"({ctx.param(np.concatenate(packed), table + '.A.packed')} + bi * {packed[0].size})"
+        ap = f"({ctx.param(np.concatenate(packed), node.name + '.A.packed')} + bi * {packed[0].size})"
     else:
         buf = ctx.scratch(4 * -(-m // MR) * MR * k)
         lines.append(f"ml_pack_a_par({m}, {k}, {ctx.ptr(a)} + {tab}[2 * bi], {lda_m}, {lda_k}, (float*){buf});")
@@ -185,7 +184,7 @@ def _emit_batched(node: Node, ctx: EmitContext, va, vb, batch, m, n, k, fields) 
     if b.const is not None:
         packed = [pack_b(const_matrix(b, o, k, n, ldb_k, ldb_n)) for o in offb]
         bsrc = {"kind": "ML_B_PACKED", "k_total": str(k),
-                "p": f"{ctx.param(np.concatenate(packed), table + '.B.packed')} + bi * {packed[0].size}"}
+                "p": f"{ctx.param(np.concatenate(packed), node.name + '.B.packed')} + bi * {packed[0].size}"}
     else:
         bsrc = {"kind": "ML_B_STRIDED", "p": f"{ctx.ptr(b)} + {tab}[2 * bi + 1]",
                 "ldk": str(ldb_k), "ldn": str(ldb_n)}

@@ -220,3 +220,32 @@ def test_bad_seed_and_dtype_are_refused_naming_the_node():
         monolib.compile(_gen("RandomNormal", (2,), seed=-1.0))
     with pytest.raises(monolib.errors.UnsupportedOpError, match="int32"):
         monolib.compile(_gen("RandomUniform", (2,), TensorProto.INT32))
+
+
+@pytest.mark.parametrize("opt", [False, True])
+def test_run_time_dims_and_a_specialization(opt):
+    """Like forms, Bernoulli and Dropout over a run-time batch (and through an
+    ``opt_shapes`` specialization, whose plan moves the generator states)."""
+    nodes = [helper.make_node("RandomNormalLike", ["x"], ["n"], seed=2.0),
+             helper.make_node("Bernoulli", ["p"], ["b"], seed=3.0),
+             helper.make_node("Dropout", ["x", "r", "t"], ["y", "m"], seed=4)]
+    f32 = TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info("x", f32, ["n", 3]),
+           helper.make_tensor_value_info("p", f32, ["n", 3]),
+           helper.make_tensor_value_info("r", f32, []),
+           helper.make_tensor_value_info("t", TensorProto.BOOL, [])]
+    outs = [helper.make_tensor_value_info(k, TensorProto.BOOL if k == "m" else f32, ["n", 3])
+            for k in "nbym"]
+    model = _model(nodes, ins, outs)
+    kw = {"opt_shapes": {"x": [(4, 3)], "p": [(4, 3)]}} if opt else {}
+    gm = _gm(model, dims={"n": (1, 8)}, **kw)
+    for n in (2, 4, 7):
+        x, p = np.ones((n, 3), np.float32), np.full((n, 3), 0.5, np.float32)
+        g, b, y, m = _run(gm, x=x, p=p, r=np.array(0.5, np.float32), t=np.array(True))
+        assert g.shape == b.shape == y.shape == m.shape == (n, 3)
+        np.testing.assert_array_equal(
+            g, np.random.RandomState(2).standard_normal((n, 3)).astype(np.float32))
+        np.testing.assert_array_equal(b, np.random.RandomState(3).binomial(1, p.astype(float)))
+        keep = np.random.RandomState(4).random_sample((n, 3)) >= 0.5
+        np.testing.assert_array_equal(m, keep)
+        np.testing.assert_array_equal(y, keep * np.float32(2))

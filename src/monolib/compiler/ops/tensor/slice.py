@@ -18,6 +18,7 @@ from ....errors import ShapeError
 from ...ir import Node
 from ...symbolic import dim_max, dim_min, is_dim
 from ..base import EmitContext, OpDef, OutType, register
+from . import slice_data
 from .loops import const_ints, contiguous_strides, emit_copy, has_epilogue, normalize_axis
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
@@ -96,6 +97,8 @@ class _Slice(OpDef):
         )
 
     def infer(self, node: Node) -> list[OutType]:
+        if self.from_inputs and slice_data.is_run_time(node):  # issue 13: computed dims
+            return [(slice_data.out_shape(node), node.inputs[0].dtype)]
         return [(tuple(c for _, _, c in self.params(node)), node.inputs[0].dtype)]
 
     def reference(self, node: Node, inputs):
@@ -106,10 +109,14 @@ class _Slice(OpDef):
         return [np.array(inputs[0][tuple(index)], order="C")]
 
     def epilogue_groups(self, node: Node):
+        if self.from_inputs and slice_data.is_run_time(node):
+            return None  # the run-time kernel applies no epilogue
         rank = len(node.outputs[0].shape)
         return [[], list(range(rank - 1)), [rank - 1]] if rank else [[], [], []]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
+        if self.from_inputs and slice_data.is_run_time(node):
+            return slice_data.emit(node, ctx)
         x, y = node.inputs[0], node.outputs[0]
         p = self.params(node)
         ist = contiguous_strides(x.shape)

@@ -7,6 +7,7 @@ executor and the C API, matched with ONNX Runtime, the empty result included."""
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import sys
 
@@ -109,11 +110,18 @@ def test_computed_dim_beside_an_input_symbol_and_in_the_graph_json():
                 assert a.shape == b.shape and np.array_equal(a, b)
 
 
-def test_c_api_reports_the_computed_shape(tmp_path):
+def test_c_api_reports_the_computed_shape_and_inspect_labels_it(tmp_path, capsys):
     from capihelp import bind, last_error
+
+    from monolib.cli import main
 
     model = _nonzero_model([6])
     path = monolib.compile(model).export_library(str(tmp_path / "libnz.so"))
+    assert main(["inspect", path]) == 0
+    assert "\u2208[0,6] computed" in capsys.readouterr().out
+    assert main(["inspect", "--json", path]) == 0
+    (graph,) = json.loads(capsys.readouterr().out)["graphs"].values()
+    assert [s.get("computed") for s in graph["symbols"]] == [True]
     lib = bind(path)
     handle = lib.monolib_open()
     assert handle, last_error(lib)

@@ -23,7 +23,7 @@ from typing import Any
 from ..abi.binfmt import exported_symbols, parse_binary
 from ..abi.container import SMALL_SECTION_BYTES, Container
 from ..abi.graph_spec import factory_graphs, graph_layout
-from ..abi.symbols import Symbol, shape_label
+from ..abi.symbols import ComputedSymbol, Symbol, shape_label
 from ..abi.names import ABI_SYMBOLS, CUDA, DATA_SECTION, LIBRARY, OPENCL
 from ..errors import ContainerError, LibraryLoadError
 from ..runtime.library import read_container
@@ -69,7 +69,8 @@ def _symbols(graph: dict) -> dict[str, Any]:
     if layout is None:
         return {}
     return {
-        "symbols": [s._asdict() for s in layout.symbols],
+        "symbols": [{**s._asdict(), **({"computed": True} if s.computed else {})}
+                    for s in layout.symbols],
         "specializations": [dict(s) for s in layout.specializations],
         "arena_at_bounds": True,
     }
@@ -388,7 +389,8 @@ def _render_tvm(report: dict, console: Any) -> None:
 
 
 def _render_graph(console: Any, idx: str, g: dict) -> None:
-    symbols = {s["name"]: Symbol(**s) for s in g.get("symbols", [])}
+    symbols = {s["name"]: (ComputedSymbol if s.get("computed") else Symbol)(
+        s["name"], s["lo"], s["hi"], s["step"]) for s in g.get("symbols", [])}
     rows = [
         [kind, t["name"], shape_label(t["shape"] or [], symbols) if symbols else str(t["shape"]),
          t["dtype"]]

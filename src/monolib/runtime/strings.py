@@ -58,7 +58,11 @@ def to_utf8(value: Any, width: int | None = None) -> np.ndarray:
     arr = np.asarray(value, dtype=object if not isinstance(value, np.ndarray) else None)
     if arr.dtype.kind == "S" and (width is None or width == arr.dtype.itemsize):
         return arr
-    flat = [_utf8(x) for x in arr.reshape(-1).tolist()]
+    items = arr.reshape(-1).tolist()
+    try:  # the common case, all str: one comprehension (~0.3 us an element)
+        flat = [x.encode("utf-8") for x in items]
+    except AttributeError:  # bytes among them
+        flat = [_utf8(x) for x in items]
     if width is None:
         width = max(1, max(map(len, flat), default=1))
     return np.array(flat, dtype=f"S{width}").reshape(arr.shape)
@@ -89,7 +93,7 @@ def encode_input(value: Any, name: str, width: int) -> np.ndarray:
         raise InputError(
             f"input {name!r}: element {list(index)} is {int(lengths[i])} bytes of UTF-8, "
             f"longer than the {width} bytes per element the model was compiled with "
-            "(compile with a larger width: shapes={name: {'width': N}})"
+            f"(compile with a larger width: shapes={{{name!r}: {{'width': ...}}}})"
         )
     return arr.astype(f"S{width}")
 
@@ -97,8 +101,7 @@ def encode_input(value: Any, name: str, width: int) -> np.ndarray:
 def from_utf8(arr: np.ndarray) -> np.ndarray:
     """An ``S<n>`` array as an ``object`` array of ``str`` (ONNX Runtime's output
     type); bytes that are no valid UTF-8 become U+FFFD."""
-    out = np.empty(arr.shape, dtype=object)
-    flat = out.reshape(-1)
-    for i, b in enumerate(arr.reshape(-1).tolist()):
-        flat[i] = b.decode("utf-8", errors="replace")
-    return out
+    items = [b.decode("utf-8", "replace") for b in arr.reshape(-1).tolist()]
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out.reshape(arr.shape)

@@ -249,3 +249,15 @@ def test_run_time_dims_and_a_specialization(opt):
         keep = np.random.RandomState(4).random_sample((n, 3)) >= 0.5
         np.testing.assert_array_equal(m, keep)
         np.testing.assert_array_equal(y, keep * np.float32(2))
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT16, TensorProto.BFLOAT16])
+@pytest.mark.parametrize("op", ["RandomNormal", "RandomUniform"])
+def test_half_types_round_each_step_as_numpy(op, dtype):
+    attrs = {"mean": 0.3, "scale": 1.7} if op == "RandomNormal" else {"low": -0.7, "high": 2.1}
+    (y,) = _run(_gm(_gen(op, (2000,), dtype, seed=6.0, **attrs)))
+    full = {"mean": 0.0, "scale": 1.0, "low": 0.0, "high": 1.0, **attrs, "seed": 6.0,
+            "shape": [2000], "dtype": dtype}
+    want = _reference(op, full)
+    assert y.dtype == want.dtype
+    np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))

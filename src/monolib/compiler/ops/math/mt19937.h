@@ -110,6 +110,18 @@ static double ml_rng_gauss(ml_rng_state* st) {
   return f * x2;
 }
 
+/* d rounded to float by round-to-odd (truncate, set the last bit when inexact): a
+ * second rounding of that float to float16/bfloat16 is then d's correct rounding, as
+ * NumPy's astype from float64 gives (no double-rounding error). */
+static inline float ml_rng_float_odd(double d) {
+  float f = (float)d;
+  if ((double)f == d || f != f) return f;
+  if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);
+  union { float f; uint32_t u; } b = {f};
+  b.u |= 1u;
+  return b.f;
+}
+
 /* binomial(1, p) as NumPy's legacy inversion draws it for n = 1: one double u; for
  * p <= 0.5 the draw is 1 when u > exp(log(1 - p)); above, with q = 1 - p, it is
  * 1 - (u > exp(log(1 - q))) (NumPy inverts the smaller tail). */

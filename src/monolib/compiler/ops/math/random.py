@@ -17,7 +17,8 @@ Seed semantics (ONNX leaves them to the implementation):
 
 The arithmetic after the draw follows the reference in the output type: uniform
 ``u * float(high - low) + low``, normal ``g * scale + mean``, each product and sum
-rounded separately (no fused multiply-add), float32 or float64 outputs.
+rounded separately (no fused multiply-add); float16/bfloat16 outputs are computed in
+float, each step rounded to the type (the draw from double directly, by round-to-odd).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from __future__ import annotations
 import logging
 import math
 
+import ml_dtypes
 import numpy as np
 
 from ....errors import CompileError, ShapeError, UnsupportedOpError
-from ...backends.cstyle import c_literal, ctype
+from ...backends.cstyle import c_literal, ctype, storage_load, storage_store
 from ...ir import Node, shape_size
 from ..base import EmitContext, OpDef, OutType, register
 from .cast import onnx_dtype
@@ -52,6 +54,9 @@ logger = logging.getLogger(__name__)
 STATE_BYTES = 2560
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+#: the generators' output types: float16/bfloat16 computed in float, each step rounded
+#: to the type as NumPy's arithmetic in it rounds
+_GEN_TYPES = (*_FLOATS, np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def rng_seed(op: OpDef, node: Node) -> int | None:
@@ -113,9 +118,9 @@ class _Random(OpDef):
         dt = self.attr(node, "dtype")
         where = f"{node.op_type} (node {node.name!r})"
         dtype = onnx_dtype(dt, where) if dt else np.dtype(default)
-        if dtype not in _FLOATS:
+        if dtype not in _GEN_TYPES:
             raise UnsupportedOpError(f"{where}: output type {dtype} is not supported "
-                                     "(float32 and float64 are)")
+                                     "(float32, float64, float16, bfloat16 are)")
         return dtype
 
 
@@ -136,7 +141,7 @@ class _Generator(_Random):
 
     def infer(self, node: Node) -> list[OutType]:
         default = node.inputs[0].dtype if self.like else np.float32
-        if self.like and node.inputs[0].dtype not in _FLOATS and not self.attr(node, "dtype"):
+        if self.like and node.inputs[0].dtype not in _GEN_TYPES and not self.attr(node, "dtype"):
             default = np.float32  # ONNX: dtype defaults to the input's; ints get float
         return [(self._shape(node), self._out_dtype(node, default))]
 
@@ -160,19 +165,26 @@ class _Generator(_Random):
         y = node.outputs[0]
         code, st = begin_rng(self, node, ctx)
         mul, add = self._affine(node)
-        ct = ctype(y.dtype)
+        dt = y.dtype if y.dtype in _FLOATS else np.dtype(np.float32)  # the compute type
+        ct = ctype(dt)
+        mul, add = float(y.dtype.type(mul)), float(y.dtype.type(add))
+
+        def rnd(e: str) -> str:  # one rounding to the output type (float16, bfloat16)
+            return storage_load(storage_store(e, y.dtype), y.dtype)
+
         draw = "ml_rng_gauss(st)" if self.normal else "ml_rng_double(st)"
+        first = f"({ct}){draw}" if dt == y.dtype else rnd(f"ml_rng_float_odd({draw})")
         fn = ctx.unique("rng_fill")
         # a function of its own so the no-contraction attribute applies to it
         ctx.helper(
             f"#if defined(__GNUC__) && !defined(__clang__)\n"
             f"__attribute__((optimize(\"fp-contract=off\")))\n#endif\n"
-            f"static void {fn}(ml_rng_state* st, {ct}* y, int64_t n) {{\n"
+            f"static void {fn}(ml_rng_state* st, {ctype(y.dtype)}* y, int64_t n) {{\n"
             f"#if defined(__clang__)\n#pragma clang fp contract(off)\n#endif\n"
             f"  for (int64_t i = 0; i < n; ++i) {{\n"
-            f"    {ct} v = ({ct}){draw};\n"
-            f"    v = v * {c_literal(mul, y.dtype)};\n"
-            f"    y[i] = v + {c_literal(add, y.dtype)};\n  }}\n}}"
+            f"    {ct} v = {first};\n"
+            f"    v = {rnd(f'v * {c_literal(mul, dt)}')};\n"
+            f"    y[i] = {storage_store(f'v + {c_literal(add, dt)}', y.dtype)};\n  }}\n}}"
         )
         return code + f"{fn}({st}, {ctx.ptr(y)}, {shape_size(y.shape)});"
 
@@ -180,7 +192,7 @@ class _Generator(_Random):
 @register
 class RandomUniform(_Generator):
     """ONNX ``RandomUniform`` (1; 22 adds types only): ``shape`` drawn uniformly in
-    ``[low, high)``, ``dtype`` float32 (default) or float64.
+    ``[low, high)``, ``dtype`` float32 (default), float64, float16 or bfloat16.
 
     Raises
     ------
@@ -197,7 +209,7 @@ class RandomUniform(_Generator):
 @register
 class RandomNormal(_Generator):
     """ONNX ``RandomNormal`` (1; 22 adds types only): ``shape`` drawn from
-    N(``mean``, ``scale``^2), ``dtype`` float32 (default) or float64.
+    N(``mean``, ``scale``^2), ``dtype`` float32 (default), float64, float16 or bfloat16.
 
     Raises
     ------
@@ -220,7 +232,7 @@ class RandomUniformLike(_Generator):
     Raises
     ------
     UnsupportedOpError
-        An output type other than float32/float64.
+        An output type other than float32, float64, float16, bfloat16.
     """
 
     op_type, since_version = "RandomUniformLike", 1
@@ -237,7 +249,7 @@ class RandomNormalLike(_Generator):
     Raises
     ------
     UnsupportedOpError
-        An output type other than float32/float64.
+        An output type other than float32, float64, float16, bfloat16.
     """
 
     op_type, since_version = "RandomNormalLike", 1

@@ -228,3 +228,61 @@ def test_graph_json_describes_the_slot():
     assert seq_in == {"kind": "sequence", "dtype": "float32", "capacity": 1, "rank": 1,
                       "elem_max": [2], "shapes": [[2]]}
     assert seq_out["capacity"] == 2 and seq_out["shapes"] == [[2], [2]]
+
+
+def test_loop_appends_to_a_sequence_vs_ort():
+    """The TorchScript pattern: a Loop appends to a carried sequence (from
+    SequenceEmpty), ConcatFromSequence joins it after the loop. The slot is sized by the
+    trip-count bound (max_trip_count); a run past it stops naming the Loop."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Cast", ["i"], ["f"], to=F),
+         helper.make_node("Add", ["x", "f"], ["step"]),
+         helper.make_node("SequenceInsert", ["s_in", "step"], ["s_out"])],
+        "body", [helper.make_tensor_value_info("i", I64, []),
+                 helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                 _seq_info("s_in", F, 2)],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), _seq_info("s_out", F, 2)])
+    nodes = [helper.make_node("SequenceEmpty", [], ["empty"], dtype=F),
+             helper.make_node("Loop", ["m", "", "empty"], ["seq"], body=body, name="append"),
+             helper.make_node("ConcatFromSequence", ["seq"], ["cat"], axis=0),
+             helper.make_node("SequenceLength", ["seq"], ["n"])]
+    model = _model(nodes, [helper.make_tensor_value_info("m", I64, []),
+                           helper.make_tensor_value_info("x", F, [1, 3])],
+                   [helper.make_tensor_value_info("cat", F, [None, 3]),
+                    helper.make_tensor_value_info("n", I64, [])])
+    gm = _module(model, max_trip_count={"append": 4})
+    x = np.array([[0.5, -1.0, 2.0]], np.float32)
+    for m in (1, 2, 4):
+        feeds = {"m": np.array(m, np.int64), "x": x}
+        gm.run(**feeds)
+        for k, want in enumerate(_ort(model, feeds)):
+            _assert_same(gm.get_output(k).numpy(), want)
+    with pytest.raises(ExecutionError, match="append"):
+        gm.run(m=np.array(5, np.int64), x=x)
+
+
+def test_if_with_sequence_branches_vs_ort():
+    """A run-time If whose branches give sequences of different lengths and element
+    shapes: one slot holds either."""
+    then_g = helper.make_graph(
+        [helper.make_node("SequenceConstruct", ["a", "a"], ["t"])], "then", [],
+        [_seq_info("t", F, 1)])
+    else_g = helper.make_graph(
+        [helper.make_node("SplitToSequence", ["b"], ["e"], axis=0, keepdims=0)], "else", [],
+        [_seq_info("e", F, 1)])
+    nodes = [helper.make_node("If", ["c"], ["s"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("ConcatFromSequence", ["s"], ["cat"], axis=0)]
+    model = _model(nodes, [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                           helper.make_tensor_value_info("a", F, [2]),
+                           helper.make_tensor_value_info("b", F, [3, 5])],
+                   [_seq_info("s", F, 1), helper.make_tensor_value_info("cat", F, [None])])
+    gm = _module(model)
+    rng = np.random.default_rng(3)
+    for c in (True, False):
+        feeds = {"c": np.array(c), "a": rng.standard_normal(2).astype(np.float32),
+                 "b": rng.standard_normal((3, 5)).astype(np.float32)}
+        gm.run(**feeds)
+        want = _ort(model, feeds)
+        _assert_same(gm.get_output(0), want[0])
+        _assert_same(gm.get_output(1).numpy(), want[1])

@@ -22,6 +22,7 @@ from ....errors import CompileError, ShapeError
 from ...ir import Node
 from ...symbolic import Dim, computed_symbol, same
 from ..base import OpDef, OutType, register
+from ..sequence._carried import copy_in, join_branches
 from .subgraph import compile_subgraph, evaluate_subgraph
 
 __all__ = ["If"]
@@ -62,6 +63,11 @@ class If(OpDef):
                              f"{len(else_g.outputs)} outputs, the node {len(node.outputs)}")
         out = []
         for i, (a, b) in enumerate(zip(then_g.outputs, else_g.outputs)):
+            if a.seq is not None or b.seq is not None:  # a slot holding either branch's
+                t = join_branches(node, i, a.seq, b.seq)
+                node.outputs[i].seq = t
+                out.append(t.slot())
+                continue
             if a.dtype != b.dtype:
                 raise ShapeError(f"If {node.name!r}: output {i} is {a.dtype} in then_branch, "
                                  f"{b.dtype} in else_branch")
@@ -91,10 +97,14 @@ class If(OpDef):
         outs = [ctx.plan.offset(v) for v in node.outputs]
         arms = []
         for key, sub in zip(BRANCHES, subs):
-            pinned = {v.uid: off for v, off in zip(sub.outputs, outs)}
+            pinned = {v.uid: off for v, off, o in zip(sub.outputs, outs, node.outputs)
+                      if o.seq is None}
             em = sub.emit(ctx, base, pinned, f"{node.name}_{key[:4]}")
             lines = [f"    {em.call}"]
             for v, o in zip(sub.outputs, node.outputs):
+                if o.seq is not None:  # a sequence: copied into the If's (larger) slot
+                    lines.append(f"    {copy_in(ctx, ctx.ptr(o), o.seq, em.ptr(v), v.seq)}")
+                    continue
                 if em.offset(v) != ctx.plan.offset(o):
                     raise CompileError(f"If {node.name!r}: {key} output {v.name!r} was not "
                                        "placed in the If's output")

@@ -21,7 +21,7 @@ from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, SeqType, Value
 from ..control.status import fail_statement
 
-__all__ = ["body_type", "copy_back", "copy_in", "settle_carried"]
+__all__ = ["body_type", "copy_back", "copy_in", "join_branches", "settle_carried"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,37 @@ def _join(node: Node, k: int, slot: SeqType, out: SeqType, capacity: int) -> Seq
     return SeqType(slot.kind, slot.elem_dtype, capacity, tuple(elem_max))
 
 
+def _retype(graph, run_infer) -> None:
+    """Type every node of ``graph`` again, the subgraphs of its nodes first."""
+    for n in graph.nodes:
+        for a in n.attrs.values():
+            if hasattr(a, "nodes") and hasattr(a, "outputs"):
+                _retype(a, run_infer)
+        run_infer(n)
+
+
+def join_branches(node: Node, i: int, a: SeqType | None, b: SeqType | None) -> SeqType:
+    """The type of an ``If`` output whose branches give sequences/optionals ``a`` and
+    ``b``: a slot holding either (a sequence and an optional sequence: an optional).
+
+    Raises
+    ------
+    ShapeError
+        A tensor in one branch, or element dtypes/ranks that differ.
+    """
+    if a is None or b is None:
+        raise ShapeError(f"If {node.name!r}: output {i} is a sequence in one branch only")
+    kinds = {a.kind, b.kind}
+    kind = a.kind if len(kinds) == 1 else (
+        "optional_sequence" if kinds == {"sequence", "optional_sequence"} else None)
+    if kind is None:
+        raise ShapeError(f"If {node.name!r}: output {i} is {a.kind} and {b.kind}")
+    joined = _join(node, i, dataclasses.replace(a, kind=kind), b,
+                   max(a.capacity, b.capacity))
+    return dataclasses.replace(joined, shapes=a.shapes if a.shapes == b.shapes else None,
+                               present=a.present if a.present == b.present else None)
+
+
 def settle_carried(node: Node, body, init: list[Value], bound: int | None) -> dict[int, SeqType]:
     """Type the carried sequences of Loop ``node``: ``{k: slot SeqType}`` for each
     carried value ``k`` that is a sequence/optional; the body's formal inputs are left
@@ -75,8 +106,7 @@ def settle_carried(node: Node, body, init: list[Value], bound: int | None) -> di
         for k in ks:
             formal[k].seq = types[k]
             formal[k].shape, formal[k].dtype = types[k].slot()
-        for n in body.nodes:
-            run_infer(n)
+        _retype(body, run_infer)
         new = {}
         for k in ks:
             out = outs[k].seq

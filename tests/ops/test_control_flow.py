@@ -266,3 +266,38 @@ def test_cli_max_trips(tmp_path, rng, capsys, ort_run):
     feeds = _loop_feeds(rng, 6)
     for g, w in zip(_run(gm, feeds), ort_run(model, feeds)):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_nested_loops_and_a_data_dependent_body(rng, ort_run):
+    """A Loop in a Loop body; the inner body counts the positive entries of a captured
+    row with NonZero (a computed dim inside a subgraph) and accumulates the count."""
+    inner = helper.make_graph(
+        [helper.make_node("Gather", ["x", "j"], ["row"], axis=0),
+         helper.make_node("Add", ["row", "shift"], ["row2"]),
+         helper.make_node("Greater", ["row2", "zero"], ["pos"]),
+         helper.make_node("NonZero", ["pos"], ["nz"]),
+         helper.make_node("Shape", ["nz"], ["nzs"]),
+         helper.make_node("Gather", ["nzs", "one"], ["cnt"], axis=0),
+         helper.make_node("Add", ["acc_in", "cnt"], ["acc_out"]),
+         helper.make_node("Identity", ["ci"], ["co"])],
+        "inner", [_vi("j", I64, []), _vi("ci", B, []), _vi("acc_in", I64, [])],
+        [_vi("co", B, []), _vi("acc_out", I64, [])],
+        initializer=[helper.make_tensor("zero", F, [], [0.0]),
+                     helper.make_tensor("one", I64, [], [1])])
+    outer = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=F),
+         helper.make_node("Mul", ["fi", "step"], ["shift"]),
+         helper.make_node("Loop", ["rows", "", "tot_in"], ["tot_out"], body=inner),
+         helper.make_node("Identity", ["tot_out"], ["per_i"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "outer", [_vi("i", I64, []), _vi("c_in", B, []), _vi("tot_in", I64, [])],
+        [_vi("c_out", B, []), _vi("tot_out", I64, []), _vi("per_i", I64, [])],
+        initializer=[helper.make_tensor("step", F, [], [-0.25])])
+    model = _model([helper.make_node("Loop", ["m", "", "t0"], ["total", "each"], body=outer,
+                                     name="outer_loop")],
+                   [_vi("m", I64, []), _vi("rows", I64, []), _vi("t0", I64, []), _vi("x", F, [4, 6])],
+                   [_vi("total", I64, []), _vi("each", I64, ["k"])])
+    feeds = [{"m": np.array(m, np.int64), "rows": np.array(r, np.int64),
+              "t0": np.array(0, np.int64), "x": rng.standard_normal((4, 6)).astype(np.float32)}
+             for m, r in ((3, 4), (5, 2), (0, 4))]
+    _check(model, feeds, ort_run, max_trip_count={"outer_loop": 5})

@@ -261,3 +261,33 @@ def test_half_types_round_each_step_as_numpy(op, dtype):
     want = _reference(op, full)
     assert y.dtype == want.dtype
     np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
+
+
+def test_generator_state_region_is_never_shared():
+    """The plan gives each random op's state a region no value and no scratch block
+    touches (it must survive from run to run)."""
+    from monolib.compiler.ir import nbytes_at_bounds
+    from monolib.compiler.ops.math.random import STATE_BYTES
+    from monolib.compiler.passes.plan_memory import plan_memory
+    from monolib.compiler.pipeline import prepare
+
+    nodes = [helper.make_node("RandomNormal", [], ["a"], shape=[64, 64], name="gen"),
+             helper.make_node("MatMul", ["a", "a"], ["b"]),
+             helper.make_node("Relu", ["b"], ["c"]),
+             helper.make_node("MatMul", ["c", "a"], ["d"]),
+             helper.make_node("Bernoulli", ["x"], ["e"], name="coin"),
+             helper.make_node("Add", ["d", "e"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])], opset=15)
+    graph, fusion, _ = prepare(model)
+    plan = plan_memory(fusion, {t: 8192 for t in range(len(fusion.ops))})
+    assert set(plan.state) == {"gen", "coin"}
+    regions = [(plan.offsets[v.uid], nbytes_at_bounds(v)) for f in fusion.ops
+               for v in f.reads() + f.writes() if v.uid in plan.offsets]
+    regions += [(o, plan.scratch_sizes[t]) for t, o in plan.scratch.items()]
+    regions += [(o, STATE_BYTES) for o in plan.state.values()]
+    for name, off in plan.state.items():
+        for o, n in regions:
+            if (o, n) != (off, STATE_BYTES):
+                assert o + n <= off or off + STATE_BYTES <= o, (name, off, o, n)
+    assert max(plan.state.values()) + STATE_BYTES <= plan.arena_bytes

@@ -456,7 +456,7 @@ def _assemble(
             f"  if (i < 0 || i >= {n}) return -1;\n  monolib_ops[i](params, arena);{check}"
             f"{last}\n  return 0;"
         )
-        run = (
+        run = ("  ml_status = 0;\n" if status else "") + (
             f"{run_first}\n" if run_first else ""
         ) + (
             f"  for (int32_t i = 0; i < {n}; ++i) {{ monolib_ops[i](params, arena);{check} }}"

@@ -10,7 +10,10 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import monolib
+from monolib.compiler.ir import Node
+from monolib.compiler.ops import lookup
 from monolib.compiler.testing import ort_run
+from monolib.runtime.strings import to_utf8
 from monolib.errors import CompileError, InputError, UnsupportedOpError
 
 WORDS = np.array([["www.google.com", "", "été à Paris"], ["中文.测试", "a.b..c", " x  y "]],
@@ -127,17 +130,26 @@ def test_string_normalizer_lower_no_stopwords():
 @pytest.mark.parametrize("pattern", [
     r"www\.[\w.-]+\.\bcom\b", r"(\W|^)[\w.\-]{0,25}@(yahoo|gmail)\.com(\W|$)", r".*",
     r"[^a-z]*", r"\s*x\s+y\s*", r"(a|b|)+\.?.*", r"中.{2,3}", r"\d{0,3}",
+    r"(?i)[a-c]@GMAIL\.COM", r"(?i:été)|[[:digit:]]+", r"[[:^alpha:][:space:]]*\z",
+    r"(?s).*\..*", r"x(?i:K)",
 ])
 def test_regex_full_match_vs_ort(pattern):
+    """The C NFA and the op's reference (the same program in Python) agree with
+    ONNX Runtime's RE2."""
     m = _model([helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern)],
-               [_s("x", [2, 4])], [helper.make_tensor_value_info("y", T.BOOL, [2, 4])])
+               [_s("x", [3, 4])], [helper.make_tensor_value_info("y", T.BOOL, [3, 4])])
     x = np.array([["www.google.com", "", "a@gmail.com", " x  y "],
-                  ["中文.测试", "a.b..c", "123", "ÉTÉ"]], dtype=object)
+                  ["中文.测\n试", "a.b..c", "123", "ÉTÉ"], ["x\u212a", "xk", "1 2\n", "B@Gmail.com"]],
+                 dtype=object)
     _check(m, {"x": x})
+    node = Node("RegexFullMatch", "rx", [], [], {"pattern": pattern})
+    want = ort_run(m, {"x": x})[0]
+    assert (lookup("RegexFullMatch", 20).reference(node, [to_utf8(x)])[0] == want).all()
 
 
 @pytest.mark.parametrize("pattern,what", [(r"(a)\1", "backreferences"),
-                                          (r"a(?=b)", "lookahead"), (r"(?i)ab", "flags")])
+                                          (r"a(?=b)", "lookahead"), (r"(?m)^a$", "MULTILINE"),
+                                          (r"\pL", "does not parse"), (r"[[:nope:]]", "POSIX")])
 def test_regex_refuses_unsupported(pattern, what):
     m = _model([helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern, name="rx")],
                [_s("x", [2])], [helper.make_tensor_value_info("y", T.BOOL, [2])])

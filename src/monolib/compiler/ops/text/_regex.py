@@ -3,17 +3,24 @@
 
 The pattern is parsed with Python's ``re`` parser, whose syntax agrees with RE2's on
 literals, ``.``, classes, ``\\d \\w \\s`` (and negations), alternation, groups,
-``* + ? {m,n}`` (lazy or greedy: the same for a yes/no answer), ``^ $ \\A \\Z \\b \\B``.
-The classes take RE2's ASCII meaning (``\\w`` = ``[0-9A-Za-z_]``, ``\\d`` = ``[0-9]``,
-``\\s`` = ``[\\t\\n\\f\\r ]``); ``.`` is any code point but ``\\n``; ``^``/``$`` are the
-text's ends. Refused, naming the feature: backreferences, lookaround, conditionals,
-atomic groups and possessive repeats (RE2 has none), and flags (``(?i)``...).
+``* + ? {m,n}`` (lazy or greedy: the same for a yes/no answer), ``^ $ \\A \\b \\B``;
+RE2's ``\\z`` and POSIX classes (``[[:alpha:]]``, ``[[:^digit:]]``) are translated
+first. The classes take RE2's ASCII meaning (``\\w`` = ``[0-9A-Za-z_]``, ``\\d`` =
+``[0-9]``, ``\\s`` = ``[\\t\\n\\f\\r ]``); ``.`` is any code point but ``\\n``;
+``^``/``$`` are the text's ends. Flags ``i`` (Unicode simple case folding, as RE2:
+``k`` matches ``K`` and the Kelvin sign) and ``s`` (``.`` matches ``\\n``), global or
+scoped (``(?i:...)``). Refused, naming the feature: backreferences, lookaround,
+conditionals, atomic groups and possessive repeats (RE2 has none), flags ``m`` and
+``x``, RE2's ``\\pN``/``\\C``/``\\Q..\\E`` (Python's parser has no such syntax).
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import logging
 import re
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,7 +34,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as C  # type: ignore[no-redef]
     import sre_parse as P  # type: ignore[no-redef]
 
-__all__ = ["Program", "compile_regex"]
+__all__ = ["Program", "compile_regex", "fullmatch", "translate"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +75,11 @@ class Program:
     """The NFA: ``code`` (int32 ``[n, 3]``: op, a, b) and ``ranges`` (int32 ``[m, 2]``:
     inclusive code point ranges the CLASS instructions index)."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, flags: int = 0) -> None:
         self.where = where
         self.code: list[list[int]] = []
         self.ranges: list[tuple[int, int]] = []
+        self.flags = _check_flags(flags, where)
 
     def emit(self, op: int, a: int = 0, b: int = 0) -> int:
         """Append instruction ``(op, a, b)``; its index.
@@ -114,12 +122,19 @@ class Program:
             A feature RE2 lacks or this compiler does not take, named.
         """
         name = str(op)
+        icase = bool(self.flags & re.IGNORECASE)
         if op is C.LITERAL:
-            self.emit(CHAR, av)
+            if icase and av in _orbits():
+                self.cls([(c, c) for c in _orbits()[av]], False)
+            else:
+                self.emit(CHAR, av)
         elif op is C.NOT_LITERAL:
-            self.cls([(av, av)], True)
+            self.cls([(c, c) for c in (_orbits().get(av, (av,)) if icase else (av,))], True)
         elif op is C.ANY:
-            self.emit(ANY)
+            if self.flags & re.DOTALL:
+                self.cls([(0, MAX_CP)], False)
+            else:
+                self.emit(ANY)
         elif op is C.IN:
             self.in_(av)
         elif op is C.AT:
@@ -128,9 +143,10 @@ class Program:
             self.emit(ASSERT, _AT[av])
         elif op is C.SUBPATTERN:
             _group, add, remove, body = av
-            if add or remove:
-                raise CompileError(f"{self.where}: group flags are not supported")
+            saved = self.flags
+            self.flags = _check_flags((self.flags | add) & ~remove, self.where)
             self.seq(body)
+            self.flags = saved
         elif op is C.BRANCH:
             self.branch(av[1])
         elif op in (C.MAX_REPEAT, C.MIN_REPEAT):
@@ -156,6 +172,8 @@ class Program:
                 ranges.extend(_complement(rs) if neg else rs)
             else:
                 raise CompileError(f"{self.where}: class item {op} {av} is not supported")
+        if self.flags & re.IGNORECASE:
+            ranges = ranges + _fold_ranges(ranges)
         self.cls(ranges, negate)
 
     def branch(self, alternatives) -> None:
@@ -191,6 +209,193 @@ class Program:
             self.code[s][2] = len(self.code)
 
 
+def _check_flags(flags: int, where: str) -> int:
+    """``flags`` less UNICODE (Python's default for str patterns).
+
+    Raises
+    ------
+    CompileError
+        A flag other than ``i`` and ``s``.
+    """
+    flags &= ~int(re.UNICODE)
+    extra = flags & ~int(re.IGNORECASE | re.DOTALL)
+    if extra:
+        names = [f.name for f in re.RegexFlag if f & extra] or [str(extra)]
+        raise CompileError(f"{where}: flag(s) {', '.join(names)} are not supported "
+                           "(only (?i) and (?s))")
+    return flags
+
+
+@functools.cache
+def _orbits() -> dict[int, tuple[int, ...]]:
+    """Code point -> the code points equal to it under simple case folding (each
+    cased code point of planes 0 and 1; its single-code-point lower and upper case,
+    closed transitively: s, S and U+017F long s are one orbit)."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    for c in range(0x20000):
+        ch = chr(c)
+        for other in (ch.lower(), ch.upper()):
+            if len(other) == 1 and ord(other) != c:
+                a, b = find(c), find(ord(other))
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for c in list(parent):
+        groups.setdefault(find(c), []).append(c)
+    out = {}
+    for root, members in groups.items():
+        orbit = tuple(sorted({root, *members}))
+        for c in orbit:
+            out[c] = orbit
+    return out
+
+
+@functools.cache
+def _cased() -> list[int]:
+    return sorted(_orbits())
+
+
+def _fold_ranges(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The case variants of the cased code points in ``ranges``."""
+    cased, orbits, out = _cased(), _orbits(), set()
+    for lo, hi in ranges:
+        for c in cased[bisect.bisect_left(cased, lo):bisect.bisect_right(cased, hi)]:
+            out.update(orbits[c])
+    return [(c, c) for c in sorted(out)]
+
+
+_POSIX = {
+    "alnum": [(48, 57), (65, 90), (97, 122)], "alpha": [(65, 90), (97, 122)],
+    "ascii": [(0, 127)], "blank": [(9, 9), (32, 32)], "cntrl": [(0, 31), (127, 127)],
+    "digit": [(48, 57)], "graph": [(33, 126)], "lower": [(97, 122)], "print": [(32, 126)],
+    "punct": [(33, 47), (58, 64), (91, 96), (123, 126)], "space": [(9, 13), (32, 32)],
+    "upper": [(65, 90)], "word": [(48, 57), (65, 90), (95, 95), (97, 122)],
+    "xdigit": [(48, 57), (65, 70), (97, 102)],
+}
+
+
+def translate(pattern: str, where: str) -> str:
+    """RE2 syntax Python's parser lacks, rewritten: ``\\z`` (end of text) as
+    ``\\Z``, POSIX classes ``[:name:]``/``[:^name:]`` inside brackets as ranges.
+
+    Raises
+    ------
+    CompileError
+        An unknown or unterminated POSIX class.
+    """
+    out, i, n, in_class = [], 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            esc = pattern[i:i + 2]
+            out.append("\\Z" if esc == "\\z" and not in_class else esc)
+            i += 2
+        elif in_class and pattern.startswith("[:", i):
+            j = pattern.find(":]", i + 2)
+            name = pattern[i + 2:j] if j > 0 else ""
+            rs = _POSIX.get(name.lstrip("^"))
+            if rs is None:
+                raise CompileError(f"{where}: POSIX class {pattern[i:j + 2]!r} is not one of "
+                                   f"{sorted(_POSIX)}")
+            rs = _complement(rs) if name.startswith("^") else rs
+            out.append("".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in rs))
+            i = j + 2
+        elif in_class:
+            in_class = c != "]"
+            out.append(c)
+            i += 1
+        elif c == "[":
+            in_class = True
+            k = i + 1 + (pattern[i + 1:i + 2] == "^")
+            k += pattern[k:k + 1] == "]"  # a "]" first in the class is a literal
+            out.append(pattern[i:k])
+            i = k
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _code_points(text: bytes) -> list[int]:
+    """``text``'s code points as ``ml_utf8_next`` reads them (an invalid byte is
+    U+FFFD, one byte long)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        size = 1 if c < 0x80 else 2 if c >> 5 == 6 else 3 if c >> 4 == 14 else \
+            4 if c >> 3 == 30 else 0
+        tail = text[i + 1:i + size]
+        if size == 0 or i + size > n or any(b & 0xC0 != 0x80 for b in tail):
+            out.append(0xFFFD)
+            i += 1
+            continue
+        cp = c if size == 1 else c & (0x7F >> size)
+        for b in tail:
+            cp = cp << 6 | (b & 0x3F)
+        out.append(cp)
+        i += size
+    return out
+
+
+def fullmatch(prog: "Program", text: bytes) -> bool:
+    """``ml_re_fullmatch`` in Python (the op's NumPy reference): whether the whole
+    of ``text`` matches ``prog``."""
+    code, ranges = prog.code, prog.ranges
+    cps = _code_points(text)
+    n = len(cps)
+
+    def word(c: int | None) -> bool:
+        return c is not None and (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95)
+
+    def closure(pcs: list[int], k: int) -> set[int]:
+        prev, nxt = (cps[k - 1] if k else None), (cps[k] if k < n else None)
+        seen, stack, out = set(), list(pcs), set()
+        while stack:
+            p = stack.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            op, a, b = code[p]
+            if op == JMP:
+                stack.append(a)
+            elif op == SPLIT:
+                stack += [b, a]
+            elif op == ASSERT:
+                ok = (k == 0 if a == AT_BEGIN else k == n if a == AT_END
+                      else (word(prev) != word(nxt)) == (a == AT_WORD))
+                if ok:
+                    stack.append(p + 1)
+            else:
+                out.add(p)
+        return out
+
+    cur = closure([0], 0)
+    for k, c in enumerate(cps):
+        hits = []
+        for p in cur:
+            op, a, b = code[p]
+            if op == CHAR:
+                hit = c == a
+            elif op == ANY:
+                hit = c != 10
+            elif op in (CLASS, NCLASS):
+                hit = any(lo <= c <= hi for lo, hi in ranges[a:b]) == (op == CLASS)
+            else:
+                hit = False
+            if hit:
+                hits.append(p + 1)
+        cur = closure(hits, k + 1)
+        if not cur:
+            return False
+    return any(code[p][0] == MATCH for p in cur)
+
+
 def compile_regex(pattern: str, where: str) -> Program:
     """The NFA program of ``pattern`` (matched against a whole string).
 
@@ -201,13 +406,12 @@ def compile_regex(pattern: str, where: str) -> Program:
         compiles to more than :data:`MAX_INSTRUCTIONS` instructions.
     """
     try:
-        tree = P.parse(pattern)
+        with warnings.catch_warnings():  # "[" in a class: a literal, as in RE2
+            warnings.simplefilter("ignore", FutureWarning)
+            tree = P.parse(translate(pattern, where))
     except re.error as exc:
         raise CompileError(f"{where}: pattern {pattern!r} does not parse: {exc}") from None
-    if tree.state.flags & ~int(re.UNICODE):
-        raise CompileError(f"{where}: pattern {pattern!r}: flags ((?i), (?s)...) are not "
-                           "supported")
-    prog = Program(where)
+    prog = Program(where, tree.state.flags)
     prog.seq(tree)
     prog.emit(MATCH)
     return prog

@@ -9,14 +9,13 @@ string, no backtracking, as RE2).
 from __future__ import annotations
 
 import logging
-import re
 
 import numpy as np
 
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import bytes_ptr, require_strings, width
-from ._regex import compile_regex
+from ._regex import compile_regex, fullmatch
 
 __all__ = ["RegexFullMatch"]
 
@@ -57,11 +56,10 @@ class RegexFullMatch(OpDef):
         return [(tuple(node.inputs[0].shape), np.dtype(bool))]
 
     def reference(self, node: Node, inputs):
-        # Python's re with ASCII classes (RE2's); differs from RE2 only in \s (\v)
-        rx = re.compile(self._pattern(node), re.ASCII)
+        # the compiled program run in Python: the C kernel's semantics exactly
+        prog = compile_regex(self._pattern(node), self._where(node))
         x = inputs[0]
-        flat = [rx.fullmatch(bytes(s).decode("utf-8", "replace")) is not None
-                for s in x.reshape(-1).tolist()]
+        flat = [fullmatch(prog, bytes(s)) for s in x.reshape(-1).tolist()]
         return [np.array(flat, dtype=bool).reshape(x.shape)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:

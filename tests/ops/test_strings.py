@@ -254,3 +254,23 @@ def test_concat_of_strings_of_different_widths():
                [_s("x", [1, 2]), _s("y", [1, 1])], [_s("z", [1, 4])], inits=[c])
     _check(m, {"x": np.array([["a long string", ""]], dtype=object),
                "y": np.array([["é"]], dtype=object)}, widths={"x": 24, "y": 2})
+
+
+def test_string_input_with_runtime_dim_and_opt_shapes():
+    """A string input with a run-time dim (and a specialization of it): one library
+    for any count of strings within the bounds."""
+    nodes = [helper.make_node("StringConcat", ["x", "y"], ["z"]),
+             helper.make_node("RegexFullMatch", ["z"], ["r"], pattern="a.*!")]
+    m = _model(nodes, [_s("x", ["n"]), _s("y", [1])],
+               [_s("z", ["n"]), helper.make_tensor_value_info("r", T.BOOL, ["n"])])
+    y = np.array(["!"], dtype=object)
+    for opt in (None, {"x": [(2,)]}):
+        lib = monolib.compile(m, shapes={"x": {"shape": ((1, 8),), "width": 8},
+                                         "y": {"width": 3}}, opt_shapes=opt)
+        gm = monolib.GraphModule(lib["default"](monolib.cpu()))
+        for xs in (["a", "bé"], ["x", "ay", "", "aaaa", "中"]):
+            feeds = {"x": np.array(xs, dtype=object), "y": y}
+            gm.run(**feeds)
+            for got, want in zip((gm.get_output(0).numpy(), gm.get_output(1).numpy()),
+                                 ort_run(m, feeds)):
+                assert got.tolist() == want.tolist()

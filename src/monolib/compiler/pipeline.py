@@ -110,6 +110,8 @@ def prepare(
         step(progress, "specialize")
         for values in graph.specializations:
             static = {v.name: tuple(evaluate(d, values) for d in v.shape) for v in graph.inputs}
+            static.update({v.name: {"shape": static[v.name], "width": v.dtype.itemsize}
+                           for v in graph.inputs if v.dtype.kind == "S"})  # string widths
             g = simplify(import_model(model, static, constants,
                                       max_trip_count=max_trip_count)).graph
             f = fuse_elementwise(g)

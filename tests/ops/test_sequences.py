@@ -286,3 +286,24 @@ def test_if_with_sequence_branches_vs_ort():
         want = _ort(model, feeds)
         _assert_same(gm.get_output(0), want[0])
         _assert_same(gm.get_output(1).numpy(), want[1])
+
+
+def test_elements_of_several_ranks():
+    """A sequence may hold elements of different ranks (each record carries its rank):
+    inserted, passed through and returned as ONNX Runtime does; taking one out as a
+    tensor is refused by name."""
+    model = _model([helper.make_node("SequenceInsert", ["seq", "t"], ["out"])],
+                   [helper.make_tensor_sequence_value_info("seq", F, None),
+                    helper.make_tensor_value_info("t", F, [2, 2])],
+                   [helper.make_tensor_sequence_value_info("out", F, None)])
+    gm = _module(model, shapes={"seq": [(), (3,)], "t": (2, 2)})
+    feeds = {"seq": [np.array(1.5, np.float32), np.arange(3, dtype=np.float32)],
+             "t": np.ones((2, 2), np.float32)}
+    gm.run(**feeds)
+    _assert_same(gm.get_output(0), _ort(model, feeds)[0])
+    at = _model([helper.make_node("SequenceAt", ["seq", "i"], ["y"], name="take")],
+                [helper.make_tensor_sequence_value_info("seq", F, None),
+                 helper.make_tensor_value_info("i", I64, [])],
+                [helper.make_tensor_value_info("y", F, [None])])
+    with pytest.raises(monolib.errors.ShapeError, match="take.*several ranks"):
+        monolib.compile(at, shapes={"seq": [(), (3,)]})

@@ -5,14 +5,16 @@ in ONE arena slot of a size fixed at compile time (docs/ARCHITECTURE.md, "Sequen
 and optionals")::
 
     int64  count                 elements held; -1: an empty optional (None)
-    int64  shapes[capacity][rank] each element's shape (row-major, actual dims)
+    int64  shapes[capacity][1 + rank]   each element's record: its rank r, then its
+                                  r dims (the rest unused)
     (pad to 64)
     T      data[capacity][stride / itemsize]   element k at data_offset + k * stride,
                                   contiguous row-major at its actual shape
 
-``capacity`` (most elements), ``rank`` (all elements share it) and ``elem_max`` (each
-dim's largest size; an element's bytes never exceed ``prod(elem_max) * itemsize``) are
-compile-time facts. An optional tensor is the same layout with capacity 1 (count 1:
+``capacity`` (most elements), ``rank`` (every element's, or with ``mixed`` the
+largest) and ``elem_max`` (each dim's largest size, counting a dim an element lacks as
+1; an element's bytes never exceed ``prod(elem_max) * itemsize``) are compile-time
+facts. An optional tensor is the same layout with capacity 1 (count 1:
 present). The compiler writes a slot's description in the graph JSON entry of a
 sequence/optional input or output as ``"sequence"`` (:func:`spec_entry`); the runtime
 reads it back with :func:`spec_of` and packs/unpacks Python values with :func:`pack`
@@ -57,22 +59,25 @@ class SeqLayout(NamedTuple):
         Largest size of each element dim (``len == rank``).
     itemsize : int
         Bytes per element value.
+    mixed : bool
+        Elements of several ranks (up to ``rank``), their dims left-aligned.
     """
 
     capacity: int
     rank: int
     elem_max: tuple[int, ...]
     itemsize: int
+    mixed: bool = False
 
     @property
     def shapes_offset(self) -> int:
-        """Byte offset of ``int64 shapes[capacity][rank]`` (after the count)."""
+        """Byte offset of the records ``int64 shapes[capacity][1 + rank]``."""
         return 8
 
     @property
     def data_offset(self) -> int:
         """Byte offset of element 0's data (64-byte aligned)."""
-        return _align(8 + 8 * self.capacity * self.rank)
+        return _align(8 + 8 * self.capacity * (1 + self.rank))
 
     @property
     def stride(self) -> int:
@@ -113,6 +118,8 @@ def spec_entry(spec: SeqSpec) -> dict[str, Any]:
     lay = spec.layout
     out = {"kind": spec.kind, "dtype": np.dtype(spec.dtype).name, "capacity": lay.capacity,
            "rank": lay.rank, "elem_max": list(lay.elem_max)}
+    if lay.mixed:
+        out["mixed"] = True
     if spec.shapes is not None:
         out["shapes"] = [list(s) for s in spec.shapes]
     return out
@@ -134,21 +141,21 @@ def spec_of(entry: Mapping[str, Any], slot_nbytes: int) -> SeqSpec | None:
         dtype = np.dtype(raw["dtype"])
         cap, rank = int(raw["capacity"]), int(raw["rank"])
         elem_max = tuple(int(d) for d in raw["elem_max"])
+        mixed = bool(raw.get("mixed", False))
         shapes = raw.get("shapes")
         shapes = None if shapes is None else tuple(tuple(int(d) for d in x) for x in shapes)
     except (KeyError, TypeError, ValueError) as exc:
         raise ContainerError(f"graph JSON: malformed sequence entry {raw!r:.200} ({exc})") from None
     if kind not in KINDS or cap < 0 or rank != len(elem_max) or min(elem_max, default=0) < 0:
         raise ContainerError(f"graph JSON: malformed sequence entry {raw!r:.200}")
-    layout = SeqLayout(cap, rank, elem_max, dtype.itemsize)
+    layout = SeqLayout(cap, rank, elem_max, dtype.itemsize, mixed)
     if layout.nbytes > slot_nbytes:
         raise ContainerError(
             f"graph JSON: sequence {entry.get('name')!r} needs {layout.nbytes} bytes, its "
             f"slot has {slot_nbytes}"
         )
     if shapes is not None and (len(shapes) > cap or any(
-            len(x) != rank or any(not 0 <= d <= m for d, m in zip(x, elem_max))
-            for x in shapes)):
+            not _fits(x, layout) for x in shapes)):
         raise ContainerError(f"graph JSON: sequence shapes {raw!r:.200} exceed its bounds")
     return SeqSpec(kind, dtype, layout, shapes)
 
@@ -158,10 +165,18 @@ def _check_element(name: str, k: int, arr: np.ndarray, spec: SeqSpec) -> None:
     if arr.dtype != spec.dtype:
         raise InputError(f"input {name!r} element {k} has dtype {arr.dtype}, the model "
                          f"expects {spec.dtype}")
-    if arr.ndim != lay.rank or any(d > m for d, m in zip(arr.shape, lay.elem_max)):
+    if not _fits(arr.shape, lay):
+        ranks = f"rank <= {lay.rank}" if lay.mixed else f"rank {lay.rank}"
         raise InputError(
-            f"input {name!r} element {k} has shape {list(arr.shape)}; the model takes rank "
-            f"{lay.rank} elements of at most {list(lay.elem_max)}")
+            f"input {name!r} element {k} has shape {list(arr.shape)}; the model takes "
+            f"{ranks} elements of at most {list(lay.elem_max)}")
+
+
+def _fits(shape, lay: SeqLayout) -> bool:
+    """Whether an element of ``shape`` fits the layout's rank and bounds."""
+    if len(shape) > lay.rank or (len(shape) < lay.rank and not lay.mixed):
+        return False
+    return all(0 <= d <= m for d, m in zip(shape, lay.elem_max))
 
 
 def pack(spec: SeqSpec, value: Any, name: str, out: np.ndarray) -> None:
@@ -200,9 +215,11 @@ def pack(spec: SeqSpec, value: Any, name: str, out: np.ndarray) -> None:
         raise InputError(f"input {name!r} has element shapes {[list(a.shape) for a in arrays]}"
                          f"; the model was compiled for exactly {[list(x) for x in spec.shapes]}")
     out[:8].view(np.int64)[0] = len(arrays)
-    if lay.rank and arrays:
-        shapes = out[8:8 + 8 * lay.capacity * lay.rank].view(np.int64).reshape(-1, lay.rank)
-        shapes[:len(arrays)] = [a.shape for a in arrays]
+    records = out[8:8 + 8 * lay.capacity * (1 + lay.rank)].view(np.int64)
+    records = records.reshape(-1, 1 + lay.rank)
+    for k, arr in enumerate(arrays):
+        records[k, 0] = arr.ndim
+        records[k, 1:1 + arr.ndim] = arr.shape
     for k, arr in enumerate(arrays):
         start = lay.data_offset + k * lay.stride
         dst = out[start:start + arr.nbytes].view(spec.dtype).reshape(arr.shape)
@@ -224,12 +241,13 @@ def unpack(spec: SeqSpec, data: np.ndarray, name: str) -> Any:
         return None
     if not 0 <= count <= lay.capacity:
         raise ContainerError(f"output {name!r}: count {count} outside 0..{lay.capacity}")
-    shapes = (data[8:8 + 8 * lay.capacity * lay.rank].view(np.int64).reshape(-1, lay.rank)
-              if lay.rank else np.zeros((lay.capacity, 0), np.int64))
+    records = data[8:8 + 8 * lay.capacity * (1 + lay.rank)].view(np.int64)
+    records = records.reshape(-1, 1 + lay.rank)
     items: list[np.ndarray] = []
     for k in range(count):
-        shape = tuple(int(d) for d in shapes[k])
-        if any(d < 0 or d > m for d, m in zip(shape, lay.elem_max)):
+        rank = int(records[k, 0])
+        shape = tuple(int(d) for d in records[k, 1:1 + max(rank, 0)])
+        if not 0 <= rank <= lay.rank or not _fits(shape, lay):
             raise ContainerError(f"output {name!r} element {k}: shape {list(shape)} exceeds "
                                  f"{list(lay.elem_max)}")
         start = lay.data_offset + k * lay.stride

@@ -34,7 +34,7 @@ from ..abi.sequences import SeqLayout
 from .computed_bounds import numel_hi
 from .symbolic import Dim, DimLike, SymbolTable
 
-__all__ = ["Graph", "Node", "SeqType", "Value", "is_static", "max_shape", "nbytes_at_bounds",
+__all__ = ["Graph", "Node", "SeqType", "Value", "bound_shapes", "is_static", "max_shape", "nbytes_at_bounds",
            "normalize_shape", "shape_array", "shape_size"]
 
 _ids = itertools.count()
@@ -132,6 +132,10 @@ class SeqType:
         when they are known only at run time (a sequence carried by a Loop).
     present : bool, optional
         For an optional: whether it holds a value, when known at compile time.
+    mixed : bool
+        Elements of several ranks (at most ``len(elem_max)``; dims left-aligned, a
+        missing dim counted as 1 in ``elem_max``): ops that take an element out as a
+        tensor refuse such a sequence.
     """
 
     kind: str
@@ -140,10 +144,11 @@ class SeqType:
     elem_max: tuple[int, ...]
     shapes: tuple[tuple[int, ...], ...] | None = None
     present: bool | None = None
+    mixed: bool = False
 
     @property
     def rank(self) -> int:
-        """Rank of every element."""
+        """Rank of every element (with ``mixed``: the largest)."""
         return len(self.elem_max)
 
     @property
@@ -155,7 +160,7 @@ class SeqType:
     def layout(self) -> SeqLayout:
         """The slot's byte layout."""
         return SeqLayout(self.capacity, self.rank, tuple(self.elem_max),
-                         np.dtype(self.elem_dtype).itemsize)
+                         np.dtype(self.elem_dtype).itemsize, self.mixed)
 
     def slot(self) -> tuple[tuple[int], np.dtype]:
         """``(shape, dtype)`` of the value holding it: ``((slot bytes,), uint8)``; what
@@ -166,23 +171,19 @@ class SeqType:
     def of_shapes(kind: str, dtype: Any, shapes, capacity: int | None = None,
                   present: bool | None = None) -> "SeqType":
         """The SeqType of elements of the static ``shapes`` (capacity: their count,
-        unless given larger).
+        unless given larger; ``mixed`` when their ranks differ).
 
         Raises
         ------
         ValueError
-            Elements of different ranks, or a capacity below the count.
+            A capacity below the count.
         """
         shapes = tuple(tuple(int(d) for d in s) for s in shapes)
-        ranks = {len(s) for s in shapes}
-        if len(ranks) > 1:
-            raise ValueError(f"elements of ranks {sorted(ranks)}: one rank is required")
-        rank = ranks.pop() if ranks else 0
-        elem_max = tuple(max(s[a] for s in shapes) for a in range(rank)) if shapes else ()
         cap = len(shapes) if capacity is None else capacity
         if cap < len(shapes):
             raise ValueError(f"capacity {cap} below {len(shapes)} elements")
-        return SeqType(kind, np.dtype(dtype), cap, elem_max, shapes, present)
+        mixed = len({len(s) for s in shapes}) > 1
+        return SeqType(kind, np.dtype(dtype), cap, bound_shapes(shapes), shapes, present, mixed)
 
     def join(self, other: "SeqType") -> "SeqType":
         """A SeqType able to hold either (the output of an If whose branches give these):
@@ -191,19 +192,25 @@ class SeqType:
         Raises
         ------
         ValueError
-            Different kinds, element types or ranks.
+            Different kinds or element types.
         """
         if (self.kind, np.dtype(self.elem_dtype)) != (other.kind, np.dtype(other.elem_dtype)):
             raise ValueError(f"{self.kind} of {self.elem_dtype} vs {other.kind} of "
                              f"{other.elem_dtype}")
-        if self.rank != other.rank and self.capacity and other.capacity:
-            raise ValueError(f"elements of rank {self.rank} vs {other.rank}")
-        elem_max = (tuple(max(a, b) for a, b in zip(self.elem_max, other.elem_max))
-                    if self.capacity and other.capacity
+        both = self.capacity and other.capacity
+        elem_max = (bound_shapes([self.elem_max, other.elem_max]) if both
                     else (self.elem_max if self.capacity else other.elem_max))
+        mixed = self.mixed or other.mixed or bool(both and self.rank != other.rank)
         return SeqType(self.kind, self.elem_dtype, max(self.capacity, other.capacity), elem_max,
                        self.shapes if self.shapes == other.shapes else None,
-                       self.present if self.present == other.present else None)
+                       self.present if self.present == other.present else None, mixed)
+
+
+def bound_shapes(shapes) -> tuple[int, ...]:
+    """Each dim's largest size over static ``shapes`` of any ranks, left-aligned, a dim
+    a shape lacks counted as 1 (so the product bounds every shape's element count)."""
+    rank = max((len(s) for s in shapes), default=0)
+    return tuple(max(int(s[a]) if a < len(s) else 1 for s in shapes) for a in range(rank))
 
 
 def normalize_shape(shape) -> tuple[DimLike, ...]:

@@ -18,7 +18,7 @@ import logging
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node, SeqType, Value
+from ...ir import Node, SeqType, Value, bound_shapes
 from ..control.status import fail_statement
 
 __all__ = ["body_type", "copy_back", "copy_in", "join_branches", "settle_carried"]
@@ -38,16 +38,14 @@ def _join(node: Node, k: int, slot: SeqType, out: SeqType, capacity: int) -> Seq
     if np.dtype(slot.elem_dtype) != np.dtype(out.elem_dtype):
         raise ShapeError(f"Loop {node.name!r}: carried sequence {k} holds {slot.elem_dtype} and "
                          f"leaves the body holding {out.elem_dtype}")
-    if slot.capacity and out.capacity and slot.rank != out.rank:
-        raise ShapeError(f"Loop {node.name!r}: carried sequence {k} holds rank-{slot.rank} and "
-                         f"rank-{out.rank} elements (monolib holds one rank per sequence)")
-    if not slot.capacity or not slot.elem_max:
-        elem_max = out.elem_max
+    if not slot.capacity:
+        elem_max, mixed = out.elem_max, out.mixed
     elif not out.capacity:
-        elem_max = slot.elem_max
+        elem_max, mixed = slot.elem_max, slot.mixed
     else:
-        elem_max = tuple(max(a, b) for a, b in zip(slot.elem_max, out.elem_max))
-    return SeqType(slot.kind, slot.elem_dtype, capacity, tuple(elem_max))
+        elem_max = bound_shapes([slot.elem_max, out.elem_max])
+        mixed = slot.mixed or out.mixed or slot.rank != out.rank
+    return SeqType(slot.kind, slot.elem_dtype, capacity, tuple(elem_max), mixed=mixed)
 
 
 def _retype(graph, run_infer) -> None:
@@ -66,7 +64,7 @@ def join_branches(node: Node, i: int, a: SeqType | None, b: SeqType | None) -> S
     Raises
     ------
     ShapeError
-        A tensor in one branch, or element dtypes/ranks that differ.
+        A tensor in one branch, or element dtypes that differ.
     """
     if a is None or b is None:
         raise ShapeError(f"If {node.name!r}: output {i} is a sequence in one branch only")
@@ -92,7 +90,7 @@ def settle_carried(node: Node, body, init: list[Value], bound: int | None) -> di
         A carried sequence that grows with no bound on the trip count (the hint names
         ``max_trip_count``).
     ShapeError
-        A body output that is no sequence, or holds another dtype or rank.
+        A body output that is no sequence, or holds another dtype.
     """
     from ...passes.node_eval import run_infer
 

@@ -74,8 +74,12 @@ def element_shape(node: Node, t: SeqType, index: int | None) -> tuple:
     Raises
     ------
     ShapeError
-        The sequence can hold no element (capacity 0).
+        The sequence can hold no element (capacity 0), or holds elements of several
+        ranks.
     """
+    if t.mixed:
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): the sequence holds elements "
+                         "of several ranks; monolib takes out elements of one rank")
     if t.capacity == 0:
         raise ShapeError(f"node {node.name!r} ({node.op_type}): the sequence is always "
                          "empty; no element can be taken out of it")

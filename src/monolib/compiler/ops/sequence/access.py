@@ -3,12 +3,13 @@ sequence or optional slot (ONNX operator specs, opsets 11, 15 and 18)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
 
 from ....errors import ShapeError
-from ...ir import Node, SeqType
+from ...ir import Node
 from ..base import OpDef, register
 from ..control.status import fail_statement
 from ._slot import (c_seq, element_shape, input_seq, is_seq, is_tensor, seq_output,
@@ -128,8 +129,7 @@ class OptionalGetElement(OpDef):
             raise ShapeError(f"node {node.name!r} (OptionalGetElement): the optional is "
                              "always empty")
         if t.kind in ("sequence", "optional_sequence"):
-            return [seq_output(node, 0, SeqType("sequence", t.elem_dtype, t.capacity,
-                                                t.elem_max, t.shapes))]
+            return [seq_output(node, 0, dataclasses.replace(t, kind="sequence", present=None))]
         return [(element_shape(node, t, 0), t.elem_dtype)]
 
     def emit(self, node: Node, ctx) -> str:

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
 import onnx
 
 from ....errors import ShapeError
-from ...ir import Node, SeqType, is_static, max_shape
+from ...ir import Node, SeqType, bound_shapes, is_static, max_shape
 from ..base import OpDef, register
 from ._slot import c_seq, c_shape, is_seq, seq_output
 
@@ -24,20 +25,19 @@ def tensors_seq(node: Node, values, kind: str = "sequence") -> SeqType:
     Raises
     ------
     ShapeError
-        Tensors of different dtypes or ranks, or a sequence among them.
+        Tensors of different dtypes, or a sequence among them.
     """
     if any(is_seq(v) for v in values):
         raise ShapeError(f"node {node.name!r} ({node.op_type}): its inputs must be tensors")
     dtypes = {np.dtype(v.dtype) for v in values}
-    ranks = {len(v.shape) for v in values}
-    if len(dtypes) > 1 or len(ranks) > 1:
+    if len(dtypes) != 1:
         raise ShapeError(f"node {node.name!r} ({node.op_type}): tensors of dtypes "
-                         f"{sorted(map(str, dtypes))} and ranks {sorted(ranks)}; a sequence "
-                         "holds one dtype, and monolib one rank")
+                         f"{sorted(map(str, dtypes))}; a sequence holds one dtype")
     if all(is_static(v.shape) for v in values):
         return SeqType.of_shapes(kind, dtypes.pop(), [v.shape for v in values])
-    bounds = [max_shape(v.shape) for v in values]
-    return SeqType(kind, dtypes.pop(), len(values), tuple(max(b) for b in zip(*bounds)))
+    return SeqType(kind, dtypes.pop(), len(values),
+                   bound_shapes([max_shape(v.shape) for v in values]),
+                   mixed=len({len(v.shape) for v in values}) > 1)
 
 
 def put_tensors(ctx, out, values, start: str = "0") -> str:
@@ -47,7 +47,7 @@ def put_tensors(ctx, out, values, start: str = "0") -> str:
     for k, v in enumerate(values):
         decl, shp = c_shape(ctx, v.shape)
         lines.append(f"  {{ {decl}\n    ml_seq_put({c_seq(ctx, out)}, {start} + {k}, "
-                     f"{ctx.ptr(v)}, {shp}, {np.dtype(v.dtype).itemsize}); }}")
+                     f"{ctx.ptr(v)}, {shp}, {len(v.shape)}, {np.dtype(v.dtype).itemsize}); }}")
     return "\n".join(lines)
 
 
@@ -121,9 +121,8 @@ class Optional(OpDef):
         if is_seq(v):
             if v.seq.kind != "sequence":
                 raise ShapeError(f"node {node.name!r} (Optional): input is an optional")
-            t = v.seq
-            return [seq_output(node, 0, SeqType("optional_sequence", t.elem_dtype, t.capacity,
-                                                t.elem_max, t.shapes, True))]
+            return [seq_output(node, 0, dataclasses.replace(v.seq, kind="optional_sequence",
+                                                            present=True))]
         t = tensors_seq(node, [v], "optional_tensor")
         return [seq_output(node, 0, SeqType(t.kind, t.elem_dtype, 1, t.elem_max, t.shapes,
                                             True))]

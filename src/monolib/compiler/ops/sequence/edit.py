@@ -8,7 +8,7 @@ import logging
 import numpy as np
 
 from ....errors import ShapeError
-from ...ir import Node, SeqType, is_static, max_shape
+from ...ir import Node, SeqType, bound_shapes, is_static, max_shape
 from ..base import OpDef, register
 from ..control.status import fail_statement
 from ._slot import c_seq, c_shape, input_seq, is_tensor, seq_output
@@ -57,12 +57,9 @@ class SequenceInsert(OpDef):
         if np.dtype(x.dtype) != np.dtype(t.elem_dtype):
             raise ShapeError(f"node {node.name!r} (SequenceInsert): a {x.dtype} tensor into a "
                              f"sequence of {t.elem_dtype}")
-        if t.capacity and len(x.shape) != t.rank:
-            raise ShapeError(f"node {node.name!r} (SequenceInsert): a rank-{len(x.shape)} "
-                             f"tensor into a sequence of rank-{t.rank} elements (monolib "
-                             "holds one rank per sequence)")
         xmax = max_shape(x.shape)
-        elem_max = tuple(max(a, b) for a, b in zip(t.elem_max, xmax)) if t.capacity else xmax
+        elem_max = bound_shapes([t.elem_max, xmax]) if t.capacity else xmax
+        mixed = t.mixed or bool(t.capacity and len(x.shape) != t.rank)
         shapes = None
         pos = _position(node, 2)
         if t.shapes is not None and is_static(x.shape) and (node.input(2) is None
@@ -74,7 +71,7 @@ class SequenceInsert(OpDef):
                                  f"of range for {n} elements")
             shapes = t.shapes[:p] + (tuple(x.shape),) + t.shapes[p:]
         return [seq_output(node, 0, SeqType("sequence", t.elem_dtype, t.capacity + 1,
-                                            elem_max, shapes))]
+                                            elem_max, shapes, None, mixed))]
 
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")
@@ -90,7 +87,7 @@ class SequenceInsert(OpDef):
                 f"      for (int64_t k = n_ - 1; k >= p_; --k) ml_seq_copy_elem({o}, k + 1, {s}, k, {itemsize});\n"
                 f"      for (int64_t k = 0; k < p_; ++k) ml_seq_copy_elem({o}, k, {s}, k, {itemsize});\n"
                 f"      {decl}\n"
-                f"      ml_seq_put({o}, p_, {ctx.ptr(x)}, {shp}, {itemsize});\n"
+                f"      ml_seq_put({o}, p_, {ctx.ptr(x)}, {shp}, {len(x.shape)}, {itemsize});\n"
                 f"      *ml_seq_count({o}) = n_ + 1;\n    }}\n  }}")
 
 
@@ -115,7 +112,7 @@ class SequenceErase(OpDef):
                                  f"of range for {n} elements")
             shapes = t.shapes[:p] + t.shapes[p + 1:]
         return [seq_output(node, 0, SeqType("sequence", t.elem_dtype, t.capacity, t.elem_max,
-                                            shapes))]
+                                            shapes, None, t.mixed))]
 
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")

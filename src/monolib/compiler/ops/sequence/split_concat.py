@@ -90,7 +90,7 @@ class SplitToSequence(OpDef):
             decl, shp = c_shape(ctx, shape)
             lines.append(
                 f"    {{ {decl}\n"
-                f"      if ({o}.rank) memcpy(ml_seq_shape({o}, {k}), {shp}, {len(shape)} * 8);\n"
+                f"      ml_seq_set_shape({o}, {k}, {shp}, {len(shape)});\n"
                 f"      uint8_t* dst_ = ml_seq_data({o}, {k});\n"
                 f"      for (int64_t i = 0; i < {outer}; ++i)\n"
                 f"        memcpy(dst_ + i * {size} * ({inner}) * {itemsize}, src_ + (i * {length} + "
@@ -113,6 +113,9 @@ class ConcatFromSequence(OpDef):
     def geometry(self, node: Node) -> tuple[int, bool, SeqType]:
         """``(axis in the output, new_axis, the sequence's type)``."""
         t = input_seq(node, 0)
+        if t.mixed:
+            raise ShapeError(f"node {node.name!r} (ConcatFromSequence): the sequence holds "
+                             "elements of several ranks")
         new = bool(node.attrs.get("new_axis", 0))
         rank = t.rank + (1 if new else 0)
         return _axis(node, int(node.attrs["axis"]), rank), new, t

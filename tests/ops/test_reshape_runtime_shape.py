@@ -6,6 +6,7 @@ dims. Matched with ONNX Runtime; a chain Reshape -> Unsqueeze is not collapsed a
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
@@ -55,3 +56,15 @@ def test_reshape_run_time_shape():
 
 def test_reshape_run_time_shape_then_unsqueeze():
     _run(_model(squeeze=True), [[1, 6, 4], [1, -1, 2], [1, 24, 1]])
+
+
+def test_expand_and_tile_with_run_time_sizes_are_refused_naming_the_node():
+    from monolib.compiler.testing import make_node_model
+    from monolib.errors import ShapeError
+
+    x = np.zeros((2, 1), np.float32)
+    for op, name in (("Expand", "shape"), ("Tile", "repeats")):
+        model = make_node_model(op, {"x": x, name: np.array([2, 3], np.int64)})
+        with pytest.raises(ShapeError, match=rf"{op} \(node .*input '{name}' is a run-time "
+                           r"value.*no upper bound.*compile-time constant"):
+            monolib.compile(model)

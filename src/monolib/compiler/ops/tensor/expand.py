@@ -16,6 +16,7 @@ import numpy as np
 from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
+from ._computed import refuse_unbounded
 from .loops import (
     broadcast_shape,
     broadcast_strides,
@@ -43,6 +44,7 @@ class Expand(OpDef):
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
+        refuse_unbounded(node, 1, "shape")
         shape = const_ints(node, 1, "shape")
         out = broadcast_shape(x.shape, shape, where=f"Expand (node {node.name!r})")
         return [(out, x.dtype)]
@@ -81,6 +83,7 @@ class Tile(OpDef):
     op_type, since_version = "Tile", 6
 
     def _repeats(self, node: Node) -> list[int]:
+        refuse_unbounded(node, 1, "repeats")
         reps = const_ints(node, 1, "repeats")
         x = node.inputs[0]
         if len(reps) != len(x.shape) or any(r < 0 for r in reps):

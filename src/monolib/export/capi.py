@@ -116,12 +116,15 @@ def _tensor_table(kind: str, entries: Sequence[dict], symbols: Sequence[Symbol] 
     for i, raw in enumerate(entries):
         dims = list(raw["shape"])
         code, bits = dlpack_dtype(str(raw["dtype"]))
+        lanes = 1
+        if str(raw["dtype"]).startswith("S"):  # a string, S<n>: opaque, n lanes of 8 bits
+            bits, lanes = 8, int(str(raw["dtype"])[1:])
         dynamic = any(isinstance(d, str) for d in dims)
         if dynamic:
             nbytes = int(raw["max_nbytes"])
-            most = nbytes * 8 // bits if bits else 0  # any axis of an output: a bound
+            most = nbytes * 8 // (bits * lanes) if bits else 0  # any output axis: a bound
         else:
-            nbytes = math.prod(int(d) for d in dims) * bits // 8
+            nbytes = math.prod(int(d) for d in dims) * bits * lanes // 8
         axes = []  # per axis: (size, lo, hi, step, symbol index)
         for d in dims:
             if not isinstance(d, str):
@@ -138,12 +141,13 @@ def _tensor_table(kind: str, entries: Sequence[dict], symbols: Sequence[Symbol] 
             lines.append(_c_array(ctype, f"{base}_{field}", values))
         rows.append(
             f"  {{{_c_string(str(raw['name']))}, {_c_string(str(raw['dtype']))}, {code}, {bits}, "
+            f"{lanes}, "
             f"{len(dims)}, {base}_shape, {base}_lo, {base}_hi, {base}_step, {base}_sym, "
             f"{nbytes}u, {int(raw['offset'])}u, {int(dynamic)}, {at}}}"
         )
         at += len(dims)
     if not rows:
-        rows.append('  {"", "", 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0u, 0u, 0, 0}')
+        rows.append('  {"", "", 0, 0, 1, 0, NULL, NULL, NULL, NULL, NULL, 0u, 0u, 0, 0}')
     lines.append(
         f"static const ml_capi_tensor ml_capi_{kind}s[] = {{\n" + ",\n".join(rows) + "\n};"
     )
@@ -172,6 +176,7 @@ typedef struct ml_capi_tensor {
   const char* name;
   const char* dtype_name;
   uint8_t code, bits;
+  uint16_t lanes;                        /* the bytes of a string (S<n>), else 1 */
   int32_t ndim;
   const int64_t *shape, *lo, *hi, *step; /* shape[d] -1: a run-time dim */
   const int32_t* sym;                    /* per axis: symbol index, -1 static */

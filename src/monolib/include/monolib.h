@@ -30,7 +30,7 @@
  *     failure, monolib_last_error() says what went wrong and where.
  *   - Indices are 0-based, in the order of the graph's inputs and outputs.
  *   - Tensors are dense, row-major (C order), in the dtype the info names; byte
- *     counts are exact (nbytes = product of shape * bits / 8; of this run's shape
+ *     counts are exact (nbytes = product of shape * bits / 8 * lanes; of this run's shape
  *     for a tensor with run-time dims).
  *   - Dtypes use DLPack's type codes (dlpack.h: DLDataTypeCode), so a monolib_dtype
  *     has the layout of DLDataType.
@@ -100,7 +100,8 @@ enum monolib_dtype_code {
 typedef struct monolib_dtype {
   uint8_t code;   /* a monolib_dtype_code */
   uint8_t bits;   /* bits per lane: 32 for float32 */
-  uint16_t lanes; /* 1 (monolib tensors are never vector typed) */
+  uint16_t lanes; /* 1; a string tensor (dtype_name "S<n>"): code OPAQUE, bits 8,
+                     n lanes: n bytes of NUL-padded UTF-8 per element */
 } monolib_dtype;
 
 /** A graph input or output, as filled by monolib_input_info / monolib_output_info. */

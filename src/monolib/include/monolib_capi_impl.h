@@ -171,7 +171,7 @@ static int32_t ml_capi_info(const ml_capi_tensor* t, monolib_tensor_info* info,
   info->dtype_name = t->dtype_name;
   info->dtype.code = t->code;
   info->dtype.bits = t->bits;
-  info->dtype.lanes = 1;
+  info->dtype.lanes = t->lanes;
   info->ndim = t->ndim;
   info->shape = t->shape;
   info->nbytes = t->nbytes;
@@ -254,7 +254,7 @@ static uint64_t ml_capi_bytes(const ml_capi_tensor* t, const int64_t* shape) {
   uint64_t n = 1;
   int32_t d;
   for (d = 0; d < t->ndim; ++d) n *= (uint64_t)shape[d];
-  return n * t->bits / 8;
+  return n * t->bits / 8 * t->lanes;
 }
 
 MONOLIB_API int32_t monolib_set_input_shaped(monolib_model* model, int32_t i, const void* data,

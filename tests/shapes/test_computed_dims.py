@@ -139,3 +139,36 @@ def test_c_api_reports_the_computed_shape_and_inspect_labels_it(tmp_path, capsys
             assert np.array_equal(got, want)
     finally:
         lib.monolib_close(handle)
+
+
+def test_shape_arithmetic_on_a_computed_count():
+    """Exported post-processing reads the count through Shape -> Gather -> Concat ->
+    Reshape, ConstantOfShape and Range: all fold symbolically over the computed dim."""
+    from onnx import numpy_helper as nh
+
+    inits = [nh.from_array(np.array([0], np.int64), "z0"),
+             nh.from_array(np.array([2, 2], np.int64), "two2"),
+             nh.from_array(np.array(0, np.int64), "zs"), nh.from_array(np.array(1, np.int64), "one")]
+    nodes = [h.make_node("NonZero", ["x"], ["nz"]),
+             h.make_node("Transpose", ["nz"], ["sel"], perm=[1, 0]),
+             h.make_node("Shape", ["sel"], ["ss"]),
+             h.make_node("Gather", ["ss", "z0"], ["k"], axis=0),
+             h.make_node("Concat", ["k", "two2"], ["tgt"], axis=0),
+             h.make_node("Concat", ["sel", "sel"], ["selx"], axis=1),
+             h.make_node("Reshape", ["selx", "tgt"], ["r"]),
+             h.make_node("ConstantOfShape", ["ss"], ["zeros"]),
+             h.make_node("Squeeze", ["k"], ["ks"]),
+             h.make_node("Range", ["zs", "ks", "one"], ["ids"])]
+    outs = [h.make_tensor_value_info("r", T.INT64, ["k", 2, 2]),
+            h.make_tensor_value_info("zeros", T.FLOAT, ["k", 2]),
+            h.make_tensor_value_info("ids", T.INT64, ["k"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [3, 4])], outs, inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
+    lib = monolib.compile(model)
+    assert len(lib.get_graph_json()["symbols"]) == 1  # only NonZero's count
+    gm = monolib.GraphModule(lib["default"](monolib.cpu()))
+    for x in _cases(np.random.default_rng(4), (3, 4)):
+        gm.run(x=x)
+        for i, want in enumerate(ort_run(model, {"x": x})):
+            got = gm.get_output(i).numpy()
+            assert got.shape == want.shape and np.array_equal(got, want)

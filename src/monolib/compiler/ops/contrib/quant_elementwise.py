@@ -5,7 +5,7 @@ points are 0; the output has input A's / X's type (uint8 or int8).
 Each follows ONNX Runtime's CPU kernel (MLAS) so the integer outputs match it:
 
 * QLinearAdd (``qladd`` AVX2): ``ra = A_scale / C_scale``, ``rb = B_scale / C_scale``,
-  ``v = fma(A, ra, fma(B, rb, C_zp - (ra * A_zp + rb * B_zp)))``, rounded half to even,
+  ``v = fma(A, ra, fma(B, rb, C_zp - fma(ra, A_zp, rb * B_zp)))``, rounded half to even,
   saturated.
 * QLinearMul (``qlmul``): ``(A - A_zp) * (B - B_zp)`` exactly in int32, times
   ``A_scale * B_scale / C_scale`` in float32, rounded half to even, ``+ C_zp``, saturated.
@@ -164,7 +164,8 @@ class QLinearAdd(_QLinearBinary):
 
     def np_fn(self, node: Node, a, sa, za, b, sb, zb, sc, zc=None):
         ra, rb = _f(sa) / _f(sc), _f(sb) / _f(sc)
-        fixed = np.float32(_zp_np(zc) - np.float32(ra * _zp_np(za) + rb * _zp_np(zb)))
+        zsum = np.float32(np.float64(ra) * np.float64(_zp_np(za)) + np.float64(np.float32(rb * _zp_np(zb))))
+        fixed = np.float32(_zp_np(zc) - zsum)
         # fma: one rounding of an exact product plus a float32 (float64 holds it exactly)
         inner = (b.astype(np.float64) * np.float64(rb) + np.float64(fixed)).astype(np.float32)
         v = (a.astype(np.float64) * np.float64(ra) + inner.astype(np.float64)).astype(np.float32)
@@ -174,7 +175,9 @@ class QLinearAdd(_QLinearBinary):
         a, sa, za, b, sb, zb, sc = args[:7]
         zc = args[7] if len(args) > 7 else ""
         ra, rb = f"({sa} / {sc})", f"({sb} / {sc})"
-        fixed = f"({_zp(zc)} - ({ra} * {_zp(za)} + {rb} * {_zp(zb)}))"
+        # ORT's build contracts ra * za + rb * zb to one fused multiply-add (seen at a tie
+        # in a real model); written out, so this C gives it whatever the compiler does
+        fixed = f"({_zp(zc)} - fmaf({ra}, {_zp(za)}, {rb} * {_zp(zb)}))"
         v = f"fmaf((float)({a}), {ra}, fmaf((float)({b}), {rb}, {fixed}))"
         return _saturate_c(f"nearbyintf({v})", node.inputs[0].dtype)
 

@@ -225,7 +225,8 @@ def test_scan_over_runtime_length(rng, ort_run):
 
 
 def test_loop_carried_shape_change_refused():
-    """A carried value growing per iteration (Concat) is refused, naming the node."""
+    """A carried value doubling per iteration (Concat with itself) is refused, naming
+    the node."""
     body = helper.make_graph(
         [helper.make_node("Concat", ["v_in", "v_in"], ["v_out"], axis=0),
          helper.make_node("Identity", ["c_in"], ["c_out"])],
@@ -233,8 +234,8 @@ def test_loop_carried_shape_change_refused():
         [_vi("c_out", B, []), _vi("v_out", F, ["m"])])
     model = _model([helper.make_node("Loop", ["m", "", "v0"], ["v"], body=body, name="grow")],
                    [_vi("m", I64, []), _vi("v0", F, [2])], [_vi("v", F, ["k"])])
-    with pytest.raises(monolib.errors.ShapeError, match=r"'grow'.*leaves the body as float32\[4\]"):
-        monolib.compile(model)
+    with pytest.raises(monolib.errors.ShapeError, match=r"'grow'.*constant step"):
+        monolib.compile(model, max_trip_count={"grow": 4})
 
 
 def test_if_branch_ranks_differ_refused():
@@ -301,3 +302,42 @@ def test_nested_loops_and_a_data_dependent_body(rng, ort_run):
               "t0": np.array(0, np.int64), "x": rng.standard_normal((4, 6)).astype(np.float32)}
              for m, r in ((3, 4), (5, 2), (0, 4))]
     _check(model, feeds, ort_run, max_trip_count={"outer_loop": 5})
+
+
+def _growing_loop():
+    """ids [1, n] grows by one per iteration (Concat of i * 2 + its length so far, read
+    through Shape); a float carried value sums the ids."""
+    body = helper.make_graph(
+        [helper.make_node("Shape", ["ids_in"], ["shp"]),
+         helper.make_node("Gather", ["shp", "one"], ["n"], axis=0),
+         helper.make_node("Mul", ["i", "two"], ["i2"]),
+         helper.make_node("Add", ["i2", "n"], ["v"]),
+         helper.make_node("Reshape", ["v", "shape11"], ["v11"]),
+         helper.make_node("Concat", ["ids_in", "v11"], ["ids_out"], axis=1),
+         helper.make_node("ReduceSum", ["ids_out"], ["tot"], keepdims=0),
+         helper.make_node("Cast", ["tot"], ["ftot"], to=F),
+         helper.make_node("Add", ["acc_in", "ftot"], ["acc_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "body", [_vi("i", I64, []), _vi("c_in", B, []), _vi("ids_in", I64, [1, "n"]),
+                 _vi("acc_in", F, [])],
+        [_vi("c_out", B, []), _vi("ids_out", I64, [1, "n2"]), _vi("acc_out", F, [])],
+        initializer=[helper.make_tensor("one", I64, [], [1]), helper.make_tensor("two", I64, [], [2]),
+                     helper.make_tensor("shape11", I64, [2], [1, 1])])
+    return _model([helper.make_node("Loop", ["m", "", "ids0", "a0"], ["ids", "acc"], body=body,
+                                    name="grow")],
+                  [_vi("m", I64, []), _vi("ids0", I64, [1, 2]), _vi("a0", F, [])],
+                  [_vi("ids", I64, [1, "k"]), _vi("acc", F, [])])
+
+
+def test_loop_carried_value_growing_per_iteration(ort_run):
+    """A carried tensor growing by a constant step gets a computed dim (its slot
+    planned at the bound): run-time M within the bound, 0 trips, and past the bound."""
+    model = _growing_loop()
+    feeds = [{"m": np.array(m, np.int64), "ids0": np.array([[7, 3]], np.int64),
+              "a0": np.array(0.5, np.float32)} for m in (0, 1, 5, 6)]
+    gm = _check(model, feeds, ort_run, max_trip_count={"grow": 6})
+    assert _run(gm, feeds[2])[0].shape == (1, 7)
+    with pytest.raises(ExecutionError, match="'grow'"):
+        _run(gm, {**feeds[0], "m": np.array(7, np.int64)})
+    with pytest.raises(UnsupportedOpError, match=r"grows per iteration.*max_trip_count"):
+        monolib.compile(model)

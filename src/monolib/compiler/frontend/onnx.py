@@ -457,17 +457,23 @@ class _Importer:
         op = lookup(p.op_type, opset, "", name)
         attrs = node_attributes(p, opset)  # GRAPH attributes kept as GraphProto
         captures: dict[int, Value] = {}
+        if name in self.max_trips:
+            attrs["_max_trip_count"] = int(self.max_trips[name])
         for key in [k for k, a in attrs.items() if isinstance(a, onnx.GraphProto)]:
             types = op.body_types(inputs, attrs, key)
             with _in_branch(name, attrs[key].name, p.op_type):
                 graph = self._import_body(attrs[key], scope, types, f"{key} of {name!r}")
+                # a Loop-carried value growing per iteration: imported again with a
+                # computed dim on that axis (``Loop.settle_body``)
+                settle = getattr(op, "settle_body", None)
+                retyped = settle(name, inputs, attrs, key, graph) if settle else None
+                if retyped is not None:
+                    graph = self._import_body(attrs[key], scope, retyped, f"{key} of {name!r}")
             attrs[key] = graph
             for v in free_values(graph, graph.inputs):
                 captures.setdefault(v.uid, v)
         attrs["_formal"] = len(inputs)
         attrs["_captures"] = list(captures.values())
-        if name in self.max_trips:
-            attrs["_max_trip_count"] = int(self.max_trips[name])
         outputs = [self._new_value(o if o else f"{name}/unused{i}")
                    for i, o in enumerate(p.output)]
         node = Node(p.op_type, name, [*inputs, *captures.values()], outputs, attrs, "", opset)

@@ -18,8 +18,12 @@ false), else a computed dim (issue 13) bounded by ``M``'s value or upper bound, 
 the user's ``max_trip_count={"node": N}`` (``--max-trips node=N``); a loop with scan
 outputs and no bound is refused with that hint. A run that would pass the bound stops
 there and ``monolib_run`` returns an error naming the node (never a write past the
-buffer). Loop-carried values keep their shape (a value whose shape changes per
-iteration is refused, naming the node); a carried sequence is a slot sized for the
+buffer). A loop-carried tensor that grows (or shrinks) by a constant number of
+elements along an axis per iteration (``Concat`` of a token to the ids so far) gets a
+computed dim on that axis: its body input slot is planned at the size the trip-count
+bound gives, the dim is written before each iteration and after the last
+(:meth:`Loop.settle_body` retypes the body with it); any other change of shape per
+iteration is refused, naming the node. A carried sequence is a slot sized for the
 elements it gains over the bound on the trip count (``ops/sequence/_carried.py``).
 """
 
@@ -31,7 +35,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
-from ...symbolic import Dim, computed_symbol, same_shape
+from ...symbolic import Dim, computed_symbol, same, same_shape
 from ..base import OpDef, OutType, register
 from ..sequence._carried import body_type, copy_back, copy_in, settle_carried
 from .status import fail_statement
@@ -75,6 +79,12 @@ def trip_count(node: Node):
     return None, bound
 
 
+def _nbytes_c(v: Value, sizes: dict[int, str]) -> str:
+    """C expression of ``v``'s bytes with the dims of ``sizes`` (axis -> C) replaced."""
+    dims = [f"(int64_t)({sizes.get(a, d)})" for a, d in enumerate(v.shape)]
+    return " * ".join([*dims, str(v.dtype.itemsize)])
+
+
 @register
 class Loop(OpDef):
     """``Loop``: inputs ``M`` (optional), ``cond`` (optional), the initial loop-carried
@@ -101,6 +111,59 @@ class Loop(OpDef):
                    for v in inputs[2:]]
         return [((), np.dtype(np.int64)), ((), np.dtype(bool)), *carried]
 
+    def settle_body(self, name: str, inputs, attrs, key: str, graph) -> list | None:
+        """Body input types for loop-carried tensors that grow by a constant step per
+        iteration (``None`` when none does): such an axis becomes a computed dim bounded
+        by the initial size plus the step times the trip-count bound; the frontend
+        imports the body again with these types. Records ``attrs["_grown"]`` (carried
+        index -> {axis: step}).
+
+        Raises
+        ------
+        UnsupportedOpError
+            A growing value and no bound on the trip count (the hint names
+            ``max_trip_count``).
+        """
+        init = list(inputs[2:])
+        exact, bound = trip_count(Node("Loop", name, list(inputs), [], {**attrs, key: graph}))
+        trips = exact if isinstance(exact, int) else bound
+        types = self.body_types(inputs, attrs, key)
+        grown: dict[int, dict[int, int]] = {}
+        for k, v in enumerate(init):
+            s, o = graph.inputs[2 + k], graph.outputs[1 + k]
+            if (v is None or v.seq is not None or o.dtype != v.dtype
+                    or len(o.shape) != len(s.shape) or same_shape(s.shape, o.shape)):
+                continue
+            steps = {a: y - x for a, (x, y) in enumerate(zip(s.shape, o.shape)) if not same(x, y)}
+            if not all(isinstance(s.shape[a], int) and isinstance(d, int)
+                       for a, d in steps.items()):
+                return None  # not a constant step: infer refuses it
+            if trips is None:
+                raise UnsupportedOpError(
+                    f"Loop {name!r}: loop-carried value {k} grows per iteration and the trip "
+                    "count has no bound monolib can derive to plan it at; give one with "
+                    f"max_trip_count={{{name!r}: N}} (CLI: --max-trips {name}=N)")
+            shape = list(v.shape)
+            for a, d in steps.items():
+                ends = (int(v.shape[a]), int(v.shape[a]) + d * trips)
+                shape[a] = Dim.of(computed_symbol(f"{name}_carried{k}_d{a}", hi=max(ends),
+                                                  lo=max(0, min(ends))))
+            types[2 + k] = (tuple(shape), v.dtype)
+            grown[k] = steps
+        if not grown:
+            return None
+        attrs["_grown"] = grown
+        return types
+
+    def _grows(self, node: Node, k: int, s: Value, o: Value) -> bool:
+        """Whether carried value ``k`` is one :meth:`settle_body` gave a growing dim and
+        the body grows it by its step."""
+        steps = node.attrs.get("_grown", {}).get(k)
+        if not steps or len(s.shape) != len(o.shape):
+            return False
+        return all(same(y, x + steps[a]) if a in steps else same(x, y)
+                   for a, (x, y) in enumerate(zip(s.shape, o.shape)))
+
     def infer(self, node: Node) -> list[OutType]:
         body = node.attrs["body"]
         formal = int(node.attrs.get("_formal", len(node.inputs)))
@@ -117,12 +180,22 @@ class Loop(OpDef):
                 node.outputs[k].seq = seqs[k]
                 out.append(seqs[k].slot())
                 continue
+            if v.dtype == o.dtype and self._grows(node, k, body.inputs[2 + k], o):
+                out.append((body.inputs[2 + k].shape, v.dtype))  # its final size
+                continue
             if v.dtype != o.dtype or not same_shape(v.shape, o.shape):
                 raise ShapeError(
                     f"Loop {node.name!r}: loop-carried value {k} enters as "
                     f"{v.dtype}{list(v.shape)} and leaves the body as {o.dtype}{list(o.shape)}; "
-                    "monolib compiles loop-carried values of one fixed shape")
+                    "monolib compiles loop-carried values of one fixed shape or growing by a "
+                    "constant step per iteration")
             out.append((v.shape, v.dtype))
+        grown = {s.name for k in node.attrs.get("_grown", {})
+                 for d in body.inputs[2 + k].shape if isinstance(d, Dim) for s in d.symbols()}
+        for o in body.outputs[1 + len(init):]:
+            if any(s.name in grown for d in o.shape if isinstance(d, Dim) for s in d.symbols()):
+                raise ShapeError(f"Loop {node.name!r}: scan output {o.name!r} changes shape "
+                                 "per iteration (it follows a growing loop-carried value)")
         if n_scan:
             out += [((self._trips(node), *o.shape), o.dtype)
                     for o in body.outputs[1 + len(init):]]
@@ -184,26 +257,43 @@ class Loop(OpDef):
         m = "INT64_MAX" if m_in is None else f"(int64_t){ctx.ptr(m_in)}[0]"
         c = "1" if c_in is None else f"({ctx.ptr(c_in)}[0] != 0)"
         lines = ["  {", f"  int64_t m_ = {m}; int c_ = {c}; int64_t i_ = 0;"]
+        # a growing carried value: its size kept in a local (g<k>_<axis>_), written to
+        # its computed dim before each iteration and after the last (never read from S)
+        grown = node.attrs.get("_grown", {})
+        sizes = {k: {a: f"g{k}_{a}_" for a in steps} for k, steps in grown.items()}
+        for k, names in sizes.items():
+            lines += [f"  int64_t {g} = {int(init[k].shape[a])};" for a, g in names.items()]
         for v, s in zip(init, slots):
             lines.append(f"  {copy_in(ctx, em.ptr(s), s.seq, ctx.ptr(v), v.seq)}" if v.seq else
                          f"  memcpy({em.ptr(s)}, {ctx.ptr(v)}, {v.nbytes});")
         lines.append("  for (; i_ < m_ && c_; ++i_) {")
-        if souts and exact is None:
+        if (souts or grown) and exact is None:
             lines.append(f"    if (i_ >= {bound}) {{ {fail_statement(ctx, node, 'trip count')}"
                          " break; }")
+        for k, names in sizes.items():
+            lines += [f"    {ctx.set_symbol(slots[k].shape[a], g)}" for a, g in names.items()]
         lines.append(f"    *{em.ptr(it)} = i_; *{em.ptr(cin)} = (uint8_t)c_;")
         lines.append(f"    {em.call}")
         lines.append(f"    c_ = ({em.ptr(cout)}[0] != 0);")
-        for s, o in zip(slots, couts):
-            if s.seq is not None and o is not s:
+        for k, (s, o) in enumerate(zip(slots, couts)):
+            if k in grown:
+                nbytes = _nbytes_c(o, {a: f"({g} + {grown[k][a]})" for a, g in sizes[k].items()})
+                lines.append(f"    memmove({em.ptr(s)}, {em.ptr(o)}, {nbytes});")
+            elif s.seq is not None and o is not s:
                 lines.append(f"    {copy_back(ctx, node, em.ptr(s), s.seq, em.ptr(o), o.seq)}")
             elif em.offset(o) != em.offset(s):
                 lines.append(f"    memmove({em.ptr(s)}, {em.ptr(o)}, {o.nbytes});")
         for o, y in zip(souts, node.outputs[n:]):
             lines.append(f"    memcpy((uint8_t*){ctx.ptr(y)} + i_ * (int64_t)({o.nbytes}), "
                          f"{em.ptr(o)}, {o.nbytes});")
+        for k, names in sizes.items():
+            lines += [f"    {g} += {grown[k][a]};" for a, g in names.items()]
         lines.append("  }")
-        for s, y in zip(slots, node.outputs[:n]):
+        for k, (s, y) in enumerate(zip(slots, node.outputs[:n])):
+            if k in grown:
+                lines += [f"  {ctx.set_symbol(s.shape[a], g)}" for a, g in sizes[k].items()]
+                lines.append(f"  memcpy({ctx.ptr(y)}, {em.ptr(s)}, {_nbytes_c(s, sizes[k])});")
+                continue
             lines.append(f"  memcpy({ctx.ptr(y)}, {em.ptr(s)}, {y.nbytes});")
         if souts and exact is None:
             lines.append(f"  {ctx.set_symbol(trips, 'i_')}")

@@ -233,7 +233,7 @@ def test_compile_errors():
         monolib.compile(_identity(), shapes={"x": {"shape": (2,), "width": 0}})
     cast = _model([helper.make_node("Cast", ["x"], ["y"], to=T.FLOAT, name="c")],
                   [_s("x", [2])], [helper.make_tensor_value_info("y", T.FLOAT, [2])])
-    with pytest.raises(UnsupportedOpError, match="'c'.*Cast from a string"):
+    with pytest.raises(UnsupportedOpError, match="'c'.*Cast of a string"):
         _compile(cast, {})
 
 

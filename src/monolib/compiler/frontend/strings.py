@@ -33,10 +33,10 @@ logger = logging.getLogger(__name__)
 #: Default-domain ops whose string form is another op: Equal on strings compares
 #: UTF-8 slots, not numbers (the elementwise Equal would compare C structs).
 _STRING_FORMS = {"Equal": "StringEqual"}
-#: Default-domain ops that read strings as numbers: refused. (Ops that only move
+#: Default-domain ops that would parse or order strings: refused. (Ops that only move
 #: elements, Identity, Reshape, Transpose, Gather, Concat, Slice, Where, Expand...,
 #: move ``ml_str<n>`` structs and need nothing here.)
-_REFUSED = frozenset({"Cast", "CastLike"})
+_REFUSED = frozenset({"Cast", "CastLike", "Unique"})
 
 
 def string_node(node: Node) -> Node:
@@ -46,13 +46,13 @@ def string_node(node: Node) -> Node:
     Raises
     ------
     UnsupportedOpError
-        A Cast/CastLike from a string tensor (the node named).
+        Cast/CastLike/Unique of a string tensor (the node named).
     """
     reads = any(v is not None and v.dtype.kind == "S" for v in node.inputs)
     if reads and node.domain == "" and node.op_type in _REFUSED:
         raise UnsupportedOpError(
-            f"node {node.name!r} ({node.op_type}): {node.op_type} from a string tensor "
-            "(parsing numbers) is not supported by monolib")
+            f"node {node.name!r} ({node.op_type}): {node.op_type} of a string tensor "
+            "(parsing or ordering strings) is not supported by monolib")
     form = _STRING_FORMS.get(node.op_type) if node.domain == "" else None
     if form is None or not reads:
         return node

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import ContainerError, InputError
 
-__all__ = ["KINDS", "SeqLayout", "SeqSpec", "pack", "shapes_of", "spec_entry", "spec_of", "unpack"]
+__all__ = ["KINDS", "SeqLayout", "SeqSpec", "pack", "spec_entry", "spec_of", "unpack"]
 
 logger = logging.getLogger(__name__)
 
@@ -256,8 +256,3 @@ def unpack(spec: SeqSpec, data: np.ndarray, name: str) -> Any:
     if spec.kind == "optional_tensor":
         return items[0] if items else None
     return items
-
-
-def shapes_of(value: Sequence[Any]) -> list[tuple[int, ...]]:
-    """The shapes of a list of arrays (what ``shapes=`` takes for a sequence input)."""
-    return [tuple(np.shape(a)) for a in value]

@@ -34,8 +34,8 @@ from ..abi.sequences import SeqLayout
 from .computed_bounds import numel_hi
 from .symbolic import Dim, DimLike, SymbolTable
 
-__all__ = ["Graph", "Node", "SeqType", "Value", "bound_shapes", "is_static", "max_shape", "nbytes_at_bounds",
-           "normalize_shape", "shape_array", "shape_size"]
+__all__ = ["Graph", "Node", "SeqType", "Value", "bound_shapes", "is_static", "max_shape",
+           "nbytes_at_bounds", "normalize_shape", "shape_array", "shape_size"]
 
 _ids = itertools.count()
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 from ....errors import ShapeError
 from ...ir import Node, SeqType, Value, is_static
 from ...symbolic import Dim
@@ -118,8 +116,3 @@ def write_shape_symbols(ctx, out: Value, record: str) -> str:
         return ""
     return "\n".join(f"  {ctx.set_symbol(d, f'{record}[{a}]')}"
                      for a, d in enumerate(out.shape))
-
-
-def np_dtype(v: Value) -> np.dtype:
-    """The element dtype of a tensor, or of the elements of a sequence/optional."""
-    return np.dtype(v.seq.elem_dtype if v.seq is not None else v.dtype)

@@ -65,7 +65,8 @@ class SequenceAt(OpDef):
         pos = f"(int64_t)({ctx.ptr(node.inputs[1])})[0]"
         return (f"  {{ int64_t at_ = {pos}, n_ = *ml_seq_count({c_seq(ctx, src)});\n"
                 "  if (at_ < 0) at_ += n_;\n"
-                f"  if (at_ < 0 || at_ >= n_) {{ {fail_statement(ctx, node, 'position')} return; }}\n"
+                "  if (at_ < 0 || at_ >= n_) "
+                f"{{ {fail_statement(ctx, node, 'position')} return; }}\n"
                 + take_element(ctx, node, src, "at_") + "\n  }")
 
 

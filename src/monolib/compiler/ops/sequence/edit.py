@@ -84,8 +84,10 @@ class SequenceInsert(OpDef):
         return (f"  {{ int64_t n_ = *ml_seq_count({s});\n"
                 f"    int64_t p_ = ml_seq_position({pos}, n_, 1);\n"
                 f"    if (p_ < 0) {{ {fail_statement(ctx, node, 'position')} return; }} {{\n"
-                f"      for (int64_t k = n_ - 1; k >= p_; --k) ml_seq_copy_elem({o}, k + 1, {s}, k, {itemsize});\n"
-                f"      for (int64_t k = 0; k < p_; ++k) ml_seq_copy_elem({o}, k, {s}, k, {itemsize});\n"
+                "      for (int64_t k = n_ - 1; k >= p_; --k) "
+                f"ml_seq_copy_elem({o}, k + 1, {s}, k, {itemsize});\n"
+                "      for (int64_t k = 0; k < p_; ++k) "
+                f"ml_seq_copy_elem({o}, k, {s}, k, {itemsize});\n"
                 f"      {decl}\n"
                 f"      ml_seq_put({o}, p_, {ctx.ptr(x)}, {shp}, {len(x.shape)}, {itemsize});\n"
                 f"      *ml_seq_count({o}) = n_ + 1;\n    }}\n  }}")
@@ -124,6 +126,8 @@ class SequenceErase(OpDef):
         return (f"  {{ int64_t n_ = *ml_seq_count({s});\n"
                 f"    int64_t p_ = ml_seq_position({pos}, n_, 0);\n"
                 f"    if (p_ < 0) {{ {fail_statement(ctx, node, 'position')} return; }} {{\n"
-                f"      for (int64_t k = 0; k < p_; ++k) ml_seq_copy_elem({o}, k, {s}, k, {itemsize});\n"
-                f"      for (int64_t k = p_ + 1; k < n_; ++k) ml_seq_copy_elem({o}, k - 1, {s}, k, {itemsize});\n"
+                "      for (int64_t k = 0; k < p_; ++k) "
+                f"ml_seq_copy_elem({o}, k, {s}, k, {itemsize});\n"
+                "      for (int64_t k = p_ + 1; k < n_; ++k) "
+                f"ml_seq_copy_elem({o}, k - 1, {s}, k, {itemsize});\n"
                 f"      *ml_seq_count({o}) = n_ - 1;\n    }}\n  }}")

@@ -93,8 +93,9 @@ class SplitToSequence(OpDef):
                 f"      ml_seq_set_shape({o}, {k}, {shp}, {len(shape)});\n"
                 f"      uint8_t* dst_ = ml_seq_data({o}, {k});\n"
                 f"      for (int64_t i = 0; i < {outer}; ++i)\n"
-                f"        memcpy(dst_ + i * {size} * ({inner}) * {itemsize}, src_ + (i * {length} + "
-                f"{start}) * ({inner}) * {itemsize}, (size_t)({size} * ({inner}) * {itemsize})); }}")
+                f"        memcpy(dst_ + i * {size} * ({inner}) * {itemsize},\n"
+                f"               src_ + (i * {length} + {start}) * ({inner}) * {itemsize},\n"
+                f"               (size_t)({size} * ({inner}) * {itemsize})); }}")
             start += size
         lines.append("  }")
         return "\n".join(lines)
@@ -162,7 +163,8 @@ class ConcatFromSequence(OpDef):
                  f"    uint8_t* y_ = (uint8_t*)({ctx.ptr(out)});",
                  "    int64_t at_ = 0;",
                  "    for (int64_t k = 0; k < n_; ++k) {",
-                 "      const int64_t len_ = " + ("1;" if new else f"ml_seq_shape({s}, k)[{axis}];"),
+                 "      const int64_t len_ = "
+                 + ("1;" if new else f"ml_seq_shape({s}, k)[{axis}];"),
                  f"      const uint8_t* x_ = ml_seq_data({s}, k);",
                  "      for (int64_t i = 0; i < outer_; ++i)",
                  f"        memcpy(y_ + ((i * total_ + at_) * inner_) * {itemsize}, "

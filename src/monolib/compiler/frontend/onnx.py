@@ -37,6 +37,7 @@ from .attributes import convert_attribute, node_attributes, tensor_to_array
 from .check import check_model_light
 from .inputs import resolve_inputs
 from .order import topological_order
+from .rounding import rounded_import
 from .storage import narrow_outputs, storage_type, widen_inputs
 from .strings import same_widths, string_node
 from .support import DEFAULT_OPSETS, check_supported, normalize_domain, walk_nodes
@@ -341,6 +342,12 @@ class _Importer:
         # float16, bfloat16, float8, int4...: compute in float32 / int32 (storage.py)
         narrow = storage_type(p.op_type, domain, inputs)
         if narrow is not None:
+            # ops whose 16-bit result ONNX rounds inside the op (rounding.py)
+            replacement = rounded_import(p, domain, opset, narrow, inputs, name)
+            if replacement is not None:
+                for q in replacement:
+                    self._import_node(q, scope)
+                return
             inputs = widen_inputs(inputs, name, self._new_value, self._node_name,
                                   self.nodes.append)
         inputs = same_widths(p.op_type, domain, inputs, name, self._new_value,

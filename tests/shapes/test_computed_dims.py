@@ -172,3 +172,12 @@ def test_shape_arithmetic_on_a_computed_count():
         for i, want in enumerate(ort_run(model, {"x": x})):
             got = gm.get_output(i).numpy()
             assert got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_debug_executor_reads_a_computed_shape():
+    from monolib.runtime.debug_executor import create
+
+    dbg = create(monolib.compile(_nonzero_model([5])))
+    for x in (np.array([0, 1, 0, 2, 3], np.float32), np.zeros(5, np.float32)):
+        dbg.set_input("x", x)
+        assert np.array_equal(dbg.debug_get_output(0).numpy(), np.array(np.nonzero(x)))

@@ -228,6 +228,10 @@ def test_graph_json_describes_the_slot():
     assert seq_in == {"kind": "sequence", "dtype": "float32", "capacity": 1, "rank": 1,
                       "elem_max": [2], "shapes": [[2]]}
     assert seq_out["capacity"] == 2 and seq_out["shapes"] == [[2], [2]]
+    gm = monolib.GraphModule(lib["default"](monolib.cpu()))
+    assert gm.get_input_info() == ({"seq": ("sequence", 1, (2,)), "t": (2,)},
+                                   {"seq": "sequence(float32)", "t": "float32"})
+    assert gm.get_output_info()[0] == {"out": ("sequence", 2, (2,))}
 
 
 def test_loop_appends_to_a_sequence_vs_ort():

@@ -238,17 +238,30 @@ class GraphModule:
         """``(shape_dict, dtype_dict)`` of the inputs, by name (TVM's order).
 
         A run-time dim appears as ``(name, lo, hi)``, or ``(name, lo, hi, step)``
-        when its step is above 1: e.g. ``{"x": (("batch", 1, 8), 3, 224, 224)}``.
+        when its step is above 1: e.g. ``{"x": (("batch", 1, 8), 3, 224, 224)}``. A
+        sequence or optional appears as ``(kind, capacity, elem_max)`` with dtype
+        ``"sequence(float32)"``, ``"optional_tensor(float32)"``...
         """
-        ins = self.executor.inputs
-        return {t.name: self._dims(t) for t in ins}, {t.name: str(t.dtype) for t in ins}
+        return self._info(self.executor.inputs, self._seq_in)
 
     def get_output_info(self) -> tuple[dict[str, tuple], dict[str, str]]:
         """``(shape_dict, dtype_dict)`` of the outputs, by name; a run-time dim
         appears as its dim expression string (``"batch"``, ``"(x_2 / 4)"``), or as
-        ``(name, lo, hi[, step])`` where it is a symbol itself."""
-        outs = self.executor.outputs
-        return {t.name: self._dims(t) for t in outs}, {t.name: str(t.dtype) for t in outs}
+        ``(name, lo, hi[, step])`` where it is a symbol itself; a sequence or optional
+        as in :meth:`get_input_info`."""
+        return self._info(self.executor.outputs, self._seq_out)
+
+    def _info(self, infos: Any, seqs: dict) -> tuple[dict[str, tuple], dict[str, str]]:
+        shapes, dtypes = {}, {}
+        for i, t in enumerate(infos):
+            spec = seqs.get(i)
+            if spec is None:
+                shapes[t.name], dtypes[t.name] = self._dims(t), str(t.dtype)
+            else:
+                lay = spec.layout
+                shapes[t.name] = (spec.kind, lay.capacity, lay.elem_max)
+                dtypes[t.name] = f"{spec.kind}({spec.dtype})"
+        return shapes, dtypes
 
     def load_params(self, params: Any) -> None:
         """Use other weights: ``{name: array}`` or a safetensors file path / bytes

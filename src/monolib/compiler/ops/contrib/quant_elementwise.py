@@ -8,7 +8,8 @@ Each follows ONNX Runtime's CPU kernel (MLAS) so the integer outputs match it:
   ``v = fma(A, ra, fma(B, rb, C_zp - fma(ra, A_zp, rb * B_zp)))``, rounded half to even,
   saturated.
 * QLinearMul (``qlmul``): ``(A - A_zp) * (B - B_zp)`` exactly in int32, times
-  ``A_scale * B_scale / C_scale`` in float32, rounded half to even, ``+ C_zp``, saturated.
+  ``A_scale * B_scale / C_scale`` in float32, ``+ C_zp`` in float32, rounded half to
+  even, saturated.
 * QLinearSigmoid / QLinearLeakyRelu (ORT: a 256-entry table from
   ``QlinearBuildLookupTable``): ``x = X_scale * (X - X_zp)``, ``f(x)`` in float32,
   ``round_half_even(f(x) / Y_scale) + Y_zp`` saturated. Here computed per element (the
@@ -162,23 +163,42 @@ class QLinearAdd(_QLinearBinary):
 
     op_type = "QLinearAdd"
 
+    @staticmethod
+    def _swapped(node: Node) -> bool:
+        """True when ORT hands A to its kernel as the scalar of each span (B first): A
+        is broadcast along the innermost output dim that is not 1 and B is not. ORT's
+        kernel takes its first operand as the vector, so the roles of A and B swap."""
+        a, b = node.inputs[0].shape, node.inputs[3].shape
+        rank = max(len(a), len(b))
+        a, b = (1,) * (rank - len(a)) + tuple(a), (1,) * (rank - len(b)) + tuple(b)
+        for da, db in zip(reversed(a), reversed(b)):
+            if da != 1 or db != 1:
+                return da == 1 and db != 1
+        return False
+
     def np_fn(self, node: Node, a, sa, za, b, sb, zb, sc, zc=None):
         ra, rb = _f(sa) / _f(sc), _f(sb) / _f(sc)
-        zsum = np.float32(np.float64(ra) * np.float64(_zp_np(za)) + np.float64(np.float32(rb * _zp_np(zb))))
+        (x, rx, zx), (w, rw, zw) = ((a, ra, za), (b, rb, zb))
+        if self._swapped(node):
+            (x, rx, zx), (w, rw, zw) = (w, rw, zw), (x, rx, zx)
+        zsum = np.float32(np.float64(rx) * np.float64(_zp_np(zx)) + np.float64(np.float32(rw * _zp_np(zw))))
         fixed = np.float32(_zp_np(zc) - zsum)
         # fma: one rounding of an exact product plus a float32 (float64 holds it exactly)
-        inner = (b.astype(np.float64) * np.float64(rb) + np.float64(fixed)).astype(np.float32)
-        v = (a.astype(np.float64) * np.float64(ra) + inner.astype(np.float64)).astype(np.float32)
+        inner = (w.astype(np.float64) * np.float64(rw) + np.float64(fixed)).astype(np.float32)
+        v = (x.astype(np.float64) * np.float64(rx) + inner.astype(np.float64)).astype(np.float32)
         return _saturate(np.rint(v), a.dtype)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         a, sa, za, b, sb, zb, sc = args[:7]
         zc = args[7] if len(args) > 7 else ""
-        ra, rb = f"({sa} / {sc})", f"({sb} / {sc})"
-        # ORT's build contracts ra * za + rb * zb to one fused multiply-add (seen at a tie
+        x, rx, zx = a, f"({sa} / {sc})", _zp(za)  # ORT's vector operand
+        w, rw, zw = b, f"({sb} / {sc})", _zp(zb)  # its other (or per-span scalar) operand
+        if self._swapped(node):
+            (x, rx, zx), (w, rw, zw) = (w, rw, zw), (x, rx, zx)
+        # ORT's build contracts rx * zx + rw * zw to one fused multiply-add (seen at a tie
         # in a real model); written out, so this C gives it whatever the compiler does
-        fixed = f"({_zp(zc)} - fmaf({ra}, {_zp(za)}, {rb} * {_zp(zb)}))"
-        v = f"fmaf((float)({a}), {ra}, fmaf((float)({b}), {rb}, {fixed}))"
+        fixed = f"({_zp(zc)} - fmaf({rx}, {zx}, {rw} * {zw}))"
+        v = f"fmaf((float)({x}), {rx}, fmaf((float)({w}), {rw}, {fixed}))"
         return _saturate_c(f"nearbyintf({v})", node.inputs[0].dtype)
 
 
@@ -192,10 +212,13 @@ class QLinearMul(_QLinearBinary):
     def np_fn(self, node: Node, a, sa, za, b, sb, zb, sc, zc=None):
         r = np.float32(_f(sa) * _f(sb)) / _f(sc)
         prod = (a.astype(np.int32) - np.int32(_zp_np(za))) * (b.astype(np.int32) - np.int32(_zp_np(zb)))
-        return _saturate(np.rint(prod.astype(np.float32) * r) + _zp_np(zc), a.dtype)
+        return _saturate(np.rint((prod.astype(np.float32) * r).astype(np.float32) + _zp_np(zc)), a.dtype)
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         a, sa, za, b, sb, zb, sc = args[:7]
         zc = args[7] if len(args) > 7 else ""
-        prod = f"(float)(((int32_t)({a}) - (int32_t){_zp(za)}) * ((int32_t)({b}) - (int32_t){_zp(zb)}))"
-        return _saturate_c(f"(nearbyintf({prod} * ({sa} * {sb} / {sc})) + {_zp(zc)})", node.inputs[0].dtype)
+        prod = f"(double)(((int32_t)({a}) - (int32_t){_zp(za)}) * ((int32_t)({b}) - (int32_t){_zp(zb)}))"
+        # the product rounded to float32 on its own, then + C_zp (ORT: mul, then add; the
+        # exact double product cast to float keeps the compiler from fusing them)
+        scaled = f"(float)({prod} * (double)({sa} * {sb} / {sc}))"
+        return _saturate_c(f"nearbyintf({scaled} + {_zp(zc)})", node.inputs[0].dtype)

@@ -6,7 +6,8 @@ Each follows ONNX Runtime's CPU kernel (MLAS) so the integer outputs match it:
 
 * QLinearAdd (``qladd`` AVX2): ``ra = A_scale / C_scale``, ``rb = B_scale / C_scale``,
   ``v = fma(A, ra, fma(B, rb, C_zp - fma(ra, A_zp, rb * B_zp)))``, rounded half to even,
-  saturated.
+  saturated; A and B trade places when A is the per-span scalar of a broadcast (ORT
+  then passes B as its kernel's vector operand).
 * QLinearMul (``qlmul``): ``(A - A_zp) * (B - B_zp)`` exactly in int32, times
   ``A_scale * B_scale / C_scale`` in float32, ``+ C_zp`` in float32, rounded half to
   even, saturated.

@@ -341,3 +341,29 @@ def test_loop_carried_value_growing_per_iteration(ort_run):
         _run(gm, {**feeds[0], "m": np.array(7, np.int64)})
     with pytest.raises(UnsupportedOpError, match=r"grows per iteration.*max_trip_count"):
         monolib.compile(model)
+
+
+def test_loop_carried_data_dependent_dim_checked_each_iteration(rng, ort_run):
+    """The body's carried output follows a run-time Slice (a computed dim) where the
+    carried value is [1] (as in ONNX's test_loop11): it runs while the slice keeps one
+    element and stops, naming the node, when it does not."""
+    body = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["i", "ax0"], ["st"]),
+         helper.make_node("Add", ["st", "w"], ["en"]),
+         helper.make_node("Slice", ["x", "st", "en", "ax0"], ["piece"]),
+         helper.make_node("Add", ["y_in", "piece"], ["y_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "body", [_vi("i", I64, []), _vi("c_in", B, []), _vi("y_in", F, [1])],
+        [_vi("c_out", B, []), _vi("y_out", F, ["n"])],
+        initializer=[helper.make_tensor("ax0", I64, [1], [0])])
+    model = _model([helper.make_node("Loop", ["m", "", "y0"], ["y"], body=body, name="slicer")],
+                   [_vi("m", I64, []), _vi("y0", F, [1]), _vi("x", F, [8]), _vi("w", I64, [1])],
+                   [_vi("y", F, ["k"])])
+    feeds = [{"m": np.array(m, np.int64), "y0": rng.standard_normal(1).astype(np.float32),
+              "x": rng.standard_normal(8).astype(np.float32), "w": np.array([1], np.int64)}
+             for m in (0, 3, 8)]
+    gm = _check(model, feeds, ort_run)
+    with pytest.raises(ExecutionError, match="'slicer'"):
+        _run(gm, {**feeds[1], "w": np.array([2], np.int64)})  # two elements: [1] -> [2]
+    with pytest.raises(ExecutionError, match="'slicer'"):
+        _run(gm, {**feeds[1], "m": np.array(9, np.int64)})  # x[8:9] is empty

@@ -253,8 +253,9 @@ class GraphExecutor:
         if 0 <= ret - 1000 < len(nodes):
             node = nodes[ret - 1000]
             return (f"node {node.get('name')!r} ({node.get('op')}) of graph {graph!r} stopped "
-                    "the run: a Loop in it needed more iterations than its planned bound "
-                    "(compile with a larger max_trip_count)")
+                    "the run: a Loop in it went past what was planned at compile time (more "
+                    "iterations than its bound: compile with a larger max_trip_count; or a "
+                    "loop-carried value whose shape changed)")
         return f"monolib_run returned {ret} (graph {graph!r})"
 
     def _run_shaped(self) -> None:

@@ -22,8 +22,10 @@ buffer). A loop-carried tensor that grows (or shrinks) by a constant number of
 elements along an axis per iteration (``Concat`` of a token to the ids so far) gets a
 computed dim on that axis: its body input slot is planned at the size the trip-count
 bound gives, the dim is written before each iteration and after the last
-(:meth:`Loop.settle_body` retypes the body with it); any other change of shape per
-iteration is refused, naming the node. A carried sequence is a slot sized for the
+(:meth:`Loop.settle_body` retypes the body with it). A body output whose dim is
+data-dependent (a run-time ``Slice``) where the carried value's is static is checked
+each iteration (a run where it differs stops, naming the node); any other change of
+shape per iteration is refused, naming the node. A carried sequence is a slot sized for the
 elements it gains over the bound on the trip count (``ops/sequence/_carried.py``).
 """
 
@@ -35,7 +37,7 @@ import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, Value
-from ...symbolic import Dim, computed_symbol, same, same_shape
+from ...symbolic import Dim, computed_symbol, is_computed, same, same_shape
 from ..base import OpDef, OutType, register
 from ..sequence._carried import body_type, copy_back, copy_in, settle_carried
 from .status import fail_statement
@@ -83,6 +85,36 @@ def _nbytes_c(v: Value, sizes: dict[int, str]) -> str:
     """C expression of ``v``'s bytes with the dims of ``sizes`` (axis -> C) replaced."""
     dims = [f"(int64_t)({sizes.get(a, d)})" for a, d in enumerate(v.shape)]
     return " * ".join([*dims, str(v.dtype.itemsize)])
+
+
+def _may_keep(shape, out) -> bool:
+    """Whether a body output of shape ``out`` may be its carried value's ``shape`` at
+    run time: the same rank, each dim the same or a data-dependent (computed) dim whose
+    bounds include the static one (the Loop then checks it each iteration)."""
+    if len(shape) != len(out):
+        return False
+    for x, y in zip(shape, out):
+        if same(x, y):
+            continue
+        if not (isinstance(x, int) and isinstance(y, Dim) and y.symbols()
+                and all(is_computed(t) for t in y.symbols()) and y.lo <= x <= y.hi):
+            return False
+    return True
+
+
+def _shape_check(ctx, s: Value, o: Value) -> str:
+    """Name of a C function ``int f(arena)``: whether body output ``o`` has its carried
+    slot ``s``'s (static) dims this iteration. Its own function: it reads the computed
+    dims the body wrote through ``S``, which the Loop's function never does."""
+    from ...backends.c.generate import sym_prologue
+
+    name = ctx.unique("cf_keeps_shape_")
+    cond = " && ".join(f"(int64_t)({y}) == {x}" for x, y in zip(s.shape, o.shape)
+                       if not same(x, y)) or "1"
+    ctx.source.functions.append(
+        f"static int {name}(uint8_t* restrict arena) {{\n{sym_prologue(ctx.plan)}\n"
+        f"  return {cond};\n}}")
+    return name
 
 
 @register
@@ -183,6 +215,9 @@ class Loop(OpDef):
             if v.dtype == o.dtype and self._grows(node, k, body.inputs[2 + k], o):
                 out.append((body.inputs[2 + k].shape, v.dtype))  # its final size
                 continue
+            if v.dtype == o.dtype and _may_keep(v.shape, o.shape):
+                out.append((v.shape, v.dtype))  # a data-dependent dim: checked at run time
+                continue
             if v.dtype != o.dtype or not same_shape(v.shape, o.shape):
                 raise ShapeError(
                     f"Loop {node.name!r}: loop-carried value {k} enters as "
@@ -275,6 +310,10 @@ class Loop(OpDef):
         lines.append(f"    *{em.ptr(it)} = i_; *{em.ptr(cin)} = (uint8_t)c_;")
         lines.append(f"    {em.call}")
         lines.append(f"    c_ = ({em.ptr(cout)}[0] != 0);")
+        for k, (s, o) in enumerate(zip(slots, couts)):
+            if s.seq is None and k not in grown and not same_shape(s.shape, o.shape):
+                lines.append(f"    if (!{_shape_check(ctx, s, o)}(arena)) {{ "
+                             f"{fail_statement(ctx, node, 'carried shape')} break; }}")
         for k, (s, o) in enumerate(zip(slots, couts)):
             if k in grown:
                 nbytes = _nbytes_c(o, {a: f"({g} + {grown[k][a]})" for a, g in sizes[k].items()})

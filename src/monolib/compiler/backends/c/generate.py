@@ -99,6 +99,9 @@ class ParamsBuilder:
         """Append ``array`` (C-contiguous copy) and return its byte offset (with
         ``dedupe``, the offset of an equal array already added)."""
         array = np.ascontiguousarray(array)
+        if array.dtype.kind == "S":  # strings: their bytes (safetensors has no string type)
+            array = np.frombuffer(array.tobytes(), np.uint8).reshape(*array.shape,
+                                                                    array.dtype.itemsize)
         if self.dedupe:
             key = (array.dtype.str, array.shape,
                    hashlib.sha256(array.reshape(-1).view(np.uint8)).hexdigest())

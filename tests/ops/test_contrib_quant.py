@@ -21,6 +21,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from harness import run_threads
+
 from monolib.compiler.testing import ort_run, run_model
 
 R = np.random.default_rng(13)
@@ -395,3 +397,22 @@ def test_refusals_name_the_node():
         assert "n0_DynamicQuantizeLSTM" in str(e) and "constant" in str(e), e
     else:
         raise AssertionError("a run-time W was accepted")
+
+
+def test_float_output_gemm_split_over_threads():
+    """Big enough for ml_qgemm_par to split the columns over the pool: DynamicQuantizeMatMul
+    and QGemm (float Y, per-column scales, bias / C) give the same bits at 1 and 2
+    threads, and ORT's values."""
+    m, k, n = 96, 200, 304
+    dq = {"a": f32(m, k), "b": _b(np.int8, k, n), "bs": R.uniform(0.001, 0.01, n).astype(np.float32),
+          "bz": np.zeros(n, np.int8), "bias": f32(n)}
+    qg = {"a": q(np.uint8, m, k), "as": np.array(0.05, np.float32), "az": np.array(7, np.uint8),
+          "b": q(np.uint8, n, k), "bs": R.uniform(0.001, 0.01, n).astype(np.float32), "bz": q(np.uint8, n),
+          "c": q(np.int32, n, lo=-999, hi=999)}
+    cases = [Case("DynamicQuantizeMatMul", dq, [(np.float32, (m, n))], consts=("b", "bs", "bz", "bias")),
+             Case("QGemm", qg, [(np.float32, (m, n))], attrs={"transB": 1}, consts=("b", "bs", "bz", "c"))]
+    model, feeds = build(cases)
+    one, two = run_threads(model, feeds)
+    for x, y in zip(one, two):
+        np.testing.assert_array_equal(x, y)
+    assert_outputs(cases, one, ort_run(model, feeds), rtol=1e-6, atol=1e-6)

@@ -367,3 +367,24 @@ def test_loop_carried_data_dependent_dim_checked_each_iteration(rng, ort_run):
         _run(gm, {**feeds[1], "w": np.array([2], np.int64)})  # two elements: [1] -> [2]
     with pytest.raises(ExecutionError, match="'slicer'"):
         _run(gm, {**feeds[1], "m": np.array(9, np.int64)})  # x[8:9] is empty
+
+
+def test_if_branch_with_data_dependent_dim(rng, ort_run):
+    """then: x[:k] for a run-time k (its length a computed dim the branch writes);
+    else: x[::2]: the If's output dim is written from the taken branch's."""
+    then_b = helper.make_graph([helper.make_node("Slice", ["x", "zero", "k"], ["t"])], "then", [],
+                               [_vi("t", F, ["a"])],
+                               initializer=[helper.make_tensor("zero", I64, [1], [0])])
+    else_b = helper.make_graph([helper.make_node("Slice", ["x", "s0", "s1", "s2", "s3"], ["e"])],
+                               "else", [], [_vi("e", F, ["b"])],
+                               initializer=[helper.make_tensor("s0", I64, [1], [0]),
+                                            helper.make_tensor("s1", I64, [1], [8]),
+                                            helper.make_tensor("s2", I64, [1], [0]),
+                                            helper.make_tensor("s3", I64, [1], [2])])
+    model = _model([helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b),
+                    helper.make_node("Mul", ["y", "y"], ["z"])],
+                   [_vi("x", F, [8]), _vi("c", B, []), _vi("k", I64, [1])], [_vi("z", F, ["n"])])
+    x = rng.standard_normal(8).astype(np.float32)
+    feeds = [{"x": x, "c": np.array(c), "k": np.array([k], np.int64)}
+             for c, k in ((True, 3), (False, 3), (True, 0), (True, 8))]
+    _check(model, feeds, ort_run)

@@ -36,6 +36,19 @@ def _bounds(d) -> tuple[int, int]:
     return (d.lo, d.hi) if isinstance(d, Dim) else (int(d), int(d))
 
 
+def _dims_function(ctx, writes: list[str]) -> str:
+    """Name of a C function writing the If's computed dims from the branch's: its own
+    function, since a branch dim may be one the branch's ops wrote in ``S``, which the
+    If's function (``S`` is ``restrict``) must not read."""
+    from ...backends.c.generate import sym_prologue
+
+    name = ctx.unique("cf_if_dims_")
+    body = "\n".join(writes)
+    ctx.source.functions.append(
+        f"static void {name}(uint8_t* restrict arena) {{\n{sym_prologue(ctx.plan)}\n{body}\n}}")
+    return name
+
+
 @register
 class If(OpDef):
     """``If``: input 0 the condition (one bool), then the captured values; attributes
@@ -100,7 +113,7 @@ class If(OpDef):
             pinned = {v.uid: off for v, off, o in zip(sub.outputs, outs, node.outputs)
                       if o.seq is None}
             em = sub.emit(ctx, base, pinned, f"{node.name}_{key[:4]}")
-            lines = [f"    {em.call}"]
+            lines, writes = [f"    {em.call}"], []
             for v, o in zip(sub.outputs, node.outputs):
                 if o.seq is not None:  # a sequence: copied into the If's (larger) slot
                     lines.append(f"    {copy_in(ctx, ctx.ptr(o), o.seq, em.ptr(v), v.seq)}")
@@ -108,9 +121,10 @@ class If(OpDef):
                 if em.offset(v) != ctx.plan.offset(o):
                     raise CompileError(f"If {node.name!r}: {key} output {v.name!r} was not "
                                        "placed in the If's output")
-                for x, y in zip(v.shape, o.shape):
-                    if isinstance(y, Dim) and not same(x, y):
-                        lines.append(f"    {ctx.set_symbol(y, f'{x}')}")
+                writes += [f"  {ctx.set_symbol(y, f'{x}')}" for x, y in zip(v.shape, o.shape)
+                           if isinstance(y, Dim) and not same(x, y)]
+            if writes:
+                lines.append(f"    {_dims_function(ctx, writes)}(arena);")
             arms.append("\n".join(lines))
         cond = ctx.ptr(node.inputs[0])
         return f"  if ({cond}[0]) {{\n{arms[0]}\n  }} else {{\n{arms[1]}\n  }}"

@@ -3,6 +3,7 @@
 ::
 
     monolib compile model.onnx -o model.so --shape x=1,3,48,320 [--const sr=16000]
+                                           [--width text=32]
                                            [--target "c"]
     monolib compile det.onnx -o det.so --shape x=1,3,32..1280:32,32..1280:32 \
                                        [--dim batch=1..8] [--opt x=1,3,640,640]
@@ -151,6 +152,29 @@ def parse_max_trips(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
+def parse_width(text: str) -> tuple[str, int]:
+    """``"text=32"`` -> ``("text", 32)``: a string input's bytes of UTF-8 per element.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Not ``NAME=N`` with ``N`` a positive integer.
+    """
+    name, eq, value = text.rpartition("=")
+    if not name or not eq or not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"bad --width {text!r}: expected NAME=N, N >= 1")
+    return name, int(value)
+
+
+def _with_widths(shapes: dict, widths: Sequence[tuple[str, int]]) -> dict:
+    """``--shape`` entries with ``--width`` (string inputs) folded in: ``{"shape": ...,
+    "width": n}`` (``compiler/frontend/strings.py``)."""
+    out = dict(shapes)
+    for name, width in widths:
+        out[name] = {"width": width, **({"shape": out[name]} if name in out else {})}
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``monolib`` command."""
     parser = argparse.ArgumentParser(
@@ -183,6 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=LO..HI[:STEP]",
         help="bounds of every input dim the model names NAME (repeatable)",
+    )
+    comp.add_argument(
+        "--width",
+        action="append",
+        type=parse_width,
+        default=[],
+        metavar="NAME=N",
+        help="a string input's width: bytes of UTF-8 per element (repeatable)",
     )
     comp.add_argument(
         "--max-trips",
@@ -375,7 +407,7 @@ def cmd_compile(args: argparse.Namespace, console: Any) -> int:
         lib = build_compile(
             args.model,
             target=args.target,
-            shapes=dict(args.shape) or None,
+            shapes=_with_widths(dict(args.shape), args.width) or None,
             constants=dict(args.const) or None,
             dims=dict(args.dim) or None,
             opt_shapes=_opt_shapes(args.opt),
@@ -450,8 +482,8 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
             n,
             str(list(a.shape)),
             str(a.dtype),
-            f"{a.min():.6g}" if a.size else "",
-            f"{a.max():.6g}" if a.size else "",
+            f"{a.min():.6g}" if a.size and a.dtype.kind in "biuf" else "",
+            f"{a.max():.6g}" if a.size and a.dtype.kind in "biuf" else "",
         ]
         for n, a in outputs.items()
     ]

@@ -277,3 +277,20 @@ def test_string_input_with_runtime_dim_and_opt_shapes():
             for got, want in zip((gm.get_output(0).numpy(), gm.get_output(1).numpy()),
                                  ort_run(m, feeds)):
                 assert got.tolist() == want.tolist()
+
+
+def test_cli_width_and_run(tmp_path):
+    """``monolib compile --width`` gives a string input's width; ``monolib run`` reads
+    a ``U`` array from .npy and prints string outputs without min/max."""
+    from monolib.cli import main
+
+    m = _model([helper.make_node("StringConcat", ["x", "x"], ["y"])], [_s("x", [2])],
+               [_s("y", [2])])
+    onnx.save(m, tmp_path / "m.onnx")
+    lib, x = tmp_path / "m.so", tmp_path / "x.npy"
+    assert main(["compile", str(tmp_path / "m.onnx"), "-o", str(lib), "--width", "x=4"]) == 0
+    np.save(x, np.array(["ab", "é"]))
+    assert main(["run", str(lib), "--input", f"x={x}", "--output",
+                 str(tmp_path / "y.npz")]) == 0
+    out = np.load(tmp_path / "y.npz", allow_pickle=True)["y"]
+    assert out.tolist() == ["abab", "éé"]

@@ -87,6 +87,8 @@ def compile(
         Input name -> shape, for inputs with dynamic dims: per axis an int (static) or
         ``(lo, hi)`` / ``(lo, hi, step)`` (a run-time dim, inclusive bounds, values a
         multiple of ``step``), e.g. ``{"x": ((1, 8), 3, (32, 1280, 32), (32, 1280, 32))}``.
+        A string input takes ``{"shape": <as above, optional>, "width": n}``: ``n``
+        bytes of UTF-8 per element (``compiler/frontend/strings.py``).
     constants : dict, optional
         Input name -> value: inputs frozen to compile-time constants (e.g. a sample
         rate); recorded under ``"constants"`` in the graph JSON.

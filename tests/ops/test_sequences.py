@@ -311,3 +311,41 @@ def test_elements_of_several_ranks():
                 [helper.make_tensor_value_info("y", F, [None])])
     with pytest.raises(monolib.errors.ShapeError, match="take.*several ranks"):
         monolib.compile(at, shapes={"seq": [(), (3,)]})
+
+
+def test_references_agree_with_ort():
+    """Each sequence op's NumPy reference (reference_eval: the oracle for debugging and
+    Loop's reference) gives ONNX Runtime's values, lists included."""
+    from monolib.compiler.frontend.onnx import import_model
+    from monolib.compiler.reference_eval import evaluate
+
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["s"], axis=1, keepdims=0),
+             helper.make_node("SequenceInsert", ["s", "y", "minus1"], ["s2"]),
+             helper.make_node("SequenceErase", ["s2", "zero"], ["s3"]),
+             helper.make_node("SequenceAt", ["s3", "one"], ["at"]),
+             helper.make_node("ConcatFromSequence", ["s3"], ["stack"], axis=0, new_axis=1),
+             helper.make_node("SequenceLength", ["s3"], ["n"]),
+             helper.make_node("Optional", ["at"], ["opt"]),
+             helper.make_node("OptionalHasElement", ["opt"], ["has"]),
+             helper.make_node("OptionalGetElement", ["opt"], ["got"])]
+    inits = [helper.make_tensor("minus1", I64, [], [-1]), helper.make_tensor("zero", I64, [], [0]),
+             helper.make_tensor("one", I64, [], [1])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [3, 4]),
+                           helper.make_tensor_value_info("y", F, [3])],
+                   [_seq_info("s3"), helper.make_tensor_value_info("at", F, [3]),
+                    helper.make_tensor_value_info("stack", F, [4, 3]),
+                    helper.make_tensor_value_info("n", I64, []),
+                    helper.make_tensor_value_info("has", TensorProto.BOOL, []),
+                    helper.make_tensor_value_info("got", F, [3])], inits, opset=18)
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((3, 4), np.float32),
+             "y": rng.standard_normal(3).astype(np.float32)}
+    want = _ort(model, feeds)
+    got = evaluate(import_model(model), feeds)
+    for g, w in zip(got, want):
+        _assert_same(g if isinstance(g, list) else np.asarray(g), w)
+    gm = _module(model)
+    gm.run(**feeds)
+    for k, w in enumerate(want):
+        g = gm.get_output(k)
+        _assert_same(g if isinstance(g, list) else g.numpy(), w)

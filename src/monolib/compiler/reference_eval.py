@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 def _check_feed(v: Value, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
     if v.name not in feeds:
         raise InputError(f"no value given for graph input {v.name!r} ({v.dtype}{list(v.shape)})")
+    if v.seq is not None:  # a sequence (a list of arrays) or optional (None or a value)
+        return feeds[v.name]
     arr = np.asarray(feeds[v.name])
     if arr.shape != v.shape:
         raise InputError(

@@ -131,6 +131,9 @@ def run_reference(
         )
     out = []
     for i, (v, r) in enumerate(zip(node.outputs, results)):
+        if v.seq is not None:  # a sequence (a list) or optional (a value or None)
+            out.append(r)
+            continue
         r = np.asarray(r)
         if v.shape == () and r.shape == (1,):
             # np.ascontiguousarray turns 0-d arrays into 1-d ones: a common slip in

@@ -59,6 +59,13 @@ class SequenceAt(OpDef):
                              f"range for {t.count} elements")
         return [(element_shape(node, t, index), t.elem_dtype)]
 
+    def reference(self, node: Node, inputs):
+        seq, pos = inputs[0], int(np.asarray(inputs[1]).reshape(-1)[0])
+        if not -len(seq) <= pos < len(seq):
+            raise ShapeError(f"node {node.name!r} (SequenceAt): position {pos} is out of "
+                             f"range for {len(seq)} elements")
+        return [seq[pos]]
+
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")
         src = node.inputs[0]
@@ -81,6 +88,9 @@ class SequenceLength(OpDef):
         input_seq(node, 0)
         return [((), np.dtype(np.int64))]
 
+    def reference(self, node: Node, inputs):
+        return [np.array(len(inputs[0]), np.int64)]
+
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")
         return (f"  {ctx.ptr(node.outputs[0])}[0] = "
@@ -98,6 +108,9 @@ class OptionalHasElement(OpDef):
 
     def infer(self, node: Node):
         return [((), np.dtype(bool))]
+
+    def reference(self, node: Node, inputs):
+        return [np.array(bool(inputs) and inputs[0] is not None)]
 
     def emit(self, node: Node, ctx) -> str:
         v, out = node.input(0), ctx.ptr(node.outputs[0])
@@ -132,6 +145,11 @@ class OptionalGetElement(OpDef):
         if t.kind in ("sequence", "optional_sequence"):
             return [seq_output(node, 0, dataclasses.replace(t, kind="sequence", present=None))]
         return [(element_shape(node, t, 0), t.elem_dtype)]
+
+    def reference(self, node: Node, inputs):
+        if inputs[0] is None:
+            raise ShapeError(f"node {node.name!r} (OptionalGetElement): the optional is empty")
+        return [inputs[0]]
 
     def emit(self, node: Node, ctx) -> str:
         v, out = node.inputs[0], node.outputs[0]

@@ -62,6 +62,9 @@ class SequenceConstruct(OpDef):
     def infer(self, node: Node):
         return [seq_output(node, 0, tensors_seq(node, node.inputs))]
 
+    def reference(self, node: Node, inputs):
+        return [[np.asarray(x) for x in inputs]]
+
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")
         out = node.outputs[0]
@@ -81,6 +84,9 @@ class SequenceEmpty(OpDef):
     def infer(self, node: Node):
         dtype = onnx.helper.tensor_dtype_to_np_dtype(int(self.attr(node, "dtype")))
         return [seq_output(node, 0, SeqType("sequence", np.dtype(dtype), 0, (), ()))]
+
+    def reference(self, node: Node, inputs):
+        return [[]]
 
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")
@@ -126,6 +132,10 @@ class Optional(OpDef):
         t = tensors_seq(node, [v], "optional_tensor")
         return [seq_output(node, 0, SeqType(t.kind, t.elem_dtype, 1, t.elem_max, t.shapes,
                                             True))]
+
+    def reference(self, node: Node, inputs):
+        """An optional is its value, or None (as ONNX Runtime returns it)."""
+        return [inputs[0] if inputs else None]
 
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")

@@ -73,6 +73,15 @@ class SequenceInsert(OpDef):
         return [seq_output(node, 0, SeqType("sequence", t.elem_dtype, t.capacity + 1,
                                             elem_max, shapes, None, mixed))]
 
+    def reference(self, node: Node, inputs):
+        seq = list(inputs[0])
+        pos = len(seq) if node.input(2) is None else int(np.asarray(inputs[2]).reshape(-1)[0])
+        if not -len(seq) <= pos <= len(seq):
+            raise ShapeError(f"node {node.name!r} (SequenceInsert): position {pos} is out of "
+                             f"range for {len(seq)} elements")
+        seq.insert(pos + len(seq) if pos < 0 else pos, np.asarray(inputs[1]))
+        return [seq]
+
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")
         ctx.helper(_POSITION)
@@ -115,6 +124,15 @@ class SequenceErase(OpDef):
             shapes = t.shapes[:p] + t.shapes[p + 1:]
         return [seq_output(node, 0, SeqType("sequence", t.elem_dtype, t.capacity, t.elem_max,
                                             shapes, None, t.mixed))]
+
+    def reference(self, node: Node, inputs):
+        seq = list(inputs[0])
+        pos = -1 if node.input(1) is None else int(np.asarray(inputs[1]).reshape(-1)[0])
+        if not -len(seq) <= pos < len(seq):
+            raise ShapeError(f"node {node.name!r} (SequenceErase): position {pos} is out of "
+                             f"range for {len(seq)} elements")
+        del seq[pos]
+        return [seq]
 
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")

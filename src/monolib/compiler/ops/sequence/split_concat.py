@@ -74,6 +74,11 @@ class SplitToSequence(OpDef):
         elem_max = tuple(max(d) for d in zip(*(max_shape(s) for s in shapes)))
         return [seq_output(node, 0, SeqType("sequence", x.dtype, len(sizes), elem_max))]
 
+    def reference(self, node: Node, inputs):
+        axis, sizes, keep = self.pieces(node)
+        parts = np.split(np.asarray(inputs[0]), np.cumsum(sizes)[:-1], axis=axis)
+        return [[p if keep else np.squeeze(p, axis) for p in parts]]
+
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")
         x, out = node.inputs[0], node.outputs[0]
@@ -143,6 +148,11 @@ class ConcatFromSequence(OpDef):
         n = Dim.of(computed_symbol(f"{node.name}_len", hi=hi))
         rest = t.elem_max if new else t.elem_max[:axis] + t.elem_max[axis + 1:]
         return [(rest[:axis] + (n,) + rest[axis:], t.elem_dtype)]
+
+    def reference(self, node: Node, inputs):
+        axis, new, _ = self.geometry(node)
+        join = np.stack if new else np.concatenate
+        return [join([np.asarray(x) for x in inputs[0]], axis=axis)]
 
     def emit(self, node: Node, ctx) -> str:
         ctx.include("sequence.h")

@@ -37,6 +37,7 @@ from .attributes import convert_attribute, node_attributes, tensor_to_array
 from .check import check_model_light
 from .inputs import resolve_inputs
 from .order import topological_order
+from .function_bodies import modifier_import
 from .rounding import rounded_import
 from .storage import narrow_outputs, storage_type, widen_inputs
 from .strings import same_widths, string_node
@@ -338,16 +339,20 @@ class _Importer:
             handler = getattr(self, f"_op_{p.op_type}")
             handler(p, name, inputs, opset, scope)
             return
-        attrs = node_attributes(p, opset, lambda g: self._import_subgraph(g, scope))
         # float16, bfloat16, float8, int4...: compute in float32 / int32 (storage.py)
         narrow = storage_type(p.op_type, domain, inputs)
+        # nodes imported as other nodes: a 16-bit op that ONNX rounds inside (rounding.py),
+        # a FlexAttention with a modifier subgraph (function_bodies.py)
+        replacement = rounded_import(p, domain, opset, narrow, inputs, name) \
+            if narrow is not None else None
+        if replacement is None:
+            replacement = modifier_import(p, domain, opset, inputs, name)
+        if replacement is not None:
+            for q in replacement:
+                self._import_node(q, scope)
+            return
+        attrs = node_attributes(p, opset, lambda g: self._import_subgraph(g, scope))
         if narrow is not None:
-            # ops whose 16-bit result ONNX rounds inside the op (rounding.py)
-            replacement = rounded_import(p, domain, opset, narrow, inputs, name)
-            if replacement is not None:
-                for q in replacement:
-                    self._import_node(q, scope)
-                return
             inputs = widen_inputs(inputs, name, self._new_value, self._node_name,
                                   self.nodes.append)
         inputs = same_widths(p.op_type, domain, inputs, name, self._new_value,

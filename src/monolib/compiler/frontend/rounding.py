@@ -22,45 +22,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-import onnx.defs
 from onnx import helper
 
 from ..ir import Value
+from .function_bodies import function_body
 
 __all__ = ["rounded_import"]
 
 logger = logging.getLogger(__name__)
-
-
-def _type_proto(v: Value) -> onnx.TypeProto:
-    dims = [d if isinstance(d, int) else None for d in v.shape]
-    return helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(v.dtype), dims)
-
-
-def _function_body(p: onnx.NodeProto, opset: int, inputs: Sequence[Value | None],
-                   prefix: str) -> list[onnx.NodeProto] | None:
-    """The nodes of ``p``'s ONNX function body, formal names bound to ``p``'s inputs and
-    outputs and every other name prefixed with ``prefix``; ``None`` when the schema has
-    no context-dependent function."""
-    schema = onnx.defs.get_schema(p.op_type, opset, "")
-    if not schema.has_context_dependent_function:
-        return None
-    types = [_type_proto(v).SerializeToString() for v in inputs if v is not None]
-    body = onnx.FunctionProto()
-    body.ParseFromString(schema.get_context_dependent_function(p.SerializeToString(), types))
-    names = {f: (p.input[i] if i < len(p.input) else "") for i, f in enumerate(body.input)}
-    names.update({f: (p.output[i] if i < len(p.output) and p.output[i] else f"{prefix}{f}")
-                  for i, f in enumerate(body.output)})
-    names[""] = ""
-    out = []
-    for q in body.node:
-        r = onnx.NodeProto()
-        r.CopyFrom(q)
-        r.name = f"{prefix}{q.name or q.op_type}_{len(out)}"
-        r.input[:] = [names.get(n, f"{prefix}{n}") for n in q.input]
-        r.output[:] = [names.get(n, f"{prefix}{n}") for n in q.output]
-        out.append(r)
-    return out
 
 
 def rounded_import(p: onnx.NodeProto, domain: str, opset: int, narrow: np.dtype,
@@ -89,5 +58,5 @@ def rounded_import(p: onnx.NodeProto, domain: str, opset: int, narrow: np.dtype,
         return [helper.make_node("RoundedSoftmax", list(p.input), list(p.output),
                                  name=name, domain="monolib", axis=axis)]
     if p.op_type == "Attention" and opset >= 23 and np.dtype(narrow).name == "bfloat16":
-        return _function_body(p, opset, inputs, f"{name}/")
+        return function_body(p, "", opset, inputs, f"{name}/")
     return None

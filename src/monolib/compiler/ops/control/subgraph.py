@@ -13,10 +13,10 @@ API
 ---
 :func:`free_values(graph, formal)` -- the captures of a freshly imported subgraph.
 
-:func:`compile_subgraph(node, graph, symbols)` -> :class:`CompiledSubgraph`: the
-subgraph simplified, fused and planned (scratch included) on its own, relative to
-offset 0; cached per (node, graph), so the scratch-measuring emission and the final one
-agree.
+:func:`compile_subgraph(node, key, symbols)` -> :class:`CompiledSubgraph`: subgraph
+``node.attrs[key]`` simplified, fused and planned (scratch included) on its own,
+relative to offset 0 (captures rebound first when the enclosing passes replaced one);
+cached per (node, key), so the scratch-measuring emission and the final one agree.
 
 :meth:`CompiledSubgraph.emit(ctx, base, pinned)` -- inside a control-flow op's ``emit``
 (host C): places the subgraph's arena at arena offset ``base`` (the op's
@@ -26,6 +26,9 @@ an ``If`` branch's outputs straight in the ``If``'s outputs) where asked, emits 
 subgraph's fused ops as ``static`` C functions and returns :class:`EmittedSubgraph`:
 the statements that run them in order (``.call``) and a pointer expression for any
 subgraph value (``.ptr(value)``).
+
+:func:`evaluate_subgraph(node, key, feeds, captured)` -- the subgraph run with the ops'
+NumPy references (the control-flow ops' ``reference``).
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ from ....errors import CompileError
 from ...ir import Graph, Node, Value, nbytes_at_bounds
 from ...symbolic import SymbolTable
 
-__all__ = ["CompiledSubgraph", "EmittedSubgraph", "compile_subgraph", "free_values",
-           "node_captures", "rebind"]
+__all__ = ["CompiledSubgraph", "EmittedSubgraph", "compile_subgraph", "evaluate_subgraph",
+           "free_values", "node_captures", "rebind"]
 
 logger = logging.getLogger(__name__)
 

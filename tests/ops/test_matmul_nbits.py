@@ -124,3 +124,16 @@ def test_weights_stay_4bit():
     gm.run(A=a)
     np.testing.assert_allclose(gm.get_output(0).numpy(), ort_run(model, {"A": a})[0],
                                rtol=1e-4, atol=2e-4)
+
+
+def test_run_time_rows():
+    # one library for 1..12 rows (issue 12's run-time dims): both kernel paths
+    model, _ = nbits_model([3, 64], 64, 40, 32)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "M"
+    gm = GraphModule(monolib.compile(model, target="c", shapes={"A": ((1, 12), 64)})["default"](
+        cpu()))
+    for m in (1, 5, 12):
+        a = RNG.standard_normal((m, 64)).astype(np.float32)
+        gm.run(A=a)
+        np.testing.assert_allclose(gm.get_output(0).numpy(), ort_run(model, {"A": a})[0],
+                                   rtol=1e-4, atol=1e-4)

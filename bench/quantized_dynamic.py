@@ -46,7 +46,11 @@ def _constants_as_initializers(model):
 
     keep = []
     for node in model.graph.node:
-        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+        if (
+            node.op_type == "Constant"
+            and len(node.attribute) == 1
+            and node.attribute[0].name == "value"
+        ):
             tensor = onnx.TensorProto()
             tensor.CopyFrom(node.attribute[0].t)
             tensor.name = node.output[0]
@@ -112,16 +116,24 @@ def quantized_rec(variant: str = "dynamic", cache: Path | None = None) -> Path:
     try:
         if variant == "dynamic":
             _float17(src, fixed)
-            quantize_dynamic(str(fixed), str(tmp), op_types_to_quantize=["MatMul"],
-                             weight_type=QuantType.QInt8, reduce_range=True)
+            quantize_dynamic(
+                str(fixed),
+                str(tmp),
+                op_types_to_quantize=["MatMul"],
+                weight_type=QuantType.QInt8,
+                reduce_range=True,
+            )
         else:
             opts = ort.SessionOptions()
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
             opts.optimized_model_filepath = str(tmp)
             opts.log_severity_level = 3
-            ort.InferenceSession(str(quantized_rec("dynamic", cache.parent)), opts,
-                                 providers=["CPUExecutionProvider"],
-                                 disabled_optimizers=["ConvActivationFusion"])
+            ort.InferenceSession(
+                str(quantized_rec("dynamic", cache.parent)),
+                opts,
+                providers=["CPUExecutionProvider"],
+                disabled_optimizers=["ConvActivationFusion"],
+            )
         os.replace(tmp, out)
     finally:
         for p in (fixed, tmp):
@@ -171,7 +183,9 @@ def main() -> None:
         sess = ort_session(path, threads=threads)
         ml, ml_min = _block_ms(lambda: gm.run(x=x), args.runs)
         ox, ox_min = _block_ms(lambda s=sess: s.run(None, {"x": x}), args.runs)
-        print(f"{threads:7d}  {ml:8.3f} / {ml_min:6.3f}          {ox:8.3f} / {ox_min:6.3f}        {ox / ml:6.2f}")
+        print(
+            f"{threads:7d}  {ml:8.3f} / {ml_min:6.3f}          {ox:8.3f} / {ox_min:6.3f}        {ox / ml:6.2f}"
+        )
 
 
 if __name__ == "__main__":

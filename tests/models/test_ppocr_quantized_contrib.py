@@ -45,7 +45,12 @@ def _quantized(recipe) -> Path:
     """The QOperator cls over every op type, cached by source SHA-256 and onnxruntime
     version in the model cache (never in the repository)."""
     import onnxruntime as ort
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     from monolib.models import fetch_model
     from monolib.models.fetch import cache_dir, sha256_of
@@ -69,9 +74,16 @@ def _quantized(recipe) -> Path:
     fixed, tmp = (cache / f".{name}.{os.getpid()}.onnx" for name in ("cls_fixed", "cls_qall"))
     try:
         onnx.save(model, str(fixed))
-        quantize_static(str(fixed), str(tmp), Reader(), quant_format=QuantFormat.QOperator,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        per_channel=True, reduce_range=True)
+        quantize_static(
+            str(fixed),
+            str(tmp),
+            Reader(),
+            quant_format=QuantFormat.QOperator,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            reduce_range=True,
+        )
         os.replace(tmp, out)
     finally:
         for p in (fixed, tmp):
@@ -102,8 +114,11 @@ def runs():
     first = sess.run(None, {"x": xs[0]})
     del model.graph.output[:]
     for o, v in zip(names, first):
-        model.graph.output.append(onnx.helper.make_tensor_value_info(
-            o, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+        model.graph.output.append(
+            onnx.helper.make_tensor_value_info(
+                o, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape
+            )
+        )
     factory = monolib.compile(model.SerializeToString(), target="c", shapes={"x": recipe.SHAPE})
     gm = monolib.GraphModule(factory["default"](monolib.cpu()))
     pairs = []
@@ -117,7 +132,9 @@ def runs():
 def test_quantizer_emitted_contrib_ops(runs):
     model, _, _ = runs
     ops = Counter((n.domain or "", n.op_type) for n in model.graph.node)
-    assert ops[("com.microsoft", "QLinearAdd")] >= 40 and ops[("com.microsoft", "QLinearMul")] >= 20, ops
+    assert (
+        ops[("com.microsoft", "QLinearAdd")] >= 40 and ops[("com.microsoft", "QLinearMul")] >= 20
+    ), ops
     assert ops[("com.microsoft", "QLinearSoftmax")] == 1, ops
 
 
@@ -132,8 +149,9 @@ def test_contrib_nodes_match_onnxruntime_node_by_node(runs):
             ins = [i for i in node.input if i and i not in consts]
             if all(np.array_equal(got[i], want[i]) for i in ins):
                 checked += 1
-                np.testing.assert_array_equal(got[node.output[0]], want[node.output[0]],
-                                              err_msg=f"{node.op_type} {node.name}")
+                np.testing.assert_array_equal(
+                    got[node.output[0]], want[node.output[0]], err_msg=f"{node.op_type} {node.name}"
+                )
         assert checked >= 10, checked
 
 

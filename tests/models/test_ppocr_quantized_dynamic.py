@@ -80,7 +80,9 @@ def test_matches_onnxruntime_and_reads_the_text(runs):
     for text, (got, want) in zip(TEXTS, pairs):
         assert got.shape == want.shape == (1, 40, len(charset))
         np.testing.assert_allclose(got, want, rtol=0, atol=0.03, err_msg=f"{variant}: {text!r}")
-        np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1), err_msg=f"{variant}: {text!r}")
+        np.testing.assert_array_equal(
+            got.argmax(-1), want.argmax(-1), err_msg=f"{variant}: {text!r}"
+        )
         read = ocr.ctc_greedy_decode(got, charset)
         assert read == ocr.ctc_greedy_decode(want, charset)
         assert read.strip() == text  # the quantized model may add a space at an end

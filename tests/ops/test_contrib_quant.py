@@ -18,10 +18,8 @@ int8 with 7-bit weights: ORT's uint8 x int8 AVX2 GEMM saturates int16 pair sums 
 from __future__ import annotations
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
-
 from harness import run_threads
+from onnx import helper, numpy_helper
 
 from monolib.compiler.testing import ort_run, run_model
 
@@ -63,15 +61,28 @@ def build(cases: list[Case]):
             if k in c.consts:
                 inits.append(numpy_helper.from_array(np.asarray(v), name))
             else:
-                inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+                inputs.append(
+                    helper.make_tensor_value_info(
+                        name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape
+                    )
+                )
                 feeds[name] = v
         onames = [f"c{i}_y{j}" for j in range(len(c.outs))]
         for n, (dt, shape) in zip(onames, c.outs):
-            outputs.append(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), shape))
-        nodes.append(helper.make_node(c.op, names, onames, name=f"n{i}_{c.op}", domain=c.domain, **c.attrs))
+            outputs.append(
+                helper.make_tensor_value_info(
+                    n, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), shape
+                )
+            )
+        nodes.append(
+            helper.make_node(c.op, names, onames, name=f"n{i}_{c.op}", domain=c.domain, **c.attrs)
+        )
     graph = helper.make_graph(nodes, "contrib_quant", inputs, outputs, initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
-                              ir_version=10)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+        ir_version=10,
+    )
     return model, feeds
 
 
@@ -98,7 +109,12 @@ def assert_outputs(cases, got, want, *, rtol=0.0, atol=0.0, steps=0):
 
 # -- MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm -------------------------------
 
-MM_SHAPES = [((7, 33), (33, 17)), ((1, 8), (8, 16)), ((2, 5, 19), (19, 21)), ((2, 3, 4, 6), (2, 1, 6, 5))]
+MM_SHAPES = [
+    ((7, 33), (33, 17)),
+    ((1, 8), (8, 16)),
+    ((2, 5, 19), (19, 21)),
+    ((2, 3, 4, 6), (2, 1, 6, 5)),
+]
 
 
 def _b(t, *shape):
@@ -117,9 +133,13 @@ def test_matmul_integer_to_float_matches_ort():
                     "a": q(ta, *ash) if ta == np.uint8 else q(ta, *ash, lo=-64, hi=63),
                     "b": _b(tb, *bsh),
                     "as": np.array(0.02, np.float32),
-                    "bs": (R.uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(np.float32),
+                    "bs": (R.uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(
+                        np.float32
+                    ),
                     "az": np.array(3 if ta == np.uint8 else -2, ta),
-                    "bz": (q(tb, n, lo=-5, hi=5) if tb == np.int8 else q(tb, n)) if per_col else np.array(0, tb),
+                    "bz": (q(tb, n, lo=-5, hi=5) if tb == np.int8 else q(tb, n))
+                    if per_col
+                    else np.array(0, tb),
                     "bias": f32(n) if per_col else None,
                 }
                 out = np.broadcast_shapes(ash[:-2], bsh[:-2]) + (ash[-2], n)
@@ -138,16 +158,27 @@ def test_dynamic_quantize_matmul_matches_ort():
                     ins = {
                         "a": f32(*ash, scale=3.0),
                         "b": _b(tb, *bsh),
-                        "bs": (R.uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(np.float32),
-                        "bz": (q(tb, n, lo=-5, hi=5) if tb == np.int8 else q(tb, n)) if per_col else np.array(7 if tb == np.uint8 else 0, tb),
+                        "bs": (R.uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(
+                            np.float32
+                        ),
+                        "bz": (q(tb, n, lo=-5, hi=5) if tb == np.int8 else q(tb, n))
+                        if per_col
+                        else np.array(7 if tb == np.uint8 else 0, tb),
                         "bias": f32(n),
                     }
                     out = np.broadcast_shapes(ash[:-2], bsh[:-2]) + (ash[-2], n)
-                    cases.append(Case("DynamicQuantizeMatMul", ins, [(np.float32, out)], consts=consts))
+                    cases.append(
+                        Case("DynamicQuantizeMatMul", ins, [(np.float32, out)], consts=consts)
+                    )
     # all-positive and all-zero A (scale from max only; zero scale range)
     for a in (np.abs(f32(4, 9)), np.zeros((4, 9), np.float32)):
-        ins = {"a": a, "b": q(np.uint8, 9, 5), "bs": np.array(0.01, np.float32), "bz": np.array(128, np.uint8),
-               "bias": f32(5)}
+        ins = {
+            "a": a,
+            "b": q(np.uint8, 9, 5),
+            "bs": np.array(0.01, np.float32),
+            "bz": np.array(128, np.uint8),
+            "bias": f32(5),
+        }
         cases.append(Case("DynamicQuantizeMatMul", ins, [(np.float32, (4, 5))], consts=("b",)))
     got, want = run_both(cases)
     assert_outputs(cases, got, want, rtol=1e-6, atol=1e-6)
@@ -161,12 +192,18 @@ def test_qgemm_matches_ort():
                 for y in ("u8", "float"):
                     per_col = (m + ta + tb) % 2 == 0
                     ins = {
-                        "a": q(t, *((k, m) if ta else (m, k))) if t == np.uint8 else q(t, *((k, m) if ta else (m, k)), lo=-64, hi=63),
+                        "a": q(t, *((k, m) if ta else (m, k)))
+                        if t == np.uint8
+                        else q(t, *((k, m) if ta else (m, k)), lo=-64, hi=63),
                         "as": np.array(0.05, np.float32),
                         "az": np.array(5 if t == np.uint8 else -3, t),
                         "b": _b(t, *((n, k) if tb else (k, n))),
-                        "bs": (R.uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(np.float32),
-                        "bz": (q(t, n, lo=-5, hi=5) if t == np.int8 else q(t, n)) if per_col else np.array(0, t),
+                        "bs": (R.uniform(0.001, 0.01, n) if per_col else np.array(0.004)).astype(
+                            np.float32
+                        ),
+                        "bz": (q(t, n, lo=-5, hi=5) if t == np.int8 else q(t, n))
+                        if per_col
+                        else np.array(0, t),
                         "c": q(np.int32, n, lo=-3000, hi=3000) if (m + k) % 2 else None,
                         "ys": np.array(0.3, np.float32) if y == "u8" else None,
                         "yz": np.array(120 if t == np.uint8 else -7, t) if y == "u8" else None,
@@ -178,8 +215,15 @@ def test_qgemm_matches_ort():
                         ins["ys"] = None
                     out = (t if y == "u8" else np.float32, (m, n))
                     consts = ("b", "bs", "bz", "c") if (ta + tb) % 2 else ()
-                    cases.append(Case("QGemm", ins, [out], attrs={"transA": ta, "transB": tb, "alpha": 0.75},
-                                      consts=consts))
+                    cases.append(
+                        Case(
+                            "QGemm",
+                            ins,
+                            [out],
+                            attrs={"transA": ta, "transB": tb, "alpha": 0.75},
+                            consts=consts,
+                        )
+                    )
     got, want = run_both(cases)
     assert_outputs(cases, got, want, rtol=1e-6, atol=1e-6)
 
@@ -195,9 +239,14 @@ def _binary_cases(op):
         for t in (np.uint8, np.int8):
             info = np.iinfo(t)
             ins = {
-                "a": q(t, *ash), "as": np.array(0.02 + 0.01 * k, np.float32), "az": np.array(info.min + 100, t),
-                "b": q(t, *bsh), "bs": np.array(0.035, np.float32), "bz": np.array(info.max - 77, t),
-                "cs": np.array(0.05 if op == "QLinearAdd" else 0.9, np.float32), "cz": np.array(info.min + 128, t),
+                "a": q(t, *ash),
+                "as": np.array(0.02 + 0.01 * k, np.float32),
+                "az": np.array(info.min + 100, t),
+                "b": q(t, *bsh),
+                "bs": np.array(0.035, np.float32),
+                "bz": np.array(info.max - 77, t),
+                "cs": np.array(0.05 if op == "QLinearAdd" else 0.9, np.float32),
+                "cz": np.array(info.min + 128, t),
             }
             if k == 3:  # an omitted (trailing) zero point reads 0
                 del ins["cz"]
@@ -219,13 +268,21 @@ def test_qlinear_sigmoid_leaky_relu_match_ort():
     """LeakyRelu bit-exact; Sigmoid within one step (ORT's logistic is MLAS's polynomial,
     a value at a rounding tie may land one step apart)."""
     cases = []
-    for op, attrs in (("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1}), ("QLinearLeakyRelu", {})):
+    for op, attrs in (
+        ("QLinearSigmoid", {}),
+        ("QLinearLeakyRelu", {"alpha": 0.1}),
+        ("QLinearLeakyRelu", {}),
+    ):
         for t in (np.uint8, np.int8):
             for shape, consts in (((2, 3, 17), ()), ((256,), ("xs", "xz", "ys", "yz"))):
                 x = np.arange(256).astype(t) if shape == (256,) else q(t, *shape)  # every value
-                ins = {"x": x, "xs": np.array(0.05, np.float32), "xz": np.array(np.iinfo(t).min + 120, t),
-                       "ys": np.array(1 / 256 if op == "QLinearSigmoid" else 0.04, np.float32),
-                       "yz": np.array(np.iinfo(t).min + (0 if op == "QLinearSigmoid" else 100), t)}
+                ins = {
+                    "x": x,
+                    "xs": np.array(0.05, np.float32),
+                    "xz": np.array(np.iinfo(t).min + 120, t),
+                    "ys": np.array(1 / 256 if op == "QLinearSigmoid" else 0.04, np.float32),
+                    "yz": np.array(np.iinfo(t).min + (0 if op == "QLinearSigmoid" else 100), t),
+                }
                 cases.append(Case(op, ins, [(t, shape)], attrs=attrs, consts=consts))
     got, want = run_both(cases)
     sig = [c for c in cases if c.op == "QLinearSigmoid"]
@@ -241,7 +298,12 @@ def test_qlinear_sigmoid_leaky_relu_match_ort():
 
 def _qparams(t, xs=0.07, ys=0.05):
     info = np.iinfo(t)
-    return (np.array(xs, np.float32), np.array(info.min + 110, t), np.array(ys, np.float32), np.array(info.min + 131, t))
+    return (
+        np.array(xs, np.float32),
+        np.array(info.min + 110, t),
+        np.array(ys, np.float32),
+        np.array(info.min + 131, t),
+    )
 
 
 def test_qlinear_pools_match_ort():
@@ -254,17 +316,41 @@ def test_qlinear_pools_match_ort():
             c = shape[-1] if last else shape[1]
             out = (n, *([1] * (len(shape) - 2)), c) if last else (n, c, *([1] * (len(shape) - 2)))
             ins = {"x": q(t, *shape), "xs": xs, "xz": xz, "ys": ys, "yz": yz}
-            cases.append(Case("QLinearGlobalAveragePool", ins, [(t, out)], attrs={"channels_last": last}))
+            cases.append(
+                Case("QLinearGlobalAveragePool", ins, [(t, out)], attrs={"channels_last": last})
+            )
         for shape, attrs, out in (
-            ((2, 3, 9, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (2, 3, 5, 6)),
-            ((2, 3, 9, 11), {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [1, 0, 1, 1],
-                             "count_include_pad": 1}, (2, 3, 5, 4)),
-            ((1, 4, 7, 7), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, (1, 4, 4, 4)),
-            ((1, 7, 8, 5), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "channels_last": 1}, (1, 7, 8, 5)),
+            (
+                (2, 3, 9, 11),
+                {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                (2, 3, 5, 6),
+            ),
+            (
+                (2, 3, 9, 11),
+                {
+                    "kernel_shape": [3, 2],
+                    "strides": [2, 3],
+                    "pads": [1, 0, 1, 1],
+                    "count_include_pad": 1,
+                },
+                (2, 3, 5, 4),
+            ),
+            (
+                (1, 4, 7, 7),
+                {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+                (1, 4, 4, 4),
+            ),
+            (
+                (1, 7, 8, 5),
+                {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "channels_last": 1},
+                (1, 7, 8, 5),
+            ),
             ((2, 3, 15), {"kernel_shape": [4], "strides": [3], "pads": [2, 1]}, (2, 3, 5)),
         ):
             ins = {"x": q(t, *shape), "xs": xs, "xz": xz, "ys": ys, "yz": yz}
-            cases.append(Case("QLinearAveragePool", ins, [(t, out)], attrs=attrs, consts=("xs", "ys")))
+            cases.append(
+                Case("QLinearAveragePool", ins, [(t, out)], attrs=attrs, consts=("xs", "ys"))
+            )
     got, want = run_both(cases)
     assert_outputs(cases, got, want, steps=0)
 
@@ -273,7 +359,11 @@ def test_qlinear_concat_matches_ort():
     cases = []
     for t in (np.uint8, np.int8):
         info = np.iinfo(t)
-        for axis, shapes in ((1, [(2, 3, 4), (2, 5, 4), (2, 1, 4)]), (-1, [(3, 2), (3, 7)]), (0, [(2, 6), (1, 6)])):
+        for axis, shapes in (
+            (1, [(2, 3, 4), (2, 5, 4), (2, 1, 4)]),
+            (-1, [(3, 2), (3, 7)]),
+            (0, [(2, 6), (1, 6)]),
+        ):
             ins = {"ys": np.array(0.05, np.float32), "yz": np.array(info.min + 128, t)}
             for k, s in enumerate(shapes):
                 ins[f"x{k}"] = q(t, *s)
@@ -282,8 +372,15 @@ def test_qlinear_concat_matches_ort():
                 ins[f"z{k}"] = np.array(info.min + 128 if k == 1 else info.min + 60 * k + 3, t)
             out = list(shapes[0])
             out[axis] = sum(s[axis] for s in shapes)
-            cases.append(Case("QLinearConcat", ins, [(t, tuple(out))], attrs={"axis": axis},
-                              consts=("ys", "s0") if axis == 1 else ()))
+            cases.append(
+                Case(
+                    "QLinearConcat",
+                    ins,
+                    [(t, tuple(out))],
+                    attrs={"axis": axis},
+                    consts=("ys", "s0") if axis == 1 else (),
+                )
+            )
     got, want = run_both(cases)
     assert_outputs(cases, got, want, steps=0)
 
@@ -296,13 +393,30 @@ def test_qlinear_softmax_matches_ort():
     cases = []
     for t in (np.uint8, np.int8):
         info = np.iinfo(t)
-        for shape, opset, axis in (((3, 40), 13, -1), ((2, 5, 7), 13, 1), ((2, 3, 4, 5), 12, 2), ((4, 9), 12, None),
-                                   ((6, 300), 13, None)):
+        for shape, opset, axis in (
+            ((3, 40), 13, -1),
+            ((2, 5, 7), 13, 1),
+            ((2, 3, 4, 5), 12, 2),
+            ((4, 9), 12, None),
+            ((6, 300), 13, None),
+        ):
             attrs = {"opset": opset} if axis is None else {"opset": opset, "axis": axis}
-            ins = {"x": q(t, *shape), "xs": np.array(0.08, np.float32), "xz": np.array(info.min + 128, t),
-                   "ys": np.array(1 / 256, np.float32), "yz": np.array(info.min, t)}
-            cases.append(Case("QLinearSoftmax", ins, [(t, shape)], attrs=attrs,
-                              consts=("xs",) if opset == 13 else ()))
+            ins = {
+                "x": q(t, *shape),
+                "xs": np.array(0.08, np.float32),
+                "xz": np.array(info.min + 128, t),
+                "ys": np.array(1 / 256, np.float32),
+                "yz": np.array(info.min, t),
+            }
+            cases.append(
+                Case(
+                    "QLinearSoftmax",
+                    ins,
+                    [(t, shape)],
+                    attrs=attrs,
+                    consts=("xs",) if opset == 13 else (),
+                )
+            )
     got, want = run_both(cases)
     assert_outputs(cases, got, want, steps=0)
 
@@ -315,15 +429,19 @@ def test_dynamic_quantize_lstm_matches_ort():
     and libm's sigmoid/tanh where ORT uses MLAS polynomials; a state value at a rounding
     tie of the next step's run-time quantization would move one step (quant_lstm)."""
     cases = []
-    for direction, t, b, i, h, wt, per_col in (("forward", 5, 2, 7, 6, np.int8, False),
-                                                ("reverse", 4, 3, 5, 8, np.uint8, True),
-                                                ("bidirectional", 3, 2, 9, 4, np.int8, True)):
+    for direction, t, b, i, h, wt, per_col in (
+        ("forward", 5, 2, 7, 6, np.int8, False),
+        ("reverse", 4, 3, 5, 8, np.uint8, True),
+        ("bidirectional", 3, 2, 9, 4, np.int8, True),
+    ):
         d = 2 if direction == "bidirectional" else 1
         pshape = (d, 4 * h) if per_col else (d,)
         ins = {
             "x": f32(t, b, i),
-            "w": _b(wt, d, i, 4 * h), "r": _b(wt, d, h, 4 * h),
-            "bias": f32(d, 8 * h, scale=0.1), "seq": None,
+            "w": _b(wt, d, i, 4 * h),
+            "r": _b(wt, d, h, 4 * h),
+            "bias": f32(d, 8 * h, scale=0.1),
+            "seq": None,
             "h0": f32(d, b, h, scale=0.5) if direction != "forward" else None,
             "c0": f32(d, b, h, scale=0.5) if direction != "forward" else None,
             "p": None,
@@ -337,8 +455,15 @@ def test_dynamic_quantize_lstm_matches_ort():
         attrs = {"hidden_size": h, "direction": direction}
         if direction == "reverse":
             attrs["clip"] = 2.5
-        cases.append(Case("DynamicQuantizeLSTM", ins, outs, attrs=attrs,
-                          consts=("w", "r", "ws", "wz", "rs", "rz")))
+        cases.append(
+            Case(
+                "DynamicQuantizeLSTM",
+                ins,
+                outs,
+                attrs=attrs,
+                consts=("w", "r", "ws", "wz", "rs", "rz"),
+            )
+        )
     got, want = run_both(cases)
     assert_outputs(cases, got, want, rtol=0, atol=2e-3)
 
@@ -357,14 +482,37 @@ def test_qlinear_elementwise_chain_fuses_and_matches_ort():
     z = lambda v: numpy_helper.from_array(np.array(v, t), f"z{v}")
     inits = [s(0.02), s(0.03), s(0.05), s(0.04), z(128), z(100), z(90)]
     nodes = [
-        helper.make_node("QLinearAdd", ["a", "s0_02", "z128", "b", "s0_03", "z100", "s0_05", "z90"], ["t1"], domain=MS),
-        helper.make_node("QLinearLeakyRelu", ["t1", "s0_05", "z90", "s0_04", "z128"], ["t2"], domain=MS, alpha=0.2),
-        helper.make_node("QLinearMul", ["t2", "s0_04", "z128", "c", "s0_02", "z100", "s0_05", "z90"], ["y"], domain=MS),
+        helper.make_node(
+            "QLinearAdd",
+            ["a", "s0_02", "z128", "b", "s0_03", "z100", "s0_05", "z90"],
+            ["t1"],
+            domain=MS,
+        ),
+        helper.make_node(
+            "QLinearLeakyRelu",
+            ["t1", "s0_05", "z90", "s0_04", "z128"],
+            ["t2"],
+            domain=MS,
+            alpha=0.2,
+        ),
+        helper.make_node(
+            "QLinearMul",
+            ["t2", "s0_04", "z128", "c", "s0_02", "z100", "s0_05", "z90"],
+            ["y"],
+            domain=MS,
+        ),
     ]
-    vi = lambda n: helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t)), (4, 33))
-    graph = helper.make_graph(nodes, "chain", [vi("a"), vi("b"), vi("c")], [vi("y")], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
-                              ir_version=10)
+    vi = lambda n: helper.make_tensor_value_info(
+        n, helper.np_dtype_to_tensor_dtype(np.dtype(t)), (4, 33)
+    )
+    graph = helper.make_graph(
+        nodes, "chain", [vi("a"), vi("b"), vi("c")], [vi("y")], initializer=inits
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+        ir_version=10,
+    )
     feeds = {"a": a, "b": b, "c": c}
     np.testing.assert_array_equal(run_model(model, feeds)[0], ort_run(model, feeds)[0])
     graph_json = monolib.compile(model.SerializeToString(), target="c")["get_graph_json"]()
@@ -375,9 +523,15 @@ def test_refusals_name_the_node():
     import monolib
     from monolib.errors import UnsupportedOpError
 
-    ins = {"a": q(np.uint8, 3, 4), "as": np.array(0.1, np.float32), "az": np.array(1, np.uint8),
-           "b": q(np.uint8, 4, 5), "bs": np.array(0.1, np.float32), "bz": np.array(2, np.uint8),
-           "c": q(np.int32, 3, 5, lo=-9, hi=9)}
+    ins = {
+        "a": q(np.uint8, 3, 4),
+        "as": np.array(0.1, np.float32),
+        "az": np.array(1, np.uint8),
+        "b": q(np.uint8, 4, 5),
+        "bs": np.array(0.1, np.float32),
+        "bz": np.array(2, np.uint8),
+        "c": q(np.int32, 3, 5, lo=-9, hi=9),
+    }
     model, _ = build([Case("QGemm", ins, [(np.float32, (3, 5))], consts=("c",))])
     try:
         monolib.compile(model.SerializeToString(), target="c")
@@ -385,12 +539,31 @@ def test_refusals_name_the_node():
         assert "n0_QGemm" in str(e) and "C has shape [3, 5]" in str(e), e
     else:
         raise AssertionError("a C varying along both axes was accepted")
-    lstm = {"x": f32(2, 1, 3), "w": q(np.uint8, 1, 3, 8), "r": q(np.uint8, 1, 2, 8),
-            "bias": None, "seq": None, "h0": None, "c0": None, "p": None,
-            "ws": np.array([0.01], np.float32), "wz": np.array([128], np.uint8),
-            "rs": np.array([0.01], np.float32), "rz": np.array([128], np.uint8)}
-    model, _ = build([Case("DynamicQuantizeLSTM", lstm, [(np.float32, (2, 1, 1, 2))], attrs={"hidden_size": 2},
-                           consts=("r", "ws", "wz", "rs", "rz"))])
+    lstm = {
+        "x": f32(2, 1, 3),
+        "w": q(np.uint8, 1, 3, 8),
+        "r": q(np.uint8, 1, 2, 8),
+        "bias": None,
+        "seq": None,
+        "h0": None,
+        "c0": None,
+        "p": None,
+        "ws": np.array([0.01], np.float32),
+        "wz": np.array([128], np.uint8),
+        "rs": np.array([0.01], np.float32),
+        "rz": np.array([128], np.uint8),
+    }
+    model, _ = build(
+        [
+            Case(
+                "DynamicQuantizeLSTM",
+                lstm,
+                [(np.float32, (2, 1, 1, 2))],
+                attrs={"hidden_size": 2},
+                consts=("r", "ws", "wz", "rs", "rz"),
+            )
+        ]
+    )
     try:
         monolib.compile(model.SerializeToString(), target="c")
     except UnsupportedOpError as e:
@@ -404,13 +577,28 @@ def test_float_output_gemm_split_over_threads():
     and QGemm (float Y, per-column scales, bias / C) give the same bits at 1 and 2
     threads, and ORT's values."""
     m, k, n = 96, 200, 304
-    dq = {"a": f32(m, k), "b": _b(np.int8, k, n), "bs": R.uniform(0.001, 0.01, n).astype(np.float32),
-          "bz": np.zeros(n, np.int8), "bias": f32(n)}
-    qg = {"a": q(np.uint8, m, k), "as": np.array(0.05, np.float32), "az": np.array(7, np.uint8),
-          "b": q(np.uint8, n, k), "bs": R.uniform(0.001, 0.01, n).astype(np.float32), "bz": q(np.uint8, n),
-          "c": q(np.int32, n, lo=-999, hi=999)}
-    cases = [Case("DynamicQuantizeMatMul", dq, [(np.float32, (m, n))], consts=("b", "bs", "bz", "bias")),
-             Case("QGemm", qg, [(np.float32, (m, n))], attrs={"transB": 1}, consts=("b", "bs", "bz", "c"))]
+    dq = {
+        "a": f32(m, k),
+        "b": _b(np.int8, k, n),
+        "bs": R.uniform(0.001, 0.01, n).astype(np.float32),
+        "bz": np.zeros(n, np.int8),
+        "bias": f32(n),
+    }
+    qg = {
+        "a": q(np.uint8, m, k),
+        "as": np.array(0.05, np.float32),
+        "az": np.array(7, np.uint8),
+        "b": q(np.uint8, n, k),
+        "bs": R.uniform(0.001, 0.01, n).astype(np.float32),
+        "bz": q(np.uint8, n),
+        "c": q(np.int32, n, lo=-999, hi=999),
+    }
+    cases = [
+        Case("DynamicQuantizeMatMul", dq, [(np.float32, (m, n))], consts=("b", "bs", "bz", "bias")),
+        Case(
+            "QGemm", qg, [(np.float32, (m, n))], attrs={"transB": 1}, consts=("b", "bs", "bz", "c")
+        ),
+    ]
     model, feeds = build(cases)
     one, two = run_threads(model, feeds)
     for x, y in zip(one, two):

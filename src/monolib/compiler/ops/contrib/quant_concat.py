@@ -44,44 +44,63 @@ class QLinearConcat(OpDef):
     def _parts(self, node: Node):
         ins = node.inputs
         if len(ins) < 5 or (len(ins) - 2) % 3:
-            raise ShapeError(f"QLinearConcat node {node.name!r}: expected Y_scale, Y_zero_point and triples, got {len(ins)} inputs")
+            raise ShapeError(
+                f"QLinearConcat node {node.name!r}: expected Y_scale, Y_zero_point and triples, got {len(ins)} inputs"
+            )
         return [tuple(ins[k : k + 3]) for k in range(2, len(ins), 3)]
 
     def _axis(self, node: Node, rank: int) -> int:
         axis = int(self.attr(node, "axis"))
         if not -rank <= axis < rank:
-            raise ShapeError(f"QLinearConcat node {node.name!r}: axis {axis} out of range for rank {rank}")
+            raise ShapeError(
+                f"QLinearConcat node {node.name!r}: axis {axis} out of range for rank {rank}"
+            )
         return axis % rank
 
     def infer(self, node: Node) -> list[OutType]:
         ys, yz = node.inputs[0], node.inputs[1]
         dt = yz.dtype
         if dt not in _Q8:
-            raise UnsupportedOpError(f"QLinearConcat node {node.name!r}: Y_zero_point is {dt}; expected uint8 or int8")
+            raise UnsupportedOpError(
+                f"QLinearConcat node {node.name!r}: Y_zero_point is {dt}; expected uint8 or int8"
+            )
         scalars = [ys, yz] + [v for x, s, z in self._parts(node) for v in (s, z)]
         if any(v is None or v.size != 1 for v in scalars):
-            raise UnsupportedOpError(f"QLinearConcat node {node.name!r}: every scale and zero point must be a scalar")
+            raise UnsupportedOpError(
+                f"QLinearConcat node {node.name!r}: every scale and zero point must be a scalar"
+            )
         parts = self._parts(node)
         first = parts[0][0].shape
         axis = self._axis(node, len(first))
         total = 0
         for x, _, z in parts:
             if x.dtype != dt or z.dtype != dt:
-                raise UnsupportedOpError(f"QLinearConcat node {node.name!r}: input {x.name!r} is {x.dtype}; expected {dt}")
-            if len(x.shape) != len(first) or any(a != b for i, (a, b) in enumerate(zip(x.shape, first)) if i != axis):
-                raise ShapeError(f"QLinearConcat node {node.name!r}: shapes {list(first)} and {list(x.shape)} differ off axis {axis}")
+                raise UnsupportedOpError(
+                    f"QLinearConcat node {node.name!r}: input {x.name!r} is {x.dtype}; expected {dt}"
+                )
+            if len(x.shape) != len(first) or any(
+                a != b for i, (a, b) in enumerate(zip(x.shape, first)) if i != axis
+            ):
+                raise ShapeError(
+                    f"QLinearConcat node {node.name!r}: shapes {list(first)} and {list(x.shape)} differ off axis {axis}"
+                )
             total += x.shape[axis]
         out = list(first)
         out[axis] = total
         return [(tuple(out), dt)]
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
-        ys, yz = np.float32(np.asarray(inputs[0]).ravel()[0]), np.float32(np.asarray(inputs[1]).ravel()[0])
+        ys, yz = (
+            np.float32(np.asarray(inputs[0]).ravel()[0]),
+            np.float32(np.asarray(inputs[1]).ravel()[0]),
+        )
         info = np.iinfo(inputs[1].dtype)
         outs = []
         for k in range(2, len(inputs), 3):
             x, xs, xz = inputs[k : k + 3]
-            v = np.float32(np.asarray(xs).ravel()[0]) * (x.astype(np.int32) - int(np.asarray(xz).ravel()[0])).astype(np.float32)
+            v = np.float32(np.asarray(xs).ravel()[0]) * (
+                x.astype(np.int32) - int(np.asarray(xz).ravel()[0])
+            ).astype(np.float32)
             outs.append(np.clip(np.rint(v / ys) + yz, info.min, info.max).astype(inputs[1].dtype))
         return [np.concatenate(outs, axis=self._axis(node, outs[0].ndim))]
 

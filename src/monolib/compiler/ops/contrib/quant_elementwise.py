@@ -76,7 +76,9 @@ class _QLinearUnary(Elementwise):
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         if x.dtype not in _Q8:
-            raise UnsupportedOpError(f"{self.op_type} node {node.name!r}: X is {x.dtype}; expected uint8 or int8")
+            raise UnsupportedOpError(
+                f"{self.op_type} node {node.name!r}: X is {x.dtype}; expected uint8 or int8"
+            )
         for i in (1, 3):
             if node.inputs[i].size != 1 or node.inputs[i].dtype != np.float32:
                 raise UnsupportedOpError(
@@ -99,7 +101,9 @@ class _QLinearUnary(Elementwise):
         x, xs, xz, ys = args[0], args[1], args[2] if len(args) > 2 else "", args[3]
         yz = args[4] if len(args) > 4 else ""
         v = f"({xs} * (float)((int32_t)({x}) - (int32_t){_zp(xz)}))"
-        return _saturate_c(f"(nearbyintf({self._fn_c(node, v)} / {ys}) + {_zp(yz)})", node.inputs[0].dtype)
+        return _saturate_c(
+            f"(nearbyintf({self._fn_c(node, v)} / {ys}) + {_zp(yz)})", node.inputs[0].dtype
+        )
 
 
 @register
@@ -153,7 +157,9 @@ class _QLinearBinary(Elementwise):
         for i in (2, 5, 7):
             z = node.input(i)
             if z is not None and z.size != 1:
-                raise UnsupportedOpError(f"{self.op_type} node {node.name!r}: zero point input {i} must be a scalar")
+                raise UnsupportedOpError(
+                    f"{self.op_type} node {node.name!r}: zero point input {i} must be a scalar"
+                )
         return super().infer(node)
 
 
@@ -182,7 +188,9 @@ class QLinearAdd(_QLinearBinary):
         (x, rx, zx), (w, rw, zw) = ((a, ra, za), (b, rb, zb))
         if self._swapped(node):
             (x, rx, zx), (w, rw, zw) = (w, rw, zw), (x, rx, zx)
-        zsum = np.float32(np.float64(rx) * np.float64(_zp_np(zx)) + np.float64(np.float32(rw * _zp_np(zw))))
+        zsum = np.float32(
+            np.float64(rx) * np.float64(_zp_np(zx)) + np.float64(np.float32(rw * _zp_np(zw)))
+        )
         fixed = np.float32(_zp_np(zc) - zsum)
         # fma: one rounding of an exact product plus a float32 (float64 holds it exactly)
         inner = (w.astype(np.float64) * np.float64(rw) + np.float64(fixed)).astype(np.float32)
@@ -212,8 +220,12 @@ class QLinearMul(_QLinearBinary):
 
     def np_fn(self, node: Node, a, sa, za, b, sb, zb, sc, zc=None):
         r = np.float32(_f(sa) * _f(sb)) / _f(sc)
-        prod = (a.astype(np.int32) - np.int32(_zp_np(za))) * (b.astype(np.int32) - np.int32(_zp_np(zb)))
-        return _saturate(np.rint((prod.astype(np.float32) * r).astype(np.float32) + _zp_np(zc)), a.dtype)
+        prod = (a.astype(np.int32) - np.int32(_zp_np(za))) * (
+            b.astype(np.int32) - np.int32(_zp_np(zb))
+        )
+        return _saturate(
+            np.rint((prod.astype(np.float32) * r).astype(np.float32) + _zp_np(zc)), a.dtype
+        )
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         a, sa, za, b, sb, zb, sc = args[:7]

@@ -72,26 +72,44 @@ class DynamicQuantizeLSTM(OpDef):
     outputs, the arithmetic and what is refused."""
 
     domain, op_type, since_version = "com.microsoft", "DynamicQuantizeLSTM", 1
-    defaults = {"direction": "forward", "clip": None, "activations": None, "input_forget": 0,
-                "hidden_size": None, "activation_alpha": None, "activation_beta": None}
+    defaults = {
+        "direction": "forward",
+        "clip": None,
+        "activations": None,
+        "input_forget": 0,
+        "hidden_size": None,
+        "activation_alpha": None,
+        "activation_beta": None,
+    }
 
     def _dims(self, node: Node) -> tuple[int, int, int, int, int]:
         """(T, B, I, H, D), checking shapes, types and what is supported."""
         where = f"DynamicQuantizeLSTM node {node.name!r}"
         x, w, r = node.inputs[0], node.inputs[1], node.inputs[2]
         if x.dtype != np.float32 or w.dtype not in _Q8 or r.dtype not in _Q8:
-            raise UnsupportedOpError(f"{where}: X must be float32, W and R uint8 or int8 (got {x.dtype}, {w.dtype}, {r.dtype})")
+            raise UnsupportedOpError(
+                f"{where}: X must be float32, W and R uint8 or int8 (got {x.dtype}, {w.dtype}, {r.dtype})"
+            )
         if len(x.shape) != 3 or len(w.shape) != 3 or len(r.shape) != 3:
             raise ShapeError(f"{where}: X, W, R must be rank 3")
         t, b, i = x.shape
         d, h = r.shape[0], r.shape[1]
         ndir = 2 if self.attr(node, "direction") == "bidirectional" else 1
         hs = self.attr(node, "hidden_size") or h
-        if d != ndir or hs != h or tuple(w.shape) != (d, i, 4 * h) or tuple(r.shape) != (d, h, 4 * h):
-            raise ShapeError(f"{where}: W {list(w.shape)}, R {list(r.shape)}, direction and hidden_size disagree with X {list(x.shape)}")
+        if (
+            d != ndir
+            or hs != h
+            or tuple(w.shape) != (d, i, 4 * h)
+            or tuple(r.shape) != (d, h, 4 * h)
+        ):
+            raise ShapeError(
+                f"{where}: W {list(w.shape)}, R {list(r.shape)}, direction and hidden_size disagree with X {list(x.shape)}"
+            )
         acts = [a.lower() for a in self.attr(node, "activations") or []]
         if acts and acts != _ACTS * ndir:
-            raise UnsupportedOpError(f"{where}: activations {acts} are not supported (only the defaults)")
+            raise UnsupportedOpError(
+                f"{where}: activations {acts} are not supported (only the defaults)"
+            )
         if self.attr(node, "input_forget"):
             raise UnsupportedOpError(f"{where}: input_forget=1 is not supported")
         if node.input(4) is not None or node.input(7) is not None:
@@ -99,9 +117,13 @@ class DynamicQuantizeLSTM(OpDef):
         for idx in (1, 2, 8, 9, 10, 11):
             v = node.input(idx)
             if v is None or v.const is None:
-                raise UnsupportedOpError(f"{where}: input {idx} (weights and their scales/zero points) must be a constant")
+                raise UnsupportedOpError(
+                    f"{where}: input {idx} (weights and their scales/zero points) must be a constant"
+                )
             if idx in (8, 9, 10, 11) and v.size not in (d, d * 4 * h):
-                raise ShapeError(f"{where}: input {idx} has shape {list(v.shape)}; expected [{d}] or [{d}, {4 * h}]")
+                raise ShapeError(
+                    f"{where}: input {idx} has shape {list(v.shape)}; expected [{d}] or [{d}, {4 * h}]"
+                )
         for idx, shape in ((3, (d, 8 * h)), (5, (d, b, h)), (6, (d, b, h))):
             v = node.input(idx)
             if v is not None and tuple(v.shape) != shape:
@@ -135,8 +157,16 @@ class DynamicQuantizeLSTM(OpDef):
         hs, cs = np.zeros((d, b, h), np.float32), np.zeros((d, b, h), np.float32)
         for k in range(d):
             gx = self._qmm(x.reshape(t * b, i), w[k], wz[k], ws[k]).reshape(t, b, g4)
-            hk = inputs[5][k].copy() if len(inputs) > 5 and inputs[5] is not None else np.zeros((b, h), np.float32)
-            ck = inputs[6][k].copy() if len(inputs) > 6 and inputs[6] is not None else np.zeros((b, h), np.float32)
+            hk = (
+                inputs[5][k].copy()
+                if len(inputs) > 5 and inputs[5] is not None
+                else np.zeros((b, h), np.float32)
+            )
+            ck = (
+                inputs[6][k].copy()
+                if len(inputs) > 6 and inputs[6] is not None
+                else np.zeros((b, h), np.float32)
+            )
             bsum = (bias[k, :g4] + bias[k, g4:]).astype(np.float32)
             reverse = self.attr(node, "direction") == "reverse" or k == 1
             for s in range(t):
@@ -144,7 +174,11 @@ class DynamicQuantizeLSTM(OpDef):
                 g = gx[tt] + self._qmm(hk, r[k], rz[k], rs[k]) + bsum
                 if clip is not None:
                     g = np.clip(g, -np.float32(clip), np.float32(clip))
-                gi, go, gf = _sigmoid(g[:, :h]), _sigmoid(g[:, h : 2 * h]), _sigmoid(g[:, 2 * h : 3 * h])
+                gi, go, gf = (
+                    _sigmoid(g[:, :h]),
+                    _sigmoid(g[:, h : 2 * h]),
+                    _sigmoid(g[:, 2 * h : 3 * h]),
+                )
                 gc = np.tanh(g[:, 3 * h :]).astype(np.float32)
                 ck = (gf * ck + gi * gc).astype(np.float32)
                 hk = (go * np.tanh(ck)).astype(np.float32)
@@ -152,10 +186,26 @@ class DynamicQuantizeLSTM(OpDef):
             hs[k], cs[k] = hk, ck
         return [y, hs, cs][: len(node.outputs)]
 
-    def _gemm(self, ctx: EmitContext, m, k: int, n: int, a16: str, packed: str, mult: str, per_col: bool, y: str) -> str:
-        out = out_fields(np.float32, y, str(n), mult, "ML_QMULT_COL" if per_col else "ML_QMULT_TENSOR")
-        return qgemm_call({"M": str(m), "N": str(n), "K": str(k), "a": a16, "bbuf": "0"},
-                          {"kind": "ML_QB_PACKED", "p16": packed}, out)
+    def _gemm(
+        self,
+        ctx: EmitContext,
+        m,
+        k: int,
+        n: int,
+        a16: str,
+        packed: str,
+        mult: str,
+        per_col: bool,
+        y: str,
+    ) -> str:
+        out = out_fields(
+            np.float32, y, str(n), mult, "ML_QMULT_COL" if per_col else "ML_QMULT_TENSOR"
+        )
+        return qgemm_call(
+            {"M": str(m), "N": str(n), "K": str(k), "a": a16, "bbuf": "0"},
+            {"kind": "ML_QB_PACKED", "p16": packed},
+            out,
+        )
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         t, b, i, h, d = self._dims(node)
@@ -177,8 +227,12 @@ class DynamicQuantizeLSTM(OpDef):
         outs = list(node.outputs)
         lines = ["{", "  int32_t zp_; float sc_;"]
         for k in range(d):
-            wp = ctx.param(pack_b16(w[k].astype(np.int32) - wz[k].astype(np.int32)), f"{node.name}.w{k}")
-            rp = ctx.param(pack_b16(r[k].astype(np.int32) - rz[k].astype(np.int32)), f"{node.name}.r{k}")
+            wp = ctx.param(
+                pack_b16(w[k].astype(np.int32) - wz[k].astype(np.int32)), f"{node.name}.w{k}"
+            )
+            rp = ctx.param(
+                pack_b16(r[k].astype(np.int32) - rz[k].astype(np.int32)), f"{node.name}.r{k}"
+            )
             wsp = ctx.param(np.ascontiguousarray(ws[k], np.float32), f"{node.name}.ws{k}")
             rsp = ctx.param(np.ascontiguousarray(rs[k], np.float32), f"{node.name}.rs{k}")
             bsum = "0.0f"
@@ -192,7 +246,17 @@ class DynamicQuantizeLSTM(OpDef):
                 f"  sc_ = ml_dq_u8({ctx.ptr(x)}, {t * b * i}, (uint8_t*){xq}, &zp_);",
                 f"  for (int64_t j_ = 0; j_ < {g4}; ++j_) ((float*){mult})[j_] = sc_ * {wsp}[j_];",
                 f"  ml_qpack_a({t * b}, {i}, (const uint8_t*){xq}, 0, {i}, 1, 0, zp_, (int16_t*){xa});",
-                self._gemm(ctx, t * b, i, g4, f"(const int16_t*){xa}", wp, f"(const float*){mult}", per_w, f"(float*){gx}"),
+                self._gemm(
+                    ctx,
+                    t * b,
+                    i,
+                    g4,
+                    f"(const int16_t*){xa}",
+                    wp,
+                    f"(const float*){mult}",
+                    per_w,
+                    f"(float*){gx}",
+                ),
                 f"  for (int64_t j_ = 0; j_ < {b * h}; ++j_) {{",
                 f"    ((float*){hst})[j_] = {f'{ctx.ptr(init_h)}[{k * b * h} + j_]' if init_h is not None else '0.0f'};",
                 f"    ((float*){cst})[j_] = {f'{ctx.ptr(init_c)}[{k * b * h} + j_]' if init_c is not None else '0.0f'};",
@@ -202,14 +266,28 @@ class DynamicQuantizeLSTM(OpDef):
                 f"    sc_ = ml_dq_u8((const float*){hst}, {b * h}, (uint8_t*){hq}, &zp_);",
                 f"    for (int64_t j_ = 0; j_ < {g4}; ++j_) ((float*){mult})[j_] = sc_ * {rsp}[j_];",
                 f"    ml_qpack_a({b}, {h}, (const uint8_t*){hq}, 0, {h}, 1, 0, zp_, (int16_t*){ha});",
-                "  " + self._gemm(ctx, b, h, g4, f"(const int16_t*){ha}", rp, f"(const float*){mult}", per_r, f"(float*){gh}"),
+                "  "
+                + self._gemm(
+                    ctx,
+                    b,
+                    h,
+                    g4,
+                    f"(const int16_t*){ha}",
+                    rp,
+                    f"(const float*){mult}",
+                    per_r,
+                    f"(float*){gh}",
+                ),
                 f"    for (int64_t b_ = 0; b_ < {b}; ++b_) {{",
                 f"      float* g_ = (float*){gh} + b_ * {g4};",
                 f"      const float* x_ = (const float*){gx} + (t_ * {b} + b_) * {g4};",
                 f"      for (int64_t j_ = 0; j_ < {g4}; ++j_) {{",
                 f"        float v_ = x_[j_] + g_[j_] + {bsum};",
-                (f"        v_ = v_ < -{float(clip)!r}f ? -{float(clip)!r}f : (v_ > {float(clip)!r}f ? {float(clip)!r}f : v_);"
-                 if clip is not None else ""),
+                (
+                    f"        v_ = v_ < -{float(clip)!r}f ? -{float(clip)!r}f : (v_ > {float(clip)!r}f ? {float(clip)!r}f : v_);"
+                    if clip is not None
+                    else ""
+                ),
                 "        g_[j_] = v_;",
                 "      }",
                 f"      for (int64_t j_ = 0; j_ < {h}; ++j_) {{",
@@ -219,17 +297,22 @@ class DynamicQuantizeLSTM(OpDef):
                 f"        float gc_ = tanhf(g_[{3 * h} + j_]);",
                 f"        float* c_ = (float*){cst} + b_ * {h} + j_;",
                 "        *c_ = gf_ * *c_ + gi_ * gc_;",
-                f"        float hv_ = go_ * tanhf(*c_);",
+                "        float hv_ = go_ * tanhf(*c_);",
                 f"        ((float*){hst})[b_ * {h} + j_] = hv_;",
-                (f"        {ctx.ptr(outs[0])}[((t_ * {d} + {k}) * {b} + b_) * {h} + j_] = hv_;"
-                 if outs and outs[0] is not None else ""),
+                (
+                    f"        {ctx.ptr(outs[0])}[((t_ * {d} + {k}) * {b} + b_) * {h} + j_] = hv_;"
+                    if outs and outs[0] is not None
+                    else ""
+                ),
                 "      }",
                 "    }",
                 "  }",
             ]
             for idx, src in ((1, hst), (2, cst)):
                 if len(outs) > idx and outs[idx] is not None:
-                    lines.append(f"  memcpy({ctx.ptr(outs[idx])} + {k * b * h}, (const float*){src}, {4 * b * h});")
+                    lines.append(
+                        f"  memcpy({ctx.ptr(outs[idx])} + {k * b * h}, (const float*){src}, {4 * b * h});"
+                    )
             lines.append("  }")
         lines.append("}")
         return "\n".join(x for x in lines if x)

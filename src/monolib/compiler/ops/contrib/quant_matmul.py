@@ -115,7 +115,10 @@ class _ToFloat(_QMatMul):
 
     def _float_out(self, acc: np.ndarray, a_scale, inputs: list) -> np.ndarray:
         """``float32(acc) * (a_scale * b_scale) + bias`` in NumPy."""
-        mult = np.float32(np.asarray(a_scale, np.float32).ravel()[0]) * np.asarray(inputs[self.BS], np.float32).ravel()
+        mult = (
+            np.float32(np.asarray(a_scale, np.float32).ravel()[0])
+            * np.asarray(inputs[self.BS], np.float32).ravel()
+        )
         if inputs[self.B].ndim == 1:  # the N axis was dropped
             mult = mult[:1]
         y = acc.astype(np.float32) * mult
@@ -231,11 +234,15 @@ class QGemm(OpDef):
 
     def _mkn(self, node: Node, a_shape, b_shape) -> tuple[int, int, int]:
         if len(a_shape) != 2 or len(b_shape) != 2:
-            raise ShapeError(f"QGemm node {node.name!r}: A {list(a_shape)} and B {list(b_shape)} must be 2-D")
+            raise ShapeError(
+                f"QGemm node {node.name!r}: A {list(a_shape)} and B {list(b_shape)} must be 2-D"
+            )
         m, k = a_shape[::-1] if self.attr(node, "transA") else a_shape
         kb, n = b_shape[::-1] if self.attr(node, "transB") else b_shape
         if k != kb:
-            raise ShapeError(f"QGemm node {node.name!r}: A {list(a_shape)} and B {list(b_shape)} disagree on K")
+            raise ShapeError(
+                f"QGemm node {node.name!r}: A {list(a_shape)} and B {list(b_shape)} disagree on K"
+            )
         return m, k, n
 
     def infer(self, node: Node) -> list[OutType]:
@@ -271,7 +278,9 @@ class QGemm(OpDef):
     def _scales(self, inputs: list, alpha: float) -> np.ndarray:
         """``alpha * a_scale * b_scale[n] (/ y_scale)`` in float32, in that order."""
         alpha = np.float32(alpha)
-        s = (alpha * np.float32(np.asarray(inputs[self.AS]).ravel()[0])) * np.asarray(inputs[self.BS], np.float32).ravel()
+        s = (alpha * np.float32(np.asarray(inputs[self.AS]).ravel()[0])) * np.asarray(
+            inputs[self.BS], np.float32
+        ).ravel()
         ys = inputs[self.YS] if len(inputs) > self.YS else None
         return s / np.float32(np.asarray(ys).ravel()[0]) if ys is not None else s
 
@@ -343,16 +352,26 @@ class QGemm(OpDef):
             fields["a"] = f"(const int16_t*){abuf}"
         bz = node.input(self.BZP)
         if b.const is not None and (bz is None or bz.const is not None):
-            bi = (b.const.T if tb else b.const).astype(np.int32) - zp_ref(None if bz is None else bz.const, n)
-            bsrc = {"kind": "ML_QB_PACKED", "p16": ctx.param(pack_b16(bi), f"{node.name}.packed_b16")}
+            bi = (b.const.T if tb else b.const).astype(np.int32) - zp_ref(
+                None if bz is None else bz.const, n
+            )
+            bsrc = {
+                "kind": "ML_QB_PACKED",
+                "p16": ctx.param(pack_b16(bi), f"{node.name}.packed_b16"),
+            }
             fields["bbuf"] = "0"
         else:
             bzp0, bzp_arr, zcode = zp_c(ctx, node, self.BZP, n)
             lines.append(zcode)
             ldk, ldn = (1, k) if tb else (n, 1)
             bsrc = {
-                "kind": "ML_QB_STRIDED", "is_signed": str(int(b.dtype == np.int8)), "p8": ctx.ptr(b),
-                "ldk": str(ldk), "ldn": str(ldn), "zp_n": bzp_arr, "zp0": bzp0,
+                "kind": "ML_QB_STRIDED",
+                "is_signed": str(int(b.dtype == np.int8)),
+                "p8": ctx.ptr(b),
+                "ldk": str(ldk),
+                "ldn": str(ldn),
+                "zp_n": bzp_arr,
+                "zp0": bzp0,
             }
             fields["bbuf"] = f"(int16_t*){ctx.scratch(qgemm_bbuf_bytes(k, n))}"
         lines.append(qgemm_call(fields, bsrc, out))

@@ -45,14 +45,20 @@ def _check_q(node: Node) -> np.dtype:
     """
     x = node.inputs[0]
     if x.dtype not in _Q8:
-        raise UnsupportedOpError(f"{node.op_type} node {node.name!r}: X is {x.dtype}; expected uint8 or int8")
+        raise UnsupportedOpError(
+            f"{node.op_type} node {node.name!r}: X is {x.dtype}; expected uint8 or int8"
+        )
     for i in (1, 3):
         if node.inputs[i].size != 1 or node.inputs[i].dtype != np.float32:
-            raise UnsupportedOpError(f"{node.op_type} node {node.name!r}: input {i} must be a float32 scalar")
+            raise UnsupportedOpError(
+                f"{node.op_type} node {node.name!r}: input {i} must be a float32 scalar"
+            )
     for i in (2, 4):
         z = node.input(i)
         if z is not None and (z.size != 1 or z.dtype != x.dtype):
-            raise UnsupportedOpError(f"{node.op_type} node {node.name!r}: zero point input {i} must be a {x.dtype} scalar")
+            raise UnsupportedOpError(
+                f"{node.op_type} node {node.name!r}: zero point input {i} must be a {x.dtype} scalar"
+            )
     return x.dtype
 
 
@@ -78,7 +84,9 @@ class _QPool(OpDef):
     def _layout(self, node: Node, shape) -> tuple[int, int, list[int]]:
         """(N, C, spatial sizes) of X."""
         if len(shape) < 3:
-            raise ShapeError(f"{node.op_type} node {node.name!r}: X must have rank >= 3, got {list(shape)}")
+            raise ShapeError(
+                f"{node.op_type} node {node.name!r}: X must have rank >= 3, got {list(shape)}"
+            )
         if self.attr(node, "channels_last"):
             return shape[0], shape[-1], list(shape[1:-1])
         return shape[0], shape[1], list(shape[2:])
@@ -101,11 +109,17 @@ class QLinearGlobalAveragePool(_QPool):
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]
-        n, c, sp = self._layout(node, x.shape)
+        _, _, sp = self._layout(node, x.shape)
         hw = int(np.prod(sp))
-        axes = tuple(range(1, 1 + len(sp))) if self.attr(node, "channels_last") else tuple(range(2, x.ndim))
+        axes = (
+            tuple(range(1, 1 + len(sp)))
+            if self.attr(node, "channels_last")
+            else tuple(range(2, x.ndim))
+        )
         acc = x.astype(np.int64).sum(axis=axes, keepdims=True) - _zp_np(inputs, 2) * hw
-        scale = np.float32(np.asarray(inputs[1]).ravel()[0]) / (np.float32(np.asarray(inputs[3]).ravel()[0]) * np.float32(hw))
+        scale = np.float32(np.asarray(inputs[1]).ravel()[0]) / (
+            np.float32(np.asarray(inputs[3]).ravel()[0]) * np.float32(hw)
+        )
         info = np.iinfo(x.dtype)
         y = np.rint(acc.astype(np.int32).astype(np.float32) * scale) + _zp_np(inputs, 4)
         return [np.clip(y, info.min, info.max).astype(x.dtype)]
@@ -118,7 +132,11 @@ class QLinearGlobalAveragePool(_QPool):
         xp, yp = ctx.ptr(x), ctx.ptr(y)
         i, j, k = ctx.unique("i"), ctx.unique("j"), ctx.unique("k")
         # NCHW: channel j of image i is contiguous; NHWC: stride C between its values
-        at = f"{xp}[({i} * {hw} + {k}) * {c} + {j}]" if last else f"{xp}[({i} * {c} + {j}) * {hw} + {k}]"
+        at = (
+            f"{xp}[({i} * {hw} + {k}) * {c} + {j}]"
+            if last
+            else f"{xp}[({i} * {c} + {j}) * {hw} + {k}]"
+        )
         return (
             "{\n"
             f"  const float sc_ = {ctx.ptr(node.inputs[1])}[0] / ({ctx.ptr(node.inputs[3])}[0] * (float){hw});\n"
@@ -151,10 +169,14 @@ class QLinearAveragePool(_QPool):
     def _geo(self, node: Node, shape):
         n, c, sp = self._layout(node, shape)
         if len(sp) > 2:
-            raise UnsupportedOpError(f"QLinearAveragePool node {node.name!r}: {len(sp)}-D windows are not supported")
+            raise UnsupportedOpError(
+                f"QLinearAveragePool node {node.name!r}: {len(sp)}-D windows are not supported"
+            )
         kernel = [int(k) for k in node.attrs.get("kernel_shape") or []]
         if len(kernel) != len(sp):
-            raise ShapeError(f"QLinearAveragePool node {node.name!r}: kernel_shape {kernel} does not match X {list(shape)}")
+            raise ShapeError(
+                f"QLinearAveragePool node {node.name!r}: kernel_shape {kernel} does not match X {list(shape)}"
+            )
         return n, c, sp, geometry(node, sp, kernel, bool(self.attr(node, "ceil_mode")))
 
     def infer(self, node: Node) -> list[OutType]:
@@ -167,7 +189,13 @@ class QLinearAveragePool(_QPool):
         """(input sizes, output sizes, kernel, strides, begin pads) as 2-D (1-D: H = 1)."""
         if len(sp) == 2:
             return sp, geo.out, geo.kernel, geo.strides, geo.begin
-        return [1, sp[0]], [1, geo.out[0]], [1, geo.kernel[0]], [1, geo.strides[0]], [0, geo.begin[0]]
+        return (
+            [1, sp[0]],
+            [1, geo.out[0]],
+            [1, geo.kernel[0]],
+            [1, geo.strides[0]],
+            [0, geo.begin[0]],
+        )
 
     def reference(self, node: Node, inputs: list) -> list[np.ndarray]:
         x = inputs[0]
@@ -193,7 +221,9 @@ class QLinearAveragePool(_QPool):
                         acc = acc + xq[:, :, h, w]
                 y[:, :, oh, ow] = acc / np.float32(KH * KW if incl else (he - hs) * (we - ws))
         info = np.iinfo(x.dtype)
-        q = np.clip(np.rint(y / ys + np.float32(_zp_np(inputs, 4))), info.min, info.max).astype(x.dtype)
+        q = np.clip(np.rint(y / ys + np.float32(_zp_np(inputs, 4))), info.min, info.max).astype(
+            x.dtype
+        )
         q = q.reshape((n, c, *geo.out))
         return [np.ascontiguousarray(np.moveaxis(q, 1, -1)) if last else q]
 
@@ -205,10 +235,20 @@ class QLinearAveragePool(_QPool):
         xp, yp = ctx.ptr(x), ctx.ptr(y)
         b, ch, oh, ow, h, w = (ctx.unique(s) for s in ("b", "c", "oh", "ow", "h", "w"))
         if last:
-            xi, yi = f"(({b} * {H} + {h}) * {W} + {w}) * {c} + {ch}", f"(({b} * {OH} + {oh}) * {OW} + {ow}) * {c} + {ch}"
+            xi, yi = (
+                f"(({b} * {H} + {h}) * {W} + {w}) * {c} + {ch}",
+                f"(({b} * {OH} + {oh}) * {OW} + {ow}) * {c} + {ch}",
+            )
         else:
-            xi, yi = f"(({b} * {c} + {ch}) * {H} + {h}) * {W} + {w}", f"(({b} * {c} + {ch}) * {OH} + {oh}) * {OW} + {ow}"
-        count = f"(float){KH * KW}" if self.attr(node, "count_include_pad") else "(float)((he_ - hs_) * (we_ - ws_))"
+            xi, yi = (
+                f"(({b} * {c} + {ch}) * {H} + {h}) * {W} + {w}",
+                f"(({b} * {c} + {ch}) * {OH} + {oh}) * {OW} + {ow}",
+            )
+        count = (
+            f"(float){KH * KW}"
+            if self.attr(node, "count_include_pad")
+            else "(float)((he_ - hs_) * (we_ - ws_))"
+        )
         # X dequantized into float scratch first, as ORT does: each product is rounded
         # on its own (summing the products directly, the C compiler may fuse
         # multiply-adds and round a tie the other way)

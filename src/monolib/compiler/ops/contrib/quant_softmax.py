@@ -56,7 +56,9 @@ class QLinearSoftmax(OpDef):
         axis = self.attr(node, "axis")
         axis = (1 if opset < 13 else -1) if axis is None else int(axis)
         if not -rank <= axis < rank:
-            raise ShapeError(f"QLinearSoftmax node {node.name!r}: axis {axis} out of range for rank {rank}")
+            raise ShapeError(
+                f"QLinearSoftmax node {node.name!r}: axis {axis} out of range for rank {rank}"
+            )
         axis %= rank
         outer = int(np.prod(shape[:axis]))
         if opset < 13:
@@ -66,14 +68,20 @@ class QLinearSoftmax(OpDef):
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
         if x.dtype not in _Q8:
-            raise UnsupportedOpError(f"QLinearSoftmax node {node.name!r}: X is {x.dtype}; expected uint8 or int8")
+            raise UnsupportedOpError(
+                f"QLinearSoftmax node {node.name!r}: X is {x.dtype}; expected uint8 or int8"
+            )
         for i in (1, 3):
             if node.inputs[i].size != 1 or node.inputs[i].dtype != np.float32:
-                raise UnsupportedOpError(f"QLinearSoftmax node {node.name!r}: input {i} must be a float32 scalar")
+                raise UnsupportedOpError(
+                    f"QLinearSoftmax node {node.name!r}: input {i} must be a float32 scalar"
+                )
         for i in (2, 4):
             z = node.input(i)
             if z is not None and z.size != 1:
-                raise UnsupportedOpError(f"QLinearSoftmax node {node.name!r}: zero point input {i} must be a scalar")
+                raise UnsupportedOpError(
+                    f"QLinearSoftmax node {node.name!r}: zero point input {i} must be a scalar"
+                )
         self._dims(node, x.shape)
         return [(x.shape, x.dtype)]
 
@@ -93,7 +101,11 @@ class QLinearSoftmax(OpDef):
         signed = x.dtype == np.int8
         table = self._table(np.float32(np.asarray(inputs[1]).ravel()[0]), d, signed)
         ysf = np.floor(np.float32(1.0) / np.float32(np.asarray(inputs[3]).ravel()[0]))
-        yz = int(np.asarray(inputs[4]).ravel()[0]) if len(inputs) > 4 and inputs[4] is not None else 0
+        yz = (
+            int(np.asarray(inputs[4]).ravel()[0])
+            if len(inputs) > 4 and inputs[4] is not None
+            else 0
+        )
         xv = x.reshape(outer, d, inner).astype(np.int32)
         xmax = xv.max(axis=1, keepdims=True)
         idx = ((127 - xmax + xv) & 255) if signed else (255 - xmax + xv)
@@ -103,7 +115,11 @@ class QLinearSoftmax(OpDef):
             vsum = vsum + t[:, k : k + 1, :]
         with np.errstate(all="ignore"):
             vq = np.rint((t * ysf) / vsum).astype(np.int64) + yz
-        y = np.clip(vq, -128, 127).astype(np.int8) if signed else np.minimum(vq, 255).astype(np.uint8)
+        y = (
+            np.clip(vq, -128, 127).astype(np.int8)
+            if signed
+            else np.minimum(vq, 255).astype(np.uint8)
+        )
         return [y.reshape(x.shape)]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:

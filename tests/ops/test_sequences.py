@@ -107,13 +107,13 @@ def test_bounded_sequence_input_computed_dims_vs_ort():
              helper.make_node("ConcatFromSequence", ["seq"], ["cat"], axis=0),
              helper.make_node("SequenceLength", ["seq"], ["n"])]
     model = _model(nodes, [_seq_info("seq", F, 2), helper.make_tensor_value_info("i", I64, [])],
-                   [helper.make_tensor_value_info("at", F, [None, 3]),
-                    helper.make_tensor_value_info("cat", F, [None, 3]),
+                   [helper.make_tensor_value_info("at", F, [None, None]),
+                    helper.make_tensor_value_info("cat", F, [None, None]),
                     helper.make_tensor_value_info("n", I64, [])])
     gm = _module(model, shapes={"seq": {"capacity": 4, "max_shape": (5, 3)}})
     rng = np.random.default_rng(1)
-    for rows in ([2, 5, 1], [3], [1, 1, 4, 2]):
-        seq = [rng.standard_normal((r, 3), np.float32) for r in rows]
+    for rows, cols in (([2, 5, 1], 3), ([3], 2), ([1, 1, 4, 2], 1)):
+        seq = [rng.standard_normal((r, cols), np.float32) for r in rows]
         for i in (0, len(rows) - 1):
             feeds = {"seq": seq, "i": np.array(i, np.int64)}
             gm.run(**feeds)
@@ -191,6 +191,14 @@ def test_run_time_errors_name_the_node():
     np.testing.assert_array_equal(gm.get_output(0).numpy(), np.arange(3, dtype=np.float32))
     with pytest.raises(ExecutionError, match="unwrap"):
         gm.run(o=None)
+
+    model = _model([helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0, name="join")],
+                   [_seq_info("seq")], [helper.make_tensor_value_info("y", F, [None])])
+    gm = _module(model, shapes={"seq": {"capacity": 3, "max_shape": (4,)}})
+    gm.run(seq=[np.ones(2, np.float32), np.zeros(3, np.float32)])
+    np.testing.assert_array_equal(gm.get_output(0).numpy(), [1, 1, 0, 0, 0])
+    with pytest.raises(ExecutionError, match="join"):
+        gm.run(seq=[])
 
 
 def test_input_errors():

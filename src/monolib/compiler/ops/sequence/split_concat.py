@@ -11,6 +11,7 @@ from ....errors import CompileError, ShapeError
 from ...ir import Node, SeqType, is_static, max_shape, shape_size
 from ...symbolic import Dim
 from ..base import OpDef, register
+from ..control.status import fail_statement
 from ._slot import c_seq, c_shape, input_seq, is_tensor, seq_output
 
 __all__ = ["ConcatFromSequence", "SplitToSequence"]
@@ -111,7 +112,8 @@ class ConcatFromSequence(OpDef):
     """ONNX ``ConcatFromSequence``: the elements concatenated along ``axis`` (stacked
     along a new axis with ``new_axis`` 1). The output shape is static when every element
     shape is known at compile time; else the concatenated axis is a computed dim (the
-    other dims are element 0's, which must be static)."""
+    other dims are element 0's, computed dims too). An empty sequence at run time stops
+    the run (``monolib_run`` fails naming the node)."""
 
     op_type, since_version = "ConcatFromSequence", 11
     foldable = False
@@ -146,8 +148,10 @@ class ConcatFromSequence(OpDef):
 
         hi = t.capacity * (1 if new else t.elem_max[axis])
         n = Dim.of(computed_symbol(f"{node.name}_len", hi=hi))
-        rest = t.elem_max if new else t.elem_max[:axis] + t.elem_max[axis + 1:]
-        return [(rest[:axis] + (n,) + rest[axis:], t.elem_dtype)]
+        # the other dims: element 0's, read from its record when the run starts
+        rest = [Dim.of(computed_symbol(f"{node.name}_d{a}", hi=m)) for a, m in
+                enumerate(t.elem_max) if new or a != axis]
+        return [(tuple(rest[:axis]) + (n,) + tuple(rest[axis:]), t.elem_dtype)]
 
     def reference(self, node: Node, inputs):
         axis, new, _ = self.geometry(node)
@@ -162,7 +166,8 @@ class ConcatFromSequence(OpDef):
         itemsize = np.dtype(t.elem_dtype).itemsize
         # element 0's record gives the dims around the axis (the elements share them)
         lines = [f"  {{ const int64_t n_ = *ml_seq_count({s});",
-                 "    if (n_ > 0) {",
+                 f"    if (n_ <= 0) {{ {fail_statement(ctx, node, 'empty sequence')} return; }}",
+                 "    {",
                  f"    const int64_t* r0_ = ml_seq_shape({s}, 0);",
                  "    int64_t outer_ = 1, inner_ = 1, total_ = 0;",
                  f"    for (int64_t a = 0; a < {axis}; ++a) outer_ *= r0_[a];",
@@ -183,5 +188,8 @@ class ConcatFromSequence(OpDef):
                  "    }"]
         if not is_static(out.shape):
             lines.append(f"    {ctx.set_symbol(out.shape[axis], 'total_')}")
+            others = [a for a in range(t.rank) if new or a != axis]
+            for d, a in zip(out.shape[:axis] + out.shape[axis + 1:], others):
+                lines.append(f"    {ctx.set_symbol(d, f'r0_[{a}]')}")
         lines.append("  } }")
         return "\n".join(lines)

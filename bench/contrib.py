@@ -22,8 +22,9 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -90,7 +91,7 @@ def bench_case(name: str, threads: tuple[int, ...], repeat: int) -> list[str]:
             set_num_threads(t)
             sess = ort_session(model, threads=t)
             ml, _ = median_time(run_monolib, repeat)
-            ort, _ = median_time(lambda: sess.run(None, feeds), repeat)
+            ort, _ = median_time(partial(sess.run, None, feeds), repeat)
             diff = max(float(np.max(np.abs(a - b)))
                        for a, b in zip(run_monolib(), sess.run(None, feeds)))
             lines.append(f"{title:48s} threads={t}  monolib {_ms(ml)} ms  ORT {_ms(ort)} ms  "

@@ -8,17 +8,17 @@ block sizes 16..256, K not a multiple of the block, symmetric (no zero points) a
 asymmetric (packed uint8 zero points), float zero points, bias, 3-D A, and threads.
 """
 
-import numpy as np
 import os
 
+import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi._pybind_state import quantize_matmul_4bits
 
+import monolib
 from monolib.compiler.ops.contrib.matmul_nbits import dequantize_nbits
 from monolib.compiler.testing import ort_run
 from monolib.onnx_backend import MonolibBackend
-import monolib
 from monolib.runtime import GraphModule, cpu, set_num_threads
 
 RNG = np.random.default_rng(13)

@@ -35,9 +35,9 @@ from ..passes.fold_constants import static_shape_fold
 from ..passes.node_eval import fold_node, make_const, run_infer
 from .attributes import convert_attribute, node_attributes, tensor_to_array
 from .check import check_model_light
+from .function_bodies import modifier_import
 from .inputs import resolve_inputs
 from .order import topological_order
-from .function_bodies import modifier_import
 from .rounding import rounded_import
 from .storage import narrow_outputs, storage_type, widen_inputs
 from .strings import same_widths, string_node

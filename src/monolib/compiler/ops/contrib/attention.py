@@ -400,7 +400,7 @@ def mha_dims(node: Node) -> dict:
 def _mha_layout(d: dict) -> list[tuple[int, int, int, int, int]]:
     """Per Q, K, V of a MultiHeadAttention input: ``(input index, offset, stride of b,
     of s, of n)`` of element ``(b, s, n, 0)``."""
-    B, S, N, H, Hv, L = (d[x] for x in ("B", "S", "N", "H", "Hv", "L"))
+    S, N, H, Hv, L = (d[x] for x in ("S", "N", "H", "Hv", "L"))
     form = d["form"]
     if form == "qkv":
         return [(0, w * H, S * N * 3 * H, N * 3 * H, 3 * H) for w in range(3)]

@@ -357,3 +357,32 @@ def test_references_agree_with_ort():
     for k, w in enumerate(want):
         g = gm.get_output(k)
         _assert_same(g if isinstance(g, list) else g.numpy(), w)
+
+
+def test_if_with_optional_branches_vs_ort():
+    """A run-time If giving an empty optional sequence in one branch and one holding a
+    sequence in the other: None or a list back, as ONNX Runtime gives."""
+    seq_t = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [3]))
+    opt_t = helper.make_optional_type_proto(seq_t)
+    then_g = helper.make_graph([helper.make_node("Optional", [], ["none"], type=seq_t)], "then",
+                               [], [helper.make_value_info("none", opt_t)])
+    else_g = helper.make_graph([helper.make_node("SequenceConstruct", ["x", "x"], ["s"]),
+                                helper.make_node("Optional", ["s"], ["some"])], "else", [],
+                               [helper.make_value_info("some", opt_t)])
+    model = _model([helper.make_node("If", ["c"], ["o"], then_branch=then_g, else_branch=else_g),
+                    helper.make_node("OptionalHasElement", ["o"], ["has"])],
+                   [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                    helper.make_tensor_value_info("x", F, [3])],
+                   [helper.make_value_info("o", opt_t),
+                    helper.make_tensor_value_info("has", TensorProto.BOOL, [])], opset=18)
+    gm = _module(model)
+    x = np.array([1, 2, 3], np.float32)
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": x}
+        gm.run(**feeds)
+        want = _ort(model, feeds)
+        got = gm.get_output(0)
+        assert (got is None) == (want[0] is None)
+        if want[0] is not None:
+            _assert_same(got, want[0])
+        assert gm.get_output(1).numpy() == want[1]

@@ -604,3 +604,51 @@ def test_float_output_gemm_split_over_threads():
     for x, y in zip(one, two):
         np.testing.assert_array_equal(x, y)
     assert_outputs(cases, one, ort_run(model, feeds), rtol=1e-6, atol=1e-6)
+
+
+def test_runtime_rows():
+    """DynamicQuantizeMatMul, MatMulIntegerToFloat and QLinearAdd with a run-time row
+    count (issue 12's dims): one library answers at several sizes, each equal to ORT."""
+    import monolib
+
+    f = lambda name, v: numpy_helper.from_array(v, name)  # noqa: E731
+    inits = [
+        f("b", _b(np.int8, 19, 21)),
+        f("bs", np.array(0.01, np.float32)),
+        f("bz", np.array(0, np.int8)),
+        f("bias", f32(21)),
+        f("as", np.array(0.02, np.float32)),
+        f("az", np.array(3, np.uint8)),
+    ]
+    nodes = [
+        helper.make_node("DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"], ["y"], domain=MS),
+        helper.make_node(
+            "MatMulIntegerToFloat", ["aq", "b", "as", "bs", "az", "bz", "bias"], ["y2"], domain=MS
+        ),
+        helper.make_node(
+            "QLinearAdd", ["aq", "as", "az", "aq", "as", "az", "as", "az"], ["y3"], domain=MS
+        ),
+    ]
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "rows",
+        [vi("a", 1, ["n", 19]), vi("aq", 2, ["n", 19])],
+        [vi("y", 1, ["n", 21]), vi("y2", 1, ["n", 21]), vi("y3", 2, ["n", 19])],
+        initializer=inits,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+        ir_version=10,
+    )
+    factory = monolib.compile(
+        model.SerializeToString(), target="c", shapes={"a": ((1, 64), 19), "aq": ((1, 64), 19)}
+    )
+    gm = monolib.GraphModule(factory["default"](monolib.cpu()))
+    for n in (1, 7, 64):
+        feeds = {"a": f32(n, 19, scale=2.0), "aq": q(np.uint8, n, 19)}
+        gm.run(**feeds)
+        got = [gm.get_output(i).numpy() for i in range(3)]
+        cases = [Case(nd.op_type, {"a": feeds["a"]}, [None]) for nd in nodes]  # for messages
+        assert_outputs(cases, got, ort_run(model, feeds), rtol=1e-6, atol=1e-6)

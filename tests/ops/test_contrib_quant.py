@@ -611,7 +611,7 @@ def test_runtime_rows():
     count (issue 12's dims): one library answers at several sizes, each equal to ORT."""
     import monolib
 
-    f = lambda name, v: numpy_helper.from_array(v, name)  # noqa: E731
+    f = lambda name, v: numpy_helper.from_array(v, name)
     inits = [
         f("b", _b(np.int8, 19, 21)),
         f("bs", np.array(0.01, np.float32)),

@@ -14,6 +14,8 @@ Cases (:data:`CASES`; add a line there for another op):
   weights quantized by ONNX Runtime's own ``quantize_matmul_4bits``.
 * ``matmul_nbits_m32``: the same weight against 32 rows (a prompt's prefill: the GEMM
   path, B dequantized block by block into gemm.h's panels).
+* ``attention``: ``com.microsoft`` ``Attention``, a BERT-base layer (S=128, 768 wide, 12
+  heads) with a padding mask.
 """
 
 from __future__ import annotations
@@ -66,11 +68,33 @@ def matmul_nbits_case(m: int = 1, k: int = 4096, n: int = 4096, bs: int = 32):
     return model, {"A": rng.standard_normal((m, k)).astype(np.float32)}
 
 
+def attention_case(b: int = 1, s: int = 128, hidden: int = 768, heads: int = 12):
+    """A BERT-base self-attention layer as ``com.microsoft`` ``Attention`` (weights
+    ``[hidden, 3*hidden]``, bias, a ``[B, S]`` padding mask) and its feeds."""
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((hidden, 3 * hidden)) / np.sqrt(hidden)).astype(np.float32)
+    bias = (rng.standard_normal(3 * hidden) * 0.1).astype(np.float32)
+    node = helper.make_node("Attention", ["x", "w", "bias", "mask"], ["y"],
+                            domain="com.microsoft", num_heads=heads)
+    graph = helper.make_graph(
+        [node], "attention",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, s, hidden]),
+         helper.make_tensor_value_info("mask", TensorProto.INT32, [b, s])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, hidden])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "bias")])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[
+        helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    mask = np.ones((b, s), np.int32)
+    mask[:, s - s // 8:] = 0
+    return model, {"x": rng.standard_normal((b, s, hidden)).astype(np.float32), "mask": mask}
+
+
 #: name -> (description, builder returning (model, feeds))
 CASES: dict[str, tuple[str, Callable]] = {
     "matmul_nbits": ("MatMulNBits [1,4096]x[4096,4096] 4-bit bs32", matmul_nbits_case),
     "matmul_nbits_m32": ("MatMulNBits [32,4096]x[4096,4096] 4-bit bs32",
                          lambda: matmul_nbits_case(m=32)),
+    "attention": ("Attention BERT-base [1,128,768] 12 heads, mask", attention_case),
 }
 
 

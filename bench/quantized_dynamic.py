@@ -141,6 +141,34 @@ def quantized_rec(variant: str = "dynamic", cache: Path | None = None) -> Path:
     return out
 
 
+def quantized_vad_sequence(cache: Path | None = None) -> Path:
+    """Path of Silero VAD's sequence model (``silero_vad_sequence``, one LSTM at the top
+    level) through ``quantize_dynamic`` with ``op_types_to_quantize=["LSTM"]`` and int8
+    weights: the LSTM becomes ``com.microsoft`` DynamicQuantizeLSTM. Cached as
+    :func:`quantized_rec` is.
+    """
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from monolib.models import fetch_model
+    from monolib.models.fetch import cache_dir, sha256_of
+
+    src = fetch_model("silero_vad_sequence")
+    cache = Path(cache or cache_dir()) / "quantized"
+    cache.mkdir(parents=True, exist_ok=True)
+    out = cache / f"silero_vad_sequence_qdyn_{sha256_of(src)[:16]}_ort{ort.__version__}.onnx"
+    if not out.exists():
+        tmp = cache / f".vad_seq.{os.getpid()}.onnx"
+        try:
+            quantize_dynamic(
+                str(src), str(tmp), op_types_to_quantize=["LSTM"], weight_type=QuantType.QInt8
+            )
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return out
+
+
 def lines(texts: list[str]) -> list[np.ndarray]:
     """Each text rendered and preprocessed for rec (``[1, 3, 48, 320]`` float32)."""
     from monolib.models import ocr

@@ -386,3 +386,22 @@ def test_if_with_optional_branches_vs_ort():
         if want[0] is not None:
             _assert_same(got, want[0])
         assert gm.get_output(1).numpy() == want[1]
+
+
+def test_sequence_map_over_run_time_length_vs_ort():
+    """SequenceMap over a sequence whose count is known only at run time: ONNX's
+    function body (a Loop bounded by the capacity), elements of several lengths."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["e", "e"], ["sq"]), helper.make_node("Shape", ["e"], ["n"])],
+        "body", [helper.make_tensor_value_info("e", F, ["N"])],
+        [helper.make_tensor_value_info("sq", F, ["N"]),
+         helper.make_tensor_value_info("n", I64, [1])])
+    model = _model([helper.make_node("SequenceMap", ["s"], ["sqs", "ns"], body=body)],
+                   [_seq_info("s")], [_seq_info("sqs"), _seq_info("ns", I64)])
+    gm = _module(model, shapes={"s": {"capacity": 4, "max_shape": (6,)}})
+    rng = np.random.default_rng(5)
+    for lengths in ([3, 6, 1], [], [2, 2, 2, 5]):
+        feeds = {"s": [rng.standard_normal(k).astype(np.float32) for k in lengths]}
+        gm.run(**feeds)
+        for k, want in enumerate(_ort(model, feeds)):
+            _assert_same(gm.get_output(k), want)

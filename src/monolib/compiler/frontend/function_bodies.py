@@ -27,8 +27,30 @@ logger = logging.getLogger(__name__)
 
 
 def _type_proto(v: Value) -> onnx.TypeProto:
+    if v.seq is not None:  # a sequence / optional: its elements' type (ops/sequence)
+        elem = helper.make_tensor_type_proto(
+            helper.np_dtype_to_tensor_dtype(v.seq.elem_dtype), [None] * v.seq.rank)
+        if v.seq.kind == "optional_tensor":
+            return helper.make_optional_type_proto(elem)
+        seq = helper.make_sequence_type_proto(elem)
+        return seq if v.seq.kind == "sequence" else helper.make_optional_type_proto(seq)
     dims = [d if isinstance(d, int) else None for d in v.shape]
     return helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(v.dtype), dims)
+
+
+def _rename_outer(g: onnx.GraphProto, names: dict, prefix: str, local: set) -> None:
+    """Rename, in place, the names subgraph ``g`` reads from the function body (those it
+    does not define itself) as :func:`function_body` renames the body's."""
+    local = local | {i.name for i in g.input} | {t.name for t in g.initializer}
+    local |= {o for n in g.node for o in n.output}
+    for n in g.node:
+        n.input[:] = [x if x in local else names.get(x, f"{prefix}{x}") for x in n.input]
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                _rename_outer(sub, names, prefix, local)
+    for o in g.output:
+        if o.name not in local:
+            o.name = names.get(o.name, f"{prefix}{o.name}")
 
 
 def function_body(p: onnx.NodeProto, domain: str, opset: int, inputs: Sequence[Value | None],
@@ -69,6 +91,9 @@ def function_body(p: onnx.NodeProto, domain: str, opset: int, inputs: Sequence[V
         r.name = f"{prefix}{q.name or q.op_type}_{len(out)}"
         r.input[:] = [names.get(n, f"{prefix}{n}") for n in q.input]
         r.output[:] = [names.get(n, f"{prefix}{n}") for n in q.output]
+        for a in r.attribute:  # a subgraph's reads of the body's values
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                _rename_outer(g, names, prefix, set())
         out.append(r)
     logger.debug("%s imported as its function body (%d nodes)", p.op_type, len(out))
     return out

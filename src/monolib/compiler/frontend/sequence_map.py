@@ -2,8 +2,10 @@
 once per element, each copy reading ``SequenceAt(seq, i)`` (a constant ``i``, so every
 element keeps its own static shape) for the sequence inputs and the tensor inputs as
 they are; each body output gathered by a ``SequenceConstruct``. The body's ops then
-compile like any other (fused, planned, native C). It needs the element count at
-compile time: the sequence inputs of known length (``SeqType.count``).
+compile like any other (fused, planned, native C). That needs the element count at
+compile time (``SeqType.count``); a sequence whose count is known only at run time
+takes ONNX's function body instead (a ``Loop`` of ``SequenceAt``/``SequenceInsert``,
+``function_bodies.py``), its trip count bounded by the sequence's capacity.
 """
 
 from __future__ import annotations
@@ -16,22 +18,20 @@ from ...errors import CompileError
 from ..ir import Node
 from ..ops.base import lookup
 from ..passes.node_eval import make_const, run_infer
+from .function_bodies import function_body
 
 __all__ = ["unroll_sequence_map"]
 
 logger = logging.getLogger(__name__)
 
 
-def _count(name: str, inputs) -> int:
+def _count(name: str, inputs) -> int | None:
     seqs = [v for v in inputs if v is not None and v.seq is not None]
     if not seqs or inputs[0].seq is None or inputs[0].seq.kind != "sequence":
         raise CompileError(f"node {name!r} (SequenceMap): input 0 must be a sequence")
     counts = {v.seq.count for v in seqs}
     if None in counts:
-        raise CompileError(
-            f"node {name!r} (SequenceMap): the length of its input sequence(s) is known only "
-            "at run time; monolib unrolls SequenceMap over a sequence of known length "
-            "(SequenceConstruct, SplitToSequence, ...)")
+        return None
     if len(counts) > 1:
         raise CompileError(f"node {name!r} (SequenceMap): input sequences of lengths "
                            f"{sorted(counts)}; they must be equal")
@@ -45,14 +45,24 @@ def unroll_sequence_map(imp, p, name: str, inputs, opset: int, scope, scope_cls)
     Raises
     ------
     CompileError
-        Input 0 not a sequence, a sequence of run-time length, sequences of different
-        lengths, a body whose input/output counts do not match the node's.
+        Input 0 not a sequence, sequences of different known lengths, a body whose
+        input/output counts do not match the node's.
     """
     body = next((a.g for a in p.attribute if a.name == "body"), None)
     if body is None or len(body.input) != len(inputs) or len(body.output) != len(p.output):
         raise CompileError(f"node {name!r} (SequenceMap): its body does not match its "
                            "inputs and outputs")
     count = _count(name, inputs)
+    if count is None:  # known at run time: ONNX's function body, a Loop
+        nodes = function_body(p, "", opset, inputs, f"{name}/")
+        bound = min(v.seq.capacity for v in inputs if v is not None and v.seq is not None)
+        for q in nodes:
+            if q.op_type == "Loop":
+                imp.max_trips.setdefault(q.name, bound)
+        for q in nodes:
+            imp._import_node(q, scope)
+        logger.debug("SequenceMap %r: a Loop over at most %d elements", name, bound)
+        return
     at_op, construct = lookup("SequenceAt", 11, "", name), lookup("SequenceConstruct", 11, "",
                                                                     name)
     gathered: list[list] = [[] for _ in body.output]

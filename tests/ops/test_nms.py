@@ -87,3 +87,20 @@ def test_nms_bound_and_empty_selection():
     boxes, scores = _data(np.random.default_rng(3), 0)
     got = run_model(model, {"boxes": boxes, "scores": scores * 0.5})
     assert got[0].shape == (0, 3)
+
+
+def test_nms_with_a_run_time_number_of_boxes():
+    model = _model(0, False, limit=4)
+    for vi in model.graph.input:  # boxes [B, n, 4], scores [B, C, n]
+        vi.type.tensor_type.shape.dim[1 if vi.name == "boxes" else 2].dim_param = "n"
+    lib = monolib.compile(model, shapes={"boxes": (B, (1, N), 4), "scores": (B, C, (1, N))})
+    gm = monolib.GraphModule(lib["default"](monolib.cpu()))
+    rng = np.random.default_rng(21)
+    for n in (N, 1, 9):
+        boxes, scores = _data(rng, 0)
+        feeds = {"boxes": np.ascontiguousarray(boxes[:, :n]),
+                 "scores": np.ascontiguousarray(scores[:, :, :n])}
+        gm.run(**feeds)
+        (want,) = ort_run(model, feeds)
+        got = gm.get_output(0).numpy()
+        assert got.shape == want.shape and np.array_equal(got, want), n

@@ -13,9 +13,10 @@ Each follows ONNX Runtime's CPU kernel (MLAS) so the integer outputs match it:
   even, saturated.
 * QLinearSigmoid / QLinearLeakyRelu (ORT: a 256-entry table from
   ``QlinearBuildLookupTable``): ``x = X_scale * (X - X_zp)``, ``f(x)`` in float32,
-  ``round_half_even(f(x) / Y_scale) + Y_zp`` saturated. Here computed per element (the
-  same formula); ORT's logistic is MLAS's polynomial, so a value at a rounding tie may
-  land one step apart (tests allow one step for Sigmoid).
+  ``round_half_even(f(x) / Y_scale) + Y_zp`` saturated; here a table of that formula
+  too (so these two are not fused into elementwise chains). ORT's logistic is MLAS's
+  polynomial, so a value at a rounding tie may land one step apart (tests allow one
+  step for Sigmoid; measured none).
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from ....errors import UnsupportedOpError
+from ...backends.cstyle import c_literal
 from ...ir import Node
-from ..base import OutType, register
-from ..math.elementwise import Elementwise
+from ..base import EmitContext, OutType, register
+from ..math.elementwise import Elementwise, const_scalar
+from ..tensor.loops import has_epilogue
 
 __all__ = ["QLinearAdd", "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid"]
 
@@ -72,6 +75,9 @@ class _QLinearUnary(Elementwise):
     """``X, X_scale, X_zero_point?, Y_scale, Y_zero_point?`` -> Y: ``quantize(f(dequantize(X)))``."""
 
     domain, since_version = MS, 1
+    #: not fused into chains: on its own the op is a 256-entry table and one lookup per
+    #: element (no exp per element)
+    elementwise = False
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
@@ -96,6 +102,26 @@ class _QLinearUnary(Elementwise):
         v = np.float32(_f(xs)) * (x.astype(np.int32) - np.int32(_zp_np(xz))).astype(np.float32)
         y = self._fn_np(node, v.astype(np.float32)).astype(np.float32)
         return _saturate(np.rint(y / _f(ys)) + _zp_np(yz), x.dtype)
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        """A 256-entry table of ``c_expr`` over every input value, then one lookup per
+        element (ORT's structure; the same values as computing each element)."""
+        x, y = node.inputs[0], node.outputs[0]
+        if has_epilogue(ctx, len(y.shape)):
+            return super().emit(node, ctx)
+        args = [""] * len(node.inputs)
+        for k, v in enumerate(node.inputs):
+            if v is not None and k:
+                s = const_scalar(v)
+                args[k] = c_literal(s, v.dtype) if s is not None else f"{ctx.ptr(v)}[0]"
+        ct = "uint8_t" if x.dtype == np.uint8 else "int8_t"
+        table, i = f"((uint8_t*){ctx.scratch(256)})", ctx.unique("i")
+        entry = self.c_expr(node, [f"(({ct}){i})", *args[1:]])
+        return (
+            f"for (int {i} = 0; {i} < 256; ++{i}) {table}[{i}] = (uint8_t)({entry});\n"
+            f"for (int64_t {i} = 0; {i} < {x.size}; ++{i}) "
+            f"{ctx.ptr(y)}[{i}] = ({ct}){table}[(uint8_t){ctx.ptr(x)}[{i}]];"
+        )
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         x, xs, xz, ys = args[0], args[1], args[2] if len(args) > 2 else "", args[3]

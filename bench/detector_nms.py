@@ -22,12 +22,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import _ms, machine, median_time, parse_threads  # noqa: E402
+from run import _ms, machine, median_time, parse_threads
 
-import monolib  # noqa: E402
-from monolib.compiler.testing import ort_session  # noqa: E402
-from monolib.models import fetch_model, ocr  # noqa: E402
-from monolib.models.detector import detector_with_nms  # noqa: E402
+import monolib
+from monolib.compiler.testing import ort_session
+from monolib.models import fetch_model, ocr
+from monolib.models.detector import detector_with_nms
 
 __all__ = ["main", "pages"]
 
@@ -67,11 +67,11 @@ def main() -> None:
         monolib.runtime.set_num_threads(t)
         sess = ort_session(model, threads=t)
         for n, x in inputs.items():
-            def ours():
+            def ours(x=x):
                 gm.run(x=x)
                 return [gm.get_output(i).numpy() for i in range(2)]
 
-            def theirs():
+            def theirs(x=x, sess=sess):
                 return sess.run(None, {"x": x})
 
             got, want = ours(), theirs()

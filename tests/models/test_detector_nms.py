@@ -28,7 +28,7 @@ def detector():
 
 
 def test_one_library_with_a_computed_count(detector):
-    model, lib, _ = detector
+    _, lib, _ = detector
     graph = lib.get_graph_json()
     assert {"NonMaxSuppression", "Gather"} <= {n["op"] for n in graph["nodes"]}
     (count,) = graph["symbols"]  # no input dim is run-time: only NMS's count

@@ -46,7 +46,8 @@ class Compress(OpDef):
         axis = self.attr(node, "axis")
         if axis is None:
             return None
-        return normalize_axis(int(axis), len(node.inputs[0].shape), f"Compress (node {node.name!r})")
+        where = f"Compress (node {node.name!r})"
+        return normalize_axis(int(axis), len(node.inputs[0].shape), where)
 
     def _dim(self, node: Node):
         x, axis = node.inputs[0], self._axis(node)
@@ -102,8 +103,8 @@ class Compress(OpDef):
             lines = [
                 f"int64_t {count} = 0;",
                 f"{{ const int64_t {m} = {dim_min(cond.shape[0], n)};",
-                f"  for (int64_t {j} = 0; {j} < {m}; ++{j}) "
-                f"if ({ctx.ptr(cond)}[{j}]) {table}[{count}++] = {j}; }}",
+                (f"  for (int64_t {j} = 0; {j} < {m}; ++{j}) "
+                f"if ({ctx.ptr(cond)}[{j}]) {table}[{count}++] = {j}; }}"),
                 ctx.set_symbol(kept, count),
             ]
         o, k = ctx.unique("o"), ctx.unique("k")
@@ -112,7 +113,7 @@ class Compress(OpDef):
             *lines,
             f"for (int64_t {o} = 0; {o} < {outer}; ++{o})",
             f"  for (int64_t {k} = 0; {k} < {count}; ++{k})",
-            f"    memcpy({ctx.ptr(y)} + ({o} * {count} + {k}) * {inner}, "
-            f"{ctx.ptr(x)} + ({o} * {n} + {table}[{k}]) * {inner}, {inner} * {size});",
+            (f"    memcpy({ctx.ptr(y)} + ({o} * {count} + {k}) * {inner}, "
+            f"{ctx.ptr(x)} + ({o} * {n} + {table}[{k}]) * {inner}, {inner} * {size});"),
             "}",
         ])

@@ -147,10 +147,10 @@ class NonMaxSuppression(OpDef):
         center = int(bool(node.attrs["center_point_box"]))
         return "\n".join([
             "{",
-            f"  int64_t {k} = ml_nms({ctx.ptr(node.inputs[0])}, {ctx.ptr(node.inputs[1])}, "
-            f"{B}, {C}, {N}, {max_out}, {iou}, {has_thr}, {thr}, {center}, {ctx.ptr(y)},",
-            f"    (ml_nms_cand*){cand}, (ml_nms_cand*){tmp}, (float*){corners}, "
-            f"(int64_t*){kept});",
+            (f"  int64_t {k} = ml_nms({ctx.ptr(node.inputs[0])}, {ctx.ptr(node.inputs[1])}, "
+            f"{B}, {C}, {N}, {max_out}, {iou}, {has_thr}, {thr}, {center}, {ctx.ptr(y)},"),
+            (f"    (ml_nms_cand*){cand}, (ml_nms_cand*){tmp}, (float*){corners}, "
+            f"(int64_t*){kept});"),
             f"  {ctx.set_symbol(count, k)}",
             "}",
         ])

@@ -50,7 +50,8 @@ def axes_of(node: Node) -> list[int]:
     lens = {n[0], len(axes)} | {v.shape[0] for v in (node.input(2), node.input(4) if
                                 len(node.inputs) > 4 else None) if v is not None}
     if len(lens) != 1 or len(set(axes)) != len(axes):
-        raise ShapeError(f"{where}: starts, ends, axes and steps differ in length or repeat an axis")
+        raise ShapeError(f"{where}: starts, ends, axes and steps differ in length or "
+                         "repeat an axis")
     return axes
 
 
@@ -78,16 +79,16 @@ def emit(node: Node, ctx: EmitContext) -> str:
         e = ctx.unique("e")
         stv = f"(int64_t){ctx.ptr(steps)}[{j}]" if steps is not None else "1"
         lines += [
-            f"  int64_t {dim} = {x.shape[a]}, {s} = (int64_t){ctx.ptr(node.inputs[1])}[{j}], "
-            f"{e} = (int64_t){ctx.ptr(node.inputs[2])}[{j}], {st} = {stv}, {c} = 0;",
+            (f"  int64_t {dim} = {x.shape[a]}, {s} = (int64_t){ctx.ptr(node.inputs[1])}[{j}], "
+            f"{e} = (int64_t){ctx.ptr(node.inputs[2])}[{j}], {st} = {stv}, {c} = 0;"),
             f"  if ({s} < 0) {s} += {dim};",
             f"  if ({e} < 0) {e} += {dim};",
-            f"  if ({st} > 0) {{ {s} = {s} < 0 ? 0 : ({s} > {dim} ? {dim} : {s}); "
+            (f"  if ({st} > 0) {{ {s} = {s} < 0 ? 0 : ({s} > {dim} ? {dim} : {s}); "
             f"{e} = {e} < 0 ? 0 : ({e} > {dim} ? {dim} : {e}); "
-            f"if ({e} > {s}) {c} = ({e} - {s} + {st} - 1) / {st}; }}",
-            f"  else if ({st} < 0) {{ {s} = {s} < 0 ? 0 : ({s} > {dim} - 1 ? {dim} - 1 : {s}); "
+            f"if ({e} > {s}) {c} = ({e} - {s} + {st} - 1) / {st}; }}"),
+            (f"  else if ({st} < 0) {{ {s} = {s} < 0 ? 0 : ({s} > {dim} - 1 ? {dim} - 1 : {s}); "
             f"{e} = {e} < -1 ? -1 : ({e} > {dim} - 1 ? {dim} - 1 : {e}); "
-            f"if ({s} > {e}) {c} = ({s} - {e} - {st} - 1) / (-{st}); }}",
+            f"if ({s} > {e}) {c} = ({s} - {e} - {st} - 1) / (-{st}); }}"),
             f"  {ctx.set_symbol(y.shape[a], c)}",
         ]
         start[a], step[a], count[a] = s, st, c

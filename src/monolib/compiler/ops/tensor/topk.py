@@ -15,10 +15,10 @@ import logging
 import numpy as np
 
 from ....errors import ShapeError
+from ...backends.cstyle import ctype
 from ...ir import Node, shape_size
 from ...symbolic import Dim
 from ..base import EmitContext, OpDef, OutType, register
-from ...backends.cstyle import ctype
 from ._computed import count_dim, is_runtime, upper
 from .loops import const_ints, normalize_axis
 

@@ -129,8 +129,8 @@ class Unique(OpDef):
             "  for (int64_t t = 0; t < n; ++t) {",
             f"    const {T}* a = {rows_ptr} + {idx}[t] * L;",
             "    int newrun = t == 0;",
-            f"    if (!newrun) {{ const {T}* b = {rows_ptr} + {idx}[t - 1] * L;"
-            " for (int64_t q = 0; q < L; ++q) if (a[q] != b[q]) { newrun = 1; break; } }",
+            (f"    if (!newrun) {{ const {T}* b = {rows_ptr} + {idx}[t - 1] * L;"
+            " for (int64_t q = 0; q < L; ++q) if (a[q] != b[q]) { newrun = 1; break; } }"),
             f"    if (newrun) {{ {first}[nu] = {idx}[t]; {cnt}[nu] = 0; ++nu; }}",
             f"    {cnt}[nu - 1] += 1; {inv}[{idx}[t]] = nu - 1;",
             "  }",
@@ -142,7 +142,8 @@ class Unique(OpDef):
                 f"  for (int64_t j = 0; j < n; ++j) {tmp}[j] = 0;",
                 f"  for (int64_t k = 0; k < nu; ++k) {tmp}[{first}[k]] = k + 1;",
                 "  { int64_t m = 0;",
-                f"    for (int64_t j = 0; j < n; ++j) if ({tmp}[j]) {order}[m++] = {tmp}[j] - 1; }}",
+                f"    for (int64_t j = 0; j < n; ++j)"
+                f" if ({tmp}[j]) {order}[m++] = {tmp}[j] - 1; }}",
                 f"  for (int64_t k = 0; k < nu; ++k) {tmp}[{order}[k]] = k;  /* run -> rank */",
                 f"  for (int64_t j = 0; j < n; ++j) {inv}[j] = {tmp}[{inv}[j]];",
             ]
@@ -150,7 +151,8 @@ class Unique(OpDef):
         lines.append(
             f"  for (int64_t o = 0; o < {outer}; ++o) for (int64_t k = 0; k < nu; ++k)"
             f" for (int64_t i = 0; i < {inner}; ++i)"
-            f" {ys}[(o * nu + k) * {inner} + i] = {xs}[(o * n + {first}[{order}[k]]) * {inner} + i];"
+            f" {ys}[(o * nu + k) * {inner} + i] ="
+            f" {xs}[(o * n + {first}[{order}[k]]) * {inner} + i];"
         )
         if outs[1] is not None:
             lines.append(f"  for (int64_t k = 0; k < nu; ++k) "

@@ -5,6 +5,7 @@
  * index; greedily, a box is kept unless its IoU with a kept box exceeds iou_threshold,
  * until max_out boxes are kept. Boxes of zero area and boxes that do not overlap never
  * suppress (the ONNX spec's and ONNX Runtime's rule). IoU in float32, as ONNX Runtime.
+ * Candidates come off a heap in that order, so only the ones looked at are ordered.
  * center == 0: [y1, x1, y2, x2] (any diagonal corners), 1: [x_c, y_c, w, h].
  * Output: int64 triples (b, c, box) in (b, c, score) order; returns their count.
  */
@@ -12,7 +13,6 @@
 #define MONOLIB_NMS_H
 #include <stdint.h>
 #include <stddef.h>
-#include <string.h>
 
 typedef struct ml_nms_cand { float score; int32_t pad; int64_t index; } ml_nms_cand;
 
@@ -45,25 +45,38 @@ static inline int ml_nms_before(const ml_nms_cand* a, const ml_nms_cand* b) {
   return a->score > b->score || (a->score == b->score && a->index < b->index);
 }
 
-/* sort cand[0..n) with tmp[n] (bottom-up merge sort) */
-static void ml_nms_sort(ml_nms_cand* cand, ml_nms_cand* tmp, int64_t n) {
-  for (int64_t w = 1; w < n; w *= 2) {
-    for (int64_t lo = 0; lo < n; lo += 2 * w) {
-      int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
-      int64_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi) tmp[k++] = ml_nms_before(&cand[j], &cand[i]) ? cand[j++] : cand[i++];
-      while (i < mid) tmp[k++] = cand[i++];
-      while (j < hi) tmp[k++] = cand[j++];
-    }
-    memcpy(cand, tmp, (size_t)n * sizeof *cand);
+/* cand[0..n) as a binary heap whose top is the first candidate in ml_nms_before order:
+ * heapify is O(n) and each pop O(log n), so only the boxes looked at are ordered (a
+ * detector keeps a few of thousands of candidates). */
+static void ml_nms_sift(ml_nms_cand* h, int64_t n, int64_t i) {
+  ml_nms_cand v = h[i];
+  for (;;) {
+    int64_t c = 2 * i + 1;
+    if (c >= n) break;
+    if (c + 1 < n && ml_nms_before(&h[c + 1], &h[c])) ++c;
+    if (!ml_nms_before(&h[c], &v)) break;
+    h[i] = h[c];
+    i = c;
   }
+  h[i] = v;
 }
 
-/* scratch: cand, tmp (n_boxes each), corners (4 * n_boxes floats), kept (n_boxes) */
+static void ml_nms_heapify(ml_nms_cand* h, int64_t n) {
+  for (int64_t i = n / 2 - 1; i >= 0; --i) ml_nms_sift(h, n, i);
+}
+
+/* the top candidate, removed; n shrinks by one */
+static ml_nms_cand ml_nms_pop(ml_nms_cand* h, int64_t* n) {
+  ml_nms_cand top = h[0];
+  h[0] = h[--*n];
+  if (*n > 0) ml_nms_sift(h, *n, 0);
+  return top;
+}
+
+/* scratch: cand (n_boxes), corners (4 * n_boxes floats), kept (n_boxes) */
 static int64_t ml_nms(const float* boxes, const float* scores, int64_t B, int64_t C, int64_t N,
                       int64_t max_out, float iou, int has_thr, float thr, int center,
-                      int64_t* out, ml_nms_cand* cand, ml_nms_cand* tmp, float* corners,
-                      int64_t* kept) {
+                      int64_t* out, ml_nms_cand* cand, float* corners, int64_t* kept) {
   int64_t total = 0;
   if (max_out <= 0) return 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -74,15 +87,16 @@ static int64_t ml_nms(const float* boxes, const float* scores, int64_t B, int64_
       int64_t n = 0, nk = 0;
       for (int64_t i = 0; i < N; ++i)
         if (!has_thr || s[i] > thr) { cand[n].score = s[i]; cand[n].pad = 0; cand[n].index = i; ++n; }
-      ml_nms_sort(cand, tmp, n);
-      for (int64_t t = 0; t < n && nk < max_out; ++t) {
-        const float* box = corners + 4 * cand[t].index;
+      ml_nms_heapify(cand, n);
+      while (n > 0 && nk < max_out) {
+        ml_nms_cand top = ml_nms_pop(cand, &n);
+        const float* box = corners + 4 * top.index;
         int keep = 1;
         for (int64_t q = 0; q < nk && keep; ++q)
           if (ml_nms_suppresses(corners + 4 * kept[q], box, iou)) keep = 0;
         if (!keep) continue;
-        kept[nk++] = cand[t].index;
-        out[3 * total] = b; out[3 * total + 1] = c; out[3 * total + 2] = cand[t].index;
+        kept[nk++] = top.index;
+        out[3 * total] = b; out[3 * total + 1] = c; out[3 * total + 2] = top.index;
         ++total;
       }
     }

@@ -643,3 +643,56 @@ def test_runtime_rows():
         got = [gm.get_output(i).numpy() for i in range(3)]
         cases = [Case(nd.op_type, {"a": feeds["a"]}, [None]) for nd in nodes]  # for messages
         assert_outputs(cases, got, ort_run(model, feeds), rtol=1e-6, atol=1e-6)
+
+
+def test_runtime_spatial_dim():
+    """The 8-bit pools, softmax, concat and table ops over a run-time height (issue 12):
+    one library at heights 2, 5 and 16, each bit for bit ORT's."""
+    import monolib
+
+    def f(name, v):
+        return numpy_helper.from_array(v, name)
+
+    inits = [
+        f("s", np.array(0.05, np.float32)),
+        f("z", np.array(3, np.uint8)),
+        f("s2", np.array(0.07, np.float32)),
+        f("z2", np.array(9, np.uint8)),
+    ]
+    q5 = ["x", "s", "z", "s2", "z2"]
+    specs = [
+        ("QLinearGlobalAveragePool", q5, {}, [1, 4, 1, 1]),
+        ("QLinearAveragePool", q5, {"kernel_shape": [2, 3], "pads": [1, 1, 0, 1]}, [1, 4, "h", 8]),
+        ("QLinearSoftmax", q5, {"opset": 13, "axis": 2}, [1, 4, "h", 8]),
+        ("QLinearSoftmax", q5, {"opset": 12, "axis": 1}, [1, 4, "h", 8]),
+        (
+            "QLinearConcat",
+            ["s2", "z2", "x", "s", "z", "x", "s2", "z"],
+            {"axis": 2},
+            [1, 4, "h2", 8],
+        ),
+        ("QLinearSigmoid", q5, {}, [1, 4, "h", 8]),
+    ]
+    vi = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node(op, ins, [f"y{k}"], domain=MS, **attrs)
+        for k, (op, ins, attrs, _) in enumerate(specs)
+    ]
+    outs = [vi(f"y{k}", 2, shape) for k, (_, _, _, shape) in enumerate(specs)]
+    graph = helper.make_graph(nodes, "hw", [vi("x", 2, [1, 4, "h", 8])], outs, initializer=inits)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+        ir_version=10,
+    )
+    factory = monolib.compile(
+        model.SerializeToString(), target="c", shapes={"x": (1, 4, (2, 16), 8)}
+    )
+    gm = monolib.GraphModule(factory["default"](monolib.cpu()))
+    for h in (2, 5, 16):
+        x = q(np.uint8, 1, 4, h, 8)
+        gm.run(x=x)
+        for k, want in enumerate(ort_run(model, {"x": x})):
+            np.testing.assert_array_equal(
+                gm.get_output(k).numpy(), want, err_msg=f"{specs[k][0]} at h={h}"
+            )

@@ -16,7 +16,7 @@ import logging
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
+from ...ir import Node, shape_size
 from ..base import EmitContext, OpDef, OutType, register
 
 __all__ = ["QLinearConcat"]
@@ -107,8 +107,8 @@ class QLinearConcat(OpDef):
     def emit(self, node: Node, ctx: EmitContext) -> str:
         y = node.outputs[0]
         axis = self._axis(node, len(y.shape))
-        outer = int(np.prod(y.shape[:axis]))
-        y_inner = int(np.prod(y.shape[axis:]))
+        outer = shape_size(y.shape[:axis])  # Dims with run-time dims (issue 12)
+        y_inner = shape_size(y.shape[axis:])
         info = np.iinfo(y.dtype)
         ct = "uint8_t" if y.dtype == np.uint8 else "int8_t"
         lines = [
@@ -117,7 +117,7 @@ class QLinearConcat(OpDef):
         ]
         off = 0
         for x, xs, xz in self._parts(node):
-            inner = int(np.prod(x.shape[axis:]))
+            inner = shape_size(x.shape[axis:])
             o, i = ctx.unique("o"), ctx.unique("i")
             lines += [
                 "  {",

@@ -22,7 +22,7 @@ import logging
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
+from ...ir import Node, shape_size
 from ..base import EmitContext, OpDef, OutType, register
 from ..nn._common import geometry
 
@@ -127,7 +127,7 @@ class QLinearGlobalAveragePool(_QPool):
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, y = node.inputs[0], node.outputs[0]
         n, c, sp = self._layout(node, x.shape)
-        hw = int(np.prod(sp))
+        hw = shape_size(sp)  # a Dim with a run-time spatial dim
         last = bool(self.attr(node, "channels_last"))
         xp, yp = ctx.ptr(x), ctx.ptr(y)
         i, j, k = ctx.unique("i"), ctx.unique("j"), ctx.unique("k")

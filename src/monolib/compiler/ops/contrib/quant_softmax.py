@@ -22,7 +22,7 @@ import logging
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
+from ...ir import Node, shape_size
 from ..base import EmitContext, OpDef, OutType, register
 
 __all__ = ["QLinearSoftmax"]
@@ -60,10 +60,10 @@ class QLinearSoftmax(OpDef):
                 f"QLinearSoftmax node {node.name!r}: axis {axis} out of range for rank {rank}"
             )
         axis %= rank
-        outer = int(np.prod(shape[:axis]))
+        outer = shape_size(shape[:axis])  # Dims with run-time dims (issue 12)
         if opset < 13:
-            return outer, int(np.prod(shape[axis:])), 1
-        return outer, int(shape[axis]), int(np.prod(shape[axis + 1 :]))
+            return outer, shape_size(shape[axis:]), 1
+        return outer, shape[axis], shape_size(shape[axis + 1 :])
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]

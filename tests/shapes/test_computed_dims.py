@@ -182,3 +182,15 @@ def test_debug_executor_reads_a_computed_shape():
     for x in (np.array([0, 1, 0, 2, 3], np.float32), np.zeros(5, np.float32)):
         dbg.set_input("x", x)
         assert np.array_equal(dbg.debug_get_output(0).numpy(), np.array(np.nonzero(x)))
+
+
+def test_opt_shapes_are_ignored_when_the_graph_computes_dims(caplog):
+    model = _nonzero_model([2, "n"])
+    with caplog.at_level("WARNING"):
+        lib = monolib.compile(model, shapes={"x": (2, (1, 6))}, opt_shapes={"x": [(2, 3)]})
+    assert "opt_shapes ignored" in caplog.text
+    assert lib.get_graph_json().get("specializations", []) == []
+    gm = monolib.GraphModule(lib["default"](monolib.cpu()))
+    x = np.array([[0, 1, 2], [3, 0, 0]], np.float32)  # the shape opt_shapes named
+    gm.run(x=x)
+    assert np.array_equal(gm.get_output(0).numpy(), np.array(np.nonzero(x)))

@@ -194,3 +194,47 @@ def test_opt_shapes_are_ignored_when_the_graph_computes_dims(caplog):
     x = np.array([[0, 1, 2], [3, 0, 0]], np.float32)  # the shape opt_shapes named
     gm.run(x=x)
     assert np.array_equal(gm.get_output(0).numpy(), np.array(np.nonzero(x)))
+
+
+_W = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)
+_CONSUMERS = {
+    "matmul": [h.make_node("MatMul", ["f", "W"], ["o"])],
+    "gemm": [h.make_node("Gemm", ["f", "W"], ["o"])],
+    "softmax_over_k": [h.make_node("Softmax", ["f"], ["o"], axis=0)],
+    "softmax": [h.make_node("Softmax", ["f"], ["o"], axis=1)],
+    "reducemax_over_k": [h.make_node("ReduceMax", ["f"], ["o"], axes=[0], keepdims=1)],
+    "concat_k": [h.make_node("Concat", ["f", "f"], ["o"], axis=0)],
+    "concat": [h.make_node("Concat", ["f", "f"], ["o"], axis=1)],
+    "transpose": [h.make_node("Transpose", ["f"], ["o"], perm=[1, 0])],
+    "cumsum_over_k": [h.make_node("CumSum", ["f", "ax0"], ["o"])],
+    "layernorm": [h.make_node("LayerNormalization", ["f", "g2", "b2"], ["o"], axis=-1)],
+    "pad_k": [h.make_node("Pad", ["f", "pads"], ["o"])],
+    "where": [h.make_node("Greater", ["f", "half"], ["c"]),
+              h.make_node("Where", ["c", "f", "half"], ["o"])],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CONSUMERS))
+def test_ops_after_a_computed_dim(name):
+    """NonZero's indices as float [k, 2] into ops of other families (GEMM, reductions,
+    softmax over k, concat, pad, norms): each matches ORT, the empty k included."""
+    from onnx import numpy_helper as nh
+
+    nodes = [h.make_node("NonZero", ["x"], ["nz"]),
+             h.make_node("Transpose", ["nz"], ["t"], perm=[1, 0]),
+             h.make_node("Cast", ["t"], ["f"], to=T.FLOAT), *_CONSUMERS[name]]
+    inits = [nh.from_array(_W, "W"), nh.from_array(np.array(0, np.int64), "ax0"),
+             nh.from_array(np.ones(2, np.float32), "g2"),
+             nh.from_array(np.zeros(2, np.float32), "b2"),
+             nh.from_array(np.array([1, 0, 0, 1], np.int64), "pads"),
+             nh.from_array(np.array(0.5, np.float32), "half")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [3, 4])],
+                     [h.make_tensor_value_info("o", T.FLOAT, ["p", "q"])], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    gm = monolib.GraphModule(monolib.compile(model)["default"](monolib.cpu()))
+    for x in _cases(np.random.default_rng(6), (3, 4)):
+        gm.run(x=x)
+        (want,) = ort_run(model, {"x": x})
+        got = gm.get_output(0).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

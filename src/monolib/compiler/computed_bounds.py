@@ -21,7 +21,16 @@ _JOINT: dict[str, tuple[frozenset[str], int]] = {}
 
 
 def bound_jointly(dims: Iterable[DimLike], cap: int) -> None:
-    """Record that the product of the computed symbols among ``dims`` is at most ``cap``."""
+    """Record that the product of the computed symbols among ``dims`` is at most ``cap``.
+
+    Parameters
+    ----------
+    dims : iterable of int or Dim
+        Dims of one value; those that are a computed symbol form the group (two or
+        more: one alone is already bounded by its own ``hi``).
+    cap : int
+        The most elements their product can be (a Reshape's element count).
+    """
     names = frozenset(d.symbols()[0].name for d in dims if isinstance(d, Dim) and is_computed(d))
     if len(names) > 1:
         for n in names:
@@ -30,7 +39,17 @@ def bound_jointly(dims: Iterable[DimLike], cap: int) -> None:
 
 def numel_hi(shape: Iterable[DimLike]) -> int:
     """Elements of ``shape`` at the upper bounds of its dims, each group of jointly
-    bounded computed dims (:func:`bound_jointly`) counted at its cap."""
+    bounded computed dims (:func:`bound_jointly`) counted at its cap.
+
+    Parameters
+    ----------
+    shape : iterable of int or Dim
+
+    Returns
+    -------
+    int
+        An upper bound of the element count (the memory plan's slot size / itemsize).
+    """
     total, groups = 1, {}
     for d in shape:
         name = d.symbols()[0].name if isinstance(d, Dim) and is_computed(d) else None

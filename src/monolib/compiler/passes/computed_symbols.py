@@ -51,8 +51,19 @@ def computed_symbols(graph: Graph) -> list[Symbol]:
 
 
 def register_computed(graph: Graph) -> Graph:
-    """Add :func:`computed_symbols` to ``graph.symbols`` (after the input symbols, whose
-    order the executor writes); returns ``graph``."""
+    """Give each computed symbol of ``graph`` a slot in ``S``.
+
+    Parameters
+    ----------
+    graph : Graph
+        After simplification (folded nodes leave no symbol behind).
+
+    Returns
+    -------
+    Graph
+        ``graph`` itself, :func:`computed_symbols` appended to ``graph.symbols`` after
+        the input symbols (whose order the executor writes).
+    """
     added = [s for s in computed_symbols(graph) if graph.symbols.get(s.name) is None]
     for s in added:
         graph.symbols.add(s)

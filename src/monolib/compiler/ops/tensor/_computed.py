@@ -28,9 +28,25 @@ def upper(d: DimLike) -> int:
 
 
 def count_dim(node: Node, out: int, axis: int, what: str, hi: DimLike) -> DimLike:
-    """The data-dependent dim ``axis`` of output ``out``: a fresh computed symbol
-    bounded by ``hi`` (its upper bound when a Dim), or the one an earlier ``infer`` of
-    this node made (so inferring twice keeps one symbol). ``hi == 0`` gives the int 0.
+    """The data-dependent dim ``axis`` of output ``out`` (issue 13 contract).
+
+    Parameters
+    ----------
+    node : Node
+        The op whose ``infer`` asks (its name seeds the symbol's name).
+    out, axis : int
+        Which output and dim the size is.
+    what : str
+        A word for the symbol's name (``"count"``, ``"selected"``).
+    hi : int or Dim
+        The most the size can be (a Dim counts at its upper bound).
+
+    Returns
+    -------
+    Dim or int
+        A fresh computed symbol ``0..hi`` as a Dim, or the one an earlier ``infer`` of
+        this node put there (so inferring twice keeps one symbol); the int 0 when
+        ``hi`` is 0 (nothing can be selected).
     """
     bound = upper(hi)
     if bound <= 0:

@@ -238,3 +238,19 @@ def test_ops_after_a_computed_dim(name):
         got = gm.get_output(0).numpy()
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int32, np.uint8, np.float32])
+def test_nonzero_dtypes_nan_and_negative_zero(dtype):
+    from monolib.compiler.testing import make_node_model
+
+    rng = np.random.default_rng(8)
+    x = (rng.integers(0, 3, size=(2, 3, 4)) * (rng.random((2, 3, 4)) > 0.5)).astype(dtype)
+    if dtype == np.float32:  # NaN counts as nonzero, -0.0 as zero
+        x[0, 0, :2] = [np.nan, -0.0]
+    model = make_node_model("NonZero", {"x": x}, opset=13)
+    gm = monolib.GraphModule(monolib.compile(model)["default"](monolib.cpu()))
+    for v in (x, np.zeros_like(x)):
+        gm.run(x=v)
+        (want,) = ort_run(model, {"x": v})
+        assert np.array_equal(gm.get_output(0).numpy(), want)

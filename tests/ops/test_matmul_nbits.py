@@ -137,3 +137,29 @@ def test_run_time_rows():
         gm.run(A=a)
         np.testing.assert_allclose(gm.get_output(0).numpy(), ort_run(model, {"A": a})[0],
                                    rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("width", ["vw16", "vw4"])
+@pytest.mark.parametrize("rows", [3, 11])
+def test_other_vector_widths(width, rows):
+    # the kernel at the vector widths this machine's ISA does not pick (harness flags)
+    from harness import VECTOR_WIDTHS, run_c
+
+    from monolib.compiler.ir import Node, Value
+    from monolib.compiler.ops import lookup
+
+    k, n, bs = 72, 40, 16
+    w = RNG.standard_normal((k, n)).astype(np.float32)
+    packed, scales, zp = quantize(w, bs, False)
+    a = RNG.standard_normal((rows, k)).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    ins = [Value("a", a.shape, np.float32), Value.constant("b", packed),
+           Value.constant("s", scales), Value.constant("zp", zp), None,
+           Value.constant("bias", bias)]
+    node = Node("MatMulNBits", "nb", ins, [], {"K": k, "N": n, "bits": 4, "block_size": bs},
+                "com.microsoft", 1)
+    op = lookup("MatMulNBits", 1, "com.microsoft")
+    node.outputs = [Value("y", shape, dt) for shape, dt in op.infer(node)]
+    got = run_c(node, [a, packed, scales, zp, None, bias], options=VECTOR_WIDTHS[width])[0]
+    want = op.reference(node, [a, packed, scales, zp, None, bias])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

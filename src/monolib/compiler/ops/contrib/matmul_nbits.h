@@ -41,11 +41,27 @@ typedef struct {
     int64_t panels_per_task;
 } ml_nbits_args;
 
-typedef uint8_t ml_nb_q16 __attribute__((vector_size(16)));
-typedef int32_t ml_nb_i16 __attribute__((vector_size(64)));
-typedef float ml_nb_f16 __attribute__((vector_size(64), aligned(4)));
-/* bytes -> int32 -> float in two conversions: gcc scalarizes a direct uint8 -> float one */
-#define ML_NB_F16(v) __builtin_convertvector(__builtin_convertvector((v), ml_nb_i16), ml_nb_f16)
+/* Vectors of gemm.h's width ML_VW (16 floats on AVX-512, 8 on AVX2, 4 on SSE): a panel's
+ * 16 columns are ML_NV of them. The nibbles are masked in the byte vector, widened to
+ * int32 and converted: the high one as 16 * q (a byte shift or a conversion straight
+ * from the loaded bytes is scalarized by gcc on some widths), its factor 1/16 folded
+ * into the odd elements of A (GEMV) or the scale (dequantization), both exact. */
+typedef uint8_t ml_nb_qv __attribute__((vector_size(ML_VW)));
+typedef int32_t ml_nb_iv __attribute__((vector_size(ML_VW * 4)));
+#define ML_NB_CVT(v) __builtin_convertvector(__builtin_convertvector((v), ml_nb_iv), ml_vf)
+#define ML_NB_LO(b) ML_NB_CVT((b) & 15)
+#define ML_NB_HI16(b) ML_NB_CVT((b) & 0xF0)
+/* independent sums per row and vector (even/odd pair x low/high nibble, or low/high):
+ * one chain of dependent FMAs would bound a row at one FMA per FMA latency; fewer and a
+ * smaller row tile where the ISA has fewer registers */
+#define ML_NB_CH (ML_NV == 1 ? 4 : 2)
+#define ML_NB_RT (ML_NV == 1 ? ML_NBITS_RT : ML_NBITS_RT / 2)
+
+ML_INLINE ml_nb_qv ml_nb_load(const uint8_t* p) {
+    ml_nb_qv v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
 
 /* Floats of the work buffer: A padded to an even K plus its block sums (GEMV path), or
  * the packed A (GEMM path). */
@@ -61,29 +77,55 @@ static inline int64_t ml_nbits_work_floats(int64_t M, int64_t K, int64_t bs) {
 ML_INLINE void ml_nbits_panel(const ml_nbits_args* g, const int rows, const float* ap,
                               int64_t kp, const float* as, int64_t p, float* c) {
     const int64_t nblk = g->nblk, kp2 = (g->K + 1) / 2, hb = g->bs / 2;
+    const int step = ML_NB_CH / 2; /* pairs of K per iteration */
     const uint8_t* q = g->q + p * kp2 * 16;
-    ml_nb_f16 tot[ML_NBITS_RT];
-    for (int r = 0; r < rows; ++r) tot[r] = (ml_nb_f16){0};
+    ml_vf tot[ML_NBITS_RT][ML_NV];
+    for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < ML_NV; ++v) tot[r][v] = (ml_vf){0};
     for (int64_t blk = 0; blk < nblk; ++blk) {
-        ml_nb_f16 acc[ML_NBITS_RT];
-        for (int r = 0; r < rows; ++r) acc[r] = (ml_nb_f16){0};
-        int64_t i1 = ML_MIN(kp2, (blk + 1) * hb);
-        for (int64_t i = blk * hb; i < i1; ++i) {
-            ml_nb_q16 v;
-            memcpy(&v, q + i * 16, 16);
-            ml_nb_f16 lo = ML_NB_F16(v & 15), hi = ML_NB_F16(v >> 4);
-            for (int r = 0; r < rows; ++r) /* x - 0.0f: a plain broadcast (gemm.h) */
-                acc[r] += lo * (ap[r * kp + 2 * i] - (ml_nb_f16){0}) +
-                          hi * (ap[r * kp + 2 * i + 1] - (ml_nb_f16){0});
+        ml_vf acc[ML_NBITS_RT][ML_NB_CH][ML_NV];
+        for (int r = 0; r < rows; ++r)
+            for (int u = 0; u < ML_NB_CH; ++u)
+                for (int v = 0; v < ML_NV; ++v) acc[r][u][v] = (ml_vf){0};
+        int64_t i = blk * hb, i1 = ML_MIN(kp2, (blk + 1) * hb);
+        for (; i + step <= i1; i += step)
+            for (int t = 0; t < step; ++t)
+                for (int v = 0; v < ML_NV; ++v) {
+                    ml_nb_qv b = ml_nb_load(q + (i + t) * 16 + v * ML_VW);
+                    ml_vf lo = ML_NB_LO(b), hi = ML_NB_HI16(b);
+                    for (int r = 0; r < rows; ++r) { /* x - 0.0f: a plain broadcast (gemm.h) */
+                        const float* ar = ap + r * kp + 2 * (i + t);
+                        acc[r][2 * t][v] += lo * (ar[0] - (ml_vf){0});
+                        acc[r][2 * t + 1][v] += hi * (ar[1] - (ml_vf){0});
+                    }
+                }
+        for (; i < i1; ++i) /* a pair left over: a last block cut short by K */
+            for (int v = 0; v < ML_NV; ++v) {
+                ml_nb_qv b = ml_nb_load(q + i * 16 + v * ML_VW);
+                ml_vf lo = ML_NB_LO(b), hi = ML_NB_HI16(b);
+                for (int r = 0; r < rows; ++r) {
+                    acc[r][0][v] += lo * (ap[r * kp + 2 * i] - (ml_vf){0});
+                    acc[r][1][v] += hi * (ap[r * kp + 2 * i + 1] - (ml_vf){0});
+                }
+            }
+        const float* sp = g->s + (p * nblk + blk) * 16;
+        const float* zp = g->zs + (p * nblk + blk) * 16;
+        for (int v = 0; v < ML_NV; ++v) {
+            ml_vf sv = *(const ml_vf*)(sp + v * ML_VW), zv = *(const ml_vf*)(zp + v * ML_VW);
+            for (int r = 0; r < rows; ++r) {
+                ml_vf sum = acc[r][0][v];
+                for (int u = 1; u < ML_NB_CH; ++u) sum += acc[r][u][v];
+                tot[r][v] += sum * sv - zv * as[r * nblk + blk];
+            }
         }
-        ml_nb_f16 sv = *(const ml_nb_f16*)(g->s + (p * nblk + blk) * 16);
-        ml_nb_f16 zv = *(const ml_nb_f16*)(g->zs + (p * nblk + blk) * 16);
-        for (int r = 0; r < rows; ++r) tot[r] += acc[r] * sv - zv * as[r * nblk + blk];
     }
     int64_t nc = ML_MIN(16, g->N - p * 16);
-    for (int r = 0; r < rows; ++r)
+    for (int r = 0; r < rows; ++r) {
+        float t[16] __attribute__((aligned(64)));
+        for (int v = 0; v < ML_NV; ++v) *(ml_vf*)(t + v * ML_VW) = tot[r][v];
         for (int64_t j = 0; j < nc; ++j)
-            c[r * g->N + j] = tot[r][j] + (g->bias ? g->bias[p * 16 + j] : 0.0f);
+            c[r * g->N + j] = t[j] + (g->bias ? g->bias[p * 16 + j] : 0.0f);
+    }
 }
 
 static void ml_nbits_gemv_task(void* ctx, int64_t t, void* scratch) {
@@ -92,8 +134,8 @@ static void ml_nbits_gemv_task(void* ctx, int64_t t, void* scratch) {
     int64_t np = (g->N + 15) / 16, kp = g->K + (g->K & 1);
     int64_t p0 = t * g->panels_per_task, p1 = ML_MIN(np, p0 + g->panels_per_task);
     const float* as = g->work + g->M * kp;
-    for (int64_t m = 0; m < g->M; m += ML_NBITS_RT) {
-        int rows = (int)ML_MIN(ML_NBITS_RT, g->M - m);
+    for (int64_t m = 0; m < g->M; m += ML_NB_RT) {
+        int rows = (int)ML_MIN(ML_NB_RT, g->M - m);
         const float* ap = g->work + m * kp;
         for (int64_t p = p0; p < p1; ++p) {
             float* c = g->c + m * g->N + p * 16;
@@ -116,14 +158,17 @@ static inline void ml_nbits_dequant_block(const ml_nbits_args* g, int64_t k0, in
         float* d = dst + (p - n0 / 16) * kc * 16;
         for (int64_t i = k0 / 2; i < (k0 + kc + 1) / 2;) {
             int64_t blk = i / hb, i1 = ML_MIN((k0 + kc + 1) / 2, (blk + 1) * hb);
-            ml_nb_f16 sv = *(const ml_nb_f16*)(g->s + (p * g->nblk + blk) * 16);
-            ml_nb_f16 zv = *(const ml_nb_f16*)(g->zs + (p * g->nblk + blk) * 16);
+            const float* sp = g->s + (p * g->nblk + blk) * 16;
+            const float* zp = g->zs + (p * g->nblk + blk) * 16;
             for (; i < i1; ++i) {
-                ml_nb_q16 v;
-                memcpy(&v, q + i * 16, 16);
                 int64_t k = 2 * i - k0;
-                *(ml_nb_f16*)(d + k * 16) = ML_NB_F16(v & 15) * sv - zv;
-                if (k + 1 < kc) *(ml_nb_f16*)(d + (k + 1) * 16) = ML_NB_F16(v >> 4) * sv - zv;
+                for (int v = 0; v < ML_NV; ++v) {
+                    ml_vf sv = *(const ml_vf*)(sp + v * ML_VW);
+                    ml_vf zv = *(const ml_vf*)(zp + v * ML_VW);
+                    ml_nb_qv b = ml_nb_load(q + i * 16 + v * ML_VW);
+                    *(ml_vf*)(d + k * 16 + v * ML_VW) = ML_NB_LO(b) * sv - zv;
+                    if (k + 1 < kc) *(ml_vf*)(d + (k + 1) * 16 + v * ML_VW) = ML_NB_HI16(b) * (sv * 0.0625f) - zv;
+                }
             }
         }
     }
@@ -169,6 +214,7 @@ ML_UNUSED static void ml_matmul_nbits(ml_nbits_args* g, void* scratch) {
                 for (int64_t k = blk * g->bs; k < ML_MIN(g->K, (blk + 1) * g->bs); ++k) sum += ap[k];
                 as[m * g->nblk + blk] = sum;
             }
+            for (int64_t k = 1; k < kp; k += 2) ap[k] *= 0.0625f; /* the high nibble is 16 q */
         }
         int64_t tasks = ml_par_tasks((double)g->M * g->N * g->K, np);
         g->panels_per_task = (np + tasks - 1) / tasks;

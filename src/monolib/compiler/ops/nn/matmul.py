@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ....errors import ShapeError
+from ....errors import ShapeError, UnsupportedOpError
 from ...backends.cstyle import c_literal, ctype
 from ...ir import Node, Value, shape_size
 from ...symbolic import is_one
@@ -91,7 +91,8 @@ def _operand_batch(v: Value, k: int, is_a: bool) -> tuple[tuple[int, ...], int]:
 
 @register
 class MatMul(OpDef):
-    """ONNX ``MatMul``: ``Y = A @ B`` with NumPy broadcasting; float32."""
+    """ONNX ``MatMul``: ``Y = A @ B`` with NumPy broadcasting; float32 (gemm.h), and
+    float64 by a plain loop."""
 
     op_type = "MatMul"
     since_version = 1
@@ -111,6 +112,8 @@ class MatMul(OpDef):
         return [list(range(nb)), mdims, ndims]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
+        if node.inputs[0].dtype == np.float64 and node.inputs[1].dtype == np.float64:
+            return _emit_float64(node, ctx)
         require_float32(node, 0, 1)
         a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
         batch, m, n, k, _ = matmul_shapes(node)
@@ -162,6 +165,42 @@ class MatMul(OpDef):
             f"for (idx_t k = 0; k < {K}; ++k) acc += A[k] * B[k * {N}];",
         ]
         return element_kernel(node, ctx, body)
+
+
+def _emit_float64(node: Node, ctx: EmitContext) -> str:
+    """float64 MatMul: a plain dot-product loop per output element (double accumulator),
+    batches located by a static offset table; the fused epilogue applied per element.
+
+    Raises
+    ------
+    UnsupportedOpError
+        A run-time dim (the float32 GEMM path takes those).
+    """
+    a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    batch, m, n, k, out = matmul_shapes(node)
+    if not all(type(d) is int for d in (*batch, m, n, k)):
+        raise UnsupportedOpError(f"MatMul node {node.name!r}: float64 with run-time dims")
+    a2 = (1,) + a.shape if len(a.shape) == 1 else a.shape
+    b2 = b.shape + (1,) if len(b.shape) == 1 else b.shape
+    offa, offb = _batch_offsets(a2, batch, m * k), _batch_offsets(b2, batch, k * n)
+    table = ctx.unique("mm_off")
+    bi, i, j, kk = ctx.unique("bi"), ctx.unique("i"), ctx.unique("j"), ctx.unique("k")
+    index, inner = [], 1
+    for d in reversed(batch):
+        index.insert(0, f"({bi} / {inner}) % {d}")
+        inner *= d
+    index += ([i] if len(a.shape) > 1 else []) + ([j] if len(b.shape) > 1 else [])
+    ap, bp, yp = ctx.ptr(a), ctx.ptr(b), ctx.ptr(y)
+    return (
+        f"static const int64_t {table}[{2 * len(offa)}] = {{"
+        + ", ".join(str(v) for pair in zip(offa, offb) for v in pair) + "};\n"
+        f"for (int64_t {bi} = 0; {bi} < {len(offa)}; ++{bi})"
+        f" for (int64_t {i} = 0; {i} < {m}; ++{i}) for (int64_t {j} = 0; {j} < {n}; ++{j}) {{\n"
+        f"  double acc = 0.0;\n"
+        f"  for (int64_t {kk} = 0; {kk} < {k}; ++{kk}) acc += {ap}[{table}[2 * {bi}] + {i} * {k}"
+        f" + {kk}] * {bp}[{table}[2 * {bi} + 1] + {kk} * {n} + {j}];\n"
+        f"  {yp}[({bi} * {m} + {i}) * {n} + {j}] = {ctx.output_expr('acc', index)};\n}}"
+    )
 
 
 def _batch_offset_c(shape: tuple, batch: tuple, mat) -> str:

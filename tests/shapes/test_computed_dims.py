@@ -184,16 +184,23 @@ def test_debug_executor_reads_a_computed_shape():
         assert np.array_equal(dbg.debug_get_output(0).numpy(), np.array(np.nonzero(x)))
 
 
-def test_opt_shapes_are_ignored_when_the_graph_computes_dims(caplog):
+def test_opt_shapes_with_computed_dims():
+    """The static path at x [2, 3] computes NonZero's count in its own slot and
+    monolib_run copies it to the generic one, where the output shapes are read."""
     model = _nonzero_model([2, "n"])
-    with caplog.at_level("WARNING"):
-        lib = monolib.compile(model, shapes={"x": (2, (1, 6))}, opt_shapes={"x": [(2, 3)]})
-    assert "opt_shapes ignored" in caplog.text
-    assert lib.get_graph_json().get("specializations", []) == []
+    lib = monolib.compile(model, shapes={"x": (2, (1, 6))}, opt_shapes={"x": [(2, 3)]})
+    assert lib.get_graph_json()["specializations"] == [{"symbols": {"n": 3}}]
+    run_spec = lib.imported_modules[0].source.split("static void ml_spec0")[1].split("}")[0]
+    assert "= ((const int64_t*)(arena + " in run_spec  # the count copied to its slot
     gm = monolib.GraphModule(lib["default"](monolib.cpu()))
-    x = np.array([[0, 1, 2], [3, 0, 0]], np.float32)  # the shape opt_shapes named
-    gm.run(x=x)
-    assert np.array_equal(gm.get_output(0).numpy(), np.array(np.nonzero(x)))
+    rng = np.random.default_rng(12)
+    for n in (3, 5, 3):
+        for x in _cases(rng, (2, n)):
+            gm.run(x=x)
+            assert gm.executor.shapes.specialized() == (0 if n == 3 else None)
+            for k, want in enumerate(ort_run(model, {"x": x})[:3]):
+                got = gm.get_output(k).numpy()
+                assert got.shape == want.shape and np.array_equal(got, want)
 
 
 _W = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)

@@ -12,12 +12,26 @@ from collections.abc import Iterable
 
 from .symbolic import Dim, DimLike, is_computed
 
-__all__ = ["bound_jointly", "numel_hi"]
+__all__ = ["bound_jointly", "numel_hi", "origin", "record_origin"]
 
 logger = logging.getLogger(__name__)
 
 #: computed symbol name -> (the names of its group, the most their product can be)
 _JOINT: dict[str, tuple[frozenset[str], int]] = {}
+#: computed symbol name -> (node name, output, axis) of the size it is
+_ORIGIN: dict[str, tuple[str, int, int]] = {}
+
+
+def record_origin(name: str, node: str, out: int, axis: int) -> None:
+    """Record which size computed symbol ``name`` is: dim ``axis`` of output ``out`` of
+    node ``node``. The same model imported again (an ``opt_shapes`` specialization) makes
+    a symbol of the same origin, so the two can be matched (:func:`origin`)."""
+    _ORIGIN[name] = (node, int(out), int(axis))
+
+
+def origin(name: str) -> tuple[str, int, int] | None:
+    """``(node, output, axis)`` recorded for computed symbol ``name``, or None."""
+    return _ORIGIN.get(name)
 
 
 def bound_jointly(dims: Iterable[DimLike], cap: int) -> None:

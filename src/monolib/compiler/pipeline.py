@@ -102,11 +102,7 @@ def prepare(
     fusion = fuse_elementwise(graph)
     step(progress, "plan memory")
     plan = plan_memory(fusion)
-    if graph.specializations and any(s.computed for s in graph.symbols):
-        # a static path would compute its data-dependent dims in its own slots, which
-        # the generic output shapes do not read: the generic path serves every shape
-        logger.warning("opt_shapes ignored: the graph has data-dependent (computed) dims")
-    elif graph.specializations and not isinstance(model, Graph):
+    if graph.specializations and not isinstance(model, Graph):
         step(progress, "specialize")
         for values in graph.specializations:
             static = {v.name: tuple(evaluate(d, values) for d in v.shape) for v in graph.inputs}
@@ -114,10 +110,24 @@ def prepare(
                            for v in graph.inputs if v.dtype.kind == "S"})  # string widths
             g = simplify(import_model(model, static, constants,
                                       max_trip_count=max_trip_count)).graph
+            if not _computed_match(graph, register_computed(g)):
+                logger.warning("opt_shapes %s ignored: its data-dependent dims do not match "
+                               "the generic graph's", values)
+                continue
             f = fuse_elementwise(g)
             graph.specialized.append(Specialized(dict(values), g, f, plan_memory(f)))
             logger.info("specialized for %s: %d fused ops", values, len(f.ops))
     return graph, fusion, plan
+
+
+def _computed_match(generic: Graph, spec: Graph) -> bool:
+    """Whether every computed dim of a specialization (issue 13) is the same size (node,
+    output, axis) as one of the generic graph's: ``monolib_run`` copies its value there
+    after the static path (``backends/c/specialize.computed_copies``)."""
+    from .computed_bounds import origin
+
+    mine = {origin(s.name) for s in generic.symbols if s.computed}
+    return all(origin(s.name) in mine - {None} for s in spec.symbols if s.computed)
 
 
 def jsonable(constants: dict[str, Any] | None) -> dict[str, Any]:

@@ -20,9 +20,10 @@ from ....errors import CompileError
 from ...ir import Value, nbytes_at_bounds
 from ...passes.fuse_elementwise import Fusion
 from ...passes.plan_memory import MemoryPlan
+from ...computed_bounds import origin
 from ...symbolic import SymbolTable
 
-__all__ = ["dispatch", "runner", "shifted"]
+__all__ = ["computed_copies", "dispatch", "runner", "shifted"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ def shifted(plan: MemoryPlan, base: int) -> MemoryPlan:
         scratch={t: o + base for t, o in plan.scratch.items()},
         scratch_sizes=dict(plan.scratch_sizes),
         state={k: o + base for k, o in plan.state.items()},
+        # a specialization's own computed dims (issue 13) live in its own slots
+        sym_offset=None if plan.sym_offset is None else plan.sym_offset + base,
+        shape_offset=None if plan.shape_offset is None else plan.shape_offset + base,
     )
 
 
@@ -78,6 +82,7 @@ def runner(
             f"{nbytes_at_bounds(v)});"
         )
     lines += [f"  spec{k}_op_{i}(params, arena);" for i in range(n_ops)]
+    lines += computed_copies(generic, generic_plan, fusion, plan)
     for name, v in v_out.items():
         lines.append(
             f"  memcpy(arena + {generic_plan.offset(g_out[name])}, arena + {plan.offset(v)}, "
@@ -85,6 +90,31 @@ def runner(
         )
     lines += ["  (void)params;", "}"]
     return "\n".join(lines)
+
+
+def computed_copies(generic: Fusion, generic_plan: MemoryPlan, fusion: Fusion,
+                    plan: MemoryPlan) -> list[str]:
+    """C statements copying each computed dim (issue 13) the specialization wrote into
+    the generic graph's slot of the same size (same node, output, axis:
+    ``computed_bounds.origin``), where ``ml_output_shapes`` reads it.
+
+    Raises
+    ------
+    CompileError
+        A computed dim of the specialization without a generic counterpart.
+    """
+    by_origin = {origin(s.name): i for i, s in enumerate(generic.symbols) if s.computed}
+    lines = []
+    for i, s in enumerate(fusion.symbols):
+        if not s.computed:
+            continue
+        j = by_origin.get(origin(s.name))
+        if j is None:
+            raise CompileError(f"specialization: computed dim {s.name} has no counterpart in "
+                               "the generic graph")
+        lines.append(f"  ((int64_t*)(arena + {generic_plan.sym_offset}))[{j}] = "
+                     f"((const int64_t*)(arena + {plan.sym_offset}))[{i}];")
+    return lines
 
 
 def dispatch(

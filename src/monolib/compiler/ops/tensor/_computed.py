@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from ....errors import ShapeError
+from ...computed_bounds import record_origin
 from ...ir import Node, Value, shape_size
 from ...symbolic import Dim, DimLike, computed_symbol, is_computed
 
@@ -55,7 +56,9 @@ def count_dim(node: Node, out: int, axis: int, what: str, hi: DimLike) -> DimLik
     old = v.shape[axis] if v is not None and len(v.shape) > axis else None
     if isinstance(old, Dim) and is_computed(old) and old.hi == bound:
         return old
-    return Dim.of(computed_symbol(f"{node.name or node.op_type}_{what}", hi=bound))
+    sym = computed_symbol(f"{node.name or node.op_type}_{what}", hi=bound)
+    record_origin(sym.name, node.name, out, axis)
+    return Dim.of(sym)
 
 
 def numel_hi(v: Value) -> int:

@@ -17,10 +17,10 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from ....errors import CompileError
+from ...computed_bounds import origin
 from ...ir import Value, nbytes_at_bounds
 from ...passes.fuse_elementwise import Fusion
 from ...passes.plan_memory import MemoryPlan
-from ...computed_bounds import origin
 from ...symbolic import SymbolTable
 
 __all__ = ["computed_copies", "dispatch", "runner", "shifted"]

@@ -108,12 +108,15 @@ class Compress(OpDef):
                 ctx.set_symbol(kept, count),
             ]
         o, k = ctx.unique("o"), ctx.unique("k")
+        dst, src = f"({o} * {count} + {k}) * {inner}", f"({o} * {n} + {table}[{k}]) * {inner}"
+        copy = (f"{ctx.ptr(y)}[{dst}] = {ctx.ptr(x)}[{src}];" if isinstance(inner, int)
+                and inner == 1 else  # one element: no memcpy call per element
+                f"memcpy({ctx.ptr(y)} + {dst}, {ctx.ptr(x)} + {src}, {inner} * {size});")
         return "\n".join([
             "{",
             *lines,
             f"for (int64_t {o} = 0; {o} < {outer}; ++{o})",
             f"  for (int64_t {k} = 0; {k} < {count}; ++{k})",
-            (f"    memcpy({ctx.ptr(y)} + ({o} * {count} + {k}) * {inner}, "
-            f"{ctx.ptr(x)} + ({o} * {n} + {table}[{k}]) * {inner}, {inner} * {size});"),
+            f"    {copy}",
             "}",
         ])

@@ -34,6 +34,8 @@ from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import c_literal, ctype
 from ..math.elementwise import cfn
 from ..tensor.loops import broadcast_strides
+from ...symbolic import is_dim
+from ._gemm import MR, NR, bbuf_floats, include_gemm
 
 __all__ = ["Attention", "FlexAttention", "attention_dims"]
 
@@ -90,6 +92,33 @@ def attention_dims(node: Node) -> dict[str, int]:
 def _scale(node: Node, d: int) -> float:
     sc = node.attrs.get("scale")
     return float(sc) if sc is not None else 1.0 / math.sqrt(d)
+
+
+def _fast_path(node: Node, m: dict) -> bool:
+    """True when ``attention.h`` runs the node: float32 (a float or bool mask) and
+    compile-time sizes."""
+    mask = node.input(3)
+    dims = list(m.values()) + (list(mask.shape) if mask is not None else [])
+    return (node.inputs[0].dtype == np.float32 and not any(is_dim(x) for x in dims)
+            and (mask is None or mask.dtype in (np.float32, np.bool_)))
+
+
+def _row_block(s: int, t: int) -> int:
+    """Query rows per task: about 16K scores (the block stays in L2 beside the packed
+    K and V), a multiple of gemm.h's ``MR``, the blocks of a head about equal."""
+    cap = max(MR, (16384 // max(t, 1)) // MR * MR)
+    blocks = -(-s // cap)
+    rb = -(-s // blocks)
+    return s if blocks == 1 else -(-rb // MR) * MR
+
+
+def _task_floats(rb: int, t: int, d: int, dv: int) -> int:
+    """Scratch floats of one task of ``attention.h`` (its layout: packed Q, packed K,
+    scores, packed P, the V block buffer; each part 16-aligned)."""
+    up = lambda n: -(-n // 16) * 16  # noqa: E731
+    rbp = -(-rb // MR) * MR
+    return (up(rbp * d) + up(-(-t // NR) * NR * d) + up(rb * t) + up(rbp * t)
+            + up(bbuf_floats(t, dv)))
 
 
 @register
@@ -226,6 +255,10 @@ class Attention(OpDef):
         ct = ctype(dt)
         three = m["rank"] == 3
         outs = node.outputs
+        fast = _fast_path(node, m)
+        if fast and len(outs) < 2 and node.input(4) is None:
+            # no present output to fill and no past to prepend: read K/V in place
+            return self._emit_fast(node, ctx, m, None, None)
         lines: list[str] = []
         # present K/V: [B, Hkv, T, D|Dv], contiguous; the outputs when requested
         kp = ctx.ptr(outs[1]) if len(outs) > 1 else f"(({ct}*){ctx.scratch(B * Hkv * T * D * dt.itemsize)})"
@@ -253,6 +286,9 @@ class Attention(OpDef):
                 + f"for (int64_t {j_} = {P}; {j_} < {T}; ++{j_}) for (int64_t {e_} = 0; {e_} < {dd}; ++{e_}) "
                 f"({row})[{e_}] = {ctx.ptr(src)}[{b_}*{sb} + {h_}*{sh} + ({j_} - {P})*{sj} + {e_}];\n}}"
             )
+        if fast:
+            lines.append(self._emit_fast(node, ctx, m, kp, vp))
+            return "\n".join(lines)
         b, h, i, j, e = (ctx.unique(x) for x in ("b", "h", "i", "j", "e"))
         if three:
             q_off = f"{b}*{S * Hq * D} + {i}*{Hq * D} + {h}*{D}"
@@ -314,6 +350,57 @@ class Attention(OpDef):
             f" for (int64_t {i} = 0; {i} < {S}; ++{i}) {{\n" + "\n".join(body) + "\n}"
         )
         return "\n".join(lines)
+
+    def _emit_fast(self, node: Node, ctx: EmitContext, m: dict, kp: str | None,
+                   vp: str | None) -> str:
+        """The float32 kernel of ``attention.h`` (GEMMs on gemm.h's micro-kernel, the
+        row pass vectorized, (batch, head, row block) tasks on the thread pool).
+
+        ``kp``/``vp`` are the present K/V buffers ``[B, Hkv, T, D|Dv]``, or ``None`` to
+        read K and V from the inputs (no past, no present output)."""
+        B, Hq, Hkv, S, L, T, D, Dv = (m[x] for x in ("B", "Hq", "Hkv", "S", "L", "T", "D", "Dv"))
+        include_gemm(ctx)
+        ctx.include("attention.h")
+        q, k, v = node.inputs[:3]
+        three = m["rank"] == 3
+        qs = (S * Hq * D, D, Hq * D) if three else (Hq * S * D, S * D, D)
+        ys = (S * Hq * Dv, Dv, Hq * Dv) if three else (Hq * S * Dv, S * Dv, Dv)
+        if kp is None:
+            kptr, vptr = ctx.ptr(k), ctx.ptr(v)
+            ks = (L * Hkv * D, D, Hkv * D) if three else (Hkv * L * D, L * D, D)
+            vs = (L * Hkv * Dv, Dv, Hkv * Dv) if three else (Hkv * L * Dv, L * Dv, Dv)
+        else:
+            kptr, vptr = kp, vp
+            ks, vs = (Hkv * T * D, T * D, D), (Hkv * T * Dv, T * Dv, Dv)
+        rb = _row_block(S, T)
+        tf = _task_floats(rb, T, D, Dv)
+        f = {"B": B, "Hq": Hq, "Hkv": Hkv, "S": S, "T": T, "D": D, "Dv": Dv, "P": m["P"],
+             "q": ctx.ptr(q), "q_sb": qs[0], "q_sh": qs[1], "q_si": qs[2],
+             "k": kptr, "k_sb": ks[0], "k_sh": ks[1], "k_sj": ks[2],
+             "v": vptr, "v_sb": vs[0], "v_sh": vs[1], "v_sj": vs[2],
+             "y": ctx.ptr(node.outputs[0]), "y_sb": ys[0], "y_sh": ys[1], "y_si": ys[2],
+             "sc": c_literal(math.sqrt(_scale(node, D)), np.float32),
+             "cap": c_literal(float(self.attr(node, "softcap")), np.float32),
+             "causal": int(bool(self.attr(node, "is_causal"))),
+             "left": int(self.attr(node, "left_window_size")),
+             "right": int(self.attr(node, "right_window_size")),
+             "rb": rb, "task_floats": tf}
+        nonpad, mask = node.input(6), node.input(3)
+        if nonpad is not None:
+            f["nonpad"] = f"(const int64_t*){ctx.ptr(nonpad)}"
+        if mask is not None:
+            ms = (1,) * (4 - len(mask.shape)) + tuple(mask.shape)
+            st = broadcast_strides(ms, (B, Hq, S, ms[3]))
+            f.update({"mask": f"(const void*){ctx.ptr(mask)}",
+                      "mask_bool": int(mask.dtype == np.bool_),
+                      "m_sb": st[0], "m_sh": st[1], "m_si": st[2], "m_len": ms[3]})
+        if len(node.outputs) > 3:
+            f["qk"] = ctx.ptr(node.outputs[3])
+            f["qk_mode"] = int(self.attr(node, "qk_matmul_output_mode"))
+        init = ", ".join(f".{key} = {val}" for key, val in f.items())
+        name = ctx.unique("attn")
+        return (f"{{ ml_attn_args {name} = {{{init}}};\n"
+                f"ml_attention_f32(&{name}, {ctx.scratch(4 * tf)}); }}")
 
     def _emit_bias(self, node, ctx, m, b, h, i, j, buf, dt) -> str:
         """C statements filling ``buf[0..T)`` with the bias of query row (b, h, i)."""

@@ -1,0 +1,233 @@
+/* attention.h -- float32 scaled dot-product attention on gemm.h (monolib kernel library;
+ * gemm.h, and threadpool.h for the parallel split, precede it).
+ *
+ * The ONNX Attention operator (23-25) for one block of `rb` query rows of one (batch,
+ * query head) at a time:
+ *
+ *   1. Qs = Q_block * sc packed into gemm.h's full-K A panels, Ks = K * sc packed into
+ *      its B panels (sc = sqrt(scale), applied to both operands as the spec does);
+ *   2. scores [rows, T] = Qs Ks^T with ml_sgemm (the packed micro-kernel);
+ *   3. a row pass: soft-cap, the additive mask (float, or bool: false is -inf), the key
+ *      interval every structural mask leaves (causal frontier, sliding window,
+ *      nonpad_kv_seqlen, the end of a short mask), a stable softmax with ml_expf and
+ *      lane-parallel max/sum, the optional qk_matmul_output copy;
+ *   4. Y_block = P V with ml_sgemm (P packed as A, V packed per KC block from its rows).
+ *
+ * A row whose keys are all masked gets probabilities 0 (ONNX 25's rule). The blocks
+ * are independent: (batch, head, row block) tasks go to the thread pool, each with its
+ * own scratch of ml_attn_args.task_floats floats (the caller sizes it, attention.py).
+ * Results differ from a scalar loop only by float32 summation order.
+ */
+#ifndef MONOLIB_ATTENTION_H
+#define MONOLIB_ATTENTION_H
+#include <stdint.h>
+#include <math.h>
+
+#define ML_ATTN_LANES 16
+
+typedef struct {
+    int64_t B, Hq, Hkv, S, T, D, Dv, P;
+    const float* q; int64_t q_sb, q_sh, q_si;   /* row (b, h, i): q + b*q_sb + h*q_sh + i*q_si */
+    const float* k; int64_t k_sb, k_sh, k_sj;   /* row (b, kv head, j), D contiguous */
+    const float* v; int64_t v_sb, v_sh, v_sj;   /* row (b, kv head, j), Dv contiguous */
+    float* y; int64_t y_sb, y_sh, y_si;
+    float sc;            /* sqrt(scale) */
+    float cap;           /* softcap; 0: none */
+    int causal;
+    int64_t left, right; /* sliding window; < 0: unbounded */
+    const int64_t* nonpad; /* [B] or NULL: keys j < nonpad[b], causal offset nonpad[b] - S */
+    const void* mask;    /* NULL, float or (mask_bool) uint8 rows of m_len keys */
+    int mask_bool;
+    int64_t m_sb, m_sh, m_si, m_len;
+    float* qk;           /* [B, Hq, S, T] or NULL */
+    int qk_mode;
+    int64_t rb;          /* query rows per task (a multiple of ML_MR, or S) */
+    int64_t task_floats; /* scratch floats per task */
+} ml_attn_args;
+
+/* Scratch layout of one task (floats, each part 16-aligned): packed Q, packed K, scores,
+ * packed P, V block buffer. Mirrored by attention.py's _task_floats. */
+#define ML_ATTN_UP16(n) ((((n) + 15) / 16) * 16)
+
+/* Ks: K rows j of one (b, kv head), times sc, as gemm.h's full-K B panels (k_total D). */
+static inline void ml_attn_pack_k(const float* restrict k, int64_t sj, int64_t T, int64_t D,
+                                  float sc, float* restrict dst) {
+    for (int64_t j0 = 0; j0 < T; j0 += ML_NR) {
+        float* d = dst + (j0 / ML_NR) * D * ML_NR;
+        int64_t n = ML_MIN(ML_NR, T - j0);
+        for (int64_t c = 0; c < n; ++c) {
+            const float* kr = k + (j0 + c) * sj;
+            for (int64_t e = 0; e < D; ++e) d[e * ML_NR + c] = kr[e] * sc;
+        }
+        for (int64_t c = n; c < ML_NR; ++c)
+            for (int64_t e = 0; e < D; ++e) d[e * ML_NR + c] = 0.0f;
+    }
+}
+
+/* Qs: rows 0..m-1 (stride si) times sc, as full-K A panels zero-padded to MR rows. */
+static inline void ml_attn_pack_q(const float* restrict q, int64_t si, int64_t m, int64_t D,
+                                  float sc, float* restrict dst) {
+    for (int64_t p = 0; p < m; p += ML_MR) {
+        float* d = dst + (p / ML_MR) * D * ML_MR;
+        int64_t mr = ML_MIN(ML_MR, m - p);
+        for (int64_t e = 0; e < D; ++e) {
+            for (int64_t r = 0; r < mr; ++r) d[e * ML_MR + r] = q[(p + r) * si + e] * sc;
+            for (int64_t r = mr; r < ML_MR; ++r) d[e * ML_MR + r] = 0.0f;
+        }
+    }
+}
+
+/* max of x[0..n) (n >= 1), lane-parallel so gcc vectorizes it */
+static inline float ml_attn_max(const float* x, int64_t n) {
+    float acc[ML_ATTN_LANES];
+    for (int l = 0; l < ML_ATTN_LANES; ++l) acc[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + ML_ATTN_LANES <= n; j += ML_ATTN_LANES)
+        for (int l = 0; l < ML_ATTN_LANES; ++l) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
+    float m = -INFINITY;
+    for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+    for (int l = 0; l < ML_ATTN_LANES; ++l) m = acc[l] > m ? acc[l] : m;
+    return m;
+}
+
+/* x[j] = exp(x[j] - m) over [0, n), returning the sum (lane-parallel) */
+static inline float ml_attn_exp_sum(float* restrict x, int64_t n, float m) {
+    float acc[ML_ATTN_LANES];
+    for (int l = 0; l < ML_ATTN_LANES; ++l) acc[l] = 0.0f;
+    int64_t j = 0;
+    for (; j + ML_ATTN_LANES <= n; j += ML_ATTN_LANES)
+        for (int l = 0; l < ML_ATTN_LANES; ++l) {
+            float e = ml_expf(x[j + l] - m);
+            x[j + l] = e;
+            acc[l] += e;
+        }
+    float s = 0.0f;
+    for (; j < n; ++j) {
+        x[j] = ml_expf(x[j] - m);
+        s += x[j];
+    }
+    for (int l = 0; l < ML_ATTN_LANES; ++l) s += acc[l];
+    return s;
+}
+
+/* The row pass on the scores x[0..T) of query row i of (b, h): turns them into the
+ * probabilities, writing the qk_matmul_output row on the way. */
+static inline void ml_attn_row(const ml_attn_args* a, int64_t b, int64_t h, int64_t i,
+                               float* restrict x) {
+    const int64_t T = a->T;
+    const int64_t off = a->nonpad ? a->nonpad[b] - a->S : a->P;
+    int64_t lo = 0, hi = T;
+    if (a->causal) hi = ML_MIN(hi, i + off + 1);
+    if (a->right >= 0) hi = ML_MIN(hi, i + off + a->right + 1);
+    if (a->left >= 0) lo = lo > i + off - a->left ? lo : i + off - a->left;
+    if (a->nonpad) hi = ML_MIN(hi, a->nonpad[b]);
+    if (a->mask) hi = ML_MIN(hi, a->m_len);
+    if (lo < 0) lo = 0;
+    if (hi < lo) hi = lo;
+    if (a->cap > 0.0f) {
+        const float cap = a->cap;
+        for (int64_t j = 0; j < T; ++j) x[j] = cap * tanhf(x[j] / cap);
+    }
+    float* qk = a->qk ? a->qk + ((b * a->Hq + h) * a->S + i) * T : 0;
+    if (qk && a->qk_mode <= 1) memcpy(qk, x, (size_t)T * sizeof(float));
+    int live = hi > lo;
+    if (a->mask) {
+        const int64_t mo = b * a->m_sb + h * a->m_sh + i * a->m_si;
+        live = 0;
+        if (a->mask_bool) {
+            const uint8_t* m = (const uint8_t*)a->mask + mo;
+            for (int64_t j = lo; j < hi; ++j) {
+                live |= m[j] != 0;
+                x[j] = m[j] ? x[j] : -INFINITY;
+            }
+        } else {
+            const float* m = (const float*)a->mask + mo;
+            for (int64_t j = lo; j < hi; ++j) {
+                live |= m[j] != -INFINITY;
+                x[j] += m[j];
+            }
+        }
+    }
+    for (int64_t j = 0; j < lo; ++j) x[j] = -INFINITY;
+    for (int64_t j = hi; j < T; ++j) x[j] = -INFINITY;
+    if (qk && a->qk_mode == 2) memcpy(qk, x, (size_t)T * sizeof(float));
+    if (!live) {
+        memset(x, 0, (size_t)T * sizeof(float));
+    } else {
+        const float m = ml_attn_max(x + lo, hi - lo);
+        const float s = ml_attn_exp_sum(x + lo, hi - lo, m);
+        const float inv = 1.0f / s;
+        for (int64_t j = lo; j < hi; ++j) x[j] *= inv;
+        for (int64_t j = 0; j < lo; ++j) x[j] = 0.0f;
+        for (int64_t j = hi; j < T; ++j) x[j] = 0.0f;
+    }
+    if (qk && a->qk_mode == 3) memcpy(qk, x, (size_t)T * sizeof(float));
+}
+
+/* Task t: (b, h, block) = t in row-major order over [B, Hq, ceil(S / rb)]. */
+static void ml_attn_task(void* ctx, int64_t t, void* scratch) {
+    const ml_attn_args* a = (const ml_attn_args*)ctx;
+    const int64_t T = a->T, D = a->D, Dv = a->Dv, rb = a->rb;
+    const int64_t nblk = (a->S + rb - 1) / rb;
+    const int64_t blk = t % nblk, h = (t / nblk) % a->Hq, b = t / (nblk * a->Hq);
+    const int64_t hk = h / (a->Hq / a->Hkv);
+    const int64_t i0 = blk * rb, m = ML_MIN(rb, a->S - i0);
+    const int64_t rbp = (rb + ML_MR - 1) / ML_MR * ML_MR;
+    float* qa = (float*)scratch;
+    float* kb = qa + ML_ATTN_UP16(rbp * D);
+    float* sb = kb + ML_ATTN_UP16((T + ML_NR - 1) / ML_NR * ML_NR * D);
+    float* pa = sb + ML_ATTN_UP16(rb * T);
+    float* vb = pa + ML_ATTN_UP16(rbp * T);
+    const float* q = a->q + b * a->q_sb + h * a->q_sh + i0 * a->q_si;
+    const float* k = a->k + b * a->k_sb + hk * a->k_sh;
+    const float* v = a->v + b * a->v_sb + hk * a->v_sh;
+    float* y = a->y + b * a->y_sb + h * a->y_sh + i0 * a->y_si;
+    if (T == 0 || D == 0) { /* no keys (every row masked) or empty dot products */
+        for (int64_t r = 0; r < m; ++r) {
+            if (T) {
+                memset(sb + r * T, 0, (size_t)T * sizeof(float));
+                ml_attn_row(a, b, h, i0 + r, sb + r * T);
+            }
+        }
+    } else {
+        ml_attn_pack_q(q, a->q_si, m, D, a->sc, qa);
+        ml_attn_pack_k(k, a->k_sj, T, D, a->sc, kb);
+        ml_gemm_args g = ml_gemm_defaults(m, T, D, qa, sb);
+        g.b.kind = ML_B_PACKED;
+        g.b.p = kb;
+        g.b.k_total = D;
+        ml_sgemm(&g);
+        for (int64_t r = 0; r < m; ++r) ml_attn_row(a, b, h, i0 + r, sb + r * T);
+    }
+    if (Dv == 0) return;
+    if (T == 0) {
+        for (int64_t r = 0; r < m; ++r) memset(y + r * a->y_si, 0, (size_t)Dv * sizeof(float));
+        return;
+    }
+    ml_pack_a(m, T, sb, T, 1, pa);
+    ml_gemm_args g = ml_gemm_defaults(m, Dv, T, pa, y);
+    g.ldc = a->y_si;
+    g.b.kind = ML_B_STRIDED;
+    g.b.p = v;
+    g.b.ldk = a->v_sj;
+    g.b.ldn = 1;
+    g.bbuf = vb;
+    ml_sgemm(&g);
+}
+
+/* The op: every (batch, head, row block); scratch0 holds task_floats floats for the
+ * calling thread. */
+ML_UNUSED static void ml_attention_f32(const ml_attn_args* a, void* scratch0) {
+    const int64_t tasks = a->B * a->Hq * ((a->S + a->rb - 1) / a->rb);
+#ifdef MONOLIB_THREADPOOL_H
+    /* multiply-adds of both products, plus some 16 per score for the row pass */
+    double work = (double)a->B * a->Hq * a->S * a->T * (a->D + a->Dv + 16.0);
+    if (ml_par_tasks(work, tasks) > 1) {
+        ml_parallel_for(tasks, ml_attn_task, (void*)a, scratch0,
+                        (size_t)a->task_floats * sizeof(float));
+        return;
+    }
+#endif
+    for (int64_t t = 0; t < tasks; ++t) ml_attn_task((void*)a, t, scratch0);
+}
+#endif /* MONOLIB_ATTENTION_H */

@@ -15,7 +15,11 @@ Cases (:data:`CASES`; add a line there for another op):
 * ``matmul_nbits_m32``: the same weight against 32 rows (a prompt's prefill: the GEMM
   path, B dequantized block by block into gemm.h's panels).
 * ``attention``: ``com.microsoft`` ``Attention``, a BERT-base layer (S=128, 768 wide, 12
-  heads) with a padding mask.
+  heads) with a padding mask; ``attention_s512``: the same at S=512.
+* ``sdpa_s128``, ``sdpa_s512``: the ONNX ``Attention`` op alone (opset 23), Q/K/V
+  ``[1, 12, S, 64]``, causal: the attention kernel without the projections.
+* ``sdpa_decode``: a decoder step of that op, one query row against a 511-row
+  ``past_key``/``past_value`` (T = 512), ``present_key``/``present_value`` returned.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import monolib
 from monolib.compiler.testing import ort_session
 from monolib.runtime import GraphModule, cpu, set_num_threads
 
-__all__ = ["CASES", "bench_case", "main", "matmul_nbits_case"]
+__all__ = ["CASES", "attention_case", "bench_case", "main", "matmul_nbits_case", "sdpa_case"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +93,38 @@ def attention_case(b: int = 1, s: int = 128, hidden: int = 768, heads: int = 12)
     return model, {"x": rng.standard_normal((b, s, hidden)).astype(np.float32), "mask": mask}
 
 
+def sdpa_case(s: int = 128, past: int = 0, heads: int = 12, d: int = 64):
+    """The ONNX ``Attention`` op (opset 23) on ``[1, heads, s, d]`` Q/K/V, causal, with a
+    ``past`` rows KV cache when ``past > 0`` (then the present K/V are outputs too)."""
+    rng = np.random.default_rng(2)
+    names = ["q", "k", "v"] + (["", "past_k", "past_v"] if past else [])
+    outs = ["y"] + (["present_k", "present_v"] if past else [])
+    node = helper.make_node("Attention", names, outs, is_causal=1)
+    shapes = {"q": [1, heads, s, d], "k": [1, heads, s, d], "v": [1, heads, s, d],
+              "past_k": [1, heads, past, d], "past_v": [1, heads, past, d]}
+    feeds = {n: rng.standard_normal(shapes[n]).astype(np.float32) for n in names if n}
+    t = [1, heads, past + s, d]
+    graph = helper.make_graph(
+        [node], "sdpa", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n])
+                         for n in feeds],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes["q"] if n == "y" else t)
+         for n in outs])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 23)])
+    return model, feeds
+
+
 #: name -> (description, builder returning (model, feeds))
 CASES: dict[str, tuple[str, Callable]] = {
     "matmul_nbits": ("MatMulNBits [1,4096]x[4096,4096] 4-bit bs32", matmul_nbits_case),
     "matmul_nbits_m32": ("MatMulNBits [32,4096]x[4096,4096] 4-bit bs32",
                          lambda: matmul_nbits_case(m=32)),
     "attention": ("Attention BERT-base [1,128,768] 12 heads, mask", attention_case),
+    "attention_s512": ("Attention BERT-base [1,512,768] 12 heads, mask",
+                       lambda: attention_case(s=512)),
+    "sdpa_s128": ("ONNX Attention [1,12,128,64] causal", sdpa_case),
+    "sdpa_s512": ("ONNX Attention [1,12,512,64] causal", lambda: sdpa_case(s=512)),
+    "sdpa_decode": ("ONNX Attention [1,12,1,64] past 511, causal",
+                    lambda: sdpa_case(s=1, past=511)),
 }
 
 

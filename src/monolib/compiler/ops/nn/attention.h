@@ -110,23 +110,35 @@ static inline float ml_attn_exp_sum(float* restrict x, int64_t n, float m) {
     return s;
 }
 
-/* The row pass on the scores x[0..T) of query row i of (b, h): turns them into the
- * probabilities, writing the qk_matmul_output row on the way. */
-static inline void ml_attn_row(const ml_attn_args* a, int64_t b, int64_t h, int64_t i,
-                               float* restrict x) {
-    const int64_t T = a->T;
+/* The keys row i of (b, h) may attend to before the mask's values: [*lo, *hi) (the
+ * causal frontier, the sliding window, nonpad_kv_seqlen, the end of a short mask). Both
+ * ends grow with i, so a block of rows needs [lo(first row), hi(last row)). */
+static inline void ml_attn_range(const ml_attn_args* a, int64_t b, int64_t i, int64_t* lo_,
+                                 int64_t* hi_) {
     const int64_t off = a->nonpad ? a->nonpad[b] - a->S : a->P;
-    int64_t lo = 0, hi = T;
+    int64_t lo = 0, hi = a->T;
     if (a->causal) hi = ML_MIN(hi, i + off + 1);
     if (a->right >= 0) hi = ML_MIN(hi, i + off + a->right + 1);
-    if (a->left >= 0) lo = lo > i + off - a->left ? lo : i + off - a->left;
+    if (a->left >= 0 && i + off - a->left > lo) lo = i + off - a->left;
     if (a->nonpad) hi = ML_MIN(hi, a->nonpad[b]);
     if (a->mask) hi = ML_MIN(hi, a->m_len);
-    if (lo < 0) lo = 0;
+    if (lo > a->T) lo = a->T;
     if (hi < lo) hi = lo;
+    *lo_ = lo;
+    *hi_ = hi;
+}
+
+/* The row pass on the scores x[c0..c1) of query row i of (b, h) (its keys' range lies
+ * within): turns x[0..T) into the probabilities, writing the qk_matmul_output row on
+ * the way (modes 0 and 1 need every score: then c0 = 0, c1 = T). */
+static inline void ml_attn_row(const ml_attn_args* a, int64_t b, int64_t h, int64_t i,
+                               float* restrict x, int64_t c0, int64_t c1) {
+    const int64_t T = a->T;
+    int64_t lo, hi;
+    ml_attn_range(a, b, i, &lo, &hi);
     if (a->cap > 0.0f) {
         const float cap = a->cap;
-        for (int64_t j = 0; j < T; ++j) x[j] = cap * tanhf(x[j] / cap);
+        for (int64_t j = c0; j < c1; ++j) x[j] = cap * tanhf(x[j] / cap);
     }
     float* qk = a->qk ? a->qk + ((b * a->Hq + h) * a->S + i) * T : 0;
     if (qk && a->qk_mode <= 1) memcpy(qk, x, (size_t)T * sizeof(float));
@@ -148,9 +160,11 @@ static inline void ml_attn_row(const ml_attn_args* a, int64_t b, int64_t h, int6
             }
         }
     }
-    for (int64_t j = 0; j < lo; ++j) x[j] = -INFINITY;
-    for (int64_t j = hi; j < T; ++j) x[j] = -INFINITY;
-    if (qk && a->qk_mode == 2) memcpy(qk, x, (size_t)T * sizeof(float));
+    if (qk && a->qk_mode == 2) {
+        for (int64_t j = 0; j < lo; ++j) qk[j] = -INFINITY;
+        memcpy(qk + lo, x + lo, (size_t)(hi - lo) * sizeof(float));
+        for (int64_t j = hi; j < T; ++j) qk[j] = -INFINITY;
+    }
     if (!live) {
         memset(x, 0, (size_t)T * sizeof(float));
     } else {
@@ -162,6 +176,40 @@ static inline void ml_attn_row(const ml_attn_args* a, int64_t b, int64_t h, int6
         for (int64_t j = hi; j < T; ++j) x[j] = 0.0f;
     }
     if (qk && a->qk_mode == 3) memcpy(qk, x, (size_t)T * sizeof(float));
+}
+
+/* One query row (m < 3: a decoder step), no packing: x[c0..c1) = qs . (k_j * sc) with
+ * qs the row times sc, lane-parallel dot products; after the row pass y = sum p_j v_j
+ * over the keys with weight. */
+static inline void ml_attn_row_direct(const ml_attn_args* a, int64_t b, int64_t h, int64_t i,
+                                      const float* restrict q, const float* restrict k,
+                                      const float* restrict v, float* restrict y,
+                                      float* restrict x, float* restrict qs) {
+    const int64_t T = a->T, D = a->D, Dv = a->Dv;
+    const float sc = a->sc;
+    int64_t c0 = 0, c1 = T;
+    if (!a->qk || a->qk_mode >= 2) ml_attn_range(a, b, i, &c0, &c1);
+    for (int64_t e = 0; e < D; ++e) qs[e] = q[e] * sc;
+    for (int64_t j = c0; j < c1; ++j) {
+        const float* kr = k + j * a->k_sj;
+        float acc[ML_ATTN_LANES];
+        for (int l = 0; l < ML_ATTN_LANES; ++l) acc[l] = 0.0f;
+        int64_t e = 0;
+        for (; e + ML_ATTN_LANES <= D; e += ML_ATTN_LANES)
+            for (int l = 0; l < ML_ATTN_LANES; ++l) acc[l] += qs[e + l] * (kr[e + l] * sc);
+        float d = 0.0f;
+        for (; e < D; ++e) d += qs[e] * (kr[e] * sc);
+        for (int l = 0; l < ML_ATTN_LANES; ++l) d += acc[l];
+        x[j] = d;
+    }
+    ml_attn_row(a, b, h, i, x, c0, c1);
+    for (int64_t e = 0; e < Dv; ++e) y[e] = 0.0f;
+    for (int64_t j = c0; j < c1; ++j) {
+        const float p = x[j];
+        if (p == 0.0f) continue;
+        const float* vr = v + j * a->v_sj;
+        for (int64_t e = 0; e < Dv; ++e) y[e] += p * vr[e];
+    }
 }
 
 /* Task t: (b, h, block) = t in row-major order over [B, Hq, ceil(S / rb)]. */
@@ -182,33 +230,43 @@ static void ml_attn_task(void* ctx, int64_t t, void* scratch) {
     const float* k = a->k + b * a->k_sb + hk * a->k_sh;
     const float* v = a->v + b * a->v_sb + hk * a->v_sh;
     float* y = a->y + b * a->y_sb + h * a->y_sh + i0 * a->y_si;
-    if (T == 0 || D == 0) { /* no keys (every row masked) or empty dot products */
-        for (int64_t r = 0; r < m; ++r) {
-            if (T) {
-                memset(sb + r * T, 0, (size_t)T * sizeof(float));
-                ml_attn_row(a, b, h, i0 + r, sb + r * T);
-            }
-        }
-    } else {
+    if (m < 3) {
+        for (int64_t r = 0; r < m; ++r)
+            ml_attn_row_direct(a, b, h, i0 + r, q + r * a->q_si, k, v, y + r * a->y_si,
+                               sb + r * T, qa);
+        return;
+    }
+    /* the keys the block's rows may see (all of them when qk needs every raw score) */
+    int64_t c0 = 0, c1 = T, lo_last, hi_first;
+    if (!a->qk || a->qk_mode >= 2) {
+        ml_attn_range(a, b, i0, &c0, &hi_first);
+        ml_attn_range(a, b, i0 + m - 1, &lo_last, &c1);
+        if (c1 < c0) c1 = c0;
+    }
+    const int64_t n = c1 - c0;
+    if (n > 0 && D > 0) {
         ml_attn_pack_q(q, a->q_si, m, D, a->sc, qa);
-        ml_attn_pack_k(k, a->k_sj, T, D, a->sc, kb);
-        ml_gemm_args g = ml_gemm_defaults(m, T, D, qa, sb);
+        ml_attn_pack_k(k + c0 * a->k_sj, a->k_sj, n, D, a->sc, kb);
+        ml_gemm_args g = ml_gemm_defaults(m, n, D, qa, sb + c0);
+        g.ldc = T;
         g.b.kind = ML_B_PACKED;
         g.b.p = kb;
         g.b.k_total = D;
         ml_sgemm(&g);
-        for (int64_t r = 0; r < m; ++r) ml_attn_row(a, b, h, i0 + r, sb + r * T);
+    } else {
+        for (int64_t r = 0; r < m; ++r) memset(sb + r * T + c0, 0, (size_t)n * sizeof(float));
     }
+    for (int64_t r = 0; r < m; ++r) ml_attn_row(a, b, h, i0 + r, sb + r * T, c0, c1);
     if (Dv == 0) return;
-    if (T == 0) {
+    if (n == 0) { /* no key with weight: every row is 0 */
         for (int64_t r = 0; r < m; ++r) memset(y + r * a->y_si, 0, (size_t)Dv * sizeof(float));
         return;
     }
-    ml_pack_a(m, T, sb, T, 1, pa);
-    ml_gemm_args g = ml_gemm_defaults(m, Dv, T, pa, y);
+    ml_pack_a(m, n, sb + c0, T, 1, pa);
+    ml_gemm_args g = ml_gemm_defaults(m, Dv, n, pa, y);
     g.ldc = a->y_si;
     g.b.kind = ML_B_STRIDED;
-    g.b.p = v;
+    g.b.p = v + c0 * a->v_sj;
     g.b.ldk = a->v_sj;
     g.b.ldn = 1;
     g.bbuf = vb;

@@ -104,9 +104,10 @@ def _fast_path(node: Node, m: dict) -> bool:
 
 
 def _row_block(s: int, t: int) -> int:
-    """Query rows per task: about 16K scores (the block stays in L2 beside the packed
-    K and V), a multiple of gemm.h's ``MR``, the blocks of a head about equal."""
-    cap = max(MR, (16384 // max(t, 1)) // MR * MR)
+    """Query rows per task: at most 48 and 16K scores (the block stays in L2 beside
+    the packed K and V; a causal block computes only the keys its rows see), a multiple
+    of gemm.h's ``MR``, the blocks of a head about equal."""
+    cap = max(MR, min(48, 16384 // max(t, 1)) // MR * MR)
     blocks = -(-s // cap)
     rb = -(-s // blocks)
     return s if blocks == 1 else -(-rb // MR) * MR

@@ -104,3 +104,23 @@ def test_nms_with_a_run_time_number_of_boxes():
         (want,) = ort_run(model, feeds)
         got = gm.get_output(0).numpy()
         assert got.shape == want.shape and np.array_equal(got, want), n
+
+
+def test_nms_without_score_threshold_negative_scores_and_signed_zeros():
+    """No score_threshold: every box is a candidate; negative scores order below
+    positive ones, and -0.0 ties with 0.0 (the lower box index first), as in ORT."""
+    g = h.make_graph(
+        [h.make_node("NonMaxSuppression", ["boxes", "scores", "max_out"], ["sel"])], "nms",
+        [h.make_tensor_value_info("boxes", T.FLOAT, [B, N, 4]),
+         h.make_tensor_value_info("scores", T.FLOAT, [B, C, N])],
+        [h.make_tensor_value_info("sel", T.INT64, ["k", 3])],
+        [numpy_helper.from_array(np.array([N], np.int64), "max_out")])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
+    boxes, scores = _data(np.random.default_rng(17), 0)
+    scores = scores - np.float32(0.5)
+    scores[:, :, 0:8:2] = -0.0
+    scores[:, :, 1:8:2] = 0.0
+    feeds = {"boxes": boxes, "scores": scores}
+    (want,) = ort_run(model, feeds)
+    (got,) = run_model(model, feeds)
+    assert got.shape == want.shape and np.array_equal(got, want)

@@ -1,20 +1,23 @@
 /* nms.h -- ONNX NonMaxSuppression (10, 11) on run-time data (monolib kernel library).
  *
  * Per batch b and class c: the boxes whose score passes the threshold (score > thr when
- * a threshold is given) are sorted by descending score, equal scores by ascending box
+ * a threshold is given) are taken by descending score, equal scores by ascending box
  * index; greedily, a box is kept unless its IoU with a kept box exceeds iou_threshold,
  * until max_out boxes are kept. Boxes of zero area and boxes that do not overlap never
  * suppress (the ONNX spec's and ONNX Runtime's rule). IoU in float32, as ONNX Runtime.
- * Candidates come off a heap in that order, so only the ones looked at are ordered.
  * center == 0: [y1, x1, y2, x2] (any diagonal corners), 1: [x_c, y_c, w, h].
  * Output: int64 triples (b, c, box) in (b, c, score) order; returns their count.
+ *
+ * Each candidate is one uint64 key, larger first: the score's bits made monotonic
+ * (-0.0 taken as +0.0) above the complement of the box index, so one integer compare
+ * orders by score then index. The keys go in a binary max-heap (heapify O(n), pop
+ * O(log n)): only the candidates looked at are ordered, a detector keeps a few of
+ * thousands. The threshold filter is branch-free (it is a coin flip per score).
  */
 #ifndef MONOLIB_NMS_H
 #define MONOLIB_NMS_H
 #include <stdint.h>
-#include <stddef.h>
-
-typedef struct ml_nms_cand { float score; int32_t pad; int64_t index; } ml_nms_cand;
+#include <string.h>
 
 /* [x0, y0, x1, y1] with x0 <= x1 and y0 <= y1 */
 static inline void ml_nms_corners(const float* b, int center, float* o) {
@@ -40,43 +43,32 @@ static inline int ml_nms_suppresses(const float* a, const float* b, float iou) {
   return inter / uni > iou;
 }
 
-/* descending score, then ascending index: a strict total order, so any sort is stable */
-static inline int ml_nms_before(const ml_nms_cand* a, const ml_nms_cand* b) {
-  return a->score > b->score || (a->score == b->score && a->index < b->index);
+/* the candidate key: monotonic score bits << 32 | ~index (larger key = taken first) */
+static inline uint64_t ml_nms_key(float score, int64_t index) {
+  uint32_t u;
+  score += 0.0f; /* -0.0 -> +0.0: equal scores tie on the index */
+  memcpy(&u, &score, 4);
+  u ^= (u >> 31) ? 0xFFFFFFFFu : 0x80000000u;
+  return ((uint64_t)u << 32) | (uint32_t)~(uint32_t)index;
 }
 
-/* cand[0..n) as a binary heap whose top is the first candidate in ml_nms_before order:
- * heapify is O(n) and each pop O(log n), so only the boxes looked at are ordered (a
- * detector keeps a few of thousands of candidates). */
-static void ml_nms_sift(ml_nms_cand* h, int64_t n, int64_t i) {
-  ml_nms_cand v = h[i];
+static void ml_nms_sift(uint64_t* h, int64_t n, int64_t i) {
+  uint64_t v = h[i];
   for (;;) {
     int64_t c = 2 * i + 1;
     if (c >= n) break;
-    if (c + 1 < n && ml_nms_before(&h[c + 1], &h[c])) ++c;
-    if (!ml_nms_before(&h[c], &v)) break;
+    if (c + 1 < n && h[c + 1] > h[c]) ++c;
+    if (h[c] <= v) break;
     h[i] = h[c];
     i = c;
   }
   h[i] = v;
 }
 
-static void ml_nms_heapify(ml_nms_cand* h, int64_t n) {
-  for (int64_t i = n / 2 - 1; i >= 0; --i) ml_nms_sift(h, n, i);
-}
-
-/* the top candidate, removed; n shrinks by one */
-static ml_nms_cand ml_nms_pop(ml_nms_cand* h, int64_t* n) {
-  ml_nms_cand top = h[0];
-  h[0] = h[--*n];
-  if (*n > 0) ml_nms_sift(h, *n, 0);
-  return top;
-}
-
-/* scratch: cand (n_boxes), corners (4 * n_boxes floats), kept (n_boxes) */
+/* scratch: keys (n_boxes uint64), corners (4 * n_boxes floats), kept (n_boxes) */
 static int64_t ml_nms(const float* boxes, const float* scores, int64_t B, int64_t C, int64_t N,
                       int64_t max_out, float iou, int has_thr, float thr, int center,
-                      int64_t* out, ml_nms_cand* cand, float* corners, int64_t* kept) {
+                      int64_t* out, uint64_t* keys, float* corners, int64_t* kept) {
   int64_t total = 0;
   if (max_out <= 0) return 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -85,18 +77,22 @@ static int64_t ml_nms(const float* boxes, const float* scores, int64_t B, int64_
     for (int64_t c = 0; c < C; ++c) {
       const float* s = scores + (b * C + c) * N;
       int64_t n = 0, nk = 0;
-      for (int64_t i = 0; i < N; ++i)
-        if (!has_thr || s[i] > thr) { cand[n].score = s[i]; cand[n].pad = 0; cand[n].index = i; ++n; }
-      ml_nms_heapify(cand, n);
+      for (int64_t i = 0; i < N; ++i) {
+        keys[n] = ml_nms_key(s[i], i);
+        n += !has_thr || s[i] > thr;
+      }
+      for (int64_t i = n / 2 - 1; i >= 0; --i) ml_nms_sift(keys, n, i);
       while (n > 0 && nk < max_out) {
-        ml_nms_cand top = ml_nms_pop(cand, &n);
-        const float* box = corners + 4 * top.index;
+        int64_t index = (int64_t)(uint32_t)~(uint32_t)keys[0];
+        keys[0] = keys[--n];
+        if (n > 0) ml_nms_sift(keys, n, 0);
+        const float* box = corners + 4 * index;
         int keep = 1;
         for (int64_t q = 0; q < nk && keep; ++q)
           if (ml_nms_suppresses(corners + 4 * kept[q], box, iou)) keep = 0;
         if (!keep) continue;
-        kept[nk++] = top.index;
-        out[3 * total] = b; out[3 * total + 1] = c; out[3 * total + 2] = top.index;
+        kept[nk++] = index;
+        out[3 * total] = b; out[3 * total + 1] = c; out[3 * total + 2] = index;
         ++total;
       }
     }

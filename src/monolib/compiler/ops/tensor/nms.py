@@ -139,7 +139,7 @@ class NonMaxSuppression(OpDef):
         has_thr = "0" if scalar(4, "", "float") == "" else "1"
         thr = scalar(4, "0.0f", "float")
         n_hi = upper(N)
-        cand = ctx.scratch(16 * n_hi)
+        keys = ctx.scratch(8 * n_hi)
         corners = ctx.scratch(16 * n_hi)
         kept = ctx.scratch(8 * n_hi)
         k = ctx.unique("nsel")
@@ -148,7 +148,7 @@ class NonMaxSuppression(OpDef):
             "{",
             (f"  int64_t {k} = ml_nms({ctx.ptr(node.inputs[0])}, {ctx.ptr(node.inputs[1])}, "
             f"{B}, {C}, {N}, {max_out}, {iou}, {has_thr}, {thr}, {center}, {ctx.ptr(y)},"),
-            f"    (ml_nms_cand*){cand}, (float*){corners}, (int64_t*){kept});",
+            f"    (uint64_t*){keys}, (float*){corners}, (int64_t*){kept});",
             f"  {ctx.set_symbol(count, k)}",
             "}",
         ])

@@ -3,6 +3,7 @@ Gather, :func:`monolib.models.detector.detector_with_nms`): monolib's one librar
 against ONNX Runtime, side by side, on rendered pages with 0, 1 and 3 text lines.
 
     python bench/detector_nms.py [--size 320] [--repeat 20] [--threads 1,2]
+                                 [--out bench/DETECTOR_NMS.md]
 
 Per page and thread count: the median latency (input in, run, both outputs out as
 NumPy) of the monolib library and of an ONNX Runtime session (same threads), the ratio
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -85,16 +87,23 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=320)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--out", type=Path, default=None, help="also write the tables here")
     args = ap.parse_args()
+    lines: list[str] = []
+
+    def emit(text: str = "") -> None:
+        print(text)
+        lines.append(text)
+
     threads = parse_threads(ap, args.threads)
     model = detector_with_nms(fetch_model("ppocr_det"), size=(args.size, args.size))
     lib = monolib.compile(model)
     gm = monolib.GraphModule(lib["default"](monolib.cpu()))
     inputs = pages(args.size)
     info = machine()
-    print(f"# detector + NMS, {args.size}x{args.size}, {info.get('cpu', '?')}")
-    print("| page | threads | K | monolib ms | ORT ms | monolib / ORT | same selection |")
-    print("|---|---|---|---|---|---|---|")
+    emit(f"# detector + NMS, {args.size}x{args.size}, {info.get('cpu', '?')}")
+    emit("| page | threads | K | monolib ms | ORT ms | monolib / ORT | same selection |")
+    emit("|---|---|---|---|---|---|---|")
     ratios = []
     for t in threads:
         monolib.runtime.set_num_threads(t)
@@ -112,16 +121,20 @@ def main() -> None:
             m, _ = median_time(ours, args.repeat)
             o, _ = median_time(theirs, args.repeat)
             ratios.append(m / o)
-            print(f"| {n} lines | {t} | {len(got[0])} | {_ms(m)} | {_ms(o)} | "
+            emit(f"| {n} lines | {t} | {len(got[0])} | {_ms(m)} | {_ms(o)} | "
                   f"{m / o:.3f}x | {same} |")
     geo = float(np.exp(np.mean(np.log(ratios))))
-    print(f"\ngeometric mean monolib / ORT: {geo:.3f}x (target <= 1.0x)")
-    print("\n| NMS alone, 1x80x8400 | threads | monolib ms | ORT ms | monolib / ORT | same |")
-    print("|---|---|---|---|---|---|")
+    emit(f"\ngeometric mean monolib / ORT: {geo:.3f}x (target <= 1.0x)")
+    emit("\n| NMS alone, 1x80x8400 | threads | monolib ms | ORT ms | monolib / ORT | same |")
+    emit("|---|---|---|---|---|---|")
     for t in threads:
         monolib.runtime.set_num_threads(t)
         m, o, same = nms_only(t, args.repeat)
-        print(f"| | {t} | {_ms(m)} | {_ms(o)} | {m / o:.3f}x | {same} |")
+        emit(f"| | {t} | {_ms(m)} | {_ms(o)} | {m / o:.3f}x | {same} |")
+    if args.out is not None:
+        load = os.getloadavg()[0]
+        args.out.write_text(f"{chr(10).join(lines)}\n\nLoad average at the end: {load:.1f} "
+                            f"(shared machine); onnxruntime {info.get('onnxruntime', '?')}.\n")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from ...ir import Node, is_static, shape_size
 from ...symbolic import is_one, same
 from ..base import EmitContext, OpDef, OutType, register
 from ..nn._common import epi_call, f32, require_float32
-from ..nn._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
+from ..nn._gemm import batch_call, batch_scratch_floats, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
 from ..nn.gemm import a_operand, b_operand, const_matrix
 from ..tensor.loops import broadcast_shape, contiguous_strides
 
@@ -164,31 +164,35 @@ class FusedMatMul(OpDef):
 
 
 def _emit_batched(node: Node, ctx: EmitContext, va, vb, batch, m, n, k, fields) -> str:
-    """One GEMM per output batch; the operands' batch offsets from a static table."""
+    """One ``ml_sgemm_batch`` call (threads take whole batches); the operands' batch
+    offsets from a static table. A run-time ``op(A)`` with unit k stride is read in
+    place (gemm.h's unpacked A), any other run-time ``op(A)`` packed per batch in the
+    thread's scratch; constant operands are packed per batch at compile time."""
     a, b = node.inputs[0], node.inputs[1]
     offa, offb = _batch_offsets(va, batch), _batch_offsets(vb, batch)
     nb = len(offa)
     tab = ctx.unique("fmm_off")
-    lines = [f"static const int64_t {tab}[{2 * nb}] = {{"
-             + ", ".join(str(v) for pair in zip(offa, offb) for v in pair) + "};",
-             f"for (int64_t bi = 0; bi < {nb}; ++bi) {{"]
+    code = (f"static const int64_t {tab}[{2 * nb}] = {{"
+            + ", ".join(str(v) for pair in zip(offa, offb) for v in pair) + "};\n")
     lda_m, lda_k = va[1][-2], va[1][-1]
     ldb_k, ldb_n = vb[1][-2], vb[1][-1]
+    bfields = {"nb": str(nb), "off": tab, "c_stride": str(m * n)}
+    pack_a_rt = False
     if a.const is not None:
         packed = [pack_a(const_matrix(a, o, m, k, lda_m, lda_k)) for o in offa]
-        ap = f"({ctx.param(np.concatenate(packed), node.name + '.A.packed')} + bi * {packed[0].size})"
+        fields["a"] = ctx.param(np.concatenate(packed), node.name + ".A.packed")
+        bfields["a_pstride"] = str(packed[0].size)
+    elif lda_k == 1 or k == 1:
+        fields.update({"a_raw": ctx.ptr(a), "lda": str(lda_m)})
     else:
-        buf = ctx.scratch(4 * -(-m // MR) * MR * k)
-        lines.append(f"ml_pack_a_par({m}, {k}, {ctx.ptr(a)} + {tab}[2 * bi], {lda_m}, {lda_k}, (float*){buf});")
-        ap = f"((const float*){buf})"
+        pack_a_rt = True
+        bfields.update({"a_src": ctx.ptr(a), "a_ldm": str(lda_m), "a_ldk": str(lda_k)})
     if b.const is not None:
         packed = [pack_b(const_matrix(b, o, k, n, ldb_k, ldb_n)) for o in offb]
         bsrc = {"kind": "ML_B_PACKED", "k_total": str(k),
-                "p": f"{ctx.param(np.concatenate(packed), node.name + '.B.packed')} + bi * {packed[0].size}"}
+                "p": ctx.param(np.concatenate(packed), node.name + ".B.packed")}
+        bfields["b_pstride"] = str(packed[0].size)
     else:
-        bsrc = {"kind": "ML_B_STRIDED", "p": f"{ctx.ptr(b)} + {tab}[2 * bi + 1]",
-                "ldk": str(ldb_k), "ldn": str(ldb_n)}
-        fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
-    fields.update({"a": ap, "c": f"{fields['c']} + bi * {m * n}", "epi_b": "bi"})
-    lines += [gemm_call(fields, bsrc), "}"]
-    return "\n".join(lines)
+        bsrc = {"kind": "ML_B_STRIDED", "p": ctx.ptr(b), "ldk": str(ldb_k), "ldn": str(ldb_n)}
+    floats = batch_scratch_floats(m, n, k, b.const is None, pack_a_rt)
+    return code + batch_call(fields, bsrc, bfields, ctx.scratch(4 * max(floats, 16)))

@@ -21,7 +21,10 @@ from ...symbolic import is_dim
 from .._constants import include_checked
 from ..base import EmitContext
 
-__all__ = ["KC", "MR", "NC", "NR", "bbuf_floats", "gemm_call", "include_gemm", "pack_a", "pack_b"]
+__all__ = [
+    "KC", "MR", "NC", "NR", "batch_call", "batch_scratch_floats", "bbuf_floats", "gemm_call",
+    "include_gemm", "pack_a", "pack_b",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -100,4 +103,54 @@ def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
         lines.append(f"  ga_.b.{key} = {val};")
     # ml_sgemm_par: on the library's thread pool when the GEMM is large (gemm.h)
     lines += ["  ml_sgemm_par(&ga_);", "}"]
+    return "\n".join(lines)
+
+
+def batch_scratch_floats(m: int, n: int, k: int, strided_b: bool, pack_a: bool) -> int:
+    """Floats of per-thread scratch ``ml_sgemm_batch`` needs (mirrors
+    ``ml_gemm_batch_floats``): the B block buffer for a strided B, then room for one
+    packed A when A is packed per batch. Static ``m``, ``n``, ``k``."""
+    m, k = (d.hi if is_dim(d) else d for d in (m, k))
+    f = -(-bbuf_floats(k, n) // 16) * 16 if strided_b else 0
+    return f + (-(-m // MR) * MR * k if pack_a else 0)
+
+
+def batch_call(fields: dict[str, str], bsrc: dict[str, str], batch: dict[str, str],
+               scratch: str) -> str:
+    """C block that runs a batch of equal GEMMs through ``ml_sgemm_batch`` (gemm.h).
+
+    Parameters
+    ----------
+    fields : dict
+        Batch 0's ``ml_gemm_args`` members as C expressions (``M``, ``N``, ``K``, ``c``
+        required; ``a`` may be ``0`` when ``a_raw`` or ``a_src`` gives A).
+    bsrc : dict
+        Batch 0's ``ml_bsrc`` members.
+    batch : dict
+        ``ml_gemm_batch`` members (``nb`` and ``off`` at least; ``a_pstride``,
+        ``b_pstride``, ``c_stride``, ``a_src``, ``a_ldm``, ``a_ldk``).
+    scratch : str
+        C expression of the calling thread's scratch, :func:`batch_scratch_floats`
+        floats, 64-aligned.
+
+    Notes
+    -----
+    With at least as many batches as threads, each thread takes whole batches;
+    otherwise each batch is split like one ``ml_sgemm_par`` call.
+    """
+    a = fields.get("a", "0")
+    lines = [
+        "{",
+        "  ml_gemm_batch gb_;",
+        "  memset(&gb_, 0, sizeof gb_);",
+        f"  gb_.g = ml_gemm_defaults({fields['M']}, {fields['N']}, {fields['K']}, {a}, {fields['c']});",
+    ]
+    for key, val in fields.items():
+        if key not in ("M", "N", "K", "a", "c"):
+            lines.append(f"  gb_.g.{key} = {val};")
+    for key, val in bsrc.items():
+        lines.append(f"  gb_.g.b.{key} = {val};")
+    for key, val in batch.items():
+        lines.append(f"  gb_.{key} = {val};")
+    lines += [f"  ml_sgemm_batch(&gb_, (float*){scratch});", "}"]
     return "\n".join(lines)

@@ -88,6 +88,11 @@ typedef struct {
     int64_t epi_b, epi_m0, epi_mrows, epi_n0; /* view offsets; epi_mrows>0 folds batches in M */
     int64_t epi_mfold0;   /* with epi_mrows>0: the global GEMM row of this call's row 0 */
     int64_t n_begin, n_end;                   /* column range to compute (n_begin % 32 == 0) */
+    /* Unpacked A (a_raw != NULL, then `a` is unused): A[m][k] = a_raw[m*lda + k]. The
+     * micro-kernel broadcasts straight from the rows, so a run-time A costs no packing
+     * pass (for a batch of small matrices that pass was a fifth of the time). */
+    const float* a_raw;
+    int64_t lda;
 } ml_gemm_args;
 
 /* Pack rows m0..m0+M-1 of a strided A (A[m][k] = a[m*ldm + k*ldk]) into full-K panels,
@@ -171,6 +176,21 @@ static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, i
 static inline void ml_pack_b(const ml_bsrc* s, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
                              float* restrict dst) {
     int64_t npan = (nc + ML_NR - 1) / ML_NR;
+    if (s->kind == ML_B_STRIDED && s->ldk == 1 && s->ldn != 1) {
+        /* a transposed B (each column contiguous along k): copy column by column, reads
+         * in order and writes into the panel block, which stays in L1 (row by row, every
+         * k touched nc cache lines) */
+        for (int64_t j = 0; j < nc; ++j) {
+            const float* src = s->p + k0 + (n0 + j) * s->ldn;
+            float* d = dst + (j / ML_NR) * kc * ML_NR + (j % ML_NR);
+            for (int64_t k = 0; k < kc; ++k) d[k * ML_NR] = src[k];
+        }
+        if (nc % ML_NR)
+            for (int64_t k = 0; k < kc; ++k)
+                for (int64_t j = nc % ML_NR; j < ML_NR; ++j)
+                    dst[(npan - 1) * kc * ML_NR + k * ML_NR + j] = 0.0f;
+        return;
+    }
     for (int64_t k = 0; k < kc; ++k) {
         float* d = dst + k * ML_NR;
         if (s->kind == ML_B_IM2COL) {
@@ -240,11 +260,15 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
 
 /* The micro-kernel: a rows x np*NR tile (rows <= MR, the first rows of an A panel) over
  * kc; b points at np panels bps floats apart. */
-ML_INLINE void ml_ukernel(const int np, const int rows, int64_t kc, const float* restrict a,
-                          const float* restrict b, int64_t bps, float* restrict c, int64_t ldc,
-                          int mr, int nr, float alpha, int load_c, const float* bias_m,
-                          const float* bias_n) {
+ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t kc,
+                          const float* restrict a, int64_t lda, const float* restrict b,
+                          int64_t bps, float* restrict c, int64_t ldc, int mr, int nr,
+                          float alpha, int load_c, const float* bias_m, const float* bias_n) {
     ml_vf acc[ML_MR][ML_NP * ML_NV];
+    /* unpacked A: rows past mr re-read row mr-1 (in bounds; their sums are not stored) */
+    const float* ar[ML_MR];
+    if (araw)
+        for (int r = 0; r < rows; ++r) ar[r] = a + (r < mr ? r : mr - 1) * lda;
     for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) acc[r][j] = (ml_vf){0};
     for (int64_t k = 0; k < kc; ++k) {
@@ -254,7 +278,7 @@ ML_INLINE void ml_ukernel(const int np, const int rows, int64_t kc, const float*
                 bv[p * ML_NV + v] = *(const ml_vf*)(b + p * bps + k * ML_NR + v * ML_VW);
         for (int r = 0; r < rows; ++r) {
             /* x - 0.0f folds to a plain broadcast (x + 0.0f would not: -0.0f). */
-            ml_vf av = a[k * ML_MR + r] - (ml_vf){0};
+            ml_vf av = (araw ? ar[r][k] : a[k * ML_MR + r]) - (ml_vf){0};
             for (int j = 0; j < np * ML_NV; ++j) acc[r][j] += av * bv[j];
         }
     }
@@ -263,17 +287,25 @@ ML_INLINE void ml_ukernel(const int np, const int rows, int64_t kc, const float*
 
 /* The micro-kernel specialised for the row count of the tile (short last panels do not
  * pay for MR rows: M = 1 is a GEMV at full width). */
-ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a,
-                               const float* restrict b, int64_t bps, float* restrict c,
-                               int64_t ldc, int mr, int nr, float alpha, int load_c,
-                               const float* bias_m, const float* bias_n) {
-#define ML_UK_(rows) ml_ukernel(np, rows, kc, a, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
+ML_INLINE void ml_ukernel_rows_a(const int np, const int araw, int64_t kc, const float* restrict a,
+                                 int64_t lda, const float* restrict b, int64_t bps,
+                                 float* restrict c, int64_t ldc, int mr, int nr, float alpha,
+                                 int load_c, const float* bias_m, const float* bias_n) {
+#define ML_UK_(rows) ml_ukernel(np, rows, araw, kc, a, lda, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
     /* 1, 2, 4 or MR rows: enough for GEMV-like shapes, few instances to compile */
     if (mr == 1) ML_UK_(1);
     else if (mr == 2) ML_UK_(2);
     else if (mr <= 4) ML_UK_(4);
     else ML_UK_(ML_MR);
 #undef ML_UK_
+}
+
+/* ml_ukernel_rows_a on packed A (the entry point other kernels call). */
+ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a,
+                               const float* restrict b, int64_t bps, float* restrict c,
+                               int64_t ldc, int mr, int nr, float alpha, int load_c,
+                               const float* bias_m, const float* bias_n) {
+    ml_ukernel_rows_a(np, 0, kc, a, 0, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
 }
 
 /* Call the epilogue on rows m0..m1 (GEMM rows), columns n0..n1, splitting folded batches. */
@@ -314,13 +346,20 @@ static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, 
         for (int64_t ir = 0; ir < mc; ir += ML_MR) {
             int mr = (int)ML_MIN(ML_MR, mc - ir);
             int64_t m = ic + ir;
-            const float* a = g->a + (m / ML_MR) * g->K * ML_MR + pc * ML_MR;
             float* c = g->c + m * g->ldc + jc + jr;
             const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
-            if (nr > ML_NR)
-                ml_ukernel_rows(ML_NP, kc, a, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn);
-            else
-                ml_ukernel_rows(1, kc, a, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn);
+#define ML_UKR_(np, araw, a, lda) \
+    ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn)
+            if (g->a_raw) {
+                const float* a = g->a_raw + m * g->lda + pc;
+                if (nr > ML_NR) ML_UKR_(ML_NP, 1, a, g->lda);
+                else ML_UKR_(1, 1, a, g->lda);
+            } else {
+                const float* a = g->a + (m / ML_MR) * g->K * ML_MR + pc * ML_MR;
+                if (nr > ML_NR) ML_UKR_(ML_NP, 0, a, 0);
+                else ML_UKR_(1, 0, a, 0);
+            }
+#undef ML_UKR_
         }
     }
 }
@@ -336,10 +375,85 @@ static inline void ml_gemm_k0(const ml_gemm_args* g) {
         ml_gemm_epilogue(g, 0, g->M, g->n_begin, g->n_end);
 }
 
+/* Columns per pass of ml_gemm_small_m: at most ML_SMALL_NC (the sums, up to MR-1 rows
+ * of 16 KB, stay in L2 while B streams by; a narrower pass reads each row of B in
+ * shorter pieces, which the prefetcher follows less well: 4096 columns ran a
+ * [1,4096]x[4096,4096] GEMV in 4.0 ms, 512 in 9.3 ms), in the B block buffer; without
+ * room there ML_SMALL_NC0 on the stack. */
+#define ML_SMALL_NC 4096
+#define ML_SMALL_NC0 256
+
+/* A of element (m, k) for a GEMM of fewer than MR rows (packed: one panel). */
+ML_INLINE float ml_a_small(const ml_gemm_args* g, int64_t m, int64_t k) {
+    return g->a_raw ? g->a_raw[m * g->lda + k] : g->a[k * ML_MR + m];
+}
+
+/* Fewer than MR rows against a run-time B with unit column stride (a GEMV, a decode
+ * step): B is read in place, eight rows of B per pass over the sums (eight streams in
+ * order, which the prefetcher follows; four ran 30% slower). Packing B first would copy all of B to use each
+ * element fewer than MR times. */
+static void ml_gemm_small_m(const ml_gemm_args* g) {
+    const int64_t M = g->M, K = g->K, ldk = g->b.ldk;
+    float local[(ML_MR - 1) * ML_SMALL_NC0] __attribute__((aligned(64)));
+    /* the buffer is ml_gemm_bbuf_floats(K, columns) floats (ml_sgemm_task's too) */
+    int64_t cap = g->bbuf ? ml_gemm_bbuf_floats(K, g->n_end - g->n_begin) / M / ML_VW * ML_VW : 0;
+    int64_t ldacc = cap >= ML_SMALL_NC0 ? ML_MIN(cap, ML_SMALL_NC) : ML_SMALL_NC0;
+    float* accbuf = cap >= ML_SMALL_NC0 ? g->bbuf : local;
+    for (int64_t n0 = g->n_begin; n0 < g->n_end; n0 += ldacc) {
+        const int64_t nc = ML_MIN(ldacc, g->n_end - n0), nv = nc / ML_VW * ML_VW;
+        const float* bp = g->b.p + n0;
+        for (int64_t m = 0; m < M; ++m) memset(accbuf + m * ldacc, 0, (size_t)nc * sizeof(float));
+        int64_t k = 0;
+        for (; k + 8 <= K; k += 8) {
+            const float* b0 = bp + k * ldk;
+            for (int64_t m = 0; m < M; ++m) {
+                ml_vf av[8];
+                for (int u = 0; u < 8; ++u) av[u] = ml_a_small(g, m, k + u) - (ml_vf){0};
+                float* y = accbuf + m * ldacc;
+                int64_t j = 0;
+                for (; j < nv; j += ML_VW) {
+                    ml_vf s0 = *(ml_vf*)(y + j), s1 = av[1] * *(const ml_vf*)(b0 + ldk + j);
+                    for (int u = 0; u < 8; u += 2) {
+                        s0 += av[u] * *(const ml_vf*)(b0 + u * ldk + j);
+                        if (u) s1 += av[u + 1] * *(const ml_vf*)(b0 + (u + 1) * ldk + j);
+                    }
+                    *(ml_vf*)(y + j) = s0 + s1;
+                }
+                for (; j < nc; ++j)
+                    for (int u = 0; u < 8; ++u) y[j] += av[u][0] * b0[u * ldk + j];
+            }
+        }
+        for (; k < K; ++k) {
+            const float* b0 = bp + k * ldk;
+            for (int64_t m = 0; m < M; ++m) {
+                float a0 = ml_a_small(g, m, k);
+                for (int64_t j = 0; j < nc; ++j) accbuf[m * ldacc + j] += a0 * b0[j];
+            }
+        }
+        for (int64_t m = 0; m < M; ++m) {
+            float* c = g->c + m * g->ldc + n0;
+            for (int64_t j = 0; j < nc; ++j) {
+                float v = g->alpha * accbuf[m * ldacc + j];
+                if (g->accumulate) v += c[j];
+                else {
+                    if (g->bias_m) v += g->bias_m[m];
+                    if (g->bias_n) v += g->bias_n[n0 + j];
+                }
+                c[j] = v;
+            }
+        }
+        if (g->epi) ml_gemm_epilogue(g, 0, M, n0, n0 + nc);
+    }
+}
+
 /* C[:, n_begin:n_end] of the GEMM described by g. */
 ML_UNUSED static void ml_sgemm(const ml_gemm_args* g) {
     if (g->K == 0) {
         ml_gemm_k0(g);
+        return;
+    }
+    if (g->M < ML_MR && g->b.kind == ML_B_STRIDED && g->b.ldn == 1) {
+        ml_gemm_small_m(g);
         return;
     }
     for (int64_t jc = g->n_begin; jc < g->n_end; jc += ML_NC) {
@@ -392,7 +506,8 @@ static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
     a.bbuf = (float*)scratch;
     if (m0 > 0 || j->chunk_m < a.M) { /* a block of rows: chunk_m is a multiple of MR */
         a.M = ML_MIN(j->chunk_m, j->g->M - m0);
-        a.a += (m0 / ML_MR) * a.K * ML_MR;
+        if (a.a_raw) a.a_raw += m0 * a.lda;
+        else a.a += (m0 / ML_MR) * a.K * ML_MR;
         a.c += m0 * a.ldc;
         if (a.bias_m) a.bias_m += m0;
         if (a.epi_mrows > 0) a.epi_mfold0 += m0; /* folded batches: global row of m0 */
@@ -428,6 +543,77 @@ ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
     }
 #endif
     ml_sgemm(g);
+}
+
+/* A batch of GEMMs of one shape (MatMul / FusedMatMul on [.., M, K] x [.., K, N]):
+ * batch bi is g with A, B and C moved to that batch's matrices. */
+typedef struct {
+    ml_gemm_args g;          /* batch 0's call (offsets are added to its pointers) */
+    int64_t nb;              /* batches */
+    const int64_t* off;      /* 2*nb element offsets: batch bi's A (of a_raw or a_src)
+                              * and B (of a strided B) */
+    int64_t a_pstride;       /* packed A (g.a): floats between batches' packed matrices */
+    int64_t b_pstride;       /* prepacked B: floats between batches' packed matrices */
+    int64_t c_stride;        /* C: floats between batches */
+    const float* a_src;      /* non-NULL: A[m][k] = a_src[off + m*a_ldm + k*a_ldk], packed
+                              * per batch into the scratch after the B block buffer */
+    int64_t a_ldm, a_ldk;
+} ml_gemm_batch;
+
+/* Floats of scratch ml_sgemm_batch needs per thread: the B block buffer (a strided B),
+ * then A packed (a_src), each a multiple of 16 floats. */
+static inline int64_t ml_gemm_batch_floats(const ml_gemm_batch* j) {
+    int64_t f = j->g.b.kind == ML_B_PACKED ? 0 : (ml_gemm_bbuf_floats(j->g.K, j->g.N) + 15) / 16 * 16;
+    if (j->a_src) f += (j->g.M + ML_MR - 1) / ML_MR * ML_MR * j->g.K;
+    return f;
+}
+
+/* g moved to batch bi; scratch as ml_gemm_batch_floats lays it out. */
+static inline ml_gemm_args ml_gemm_batch_args(const ml_gemm_batch* j, int64_t bi, float* scratch,
+                                              int par) {
+    ml_gemm_args a = j->g;
+    if (j->a_src) {
+        float* pa = scratch + (a.b.kind == ML_B_PACKED ? 0 : (ml_gemm_bbuf_floats(a.K, a.N) + 15) / 16 * 16);
+        if (par) ml_pack_a_par(a.M, a.K, j->a_src + j->off[2 * bi], j->a_ldm, j->a_ldk, pa);
+        else ml_pack_a(a.M, a.K, j->a_src + j->off[2 * bi], j->a_ldm, j->a_ldk, pa);
+        a.a = pa;
+    } else if (a.a_raw) {
+        a.a_raw += j->off[2 * bi];
+    } else {
+        a.a += bi * j->a_pstride;
+    }
+    if (a.b.kind == ML_B_PACKED) a.b.p += bi * j->b_pstride;
+    else a.b.p += j->off[2 * bi + 1];
+    a.bbuf = scratch;
+    a.c += bi * j->c_stride;
+    a.epi_b += bi;
+    return a;
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+static void ml_sgemm_batch_task(void* ctx, int64_t t, void* scratch) {
+    ml_gemm_args a = ml_gemm_batch_args((const ml_gemm_batch*)ctx, t, (float*)scratch, 0);
+    ml_sgemm(&a);
+}
+#endif
+
+/* Every batch of j; scratch holds ml_gemm_batch_floats(j) floats (64-aligned). With at
+ * least as many batches as threads each thread takes whole batches (one pool round trip
+ * for the op, no split of a small GEMM); else each batch is split as ml_sgemm_par
+ * splits one GEMM. */
+ML_UNUSED static void ml_sgemm_batch(const ml_gemm_batch* j, float* scratch) {
+#ifdef MONOLIB_THREADPOOL_H
+    double work = (double)j->nb * j->g.M * (j->g.n_end - j->g.n_begin) * j->g.K;
+    if (j->nb >= ml_num_threads() && ml_par_tasks(work, j->nb) > 1) {
+        ml_parallel_for(j->nb, ml_sgemm_batch_task, (void*)j, scratch,
+                        (size_t)ml_gemm_batch_floats(j) * sizeof(float));
+        return;
+    }
+#endif
+    for (int64_t bi = 0; bi < j->nb; ++bi) {
+        ml_gemm_args a = ml_gemm_batch_args(j, bi, scratch, 1);
+        ml_sgemm_par(&a);
+    }
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -22,7 +22,9 @@ from ...symbolic import is_one
 from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import broadcast_shape, broadcast_strides
 from ._common import epi_call, require_float32
-from ._gemm import MR, NR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
+from ._gemm import (
+    MR, NR, batch_call, batch_scratch_floats, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b,
+)
 from .gemm import a_operand, b_operand
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
@@ -222,29 +224,16 @@ def _emit_batched(
     b2 = b.shape + (1,) if len(b.shape) == 1 else b.shape
     yp = ctx.ptr(y)
     if all(type(d) is int for d in batch):
-        offa = _batch_offsets(a2, batch, m * k)
-        offb = _batch_offsets(b2, batch, k * n)
-        nb = len(offa)
-        table = ctx.unique("mm_off")
-        # offsets of run-time matrix sizes are computed when the op runs
-        storage = "static const" if all(isinstance(v, int) for v in offa + offb) else "const"
-        lines = [
-            f"{storage} int64_t {table}[{2 * nb}] = {{"
-            + ", ".join(str(v) for pair in zip(offa, offb) for v in pair)
-            + "};"
-        ]
-        off_a, off_b = f"{table}[2 * bi]", f"{table}[2 * bi + 1]"
-        a_mat = b_mat = "bi"  # a constant operand is packed per output batch
-    else:
-        # a run-time batch: each batch's offsets decomposed from bi when the op runs; a
-        # constant operand (static shape) is packed per matrix of its own
-        nb = shape_size(batch)
-        offa = _batch_offsets(a2, a2[:-2], m * k) if a.const is not None else []
-        offb = _batch_offsets(b2, b2[:-2], k * n) if b.const is not None else []
-        off_a = _batch_offset_c(a2, batch, m * k)
-        off_b = _batch_offset_c(b2, batch, k * n)
-        lines = ["/* a run-time batch of matrices */"]
-        a_mat, b_mat = f"({off_a}) / {m * k}", f"({off_b}) / {k * n}"
+        return _emit_static_batch(node, ctx, a2, b2, batch, m, n, k, epi)
+    # a run-time batch: each batch's offsets decomposed from bi when the op runs; a
+    # constant operand (static shape) is packed per matrix of its own
+    nb = shape_size(batch)
+    offa = _batch_offsets(a2, a2[:-2], m * k) if a.const is not None else []
+    offb = _batch_offsets(b2, b2[:-2], k * n) if b.const is not None else []
+    off_a = _batch_offset_c(a2, batch, m * k)
+    off_b = _batch_offset_c(b2, batch, k * n)
+    lines = ["/* a run-time batch of matrices */"]
+    a_mat, b_mat = f"({off_a}) / {m * k}", f"({off_b}) / {k * n}"
     if a.const is not None:
         packed = [pack_a(a.const.ravel()[o : o + m * k].reshape(m, k)) for o in offa]
         ap = ctx.param(np.concatenate(packed), f"{node.name}.A.packed")
@@ -283,6 +272,41 @@ def _emit_batched(
         fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
     body = "\n".join(lines[1:]) + "\n" + gemm_call(fields, bsrc)
     return lines[0] + f"\nfor (int64_t bi = 0; bi < {nb}; ++bi) {{\n{body}\n}}"
+
+
+def _emit_static_batch(
+    node: Node, ctx: EmitContext, a2: tuple, b2: tuple, batch: tuple, m, n, k, epi: str
+) -> str:
+    """A static batch: one ``ml_sgemm_batch`` call over a table of the operands' batch
+    offsets (threads take whole batches). A run-time A is read in place (gemm.h's
+    unpacked A: no packing pass per batch), a constant one packed per batch at compile
+    time; B likewise prepacked or strided."""
+    a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    offa = _batch_offsets(a2, batch, m * k)
+    offb = _batch_offsets(b2, batch, k * n)
+    nb = len(offa)
+    table = ctx.unique("mm_off")
+    # offsets of run-time matrix sizes are computed when the op runs
+    storage = "static const" if all(isinstance(v, int) for v in offa + offb) else "const"
+    code = (f"{storage} int64_t {table}[{2 * nb}] = {{"
+            + ", ".join(str(v) for pair in zip(offa, offb) for v in pair) + "};\n")
+    yp = ctx.ptr(y)
+    fields = {"M": str(m), "N": str(n), "K": str(k), "c": yp, "epi": epi, "epi_out": yp}
+    bfields = {"nb": str(nb), "off": table, "c_stride": str(m * n)}
+    if a.const is not None:
+        packed = [pack_a(a.const.ravel()[o : o + m * k].reshape(m, k)) for o in offa]
+        fields["a"] = ctx.param(np.concatenate(packed), f"{node.name}.A.packed")
+        bfields["a_pstride"] = str(packed[0].size)
+    else:
+        fields.update({"a_raw": ctx.ptr(a), "lda": str(k)})
+    if b.const is not None:
+        bsrc = {"kind": "ML_B_PACKED", "k_total": str(k),
+                "p": _packed_b_batches(node, ctx, offb, k, n)}
+        bfields["b_pstride"] = str(-(-n // NR) * NR * k)
+    else:
+        bsrc = {"kind": "ML_B_STRIDED", "p": ctx.ptr(b), "ldk": str(n), "ldn": "1"}
+    floats = batch_scratch_floats(m, n, k, b.const is None, False)
+    return code + batch_call(fields, bsrc, bfields, ctx.scratch(4 * max(floats, 16)))
 
 
 def _packed_b_batches(node: Node, ctx: EmitContext, offb: list[int], k: int, n: int) -> str:

@@ -41,12 +41,13 @@ typedef struct {
     int64_t m_sb, m_sh, m_si, m_len;
     float* qk;           /* [B, Hq, S, T] or NULL */
     int qk_mode;
-    int64_t rb;          /* query rows per task (a multiple of ML_MR, or S) */
+    int64_t rb;          /* query rows per block (a multiple of ML_MR, or S) */
+    int64_t groups;      /* row groups per head (set by ml_attention_f32) */
     int64_t task_floats; /* scratch floats per task */
 } ml_attn_args;
 
-/* Scratch layout of one task (floats, each part 16-aligned): packed Q, packed K, scores,
- * packed P, V block buffer. Mirrored by attention.py's _task_floats. */
+/* Scratch layout of one task (floats, each part 16-aligned): packed Q block, packed K,
+ * packed V, scores block, packed P block. Mirrored by attention.py's _task_floats. */
 #define ML_ATTN_UP16(n) ((((n) + 15) / 16) * 16)
 
 /* Ks: K rows j of one (b, kv head), times sc, as gemm.h's full-K B panels (k_total D). */
@@ -212,45 +213,28 @@ static inline void ml_attn_row_direct(const ml_attn_args* a, int64_t b, int64_t 
     }
 }
 
-/* Task t: (b, h, block) = t in row-major order over [B, Hq, ceil(S / rb)]. */
-static void ml_attn_task(void* ctx, int64_t t, void* scratch) {
-    const ml_attn_args* a = (const ml_attn_args*)ctx;
-    const int64_t T = a->T, D = a->D, Dv = a->Dv, rb = a->rb;
-    const int64_t nblk = (a->S + rb - 1) / rb;
-    const int64_t blk = t % nblk, h = (t / nblk) % a->Hq, b = t / (nblk * a->Hq);
-    const int64_t hk = h / (a->Hq / a->Hkv);
-    const int64_t i0 = blk * rb, m = ML_MIN(rb, a->S - i0);
-    const int64_t rbp = (rb + ML_MR - 1) / ML_MR * ML_MR;
-    float* qa = (float*)scratch;
-    float* kb = qa + ML_ATTN_UP16(rbp * D);
-    float* sb = kb + ML_ATTN_UP16((T + ML_NR - 1) / ML_NR * ML_NR * D);
-    float* pa = sb + ML_ATTN_UP16(rb * T);
-    float* vb = pa + ML_ATTN_UP16(rbp * T);
-    const float* q = a->q + b * a->q_sb + h * a->q_sh + i0 * a->q_si;
-    const float* k = a->k + b * a->k_sb + hk * a->k_sh;
-    const float* v = a->v + b * a->v_sb + hk * a->v_sh;
-    float* y = a->y + b * a->y_sb + h * a->y_sh + i0 * a->y_si;
-    if (m < 3) {
-        for (int64_t r = 0; r < m; ++r)
-            ml_attn_row_direct(a, b, h, i0 + r, q + r * a->q_si, k, v, y + r * a->y_si,
-                               sb + r * T, qa);
-        return;
-    }
-    /* the keys the block's rows may see (all of them when qk needs every raw score) */
-    int64_t c0 = 0, c1 = T, lo_last, hi_first;
+/* One block of m >= 3 query rows from i0 (q, y at its first row), with the head's K and
+ * V rows [g0, g1) packed in kb, vb: scores on the keys the rows may see, from a panel
+ * boundary of kb (a few extra scores the row pass masks), the row pass, Y = P V. */
+static inline void ml_attn_block(const ml_attn_args* a, int64_t b, int64_t h, int64_t i0,
+                                 int64_t m, const float* q, float* y, int64_t g0, int64_t g1,
+                                 const float* kb, const float* vb, float* qa, float* sb,
+                                 float* pa) {
+    const int64_t T = a->T, D = a->D, Dv = a->Dv;
+    int64_t c0 = g0, c1 = g1, lo_last, hi_first;
     if (!a->qk || a->qk_mode >= 2) {
         ml_attn_range(a, b, i0, &c0, &hi_first);
         ml_attn_range(a, b, i0 + m - 1, &lo_last, &c1);
+        c0 = g0 + (c0 - g0) / ML_NR * ML_NR;
         if (c1 < c0) c1 = c0;
     }
     const int64_t n = c1 - c0;
     if (n > 0 && D > 0) {
         ml_attn_pack_q(q, a->q_si, m, D, a->sc, qa);
-        ml_attn_pack_k(k + c0 * a->k_sj, a->k_sj, n, D, a->sc, kb);
         ml_gemm_args g = ml_gemm_defaults(m, n, D, qa, sb + c0);
         g.ldc = T;
         g.b.kind = ML_B_PACKED;
-        g.b.p = kb;
+        g.b.p = kb + (c0 - g0) / ML_NR * D * ML_NR;
         g.b.k_total = D;
         ml_sgemm(&g);
     } else {
@@ -265,27 +249,77 @@ static void ml_attn_task(void* ctx, int64_t t, void* scratch) {
     ml_pack_a(m, n, sb + c0, T, 1, pa);
     ml_gemm_args g = ml_gemm_defaults(m, Dv, n, pa, y);
     g.ldc = a->y_si;
-    g.b.kind = ML_B_STRIDED;
-    g.b.p = v + c0 * a->v_sj;
-    g.b.ldk = a->v_sj;
-    g.b.ldn = 1;
-    g.bbuf = vb;
+    g.b.kind = ML_B_PACKED;
+    g.b.p = vb + (c0 - g0) * ML_NR;
+    g.b.k_total = g1 - g0;
     ml_sgemm(&g);
+}
+
+/* Task t: (b, h, group) = t in row-major order over [B, Hq, groups]; a group is
+ * consecutive row blocks sharing one packing of the K and V rows they may see. */
+static void ml_attn_task(void* ctx, int64_t t, void* scratch) {
+    const ml_attn_args* a = (const ml_attn_args*)ctx;
+    const int64_t T = a->T, D = a->D, Dv = a->Dv, rb = a->rb, G = a->groups;
+    const int64_t nblk = (a->S + rb - 1) / rb, per = (nblk + G - 1) / G;
+    const int64_t grp = t % G, h = (t / G) % a->Hq, b = t / (G * a->Hq);
+    const int64_t hk = h / (a->Hq / a->Hkv);
+    const int64_t i_first = grp * per * rb, i_end = ML_MIN(a->S, (grp + 1) * per * rb);
+    if (i_first >= i_end) return;
+    const int64_t rbp = (rb + ML_MR - 1) / ML_MR * ML_MR;
+    float* qa = (float*)scratch;
+    float* kb = qa + ML_ATTN_UP16(rbp * D);
+    float* vb = kb + ML_ATTN_UP16((T + ML_NR - 1) / ML_NR * ML_NR * D);
+    float* sb = vb + ML_ATTN_UP16((Dv + ML_NR - 1) / ML_NR * ML_NR * T);
+    float* pa = sb + ML_ATTN_UP16(rb * T);
+    const float* q = a->q + b * a->q_sb + h * a->q_sh;
+    const float* k = a->k + b * a->k_sb + hk * a->k_sh;
+    const float* v = a->v + b * a->v_sb + hk * a->v_sh;
+    float* y = a->y + b * a->y_sb + h * a->y_sh;
+    if (i_end - i_first < 3) { /* a decoder step: dot products on K and V in place */
+        for (int64_t i = i_first; i < i_end; ++i)
+            ml_attn_row_direct(a, b, h, i, q + i * a->q_si, k, v, y + i * a->y_si, sb, qa);
+        return;
+    }
+    int64_t g0 = 0, g1 = T, lo_last, hi_first;
+    if (!a->qk || a->qk_mode >= 2) {
+        ml_attn_range(a, b, i_first, &g0, &hi_first);
+        ml_attn_range(a, b, i_end - 1, &lo_last, &g1);
+        if (g1 < g0) g1 = g0;
+    }
+    if (g1 > g0) {
+        ml_attn_pack_k(k + g0 * a->k_sj, a->k_sj, g1 - g0, D, a->sc, kb);
+        ml_bsrc vs;
+        memset(&vs, 0, sizeof vs);
+        vs.kind = ML_B_STRIDED;
+        vs.p = v + g0 * a->v_sj;
+        vs.ldk = a->v_sj;
+        vs.ldn = 1;
+        ml_pack_b_full(&vs, g1 - g0, Dv, vb);
+    }
+    for (int64_t i0 = i_first; i0 < i_end; i0 += rb)
+        ml_attn_block(a, b, h, i0, ML_MIN(rb, i_end - i0), q + i0 * a->q_si,
+                      y + i0 * a->y_si, g0, g1, kb, vb, qa, sb, pa);
 }
 
 /* The op: every (batch, head, row block); scratch0 holds task_floats floats for the
  * calling thread. */
-ML_UNUSED static void ml_attention_f32(const ml_attn_args* a, void* scratch0) {
-    const int64_t tasks = a->B * a->Hq * ((a->S + a->rb - 1) / a->rb);
+ML_UNUSED static void ml_attention_f32(const ml_attn_args* args, void* scratch0) {
+    ml_attn_args a = *args;
+    const int64_t nblk = (a.S + a.rb - 1) / a.rb, heads = a.B * a.Hq;
+    a.groups = 1;
 #ifdef MONOLIB_THREADPOOL_H
     /* multiply-adds of both products, plus some 16 per score for the row pass */
-    double work = (double)a->B * a->Hq * a->S * a->T * (a->D + a->Dv + 16.0);
-    if (ml_par_tasks(work, tasks) > 1) {
-        ml_parallel_for(tasks, ml_attn_task, (void*)a, scratch0,
-                        (size_t)a->task_floats * sizeof(float));
+    double work = (double)heads * a.S * a.T * (a.D + a.Dv + 16.0);
+    const int64_t nt = ml_num_threads();
+    if (ml_par_tasks(work, heads * nblk) > 1) {
+        /* whole heads while they give each thread several tasks, else row groups */
+        const int64_t want = (4 * nt + heads - 1) / heads;
+        a.groups = ML_MIN(nblk, want);
+        ml_parallel_for(heads * a.groups, ml_attn_task, &a, scratch0,
+                        (size_t)a.task_floats * sizeof(float));
         return;
     }
 #endif
-    for (int64_t t = 0; t < tasks; ++t) ml_attn_task((void*)a, t, scratch0);
+    for (int64_t t = 0; t < heads; ++t) ml_attn_task(&a, t, scratch0);
 }
 #endif /* MONOLIB_ATTENTION_H */

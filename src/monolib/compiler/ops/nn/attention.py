@@ -35,7 +35,7 @@ from ...backends.cstyle import c_literal, ctype
 from ..math.elementwise import cfn
 from ..tensor.loops import broadcast_strides
 from ...symbolic import is_dim
-from ._gemm import MR, NR, bbuf_floats, include_gemm
+from ._gemm import MR, NR, include_gemm
 
 __all__ = ["Attention", "FlexAttention", "attention_dims"]
 
@@ -104,7 +104,7 @@ def _fast_path(node: Node, m: dict) -> bool:
 
 
 def _row_block(s: int, t: int) -> int:
-    """Query rows per task: at most 48 and 16K scores (the block stays in L2 beside
+    """Query rows per block: at most 48 and 16K scores (the block stays in L2 beside
     the packed K and V; a causal block computes only the keys its rows see), a multiple
     of gemm.h's ``MR``, the blocks of a head about equal."""
     cap = max(MR, min(48, 16384 // max(t, 1)) // MR * MR)
@@ -114,12 +114,12 @@ def _row_block(s: int, t: int) -> int:
 
 
 def _task_floats(rb: int, t: int, d: int, dv: int) -> int:
-    """Scratch floats of one task of ``attention.h`` (its layout: packed Q, packed K,
-    scores, packed P, the V block buffer; each part 16-aligned)."""
+    """Scratch floats of one task of ``attention.h`` (its layout: packed Q block,
+    packed K, packed V, scores block, packed P block; each part 16-aligned)."""
     up = lambda n: -(-n // 16) * 16  # noqa: E731
     rbp = -(-rb // MR) * MR
-    return (up(rbp * d) + up(-(-t // NR) * NR * d) + up(rb * t) + up(rbp * t)
-            + up(bbuf_floats(t, dv)))
+    return (up(rbp * d) + up(-(-t // NR) * NR * d) + up(-(-dv // NR) * NR * t) + up(rb * t)
+            + up(rbp * t))
 
 
 @register
@@ -273,19 +273,26 @@ class Attention(OpDef):
                 sb, sh, sj = L * Hkv * dd, dd, Hkv * dd
             else:
                 sb, sh, sj = Hkv * L * dd, L * dd, dd
-            b_, h_, j_, e_ = (ctx.unique(x) for x in "bhje")
+            b_, h_, j_ = (ctx.unique(x) for x in "bhj")
             row = f"{dst} + (({b_}*{Hkv} + {h_})*{T} + {j_})*{dd}"
+            # whole blocks with memcpy: the past rows of a head are contiguous, so are
+            # the new rows in the 4-D layout (3-D: one row of dd per key)
             past_copy = ""
             if past is not None and P:
                 past_copy = (
-                    f"for (int64_t {j_} = 0; {j_} < {P}; ++{j_}) for (int64_t {e_} = 0; {e_} < {dd}; ++{e_}) "
-                    f"({row})[{e_}] = {ctx.ptr(past)}[(({b_}*{Hkv} + {h_})*{P} + {j_})*{dd} + {e_}];\n"
+                    f"{{ const int64_t {j_} = 0; memcpy({row}, {ctx.ptr(past)} + ({b_}*{Hkv} + {h_})*{P * dd}, "
+                    f"sizeof({ct}) * {P * dd}); }}\n"
                 )
+            src_row = f"{ctx.ptr(src)} + {b_}*{sb} + {h_}*{sh} + ({j_} - {P})*{sj}"
+            if three:
+                new = (f"for (int64_t {j_} = {P}; {j_} < {T}; ++{j_}) "
+                       f"memcpy({row}, {src_row}, sizeof({ct}) * {dd});")
+            else:
+                new = (f"{{ const int64_t {j_} = {P}; memcpy({row}, {src_row}, "
+                       f"sizeof({ct}) * {L * dd}); }}")
             lines.append(
                 f"for (int64_t {b_} = 0; {b_} < {B}; ++{b_}) for (int64_t {h_} = 0; {h_} < {Hkv}; ++{h_}) {{\n"
-                + past_copy
-                + f"for (int64_t {j_} = {P}; {j_} < {T}; ++{j_}) for (int64_t {e_} = 0; {e_} < {dd}; ++{e_}) "
-                f"({row})[{e_}] = {ctx.ptr(src)}[{b_}*{sb} + {h_}*{sh} + ({j_} - {P})*{sj} + {e_}];\n}}"
+                + past_copy + new + "\n}"
             )
         if fast:
             lines.append(self._emit_fast(node, ctx, m, kp, vp))

@@ -419,8 +419,14 @@ static void ml_gemm_small_m(const ml_gemm_args* g) {
                     }
                     *(ml_vf*)(y + j) = s0 + s1;
                 }
-                for (; j < nc; ++j)
-                    for (int u = 0; u < 8; ++u) y[j] += av[u][0] * b0[u * ldk + j];
+                for (; j < nc; ++j) { /* the vector lanes' order: same sums on any split */
+                    float s0 = y[j], s1 = av[1][0] * b0[ldk + j];
+                    for (int u = 0; u < 8; u += 2) {
+                        s0 += av[u][0] * b0[u * ldk + j];
+                        if (u) s1 += av[u + 1][0] * b0[(u + 1) * ldk + j];
+                    }
+                    y[j] = s0 + s1;
+                }
             }
         }
         for (; k < K; ++k) {
@@ -446,13 +452,15 @@ static void ml_gemm_small_m(const ml_gemm_args* g) {
     }
 }
 
-/* C[:, n_begin:n_end] of the GEMM described by g. */
-ML_UNUSED static void ml_sgemm(const ml_gemm_args* g) {
+/* ml_sgemm; small_ok: the few-row path may be taken (its sums run in another order
+ * than the micro-kernel's, so a row block of a larger GEMM must not take it: the
+ * result would change with the thread count). */
+static void ml_sgemm_impl(const ml_gemm_args* g, int small_ok) {
     if (g->K == 0) {
         ml_gemm_k0(g);
         return;
     }
-    if (g->M < ML_MR && g->b.kind == ML_B_STRIDED && g->b.ldn == 1) {
+    if (small_ok && g->M < ML_MR && g->b.kind == ML_B_STRIDED && g->b.ldn == 1) {
         ml_gemm_small_m(g);
         return;
     }
@@ -478,6 +486,9 @@ ML_UNUSED static void ml_sgemm(const ml_gemm_args* g) {
         }
     }
 }
+
+/* C[:, n_begin:n_end] of the GEMM described by g. */
+ML_UNUSED static void ml_sgemm(const ml_gemm_args* g) { ml_sgemm_impl(g, 1); }
 
 /* Full-range call with the common defaults filled in. */
 static inline ml_gemm_args ml_gemm_defaults(int64_t M, int64_t N, int64_t K, const float* a,
@@ -513,7 +524,7 @@ static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
         if (a.epi_mrows > 0) a.epi_mfold0 += m0; /* folded batches: global row of m0 */
         else a.epi_m0 += m0;
     }
-    ml_sgemm(&a);
+    ml_sgemm_impl(&a, j->g->M < ML_MR);
 }
 #endif
 

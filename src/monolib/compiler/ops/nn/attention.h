@@ -50,29 +50,47 @@ typedef struct {
  * packed V, scores block, packed P block. Mirrored by attention.py's _task_floats. */
 #define ML_ATTN_UP16(n) ((((n) + 15) / 16) * 16)
 
-/* Ks: K rows j of one (b, kv head), times sc, as gemm.h's full-K B panels (k_total D). */
+/* Ks: K rows j of one (b, kv head), times sc, as gemm.h's full-K B panels (k_total D).
+ * A whole panel is copied in 16 x 16 tiles through a local array, so both the reads
+ * (rows of K) and the writes (panel rows) run along memory. */
 static inline void ml_attn_pack_k(const float* restrict k, int64_t sj, int64_t T, int64_t D,
                                   float sc, float* restrict dst) {
     for (int64_t j0 = 0; j0 < T; j0 += ML_NR) {
         float* d = dst + (j0 / ML_NR) * D * ML_NR;
         int64_t n = ML_MIN(ML_NR, T - j0);
+        int64_t e0 = 0;
+        if (n == ML_NR)
+            for (; e0 + 16 <= D; e0 += 16) {
+                float t[ML_NR][16];
+                for (int c = 0; c < ML_NR; ++c)
+                    for (int e = 0; e < 16; ++e) t[c][e] = k[(j0 + c) * sj + e0 + e] * sc;
+                for (int e = 0; e < 16; ++e)
+                    for (int c = 0; c < ML_NR; ++c) d[(e0 + e) * ML_NR + c] = t[c][e];
+            }
         for (int64_t c = 0; c < n; ++c) {
             const float* kr = k + (j0 + c) * sj;
-            for (int64_t e = 0; e < D; ++e) d[e * ML_NR + c] = kr[e] * sc;
+            for (int64_t e = e0; e < D; ++e) d[e * ML_NR + c] = kr[e] * sc;
         }
         for (int64_t c = n; c < ML_NR; ++c)
-            for (int64_t e = 0; e < D; ++e) d[e * ML_NR + c] = 0.0f;
+            for (int64_t e = e0; e < D; ++e) d[e * ML_NR + c] = 0.0f;
     }
 }
 
-/* Qs: rows 0..m-1 (stride si) times sc, as full-K A panels zero-padded to MR rows. */
-static inline void ml_attn_pack_q(const float* restrict q, int64_t si, int64_t m, int64_t D,
-                                  float sc, float* restrict dst) {
+/* Rows 0..m-1 of a (stride si) times sc, as full-K A panels zero-padded to MR rows
+ * (Q with sc = sqrt(scale); the probabilities with sc = 1: x * 1 is x). */
+static inline void ml_attn_pack_rows(const float* restrict a, int64_t si, int64_t m, int64_t K,
+                                     float sc, float* restrict dst) {
     for (int64_t p = 0; p < m; p += ML_MR) {
-        float* d = dst + (p / ML_MR) * D * ML_MR;
+        float* d = dst + (p / ML_MR) * K * ML_MR;
+        const float* ap = a + p * si;
         int64_t mr = ML_MIN(ML_MR, m - p);
-        for (int64_t e = 0; e < D; ++e) {
-            for (int64_t r = 0; r < mr; ++r) d[e * ML_MR + r] = q[(p + r) * si + e] * sc;
+        if (mr == ML_MR) {
+            for (int64_t e = 0; e < K; ++e)
+                for (int r = 0; r < ML_MR; ++r) d[e * ML_MR + r] = ap[r * si + e] * sc;
+            continue;
+        }
+        for (int64_t e = 0; e < K; ++e) {
+            for (int64_t r = 0; r < mr; ++r) d[e * ML_MR + r] = ap[r * si + e] * sc;
             for (int64_t r = mr; r < ML_MR; ++r) d[e * ML_MR + r] = 0.0f;
         }
     }
@@ -85,9 +103,10 @@ static inline float ml_attn_max(const float* x, int64_t n) {
     int64_t j = 0;
     for (; j + ML_ATTN_LANES <= n; j += ML_ATTN_LANES)
         for (int l = 0; l < ML_ATTN_LANES; ++l) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
-    float m = -INFINITY;
+    for (int w = ML_ATTN_LANES / 2; w > 0; w /= 2) /* halving: vector shuffles */
+        for (int l = 0; l < w; ++l) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
+    float m = acc[0];
     for (; j < n; ++j) m = x[j] > m ? x[j] : m;
-    for (int l = 0; l < ML_ATTN_LANES; ++l) m = acc[l] > m ? acc[l] : m;
     return m;
 }
 
@@ -102,12 +121,13 @@ static inline float ml_attn_exp_sum(float* restrict x, int64_t n, float m) {
             x[j + l] = e;
             acc[l] += e;
         }
-    float s = 0.0f;
+    for (int w = ML_ATTN_LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    float s = acc[0];
     for (; j < n; ++j) {
         x[j] = ml_expf(x[j] - m);
         s += x[j];
     }
-    for (int l = 0; l < ML_ATTN_LANES; ++l) s += acc[l];
     return s;
 }
 
@@ -230,7 +250,7 @@ static inline void ml_attn_block(const ml_attn_args* a, int64_t b, int64_t h, in
     }
     const int64_t n = c1 - c0;
     if (n > 0 && D > 0) {
-        ml_attn_pack_q(q, a->q_si, m, D, a->sc, qa);
+        ml_attn_pack_rows(q, a->q_si, m, D, a->sc, qa);
         ml_gemm_args g = ml_gemm_defaults(m, n, D, qa, sb + c0);
         g.ldc = T;
         g.b.kind = ML_B_PACKED;
@@ -246,7 +266,7 @@ static inline void ml_attn_block(const ml_attn_args* a, int64_t b, int64_t h, in
         for (int64_t r = 0; r < m; ++r) memset(y + r * a->y_si, 0, (size_t)Dv * sizeof(float));
         return;
     }
-    ml_pack_a(m, n, sb + c0, T, 1, pa);
+    ml_attn_pack_rows(sb + c0, T, m, n, 1.0f, pa);
     ml_gemm_args g = ml_gemm_defaults(m, Dv, n, pa, y);
     g.ldc = a->y_si;
     g.b.kind = ML_B_PACKED;

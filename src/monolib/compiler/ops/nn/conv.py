@@ -40,11 +40,15 @@ from .._constants import include_checked
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a
 from .winograd import emit_winograd, plan_winograd
+from ...tuning.select import Candidate, choose
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
 
-__all__ = ["Conv", "as_2d", "conv_geometry", "conv_reference", "grouped_conv", "include_depthwise"]
+__all__ = [
+    "Conv", "as_2d", "conv_candidates", "conv_geometry", "conv_reference", "grouped_conv",
+    "include_depthwise",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -193,12 +197,14 @@ class Conv(OpDef):
         ctx.include("conv.h")
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         group = int(node.attrs["group"])
-        if group == x.shape[1] == w.shape[0] and _dw_decidable(d):
-            return _emit_depthwise(node, ctx, d, epi)
-        plan = plan_winograd(node, d, group)  # a run-time image: planned at its bounds
-        if plan is not None:
+        sig, candidates, default = conv_candidates(node, d, group, epi != "(ml_epi_fn)0")
+        pick = default if sig is None else choose(node.name, sig, candidates, default)
+        if pick.algo == "depthwise":
+            return _emit_depthwise(node, ctx, d, epi, pick.param("rows"))
+        if pick.algo == "winograd":  # a run-time image: planned at its bounds
+            plan = plan_winograd(node, d, group, None if sig is None else pick.param("m"))
             return emit_winograd(node, ctx, d, epi, plan)
-        return _emit_gemm(node, ctx, d, epi, group)
+        return _emit_gemm(node, ctx, d, epi, group, pick.algo)
 
     def emit_device(self, node: Node, ctx: Any) -> Kernel:
         """Device Conv: 1-D or 2-D, groups (depthwise), strides, dilations, pads,
@@ -331,9 +337,20 @@ def _dw_scratch_floats(d: dict[str, int], vw: int) -> int:
     return (ring * sw * (-(-wp // sw) + 2 * vw) + 1) // 2 * 2 + 2 * ring
 
 
-def _emit_depthwise(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
+def _dw_rows(d: dict[str, int]) -> int:
+    """Output rows per fast-path tile by rule: 4, or 3 where that computes 5% fewer (3,
+    5, 6, 9 rows: a short last tile is moved back over rows already done); 3 rows run
+    ~5% slower."""
+    oh = size_hint(d["OH"])
+    return 3 if -(-oh // 3) * 3 * 1.05 < max(-(-oh // 4) * 4, 4) else 4
+
+
+def _emit_depthwise(
+    node: Node, ctx: EmitContext, d: dict[str, int], epi: str, rows: int | None = None
+) -> str:
     """``ml_dwconv2d`` per image; the fast path's entry point is named for the shape so
-    that the build compiles only the unrolled kernels the model uses."""
+    that the build compiles only the unrolled kernels the model uses. ``rows`` (3 or 4)
+    overrides :func:`_dw_rows` on the fast path."""
     include_depthwise(ctx)
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
@@ -343,10 +360,7 @@ def _emit_depthwise(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -
     scratch = ctx.scratch(4 * floats)
     units = "ml_dw_units_any"
     if _dw_fast(d):
-        # tiles of 4 output rows, or of 3 where that computes 5% fewer (3, 5, 6, 9 rows: a
-        # short last tile is moved back over rows already done); 3 rows run ~5% slower
-        oh = size_hint(d["OH"])
-        r3 = -(-oh // 3) * 3 * 1.05 < max(-(-oh // 4) * 4, 4)
+        r3 = (rows or _dw_rows(d)) == 3
         units = f"ml_dw_units_{d['KH']}_{d['SH']}{d['SW']}" + ("_r3" if r3 else "")
     bias = ctx.ptr(b) if b is not None else "0"
     yp = ctx.ptr(y)
@@ -515,7 +529,12 @@ def _b_source(
     return bsrc, pad
 
 
-def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group: int) -> str:
+def _emit_gemm(
+    node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group: int, algo: str
+) -> str:
+    """``algo`` (:func:`conv_candidates`): ``"direct"`` (ml_conv_direct), ``"gemm"``
+    (one GEMM per image and group, implicit im2col or the input itself for 1x1) or
+    ``"gemm_folded"`` (one GEMM over the whole batch's columns per group)."""
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
     m = w.shape[0]
@@ -523,10 +542,8 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
     k = cg * d["KH"] * d["KW"]
     ohw = d["OH"] * d["OW"]
     ap, per_group, code = _weights(node, ctx, group, mg, k)
-    # a run-time batch folds too (its C reads the batch; at 1 the fold only costs a copy);
-    # a run-time image is judged at its upper bound (a speed choice only)
-    folded = (is_dim(n) or n > 1) and size_hint(ohw) < FOLD_BATCH_BELOW
-    if not folded and mg < DIRECT_BELOW and not _pointwise(d) and _direct_fits(d, cg):
+    folded = algo == "gemm_folded"
+    if algo == "direct":
         return code + _emit_direct(node, ctx, d, epi, group, ap, per_group)
     bsrc, pad = _b_source(node, ctx, d, folded)
     cols = n * ohw if folded else ohw
@@ -570,3 +587,83 @@ def _emit_gemm(node: Node, ctx: EmitContext, d: dict[str, int], epi: str, group:
         f"      memcpy({yp} + (i * {m} + g * {mg} + r) * {ohw}, (const float*){tmp} + "
         f"r * {cols} + i * {ohw}, {4 * ohw});\n{epi_line}  }}\n}}"
     )
+
+
+def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:
+    """The fixed rule's algorithm (the module docstring's order of paths)."""
+    x, w = node.inputs[0], node.inputs[1]
+    n, c = x.shape[:2]
+    if group == c == w.shape[0] and _dw_decidable(d):
+        return Candidate("depthwise", (("rows", _dw_rows(d)),) if _dw_fast(d) else ())
+    plan = plan_winograd(node, d, group)  # a run-time image: planned at its bounds
+    if plan is not None:
+        return Candidate("winograd", (("m", plan.tw.m),))
+    # a run-time batch folds too (its C reads the batch; at 1 the fold only costs a copy);
+    # a run-time image is judged at its upper bound (a speed choice only)
+    if (is_dim(n) or n > 1) and size_hint(d["OH"] * d["OW"]) < FOLD_BATCH_BELOW:
+        return Candidate("gemm_folded")
+    mg, cg = w.shape[0] // group, c // group
+    if mg < DIRECT_BELOW and not _pointwise(d) and _direct_fits(d, cg):
+        return Candidate("direct")
+    return Candidate("gemm")
+
+
+def conv_candidates(
+    node: Node, d: dict[str, int], group: int, fused: bool
+) -> tuple[dict[str, Any] | None, list[Candidate], Candidate]:
+    """The tuning signature of a Conv, its valid candidates and the rule's choice.
+
+    Parameters
+    ----------
+    node : Node
+        A float32 Conv.
+    d : dict
+        Its 2-D view (:func:`as_2d`).
+    group : int
+    fused : bool
+        Whether an elementwise epilogue is fused into it (part of the signature).
+
+    Returns
+    -------
+    (dict or None, list of Candidate, Candidate)
+        The signature (shapes, geometry, group, bias, epilogue, dtype, layout; None when
+        a size is only known at run time: then only the rule's choice is listed), the
+        candidates (``depthwise`` with 3 or 4 rows per tile, ``winograd`` F(2)/F(4),
+        ``direct``, ``gemm``, ``gemm_folded``) and the rule's choice, one of them.
+    """
+    x, w = node.inputs[0], node.inputs[1]
+    default = _rule(node, d, group)
+    sizes = [*x.shape, *w.shape, *d.values()]
+    if any(is_dim(v) for v in sizes):
+        return None, [default], default
+    n, c = x.shape[:2]
+    cg = c // group
+    cands: list[Candidate] = []
+    if group == c == w.shape[0] and _dw_decidable(d):
+        fast = _dw_fast(d)
+        cands += [Candidate("depthwise", (("rows", r),)) for r in (3, 4)] if fast else [
+            Candidate("depthwise")
+        ]
+    for m in (2, 4):
+        if plan_winograd(node, d, group, m) is not None:
+            cands.append(Candidate("winograd", (("m", m),)))
+    if not _pointwise(d) and _direct_fits(d, cg):
+        cands.append(Candidate("direct"))
+    cands.append(Candidate("gemm"))
+    if n > 1:
+        cands.append(Candidate("gemm_folded"))
+    if default not in cands:
+        cands.append(default)
+    sig = {
+        "op": "Conv",
+        "x": [int(v) for v in x.shape],
+        "w": [int(v) for v in w.shape],
+        "group": group,
+        "geometry": {k: int(v) for k, v in sorted(d.items())},
+        "bias": node.input(2) is not None,
+        "const_w": w.const is not None,
+        "epilogue": "fused" if fused else "none",
+        "dtype": "float32",
+        "layout": "NCHW",
+    }
+    return sig, cands, default

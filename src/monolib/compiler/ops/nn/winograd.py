@@ -385,7 +385,9 @@ def _lanes(d: dict[str, int], m: int) -> int:
     return -(-d["OH"] // m) * _round(-(-d["OW"] // m), 8)
 
 
-def plan_winograd(node: Node, d: dict[str, int], group: int) -> WinogradPlan | None:
+def plan_winograd(
+    node: Node, d: dict[str, int], group: int, m: int | None = None
+) -> WinogradPlan | None:
     """The Winograd plan of a Conv, or None where the existing paths are used.
 
     Applies to float32, ``group == 1``, constant weights, stride and dilation 1, and
@@ -393,6 +395,9 @@ def plan_winograd(node: Node, d: dict[str, int], group: int) -> WinogradPlan | N
     vector lanes idle) or 1 x r with r in {3, 5} along W (1-D convolutions, F(4, r)),
     with enough channels and tiles that the transforms pay off (``MIN_*``,
     ``SMALL_PIXELS``).
+
+    ``m`` (a tuner's candidate, ``compiler/tuning``) forces the output tile: 2 or 4 for
+    3x3 (the ``SMALL_PIXELS`` rule is then skipped), 4 for 1-D; None where it cannot.
     """
     x, w = node.inputs[0], node.inputs[1]
     if not _enabled() or group != 1 or w.const is None:
@@ -407,11 +412,14 @@ def plan_winograd(node: Node, d: dict[str, int], group: int) -> WinogradPlan | N
     if c_in < MIN_CIN or c_out < MIN_COUT:
         return None
     if kernel == (3, 3):
-        if d["OH"] * d["OW"] < SMALL_PIXELS and (c_in < 32 or c_in * c_out < 1024):
+        if m is None:
+            if d["OH"] * d["OW"] < SMALL_PIXELS and (c_in < 32 or c_in * c_out < 1024):
+                return None
+            m = min((4, 2), key=lambda m: _lanes(d, m) * (m + 2) ** 2)
+        elif m not in (2, 4):
             return None
-        m = min((4, 2), key=lambda m: _lanes(d, m) * (m + 2) ** 2)
         th, tw = cook_toom(m, 3), cook_toom(m, 3)
-    elif kernel in ((1, 3), (1, 5)):
+    elif kernel in ((1, 3), (1, 5)) and m in (None, 4):
         th, tw = cook_toom(1, 1), cook_toom(4, kernel[1])
     else:
         return None

@@ -1,0 +1,137 @@
+"""Candidates of a kernel signature and the choice among them at emit time.
+
+An emitter (``ops/nn/conv.py``) lists the valid :class:`Candidate` s of a signature and
+the one its fixed rule picks, then calls :func:`choose`. With no :class:`Selection`
+active (the default) the rule's choice is emitted unchanged; a tuned compile activates a
+Selection whose ``table`` maps signature keys to measured choices, and the
+micro-benchmark activates one whose ``forced`` maps node names to candidates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+__all__ = ["Candidate", "Seen", "Selection", "active", "choose", "selecting", "signature_key"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a signature: an algorithm and its tiling parameters.
+
+    Attributes
+    ----------
+    algo : str
+        ``"depthwise"``, ``"direct"``, ``"gemm"``, ``"gemm_folded"``, ``"winograd"``.
+    params : tuple of (str, int)
+        Its tiling parameters, sorted by name (e.g. ``(("m", 4),)`` for F(4x4, 3x3)).
+    """
+
+    algo: str
+    params: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """Stable text form, e.g. ``"winograd(m=4)"`` (the cache stores labels)."""
+        if not self.params:
+            return self.algo
+        return f"{self.algo}({','.join(f'{k}={v}' for k, v in self.params)})"
+
+    def param(self, name: str, default: Any = None) -> Any:
+        """The value of parameter ``name`` (``default`` when absent)."""
+        return dict(self.params).get(name, default)
+
+
+def signature_key(sig: dict[str, Any]) -> str:
+    """Canonical text of a signature dict (sorted JSON): the cache key."""
+    return json.dumps(sig, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class Seen:
+    """A signature met while emitting: its dict, candidates, rule's default and the name
+    of the first node that had it."""
+
+    sig: dict[str, Any]
+    candidates: list[Candidate]
+    default: Candidate
+    node: str
+
+
+@dataclass
+class Selection:
+    """The choices in force while emitting.
+
+    Attributes
+    ----------
+    table : dict
+        Signature key -> candidate label (measured choices, from the cache).
+    forced : dict
+        Node name -> candidate label (the micro-benchmark's builds).
+    seen : dict
+        Filled while emitting: signature key -> :class:`Seen` (what a tuner measures).
+    """
+
+    table: dict[str, str] = field(default_factory=dict)
+    forced: dict[str, str] = field(default_factory=dict)
+    seen: dict[str, Seen] = field(default_factory=dict)
+
+
+_ACTIVE: contextvars.ContextVar[Selection | None] = contextvars.ContextVar(
+    "monolib_selection", default=None
+)
+
+
+def active() -> Selection | None:
+    """The Selection in force, or None (fixed rules)."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def selecting(selection: Selection | None) -> Iterator[Selection | None]:
+    """Make ``selection`` active for the ``with`` block (None: fixed rules)."""
+    token = _ACTIVE.set(selection)
+    try:
+        yield selection
+    finally:
+        _ACTIVE.reset(token)
+
+
+def choose(
+    node_name: str, sig: dict[str, Any], candidates: list[Candidate], default: Candidate
+) -> Candidate:
+    """The candidate to emit for one node.
+
+    A forced label for ``node_name`` wins, then the table's label for the signature,
+    then ``default`` (also when a label names no valid candidate: a stale entry never
+    breaks a build). The signature is recorded in the active Selection's ``seen``.
+
+    Parameters
+    ----------
+    node_name : str
+    sig : dict
+        The signature (JSON-able; :func:`signature_key`).
+    candidates : list of Candidate
+        The valid ones (``default`` among them).
+    default : Candidate
+        The fixed rule's choice.
+    """
+    sel = _ACTIVE.get()
+    if sel is None:
+        return default
+    key = signature_key(sig)
+    sel.seen.setdefault(key, Seen(sig, list(candidates), default, node_name))
+    by_label = {c.label: c for c in candidates}
+    for label in (sel.forced.get(node_name), sel.table.get(key)):
+        if label is not None:
+            if label in by_label:
+                return by_label[label]
+            logger.debug("node %s: %s is not a candidate here, rule's %s kept",
+                         node_name, label, default.label)
+    return default

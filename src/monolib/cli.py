@@ -146,9 +146,26 @@ def parse_max_trips(text: str) -> tuple[str, int]:
     argparse.ArgumentTypeError
         Not ``NODE=N`` with ``N`` a non-negative integer.
     """
+    return _node_bound(text, "--max-trips")
+
+
+def parse_max_size(text: str) -> tuple[str, int]:
+    """``"positions=4096"`` -> ``("positions", 4096)``: the bound on a node's
+    data-dependent output sizes (``compile(max_sizes=...)``).
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Not ``NODE=N`` with ``N`` a non-negative integer.
+    """
+    return _node_bound(text, "--max-size")
+
+
+def _node_bound(text: str, flag: str) -> tuple[str, int]:
+    """``NODE=N`` split at the last ``=`` (node names may hold one)."""
     name, eq, value = text.rpartition("=")
     if not name or not eq or not value.isdigit():
-        raise argparse.ArgumentTypeError(f"bad --max-trips {text!r}: expected NODE=N")
+        raise argparse.ArgumentTypeError(f"bad {flag} {text!r}: expected NODE=N")
     return name, int(value)
 
 
@@ -223,6 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NODE=N",
         help="bound on a Loop node's trip count, when monolib cannot derive one (repeatable)",
+    )
+    comp.add_argument(
+        "--max-size",
+        action="append",
+        type=parse_max_size,
+        default=[],
+        metavar="NODE=N",
+        help="bound on a node's data-dependent output sizes (a run-time Range, Expand, "
+        "Tile...): their product is at most N (repeatable)",
     )
     comp.add_argument(
         "--opt",
@@ -413,6 +439,7 @@ def cmd_compile(args: argparse.Namespace, console: Any) -> int:
             opt_shapes=_opt_shapes(args.opt),
             # only when given: stand-in compilers (tests) need not take it
             **({"max_trip_count": dict(args.max_trips)} if args.max_trips else {}),
+            **({"max_sizes": dict(args.max_size)} if args.max_size else {}),
             progress=steps,
         )
         path = lib.export_library(args.output, progress=steps)

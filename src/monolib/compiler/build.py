@@ -30,6 +30,8 @@ from ..errors import CompileError
 from ..export.targets import Target
 from .backends.registry import BACKENDS
 from .pipeline import Progress, jsonable, prepare, step
+from .tuning.select import selecting
+from .tuning.tuner import DEFAULT_BUDGET_S, selection_for
 
 __all__ = ["compile", "lower"]
 
@@ -44,6 +46,7 @@ def lower(
     dims: dict[str, tuple[int, ...]] | None = None,
     opt_shapes: dict[str, list[tuple[int, ...]]] | None = None,
     max_trip_count: dict[str, int] | None = None,
+    max_sizes: dict[str, int] | None = None,
 ) -> tuple[str, dict[str, Any], np.ndarray]:
     """Compile ``model`` down to C source, graph JSON and params blob (no runtime).
 
@@ -58,7 +61,7 @@ def lower(
     """
     backend, target = BACKENDS["c"], Target("c")
     graph, fusion, plan = prepare(model, shapes, constants, progress, dims, opt_shapes,
-                                  max_trip_count)
+                                  max_trip_count, max_sizes)
     step(progress, backend.step)
     out = backend.generate(graph, fusion, plan, target, constants=jsonable(constants))
     return out.source, out.graph_json, out.params
@@ -73,6 +76,9 @@ def compile(
     dims: dict[str, tuple[int, ...]] | None = None,
     opt_shapes: dict[str, list[tuple[int, ...]]] | None = None,
     max_trip_count: dict[str, int] | None = None,
+    max_sizes: dict[str, int] | None = None,
+    tune: bool = False,
+    tune_budget_s: float = DEFAULT_BUDGET_S,
 ):
     """Compile an ONNX model into a graph executor factory module.
 
@@ -104,6 +110,21 @@ def compile(
         ``Loop`` node name -> upper bound on its trip count, for a loop with scan
         outputs whose bound monolib cannot derive (``{"decode": 64}``); a run that
         needs more iterations stops with an ``ExecutionError`` naming the node.
+    max_sizes : dict, optional
+        Node name -> ``N``, for a node whose output sizes depend on run-time data with
+        no bound monolib can derive (a ``Range``, ``Expand``, ``Tile``,
+        ``ConstantOfShape`` or ``OneHot`` reading run-time values; a ``Loop``, as
+        ``max_trip_count``): the product of the output's data-dependent dims is at
+        most ``N`` (one such dim: its length), and memory is planned at that. A run
+        that needs more stops with an ``ExecutionError`` naming the node.
+    tune : bool
+        Time the candidate algorithms of each distinct conv signature on this CPU
+        first (``compiler/tuning``: one small benchmark library per signature, medians
+        at 1 thread) and cache the fastest under ``~/.cache/monolib/tuning``
+        (``MONOLIB_TUNING_DIR``). Every compile for the C target uses this CPU's cached
+        choices, tuned or not; without any, the fixed rules choose.
+    tune_budget_s : float
+        Seconds of measuring at most (signatures left over keep the rule's choice).
 
     Returns
     -------
@@ -136,9 +157,14 @@ def compile(
         )
     backend.accept(tgt)
     graph, fusion, plan = prepare(model, shapes, constants, progress, dims, opt_shapes,
-                                  max_trip_count)
+                                  max_trip_count, max_sizes)
     step(progress, backend.step)
-    generated = backend.generate(graph, fusion, plan, tgt, constants=jsonable(constants))
+
+    def generate() -> Any:
+        return backend.generate(graph, fusion, plan, tgt, constants=jsonable(constants))
+
+    with selecting(selection_for(generate, tgt.kind, tune, tune_budget_s)):
+        generated = generate()
     step(progress, "package")
     try:
         return backend.package(generated, tgt)

@@ -56,6 +56,7 @@ def prepare(
     dims=None,
     opt_shapes=None,
     max_trip_count=None,
+    max_sizes=None,
 ):
     """Import (unless ``model`` is already a :class:`~.ir.Graph`), simplify, fuse
     elementwise chains, plan the arena; each step announced to ``progress``.
@@ -74,6 +75,8 @@ def prepare(
         Input name -> shapes to specialize.
     max_trip_count : dict, optional
         ``Loop`` node name -> bound on its trip count (``ops/control/loop.py``).
+    max_sizes : dict, optional
+        Node name -> bound on its data-dependent output sizes (``import_model``).
 
     Returns
     -------
@@ -95,7 +98,8 @@ def prepare(
     if isinstance(model, Graph):
         graph = model
     else:
-        graph = import_model(model, shapes, constants, dims, opt_shapes, max_trip_count)
+        graph = import_model(model, shapes, constants, dims, opt_shapes, max_trip_count,
+                             max_sizes)
     step(progress, "optimize")
     graph = register_computed(simplify(graph).graph)
     step(progress, "fuse")
@@ -109,7 +113,8 @@ def prepare(
             static.update({v.name: {"shape": static[v.name], "width": v.dtype.itemsize}
                            for v in graph.inputs if v.dtype.kind == "S"})  # string widths
             g = simplify(import_model(model, static, constants,
-                                      max_trip_count=max_trip_count)).graph
+                                      max_trip_count=max_trip_count,
+                                      max_sizes=max_sizes)).graph
             if not _computed_match(graph, register_computed(g)):
                 logger.warning("opt_shapes %s ignored: its data-dependent dims do not match "
                                "the generic graph's", values)

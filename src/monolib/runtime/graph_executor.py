@@ -247,15 +247,17 @@ class GraphExecutor:
 
     def _failure(self, ret: int) -> str:
         """The message of a failed ``monolib_run``: ``1000 + i`` is fused op ``i``
-        stopping the run (a ``Loop`` past its planned trip-count bound, issue 13)."""
+        stopping the run (a ``Loop`` past its planned trip-count bound, a size past
+        its ``max_sizes`` bound, issue 13)."""
         graph = self.factory.head.get("name", "")
         nodes = self.factory.graph_json.get("nodes", []) if ret >= 1000 else []
         if 0 <= ret - 1000 < len(nodes):
             node = nodes[ret - 1000]
             return (f"node {node.get('name')!r} ({node.get('op')}) of graph {graph!r} stopped "
-                    "the run: a Loop in it went past what was planned at compile time (more "
-                    "iterations than its bound: compile with a larger max_trip_count; or a "
-                    "loop-carried value whose shape changed)")
+                    "the run: it went past what was planned at compile time (a Loop with "
+                    "more iterations than its bound, or a data-dependent size past its "
+                    "bound: compile with a larger max_trip_count / max_sizes; a loop-carried "
+                    "value whose shape changed; a bad run-time shape or position)")
         return f"monolib_run returned {ret} (graph {graph!r})"
 
     def _run_shaped(self) -> None:

@@ -126,6 +126,7 @@ def import_model(
     dims: Mapping[str, Any] | None = None,
     opt_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
     max_trip_count: Mapping[str, int] | None = None,
+    max_sizes: Mapping[str, int] | None = None,
 ) -> Graph:
     """Import an ONNX model as a monolib graph (static shapes, or run-time dims where
     bounds are given).
@@ -148,6 +149,12 @@ def import_model(
     max_trip_count : dict, optional
         ``Loop`` node name -> upper bound on its trip count (the size its scan outputs
         are planned at, when no bound can be derived; ``ops/control/loop.py``).
+    max_sizes : dict, optional
+        Node name -> ``N``, the user's bound on a node's data-dependent output sizes
+        (issue 13: a run-time ``Range``, ``Expand``, ``Tile``, ``ConstantOfShape``...):
+        the product of its output's data-dependent dims is at most ``N`` (one such
+        dim: its length; a ``Loop``: its trip count, as ``max_trip_count``). Recorded
+        as the node's ``_max_size`` attribute (``ops/tensor/bounded.py``).
 
     Returns
     -------
@@ -171,7 +178,8 @@ def import_model(
     proto = load_model(model)
     opsets = _check(proto)
     check_supported(proto.graph, opsets)
-    importer = _Importer(opsets, max_trip_count)
+    # one table of user bounds: a Loop's trip count is the size of its scan outputs
+    importer = _Importer(opsets, {**(max_sizes or {}), **(max_trip_count or {})})
     graph = importer.import_main(proto.graph, shapes, constants, dims, opt_shapes)
     graph.metadata = {p.key: p.value for p in proto.metadata_props}
     DeadCodeElimination()(graph)
@@ -209,7 +217,8 @@ class _Importer:
 
     def __init__(self, opsets: dict[str, int], max_trips: Mapping[str, int] | None = None):
         self.opsets = opsets
-        #: ``max_trip_count``: ONNX node name -> bound on a Loop's trip count
+        #: ``max_trip_count`` / ``max_sizes``: ONNX node name -> the user's bound (a
+        #: Loop's trip count, another node's data-dependent output sizes)
         self.max_trips = dict(max_trips or {})
         self.value_names: set[str] = set()
         self.node_names: set[str] = set()
@@ -352,6 +361,8 @@ class _Importer:
                 self._import_node(q, scope)
             return
         attrs = node_attributes(p, opset, lambda g: self._import_subgraph(g, scope))
+        if name in self.max_trips:  # read by ops/tensor/bounded.user_bound
+            attrs["_max_size"] = int(self.max_trips[name])
         if narrow is not None:
             inputs = widen_inputs(inputs, name, self._new_value, self._node_name,
                                   self.nodes.append)

@@ -2,6 +2,8 @@
 
 ``Expand`` broadcasts the input to ``broadcast(input.shape, shape)`` (the ``shape``
 input must be constant); it is a copy with zero strides along broadcast dims.
+A run-time ``shape`` / ``repeats`` (issue 13) goes to :mod:`.expand_data` (sizes
+bounded by the user's ``max_sizes``).
 ``Tile`` repeats the input ``repeats[d]`` times along each dim: the output dim
 ``d`` is walked as ``[repeats[d], in.shape[d]]``, a copy whose source stride along the
 repeat loop is zero.
@@ -16,7 +18,8 @@ import numpy as np
 from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
-from ._computed import refuse_unbounded
+from . import expand_data
+from ._computed import is_runtime
 from .loops import (
     broadcast_shape,
     broadcast_strides,
@@ -44,7 +47,8 @@ class Expand(OpDef):
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
-        refuse_unbounded(node, 1, "shape")
+        if is_runtime(node.input(1)):
+            return expand_data.expand_infer(node)
         shape = const_ints(node, 1, "shape")
         out = broadcast_shape(x.shape, shape, where=f"Expand (node {node.name!r})")
         return [(out, x.dtype)]
@@ -54,9 +58,11 @@ class Expand(OpDef):
         return [np.array(np.broadcast_to(inputs[0], shape), order="C")]
 
     def epilogue_groups(self, node: Node):
-        return _groups(node)
+        return None if is_runtime(node.input(1)) else _groups(node)
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
+        if is_runtime(node.input(1)):
+            return expand_data.expand_emit(node, ctx)
         x, y = node.inputs[0], node.outputs[0]
         index = (lambda idx: idx) if has_epilogue(ctx, len(y.shape)) else None
         return emit_copy(
@@ -83,7 +89,6 @@ class Tile(OpDef):
     op_type, since_version = "Tile", 6
 
     def _repeats(self, node: Node) -> list[int]:
-        refuse_unbounded(node, 1, "repeats")
         reps = const_ints(node, 1, "repeats")
         x = node.inputs[0]
         if len(reps) != len(x.shape) or any(r < 0 for r in reps):
@@ -94,15 +99,19 @@ class Tile(OpDef):
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
+        if is_runtime(node.input(1)):
+            return expand_data.tile_infer(node)
         return [(tuple(d * r for d, r in zip(x.shape, self._repeats(node))), x.dtype)]
 
     def reference(self, node: Node, inputs):
         return [np.tile(inputs[0], self._repeats(node))]
 
     def epilogue_groups(self, node: Node):
-        return _groups(node)
+        return None if is_runtime(node.input(1)) else _groups(node)
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
+        if is_runtime(node.input(1)):
+            return expand_data.tile_emit(node, ctx)
         x, y = node.inputs[0], node.outputs[0]
         reps = self._repeats(node)
         ost, ist = contiguous_strides(y.shape), contiguous_strides(x.shape)

@@ -18,7 +18,7 @@ from ...ir import Node
 from ...symbolic import dim_max, is_dim
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import c_literal, ctype
-from . import range_data
+from . import constant_of_shape_data, range_data
 from .loops import const_ints
 
 __all__ = ["ConstantOfShape", "Range", "Shape", "Size"]
@@ -96,6 +96,8 @@ class ConstantOfShape(OpDef):
         return np.asarray(value).reshape(-1)[:1]
 
     def infer(self, node: Node) -> list[OutType]:
+        if node.inputs[0].const is None:  # a run-time shape: user-bounded dims (issue 13)
+            return [(constant_of_shape_data.out_shape(node), self._fill(node).dtype)]
         shape = const_ints(node, 0, "input")
         if any(d < 0 for d in shape):
             raise ShapeError(f"ConstantOfShape (node {node.name!r}): negative dim in {shape}")
@@ -107,12 +109,15 @@ class ConstantOfShape(OpDef):
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         y = node.outputs[0]
-        if y.size == 0:
+        run_time = node.inputs[0].const is None
+        if not run_time and y.size == 0:
             return ""
         i = ctx.unique("i")
         val = c_literal(self._fill(node)[0].item(), y.dtype)
         if val.endswith("f") and not any(c in val for c in ".eEIN"):
             val = val[:-1] + ".0f"
+        if run_time:
+            return constant_of_shape_data.emit(node, ctx, val)
         return f"for (int64_t {i} = 0; {i} < {y.size}; ++{i}) {ctx.ptr(y)}[{i}] = {val};"
 
 

@@ -29,7 +29,7 @@ from ...symbolic import is_one, same
 from ..base import EmitContext, OpDef, OutType, register
 from ..nn._common import epi_call, f32, require_float32
 from ..nn._gemm import batch_call, batch_scratch_floats, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
-from ..nn.gemm import a_operand, b_operand, const_matrix
+from ..nn.gemm import a_fields, b_operand, const_matrix
 from ..tensor.loops import broadcast_shape, contiguous_strides
 
 __all__ = ["FusedMatMul", "operand_view"]
@@ -149,9 +149,9 @@ class FusedMatMul(OpDef):
             same(t, c) or is_one(d) for t, c, d in zip(ta[:-2], contiguous_strides(sa)[:-2], sa[:-2]))
         if not b_batched and a_rows:
             nbatch = shape_size(batch)
-            ap, code = a_operand(ctx, a, nbatch * m, k, k, 1, name=node.name + ".A")
+            afields, code = a_fields(ctx, a, nbatch * m, k, k, 1, name=node.name + ".A")
             bsrc = b_operand(ctx, b, k, n, tb[-2], tb[-1], name=node.name + ".B")
-            fields.update({"M": str(nbatch * m), "a": ap, "epi_mrows": str(m)})
+            fields.update({"M": str(nbatch * m), **afields, "epi_mrows": str(m)})
             if bsrc["kind"] != "ML_B_PACKED":
                 fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(k, n))}"
             return code + gemm_call(fields, bsrc)

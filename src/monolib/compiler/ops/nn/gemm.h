@@ -172,6 +172,55 @@ static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, i
     }
 }
 
+#if ML_VW == 16
+typedef int32_t ml_vi16 __attribute__((vector_size(64)));
+
+/* r[i][j] -> r[j][i] for a 16 x 16 block in 16 vectors: four stages, each swapping the
+ * off-diagonal h x h blocks of every 2h x 2h block (two-source lane shuffles). */
+ML_INLINE void ml_transpose16(ml_vf r[16]) {
+    { /* h = 8 */
+        const ml_vi16 lo = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+        const ml_vi16 hi = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+        for (int i = 0; i < 16; ++i)
+            if (!(i & 8)) {
+                ml_vf a = r[i], b = r[i + 8];
+                r[i] = __builtin_shuffle(a, b, lo);
+                r[i + 8] = __builtin_shuffle(a, b, hi);
+            }
+    }
+    { /* h = 4 */
+        const ml_vi16 lo = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+        const ml_vi16 hi = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+        for (int i = 0; i < 16; ++i)
+            if (!(i & 4)) {
+                ml_vf a = r[i], b = r[i + 4];
+                r[i] = __builtin_shuffle(a, b, lo);
+                r[i + 4] = __builtin_shuffle(a, b, hi);
+            }
+    }
+    { /* h = 2 */
+        const ml_vi16 lo = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+        const ml_vi16 hi = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+        for (int i = 0; i < 16; ++i)
+            if (!(i & 2)) {
+                ml_vf a = r[i], b = r[i + 2];
+                r[i] = __builtin_shuffle(a, b, lo);
+                r[i + 2] = __builtin_shuffle(a, b, hi);
+            }
+    }
+    { /* h = 1 */
+        const ml_vi16 lo = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+        const ml_vi16 hi = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+        for (int i = 0; i < 16; ++i)
+            if (!(i & 1)) {
+                ml_vf a = r[i], b = r[i + 1];
+                r[i] = __builtin_shuffle(a, b, lo);
+                r[i + 1] = __builtin_shuffle(a, b, hi);
+            }
+    }
+}
+#endif
+
 /* Pack B rows k0..k0+kc-1, columns n0..n0+nc-1 into panels of NR (stride kc*NR). */
 static inline void ml_pack_b(const ml_bsrc* s, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
                              float* restrict dst) {
@@ -180,7 +229,24 @@ static inline void ml_pack_b(const ml_bsrc* s, int64_t k0, int64_t kc, int64_t n
         /* a transposed B (each column contiguous along k): copy column by column, reads
          * in order and writes into the panel block, which stays in L1 (row by row, every
          * k touched nc cache lines) */
-        for (int64_t j = 0; j < nc; ++j) {
+        int64_t j0 = 0;
+#if ML_VW == 16
+        /* whole panels by 16 x 16 blocks transposed in registers (4x the scalar copy) */
+        for (; j0 + ML_NR <= nc; j0 += ML_NR) {
+            const float* src = s->p + k0 + (n0 + j0) * s->ldn;
+            float* d = dst + (j0 / ML_NR) * kc * ML_NR;
+            int64_t k = 0;
+            for (; k + 16 <= kc; k += 16) {
+                ml_vf r[16];
+                for (int c = 0; c < 16; ++c) r[c] = *(const ml_vf*)(src + c * s->ldn + k);
+                ml_transpose16(r);
+                for (int u = 0; u < 16; ++u) *(ml_vf*)(d + (k + u) * ML_NR) = r[u];
+            }
+            for (; k < kc; ++k)
+                for (int c = 0; c < ML_NR; ++c) d[k * ML_NR + c] = src[c * s->ldn + k];
+        }
+#endif
+        for (int64_t j = j0; j < nc; ++j) {
             const float* src = s->p + k0 + (n0 + j) * s->ldn;
             float* d = dst + (j / ML_NR) * kc * ML_NR + (j % ML_NR);
             for (int64_t k = 0; k < kc; ++k) d[k * ML_NR] = src[k];
@@ -271,6 +337,7 @@ ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t 
         for (int r = 0; r < rows; ++r) ar[r] = a + (r < mr ? r : mr - 1) * lda;
     for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) acc[r][j] = (ml_vf){0};
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; ++k) {
         ml_vf bv[ML_NP * ML_NV];
         for (int p = 0; p < np; ++p)

@@ -28,7 +28,7 @@ from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
 
-__all__ = ["Gemm", "a_operand", "b_operand"]
+__all__ = ["Gemm", "a_fields", "a_operand", "b_operand"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,20 @@ def a_operand(
     buf = ctx.scratch(4 * -(-m // MR) * MR * k)
     code = f"ml_pack_a_par({m}, {k}, {ctx.ptr(v)} + {offset}, {ldm}, {ldk}, (float*){buf});\n"
     return f"((const float*){buf})", code
+
+
+def a_fields(
+    ctx: EmitContext, v: Value, m: int, k: int, ldm: int, ldk: int, name: str = "A"
+) -> tuple[dict[str, str], str]:
+    """(``ml_gemm_args`` members that give A, C that packs it at run time or ""): for
+    ``A[i][j] = v[i*ldm + j*ldk]``. A constant is packed at compile time; a run-time A
+    with unit k stride is read in place (gemm.h's ``a_raw``: its micro-kernel
+    broadcasts from the rows, so no packing pass copies A first); any other run-time A
+    is packed when the op runs (:func:`a_operand`)."""
+    if v.const is None and same(ldk, 1):
+        return {"a": "0", "a_raw": ctx.ptr(v), "lda": str(ldm)}, ""
+    ap, code = a_operand(ctx, v, m, k, ldm, ldk, name=name)
+    return {"a": ap}, code
 
 
 def b_operand(
@@ -163,14 +177,14 @@ class Gemm(OpDef):
         m, n, k = _mnk(node)
         include_gemm(ctx)
         ta, tb = node.attrs["transA"], node.attrs["transB"]
-        ap, code = a_operand(ctx, a, m, k, *((1, m) if ta else (k, 1)), name=node.name + ".A")
+        afields, code = a_fields(ctx, a, m, k, *((1, m) if ta else (k, 1)), name=node.name + ".A")
         bsrc = b_operand(ctx, b, k, n, *((1, k) if tb else (n, 1)), name=node.name + ".B")
         yp = ctx.ptr(y)
         fields = {
             "M": str(m),
             "N": str(n),
             "K": str(k),
-            "a": ap,
+            **afields,
             "c": yp,
             "alpha": f32(node.attrs["alpha"]),
             "epi": epi_call(ctx.tile_epilogue(self.epilogue_groups(node))),

@@ -25,7 +25,7 @@ from ._common import epi_call, require_float32
 from ._gemm import (
     MR, NR, batch_call, batch_scratch_floats, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b,
 )
-from .gemm import a_operand, b_operand
+from .gemm import a_fields, b_operand
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
@@ -126,13 +126,13 @@ class MatMul(OpDef):
         b_batched = len(b.shape) > 2 and not is_one(shape_size(b.shape[:-2]))
         if not b_batched:
             # X @ W: fold every batch of A into M
-            ap, code = a_operand(ctx, a, nbatch * m, k, k, 1, name=node.name + ".A")
+            afields, code = a_fields(ctx, a, nbatch * m, k, k, 1, name=node.name + ".A")
             bsrc = b_operand(ctx, b, k, n, n, 1, name=node.name + ".B")
             fields = {
                 "M": str(nbatch * m),
                 "N": str(n),
                 "K": str(k),
-                "a": ap,
+                **afields,
                 "c": yp,
                 "epi": epi,
                 "epi_out": yp,

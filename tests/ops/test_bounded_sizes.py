@@ -1,6 +1,6 @@
 """Data-dependent sizes bounded by the user (issue 13): Range on run-time values of any
-type, Expand to a run-time shape, Tile by run-time repeats and ConstantOfShape of a
-run-time shape compile with ``max_sizes={"node": N}`` (CLI ``--max-size node=N``),
+type, Expand to a run-time shape, Tile by run-time repeats, ConstantOfShape of a
+run-time shape and OneHot of a run-time depth (and a Loop, as with max_trip_count) compile with ``max_sizes={"node": N}`` (CLI ``--max-size node=N``),
 memory planned at ``N``. Each is checked against ONNX Runtime on random data at sizes
 up to the bound, 0 and at the bound; a run past the bound stops with an
 ``ExecutionError`` naming the node (never a write past the buffer); no bound is
@@ -123,12 +123,14 @@ def test_constant_of_shape_bounded(value):
     ("Expand", {"x": np.zeros((1,), np.float32), "shape": np.array([2], np.int64)}, "shape"),
     ("Tile", {"x": np.zeros((2,), np.float32), "r": np.array([2], np.int64)}, "repeats"),
     ("ConstantOfShape", {"shape": np.array([2], np.int64)}, "input"),
+    ("OneHot", {"i": np.zeros((2,), np.int64), "d": np.array(3, np.int64),
+                "v": np.array([0, 1], np.float32)}, "depth"),
 ])
 def test_no_bound_is_refused_with_the_hint(op, inputs, what):
     name = op.lower()
     with pytest.raises(UnsupportedOpError, match=rf"node '{name}'.*{what}.*"
                        rf"max_sizes=\{{'{name}': N\}}.*--max-size {name}=N"):
-        monolib.compile(_model(op, inputs, opset=11 if op == "Range" else 17))
+        monolib.compile(_model(op, inputs, opset=11 if op in ("Range", "OneHot") else 17))
 
 
 def test_cli_max_size(tmp_path):
@@ -143,3 +145,44 @@ def test_cli_max_size(tmp_path):
     gm = monolib.GraphModule(monolib.load_module(str(out))["default"](monolib.cpu()))
     _same(gm, model, {"x": np.array([1.5], np.float32), "shape": np.array([6], np.int64)})
     _past_bound(gm, {"x": x, "shape": np.array([7], np.int64)}, "expand")
+
+
+def test_loop_takes_max_sizes_too():
+    """One table of user bounds: a Loop's scan outputs are planned at ``max_sizes``
+    as at ``max_trip_count`` (its trip count is their length)."""
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+         helper.make_node("Add", ["s_in", "fi"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["scan"])],
+        "body", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("s_in", T.FLOAT, [])],
+        [vi("c_out", T.BOOL, []), vi("s_out", T.FLOAT, []), vi("scan", T.FLOAT, [])])
+    loop = helper.make_node("Loop", ["m", "", "s0"], ["s", "y"], body=body, name="lp")
+    graph = helper.make_graph([loop], "g", [vi("m", T.INT64, []), vi("s0", T.FLOAT, [])],
+                              [vi("s", T.FLOAT, []), vi("y", T.FLOAT, ["t"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    _, gm = _module(model, max_sizes={"lp": 5})
+    for m in (0, 3, 5):
+        feeds = {"m": np.array(m, np.int64), "s0": np.array(RNG.standard_normal(), np.float32)}
+        gm.run(**feeds)
+        want = ort_run(model, feeds)[1]
+        assert np.array_equal(gm.get_output(1).numpy(), want)
+    _past_bound(gm, {"m": np.array(6, np.int64), "s0": np.array(0, np.float32)}, "lp")
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_onehot_bounded_depth(axis):
+    idx = np.array([[0, 2, -1], [5, 1, 3]], np.int64)
+    feeds = lambda i, d: {"i": i, "d": np.array(d, np.float32),
+                          "v": np.array([-1.5, 2.0], np.float32)}
+    model = _model("OneHot", feeds(idx, 4), {"axis": axis}, opset=11)
+    lib, gm = _module(model, max_sizes={"onehot": 6})
+    assert lib.get_graph_json()["symbols"][0]["hi"] == 6
+    for d in (1, 3, 4, 6, 5.7):
+        _same(gm, model, feeds(RNG.integers(-6, 7, (2, 3)), d))
+    _past_bound(gm, feeds(idx, 7), "onehot")

@@ -1,7 +1,8 @@
 """ONNX ``OneHot`` (9, 11): ``indices`` (any numeric type), constant scalar ``depth``,
 ``values = [off, on]``; the output inserts a dim of size ``depth`` at ``axis`` and
 holds ``on`` where the (negative-wrapped) index equals the position, else ``off``.
-Out-of-range indices give a row of ``off``."""
+Out-of-range indices give a row of ``off``. A run-time ``depth`` (issue 13) goes to
+:mod:`.onehot_data` (bounded by the user's ``max_sizes``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from ....errors import ShapeError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
+from . import onehot_data
 from .loops import contiguous_strides, emit_loops, linear_offset, normalize_axis
 
 __all__ = ["OneHot"]
@@ -50,6 +52,8 @@ class OneHot(OpDef):
         if values.size != 2:
             raise ShapeError(f"OneHot (node {node.name!r}): values must have 2 elements")
         a = self._axis(node)
+        if node.inputs[1].const is None and node.inputs[1].size == 1:
+            return [(onehot_data.out_shape(node, a), values.dtype)]
         shape = list(idx.shape)
         shape.insert(a, self._depth(node))
         return [(tuple(shape), values.dtype)]
@@ -66,6 +70,8 @@ class OneHot(OpDef):
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         idx, values, y = node.inputs[0], node.inputs[2], node.outputs[0]
+        if node.inputs[1].const is None:
+            return onehot_data.emit(node, ctx, self._axis(node))
         depth, a = self._depth(node), self._axis(node)
         ist = contiguous_strides(idx.shape)
         ost = contiguous_strides(y.shape)

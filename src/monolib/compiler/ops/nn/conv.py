@@ -638,6 +638,7 @@ def conv_candidates(
         return None, [default], default
     n, c = x.shape[:2]
     cg = c // group
+    geo = conv_geometry(node)
     cands: list[Candidate] = []
     if group == c == w.shape[0] and _dw_decidable(d):
         fast = _dw_fast(d)
@@ -660,6 +661,12 @@ def conv_candidates(
         "w": [int(v) for v in w.shape],
         "group": group,
         "geometry": {k: int(v) for k, v in sorted(d.items())},
+        "attrs": {  # the ONNX attributes, explicit: a benchmark rebuilds the node from them
+            "kernel_shape": [int(v) for v in geo.kernel],
+            "strides": [int(v) for v in geo.strides],
+            "dilations": [int(v) for v in geo.dilations],
+            "pads": [int(v) for v in (*geo.begin, *geo.end)],
+        },
         "bias": node.input(2) is not None,
         "const_w": w.const is not None,
         "epilogue": "fused" if fused else "none",

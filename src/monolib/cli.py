@@ -267,6 +267,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="bake an input in as a constant (repeatable)",
     )
     comp.add_argument("--target", default="c", help='target string (default "c": the host)')
+    comp.add_argument(
+        "--tune",
+        action="store_true",
+        help="time each conv signature's candidate algorithms on this CPU first and cache "
+        "the fastest (~/.cache/monolib/tuning, MONOLIB_TUNING_DIR)",
+    )
+    comp.add_argument(
+        "--tune-budget", type=float, default=120.0, metavar="S",
+        help="seconds of measuring at most with --tune (default 120)",
+    )
+    tun = sub.add_parser("tune", help="show, export or import this CPU's tuning cache")
+    tun.add_argument("action", choices=("show", "export", "import"))
+    tun.add_argument("file", nargs="?", help="the JSON file to write (export) or read (import)")
 
     run = sub.add_parser("run", help="load a library and run it on .npy/.npz inputs")
     run.add_argument("library")
@@ -440,6 +453,7 @@ def cmd_compile(args: argparse.Namespace, console: Any) -> int:
             # only when given: stand-in compilers (tests) need not take it
             **({"max_trip_count": dict(args.max_trips)} if args.max_trips else {}),
             **({"max_sizes": dict(args.max_size)} if args.max_size else {}),
+            **({"tune": True, "tune_budget_s": args.tune_budget} if args.tune else {}),
             progress=steps,
         )
         path = lib.export_library(args.output, progress=steps)
@@ -608,7 +622,33 @@ def cmd_header(args: argparse.Namespace, console: Any) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace, console: Any) -> int:
+    """``monolib tune show|export FILE|import FILE``: this CPU's tuning cache
+    (``compiler/tuning/cache.py``); import takes a file measured on the same CPU model
+    with the same kernels."""
+    from .compiler.tuning.cache import TuningCache
+
+    cache = TuningCache()
+    if args.action == "show":
+        console.print(f"{cache.path}: cpu {cache.cpu!r}, kernels {cache.kernels}, "
+                      f"{len(cache.entries)} entries")
+        for key, e in sorted(cache.entries.items()):
+            console.print(f"  {e['choice']:<20} (rule {e['default']}) {key}")
+        return 0
+    if not args.file:
+        raise CompileError(f"monolib tune {args.action}: a FILE is needed")
+    if args.action == "export":
+        with open(args.file, "w") as f:
+            json.dump(cache.document(), f, indent=1, sort_keys=True)
+        console.print(f"wrote {len(cache.entries)} entries to {args.file}")
+        return 0
+    added = cache.merge_file(args.file)
+    console.print(f"imported {added} entries into {cache.save()}")
+    return 0
+
+
 COMMANDS = {
+    "tune": cmd_tune,
     "header": cmd_header,
     "compile": cmd_compile,
     "view": cmd_view,

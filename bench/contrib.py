@@ -17,7 +17,8 @@ Cases (:data:`CASES`; add a line there for another op):
 * ``attention``: ``com.microsoft`` ``Attention``, a BERT-base layer (S=128, 768 wide, 12
   heads) with a padding mask; ``attention_s512``: the same at S=512.
 * ``sdpa_s128``, ``sdpa_s512``: the ONNX ``Attention`` op alone (opset 23), Q/K/V
-  ``[1, 12, S, 64]``, causal: the attention kernel without the projections.
+  ``[1, 12, S, 64]``, causal: the attention kernel without the projections;
+  ``sdpa_s128_full``: not causal (every score).
 * ``sdpa_decode``: a decoder step of that op, one query row against a 511-row
   ``past_key``/``past_value`` (T = 512), ``present_key``/``present_value`` returned.
 """
@@ -93,13 +94,14 @@ def attention_case(b: int = 1, s: int = 128, hidden: int = 768, heads: int = 12)
     return model, {"x": rng.standard_normal((b, s, hidden)).astype(np.float32), "mask": mask}
 
 
-def sdpa_case(s: int = 128, past: int = 0, heads: int = 12, d: int = 64):
-    """The ONNX ``Attention`` op (opset 23) on ``[1, heads, s, d]`` Q/K/V, causal, with a
-    ``past`` rows KV cache when ``past > 0`` (then the present K/V are outputs too)."""
+def sdpa_case(s: int = 128, past: int = 0, heads: int = 12, d: int = 64, causal: int = 1):
+    """The ONNX ``Attention`` op (opset 23) on ``[1, heads, s, d]`` Q/K/V, causal unless
+    ``causal=0``, with a ``past`` rows KV cache when ``past > 0`` (then the present K/V
+    are outputs too)."""
     rng = np.random.default_rng(2)
     names = ["q", "k", "v"] + (["", "past_k", "past_v"] if past else [])
     outs = ["y"] + (["present_k", "present_v"] if past else [])
-    node = helper.make_node("Attention", names, outs, is_causal=1)
+    node = helper.make_node("Attention", names, outs, is_causal=causal)
     shapes = {"q": [1, heads, s, d], "k": [1, heads, s, d], "v": [1, heads, s, d],
               "past_k": [1, heads, past, d], "past_v": [1, heads, past, d]}
     feeds = {n: rng.standard_normal(shapes[n]).astype(np.float32) for n in names if n}
@@ -122,6 +124,8 @@ CASES: dict[str, tuple[str, Callable]] = {
     "attention_s512": ("Attention BERT-base [1,512,768] 12 heads, mask",
                        lambda: attention_case(s=512)),
     "sdpa_s128": ("ONNX Attention [1,12,128,64] causal", sdpa_case),
+    "sdpa_s128_full": ("ONNX Attention [1,12,128,64] not causal",
+                       lambda: sdpa_case(causal=0)),
     "sdpa_s512": ("ONNX Attention [1,12,512,64] causal", lambda: sdpa_case(s=512)),
     "sdpa_decode": ("ONNX Attention [1,12,1,64] past 511, causal",
                     lambda: sdpa_case(s=1, past=511)),

@@ -46,8 +46,8 @@ typedef struct {
     int64_t task_floats; /* scratch floats per task */
 } ml_attn_args;
 
-/* Scratch layout of one task (floats, each part 16-aligned): packed Q block, packed K,
- * packed V, scores block, packed P block. Mirrored by attention.py's _task_floats. */
+/* Scratch layout of one task (floats, each part 16-aligned): scaled Q block, packed K,
+ * packed V, scores block. Mirrored by attention.py's _task_floats. */
 #define ML_ATTN_UP16(n) ((((n) + 15) / 16) * 16)
 
 /* Ks: K rows j of one (b, kv head), times sc, as gemm.h's full-K B panels (k_total D).
@@ -73,26 +73,6 @@ static inline void ml_attn_pack_k(const float* restrict k, int64_t sj, int64_t T
         }
         for (int64_t c = n; c < ML_NR; ++c)
             for (int64_t e = e0; e < D; ++e) d[e * ML_NR + c] = 0.0f;
-    }
-}
-
-/* Rows 0..m-1 of a (stride si) times sc, as full-K A panels zero-padded to MR rows
- * (Q with sc = sqrt(scale); the probabilities with sc = 1: x * 1 is x). */
-static inline void ml_attn_pack_rows(const float* restrict a, int64_t si, int64_t m, int64_t K,
-                                     float sc, float* restrict dst) {
-    for (int64_t p = 0; p < m; p += ML_MR) {
-        float* d = dst + (p / ML_MR) * K * ML_MR;
-        const float* ap = a + p * si;
-        int64_t mr = ML_MIN(ML_MR, m - p);
-        if (mr == ML_MR) {
-            for (int64_t e = 0; e < K; ++e)
-                for (int r = 0; r < ML_MR; ++r) d[e * ML_MR + r] = ap[r * si + e] * sc;
-            continue;
-        }
-        for (int64_t e = 0; e < K; ++e) {
-            for (int64_t r = 0; r < mr; ++r) d[e * ML_MR + r] = ap[r * si + e] * sc;
-            for (int64_t r = mr; r < ML_MR; ++r) d[e * ML_MR + r] = 0.0f;
-        }
     }
 }
 
@@ -234,24 +214,29 @@ static inline void ml_attn_row_direct(const ml_attn_args* a, int64_t b, int64_t 
 }
 
 /* One block of m >= 3 query rows from i0 (q, y at its first row), with the head's K and
- * V rows [g0, g1) packed in kb, vb: scores on the keys the rows may see, from a panel
- * boundary of kb (a few extra scores the row pass masks), the row pass, Y = P V. */
+ * V rows [g0, g1) packed in kb, vb (g0 a multiple of NR): scores on the keys the rows may
+ * see from the NR-aligned key at or below the first (a few extra scores the row pass
+ * masks; aligned to the key index, not to g0, so the sums do not depend on how blocks
+ * are grouped, i.e. on the thread count), the row pass, Y = P V. Both products read
+ * their A operand in place (gemm.h's a_raw): Q times sc as a contiguous copy, P. */
 static inline void ml_attn_block(const ml_attn_args* a, int64_t b, int64_t h, int64_t i0,
                                  int64_t m, const float* q, float* y, int64_t g0, int64_t g1,
-                                 const float* kb, const float* vb, float* qa, float* sb,
-                                 float* pa) {
+                                 const float* kb, const float* vb, float* qa, float* sb) {
     const int64_t T = a->T, D = a->D, Dv = a->Dv;
     int64_t c0 = g0, c1 = g1, lo_last, hi_first;
     if (!a->qk || a->qk_mode >= 2) {
         ml_attn_range(a, b, i0, &c0, &hi_first);
         ml_attn_range(a, b, i0 + m - 1, &lo_last, &c1);
-        c0 = g0 + (c0 - g0) / ML_NR * ML_NR;
+        c0 = c0 / ML_NR * ML_NR;
         if (c1 < c0) c1 = c0;
     }
     const int64_t n = c1 - c0;
     if (n > 0 && D > 0) {
-        ml_attn_pack_rows(q, a->q_si, m, D, a->sc, qa);
-        ml_gemm_args g = ml_gemm_defaults(m, n, D, qa, sb + c0);
+        for (int64_t r = 0; r < m; ++r)
+            for (int64_t e = 0; e < D; ++e) qa[r * D + e] = q[r * a->q_si + e] * a->sc;
+        ml_gemm_args g = ml_gemm_defaults(m, n, D, 0, sb + c0);
+        g.a_raw = qa;
+        g.lda = D;
         g.ldc = T;
         g.b.kind = ML_B_PACKED;
         g.b.p = kb + (c0 - g0) / ML_NR * D * ML_NR;
@@ -266,8 +251,9 @@ static inline void ml_attn_block(const ml_attn_args* a, int64_t b, int64_t h, in
         for (int64_t r = 0; r < m; ++r) memset(y + r * a->y_si, 0, (size_t)Dv * sizeof(float));
         return;
     }
-    ml_attn_pack_rows(sb + c0, T, m, n, 1.0f, pa);
-    ml_gemm_args g = ml_gemm_defaults(m, Dv, n, pa, y);
+    ml_gemm_args g = ml_gemm_defaults(m, Dv, n, 0, y);
+    g.a_raw = sb + c0;
+    g.lda = T;
     g.ldc = a->y_si;
     g.b.kind = ML_B_PACKED;
     g.b.p = vb + (c0 - g0) * ML_NR;
@@ -276,7 +262,9 @@ static inline void ml_attn_block(const ml_attn_args* a, int64_t b, int64_t h, in
 }
 
 /* Task t: (b, h, group) = t in row-major order over [B, Hq, groups]; a group is
- * consecutive row blocks sharing one packing of the K and V rows they may see. */
+ * consecutive row blocks sharing one packing of the K and V rows they may see. A block
+ * of fewer than 3 rows (a decoder step, the last block of a head) takes the direct
+ * path, whatever its group. */
 static void ml_attn_task(void* ctx, int64_t t, void* scratch) {
     const ml_attn_args* a = (const ml_attn_args*)ctx;
     const int64_t T = a->T, D = a->D, Dv = a->Dv, rb = a->rb, G = a->groups;
@@ -285,40 +273,42 @@ static void ml_attn_task(void* ctx, int64_t t, void* scratch) {
     const int64_t hk = h / (a->Hq / a->Hkv);
     const int64_t i_first = grp * per * rb, i_end = ML_MIN(a->S, (grp + 1) * per * rb);
     if (i_first >= i_end) return;
-    const int64_t rbp = (rb + ML_MR - 1) / ML_MR * ML_MR;
     float* qa = (float*)scratch;
-    float* kb = qa + ML_ATTN_UP16(rbp * D);
+    float* kb = qa + ML_ATTN_UP16(rb * D);
     float* vb = kb + ML_ATTN_UP16((T + ML_NR - 1) / ML_NR * ML_NR * D);
     float* sb = vb + ML_ATTN_UP16((Dv + ML_NR - 1) / ML_NR * ML_NR * T);
-    float* pa = sb + ML_ATTN_UP16(rb * T);
     const float* q = a->q + b * a->q_sb + h * a->q_sh;
     const float* k = a->k + b * a->k_sb + hk * a->k_sh;
     const float* v = a->v + b * a->v_sb + hk * a->v_sh;
     float* y = a->y + b * a->y_sb + h * a->y_sh;
-    if (i_end - i_first < 3) { /* a decoder step: dot products on K and V in place */
-        for (int64_t i = i_first; i < i_end; ++i)
-            ml_attn_row_direct(a, b, h, i, q + i * a->q_si, k, v, y + i * a->y_si, sb, qa);
-        return;
-    }
     int64_t g0 = 0, g1 = T, lo_last, hi_first;
-    if (!a->qk || a->qk_mode >= 2) {
-        ml_attn_range(a, b, i_first, &g0, &hi_first);
-        ml_attn_range(a, b, i_end - 1, &lo_last, &g1);
-        if (g1 < g0) g1 = g0;
+    if (i_end - i_first >= 3) { /* (only the last block of a head can be shorter) */
+        if (!a->qk || a->qk_mode >= 2) {
+            ml_attn_range(a, b, i_first, &g0, &hi_first);
+            ml_attn_range(a, b, i_end - 1, &lo_last, &g1);
+            g0 = g0 / ML_NR * ML_NR;
+            if (g1 < g0) g1 = g0;
+        }
+        if (g1 > g0) {
+            ml_attn_pack_k(k + g0 * a->k_sj, a->k_sj, g1 - g0, D, a->sc, kb);
+            ml_bsrc vs;
+            memset(&vs, 0, sizeof vs);
+            vs.kind = ML_B_STRIDED;
+            vs.p = v + g0 * a->v_sj;
+            vs.ldk = a->v_sj;
+            vs.ldn = 1;
+            ml_pack_b_full(&vs, g1 - g0, Dv, vb);
+        }
     }
-    if (g1 > g0) {
-        ml_attn_pack_k(k + g0 * a->k_sj, a->k_sj, g1 - g0, D, a->sc, kb);
-        ml_bsrc vs;
-        memset(&vs, 0, sizeof vs);
-        vs.kind = ML_B_STRIDED;
-        vs.p = v + g0 * a->v_sj;
-        vs.ldk = a->v_sj;
-        vs.ldn = 1;
-        ml_pack_b_full(&vs, g1 - g0, Dv, vb);
+    for (int64_t i0 = i_first; i0 < i_end; i0 += rb) {
+        const int64_t m = ML_MIN(rb, i_end - i0);
+        if (m < 3)
+            for (int64_t i = i0; i < i0 + m; ++i)
+                ml_attn_row_direct(a, b, h, i, q + i * a->q_si, k, v, y + i * a->y_si, sb, qa);
+        else
+            ml_attn_block(a, b, h, i0, m, q + i0 * a->q_si, y + i0 * a->y_si, g0, g1, kb, vb,
+                          qa, sb);
     }
-    for (int64_t i0 = i_first; i0 < i_end; i0 += rb)
-        ml_attn_block(a, b, h, i0, ML_MIN(rb, i_end - i0), q + i0 * a->q_si,
-                      y + i0 * a->y_si, g0, g1, kb, vb, qa, sb, pa);
 }
 
 /* The op: every (batch, head, row block); scratch0 holds task_floats floats for the

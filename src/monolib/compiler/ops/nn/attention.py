@@ -114,12 +114,10 @@ def _row_block(s: int, t: int) -> int:
 
 
 def _task_floats(rb: int, t: int, d: int, dv: int) -> int:
-    """Scratch floats of one task of ``attention.h`` (its layout: packed Q block,
-    packed K, packed V, scores block, packed P block; each part 16-aligned)."""
+    """Scratch floats of one task of ``attention.h`` (its layout: scaled Q block,
+    packed K, packed V, scores block; each part 16-aligned)."""
     up = lambda n: -(-n // 16) * 16  # noqa: E731
-    rbp = -(-rb // MR) * MR
-    return (up(rbp * d) + up(-(-t // NR) * NR * d) + up(-(-dv // NR) * NR * t) + up(rb * t)
-            + up(rbp * t))
+    return up(max(rb, 1) * d) + up(-(-t // NR) * NR * d) + up(-(-dv // NR) * NR * t) + up(rb * t)
 
 
 @register

@@ -186,3 +186,80 @@ def test_onehot_bounded_depth(axis):
     for d in (1, 3, 4, 6, 5.7):
         _same(gm, model, feeds(RNG.integers(-6, 7, (2, 3)), d))
     _past_bound(gm, feeds(idx, 7), "onehot")
+
+
+def _resize_model(attrs, what: str, n: int, opset: int = 13, dtype=np.float32):
+    """Resize of x [1, 2, 3, 4] with run-time ``what`` (``scales`` or ``sizes``, n values)."""
+    x = RNG.standard_normal((1, 2, 3, 4)).astype(dtype)
+    given = np.ones(n, np.float32 if what == "scales" else np.int64)
+    inputs = {"x": x, "roi": None, "scales": None, "sizes": None}
+    inputs[what] = given
+    if what == "scales":
+        del inputs["sizes"]
+    return _model("Resize", inputs, attrs, opset=opset)
+
+
+def _resize_same(gm, model, what, value, dtype=np.float32, exact=True, run=ort_run):
+    feeds = {"x": RNG.standard_normal((1, 2, 3, 4)).astype(dtype),
+             what: np.array(value, np.float32 if what == "scales" else np.int64)}
+    gm.run(**feeds)
+    (want,) = run(model, feeds)
+    got = gm.get_output(0).numpy()
+    assert got.shape == want.shape, (value, got.shape, want.shape)
+    if exact:
+        assert np.array_equal(got, want), value
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(value))
+
+
+@pytest.mark.parametrize("coord, nearest", [
+    ("half_pixel", "round_prefer_floor"), ("asymmetric", "floor"),
+    ("align_corners", "round_prefer_ceil"), ("pytorch_half_pixel", "ceil")])
+def test_resize_nearest_run_time_sizes(coord, nearest):
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": nearest}
+    model = _resize_model(attrs, "sizes", 4)
+    _, gm = _module(model, max_sizes={"resize": 128})  # 1 * 2 * H * W <= 128
+    for sizes in ([1, 2, 6, 8], [1, 2, 5, 3], [1, 2, 1, 1], [1, 2, 3, 4], [1, 2, 8, 8],
+                  [1, 1, 7, 9], [2, 2, 2, 5]):
+        _resize_same(gm, model, "sizes", sizes)
+    _past_bound(gm, {"x": np.zeros((1, 2, 3, 4), np.float32),
+                     "sizes": np.array([1, 2, 9, 8], np.int64)}, "resize")
+
+
+@pytest.mark.parametrize("mode, coord", [
+    ("linear", "half_pixel"), ("linear", "asymmetric"), ("linear", "pytorch_half_pixel"),
+    ("cubic", "half_pixel"), ("nearest", "asymmetric")])
+def test_resize_run_time_scales(mode, coord):
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord}
+    model = _resize_model(attrs, "scales", 4)
+    _, gm = _module(model, max_sizes={"resize": 288})  # 1 * 2 * 12 * 12
+    # (ORT's linear/cubic resize only the last two axes of a 4-D input)
+    for scales in ([1, 1, 2, 2], [1, 1, 1.5, 0.5], [1, 1, 0.7, 1.3], [1, 1, 1, 3], [1, 1, 4, 3],
+                   [1, 1, 1, 1]):
+        _resize_same(gm, model, "scales", scales, exact=mode == "nearest")
+    _past_bound(gm, {"x": np.zeros((1, 2, 3, 4), np.float32),
+                     "scales": np.array([1, 1, 4, 3.25], np.float32)}, "resize")  # 2*12*13 > 288
+
+
+def test_resize_run_time_sizes_axes_policy_cubic_exclude():
+    attrs = {"mode": "cubic", "axes": [2, 3], "keep_aspect_ratio_policy": "not_larger",
+             "exclude_outside": 1, "cubic_coeff_a": -0.5,
+             "coordinate_transformation_mode": "half_pixel_symmetric"}
+    model = _resize_model(attrs, "sizes", 2, opset=19)
+    _, gm = _module(model, max_sizes={"resize": 60})
+    for sizes in ([6, 8], [5, 20], [2, 2], [9, 4], [3, 4]):
+        _resize_same(gm, model, "sizes", sizes, exact=False)
+    _past_bound(gm, {"x": np.zeros((1, 2, 3, 4), np.float32),
+                     "sizes": np.array([12, 16], np.int64)}, "resize")  # 12 x 16 > 60
+
+
+def test_resize_run_time_linear_double_align_corners_sizes():
+    """float64 (ORT has no double Resize): against ONNX's reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = {"mode": "linear", "coordinate_transformation_mode": "align_corners"}
+    model = _resize_model(attrs, "sizes", 4, dtype=np.float64)
+    _, gm = _module(model, max_sizes={"resize": 200})
+    for sizes in ([1, 2, 6, 8], [1, 2, 2, 7], [1, 2, 1, 1], [1, 2, 10, 10]):
+        _resize_same(gm, model, "sizes", sizes, dtype=np.float64, exact=False,
+                     run=lambda m, f: ReferenceEvaluator(m).run(None, f))

@@ -10,8 +10,8 @@ rounds it by ``nearest_mode`` (``round_prefer_floor``, ``round_prefer_ceil``,
 clamped to ``[0, in - 1]``. Resize-10 and Upsample use ``asymmetric`` with ``floor``
 for nearest.
 
-The output size is ``sizes`` or ``floor(in * scale)``; scales, sizes and roi must be
-constant. Since shapes are static, the per-axis source indices (and weights) are
+The output size is ``sizes`` or ``floor(in * scale)``; here scales, sizes and roi are
+constant (run-time scales/sizes: :mod:`.resize_data`, bounded by ``max_sizes``). Since shapes are static, the per-axis source indices (and weights) are
 tables computed at compile time; the emitted loops only gather and blend. An axis
 upsampled by an integer factor with ``asymmetric``/``floor`` indexes by division
 instead of a table.
@@ -39,6 +39,7 @@ from ...ir import Node, shape_size
 from ...symbolic import Dim
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import ctype
+from . import resize_data
 from .loops import contiguous_strides, emit_loops, has_epilogue, linear_offset, normalize_axis
 
 __all__ = [
@@ -361,6 +362,8 @@ class _Resize(OpDef):
     """Shared by the Resize versions; subclasses say where scales and sizes come from."""
 
     fixed_coord: ClassVar[str | None] = None
+    #: indices of the ``scales`` and ``sizes`` inputs (``None``: the version lacks it)
+    scale_inputs: ClassVar[tuple[int | None, int | None]] = (2, 3)
     defaults = {
         "antialias": 0,
         "axes": None,
@@ -415,6 +418,8 @@ class _Resize(OpDef):
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
+        if resize_data.run_time_input(node, self):
+            return resize_data.infer(node, self)
         if x.dtype.kind != "f" and node.attrs["mode"] != "nearest":
             raise UnsupportedOpError(
                 f"{node.op_type} (node {node.name!r}): linear mode needs floats"
@@ -425,10 +430,14 @@ class _Resize(OpDef):
         return [_apply_reference(inputs[0], self.plan(node))]
 
     def epilogue_groups(self, node: Node):
+        if resize_data.run_time_input(node, self):
+            return None
         rank = len(node.outputs[0].shape)
         return [[], list(range(rank - 1)), [rank - 1]] if rank else [[], [], []]
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
+        if resize_data.run_time_input(node, self):
+            return resize_data.emit(node, ctx, self)
         x, y = node.inputs[0], node.outputs[0]
         plan = self.plan(node)
         ist = contiguous_strides(x.shape)
@@ -547,6 +556,7 @@ class Upsample9(_Resize):
     """ONNX ``Upsample`` 9: ``scales`` input, asymmetric coordinates, floor."""
 
     op_type, since_version, fixed_coord = "Upsample", 9, "asymmetric"
+    scale_inputs = (1, None)
 
     def _inputs(self, node: Node):
         return self._const(node, 1, "scales"), None
@@ -557,6 +567,7 @@ class Resize10(_Resize):
     """ONNX ``Resize`` 10: ``scales`` input, asymmetric coordinates, floor."""
 
     op_type, since_version, fixed_coord = "Resize", 10, "asymmetric"
+    scale_inputs = (1, None)
 
     def _inputs(self, node: Node):
         return self._const(node, 1, "scales"), None

@@ -85,6 +85,18 @@ def _dims(node: Node) -> tuple[int, int, int, int]:
     return k, n, bs, nblk
 
 
+def _zero_points(zp: np.ndarray | None, n: int, nblk: int) -> np.ndarray:
+    """MatMulNBits' zero points as float32 ``[N, k_blocks]``: 8 when absent, two 4-bit
+    values a byte (low nibble first, each row padded to whole bytes) when uint8, else the
+    float values as given."""
+    if zp is None:
+        return np.full((n, nblk), 8.0, np.float32)
+    if zp.dtype == np.uint8:
+        zb = np.asarray(zp).reshape(n, -1)
+        return np.stack([zb & 15, zb >> 4], axis=-1).reshape(n, -1)[:, :nblk].astype(np.float32)
+    return np.asarray(zp, np.float32).reshape(n, nblk)
+
+
 def dequantize_nbits(b: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, k: int,
                      n: int, bs: int) -> np.ndarray:
     """The float32 ``[N, K]`` weight of MatMulNBits 4-bit data (the NumPy reference of the
@@ -93,13 +105,7 @@ def dequantize_nbits(b: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, k
     raw = np.asarray(b, np.uint8).reshape(n, nblk, bs // 2)
     q = np.empty((n, nblk, bs), np.float32)
     q[..., 0::2], q[..., 1::2] = raw & 15, raw >> 4
-    if zp is None:
-        z = np.full((n, nblk), 8.0, np.float32)
-    elif zp.dtype == np.uint8:
-        zb = np.asarray(zp).reshape(n, -1)
-        z = np.stack([zb & 15, zb >> 4], axis=-1).reshape(n, -1)[:, :nblk].astype(np.float32)
-    else:
-        z = np.asarray(zp, np.float32).reshape(n, nblk)
+    z = _zero_points(zp, n, nblk)
     s = np.asarray(scales, np.float32).reshape(n, nblk)
     w = (q - z[..., None]) * s[..., None]
     return w.reshape(n, nblk * bs)[:, :k]
@@ -123,13 +129,7 @@ def repack_nbits(b: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, k: in
     rows[:n] = np.asarray(b, np.uint8).reshape(n, nblk * bs // 2)[:, :kp2]
     q = np.ascontiguousarray(rows.reshape(panels, PANEL, kp2).transpose(0, 2, 1))
     sc = np.asarray(scales, np.float32).reshape(n, nblk)
-    if zp is None:
-        z = np.full((n, nblk), 8.0, np.float32)
-    elif zp.dtype == np.uint8:
-        zb = np.asarray(zp).reshape(n, -1)
-        z = np.stack([zb & 15, zb >> 4], axis=-1).reshape(n, -1)[:, :nblk].astype(np.float32)
-    else:
-        z = np.asarray(zp, np.float32).reshape(n, nblk)
+    z = _zero_points(zp, n, nblk)
     out = []
     for v in (sc, z * sc):
         full = np.zeros((panels * PANEL, nblk), np.float32)

@@ -125,8 +125,11 @@ class _Random(OpDef):
 
 
 class _Generator(_Random):
-    """RandomUniform/RandomNormal and the Like forms: draws in the output's shape."""
+    """RandomUniform/RandomNormal and the Like forms (1; 22 adds types only): draws in
+    the output's shape."""
 
+    since_version = 1
+    also_versions = (22,)
     normal = False
     like = False
 
@@ -202,8 +205,7 @@ class RandomUniform(_Generator):
         A seed outside ``[0, 2**32)``.
     """
 
-    op_type, since_version = "RandomUniform", 1
-    also_versions = (22,)
+    op_type = "RandomUniform"
 
 
 @register
@@ -219,15 +221,13 @@ class RandomNormal(_Generator):
         A seed outside ``[0, 2**32)``.
     """
 
-    op_type, since_version = "RandomNormal", 1
-    also_versions = (22,)
+    op_type = "RandomNormal"
     normal = True
 
 
-@register
-class RandomUniformLike(_Generator):
-    """ONNX ``RandomUniformLike`` (1; 22 adds types only): like ``RandomUniform`` in the
-    input's shape (run-time dims too); ``dtype`` defaults to the input's type.
+class _LikeGenerator(_Generator):
+    """The ``Like`` forms: the generator in the input's shape (run-time dims too);
+    ``dtype`` defaults to the input's type (float32 for an integer input).
 
     Raises
     ------
@@ -235,28 +235,27 @@ class RandomUniformLike(_Generator):
         An output type other than float32, float64, float16, bfloat16.
     """
 
-    op_type, since_version = "RandomUniformLike", 1
-    also_versions = (22,)
     defaults = {"seed": None, "dtype": None}
     like = True
 
 
 @register
-class RandomNormalLike(_Generator):
-    """ONNX ``RandomNormalLike`` (1; 22 adds types only): like ``RandomNormal`` in the
-    input's shape (run-time dims too); ``dtype`` defaults to the input's type.
+class RandomUniformLike(_LikeGenerator):
+    """ONNX ``RandomUniformLike`` (1; 22 adds types only): ``RandomUniform`` in the
+    input's shape; UnsupportedOpError for an output type other than float32, float64,
+    float16, bfloat16 (:class:`_LikeGenerator`)."""
 
-    Raises
-    ------
-    UnsupportedOpError
-        An output type other than float32, float64, float16, bfloat16.
-    """
+    op_type = "RandomUniformLike"
 
-    op_type, since_version = "RandomNormalLike", 1
-    also_versions = (22,)
-    defaults = {"seed": None, "dtype": None}
+
+@register
+class RandomNormalLike(_LikeGenerator):
+    """ONNX ``RandomNormalLike`` (1; 22 adds types only): ``RandomNormal`` in the
+    input's shape; UnsupportedOpError for an output type other than float32, float64,
+    float16, bfloat16 (:class:`_LikeGenerator`)."""
+
+    op_type = "RandomNormalLike"
     normal = True
-    like = True
 
 
 _BERNOULLI_OUT = {np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from harness import check_op, make_node
 
-from monolib.errors import ShapeError, UnsupportedOpError
+from monolib.errors import UnsupportedOpError
 
 R = np.random.default_rng(5)
 F = lambda *v: np.array(v, np.float32)
@@ -195,6 +195,7 @@ def test_unsupported_modes():
                 {"mode": "nearest", "antialias": 1}, 18, (2,))  # fmt: skip
 
 
-def test_runtime_scales_rejected():
-    with pytest.raises(ShapeError, match="compile-time constant"):
+def test_runtime_scales_without_bound_rejected():
+    """Run-time scales compile only with a max_sizes bound (tests/ops/test_bounded_sizes.py)."""
+    with pytest.raises(UnsupportedOpError, match=r"scales.*max_sizes=.*compile-time constant"):
         make_node("Resize", [x4(1, 1, 4, 4), EMPTY, F(1, 1, 2, 2)], {}, 13, (1,))

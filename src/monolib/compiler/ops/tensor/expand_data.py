@@ -78,7 +78,7 @@ def expand_infer(node: Node) -> list[OutType]:
     """
     bound = require_bound(node, "input 'shape'")
     x = node.inputs[0]
-    rank, axes = _expand_axes(node)
+    _, axes = _expand_axes(node)
     shape = [1 if xd is None else xd for xd, _ in axes]
     dyn = [i for i, (xd, si) in enumerate(axes) if _data_dependent(xd, si)]
     return [(bounded_dims(node, dyn, shape, bound), x.dtype)]

@@ -60,8 +60,8 @@ def emit(node: Node, ctx: EmitContext, axis: int) -> str:
         f"      for (int64_t {j} = 0; {j} < (int64_t)({inner}); ++{j}) {{",
         f"        int64_t {t} = (int64_t){ctx.ptr(idx)}[{o} * ({inner}) + {j}];",
         f"        if ({t} < 0) {t} += {d};",
-        f"        {ctx.ptr(y)}[({o} * {d} + {p}) * ({inner}) + {j}] = "
-        f"{t} == {p} ? {vals}[1] : {vals}[0];",
+        (f"        {ctx.ptr(y)}[({o} * {d} + {p}) * ({inner}) + {j}] = "
+         f"{t} == {p} ? {vals}[1] : {vals}[0];"),
         "      }",
         "}",
     ]

@@ -20,11 +20,11 @@ from __future__ import annotations
 import logging
 
 from ....errors import UnsupportedOpError
-from ..control.status import fail_statement
 from ...backends.cstyle import ctype
 from ...ir import Node
 from ...symbolic import Dim
 from ..base import EmitContext, OutType
+from ..control.status import fail_statement
 from ._computed import count_dim
 from .bounded import user_bound
 
@@ -81,14 +81,14 @@ def emit(node: Node, ctx: EmitContext) -> str:
         dist = f"((int64_t){l} - (int64_t){s})"
         step = f"(int64_t){d}"
         # ceil(dist / step) in truncating C division
-        lines = [f"  int64_t {cnt} = {step} == 0 ? 0 : ({step} > 0 ? ({dist} + {step} - 1) / "
-                 f"{step} : ({dist} + {step} + 1) / {step});",
+        lines = [(f"  int64_t {cnt} = {step} == 0 ? 0 : ({step} > 0 ? ({dist} + {step} - 1) / "
+                  f"{step} : ({dist} + {step} + 1) / {step});"),
                  f"  if ({cnt} < 0) {cnt} = 0;"]
         acc_t, start, delta = "int64_t", f"(int64_t){s}", step
     else:  # ORT: ceil((double)(limit - start) / delta), compared in double (inf, NaN)
         lines = [f"  double {q} = {d} == 0 ? 0.0 : ceil((double)({l} - {s}) / (double){d});",
-                 f"  int64_t {cnt} = {q} > 0.0 ? ({q} > {n.hi + 1}.0 ? {n.hi + 1} "
-                 f": (int64_t){q}) : 0;"]
+                 (f"  int64_t {cnt} = {q} > 0.0 ? ({q} > {n.hi + 1}.0 ? {n.hi + 1} "
+                  f": (int64_t){q}) : 0;")]
         acc_t, start, delta = T, s, d
     if user_bound(node) is not None:  # a length past the user's bound stops the run
         lines.append(f"  if ({cnt} > {n.hi}) {{ {fail_statement(ctx, node, 'max_sizes bound')}"
@@ -99,8 +99,8 @@ def emit(node: Node, ctx: EmitContext) -> str:
         "{",
         *lines,
         f"  {acc_t} {acc} = {start};",
-        f"  for (int64_t {i} = 0; {i} < {cnt}; ++{i}) {{ {ctx.ptr(y)}[{i}] = ({T}){acc}; "
-        f"{acc} += {delta}; }}",
+        (f"  for (int64_t {i} = 0; {i} < {cnt}; ++{i}) {{ {ctx.ptr(y)}[{i}] = ({T}){acc}; "
+         f"{acc} += {delta}; }}"),
         f"  {ctx.set_symbol(n, cnt)}",
         "}",
     ])

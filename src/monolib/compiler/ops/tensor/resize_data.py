@@ -75,16 +75,17 @@ def _attrs(node: Node, op) -> dict:
     where = f"{node.op_type} (node {node.name!r})"
     rank = len(node.inputs[0].shape)
     axes = op.attr(node, "axes")
-    a = dict(
-        mode=node.attrs["mode"],
-        coord=op.fixed_coord or node.attrs.get("coordinate_transformation_mode", "half_pixel"),
-        nearest=("floor" if op.fixed_coord else op.attr(node, "nearest_mode")),
-        axes=(list(range(rank)) if axes is None
-              else [normalize_axis(int(x), rank, where) for x in axes]),
-        policy=op.attr(node, "keep_aspect_ratio_policy"),
-        cubic_a=float(op.attr(node, "cubic_coeff_a")),
-        exclude=bool(op.attr(node, "exclude_outside")),
-    )
+    a = {
+        "mode": node.attrs["mode"],
+        "coord": op.fixed_coord or node.attrs.get("coordinate_transformation_mode",
+                                                  "half_pixel"),
+        "nearest": "floor" if op.fixed_coord else op.attr(node, "nearest_mode"),
+        "axes": (list(range(rank)) if axes is None
+                 else [normalize_axis(int(x), rank, where) for x in axes]),
+        "policy": op.attr(node, "keep_aspect_ratio_policy"),
+        "cubic_a": float(op.attr(node, "cubic_coeff_a")),
+        "exclude": bool(op.attr(node, "exclude_outside")),
+    }
     bad = []
     if a["mode"] not in ("nearest", "linear", "cubic"):
         bad.append(f"mode {a['mode']!r}")
@@ -167,8 +168,8 @@ def _nearest_table(ctx, a, n, o, s, idx) -> list[str]:
     return [f"  for (int64_t {j} = 0; {j} < {o}; ++{j}) {{",
             f"    float {y} = (float){j}; float {x} = {coord}; float {f} = floorf({x});",
             f"    double {f}_r = (double){rnd};",
-            f"    {idx}[{j}] = {f}_r < 0.0 ? 0 : ({f}_r > (double)({n} - 1) ? {n} - 1 "
-            f": (int64_t){f}_r);",
+            (f"    {idx}[{j}] = {f}_r < 0.0 ? 0 : ({f}_r > (double)({n} - 1) ? {n} - 1 "
+             f": (int64_t){f}_r);"),
             "  }"]
 
 
@@ -207,8 +208,8 @@ def _tap_table(ctx, a, n, o, sc, idx, w, T: int, wt: str) -> list[str]:
               f"      {idx}[{j} * {T} + {t}] = p_ < 0 ? 0 : (p_ > {n} - 1 ? {n} - 1 : p_);",
               "    }"]
     norm = f" / ({tot} == 0.0 ? 1.0 : {tot})" if a["exclude"] else ""
-    lines += [f"    for (int {t} = 0; {t} < {T}; ++{t}) "
-              f"{w}[{j} * {T} + {t}] = ({wt})({wd}[{t}]{norm});",
+    lines += [(f"    for (int {t} = 0; {t} < {T}; ++{t}) "
+               f"{w}[{j} * {T} + {t}] = ({wt})({wd}[{t}]{norm});"),
               "  }"]
     return [line.replace("p_", f"{j}_p") for line in lines]
 

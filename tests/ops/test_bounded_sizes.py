@@ -263,3 +263,19 @@ def test_resize_run_time_linear_double_align_corners_sizes():
     for sizes in ([1, 2, 6, 8], [1, 2, 2, 7], [1, 2, 1, 1], [1, 2, 10, 10]):
         _resize_same(gm, model, "sizes", sizes, dtype=np.float64, exact=False,
                      run=lambda m, f: ReferenceEvaluator(m).run(None, f))
+
+
+def test_expand_run_time_input_dim():
+    """An input dim that is a run-time dim (1 or more at run time) broadcast by a
+    run-time shape: its output dim is data-dependent, checked against N too."""
+    x = np.zeros((2, 1), np.float32)
+    model = _model("Expand", {"x": x, "shape": np.array([1, 1], np.int64)})
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    _, gm = _module(model, dims={"n": (1, 4)}, max_sizes={"expand": 12})
+    for rows, shp in ((1, [3, 4]), (4, [1, 3]), (3, [3, 1]), (1, [0, 5]), (2, [2, 6])):
+        _same(gm, model, {"x": RNG.standard_normal((rows, 1)).astype(np.float32),
+                          "shape": np.array(shp, np.int64)})
+    _past_bound(gm, {"x": np.zeros((4, 1), np.float32), "shape": np.array([1, 4], np.int64)},
+                "expand")  # 4 x 4 > 12
+    _past_bound(gm, {"x": np.zeros((3, 1), np.float32), "shape": np.array([2, 1], np.int64)},
+                "expand")  # 3 vs 2

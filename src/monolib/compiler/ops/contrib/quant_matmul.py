@@ -43,6 +43,7 @@ from ..quant._qcommon import (
     qgemm_call,
     requantize,
     require_q8,
+    scale_product_c,
     zp_c,
     zp_ref,
 )
@@ -74,19 +75,6 @@ def _check_scalar(node: Node, idx: int, what: str) -> None:
             f"{node.op_type} node {node.name!r}: {what} (input {idx}) has shape "
             f"{list(v.shape)}; only a per-tensor value is supported"
         )
-
-
-def _mult_code(ctx: EmitContext, a_scale: str, b_scale, extra: str = "") -> str:
-    """C filling a float scratch array with ``a_scale * b_scale[i]`` (then ``extra``,
-    e.g. ``" / y"``), one per ``b_scale`` value; returns ``(pointer, code)``."""
-    n = b_scale.size
-    buf = ctx.scratch(4 * n)
-    i = ctx.unique("i")
-    code = (
-        f"for (int64_t {i} = 0; {i} < {n}; ++{i}) ((float*){buf})[{i}] = "
-        f"({a_scale} * {ctx.ptr(b_scale)}[{i}]){extra};\n"
-    )
-    return f"((const float*){buf})", code
 
 
 class _ToFloat(_QMatMul):
@@ -130,7 +118,7 @@ class _ToFloat(_QMatMul):
 
     def _out(self, node: Node, ctx: EmitContext):
         bs = node.inputs[self.BS]
-        mult, code = _mult_code(ctx, self._a_scale(node, ctx), bs)
+        mult, code = scale_product_c(ctx, self._a_scale(node, ctx), bs)
         out = out_fields(_F32, "0", "0", mult, "ML_QMULT_COL" if bs.size > 1 else "ML_QMULT_TENSOR")
         bias = node.input(self.BIAS)
         if bias is not None:
@@ -314,7 +302,8 @@ class QGemm(OpDef):
         bs, ys = node.inputs[self.BS], node.input(self.YS)
         extra = f" / {ctx.ptr(ys)}[0]" if ys is not None else ""
         alpha = f"{float(self.attr(node, 'alpha'))!r}f"
-        mult, code = _mult_code(ctx, f"({alpha} * {ctx.ptr(node.inputs[self.AS])}[0])", bs, extra)
+        a_scale = f"({alpha} * {ctx.ptr(node.inputs[self.AS])}[0])"
+        mult, code = scale_product_c(ctx, a_scale, bs, extra)
         lines.append(code)
         mode = "ML_QMULT_COL" if bs.size > 1 else "ML_QMULT_TENSOR"
         yzp = node.input(self.YZP)

@@ -33,6 +33,7 @@ __all__ = [
     "qgemm_call",
     "requantize",
     "require_q8",
+    "scale_product_c",
     "zp_c",
     "zp_ref",
 ]
@@ -141,17 +142,26 @@ def mult_ref(a_scale: np.ndarray, b_scale: np.ndarray, y_scale: np.ndarray) -> n
     return (a * np.asarray(b_scale, np.float32).ravel()) / y
 
 
-def mult_c(ctx: EmitContext, a_scale: Value, b_scale: Value, y_scale: Value) -> tuple[str, str]:
-    """``(pointer, code)``: C that computes ``mult_ref`` into a scratch float array at
-    run time (``b_scale.size`` elements)."""
+def scale_product_c(
+    ctx: EmitContext, a_scale: str, b_scale: Value, extra: str = ""
+) -> tuple[str, str]:
+    """``(pointer, code)``: C filling a scratch float array at run time with
+    ``(a_scale * b_scale[i])`` then ``extra`` (e.g. ``" / y[0]"``), one float per
+    ``b_scale`` element; ``a_scale`` is a C float expression."""
     n = b_scale.size
     buf = ctx.scratch(4 * n)
     i = ctx.unique("i")
     code = (
         f"for (int64_t {i} = 0; {i} < {n}; ++{i}) ((float*){buf})[{i}] = "
-        f"({ctx.ptr(a_scale)}[0] * {ctx.ptr(b_scale)}[{i}]) / {ctx.ptr(y_scale)}[0];\n"
+        f"({a_scale} * {ctx.ptr(b_scale)}[{i}]){extra};\n"
     )
     return f"((const float*){buf})", code
+
+
+def mult_c(ctx: EmitContext, a_scale: Value, b_scale: Value, y_scale: Value) -> tuple[str, str]:
+    """``(pointer, code)``: C that computes ``mult_ref`` into a scratch float array at
+    run time (``b_scale.size`` elements)."""
+    return scale_product_c(ctx, f"{ctx.ptr(a_scale)}[0]", b_scale, f" / {ctx.ptr(y_scale)}[0]")
 
 
 def requantize(acc: np.ndarray, mult: np.ndarray, zp: np.ndarray | None, dtype) -> np.ndarray:

@@ -113,3 +113,24 @@ def test_cli_tune(tmp_path, tuning_dir):
     exported = tmp_path / "export.json"
     assert main(["tune", "export", str(exported)]) == 0
     assert json.loads(exported.read_text())["entries"]
+
+
+def test_gemm_candidates_match_ort(ort_run, rng):
+    """Gemm with a run-time A: read in place (the rule) or packed (pack_a=1); both in
+    one benchmark library, both equal to ORT (alpha, beta, a constant C row, Relu)."""
+    from monolib.compiler.tuning.measure import gemm_model
+
+    sig = {"op": "Gemm", "a": [5, 24], "b": [24, 40], "c": [40], "transA": 0, "transB": 0,
+           "alpha": 0.5, "beta": 2.0, "const_b": True, "const_c": True,
+           "epilogue": "fused", "dtype": "float32", "layout": "row-major"}
+    model = gemm_model(sig, 2)
+    sel = Selection(forced={"cand0": "gemm(pack_a=0)", "cand1": "gemm(pack_a=1)"})
+    with selecting(sel):
+        src = lower(model)[0]
+        factory = monolib.compile(model)
+    assert "ml_pack_a_par(" in src  # cand1 packs A when it runs
+    (seen,) = sel.seen.values()
+    assert seen.sig == sig and len(seen.candidates) == 2
+    feeds = {"a": rng.standard_normal((5, 24)).astype(np.float32)}
+    for g, r in zip(run(factory, feeds), ort_run(model, feeds)):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)

@@ -1,9 +1,10 @@
 """The micro-benchmark of one signature: every candidate in one small library.
 
-For a Conv signature (:func:`..ops.nn.conv.conv_candidates`) :func:`measure` builds an
-ONNX model with one input and one Conv per candidate (the signature's exact shapes and
-attributes, random weights; a Relu after each where the signature has a fused
-epilogue), compiles it once with each node forced to its candidate, and times each op
+For a Conv or Gemm signature (:func:`..ops.nn.conv.conv_candidates`,
+:func:`..ops.nn.gemm.gemm_candidates`) :func:`measure` builds an ONNX model with one
+node per candidate on the same inputs (the signature's exact shapes and attributes,
+random weights; a Relu after each where the signature has a fused epilogue), compiles
+it once with each node forced to its candidate, and times each op
 with ``monolib_run_op`` on one thread: round robin over the candidates (so a burst of
 load on a shared machine hits them alike), the median of the repeats.
 """
@@ -22,7 +23,7 @@ from ...abi.names import SET_NUM_THREADS
 from ...errors import CompileError
 from .select import Candidate, Selection, selecting
 
-__all__ = ["conv_model", "measure"]
+__all__ = ["bench_model", "conv_model", "gemm_model", "measure"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,56 @@ def conv_model(sig: dict[str, Any], count: int, seed: int = 0) -> Any:
     return shape_inference.infer_shapes(model)
 
 
+def gemm_model(sig: dict[str, Any], count: int, seed: int = 0) -> Any:
+    """An ONNX model of ``count`` Gemms of signature ``sig`` on one run-time ``a``.
+
+    Node ``i`` is named ``cand<i>`` and writes ``y<i>``; B and C are random initializers
+    where the signature has them constant, else inputs ``b`` / ``c``.
+    """
+    from onnx import TensorProto, helper, numpy_helper, shape_inference
+
+    rng = np.random.default_rng(seed)
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, sig["a"])]
+    inits = []
+    ins = ["a"]
+    for name, shape, const in (("b", sig["b"], sig["const_b"]), ("c", sig["c"], sig["const_c"])):
+        if shape is None:
+            continue
+        ins.append(name)
+        if const:
+            value = (rng.standard_normal(shape) / np.sqrt(max(shape))).astype(np.float32)
+            inits.append(numpy_helper.from_array(value, name))
+        else:
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+    nodes, outputs = [], []
+    for i in range(count):
+        out = f"g{i}" if sig["epilogue"] == "fused" else f"y{i}"
+        nodes.append(helper.make_node(
+            "Gemm", ins, [out], name=f"cand{i}", alpha=sig["alpha"], beta=sig["beta"],
+            transA=sig["transA"], transB=sig["transB"],
+        ))
+        if sig["epilogue"] == "fused":
+            nodes.append(helper.make_node("Relu", [out], [f"y{i}"], name=f"relu{i}"))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "tune", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return shape_inference.infer_shapes(model)
+
+
+def bench_model(sig: dict[str, Any], count: int) -> Any:
+    """The benchmark model of a signature (:func:`conv_model`, :func:`gemm_model`).
+
+    Raises
+    ------
+    CompileError
+        For a signature of another op.
+    """
+    makers = {"Conv": conv_model, "Gemm": gemm_model}
+    if sig.get("op") not in makers:
+        raise CompileError(f"tuning: no benchmark for signatures of op {sig.get('op')!r}")
+    return makers[sig["op"]](sig, count)
+
+
 def _op_of(nodes: list[dict[str, Any]], count: int) -> list[int]:
     """Index of the fused op holding node ``cand<i>``, per ``i``."""
     where: dict[str, int] = {}
@@ -93,7 +144,7 @@ def measure(
     Parameters
     ----------
     sig : dict
-        A Conv signature (``conv_candidates``).
+        A Conv or Gemm signature (``conv_candidates``, ``gemm_candidates``).
     candidates : list of Candidate
     repeats : int
         Rounds of timing (each runs every candidate once, after one warm-up round).
@@ -118,7 +169,8 @@ def measure(
 
     forced = {f"cand{i}": c.label for i, c in enumerate(candidates)}
     with selecting(Selection(forced=forced)):
-        factory = compile_model(conv_model(sig, len(candidates)))
+        model = bench_model(sig, len(candidates))
+        factory = compile_model(model)
     gm = GraphModule(factory["default"](cpu()))
     ex = gm.executor
     try:  # this library alone on one thread: the process-wide count is left alone
@@ -126,9 +178,11 @@ def measure(
     except AttributeError:
         logger.debug("benchmark library has no %s", SET_NUM_THREADS)
     rng = np.random.default_rng(1)
-    feeds = {"x": rng.standard_normal(sig["x"]).astype(np.float32)}
-    if not sig["const_w"]:
-        feeds["w"] = rng.standard_normal(sig["w"]).astype(np.float32)
+    feeds = {
+        v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim])
+        .astype(np.float32)
+        for v in model.graph.input
+    }
     gm.set_input(**feeds)
     gm.run()  # warm-up (and every op's inputs in place)
     ops = _op_of(factory.graph_json.get("nodes", []), len(candidates))

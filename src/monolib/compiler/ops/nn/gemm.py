@@ -24,11 +24,12 @@ from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import broadcast_shape, broadcast_strides
 from ._common import epi_call, f32, require_float32
 from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
+from ...tuning.select import Candidate, choose
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
 
-__all__ = ["Gemm", "a_fields", "a_operand", "b_operand"]
+__all__ = ["Gemm", "a_fields", "a_operand", "b_operand", "gemm_candidates"]
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +178,15 @@ class Gemm(OpDef):
         m, n, k = _mnk(node)
         include_gemm(ctx)
         ta, tb = node.attrs["transA"], node.attrs["transB"]
-        afields, code = a_fields(ctx, a, m, k, *((1, m) if ta else (k, 1)), name=node.name + ".A")
+        epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
+        sig, cands, default = gemm_candidates(node, epi != "(ml_epi_fn)0")
+        pick = default if sig is None else choose(node.name, sig, cands, default)
+        lds = (1, m) if ta else (k, 1)
+        if pick.param("pack_a"):  # a run-time A packed when the op runs (a tuned choice)
+            ap, code = a_operand(ctx, a, m, k, *lds, name=node.name + ".A")
+            afields = {"a": ap}
+        else:
+            afields, code = a_fields(ctx, a, m, k, *lds, name=node.name + ".A")
         bsrc = b_operand(ctx, b, k, n, *((1, k) if tb else (n, 1)), name=node.name + ".B")
         yp = ctx.ptr(y)
         fields = {
@@ -187,7 +196,7 @@ class Gemm(OpDef):
             **afields,
             "c": yp,
             "alpha": f32(node.attrs["alpha"]),
-            "epi": epi_call(ctx.tile_epilogue(self.epilogue_groups(node))),
+            "epi": epi,
             "epi_out": yp,
         }
         if bsrc["kind"] != "ML_B_PACKED":
@@ -221,6 +230,49 @@ class Gemm(OpDef):
             st = broadcast_strides(c.shape, (M, N))
             body.append(f"acc += {beta} * {ctx.ptr(c)}[{flat_of(['i0', 'i1'], st)}];")
         return element_kernel(node, ctx, body)
+
+
+def gemm_candidates(
+    node: Node, fused: bool
+) -> tuple[dict[str, Any] | None, list[Candidate], Candidate]:
+    """The tuning signature of a Gemm, its candidates and the rule's choice
+    (``compiler/tuning``).
+
+    The choice is how a run-time A with unit k stride reaches the micro-kernel: read in
+    place (``pack_a=0``, the rule: :func:`a_fields`) or packed into MR-row panels when
+    the op runs (``pack_a=1``, :func:`a_operand`: contiguous panels, at the cost of a
+    copy). Other Gemms have the rule's way only.
+
+    Returns
+    -------
+    (dict or None, list of Candidate, Candidate)
+        The signature (shapes, transposes, alpha, beta, which operands are constant,
+        epilogue, dtype; None when a size is a run-time dim or there is no choice), the
+        candidates and the default.
+    """
+    a, b, c = node.inputs[0], node.inputs[1], node.input(2)
+    default = Candidate("gemm", (("pack_a", 0),))
+    ta, tb = int(node.attrs["transA"]), int(node.attrs["transB"])
+    m, n, k = _mnk(node)
+    shapes = [*a.shape, *b.shape, *(c.shape if c is not None else ())]
+    if any(is_dim(v) for v in shapes) or a.const is not None or (ta and m != 1):
+        return None, [default], default
+    sig = {
+        "op": "Gemm",
+        "a": [int(v) for v in a.shape],
+        "b": [int(v) for v in b.shape],
+        "c": None if c is None else [int(v) for v in c.shape],
+        "transA": ta,
+        "transB": tb,
+        "alpha": float(node.attrs["alpha"]),
+        "beta": float(node.attrs["beta"]),
+        "const_b": b.const is not None,
+        "const_c": c is not None and c.const is not None,
+        "epilogue": "fused" if fused else "none",
+        "dtype": "float32",
+        "layout": "row-major",
+    }
+    return sig, [default, Candidate("gemm", (("pack_a", 1),))], default
 
 
 def _c_term(node: Node, ctx: EmitContext, m: int, n: int, fields: dict[str, str]) -> str:

@@ -46,6 +46,21 @@ def _axes(values, given, name: str, where: str, extra: int = 0) -> list[int]:
     return out
 
 
+def _slice_copy(slot: str, full: str, before, after, itemsize: int, reverse: bool,
+                into_slot: bool) -> str:
+    """C copying slice ``j`` (``i_``, or ``t_ - 1 - i_`` when ``reverse``) of the whole
+    tensor at ``full`` (dims ``before``, the scan axis, dims ``after``) into the body's
+    slot (``into_slot``), or the slot back into that slice: one block per index of
+    ``before``."""
+    j = "(t_ - 1 - i_)" if reverse else "i_"
+    outer = shape_size(before)
+    inner = f"(int64_t)({shape_size(after) * itemsize})"
+    at_slot, at_full = f"{slot} + o_ * {inner}", f"{full} + (o_ * t_ + {j}) * {inner}"
+    dst, src = (at_slot, at_full) if into_slot else (at_full, at_slot)
+    return (f"    for (int64_t o_ = 0; o_ < {outer}; ++o_) memcpy((uint8_t*){dst}, "
+            f"(const uint8_t*){src}, {inner});")
+
+
 @register
 class Scan(OpDef):
     """``Scan``: inputs the initial states then the scan inputs (then the captured
@@ -147,25 +162,15 @@ class Scan(OpDef):
             lines.append(f"  memcpy({em.ptr(s)}, {ctx.ptr(v)}, {v.nbytes});")
         lines.append("  for (int64_t i_ = 0; i_ < t_; ++i_) {")
         for x, s, a, d in zip(scans, xslots, in_axes, in_dirs):
-            j = "(t_ - 1 - i_)" if d else "i_"
-            outer = shape_size(x.shape[:a])
-            inner = f"(int64_t)({shape_size(x.shape[a + 1:]) * x.dtype.itemsize})"
-            lines.append(
-                f"    for (int64_t o_ = 0; o_ < {outer}; ++o_) memcpy((uint8_t*){em.ptr(s)} + "
-                f"o_ * {inner}, (const uint8_t*){ctx.ptr(x)} + (o_ * t_ + {j}) * {inner}, "
-                f"{inner});")
+            lines.append(_slice_copy(em.ptr(s), ctx.ptr(x), x.shape[:a], x.shape[a + 1:],
+                                     x.dtype.itemsize, d, into_slot=True))
         lines.append(f"    {em.call}")
         for s, o in zip(slots, couts):
             if em.offset(o) != em.offset(s):
                 lines.append(f"    memmove({em.ptr(s)}, {em.ptr(o)}, {o.nbytes});")
         for o, y, a, d in zip(souts, node.outputs[n:], out_axes, out_dirs):
-            j = "(t_ - 1 - i_)" if d else "i_"
-            outer = shape_size(o.shape[:a])
-            inner = f"(int64_t)({shape_size(o.shape[a:]) * o.dtype.itemsize})"
-            lines.append(
-                f"    for (int64_t o_ = 0; o_ < {outer}; ++o_) memcpy((uint8_t*){ctx.ptr(y)} + "
-                f"(o_ * t_ + {j}) * {inner}, (const uint8_t*){em.ptr(o)} + o_ * {inner}, "
-                f"{inner});")
+            lines.append(_slice_copy(em.ptr(o), ctx.ptr(y), o.shape[:a], o.shape[a:],
+                                     o.dtype.itemsize, d, into_slot=False))
         lines.append("  }")
         for s, y in zip(slots, node.outputs[:n]):
             lines.append(f"  memcpy({ctx.ptr(y)}, {em.ptr(s)}, {y.nbytes});")

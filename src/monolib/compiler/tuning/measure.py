@@ -120,6 +120,19 @@ def bench_model(sig: dict[str, Any], count: int) -> Any:
     return makers[sig["op"]](sig, count)
 
 
+def _compile_host(model: Any) -> Any:
+    """``build.compile(model)`` for the host, its steps called directly (``build``
+    imports the tuner: importing it back would be a cycle)."""
+    from ...export.targets import Target
+    from ..backends.registry import BACKENDS
+    from ..pipeline import prepare
+
+    tgt, backend = Target("c"), BACKENDS["c"]
+    backend.accept(tgt)
+    graph, fusion, plan = prepare(model)
+    return backend.package(backend.generate(graph, fusion, plan, tgt, constants={}), tgt)
+
+
 def _op_of(nodes: list[dict[str, Any]], count: int) -> list[int]:
     """Index of the fused op holding node ``cand<i>``, per ``i``."""
     where: dict[str, int] = {}
@@ -165,12 +178,11 @@ def measure(
     """
     from ...runtime.device import cpu
     from ...runtime.graph_module import GraphModule
-    from ..build import compile as compile_model
 
     forced = {f"cand{i}": c.label for i, c in enumerate(candidates)}
+    model = bench_model(sig, len(candidates))
     with selecting(Selection(forced=forced)):
-        model = bench_model(sig, len(candidates))
-        factory = compile_model(model)
+        factory = _compile_host(model)
     gm = GraphModule(factory["default"](cpu()))
     ex = gm.executor
     try:  # this library alone on one thread: the process-wide count is left alone

@@ -131,13 +131,13 @@ def _reference_core(q, k, v, pk, pv, add, scale: float):
 
 
 def _emit_mask(ctx: EmitContext, node: Node, mask: Value | None, ab: Value | None,
-               d: dict, filt: float) -> tuple[str, tuple] | None:
+               d: dict, filt: float) -> tuple[str, tuple | None]:
     """C filling a scratch ``[B, Nm, S, T]`` float mask (``Nm`` = N when the attention
-    bias has heads, else 1) from the padding mask and the attention bias: (C, (pointer
-    expression, shape)), or ``None`` when the node has neither."""
+    bias has heads, else 1) from the padding mask and the attention bias: (C line,
+    (pointer expression, shape)), or ``("", None)`` when the node has neither."""
     B, N, S, T = d["B"], d["N"], d["S"], d["T"]
     if mask is None and ab is None:
-        return None
+        return "", None
     nm = N if ab is not None and ab.shape[1] == N else 1
     buf = f"((float*){ctx.scratch(4 * B * nm * S * T)})"
     b, h, i, j = (ctx.unique(x) for x in "bhij")
@@ -160,7 +160,7 @@ def _emit_mask(ctx: EmitContext, node: Node, mask: Value | None, ab: Value | Non
         val += f" + {ctx.ptr(ab)}[{b}*{sb} + {h}*{sh} + {i}*{T} + {j}]"
     code = (f"for (int64_t {b} = 0; {b} < {B}; ++{b}) for (int64_t {h} = 0; {h} < {nm}; ++{h})"
             f" for (int64_t {i} = 0; {i} < {S}; ++{i}) for (int64_t {j} = 0; {j} < {T}; ++{j})"
-            f" {buf}[(({b}*{nm} + {h})*{S} + {i})*{T} + {j}] = {val};")
+            f" {buf}[(({b}*{nm} + {h})*{S} + {i})*{T} + {j}] = {val};\n")
     return code, (buf, (B, nm, S, T))
 
 
@@ -309,12 +309,9 @@ class ContribAttention(OpDef):
                 fields["bbuf"] = f"(float*){ctx.scratch(4 * bbuf_floats(Din, width))}"
             code += gemm_call(fields, bsrc) + "\n"
         views = _Views(ctx)
-        made = _emit_mask(ctx, node, node.input(3), node.input(5), d,
-                          float(self.attr(node, "mask_filter_value")))
-        mask = None
-        if made is not None:
-            code += made[0] + "\n"
-            mask = made[1]
+        made, mask = _emit_mask(ctx, node, node.input(3), node.input(5), d,
+                                float(self.attr(node, "mask_filter_value")))
+        code += made
         past = node.input(4)
         pasts = None
         if past is not None and P > 0:
@@ -477,12 +474,9 @@ class MultiHeadAttention(OpDef):
                      f"{rows}; ++{s}) for (int64_t {n} = 0; {n} < {N}; ++{n}) for (int64_t {e} "
                      f"= 0; {e} < {hh}; ++{e}) {buf}[(({b}*{rows} + {s})*{N} + {n})*{hh} + {e}] "
                      f"= {ctx.ptr(src)}[{off} + {b}*{sb} + {s}*{ss} + {n}*{sn} + {e}]{add};\n")
-        made = _emit_mask(ctx, node, node.input(4), node.input(5), d,
-                          float(self.attr(node, "mask_filter_value")))
-        mask = None
-        if made is not None:
-            code += made[0] + "\n"
-            mask = made[1]
+        made, mask = _emit_mask(ctx, node, node.input(4), node.input(5), d,
+                                float(self.attr(node, "mask_filter_value")))
+        code += made
         pasts = None
         if node.input(6) is not None and P > 0:
             pasts = (ctx.ptr(node.input(6)), ctx.ptr(node.input(7)))

@@ -46,6 +46,7 @@ __all__ = [
     "TILINGS",
     "VECTOR_WIDTHS",
     "NodeContext",
+    "add_inputs",
     "apply_test_epilogue",
     "assert_close",
     "attr_value",
@@ -232,6 +233,45 @@ def make_node(
     return node
 
 
+def add_inputs(
+    named: dict[str, np.ndarray | None],
+    consts: set[str],
+    graph_inputs: list,
+    inits: list,
+    feeds: dict[str, np.ndarray],
+) -> list[str]:
+    """A test node's inputs made into graph inputs or initializers.
+
+    Parameters
+    ----------
+    named : dict of str to ndarray or None
+        The node's inputs in order, by name; None is an omitted optional input.
+    consts : set of str
+        The names that become initializers; the others become graph inputs (typed by
+        the array's dtype and shape) fed with the array.
+    graph_inputs, inits, feeds : list, list, dict
+        Appended to: value infos, ``TensorProto`` initializers, the feeds.
+
+    Returns
+    -------
+    list of str
+        The node's input names, ``""`` for an omitted input.
+    """
+    names = []
+    for name, x in named.items():
+        if x is None:
+            names.append("")
+            continue
+        names.append(name)
+        if name in consts:
+            inits.append(numpy_helper.from_array(np.asarray(x), name))
+        else:
+            dtype = helper.np_dtype_to_tensor_dtype(x.dtype)
+            graph_inputs.append(helper.make_tensor_value_info(name, dtype, x.shape))
+            feeds[name] = x
+    return names
+
+
 def ort_node(
     op_type: str,
     inputs: Sequence[np.ndarray | None],
@@ -243,18 +283,10 @@ def ort_node(
 ) -> list[np.ndarray]:
     """The node of :func:`make_node` run by ONNX Runtime (one thread; constants as
     initializers; ``optimize=False``: without its graph optimizations)."""
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    node = helper.make_node(op_type, names, [f"out{i}" for i in range(n_outputs)], **attrs)
     graph_inputs, inits, feeds = [], [], {}
-    for i, x in enumerate(inputs):
-        if x is None:
-            continue
-        if i in const:
-            inits.append(numpy_helper.from_array(x, f"in{i}"))
-        else:
-            dtype = helper.np_dtype_to_tensor_dtype(x.dtype)
-            graph_inputs.append(helper.make_tensor_value_info(f"in{i}", dtype, x.shape))
-            feeds[f"in{i}"] = x
+    names = add_inputs({f"in{i}": x for i, x in enumerate(inputs)}, {f"in{i}" for i in const},
+                       graph_inputs, inits, feeds)
+    node = helper.make_node(op_type, names, [f"out{i}" for i in range(n_outputs)], **attrs)
     outs = [helper.make_empty_tensor_value_info(f"out{i}") for i in range(n_outputs)]
     graph = helper.make_graph([node], "g", graph_inputs, outs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)

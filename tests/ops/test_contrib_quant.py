@@ -18,7 +18,7 @@ int8 with 7-bit weights: ORT's uint8 x int8 AVX2 GEMM saturates int16 pair sums 
 from __future__ import annotations
 
 import numpy as np
-from harness import run_threads
+from harness import add_inputs, run_threads
 from onnx import helper, numpy_helper
 
 from monolib.compiler.testing import ort_run, run_model
@@ -51,22 +51,8 @@ def build(cases: list[Case]):
     """(model, feeds): every case one node with its own inputs and outputs."""
     nodes, inputs, inits, outputs, feeds = [], [], [], [], {}
     for i, c in enumerate(cases):
-        names = []
-        for k, v in c.ins.items():
-            if v is None:
-                names.append("")
-                continue
-            name = f"c{i}_{k}"
-            names.append(name)
-            if k in c.consts:
-                inits.append(numpy_helper.from_array(np.asarray(v), name))
-            else:
-                inputs.append(
-                    helper.make_tensor_value_info(
-                        name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape
-                    )
-                )
-                feeds[name] = v
+        names = add_inputs({f"c{i}_{k}": v for k, v in c.ins.items()},
+                           {f"c{i}_{k}" for k in c.consts}, inputs, inits, feeds)
         onames = [f"c{i}_y{j}" for j in range(len(c.outs))]
         for n, (dt, shape) in zip(onames, c.outs):
             outputs.append(

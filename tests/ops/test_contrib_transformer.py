@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from harness import add_inputs
 from onnx import TensorProto, helper, numpy_helper
 
 from monolib.compiler.testing import ort_run, run_model
@@ -30,18 +31,11 @@ def _ms_model(op, inputs, attrs=None, n_outputs=1, consts=(), extra_nodes=()):
     initializer when ``i`` is in ``consts``. Outputs ``out0..``, ``""`` for a skipped
     output given as ``None`` in ``n_outputs`` (a list of bools)."""
     outs_used = n_outputs if isinstance(n_outputs, list) else [True] * n_outputs
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
+    g_in, inits, feeds = [], [], {}
+    names = add_inputs({f"in{i}": x for i, x in enumerate(inputs)}, {f"in{i}" for i in consts},
+                       g_in, inits, feeds)
     out_names = [f"out{i}" if u else "" for i, u in enumerate(outs_used)]
     node = helper.make_node(op, names, out_names, domain=MS, **(attrs or {}))
-    g_in, inits, feeds = [], [], {}
-    for i, x in enumerate(inputs):
-        if x is None:
-            continue
-        if i in consts:
-            inits.append(numpy_helper.from_array(x, f"in{i}"))
-        else:
-            g_in.append(helper.make_tensor_value_info(f"in{i}", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape))
-            feeds[f"in{i}"] = x
     g_out = [helper.make_empty_tensor_value_info(n) for n in out_names if n]
     graph = helper.make_graph([node, *extra_nodes], "g", g_in, g_out, inits)
     model = helper.make_model(

@@ -19,7 +19,8 @@ import os
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from harness import add_inputs
+from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import monolib
@@ -46,19 +47,8 @@ def build(cases: list[Case], opset: int = 13):
     """(model, feeds, output names per case): every case a node with its own inputs."""
     nodes, inputs, inits, feeds, outs = [], [], [], {}, []
     for i, c in enumerate(cases):
-        names = []
-        for k, v in c.ins.items():
-            if v is None:
-                names.append("")
-                continue
-            name = f"c{i}_{k}"
-            names.append(name)
-            if k in c.consts:
-                inits.append(numpy_helper.from_array(np.asarray(v), name))
-            else:
-                inputs.append(helper.make_tensor_value_info(
-                    name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
-                feeds[name] = v
+        names = add_inputs({f"c{i}_{k}": v for k, v in c.ins.items()},
+                           {f"c{i}_{k}" for k in c.consts}, inputs, inits, feeds)
         outs.append([f"c{i}_y{j}" for j in range(c.outputs)])
         nodes.append(helper.make_node(c.op, names, outs[-1], **c.attrs))
     graph = helper.make_graph(nodes, "quant_cases", inputs, [], initializer=inits)

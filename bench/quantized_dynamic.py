@@ -30,36 +30,21 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+# the PaddleOCR exports hold their weights in Constant nodes: the same conversion as
+# bench/quantized.py's recipe
+from quantized import _constants_as_initializers
+
 SHAPE = (1, 3, 48, 320)
 VARIANTS = ("dynamic", "fused")
-
-
-def _constants_as_initializers(model):
-    """The model with its ``Constant`` nodes turned into initializers (PaddleOCR exports
-    hold every weight in one; the quantizer takes only initializers as weights)."""
-    import onnx
-
-    keep = []
-    for node in model.graph.node:
-        if (
-            node.op_type == "Constant"
-            and len(node.attribute) == 1
-            and node.attribute[0].name == "value"
-        ):
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(node.attribute[0].t)
-            tensor.name = node.output[0]
-            model.graph.initializer.append(tensor)
-        else:
-            keep.append(node)
-    del model.graph.node[:]
-    model.graph.node.extend(keep)
-    return model
 
 
 def _float17(src: Path, dst: Path) -> None:

@@ -20,25 +20,17 @@ on these lines for that reason (measured: monolib within 3e-7 of ORT on 2 of 3 l
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
+from .bench_recipes import load_bench
+
 pytestmark = pytest.mark.slow
 
-BENCH = Path(__file__).parents[2] / "bench" / "quantized_dynamic.py"
 TEXTS = ["Hello World 2024", "monolib compiles ONNX", "Paddle reads 7 lines"]
-
-
-def _recipe():
-    spec = importlib.util.spec_from_file_location("bench_quantized_dynamic", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module", params=["dynamic", "fused"])
@@ -49,7 +41,7 @@ def runs(request):
     import monolib
     from monolib.compiler.testing import ort_session
 
-    recipe = _recipe()
+    recipe = load_bench("quantized_dynamic")
     path = recipe.quantized_rec(request.param)
     factory = monolib.compile(str(path), target="c", shapes={"x": recipe.SHAPE})
     gm = monolib.GraphModule(factory["default"](monolib.cpu()))

@@ -17,24 +17,16 @@ In both, the meaning holds: upright lines are class 0, rotated ones class 1, wit
 probability > 0.9, on texts outside the calibration set too.
 """
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
+from .bench_recipes import load_bench
+
 pytestmark = pytest.mark.slow
 
-BENCH = Path(__file__).parents[2] / "bench" / "quantized.py"
 TEXTS = ["Hello World 2024", "Paddle reads 7 lines"]  # the second is not in the calibration
-
-
-def _recipe():
-    spec = importlib.util.spec_from_file_location("bench_quantized", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module", params=["qop", "qdq"])
@@ -46,7 +38,7 @@ def quantized(request):
     import monolib
     from monolib.compiler.testing import ort_session
 
-    recipe = _recipe()
+    recipe = load_bench("quantized")
     path = recipe.quantized_cls(fmt=request.param)
     factory = monolib.compile(str(path), target="c", shapes={"x": recipe.SHAPE})
     gm = monolib.GraphModule(factory["default"](monolib.cpu()))

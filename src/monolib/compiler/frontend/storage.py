@@ -22,7 +22,14 @@ from ..ir import Node, Value
 from ..ops.base import compute_dtype, is_storage, lookup
 from ..passes.node_eval import fold_node, run_infer
 
-__all__ = ["KEEP_STORAGE", "WIDENED_DOMAINS", "narrow_outputs", "storage_type", "widen_inputs"]
+__all__ = [
+    "KEEP_STORAGE",
+    "WIDENED_DOMAINS",
+    "insert_node",
+    "narrow_outputs",
+    "storage_type",
+    "widen_inputs",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +62,26 @@ def _cast(value: Value, dtype: np.dtype, node_name: str, out: Value, emit: Calla
     node = Node("Cast", node_name, [value], [out],
                 {"to": int(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))), "saturate": 1},
                 "", _CAST_OPSET)
-    op = lookup("Cast", _CAST_OPSET, "", node_name)
+    return insert_node(node, emit)
+
+
+def insert_node(node: Node, emit: Callable[[Node], None]) -> Value:
+    """A node the importer adds itself (a conversion): typed by its op (looked up at the
+    node's domain and opset), folded when it can be, else handed to ``emit``.
+
+    Returns
+    -------
+    Value
+        The node's first output (constant when folded).
+
+    Raises
+    ------
+    UnsupportedOpError
+        No implementation of the op (``ops.base.lookup``).
+    CompileError, ShapeError
+        From the op's type inference (``passes.node_eval.run_infer``).
+    """
+    op = lookup(node.op_type, node.opset, node.domain, node.name)
     run_infer(node, op)
     if not fold_node(node, op):
         emit(node)

@@ -21,9 +21,8 @@ import numpy as np
 
 from ...errors import CompileError, UnsupportedOpError
 from ..ir import Node, Value
-from ..ops.base import lookup
 from ..ops.text._common import TEXT_DOMAIN, string_dtype
-from ..passes.node_eval import fold_node, run_infer
+from .storage import insert_node
 
 __all__ = ["same_widths", "string_dtype", "string_input", "string_node"]
 
@@ -99,11 +98,7 @@ def same_widths(
             continue
         node = Node("StringWiden", new_node_name(f"{name}/widen{i}"), [v],
                     [new_value(f"{v.name}/S{wide}")], {"width": wide}, TEXT_DOMAIN, 1)
-        op = lookup("StringWiden", 1, TEXT_DOMAIN, node.name)
-        run_infer(node, op)
-        if not fold_node(node, op):
-            emit(node)
-        out.append(node.outputs[0])
+        out.append(insert_node(node, emit))
     return out
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 import pytest
 
-from .bench_recipes import load_bench
+from .bench_recipes import load_bench, run_both
 
 pytestmark = pytest.mark.slow
 
@@ -38,19 +38,10 @@ def runs(request):
     """(variant, model path, [(monolib probs, ORT probs)] per line of ``TEXTS``)."""
     pytest.importorskip("PIL")
     pytest.importorskip("onnxruntime.quantization")
-    import monolib
-    from monolib.compiler.testing import ort_session
-
     recipe = load_bench("quantized_dynamic")
     path = recipe.quantized_rec(request.param)
-    factory = monolib.compile(str(path), target="c", shapes={"x": recipe.SHAPE})
-    gm = monolib.GraphModule(factory["default"](monolib.cpu()))
-    sess = ort_session(path)
-    pairs = []
-    for x in recipe.lines(TEXTS):
-        gm.run(x=x)
-        pairs.append((gm.get_output(0).numpy(), sess.run(None, {"x": x})[0]))
-    return request.param, path, pairs
+    pairs = run_both(path, recipe.SHAPE, recipe.lines(TEXTS))
+    return request.param, path, [(got[0], want[0]) for got, want in pairs]
 
 
 def test_quantizer_emitted_the_ops(runs):

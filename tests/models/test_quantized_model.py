@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 import pytest
 
-from .bench_recipes import load_bench
+from .bench_recipes import load_bench, run_both
 
 pytestmark = pytest.mark.slow
 
@@ -35,20 +35,9 @@ def quantized(request):
     ``recipe.lines(TEXTS)`` order: upright, rotated, upright, rotated)."""
     pytest.importorskip("PIL")
     pytest.importorskip("onnxruntime.quantization")
-    import monolib
-    from monolib.compiler.testing import ort_session
-
     recipe = load_bench("quantized")
     path = recipe.quantized_cls(fmt=request.param)
-    factory = monolib.compile(str(path), target="c", shapes={"x": recipe.SHAPE})
-    gm = monolib.GraphModule(factory["default"](monolib.cpu()))
-    sess = ort_session(path)
-    pairs = []
-    for x in recipe.lines(TEXTS):
-        gm.run(x=x)
-        got = [gm.get_output(i).numpy() for i in range(gm.get_num_outputs())]
-        pairs.append((got, sess.run(None, {"x": x})))
-    return request.param, path, pairs
+    return request.param, path, run_both(path, recipe.SHAPE, recipe.lines(TEXTS))
 
 
 def test_model_is_quantized_in_the_default_domain(quantized):

@@ -10,11 +10,13 @@ Contrib op schema (``docs/ContribOperators.md``), checked against ONNX Runtime's
 * ``transX``: then the last two dims swap.
 
 No data moves: each permuted operand is a strided view, read by ``kernels/gemm.h``
-(monolib's MatMul/Gemm kernel) through its strided A packing and strided B source, with
-``alpha`` as the GEMM's own scale. Constant operands are packed at compile time. When
-``op(A)``'s batches are contiguous rows and B has no batch, all of A's batches fold into
-one GEMM (as MatMul does); otherwise one GEMM per output batch. Epilogue view
-``[batch, M, N]`` (M or N empty for 1-D operands), as MatMul's.
+(monolib's MatMul/Gemm kernel) in place (an ``op(A)`` with unit k stride) or through
+its strided A packing, and its strided B source (a transposed B packed by 16 x 16
+register transposes), with ``alpha`` as the GEMM's own scale. Constant operands are
+packed at compile time. When ``op(A)``'s batches are contiguous rows and B has no
+batch, all of A's batches fold into one GEMM (as MatMul does); otherwise one
+``ml_sgemm_batch`` call over every output batch. Epilogue view ``[batch, M, N]`` (M or
+N empty for 1-D operands), as MatMul's.
 """
 
 from __future__ import annotations

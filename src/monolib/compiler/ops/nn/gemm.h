@@ -12,6 +12,10 @@
  *   packed B  panel q (columns q*NR..q*NR+NR-1): element (k, c) at [k*NR + c]; columns past
  *             N are zero. Either prepacked full-K (panel stride K*NR) or packed per block
  *             at run time from an ml_bsrc (strided matrix or implicit im2col).
+ *   unpacked A (a_raw): A[m][k] = a_raw[m*lda + k], broadcast straight from the rows by
+ *             the micro-kernel: a run-time A costs no packing pass.
+ * Fewer than MR rows against a run-time B with unit column stride (a GEMV) skip the
+ * tiling: ml_gemm_small_m reads B in place. ml_sgemm_batch runs a batch of equal GEMMs.
  * Everything is re-entrant: a caller may split [n_begin, n_end) across threads, each with
  * its own B block buffer.
  */
@@ -42,6 +46,8 @@
 #define ML_NP 1
 #endif
 #define ML_NV (ML_NR / ML_VW)
+/* KC 128 (the B micro-panel in half of a 32 KB L1d) measured no faster than 256 on
+ * Zen 4 (bench/matmul.py, [128,768]x[768,768] and [128,768]x[768,3072]) */
 #define ML_KC 256
 #define ML_MC 144
 #define ML_NC 1024

@@ -2,9 +2,11 @@
 
 A 1-D ``A`` is a row ``[1, K]`` (that dim removed from the result), a 1-D ``B`` a column
 ``[K, 1]`` (likewise). Lowering to ``kernels/gemm.h``: when ``B`` has no batch (the common
-``X @ W``), all of A's batch folds into the GEMM's M (one call); otherwise one GEMM per
-output batch with offsets from a static table. Constant operands are packed at compile
-time. Epilogue view: ``[batch, M, N]`` (M or N empty for 1-D operands).
+``X @ W``), all of A's batch folds into the GEMM's M (one call); otherwise a static batch
+is one ``ml_sgemm_batch`` call over a table of batch offsets (threads take whole
+batches), a run-time batch one GEMM per batch. Constant operands are packed at compile
+time; a run-time A is read in place (no packing pass). Epilogue view: ``[batch, M, N]``
+(M or N empty for 1-D operands).
 """
 
 from __future__ import annotations

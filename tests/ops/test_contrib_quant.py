@@ -549,6 +549,27 @@ def test_refusals_name_the_node():
         raise AssertionError("a run-time W was accepted")
 
 
+def test_qlinear_unary_ops_refuse_bad_zero_points():
+    """QLinearSigmoid/LeakyRelu, QLinearSoftmax and the pools share one check: a zero
+    point is a scalar of X's type (the elementwise ops read element 0 of it)."""
+    import monolib
+    from monolib.errors import UnsupportedOpError
+
+    x, s = q(np.uint8, 2, 6), np.array(0.05, np.float32)
+    for op, xz, what, attrs in (
+        ("QLinearSigmoid", np.array([3, 4], np.uint8), "uint8 scalar", {}),
+        ("QLinearSoftmax", np.array(3, np.int8), "uint8 scalar", {"opset": 13}),
+    ):
+        ins = {"x": x, "xs": s, "xz": xz, "ys": s, "yz": np.array(1, np.uint8)}
+        model, _ = build([Case(op, ins, [(np.uint8, (2, 6))], attrs=attrs)])
+        try:
+            monolib.compile(model.SerializeToString(), target="c")
+        except UnsupportedOpError as e:
+            assert f"n0_{op}" in str(e) and f"zero point input 2 must be a {what}" in str(e), e
+        else:
+            raise AssertionError(f"{op} accepted zero point {xz!r}")
+
+
 def test_float_output_gemm_split_over_threads():
     """Big enough for ml_qgemm_par to split the columns over the pool: DynamicQuantizeMatMul
     and QGemm (float Y, per-column scales, bias / C) give the same bits at 1 and 2

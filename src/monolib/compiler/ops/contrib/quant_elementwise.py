@@ -31,6 +31,7 @@ from ...backends.cstyle import c_literal
 from ...ir import Node
 from ..base import EmitContext, OutType, register
 from ..math.elementwise import Elementwise, const_scalar
+from ..quant._qcommon import check_qlinear_unary
 from ..tensor.loops import has_epilogue
 
 __all__ = ["QLinearAdd", "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid"]
@@ -81,15 +82,7 @@ class _QLinearUnary(Elementwise):
 
     def infer(self, node: Node) -> list[OutType]:
         x = node.inputs[0]
-        if x.dtype not in _Q8:
-            raise UnsupportedOpError(
-                f"{self.op_type} node {node.name!r}: X is {x.dtype}; expected uint8 or int8"
-            )
-        for i in (1, 3):
-            if node.inputs[i].size != 1 or node.inputs[i].dtype != np.float32:
-                raise UnsupportedOpError(
-                    f"{self.op_type} node {node.name!r}: input {i} must be a float32 scalar (per-tensor scale)"
-                )
+        check_qlinear_unary(node)
         return [(x.shape, x.dtype)]
 
     def _fn_np(self, node: Node, v: np.ndarray) -> np.ndarray:

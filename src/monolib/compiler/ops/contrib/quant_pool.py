@@ -25,41 +25,13 @@ from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node, shape_size
 from ..base import EmitContext, OpDef, OutType, register
 from ..nn._common import geometry
+from ..quant._qcommon import check_qlinear_unary
 
 __all__ = ["QLinearAveragePool", "QLinearGlobalAveragePool"]
 
 logger = logging.getLogger(__name__)
 
 MS = "com.microsoft"
-_Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
-
-
-def _check_q(node: Node) -> np.dtype:
-    """X's type, after checking the scales (float32 scalars) and zero points (scalars of
-    X's type).
-
-    Raises
-    ------
-    UnsupportedOpError
-        Naming the node and the offending input.
-    """
-    x = node.inputs[0]
-    if x.dtype not in _Q8:
-        raise UnsupportedOpError(
-            f"{node.op_type} node {node.name!r}: X is {x.dtype}; expected uint8 or int8"
-        )
-    for i in (1, 3):
-        if node.inputs[i].size != 1 or node.inputs[i].dtype != np.float32:
-            raise UnsupportedOpError(
-                f"{node.op_type} node {node.name!r}: input {i} must be a float32 scalar"
-            )
-    for i in (2, 4):
-        z = node.input(i)
-        if z is not None and (z.size != 1 or z.dtype != x.dtype):
-            raise UnsupportedOpError(
-                f"{node.op_type} node {node.name!r}: zero point input {i} must be a {x.dtype} scalar"
-            )
-    return x.dtype
 
 
 def _zp_c(ctx: EmitContext, node: Node, i: int) -> str:
@@ -103,7 +75,7 @@ class QLinearGlobalAveragePool(_QPool):
     op_type = "QLinearGlobalAveragePool"
 
     def infer(self, node: Node) -> list[OutType]:
-        dt = _check_q(node)
+        dt = check_qlinear_unary(node)
         n, c, sp = self._layout(node, node.inputs[0].shape)
         return [(self._shape(node, n, c, [1] * len(sp)), dt)]
 
@@ -180,7 +152,7 @@ class QLinearAveragePool(_QPool):
         return n, c, sp, geometry(node, sp, kernel, bool(self.attr(node, "ceil_mode")))
 
     def infer(self, node: Node) -> list[OutType]:
-        dt = _check_q(node)
+        dt = check_qlinear_unary(node)
         n, c, _, geo = self._geo(node, node.inputs[0].shape)
         return [(self._shape(node, n, c, geo.out), dt)]
 

@@ -21,15 +21,15 @@ import logging
 
 import numpy as np
 
-from ....errors import ShapeError, UnsupportedOpError
+from ....errors import ShapeError
 from ...ir import Node, shape_size
 from ..base import EmitContext, OpDef, OutType, register
+from ..quant._qcommon import check_qlinear_unary
 
 __all__ = ["QLinearSoftmax"]
 
 logger = logging.getLogger(__name__)
 
-_Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 _FLT_MAX = np.float32(np.finfo(np.float32).max)
 
 
@@ -66,22 +66,8 @@ class QLinearSoftmax(OpDef):
         return outer, shape[axis], shape_size(shape[axis + 1 :])
 
     def infer(self, node: Node) -> list[OutType]:
+        check_qlinear_unary(node)
         x = node.inputs[0]
-        if x.dtype not in _Q8:
-            raise UnsupportedOpError(
-                f"QLinearSoftmax node {node.name!r}: X is {x.dtype}; expected uint8 or int8"
-            )
-        for i in (1, 3):
-            if node.inputs[i].size != 1 or node.inputs[i].dtype != np.float32:
-                raise UnsupportedOpError(
-                    f"QLinearSoftmax node {node.name!r}: input {i} must be a float32 scalar"
-                )
-        for i in (2, 4):
-            z = node.input(i)
-            if z is not None and z.size != 1:
-                raise UnsupportedOpError(
-                    f"QLinearSoftmax node {node.name!r}: zero point input {i} must be a scalar"
-                )
         self._dims(node, x.shape)
         return [(x.shape, x.dtype)]
 

@@ -23,6 +23,7 @@ __all__ = [
     "Q8",
     "QMR",
     "QNR",
+    "check_qlinear_unary",
     "mult_c",
     "mult_ref",
     "out_fields",
@@ -93,6 +94,39 @@ def require_q8(node: Node, *idx: int) -> None:
                 f"{node.op_type} node {node.name!r}: input {i} is {v.dtype}; the integer "
                 "kernels take uint8 or int8"
             )
+
+
+def check_qlinear_unary(node: Node) -> np.dtype:
+    """X's type, for the ``com.microsoft`` QLinear ops over one tensor (inputs ``X,
+    X_scale, X_zero_point?, Y_scale, Y_zero_point?``: QLinearSigmoid, QLinearLeakyRelu,
+    QLinearSoftmax, QLinearAveragePool, QLinearGlobalAveragePool; ONNX Runtime's
+    ``ContribOperators.md``), after checking X is uint8 or int8, the scales are float32
+    scalars (per tensor) and the zero points scalars of X's type.
+
+    Raises
+    ------
+    UnsupportedOpError
+        Naming the node and the offending input.
+    """
+    x = node.inputs[0]
+    if x.dtype not in Q8:
+        raise UnsupportedOpError(
+            f"{node.op_type} node {node.name!r}: X is {x.dtype}; expected uint8 or int8"
+        )
+    for i in (1, 3):
+        if node.inputs[i].size != 1 or node.inputs[i].dtype != np.float32:
+            raise UnsupportedOpError(
+                f"{node.op_type} node {node.name!r}: input {i} must be a float32 scalar "
+                "(per-tensor scale)"
+            )
+    for i in (2, 4):
+        z = node.input(i)
+        if z is not None and (z.size != 1 or z.dtype != x.dtype):
+            raise UnsupportedOpError(
+                f"{node.op_type} node {node.name!r}: zero point input {i} must be a "
+                f"{x.dtype} scalar"
+            )
+    return x.dtype
 
 
 def _count_ok(v: Value, count: int) -> bool:

@@ -612,6 +612,10 @@ ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
     int64_t units_n = (n + 31) / 32;
     int64_t units_m = (g->M + ML_MR - 1) / ML_MR;
     int64_t tasks = g->K > 0 ? ml_par_tasks((double)g->M * n * g->K, units_n * units_m) : 1;
+    /* the few-row path streams B: one wide column range per thread (narrow ranges
+     * read each row of B in short pieces, which the prefetcher follows poorly) */
+    if (g->M < ML_MR && g->b.kind == ML_B_STRIDED && g->b.ldn == 1 && tasks > ml_num_threads())
+        tasks = ml_num_threads();
     if (tasks > 1) {
         /* column chunks of at least 64 (a lone 32-column chunk beside a full one halves
          * the speed); what the columns cannot feed goes to row blocks */

@@ -40,7 +40,7 @@ from .._constants import include_checked
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a
 from .winograd import emit_winograd, plan_winograd
-from ...tuning.select import Candidate, choose
+from ...tuning.select import Candidate, active, choose
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
@@ -197,12 +197,17 @@ class Conv(OpDef):
         ctx.include("conv.h")
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         group = int(node.attrs["group"])
-        sig, candidates, default = conv_candidates(node, d, group, epi != "(ml_epi_fn)0")
-        pick = default if sig is None else choose(node.name, sig, candidates, default)
+        tuned = active() is not None  # else the rule alone (no candidates to list)
+        if tuned:
+            sig, candidates, pick = conv_candidates(node, d, group, epi != "(ml_epi_fn)0")
+            if sig is not None:
+                pick = choose(node.name, sig, candidates, pick)
+        else:
+            pick = _rule(node, d, group)
         if pick.algo == "depthwise":
             return _emit_depthwise(node, ctx, d, epi, pick.param("rows"))
         if pick.algo == "winograd":  # a run-time image: planned at its bounds
-            plan = plan_winograd(node, d, group, None if sig is None else pick.param("m"))
+            plan = plan_winograd(node, d, group, pick.param("m") if tuned else None)
             return emit_winograd(node, ctx, d, epi, plan)
         return _emit_gemm(node, ctx, d, epi, group, pick.algo)
 

@@ -24,7 +24,7 @@ from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import broadcast_shape, broadcast_strides
 from ._common import epi_call, f32, require_float32
 from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
-from ...tuning.select import Candidate, choose
+from ...tuning.select import Candidate, active, choose
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
@@ -179,8 +179,11 @@ class Gemm(OpDef):
         include_gemm(ctx)
         ta, tb = node.attrs["transA"], node.attrs["transB"]
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
-        sig, cands, default = gemm_candidates(node, epi != "(ml_epi_fn)0")
-        pick = default if sig is None else choose(node.name, sig, cands, default)
+        pick = _RULE
+        if active() is not None:
+            sig, cands, pick = gemm_candidates(node, epi != "(ml_epi_fn)0")
+            if sig is not None:
+                pick = choose(node.name, sig, cands, pick)
         lds = (1, m) if ta else (k, 1)
         if pick.param("pack_a"):  # a run-time A packed when the op runs (a tuned choice)
             ap, code = a_operand(ctx, a, m, k, *lds, name=node.name + ".A")
@@ -232,6 +235,10 @@ class Gemm(OpDef):
         return element_kernel(node, ctx, body)
 
 
+#: The rule: a run-time A with unit k stride is read in place (:func:`a_fields`).
+_RULE = Candidate("gemm", (("pack_a", 0),))
+
+
 def gemm_candidates(
     node: Node, fused: bool
 ) -> tuple[dict[str, Any] | None, list[Candidate], Candidate]:
@@ -251,7 +258,7 @@ def gemm_candidates(
         candidates and the default.
     """
     a, b, c = node.inputs[0], node.inputs[1], node.input(2)
-    default = Candidate("gemm", (("pack_a", 0),))
+    default = _RULE
     ta, tb = int(node.attrs["transA"]), int(node.attrs["transB"])
     m, n, k = _mnk(node)
     shapes = [*a.shape, *b.shape, *(c.shape if c is not None else ())]

@@ -69,6 +69,18 @@ class TuneReport:
             f"cached, {self.skipped} over budget (rule kept), {self.seconds:.1f} s"
         )
 
+    def lines(self) -> list[str]:
+        """Per measured signature: its first node, the choice, the rule's, the times."""
+        out = []
+        for node, default, choice, times in self.rows:
+            if times is None:
+                continue
+            ms = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in sorted(times.items(),
+                                                                  key=lambda kv: kv[1]))
+            why = "rule kept" if choice == default else f"rule {default}"
+            out.append(f"  {node}: {choice} ({why}; ms: {ms})")
+        return out
+
 
 def tune(
     seen: dict[str, Seen],
@@ -166,6 +178,7 @@ def selection_for(
         with selecting(probe):
             generate()
         report = tune(probe.seen, cache, timer=timer, budget_s=budget_s)
-        print(f"monolib {report.summary()} ({cache.path})", file=sys.stderr)
+        print("\n".join([f"monolib {report.summary()} ({cache.path})", *report.lines()]),
+              file=sys.stderr)
     table = cache.choices()
     return Selection(table=table) if table else None

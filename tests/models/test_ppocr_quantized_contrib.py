@@ -19,7 +19,6 @@ kernel per node) on two rendered lines:
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections import Counter
 from pathlib import Path
@@ -28,17 +27,15 @@ import numpy as np
 import onnx
 import pytest
 
+from .bench_recipes import load_bench
+
 pytestmark = pytest.mark.slow
 
-BENCH = Path(__file__).parents[2] / "bench" / "quantized.py"
 TEXTS = ["Hello World 2024", "Paddle reads 7 lines"]
 
 
 def _recipe():
-    spec = importlib.util.spec_from_file_location("bench_quantized", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("quantized")
 
 
 def _quantized(recipe) -> Path:
@@ -95,7 +92,6 @@ def _quantized(recipe) -> Path:
 def runs():
     """(model, the model's output name, [(monolib {name: array}, ORT {name: array})])."""
     pytest.importorskip("PIL")
-    pytest.importorskip("onnxruntime.quantization")
     import monolib
     from monolib.compiler.testing import ort_session
 

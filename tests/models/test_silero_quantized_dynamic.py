@@ -12,31 +12,26 @@ speech / non-speech decision (p > 0.5) equal on every chunk.
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
+from .bench_recipes import load_bench
+
 pytestmark = pytest.mark.slow
 
-BENCH = Path(__file__).parents[2] / "bench" / "quantized_dynamic.py"
 SEQ = 32  # chunks per call
 
 
 def _recipe():
-    spec = importlib.util.spec_from_file_location("bench_quantized_dynamic", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("quantized_dynamic")
 
 
 @pytest.fixture(scope="module")
 def runs(speech):
     """(model path, [(monolib (p, h, c), ORT (p, h, c))] per block of ``SEQ`` chunks)."""
-    pytest.importorskip("onnxruntime.quantization")
     import monolib
     from monolib.compiler.testing import ort_session
 

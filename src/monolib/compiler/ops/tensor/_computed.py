@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import logging
 
-from ....errors import ShapeError
 from ...computed_bounds import record_origin
 from ...ir import Node, Value, shape_size
 from ...symbolic import Dim, DimLike, computed_symbol, is_computed
 
-__all__ = ["count_dim", "is_runtime", "numel_hi", "refuse_unbounded", "upper"]
+__all__ = ["count_dim", "is_runtime", "numel_hi", "upper"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,21 +64,3 @@ def numel_hi(v: Value) -> int:
     """Elements of ``v`` at the upper bounds of its dims."""
     return upper(shape_size(v.shape))
 
-
-def refuse_unbounded(node: Node, i: int, what: str) -> None:
-    """Refuse a run-time input ``what`` (input ``i``) whose values set output sizes
-    that have no upper bound (Expand's ``shape``, Tile's ``repeats``): memory is planned
-    at the bounds, so there must be some.
-
-    Raises
-    ------
-    ShapeError
-        When input ``i`` is a run-time value; the message names the node and the fix.
-    """
-    if is_runtime(node.input(i)):
-        raise ShapeError(
-            f"{node.op_type} (node {node.name!r}): input {what!r} is a run-time value and "
-            "the output sizes it sets have no upper bound to plan memory for; it must be a "
-            "compile-time constant (an initializer, constants= for a graph input, or "
-            "computed from input shapes, whose dims have bounds)"
-        )

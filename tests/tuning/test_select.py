@@ -74,6 +74,7 @@ def test_tuner_picks_measured_faster(tuning_dir):
     assert report.measured == 1 and len(calls) == 1
     (entry,) = cache.entries.values()
     assert entry["choice"] == "gemm" and entry["default"] == "winograd(m=4)"
+    assert report.lines()[0].startswith("  conv: gemm (rule winograd(m=4); ms: gemm 1000.000")
     assert cache.path.exists()
     # a second tune finds it cached: nothing measured
     again = tune(seen, TuningCache(), timer=timer)

@@ -39,7 +39,7 @@ from .function_bodies import modifier_import
 from .inputs import resolve_inputs
 from .order import topological_order
 from .rounding import rounded_import
-from .storage import narrow_outputs, storage_type, widen_inputs
+from .storage import insert_node, narrow_outputs, storage_type, widen_inputs
 from .strings import same_widths, string_node
 from .support import DEFAULT_OPSETS, check_supported, normalize_domain, walk_nodes
 
@@ -371,11 +371,8 @@ class _Importer:
         wide = "/wide" if narrow is not None else ""
         outputs = [self._new_value(o + wide if o else f"{name}/unused{i}")
                    for i, o in enumerate(p.output)]
-        node = string_node(Node(p.op_type, name, inputs, outputs, attrs, domain, opset))
-        op = lookup(node.op_type, opset, node.domain, name)
-        run_infer(node, op)
-        if not fold_node(node, op):
-            self.nodes.append(node)
+        insert_node(string_node(Node(p.op_type, name, inputs, outputs, attrs, domain, opset)),
+                    self.nodes.append)
         if narrow is not None:
             outputs = narrow_outputs(outputs, narrow, p.output, self._new_value,
                                      self._node_name, self.nodes.append)

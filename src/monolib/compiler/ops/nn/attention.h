@@ -76,6 +76,23 @@ static inline void ml_attn_pack_k(const float* restrict k, int64_t sj, int64_t T
     }
 }
 
+/* The sum / max of 16 lanes as a fixed tree (8 + 4 + 2 + 1 operations, no loop: gcc
+ * keeps it in registers). */
+static inline float ml_attn_hsum(const float* a) {
+    float b[8], c[4];
+    for (int l = 0; l < 8; ++l) b[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; ++l) c[l] = b[l] + b[l + 4];
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+static inline float ml_attn_hmax(const float* a) {
+    float b[8], c[4];
+    for (int l = 0; l < 8; ++l) b[l] = a[l + 8] > a[l] ? a[l + 8] : a[l];
+    for (int l = 0; l < 4; ++l) c[l] = b[l + 4] > b[l] ? b[l + 4] : b[l];
+    const float d0 = c[2] > c[0] ? c[2] : c[0], d1 = c[3] > c[1] ? c[3] : c[1];
+    return d1 > d0 ? d1 : d0;
+}
+
 /* max of x[0..n) (n >= 1), lane-parallel so gcc vectorizes it */
 static inline float ml_attn_max(const float* x, int64_t n) {
     float acc[ML_ATTN_LANES];
@@ -83,9 +100,7 @@ static inline float ml_attn_max(const float* x, int64_t n) {
     int64_t j = 0;
     for (; j + ML_ATTN_LANES <= n; j += ML_ATTN_LANES)
         for (int l = 0; l < ML_ATTN_LANES; ++l) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
-    for (int w = ML_ATTN_LANES / 2; w > 0; w /= 2) /* halving: vector shuffles */
-        for (int l = 0; l < w; ++l) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
-    float m = acc[0];
+    float m = ml_attn_hmax(acc);
     for (; j < n; ++j) m = x[j] > m ? x[j] : m;
     return m;
 }
@@ -101,9 +116,7 @@ static inline float ml_attn_exp_sum(float* restrict x, int64_t n, float m) {
             x[j + l] = e;
             acc[l] += e;
         }
-    for (int w = ML_ATTN_LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-    float s = acc[0];
+    float s = ml_attn_hsum(acc);
     for (; j < n; ++j) {
         x[j] = ml_expf(x[j] - m);
         s += x[j];
@@ -198,18 +211,33 @@ static inline void ml_attn_row_direct(const ml_attn_args* a, int64_t b, int64_t 
         int64_t e = 0;
         for (; e + ML_ATTN_LANES <= D; e += ML_ATTN_LANES)
             for (int l = 0; l < ML_ATTN_LANES; ++l) acc[l] += qs[e + l] * (kr[e + l] * sc);
-        float d = 0.0f;
+        float d = ml_attn_hsum(acc);
         for (; e < D; ++e) d += qs[e] * (kr[e] * sc);
-        for (int l = 0; l < ML_ATTN_LANES; ++l) d += acc[l];
         x[j] = d;
     }
     ml_attn_row(a, b, h, i, x, c0, c1);
-    for (int64_t e = 0; e < Dv; ++e) y[e] = 0.0f;
-    for (int64_t j = c0; j < c1; ++j) {
-        const float p = x[j];
-        if (p == 0.0f) continue;
-        const float* vr = v + j * a->v_sj;
-        for (int64_t e = 0; e < Dv; ++e) y[e] += p * vr[e];
+    /* y = sum_j p_j v_j in columns of 64: the sums stay in registers over the keys */
+    for (int64_t e0 = 0; e0 < Dv; e0 += 64) {
+        float acc[64];
+        for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
+        if (Dv - e0 >= 64) {
+            for (int64_t j = c0; j < c1; ++j) {
+                const float p = x[j];
+                const float* vr = v + j * a->v_sj + e0;
+                if (p != 0.0f)
+                    for (int e = 0; e < 64; ++e) acc[e] += p * vr[e];
+            }
+            for (int e = 0; e < 64; ++e) y[e0 + e] = acc[e];
+        } else {
+            const int64_t ne = Dv - e0;
+            for (int64_t j = c0; j < c1; ++j) {
+                const float p = x[j];
+                const float* vr = v + j * a->v_sj + e0;
+                if (p != 0.0f)
+                    for (int64_t e = 0; e < ne; ++e) acc[e] += p * vr[e];
+            }
+            for (int64_t e = 0; e < ne; ++e) y[e0 + e] = acc[e];
+        }
     }
 }
 
@@ -318,8 +346,9 @@ ML_UNUSED static void ml_attention_f32(const ml_attn_args* args, void* scratch0)
     const int64_t nblk = (a.S + a.rb - 1) / a.rb, heads = a.B * a.Hq;
     a.groups = 1;
 #ifdef MONOLIB_THREADPOOL_H
-    /* multiply-adds of both products, plus some 16 per score for the row pass */
-    double work = (double)heads * a.S * a.T * (a.D + a.Dv + 16.0);
+    /* multiply-adds of both products, some 16 per score for the row pass, and 4 per
+     * float of K and V read (ml_par_tasks' unit: a decoder step is memory-bound) */
+    double work = (double)heads * a.T * (a.S * (a.D + a.Dv + 16.0) + 4.0 * (a.D + a.Dv));
     const int64_t nt = ml_num_threads();
     if (ml_par_tasks(work, heads * nblk) > 1) {
         /* whole heads while they give each thread several tasks, else row groups */

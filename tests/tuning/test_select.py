@@ -67,7 +67,7 @@ def test_tuner_picks_measured_faster(tuning_dir):
 
     def timer(sig, cands):
         calls.append(sig)
-        return {c.label: cost[c.label] for c in cands}
+        return {c.label: cost.get(c.label, 7.0) for c in cands}  # other tilings: 7
 
     cache = TuningCache()
     report = tune(seen, cache, timer=timer)

@@ -38,7 +38,7 @@ def seen_of(model, **kw):
 @pytest.mark.parametrize(
     "x,w,group,strides",
     [
-        ((1, 32, 12, 12), (32, 32, 3, 3), 1, (1, 1)),  # Winograd F(2)/F(4), direct, GEMM
+        ((1, 32, 12, 12), (56, 32, 3, 3), 1, (1, 1)),  # Winograd F(2)/F(4) x cob, direct, GEMM
         ((2, 16, 9, 9), (16, 1, 3, 3), 16, (2, 2)),  # depthwise rows 3/4, direct, GEMM, folded
     ],
 )

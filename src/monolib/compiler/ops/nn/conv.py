@@ -39,7 +39,7 @@ from ..base import EmitContext, OpDef, OutType, register
 from .._constants import include_checked
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a
-from .winograd import emit_winograd, plan_winograd
+from .winograd import CO_BLOCK, emit_winograd, plan_winograd
 from ...tuning.select import Candidate, active, choose
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
@@ -207,7 +207,11 @@ class Conv(OpDef):
         if pick.algo == "depthwise":
             return _emit_depthwise(node, ctx, d, epi, pick.param("rows"))
         if pick.algo == "winograd":  # a run-time image: planned at its bounds
-            plan = plan_winograd(node, d, group, pick.param("m") if tuned else None)
+            plan = (
+                plan_winograd(node, d, group, pick.param("m"), pick.param("cob"))
+                if tuned
+                else plan_winograd(node, d, group)
+            )
             return emit_winograd(node, ctx, d, epi, plan)
         return _emit_gemm(node, ctx, d, epi, group, pick.algo)
 
@@ -633,7 +637,8 @@ def conv_candidates(
     (dict or None, list of Candidate, Candidate)
         The signature (shapes, geometry, group, bias, epilogue, dtype, layout; None when
         a size is only known at run time: then only the rule's choice is listed), the
-        candidates (``depthwise`` with 3 or 4 rows per tile, ``winograd`` F(2)/F(4),
+        candidates (``depthwise`` with 3 or 4 rows per tile, ``winograd`` F(2)/F(4) with
+        the rule's or half or twice its output channels per pass (``cob``),
         ``direct``, ``gemm``, ``gemm_folded``) and the rule's choice, one of them.
     """
     x, w = node.inputs[0], node.inputs[1]
@@ -653,6 +658,14 @@ def conv_candidates(
     for m in (2, 4):
         if plan_winograd(node, d, group, m) is not None:
             cands.append(Candidate("winograd", (("m", m),)))
+            # output channels per pass: half or twice the rule's CO_BLOCK where the
+            # channels make it differ (the rule's own has no "cob" in its label)
+            c_out = w.shape[0]
+            cands += [
+                Candidate("winograd", (("cob", cob), ("m", m)))
+                for cob in (CO_BLOCK // 2, 2 * CO_BLOCK)
+                if c_out > min(cob, CO_BLOCK)
+            ]
     if not _pointwise(d) and _direct_fits(d, cg):
         cands.append(Candidate("direct"))
     cands.append(Candidate("gemm"))

@@ -386,7 +386,8 @@ def _lanes(d: dict[str, int], m: int) -> int:
 
 
 def plan_winograd(
-    node: Node, d: dict[str, int], group: int, m: int | None = None
+    node: Node, d: dict[str, int], group: int, m: int | None = None,
+    co_block: int | None = None,
 ) -> WinogradPlan | None:
     """The Winograd plan of a Conv, or None where the existing paths are used.
 
@@ -398,6 +399,8 @@ def plan_winograd(
 
     ``m`` (a tuner's candidate, ``compiler/tuning``) forces the output tile: 2 or 4 for
     3x3 (the ``SMALL_PIXELS`` rule is then skipped), 4 for 1-D; None where it cannot.
+    ``co_block`` (a multiple of MR; default ``CO_BLOCK``) sets the output channels per
+    GEMM + output-transform pass and the smallest range a task takes.
     """
     x, w = node.inputs[0], node.inputs[1]
     if not _enabled() or group != 1 or w.const is None:
@@ -430,8 +433,11 @@ def plan_winograd(
     blocks = -(-grid[0] // block[0]) * -(-grid[1] // block[1])
     # few blocks (a short 1-D input): tasks also split the output channels, each part
     # at least CO_BLOCK rows; their input transforms repeat, a small cost beside the GEMMs
-    co_split = max(1, min(MIN_TASKS // blocks, c_out // CO_BLOCK))
-    return WinogradPlan(th, tw, block, min(CO_BLOCK, -(-c_out // MR) * MR), co_split)
+    cob = CO_BLOCK if co_block is None else co_block
+    if cob <= 0 or cob % MR:
+        return None
+    co_split = max(1, min(MIN_TASKS // blocks, c_out // cob))
+    return WinogradPlan(th, tw, block, min(cob, -(-c_out // MR) * MR), co_split)
 
 
 def emit_winograd(

@@ -42,7 +42,16 @@ typedef struct {
     float* qk;           /* [B, Hq, S, T] or NULL */
     int qk_mode;
     int64_t rb;          /* query rows per block (a multiple of ML_MR, or S) */
+    /* With kp set, K/V at k/v are the L = T - P new rows only: present K/V ([B, Hkv,
+     * T, D|Dv], contiguous, at kp/vp) are filled from pk/pv ([B, Hkv, P, .], or NULL)
+     * and them, then read. */
+    float* kp;
+    float* vp;
+    const float* pk;
+    const float* pv;
     int64_t groups;      /* row groups per head (set by ml_attention_f32) */
+    const void* copy_from; /* set there: the args of the sources, from which each task
+                            * fills its own head's present rows */
     int64_t task_floats; /* scratch floats per task */
 } ml_attn_args;
 
@@ -289,6 +298,29 @@ static inline void ml_attn_block(const ml_attn_args* a, int64_t b, int64_t h, in
     ml_sgemm(&g);
 }
 
+/* Present K and V rows of (b, kv head hk): the past rows, then the new ones. */
+static void ml_attn_copy_kv(const ml_attn_args* a, int64_t b, int64_t hk) {
+    const int64_t P = a->P, T = a->T, L = a->T - a->P, bh = b * a->Hkv + hk;
+    for (int s = 0; s < 2; ++s) {
+        const int64_t dd = s ? a->Dv : a->D;
+        float* dst = (s ? a->vp : a->kp) + bh * T * dd;
+        const float* past = s ? a->pv : a->pk;
+        const float* src = s ? a->v + b * a->v_sb + hk * a->v_sh : a->k + b * a->k_sb + hk * a->k_sh;
+        const int64_t sj = s ? a->v_sj : a->k_sj;
+        if (past && P) memcpy(dst, past + bh * P * dd, (size_t)(P * dd) * sizeof(float));
+        if (sj == dd) memcpy(dst + P * dd, src, (size_t)(L * dd) * sizeof(float));
+        else
+            for (int64_t j = 0; j < L; ++j)
+                memcpy(dst + (P + j) * dd, src + j * sj, (size_t)dd * sizeof(float));
+    }
+}
+
+static void ml_attn_copy_task(void* ctx, int64_t t, void* scratch) {
+    (void)scratch;
+    const ml_attn_args* a = (const ml_attn_args*)ctx;
+    ml_attn_copy_kv(a, t / a->Hkv, t % a->Hkv);
+}
+
 /* Task t: (b, h, group) = t in row-major order over [B, Hq, groups]; a group is
  * consecutive row blocks sharing one packing of the K and V rows they may see. A block
  * of fewer than 3 rows (a decoder step, the last block of a head) takes the direct
@@ -300,6 +332,8 @@ static void ml_attn_task(void* ctx, int64_t t, void* scratch) {
     const int64_t grp = t % G, h = (t / G) % a->Hq, b = t / (G * a->Hq);
     const int64_t hk = h / (a->Hq / a->Hkv);
     const int64_t i_first = grp * per * rb, i_end = ML_MIN(a->S, (grp + 1) * per * rb);
+    /* the head's present rows (then read from cache); a->k.. describe present K/V */
+    if (a->copy_from) ml_attn_copy_kv((const ml_attn_args*)a->copy_from, b, hk);
     if (i_first >= i_end) return;
     float* qa = (float*)scratch;
     float* kb = qa + ML_ATTN_UP16(rb * D);
@@ -344,21 +378,40 @@ static void ml_attn_task(void* ctx, int64_t t, void* scratch) {
 ML_UNUSED static void ml_attention_f32(const ml_attn_args* args, void* scratch0) {
     ml_attn_args a = *args;
     const int64_t nblk = (a.S + a.rb - 1) / a.rb, heads = a.B * a.Hq;
+    int64_t tasks = 1;
     a.groups = 1;
+    a.copy_from = 0;
 #ifdef MONOLIB_THREADPOOL_H
     /* multiply-adds of both products, some 16 per score for the row pass, and 4 per
      * float of K and V read (ml_par_tasks' unit: a decoder step is memory-bound) */
     double work = (double)heads * a.T * (a.S * (a.D + a.Dv + 16.0) + 4.0 * (a.D + a.Dv));
     const int64_t nt = ml_num_threads();
-    if (ml_par_tasks(work, heads * nblk) > 1) {
-        /* whole heads while they give each thread several tasks, else row groups */
-        const int64_t want = (4 * nt + heads - 1) / heads;
-        a.groups = ML_MIN(nblk, want);
-        ml_parallel_for(heads * a.groups, ml_attn_task, &a, scratch0,
+    tasks = ml_par_tasks(work, heads * nblk);
+    if (tasks > 1) /* whole heads while they give each thread several tasks, else groups */
+        a.groups = ML_MIN(nblk, (4 * nt + heads - 1) / heads);
+#endif
+    ml_attn_args c = a; /* the compute phase reads K/V from present when there is one */
+    if (a.kp) {
+        c.k = a.kp; c.k_sb = a.Hkv * a.T * a.D; c.k_sh = a.T * a.D; c.k_sj = a.D;
+        c.v = a.vp; c.v_sb = a.Hkv * a.T * a.Dv; c.v_sh = a.T * a.Dv; c.v_sj = a.Dv;
+        if (a.Hq == a.Hkv && a.groups == 1) {
+            /* one task per head: it copies its rows, then reads them from cache */
+            c.copy_from = &a;
+        } else if (tasks > 1) {
+#ifdef MONOLIB_THREADPOOL_H
+            ml_parallel_for(a.B * a.Hkv, ml_attn_copy_task, &a, 0, 0);
+#endif
+        } else {
+            for (int64_t t = 0; t < a.B * a.Hkv; ++t) ml_attn_copy_task(&a, t, 0);
+        }
+    }
+#ifdef MONOLIB_THREADPOOL_H
+    if (tasks > 1) {
+        ml_parallel_for(heads * a.groups, ml_attn_task, &c, scratch0,
                         (size_t)a.task_floats * sizeof(float));
         return;
     }
 #endif
-    for (int64_t t = 0; t < heads; ++t) ml_attn_task(&a, t, scratch0);
+    for (int64_t t = 0; t < heads; ++t) ml_attn_task(&c, t, scratch0);
 }
 #endif /* MONOLIB_ATTENTION_H */

@@ -263,6 +263,8 @@ class Attention(OpDef):
         kp = ctx.ptr(outs[1]) if len(outs) > 1 else f"(({ct}*){ctx.scratch(B * Hkv * T * D * dt.itemsize)})"
         vp = ctx.ptr(outs[2]) if len(outs) > 2 else f"(({ct}*){ctx.scratch(B * Hkv * T * Dv * dt.itemsize)})"
         pk, pv = node.input(4), node.input(5)
+        if fast:  # attention.h fills present K/V itself
+            return self._emit_fast(node, ctx, m, kp, vp)
         for dst, src, past, dd in ((kp, k, pk, D), (vp, v, pv, Dv)):
             if T * dd == 0:
                 continue
@@ -292,9 +294,6 @@ class Attention(OpDef):
                 f"for (int64_t {b_} = 0; {b_} < {B}; ++{b_}) for (int64_t {h_} = 0; {h_} < {Hkv}; ++{h_}) {{\n"
                 + past_copy + new + "\n}"
             )
-        if fast:
-            lines.append(self._emit_fast(node, ctx, m, kp, vp))
-            return "\n".join(lines)
         b, h, i, j, e = (ctx.unique(x) for x in ("b", "h", "i", "j", "e"))
         if three:
             q_off = f"{b}*{S * Hq * D} + {i}*{Hq * D} + {h}*{D}"
@@ -362,8 +361,9 @@ class Attention(OpDef):
         """The float32 kernel of ``attention.h`` (GEMMs on gemm.h's micro-kernel, the
         row pass vectorized, (batch, head, row block) tasks on the thread pool).
 
-        ``kp``/``vp`` are the present K/V buffers ``[B, Hkv, T, D|Dv]``, or ``None`` to
-        read K and V from the inputs (no past, no present output)."""
+        ``kp``/``vp`` are the present K/V buffers ``[B, Hkv, T, D|Dv]`` the kernel fills
+        from the past and the new rows, then reads, or ``None`` to read K and V from the
+        inputs (no past, no present output)."""
         B, Hq, Hkv, S, L, T, D, Dv = (m[x] for x in ("B", "Hq", "Hkv", "S", "L", "T", "D", "Dv"))
         include_gemm(ctx)
         ctx.include("attention.h")
@@ -371,13 +371,9 @@ class Attention(OpDef):
         three = m["rank"] == 3
         qs = (S * Hq * D, D, Hq * D) if three else (Hq * S * D, S * D, D)
         ys = (S * Hq * Dv, Dv, Hq * Dv) if three else (Hq * S * Dv, S * Dv, Dv)
-        if kp is None:
-            kptr, vptr = ctx.ptr(k), ctx.ptr(v)
-            ks = (L * Hkv * D, D, Hkv * D) if three else (Hkv * L * D, L * D, D)
-            vs = (L * Hkv * Dv, Dv, Hkv * Dv) if three else (Hkv * L * Dv, L * Dv, Dv)
-        else:
-            kptr, vptr = kp, vp
-            ks, vs = (Hkv * T * D, T * D, D), (Hkv * T * Dv, T * Dv, Dv)
+        kptr, vptr = ctx.ptr(k), ctx.ptr(v)
+        ks = (L * Hkv * D, D, Hkv * D) if three else (Hkv * L * D, L * D, D)
+        vs = (L * Hkv * Dv, Dv, Hkv * Dv) if three else (Hkv * L * Dv, L * Dv, Dv)
         rb = _row_block(S, T)
         tf = _task_floats(rb, T, D, Dv)
         f = {"B": B, "Hq": Hq, "Hkv": Hkv, "S": S, "T": T, "D": D, "Dv": Dv, "P": m["P"],
@@ -391,6 +387,10 @@ class Attention(OpDef):
              "left": int(self.attr(node, "left_window_size")),
              "right": int(self.attr(node, "right_window_size")),
              "rb": rb, "task_floats": tf}
+        if kp is not None:
+            f.update({"kp": kp, "vp": vp})
+            if node.input(4) is not None:
+                f.update({"pk": ctx.ptr(node.input(4)), "pv": ctx.ptr(node.input(5))})
         nonpad, mask = node.input(6), node.input(3)
         if nonpad is not None:
             f["nonpad"] = f"(const int64_t*){ctx.ptr(nonpad)}"

@@ -19,6 +19,12 @@ Per query row the emitter computes, in one pass over the ``T`` keys:
 
 float32 and float64. ``softmax_precision`` is accepted for float32/float64 (the
 softmax runs in the input type, as the spec allows for those types).
+
+float32 with compile-time sizes runs ``attention.h``: per (batch, head) block of query
+rows ``Q K^T`` and ``P V`` on gemm.h's micro-kernel, the row pass vectorized, only the
+keys a block's rows may see computed (causal, window, nonpad), heads split over the
+thread pool; it differs from the loop above by float32 summation order only. float64
+and run-time sizes keep that one-row-at-a-time loop.
 """
 
 from __future__ import annotations

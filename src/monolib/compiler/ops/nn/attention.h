@@ -1,21 +1,29 @@
 /* attention.h -- float32 scaled dot-product attention on gemm.h (monolib kernel library;
  * gemm.h, and threadpool.h for the parallel split, precede it).
  *
- * The ONNX Attention operator (23-25) for one block of `rb` query rows of one (batch,
- * query head) at a time:
+ * The ONNX Attention operator (23-25). One task per (batch, query head) -- or per group
+ * of its query-row blocks when heads are too few for the threads -- on the pool:
  *
- *   1. Qs = Q_block * sc packed into gemm.h's full-K A panels, Ks = K * sc packed into
- *      its B panels (sc = sqrt(scale), applied to both operands as the spec does);
- *   2. scores [rows, T] = Qs Ks^T with ml_sgemm (the packed micro-kernel);
+ *   0. present K/V (when the op has a past or returns them): past rows, then new rows;
+ *      the task copies its own head's rows when it is the only reader (then reads them
+ *      from cache), else a copy phase runs first;
+ *   1. Ks = K * sc packed once into gemm.h's full-K B panels, V into its B panels (only
+ *      the keys the task's rows may see: the causal frontier, sliding window and
+ *      nonpad_kv_seqlen give each row an interval of keys; sc = sqrt(scale) on both
+ *      operands as the spec does);
+ *   2. per block of `rb` rows: scores = (Q * sc) Ks^T with ml_sgemm reading the scaled
+ *      Q rows in place (a_raw), over the block's keys only;
  *   3. a row pass: soft-cap, the additive mask (float, or bool: false is -inf), the key
- *      interval every structural mask leaves (causal frontier, sliding window,
- *      nonpad_kv_seqlen, the end of a short mask), a stable softmax with ml_expf and
- *      lane-parallel max/sum, the optional qk_matmul_output copy;
- *   4. Y_block = P V with ml_sgemm (P packed as A, V packed per KC block from its rows).
+ *      interval, a stable softmax with ml_expf and lane-parallel max/sum, the optional
+ *      qk_matmul_output copy;
+ *   4. Y_block = P V with ml_sgemm reading P in place.
  *
- * A row whose keys are all masked gets probabilities 0 (ONNX 25's rule). The blocks
- * are independent: (batch, head, row block) tasks go to the thread pool, each with its
- * own scratch of ml_attn_args.task_floats floats (the caller sizes it, attention.py).
+ * Blocks of fewer than 3 rows (a decoder step) skip the packing: dot products on the K
+ * rows, then the P V sums in registers over the V rows. A row whose keys are all masked
+ * gets probabilities 0 (ONNX 25's rule). Each task has its own scratch of
+ * ml_attn_args.task_floats floats (the caller sizes it, attention.py). Key ranges are
+ * aligned to the key index (not to the group), so the sums do not depend on the thread
+ * count.
  * Results differ from a scalar loop only by float32 summation order.
  */
 #ifndef MONOLIB_ATTENTION_H

@@ -129,3 +129,34 @@ def test_lstm_bad_weight_shape_is_shape_error() -> None:
 
     with pytest.raises(ShapeError, match="LSTM node"):
         make_node("LSTM", [r(T, B, I), r(1, 4 * H, I + 1), r(1, 4 * H, H)], {"hidden_size": H})
+
+
+def test_lstm_recurrence_split_over_threads_is_bit_identical() -> None:
+    """Hidden 256 (a 256 x 1024 recurrent product per step, above lstm.h's
+    ML_LSTM_PAR_MIN): at 2 threads each step's product is split by column ranges over the
+    pool; every gate column keeps its one-thread sum, so the outputs equal the 1-thread
+    run bit for bit, and ONNX Runtime's within float32 tolerance."""
+    import os
+
+    import monolib
+    from monolib.compiler.testing import make_node_model, ort_run
+    from monolib.runtime import set_num_threads
+
+    h = 256
+    feeds = {"x": r(3, 1, 32), "w": r(1, 4 * h, 32, scale=0.1), "rw": r(1, 4 * h, h, scale=0.1),
+             "b": r(1, 8 * h, scale=0.1)}
+    model = make_node_model("LSTM", feeds, {"hidden_size": h}, outputs=3,
+                            constant_inputs=["w", "rw", "b"])
+    gm = monolib.GraphModule(monolib.compile(model)["default"](monolib.cpu()))
+    runs = []
+    try:
+        for n in (1, 2):
+            set_num_threads(n)
+            gm.run(x=feeds["x"])
+            runs.append([gm.get_output(i).numpy().copy() for i in range(3)])
+    finally:
+        set_num_threads(len(os.sched_getaffinity(0)))
+    for one, two in zip(*runs):
+        np.testing.assert_array_equal(two, one)
+    for got, want in zip(runs[0], ort_run(model, {"x": feeds["x"]})):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

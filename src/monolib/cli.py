@@ -161,11 +161,13 @@ def parse_max_size(text: str) -> tuple[str, int]:
     return _node_bound(text, "--max-size")
 
 
-def _node_bound(text: str, flag: str) -> tuple[str, int]:
-    """``NODE=N`` split at the last ``=`` (node names may hold one)."""
+def _node_bound(text: str, flag: str, label: str = "NODE", least: int = 0) -> tuple[str, int]:
+    """``NAME=N`` split at the last ``=`` (node and input names may hold one), ``N`` an
+    integer of at least ``least``."""
     name, eq, value = text.rpartition("=")
-    if not name or not eq or not value.isdigit():
-        raise argparse.ArgumentTypeError(f"bad {flag} {text!r}: expected NODE=N")
+    if not name or not eq or not value.isdigit() or int(value) < least:
+        at_least = f", N >= {least}" if least else ""
+        raise argparse.ArgumentTypeError(f"bad {flag} {text!r}: expected {label}=N{at_least}")
     return name, int(value)
 
 
@@ -177,10 +179,7 @@ def parse_width(text: str) -> tuple[str, int]:
     argparse.ArgumentTypeError
         Not ``NAME=N`` with ``N`` a positive integer.
     """
-    name, eq, value = text.rpartition("=")
-    if not name or not eq or not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"bad --width {text!r}: expected NAME=N, N >= 1")
-    return name, int(value)
+    return _node_bound(text, "--width", "NAME", least=1)
 
 
 def _with_widths(shapes: dict, widths: Sequence[tuple[str, int]]) -> dict:

@@ -334,12 +334,9 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
  * kc; b points at np panels bps floats apart. */
 ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t kc,
                           const float* restrict a, int64_t lda, const float* restrict b,
-                          int64_t bps, int64_t ldb, float* restrict c, int64_t ldc, int mr,
-                          int nr, float alpha, int load_c, const float* bias_m,
-                          const float* bias_n) {
+                          int64_t bps, float* restrict c, int64_t ldc, int mr, int nr,
+                          float alpha, int load_c, const float* bias_m, const float* bias_n) {
     ml_vf acc[ML_MR][ML_NP * ML_NV];
-    /* araw 2: B read in place too, row k of the tile at b + k*ldb */
-    const int64_t bks = araw == 2 ? ldb : ML_NR;
     /* unpacked A: rows past mr re-read row mr-1 (in bounds; their sums are not stored) */
     const float* ar[ML_MR];
     if (araw)
@@ -351,7 +348,7 @@ ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t 
         ml_vf bv[ML_NP * ML_NV];
         for (int p = 0; p < np; ++p)
             for (int v = 0; v < ML_NV; ++v)
-                bv[p * ML_NV + v] = *(const ml_vf*)(b + p * bps + k * bks + v * ML_VW);
+                bv[p * ML_NV + v] = *(const ml_vf*)(b + p * bps + k * ML_NR + v * ML_VW);
         for (int r = 0; r < rows; ++r) {
             /* x - 0.0f folds to a plain broadcast (x + 0.0f would not: -0.0f). */
             ml_vf av = (araw ? ar[r][k] : a[k * ML_MR + r]) - (ml_vf){0};
@@ -364,10 +361,10 @@ ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t 
 /* The micro-kernel specialised for the row count of the tile (short last panels do not
  * pay for MR rows: M = 1 is a GEMV at full width). */
 ML_INLINE void ml_ukernel_rows_a(const int np, const int araw, int64_t kc, const float* restrict a,
-                                 int64_t lda, const float* restrict b, int64_t bps, int64_t ldb,
+                                 int64_t lda, const float* restrict b, int64_t bps,
                                  float* restrict c, int64_t ldc, int mr, int nr, float alpha,
                                  int load_c, const float* bias_m, const float* bias_n) {
-#define ML_UK_(rows) ml_ukernel(np, rows, araw, kc, a, lda, b, bps, ldb, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
+#define ML_UK_(rows) ml_ukernel(np, rows, araw, kc, a, lda, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
     /* 1, 2, 4 or MR rows: enough for GEMV-like shapes, few instances to compile */
     if (mr == 1) ML_UK_(1);
     else if (mr == 2) ML_UK_(2);
@@ -381,7 +378,7 @@ ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a
                                const float* restrict b, int64_t bps, float* restrict c,
                                int64_t ldc, int mr, int nr, float alpha, int load_c,
                                const float* bias_m, const float* bias_n) {
-    ml_ukernel_rows_a(np, 0, kc, a, 0, b, bps, 0, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
+    ml_ukernel_rows_a(np, 0, kc, a, 0, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
 }
 
 /* Call the epilogue on rows m0..m1 (GEMM rows), columns n0..n1, splitting folded batches. */
@@ -409,12 +406,10 @@ static inline int64_t ml_gemm_bbuf_floats(int64_t K, int64_t N) {
     return ML_MIN(K, ML_KC) * ML_MIN(n, ML_NC);
 }
 
-/* The macro-kernel over one MC x KC block of A and KC x NC block of B: B packed (panels
- * bps floats apart) or, ldb > 0 (with an unpacked A only), read in place (rows ldb
- * floats apart, panels bps = NR apart). */
-static inline void ml_gemm_block_b(const ml_gemm_args* g, int64_t ic, int64_t mc, int64_t pc,
-                                   int64_t kc, int64_t jc, int64_t nc, const float* bp,
-                                   int64_t bps, int64_t ldb) {
+/* The macro-kernel over one packed MC x KC block of A and KC x NC block of B. */
+static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, int64_t pc,
+                                 int64_t kc, int64_t jc, int64_t nc, const float* bp,
+                                 int64_t bps) {
     int first = pc == 0;
     int load_c = g->accumulate || !first;
     for (int64_t jr = 0; jr < nc; jr += ML_NP * ML_NR) {
@@ -427,13 +422,10 @@ static inline void ml_gemm_block_b(const ml_gemm_args* g, int64_t ic, int64_t mc
             float* c = g->c + m * g->ldc + jc + jr;
             const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
 #define ML_UKR_(np, araw, a, lda) \
-    ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, ldb, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn)
+    ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn)
             if (g->a_raw) {
                 const float* a = g->a_raw + m * g->lda + pc;
-                if (ldb > 0) {
-                    if (nr > ML_NR) ML_UKR_(ML_NP, 2, a, g->lda);
-                    else ML_UKR_(1, 2, a, g->lda);
-                } else if (nr > ML_NR) ML_UKR_(ML_NP, 1, a, g->lda);
+                if (nr > ML_NR) ML_UKR_(ML_NP, 1, a, g->lda);
                 else ML_UKR_(1, 1, a, g->lda);
             } else {
                 const float* a = g->a + (m / ML_MR) * g->K * ML_MR + pc * ML_MR;
@@ -443,13 +435,6 @@ static inline void ml_gemm_block_b(const ml_gemm_args* g, int64_t ic, int64_t mc
 #undef ML_UKR_
         }
     }
-}
-
-/* The macro-kernel over one packed MC x KC block of A and KC x NC block of B. */
-static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, int64_t pc,
-                                 int64_t kc, int64_t jc, int64_t nc, const float* bp,
-                                 int64_t bps) {
-    ml_gemm_block_b(g, ic, mc, pc, kc, jc, nc, bp, bps, 0);
 }
 
 /* K == 0: C = bias (or unchanged when accumulating). */
@@ -462,10 +447,6 @@ static inline void ml_gemm_k0(const ml_gemm_args* g) {
     if (g->epi && g->M > 0 && g->n_end > g->n_begin)
         ml_gemm_epilogue(g, 0, g->M, g->n_begin, g->n_end);
 }
-
-/* Largest run-time B (K x row stride, floats) read in place beside an unpacked A: a
- * quarter of a 1 MB L2. */
-#define ML_BRAW_MAX (64 * 1024)
 
 /* Columns per pass of ml_gemm_small_m: at most ML_SMALL_NC (the sums, up to MR-1 rows
  * of 16 KB, stay in L2 while B streams by; a narrower pass reads each row of B in
@@ -556,27 +537,12 @@ static void ml_sgemm_impl(const ml_gemm_args* g, int small_ok) {
         ml_gemm_small_m(g);
         return;
     }
-    /* a small run-time B (whole panels) beside an unpacked A is read in place: packing
-     * it cost 4% of a [128,64]x[64,128] GEMM; a large one is packed (the in-place tile
-     * spans a row of B per k: pages and cache sets a packed panel does not touch) */
-    const int braw = g->a_raw && g->b.kind == ML_B_STRIDED && g->b.ldn == 1 &&
-                     g->N % ML_NR == 0 && g->n_end % ML_NR == 0 &&
-                     g->K * g->b.ldk <= ML_BRAW_MAX;
     for (int64_t jc = g->n_begin; jc < g->n_end; jc += ML_NC) {
         int64_t nc = ML_MIN(ML_NC, g->n_end - jc);
         for (int64_t pc = 0; pc < g->K; pc += ML_KC) {
             int64_t kc = ML_MIN(ML_KC, g->K - pc);
             const float* bp;
             int64_t bps;
-            if (braw) {
-                bp = g->b.p + pc * g->b.ldk + jc;
-                for (int64_t ic = 0; ic < g->M; ic += ML_MC) {
-                    int64_t mc = ML_MIN(ML_MC, g->M - ic);
-                    ml_gemm_block_b(g, ic, mc, pc, kc, jc, nc, bp, ML_NR, g->b.ldk);
-                    if (g->epi && pc + kc == g->K) ml_gemm_epilogue(g, ic, ic + mc, jc, jc + nc);
-                }
-                continue;
-            }
             if (g->b.kind == ML_B_PACKED) {
                 bps = g->b.k_total * ML_NR;
                 bp = g->b.p + (jc / ML_NR) * bps + pc * ML_NR;

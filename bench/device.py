@@ -99,7 +99,7 @@ def main() -> None:
         for name in names:
             print(_monolib_row(name, "opencl", monolib.opencl(), args.repeat,
                                ["CPUExecutionProvider"]), flush=True)
-    except monolib.MonolibError as exc:
+    except (monolib.MonolibError, ImportError) as exc:
         print(f"## OpenCL: skipped ({exc})")
     arch = _gpu_arch()
     if arch is None:

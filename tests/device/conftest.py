@@ -41,6 +41,28 @@ def need_nvrtc():
         pytest.skip("NVRTC not installed (pip install cuda-python nvidia-cuda-nvrtc-cu12)")
 
 
+def gpu_reason() -> str | None:
+    """None when a CUDA GPU answers through cuda-python's driver bindings, else why not."""
+    try:
+        from cuda.bindings import driver
+
+        err, = driver.cuInit(0)
+        err2, count = driver.cuDeviceGetCount()
+        if err != driver.CUresult.CUDA_SUCCESS or err2 != driver.CUresult.CUDA_SUCCESS or not count:
+            return f"no CUDA GPU ({err}, {count} devices)"
+    except Exception as exc:  # noqa: BLE001  (no bindings, no libcuda: no GPU here)
+        return f"no CUDA GPU ({type(exc).__name__}: {exc})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def need_gpu():
+    """Skip unless a CUDA GPU is here (never in CI: run on a lent GPU machine)."""
+    reason = gpu_reason()
+    if reason:
+        pytest.skip(f"needs a CUDA GPU: {reason}")
+
+
 @pytest.fixture(scope="session")
 def fresh_device_run(tmp_path_factory):
     """``fresh_device_run(lib, inputs, kind, env=None) -> (outputs, info)``: load and run

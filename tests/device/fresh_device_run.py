@@ -26,7 +26,7 @@ def main() -> None:
     np.savez(outputs, **outs)
     heavy = sorted(m for m in sys.modules
                    if m.split(".")[0] in ("onnx", "onnxruntime") or m.startswith("monolib.compiler"))
-    print(json.dumps({"last_build": gm.executor.module.last_build, "heavy": heavy}))
+    print(json.dumps({"last_build": getattr(gm.executor.module, "last_build", ""), "heavy": heavy}))
 
 
 if __name__ == "__main__":

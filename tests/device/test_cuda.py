@@ -13,20 +13,9 @@ from monolib.compiler.testing import make_node_model, ort_run
 from monolib.models import fetch_model
 from monolib.errors import DeviceUnavailableError
 
+from .conftest import gpu_reason
+
 CLS = ("ppocr_cls", (1, 3, 48, 192))
-
-
-def _gpu_reason() -> str | None:
-    try:
-        from cuda.bindings import driver
-
-        err, = driver.cuInit(0)
-        err2, count = driver.cuDeviceGetCount()
-        if err != driver.CUresult.CUDA_SUCCESS or err2 != driver.CUresult.CUDA_SUCCESS or not count:
-            return f"no CUDA GPU ({err}, {count} devices)"
-    except Exception as exc:  # noqa: BLE001
-        return f"no CUDA GPU ({type(exc).__name__}: {exc})"
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +70,7 @@ def test_bad_cuda_target_is_a_target_error():
 
 
 def test_no_gpu_is_a_clear_error():
-    if _gpu_reason() is None:
+    if gpu_reason() is None:
         pytest.skip("a GPU is here")
     model = make_node_model("Relu", {"x": np.zeros((2, 3), np.float32)})
     factory = monolib.compile(model, target="cuda")
@@ -89,10 +78,7 @@ def test_no_gpu_is_a_clear_error():
         factory["default"](monolib.cuda())
 
 
-def test_cls_on_gpu_matches_onnxruntime(cls_cuda):
-    reason = _gpu_reason()
-    if reason:
-        pytest.skip(f"needs a CUDA GPU: {reason}")
+def test_cls_on_gpu_matches_onnxruntime(cls_cuda, need_gpu):
     from models.conftest import assert_matches
 
     _, path = cls_cuda
@@ -129,3 +115,55 @@ def test_bound_expressions_are_spelled_by_the_language(need_nvrtc):
         + f"  y[gid] = {forms['cuda']};\n}}\n"
     )
     assert ".entry k0(" in nvrtc_compile(source, "sm_80").decode()
+
+
+def test_every_kernel_on_gpu_matches_onnxruntime(need_gpu, need_nvrtc):
+    """The OpenCL op model (every device lowering, fused epilogues) on the GPU, run
+    twice on other inputs: nothing stale in the device arena."""
+    from .test_opencl_ops import FEEDS, ops_model
+
+    model = ops_model()
+    factory = monolib.compile(model, target="cuda")
+    gm = monolib.GraphModule(factory["default"](monolib.cuda()))
+    for feeds in (FEEDS, {**FEEDS, "x": -FEEDS["x"]}):
+        want = ort_run(model, feeds)
+        gm.run(**feeds)
+        for i, (out, w) in enumerate(zip(model.graph.output, want)):
+            got = gm.get_output(i).numpy()
+            assert got.shape == w.shape, out.name
+            tol = 1e-5 * max(float(np.abs(w).max()), 1.0)
+            np.testing.assert_allclose(got, w, rtol=0, atol=tol, err_msg=out.name)
+
+
+def test_rec_on_gpu_reads_the_text_in_a_fresh_process(need_gpu, need_nvrtc, fresh_device_run,
+                                                      tmp_path):
+    """PP-OCRv4 rec exported for the GPU found, loaded in a fresh process that never
+    imports the compiler, matches ONNX Runtime and reads the rendered line."""
+    from models.conftest import TEXT, assert_matches
+    from monolib.models import ocr
+
+    from monolib.runtime.cuda_module import CUDAModule
+
+    major_minor = _gpu_arch()
+    path = str(fetch_model("ppocr_rec"))
+    factory = monolib.compile(path, target=f"cuda -arch={major_minor}",
+                              shapes={"x": (1, 3, 48, 320)})
+    lib = factory.export_library(str(tmp_path / "rec_cuda.so"))
+    assert isinstance(factory.lib.imported_modules[0], CUDAModule)
+    x = ocr.line_preprocess(ocr.render_line(TEXT), 48, 320)
+    got, info = fresh_device_run(lib, {"x": x}, "cuda")
+    assert info["heavy"] == [] and info["last_build"] == "binary"
+    want = ort_run(path, {"x": x})
+    assert_matches(got, want, "PP-OCRv4 rec on CUDA")
+    assert ocr.ctc_greedy_decode(got[0], ocr.load_charset(path)) == TEXT
+
+
+def _gpu_arch() -> str:
+    from cuda.bindings import driver
+
+    driver.cuInit(0)
+    dev = driver.cuDeviceGet(0)[1]
+    attr = driver.CUdevice_attribute
+    major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)[1]
+    minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)[1]
+    return f"sm_{major}{minor}"

@@ -93,6 +93,10 @@ class CUDAModule(DeviceModule):
 
     type_key = CUDA
 
+    #: how the last session got its PTX: ``"binary"`` (stored in the module) or
+    #: ``"source"`` (NVRTC at load); ``""`` before any
+    last_build = ""
+
     def ptx_for(self, arch: str) -> bytes:
         """The stored PTX of the newest arch not above ``arch`` (the driver JITs it
         forward), else PTX compiled now with NVRTC for ``arch``."""
@@ -101,9 +105,11 @@ class CUDAModule(DeviceModule):
             (int(k[3:]), k) for k in self.binaries if k[3:].isdigit() and int(k[3:]) <= want
         )
         if usable:
+            self.last_build = "binary"
             return self.binaries[usable[-1][1]]
         ptx = nvrtc_compile(self.source, arch)
         self.binaries[arch] = ptx
+        self.last_build = "source"
         return ptx
 
     def open(self, device: Device, arena_bytes: int) -> DeviceSession:

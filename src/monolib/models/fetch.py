@@ -52,6 +52,9 @@ _RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
 _SILERO = "silero-vad==6.2.3"
 _MAGIKA = "magika==1.0.3"
 _G2P_ID = "g2p-id-py==0.4.2"
+_RAPIDOCR3 = "rapidocr==3.10.0"
+_DDDDOCR = "ddddocr==1.6.1"
+_OWW = "openwakeword==0.4.0"
 
 #: Every model known by key. Digests from MODELS.md (the config's from the wheel).
 MODELS: dict[str, ModelSpec] = {
@@ -104,6 +107,44 @@ MODELS: dict[str, ModelSpec] = {
         "g2p_id/models/lstm/encoder_model.onnx",
         "a9ee8658ea099300392f5ef5dbdf9d38658d104ddb21557a38044a06f68d8b22",
         "g2p_id_lstm_encoder_model.onnx",
+    ),
+    # "More real models": other packages and architectures, where the speed targets
+    # hold too (issue 14)
+    "ppocrv6_det": ModelSpec(
+        _RAPIDOCR3,
+        "rapidocr/models/PP-OCRv6_det_small.onnx",
+        "090f04abcd9d9a7498bc4ebf677e4cb9bdce1fe4197ddb7e529f1ef44e1ff94f",
+        "PP-OCRv6_det_small.onnx",
+    ),
+    "ppocrv6_rec": ModelSpec(
+        _RAPIDOCR3,
+        "rapidocr/models/PP-OCRv6_rec_small.onnx",
+        "6f327246b50388f3c176ae304bd95767ea6dc0c9ae92153ef8cbe210b3c14884",
+        "PP-OCRv6_rec_small.onnx",
+    ),
+    "ddddocr": ModelSpec(
+        _DDDDOCR,
+        "ddddocr/common.onnx",
+        "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8",
+        "ddddocr_common.onnx",
+    ),
+    "oww_mel": ModelSpec(
+        _OWW,
+        "openwakeword/resources/models/melspectrogram.onnx",
+        "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f",
+        "oww_melspectrogram.onnx",
+    ),
+    "oww_embedding": ModelSpec(
+        _OWW,
+        "openwakeword/resources/models/embedding_model.onnx",
+        "ba754db3cd768a524c655ea90655ee5e6055a43b8dfd29366a11e93716ae9e51",
+        "oww_embedding_model.onnx",
+    ),
+    "oww_alexa": ModelSpec(
+        _OWW,
+        "openwakeword/resources/models/alexa_v0.1.onnx",
+        "6ff566a01d12670e8d9e3c59da32651db1575d17272a601b7f8a39283dfbae3e",
+        "oww_alexa_v0.1.onnx",
     ),
     "magika_config": ModelSpec(
         _MAGIKA,

@@ -21,6 +21,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ....errors import CompileError, MonolibError, UnsupportedOpError
 from ...ir import Graph, Value
 from ...ops.base import device_ops, has_device_kernel, op_of
@@ -51,6 +53,21 @@ class KernelContext:
     def ptr(self, value: Value) -> str:
         """Typed pointer expression of ``value`` in the params blob or the arena."""
         return tensor_pointer(self.language, value, self.plan, self.params)
+
+    def table(self, array: Any, name: str) -> str:
+        """Put a compile-time table (a Resize's source indices or weights) in the params
+        blob and return a typed const pointer expression to it.
+
+        Parameters
+        ----------
+        array : numpy.ndarray
+            Stored C-contiguous, flattened; its dtype is the element type.
+        name : str
+            Its name in the blob's entries (made unique there).
+        """
+        array = np.ascontiguousarray(array).reshape(-1)
+        off = self.params.add(array, f"{self.fused.name}.{name}")
+        return f"(({self.language.pointer(ctype(array.dtype), True)})(params + {off}))"
 
     def store(self, flat: str, value: str) -> list[str]:
         """C lines storing ``value`` (anchor output 0's element at flat index ``flat``)

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
+from ...backends.cstyle import c_literal, ctype
 from ...ir import Node, shape_size
 from ...symbolic import same
 from ..base import EmitContext, OpDef, OutType, register
@@ -176,6 +178,56 @@ class ConvTranspose(OpDef):
         ctx.include("conv.h")
         epi = ctx.tile_epilogue(self.epilogue_groups(node))
         return _emit(node, ctx, geo, epi)
+
+    def emit_device(self, node: Node, ctx: Any) -> Any:
+        """Device ConvTranspose: 1-D or 2-D, groups, strides, dilations, pads,
+        output_padding, bias; one output element per work item, the sum over the
+        group's input channels of the kernel taps that land on it (output ``o`` gets tap
+        ``k`` from input ``(o + pad - k * dilation) / stride`` when that divides).
+
+        Raises
+        ------
+        UnsupportedOpError
+            For more than 2 spatial dims.
+        """
+        from ...backends.device.lowerings import decompose, element_kernel
+
+        x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
+        if len(x.shape) not in (3, 4):
+            raise UnsupportedOpError(
+                f"device ConvTranspose (node {node.name!r}): only 1-D and 2-D, got {x.shape}"
+            )
+        g = window_dims(list(x.shape[2:]), tconv_geometry(node))
+        group = int(node.attrs["group"])
+        C, OC, mg = x.shape[1], y.shape[1], w.shape[1]
+        cg = C // group
+        T = ctype(y.dtype)
+        xp = ctx.language.pointer(ctype(x.dtype), True)
+        wp = ctx.language.pointer(ctype(w.dtype), True)
+        acc0 = f"{ctx.ptr(b)}[i1]" if b is not None else c_literal(0, y.dtype)
+        H, W, KH, KW = g["H"], g["W"], g["KH"], g["KW"]
+        body = [
+            *decompose("gid", [y.shape[0], OC, g["OH"], g["OW"]], "i"),
+            f"{xp} X = {ctx.ptr(x)};",
+            f"{wp} Wt = {ctx.ptr(w)};",
+            f"{T} acc = {acc0};",
+            f"const idx_t c0 = (i1 / {mg}) * {cg};",  # the group's first input channel
+            f"const idx_t m = i1 % {mg};",
+            f"for (idx_t kh = 0; kh < {KH}; ++kh) {{",
+            f"  const idx_t th = i2 + {g['PT']} - kh * {g['DH']};",
+            f"  if (th < 0 || th % {g['SH']} != 0 || th / {g['SH']} >= {H}) continue;",
+            f"  for (idx_t kw = 0; kw < {KW}; ++kw) {{",
+            f"    const idx_t tw = i3 + {g['PL']} - kw * {g['DW']};",
+            f"    if (tw < 0 || tw % {g['SW']} != 0 || tw / {g['SW']} >= {W}) continue;",
+            (f"    const idx_t xo = (i0 * {C} + c0) * {H * W} + (th / {g['SH']}) * {W} "
+             f"+ tw / {g['SW']};"),
+            f"    const idx_t wo = ((c0 * {mg} + m) * {KH} + kh) * {KW} + kw;",
+            f"    for (idx_t c = 0; c < {cg}; ++c)",
+            f"      acc += X[xo + c * {H * W}] * Wt[wo + c * {mg * KH * KW}];",
+            "  }",
+            "}",
+        ]
+        return element_kernel(node, ctx, body)
 
 
 def _tiles_exactly(d: dict[str, int]) -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
 from ...ir import Node, shape_size
 from ...symbolic import Dim
 from ..base import EmitContext, OpDef, OutType, register
-from ...backends.cstyle import ctype
+from ...backends.cstyle import c_literal, ctype
 from . import resize_data
 from .loops import contiguous_strides, emit_loops, has_epilogue, linear_offset, normalize_axis
 
@@ -498,6 +498,74 @@ class _Resize(OpDef):
             return pre + f"{ctx.ptr(y)}[{linear_offset(o, ost)}] = {val};"
 
         return emit_loops(ctx, y.shape, body)
+
+    def emit_device(self, node: Node, ctx: Any) -> Any:
+        """Device Resize from the C path's :class:`ResizePlan` (constant scales, sizes
+        and roi): one output element per work item. Nearest gathers through a source
+        index table (division for an integer upsampling); linear and cubic loop over
+        each resized axis's taps (weights and clamped indices from tables in the params
+        blob, antialias filters included) in the order of the C path's sum;
+        ``tf_crop_and_resize`` writes ``extrapolation_value`` where a mask says the
+        source lies outside the input.
+
+        Raises
+        ------
+        UnsupportedOpError
+            Run-time scales or sizes, or a run-time axis length.
+        """
+        from ...backends.device.lowerings import decompose, element_kernel, flat_of
+
+        where = f"device {node.op_type} (node {node.name!r})"
+        if resize_data.run_time_input(node, self):
+            raise UnsupportedOpError(f"{where}: run-time scales/sizes are not supported on "
+                                     "devices (constant ones are)")
+        x, y = node.inputs[0], node.outputs[0]
+        if any(isinstance(n, Dim) for n in (*x.shape, *y.shape)):
+            raise UnsupportedOpError(f"{where}: run-time axis lengths {x.shape} -> {y.shape}")
+        plan = self.plan(node)
+        ist = contiguous_strides(x.shape)
+        T = ctype(y.dtype)
+        i = [f"i{d}" for d in range(len(y.shape))]
+        body = decompose("gid", y.shape, "i")
+        lin = [d for d, w in enumerate(plan.weight) if w is not None]
+        src = list(i)
+        for d, idx in enumerate(plan.index):
+            if idx is None or d in lin:
+                continue
+            n_out, n_in = len(idx), int(x.shape[d])
+            f = n_out // n_in if n_in and n_out % n_in == 0 else 0
+            if f and np.array_equal(idx, np.arange(n_out) // f):
+                src[d] = f"({i[d]} / {f})"
+            else:
+                src[d] = f"(idx_t){ctx.table(idx.astype(np.int32), 'resize_idx')}[{i[d]}]"
+        xp = ctx.ptr(x)
+        if plan.mode == "nearest":
+            val = f"{xp}[{flat_of(src, ist)}]"
+        else:
+            # one tap loop per resized axis, the last axis innermost (the C path's order)
+            val, opened = "(" + T + ")s_", 0
+            body.append("float s_ = 0.0f;")
+            weights = []
+            for d in lin:
+                n = plan.index[d].shape[1]
+                tab = ctx.table(plan.index[d].astype(np.int32), "resize_taps")
+                wt = ctx.table(plan.weight[d].astype(np.float32), "resize_w")
+                pad = "  " * opened
+                body += [f"{pad}for (idx_t t{d} = 0; t{d} < {n}; ++t{d}) {{",
+                         f"{pad}  const idx_t k{d} = {i[d]} * {n} + t{d};",
+                         f"{pad}  const idx_t j{d} = (idx_t){tab}[k{d}];",
+                         f"{pad}  const float w{d} = {wt}[k{d}];"]
+                src[d], opened = f"j{d}", opened + 1
+                weights.append(f"w{d}")
+            body.append("  " * opened + f"s_ += {' * '.join(weights)} * {xp}[{flat_of(src, ist)}];")
+            body += ["  " * k + "}" for k in reversed(range(opened))]
+        if plan.outside is not None:
+            masks = [f"{ctx.table(m.astype(np.uint8), 'resize_outside')}[{i[d]}]"
+                     for d, m in enumerate(plan.outside) if m is not None]
+            val = (f"(({' || '.join(masks)}) ? "
+                   f"{c_literal(plan.extrapolation_value, y.dtype)} : {val})")
+        body.append(f"const {T} acc = {val};")
+        return element_kernel(node, ctx, body)
 
     def _emit_integer_upsample(self, ctx: EmitContext, plan: ResizePlan, x, y) -> str:
         """Nearest upsampling of the last two dims by integer factors (the FPN's 2x):

@@ -1,6 +1,7 @@
 """The benchmarked models: fetch key, compile shapes and constants, and meaningful
-inputs (rendered text, synthesized speech, Python source files) for monolib and ORT,
-at the default size (``bench/run.py``) or at any size (``bench/dynamic.py``)."""
+inputs (rendered text and captchas, synthesized speech, Python source files, a word)
+for monolib and ORT, at the default size (``bench/run.py``) or at any size
+(``bench/dynamic.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from monolib.models import fetch_model, magika, ocr, vad
+from monolib.models import captcha, fetch_model, greedy, magika, ocr, ppocrv6, vad, wakeword
 
 __all__ = ["MODEL_INPUTS", "BenchModel"]
 
@@ -92,6 +93,49 @@ def _magika_at(batch: int):
     return _same({"bytes": np.ascontiguousarray(np.concatenate(rows, axis=0))})
 
 
+def _v6_det_at(hw: tuple[int, int]):
+    image, _ = ocr.render_page(PAGE, size=hw)
+    return _same({"x": ppocrv6.det_preprocess(image)})
+
+
+def _v6_line_at(width: int):
+    return _same({"x": ppocrv6.rec_preprocess(ocr.render_line("Hello World 2024"), width)})
+
+
+def _captcha_at(width: int):
+    """A captcha of ``width`` x 64 with one character per 36 px (6 at the default 256)."""
+    word = ("Ab3De9" * 4)[:max(2, (width - 32) // 36)]
+    return _same({"input1": captcha.preprocess(captcha.render_captcha(word, (width, 64)))})
+
+
+@cache
+def _wake_stream() -> dict[str, list[np.ndarray]]:
+    """Every model input of openWakeWord's stream over a spoken "alexa" (ORT runs it),
+    ``"peak"``: the step where the wake-word score is highest (just after the word),
+    ``"loud"``: the mel input of most energy (within the word)."""
+    from monolib.compiler.testing import ort_session
+
+    def run(key):
+        sess = ort_session(fetch_model(key))
+        name = sess.get_inputs()[0].name
+        return lambda x: sess.run(None, {name: x})[0]
+
+    record: dict = {}
+    scores = wakeword.stream_scores(run("oww_mel"), run("oww_embedding"), run("oww_alexa"),
+                                    vad.synthesize_speech("alexa"), record)
+    record["peak"] = int(np.argmax(scores))
+    record["loud"] = int(np.argmax([float(np.square(x).sum()) for x in record["mel"]]))
+    return record
+
+
+def _wake(stage: str, name: str):
+    """The input of ``stage`` in the stream: the mel model's loudest, the others' at the
+    peak score (the embedding model runs once more first, on the silence it starts from)."""
+    rec = _wake_stream()
+    step = rec["loud"] if stage == "mel" else rec["peak"] + (stage == "embed")
+    return _same({name: rec[stage][step]})
+
+
 MODEL_INPUTS: dict[str, BenchModel] = {
     "det": BenchModel("ppocr_det", {"x": (1, 3, 640, 640)}, lambda: _det_at((640, 640)),
                       dynamic={"shapes": {"x": (1, 3, (32, 1280, 32), (32, 1280, 32))}},
@@ -112,4 +156,23 @@ MODEL_INPUTS: dict[str, BenchModel] = {
     "magika": BenchModel("magika", {"bytes": (1, 2048)}, lambda: _magika_at(1),
                          dynamic={"shapes": {"bytes": ((1, 8), 2048)}},
                          sizes=(1, 3, 8), make_at=_magika_at),
+    # "More real models" (issue 14)
+    "ppocrv6_det": BenchModel("ppocrv6_det", {"x": (1, 3, 640, 640)},
+                              lambda: _v6_det_at((640, 640)),
+                              dynamic={"shapes": {"x": (1, 3, (32, 1280, 32), (32, 1280, 32))}},
+                              sizes=((480, 640), (736, 736), (1280, 960)), make_at=_v6_det_at),
+    "ppocrv6_rec": BenchModel("ppocrv6_rec", {"x": (1, 3, 48, 320)}, lambda: _v6_line_at(320),
+                              dynamic={"shapes": {"x": (1, 3, 48, (32, 1280))}},
+                              sizes=(100, 320, 960), make_at=_v6_line_at),
+    "ddddocr": BenchModel("ddddocr", {"input1": (1, 1, 64, 256)}, lambda: _captcha_at(256),
+                          dynamic={"shapes": {"input1": (1, 1, 64, (32, 512))}},
+                          sizes=(128, 256, 512), make_at=_captcha_at),
+    "oww_mel": BenchModel("oww_mel", {"input": (1, wakeword.MEL_SAMPLES)},
+                          lambda: _wake("mel", "input")),
+    "oww_embedding": BenchModel("oww_embedding", {"input_1": (1, wakeword.WINDOW, 32, 1)},
+                                lambda: _wake("embed", "input_1")),
+    "oww_alexa": BenchModel("oww_alexa", {"onnx::Flatten_0": (1, wakeword.N_EMBEDDINGS, 96)},
+                            lambda: _wake("head", "onnx::Flatten_0")),
+    "g2p_encoder": BenchModel("g2p_id_encoder", {"input_1": (1, greedy.MAX_WORD, 28)},
+                              lambda: _same({"input_1": greedy.encode_word("bermain")})),
 }

@@ -167,3 +167,25 @@ def _gpu_arch() -> str:
     major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)[1]
     minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)[1]
     return f"sm_{major}{minor}"
+
+
+def test_det_on_gpu_matches_onnxruntime(need_gpu, need_nvrtc):
+    """PP-OCRv4 det (nearest 2x Resizes, stride-2 ConvTransposes) on the GPU for its
+    arch, on a rendered page: ONNX Runtime's map within 3e-4 of its range (ORT's
+    optimized and plain runs differ by 2.7e-4 here), both text bands found."""
+    from models.conftest import PAGE, assert_matches
+    from monolib.models import ocr
+
+    path = str(fetch_model("ppocr_det"))
+    image, bands = ocr.render_page(PAGE)
+    x = ocr.det_preprocess(image)
+    factory = monolib.compile(path, target=f"cuda -arch={_gpu_arch()}", shapes={"x": x.shape})
+    gm = monolib.GraphModule(factory["default"](monolib.cuda()))
+    gm.run(x=x)
+    got = [gm.get_output(0).numpy()]
+    assert_matches(got, ort_run(path, {"x": x}), "PP-OCRv4 det on CUDA", rel=3e-4,
+                   want_unopt=ort_run(path, {"x": x}, optimize=False))
+    m = got[0][0, 0]
+    for y0, y1 in bands:
+        assert m[y0:y1].mean() > 0.1, f"text band {y0}:{y1} mean {m[y0:y1].mean():.3f}"
+    assert len(ocr.text_boxes(m)) == len(PAGE)

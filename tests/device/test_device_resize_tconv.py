@@ -113,3 +113,17 @@ def test_resize_and_conv_transpose_compile_to_ptx(need_nvrtc):
     for f in dev.functions:
         assert f".entry {f['name']}(" in ptx
 
+
+
+def test_resize_and_conv_transpose_on_gpu_match_onnxruntime(need_gpu, need_nvrtc):
+    """The same model on a CUDA GPU (skipped where there is none)."""
+    m = model()
+    gm = monolib.GraphModule(monolib.compile(m, target="cuda")["default"](monolib.cuda()))
+    for feeds in (FEEDS, {k: -v for k, v in FEEDS.items()}):
+        want = ort_run(m, feeds)
+        gm.run(**feeds)
+        for i, (out, w) in enumerate(zip(m.graph.output, want)):
+            got = gm.get_output(i).numpy()
+            assert got.shape == w.shape, out.name
+            tol = 1e-5 * max(float(np.abs(w).max()), 1.0)
+            np.testing.assert_allclose(got, w, rtol=0, atol=tol, err_msg=out.name)

@@ -132,3 +132,27 @@ def test_cpu_device_on_an_opencl_model_names_the_device(built):
     factory, _ = built["cls"]
     with pytest.raises(monolib.InputError, match=r"compiled for opencl.*monolib\.opencl\(\)"):
         factory["default"](monolib.cpu())
+
+
+def test_det_matches_onnxruntime_and_finds_the_text_bands(need_opencl):
+    """PP-OCRv4 det (its FPN's nearest 2x Resizes and DB head's stride-2 ConvTransposes
+    as device kernels) on a rendered page: ONNX Runtime's map within 3e-4 of its range
+    (ORT's optimized and plain runs differ by 2.7e-4 here; the device's per-element
+    sums take another order than the CPU's GEMMs) and both text bands found."""
+    from models.conftest import PAGE
+
+    image, bands = ocr.render_page(PAGE)
+    x = ocr.det_preprocess(image)
+    factory = monolib.compile(str(fetch_model("ppocr_det")), target="opencl",
+                              shapes={"x": x.shape})
+    ops = {n["op"] for n in factory.get_graph_json()["nodes"]}
+    assert {"Resize", "ConvTranspose"} <= ops
+    gm = monolib.GraphModule(factory["default"](monolib.opencl()))
+    gm.run(x=x)
+    got = [gm.get_output(0).numpy()]
+    assert_matches(got, _ort("ppocr_det", x), "PP-OCRv4 det on OpenCL", rel=3e-4,
+                   want_unopt=_ort("ppocr_det", x, optimized=False))
+    m = got[0][0, 0]
+    for y0, y1 in bands:
+        assert m[y0:y1].mean() > 0.1, f"text band {y0}:{y1} mean {m[y0:y1].mean():.3f}"
+    assert len(ocr.text_boxes(m)) == len(PAGE)

@@ -5,9 +5,11 @@ Silero VAD shape (hidden 128, one step), ragged sequence_lens and other activati
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
-from harness import check_node, make_node
+from harness import VECTOR_WIDTHS, check_node, make_node
 
 RNG = np.random.default_rng(5)
 T, B, I, H = 5, 2, 7, 16
@@ -159,4 +161,138 @@ def test_lstm_recurrence_split_over_threads_is_bit_identical() -> None:
     for one, two in zip(*runs):
         np.testing.assert_array_equal(two, one)
     for got, want in zip(runs[0], ort_run(model, {"x": feeds["x"]})):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+# -- the packed-block kernel (kernels/lstm.h): tails, batch groups, vector widths, threads --
+
+
+@pytest.mark.parametrize(
+    "h,b,t,direction,const",
+    [
+        (37, 3, 4, "forward", [1, 2, 3]),  # blocks 16, 16, 5; 3 rows in one group
+        (20, 5, 3, "reverse", [1, 2, 3]),  # a group of 4 rows and one of 1
+        (16, 1, 1, "bidirectional", [1, 2, 3]),
+        (53, 2, 6, "bidirectional", [1, 3]),  # R at run time: ml_lstm_pack_r
+        (5, 6, 2, "forward", []),  # a tail block only, everything at run time
+    ],
+)
+def test_lstm_odd_hidden_batches_directions(h, b, t, direction, const) -> None:
+    d = 2 if direction == "bidirectional" else 1
+    check_node(
+        "LSTM",
+        [r(t, b, 9), r(d, 4 * h, 9), r(d, 4 * h, h), r(d, 8 * h), None, r(d, b, h), r(d, b, h)],
+        {"hidden_size": h, "direction": direction},
+        const=const,
+        n_outputs=3,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def test_lstm_odd_hidden_peepholes_clip() -> None:
+    h = 37
+    check_node(
+        "LSTM",
+        [r(4, 3, 6), r(2, 4 * h, 6), r(2, 4 * h, h), r(2, 8 * h), None, None, r(2, 3, h),
+         r(2, 3 * h)],
+        {"hidden_size": h, "direction": "bidirectional", "clip": 0.4},
+        const=[1, 2, 3, 7],
+        n_outputs=3,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("width", sorted(VECTOR_WIDTHS))
+def test_lstm_other_vector_widths(width: str) -> None:
+    """ML_VW 4 (16 vectors a block, one row a pass) and 16 (4 rows a pass)."""
+    h = 21
+    check_node(
+        "LSTM",
+        [r(3, 5, 7), r(1, 4 * h, 7), r(1, 4 * h, h), r(1, 8 * h), None, r(1, 5, h), r(1, 5, h)],
+        {"hidden_size": h},
+        const=[1, 2, 3],
+        n_outputs=3,
+        rtol=1e-4,
+        atol=1e-5,
+        options=VECTOR_WIDTHS[width],
+    )
+
+
+def _kernel_lib():
+    from monolib.compiler.backends.c.headers import kernel_header
+    from monolib.compiler.testing import build_shared
+
+    src = (
+        "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n"
+        + kernel_header("vmath.h") + kernel_header("threadpool.h")
+        + kernel_header("gemm.h") + kernel_header("lstm.h")
+        + "void tanh_all(const float* x, float* y, int64_t n) {\n"
+        "  for (int64_t i = 0; i < n; ++i) y[i] = ml_tanhf(x[i]); }\n"
+        "void pack(int64_t h, const float* r, float* rp) { ml_lstm_pack_r(h, r, rp); }\n"
+    )
+    lib = build_shared(src)
+    lib.tanh_all.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    lib.pack.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+def test_lstm_tanh_within_two_ulp() -> None:
+    """lstm.h's ml_tanhf (a polynomial below 0.625, ml_expf above) against float64 tanh:
+    at most 2 ulp over [-12, 12], odd, exact for tiny inputs, +-1 at +-inf, NaN kept."""
+    x = np.concatenate([
+        np.linspace(-12, 12, 400001, dtype=np.float32),
+        np.nextafter(np.float32(0.625), np.float32([0, 1])), np.float32([0.625, -0.625]),
+        np.float32([0.0, -0.0, 1e-30, -1e-38, 1e-45, 3.0e-4, 90.0, -90.0]),
+    ]).astype(np.float32)
+    y = np.empty_like(x)
+    _kernel_lib().tanh_all(x.ctypes.data, y.ctypes.data, x.size)
+    want = np.tanh(x.astype(np.float64))
+    ulp = np.abs(y - want) / np.spacing(np.abs(want).astype(np.float32).clip(1e-38))
+    assert ulp.max() <= 2.0, x[np.argmax(ulp)]
+    np.testing.assert_array_equal(y[x == 0], x[x == 0])
+    special = np.float32([np.inf, -np.inf, np.nan])
+    out = np.empty_like(special)
+    _kernel_lib().tanh_all(special.ctypes.data, out.ctypes.data, 3)
+    assert out[0] == 1 and out[1] == -1 and np.isnan(out[2])
+
+
+@pytest.mark.parametrize("h", [5, 16, 37])
+def test_lstm_pack_r_matches_the_compile_time_packing(h: int) -> None:
+    """The run-time packing of lstm.h and lstm.py's pack_recurrent give one layout, and it
+    is the documented one: unit block u0, row k, gate q, unit u at u0*4H + (k*4 + q)*w + u."""
+    from monolib.compiler.ops.nn.lstm import pack_recurrent
+
+    rr = r(4 * h, h)
+    got = np.empty(4 * h * h, np.float32)
+    _kernel_lib().pack(h, rr.ctypes.data, got.ctypes.data)
+    want = pack_recurrent(rr)
+    np.testing.assert_array_equal(got, want)
+    u0, w, k, q, u = 16 * ((h - 1) // 16), h - 16 * ((h - 1) // 16), h - 1, 2, 0
+    assert want[u0 * 4 * h + (k * 4 + q) * w + u] == rr[q * h + u0 + u, k]
+
+
+@pytest.mark.parametrize(
+    "h,b,t,direction",
+    [(64, 2, 8, "bidirectional"),  # the two directions side by side
+     (144, 5, 3, "reverse")],  # one step over 2 tasks of 5 and 4 blocks, 4 + 1 rows
+)
+def test_lstm_threads_bit_identical(h, b, t, direction) -> None:
+    """Above ML_LSTM_PAR_MIN the pool runs the directions side by side, or each step's
+    unit blocks split; every unit is computed as on one thread, so the outputs equal the
+    1-thread run bit for bit, and ONNX Runtime's within float32 tolerance."""
+    from harness import run_threads
+
+    from monolib.compiler.testing import make_node_model, ort_run
+
+    d = 2 if direction == "bidirectional" else 1
+    feeds = {"x": r(t, b, 24), "w": r(d, 4 * h, 24, scale=0.2), "rw": r(d, 4 * h, h, scale=0.1),
+             "b": r(d, 8 * h, scale=0.1)}
+    model = make_node_model("LSTM", feeds, {"hidden_size": h, "direction": direction},
+                            outputs=3, constant_inputs=["w", "rw", "b"])
+    one, two = run_threads(model, {"x": feeds["x"]})
+    for a, c in zip(one, two):
+        np.testing.assert_array_equal(c, a)
+    for got, want in zip(one, ort_run(model, {"x": feeds["x"]})):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--tvm-python", default=os.environ.get("MONOLIB_TVM_PYTHON"))
     args = ap.parse_args()
     steps = [
-        ["bench/run.py", "--repeat", str(args.repeat), "--threads", "1,2"],
+        ["bench/run.py", "--repeat", str(args.repeat), "--threads", "1,2", "--cold-runs", "7"],
         ["bench/load.py", "--runs", "5", "--models", ""],
         ["bench/large.py", "--mb", "512"],
         ["bench/overhead.py"],

@@ -168,6 +168,10 @@ class NodeContext:
         )
         return name
 
+    def parallel_for(self, var: str, extent: Any, body: str, work: Any) -> str:
+        # one node's C: the plain loop (the split is the code generator's, tested there)
+        return f"  for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{\n{body}\n  }}"
+
     def output_expr(self, acc: str, index: Sequence[str]) -> str:
         if self.epilogue == "affine":
             s, t = (f"{v!r}f" for v in EPI)

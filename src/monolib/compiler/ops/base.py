@@ -130,6 +130,12 @@ class EmitContext(Protocol):
         whose value before the epilogue is ``acc`` and whose index in each output dim
         is ``index`` (C expressions). Identity when there is no epilogue."""
 
+    def parallel_for(self, var: str, extent: Any, body: str, work: Any) -> str:
+        """C statements running ``body`` for ``var`` in ``[0, extent)``: a plain loop, or
+        blocks of ``var`` on the thread pool when ``work`` (multiply-adds, a float moved
+        counting 4) is large enough. ``body`` writes disjoint data per ``var`` and uses
+        no scratch; it may use ``params``, ``arena`` and ``S``."""
+
 
 class OpDef:
     """Base class of an operator implementation (one ONNX version range).

@@ -332,6 +332,41 @@ class CEmitContext:
             self._tile[key] = name
         return self._tile[key]
 
+    def parallel_for(self, var: str, extent: Any, body: str, work: Any) -> str:
+        """C statements running ``body`` for ``var`` = 0 .. ``extent``-1, split into
+        blocks of ``var`` over the thread pool when ``work`` (threadpool.h's unit:
+        multiply-adds, a float moved counts 4) reaches :data:`PARALLEL_MIN_WORK`; the
+        pool then decides on the run's state (``ml_par_tasks``).
+
+        ``body`` must write disjoint data for distinct ``var`` and use no scratch (the
+        blocks run at once) and may use ``params``, ``arena`` and ``S``: a split body
+        goes into a task function of its own, given the op's base pointers.
+        ``extent`` and ``work`` are ints or Dims (run-time dims: C over ``S``).
+        """
+        loop = f"  for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{\n{body}\n  }}"
+        local = any(name in body for name in self._materialised.values())
+        if size_hint(extent) < 2 or size_hint(work) < PARALLEL_MIN_WORK or local:
+            return loop
+        name = self.unique("par_task_")
+        self.source.functions.append(
+            f"static void {name}(void* ctx_, int64_t t, void* scratch_) {{\n"
+            "  const ml_ew_ctx* c_ = (const ml_ew_ctx*)ctx_;\n"
+            "  const uint8_t* restrict params = c_->params;\n"
+            "  uint8_t* restrict arena = c_->arena;\n"
+            f"{sym_prologue(self.plan)}\n"
+            f"  const int64_t lo_ = t * c_->chunk, n_ = {extent};\n"
+            "  const int64_t hi_ = lo_ + c_->chunk < n_ ? lo_ + c_->chunk : n_;\n"
+            "  (void)params; (void)arena; (void)scratch_;\n"
+            f"  for (int64_t {var} = lo_; {var} < hi_; ++{var}) {{\n{body}\n  }}\n}}"
+        )
+        return (
+            f"  {{ ml_ew_ctx c_ = {{params, arena, 0}};\n"
+            f"    const int64_t n_ = {extent}, t_ = ml_par_tasks((double)({work}), n_);\n"
+            "    c_.chunk = (n_ + t_ - 1) / t_;\n"
+            f"    if (t_ > 1) ml_parallel_for((n_ + c_.chunk - 1) / c_.chunk, {name}, &c_, 0, 0);\n"
+            f"    else {name}(&c_, 0, 0); }}"
+        )
+
     def output_expr(self, acc: str, index: Sequence[str]) -> str:
         """C expression of the epilogue applied to ``acc`` at output index ``index``."""
         f = self.fused
@@ -372,10 +407,13 @@ def _emit_body(fused: FusedOp, ctx: CEmitContext) -> str:
     return code
 
 
+# Work (threadpool.h's unit) from which an op's loop is written as a task function the
+# pool may split: threadpool.h's ML_PAR_MIN_WORK (its comment has the measurements);
+# at run time ml_par_tasks decides on the pool's state.
+PARALLEL_MIN_WORK = 1 << 17
 # Elementwise chains of at least this many element-steps are split over the thread pool
-# (threadpool.h's ML_PAR_MIN_WORK / 4: memory-bound, an element-step counts as 4
-# multiply-adds; the pool then decides at run time).
-PARALLEL_ELEMENTWISE = 1 << 19
+# (memory-bound: an element-step counts as 4 multiply-adds).
+PARALLEL_ELEMENTWISE = PARALLEL_MIN_WORK // 4
 
 
 def _elementwise(fused: FusedOp, ctx: CEmitContext, in_place: frozenset[int]) -> str:

@@ -15,6 +15,12 @@
 #endif
 #include <math.h>
 #include <stdint.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+#define ML_POOL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ML_POOL_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* Eight floats, any alignment (generic vector extension: SSE pairs without AVX). */
 typedef float ml_pool_v8 __attribute__((vector_size(32), aligned(4)));
@@ -87,6 +93,174 @@ __attribute__((unused)) static void ml_global_pool(int64_t rows, int64_t n, cons
     }
 #endif
     ml_gpool_task(&j, 0, 0);
+}
+
+/* Windowed 2-D max / average pool of float planes (MaxPool without Indices, AveragePool),
+ * dilation 1. Per output row, the window's rows inside the input are found once; the
+ * columns split into a left border, an interior where every tap is inside the input
+ * (no bounds checks: the loop over output columns vectorises, strided loads for stride
+ * 2) and a right border. Max: a NaN tap wins (NumPy's max). Average: the divisor is
+ * the count of taps inside the input, or (count_include_pad) of window positions
+ * inside the padded input [-PT, H + PB) x [-PL, W + PR). */
+typedef struct {
+    int64_t planes, H, W, OH, OW, KH, KW, SH, SW, PT, PL, PB, PR;
+    int is_max, include_pad;
+    const float* x;
+    float* y;
+    int64_t channels;                         /* C: plane p is (n, c) = (p / C, p % C) */
+    void (*epi)(void*, int64_t, int64_t, int64_t, int64_t, int64_t); /* may be 0 */
+    int64_t chunk;                            /* planes per task */
+} ml_pool2d_args;
+
+static inline float ml_pool_max1(float acc, float v) { return (v > acc || v != v) ? v : acc; }
+
+/* One output of one plane at (oh's rows r0..r1, column ow): the taps inside the input.
+ * `nan`: the plane holds a NaN (else a branch-free maxss: random data mispredicts the
+ * NaN-aware compare's branch half the time). */
+static inline float ml_pool2d_one(const ml_pool2d_args* a, const float* x, int64_t r0,
+                                  int64_t r1, int64_t ow, int nan) {
+    int64_t c0 = ow * a->SW - a->PL, k0 = c0 < 0 ? -c0 : 0;
+    int64_t k1 = a->W - c0 < a->KW ? a->W - c0 : a->KW;
+    if (a->is_max) {
+        float acc = -INFINITY;
+        for (int64_t r = r0; r < r1; ++r)
+            for (int64_t k = k0; k < k1; ++k) {
+                float v = x[r * a->W + c0 + k];
+                acc = nan ? ml_pool_max1(acc, v) : (v > acc ? v : acc);
+            }
+        return acc;
+    }
+    float acc = 0.0f;
+    for (int64_t r = r0; r < r1; ++r)
+        for (int64_t k = k0; k < k1; ++k) acc += x[r * a->W + c0 + k];
+    return acc;
+}
+
+#if defined(__AVX__)
+/* Eight taps at stride s (1 or 2) from p; stride 2 reads p[0..14] only. */
+static inline __m256 ml_pool_load8(const float* p, int64_t s) {
+    if (s == 1) return _mm256_loadu_ps(p);
+    __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 7);
+    /* [a0 a2 b1 b3 | a4 a6 b5 b7] -> [a0 a2 a4 a6 b1 b3 b5 b7] */
+    __m256 t = _mm256_shuffle_ps(a, b, 0xD8);
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), 0xD8));
+}
+#endif
+
+/* Interior outputs [lo, hi) of a row (every tap inside the input, s == 1 or 2 with AVX):
+ * 32 (then 8) outputs at a time in registers over all their taps, four independent
+ * chains hiding maxps/addps latency; the last eight overlap the ones before (the same
+ * values written twice). Max is a plain maxps here: a plane holding a NaN takes
+ * ml_pool2d_one instead. */
+#if defined(__AVX__)
+#define ML_POOL_BLOCKS(OP, INIT)                                                             \
+    for (; ow + 32 <= hi; ow += 32) {                                                        \
+        __m256 c0 = INIT, c1 = INIT, c2 = INIT, c3 = INIT;                                   \
+        for (int64_t r = r0; r < r1; ++r)                                                    \
+            for (int64_t k = 0; k < KW; ++k) {                                               \
+                const float* p = xi + r * W + ow * s + k;                                    \
+                c0 = OP(ml_pool_load8(p, s), c0);                                            \
+                c1 = OP(ml_pool_load8(p + 8 * s, s), c1);                                    \
+                c2 = OP(ml_pool_load8(p + 16 * s, s), c2);                                   \
+                c3 = OP(ml_pool_load8(p + 24 * s, s), c3);                                   \
+            }                                                                                \
+        _mm256_storeu_ps(y + ow, c0);                                                        \
+        _mm256_storeu_ps(y + ow + 8, c1);                                                    \
+        _mm256_storeu_ps(y + ow + 16, c2);                                                   \
+        _mm256_storeu_ps(y + ow + 24, c3);                                                   \
+    }                                                                                        \
+    while (ow < hi) {                                                                        \
+        if (ow + 8 > hi) ow = hi - 8;                                                        \
+        __m256 c0 = INIT;                                                                    \
+        for (int64_t r = r0; r < r1; ++r)                                                    \
+            for (int64_t k = 0; k < KW; ++k) c0 = OP(ml_pool_load8(xi + r * W + ow * s + k, s), c0); \
+        _mm256_storeu_ps(y + ow, c0);                                                        \
+        ow += 8;                                                                             \
+    }
+#endif
+
+static inline void ml_pool2d_interior(const ml_pool2d_args* a, const float* x, float* y,
+                                      int64_t r0, int64_t r1, int64_t lo, int64_t hi, int64_t s,
+                                      int nan) {
+    const int64_t W = a->W, KW = a->KW;
+    int64_t ow = lo;
+#if defined(__AVX__)
+    const float* xi = x - a->PL;
+    if ((s == 1 || s == 2) && hi - lo >= 8) {
+        if (a->is_max) {
+            ML_POOL_BLOCKS(_mm256_max_ps, _mm256_set1_ps(-INFINITY))
+        } else {
+            ML_POOL_BLOCKS(_mm256_add_ps, _mm256_setzero_ps())
+        }
+        return;
+    }
+#endif
+    (void)W; (void)KW;
+    for (; ow < hi; ++ow) y[ow] = ml_pool2d_one(a, x, r0, r1, ow, nan);
+}
+
+/* Whether plane x (n floats) holds a NaN. */
+static inline int ml_pool_has_nan(const float* x, int64_t n) {
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad |= x[i] != x[i];
+    return bad;
+}
+
+/* Output row `oh` of one plane into y (OW floats). */
+static inline void ml_pool2d_row(const ml_pool2d_args* a, const float* x, float* y, int64_t oh,
+                                 int nan) {
+    const int64_t OW = a->OW, W = a->W, KW = a->KW, SW = a->SW, PL = a->PL;
+    int64_t h0 = oh * a->SH - a->PT, h1 = h0 + a->KH;
+    int64_t r0 = h0 < 0 ? 0 : h0, r1 = h1 > a->H ? a->H : h1;
+    /* interior output columns: ow*SW - PL >= 0 and ow*SW - PL + KW <= W */
+    int64_t lo = (PL + SW - 1) / SW, hi = W - KW + PL >= 0 ? (W - KW + PL) / SW + 1 : 0;
+    if (lo > OW) lo = OW;
+    if (hi > OW) hi = OW;
+    if (hi < lo) hi = lo;
+    for (int64_t ow = 0; ow < lo; ++ow) y[ow] = ml_pool2d_one(a, x, r0, r1, ow, nan);
+    if (nan)
+        for (int64_t ow = lo; ow < hi; ++ow) y[ow] = ml_pool2d_one(a, x, r0, r1, ow, nan);
+    else ml_pool2d_interior(a, x, y, r0, r1, lo, hi, SW, nan);
+    for (int64_t ow = hi; ow < OW; ++ow) y[ow] = ml_pool2d_one(a, x, r0, r1, ow, nan);
+    if (a->is_max) return;
+    int64_t nh = a->include_pad ? ML_POOL_MIN(h1, a->H + a->PB) - h0 : r1 - r0;
+    for (int64_t ow = 0; ow < OW; ++ow) {
+        int64_t w0 = ow * SW - PL, w1 = w0 + KW;
+        int64_t nw = a->include_pad ? ML_POOL_MIN(w1, W + a->PR) - w0
+                                    : ML_POOL_MIN(w1, W) - ML_POOL_MAX(w0, 0);
+        int64_t n = nh > 0 && nw > 0 ? nh * nw : 1;
+        y[ow] = y[ow] / (float)n;
+    }
+}
+
+static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
+    const ml_pool2d_args* a = (const ml_pool2d_args*)ctx;
+    (void)scratch;
+    int64_t p0 = t * a->chunk, p1 = p0 + a->chunk < a->planes ? p0 + a->chunk : a->planes;
+    for (int64_t p = p0; p < p1; ++p) {
+        const float* x = a->x + p * a->H * a->W;
+        float* y = a->y + p * a->OH * a->OW;
+        int nan = a->is_max && ml_pool_has_nan(x, a->H * a->W);
+        for (int64_t oh = 0; oh < a->OH; ++oh) ml_pool2d_row(a, x, y + oh * a->OW, oh, nan);
+        if (a->epi) a->epi(a->y, p / a->channels, p % a->channels, p % a->channels + 1, 0,
+                           a->OH * a->OW);
+    }
+}
+
+/* The pool over all planes, split over planes on the thread pool when large (work: a
+ * tap counts one unit, a float read or written four). */
+__attribute__((unused)) static void ml_pool2d(ml_pool2d_args* a) {
+    a->chunk = a->planes;
+#ifdef MONOLIB_THREADPOOL_H
+    double work = (double)a->planes * (double)(a->OH * a->OW * (a->KH * a->KW + 4) + 4 * a->H * a->W);
+    int64_t tasks = ml_par_tasks(work, a->planes);
+    if (tasks > 1) {
+        a->chunk = (a->planes + tasks - 1) / tasks;
+        ml_parallel_for((a->planes + a->chunk - 1) / a->chunk, ml_pool2d_task, a, 0, 0);
+        return;
+    }
+#endif
+    ml_pool2d_task(a, 0, 0);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -173,13 +173,12 @@ class _Pool(OpDef):
         sizes = [v if isinstance(v, Dim) else int(v) for v in x.shape[2:]]  # run-time too
         nd = len(sizes)
         n, c = x.shape[:2]
+        if _plane_kernel(node, ctx, geo):
+            return _emit_pool2d(node, ctx, geo, sizes)
         ty = ctype(x.dtype)
         ov = [f"o{i}" for i in range(nd)]
         index = [f"(nc / {c})", f"(nc % {c})"] + ov
-        head = (
-            f"for (int64_t nc = 0; nc < {n * c}; ++nc) {{\n"
-            f"  const {ty}* xc = {ctx.ptr(x)} + nc * {shape_size(sizes)};\n"
-        )
+        head = f"  const {ty}* xc = {ctx.ptr(x)} + nc * {shape_size(sizes)};\n"
         for i in range(nd):
             head += f"  for (int64_t o{i} = 0; o{i} < {geo.out[i]}; ++o{i}) {{\n"
             head += f"  int64_t s{i} = o{i} * {geo.strides[i]} - {geo.begin[i]};\n"
@@ -198,7 +197,45 @@ class _Pool(OpDef):
         loop += f"        {ty} v = xc[{lin}];\n"
         body, tail = self._body(node, ctx, geo, sizes, index)
         closes = "    }\n" * nd
-        return head + body[0] + loop + body[1] + closes + tail + "  }\n" * nd + "}"
+        # planes (n, c) on the thread pool: a tap counts one unit of work
+        work = shape_size([n * c, *geo.out]) * (shape_size(geo.kernel) + 4)
+        return ctx.parallel_for(
+            "nc", n * c, head + body[0] + loop + body[1] + closes + tail + "  }\n" * nd, work
+        )
+
+
+def _plane_kernel(node: Node, ctx: EmitContext, geo: Geometry) -> bool:
+    """Whether pool.h's ``ml_pool2d`` runs ``node``: a 2-D float32 MaxPool without
+    Indices or AveragePool, dilation 1, whose fused epilogue (if any) stays float32."""
+    fused = getattr(ctx, "fused", None)
+    out = getattr(fused, "out", None)
+    return (
+        node.op_type in ("MaxPool", "AveragePool")
+        and len(geo.kernel) == 2
+        and node.inputs[0].dtype == np.float32
+        and (len(node.outputs) < 2 or node.outputs[1] is None)
+        and all(d == 1 for d in geo.dilations)
+        and (out is None or out.dtype == np.float32)
+    )
+
+
+def _emit_pool2d(node: Node, ctx: EmitContext, geo: Geometry, sizes: list) -> str:
+    """A call of pool.h's ``ml_pool2d`` (row-wise, vectorised interior, planes split
+    over the thread pool), the fused epilogue applied per plane."""
+    ctx.include("pool.h")
+    x = node.inputs[0]
+    n, c = x.shape[:2]
+    include_pad = node.op_type == "AveragePool" and bool(op_of(node).attr(node, "count_include_pad"))
+    epi = ctx.tile_epilogue([[0], [1], [2, 3]])
+    fields = {
+        "planes": n * c, "H": sizes[0], "W": sizes[1], "OH": geo.out[0], "OW": geo.out[1],
+        "KH": geo.kernel[0], "KW": geo.kernel[1], "SH": geo.strides[0], "SW": geo.strides[1],
+        "PT": geo.begin[0], "PL": geo.begin[1], "PB": geo.end[0], "PR": geo.end[1],
+        "is_max": int(node.op_type == "MaxPool"), "include_pad": int(include_pad),
+        "x": ctx.ptr(x), "y": ctx.ptr(node.outputs[0]), "channels": c,
+    }
+    init = ", ".join(f".{k} = {v}" for k, v in fields.items())
+    return f"  {{ ml_pool2d_args pa_ = {{{init}, .epi = {epi}}};\n    ml_pool2d(&pa_); }}"
 
 
 def _storage_index(node: Node, sizes: list[int]) -> str:

@@ -16,7 +16,8 @@ from ....errors import ShapeError
 from ...backends.cstyle import ctype
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
-from .loops import contiguous_strides, emit_copy, has_epilogue, normalize_axis
+from .loops import contiguous_strides, has_epilogue, normalize_axis
+from .par_copy import parallel_copy
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
@@ -82,7 +83,7 @@ class Concat(OpDef):
                         f"({i} + {off})" if d == a else i for d, i in enumerate(idx)
                     ]
                 parts.append(
-                    emit_copy(
+                    parallel_copy(
                         ctx,
                         v.shape,
                         ctx.ptr(y),

@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from ....errors import ShapeError, UnsupportedOpError
-from ...ir import Node
+from ...ir import Node, shape_size
 from ...symbolic import is_dim
 from ..base import EmitContext, OutType, register
 from ...backends.cstyle import c_literal, ctype
@@ -143,7 +143,15 @@ class _Pad(FlatEpilogueOp):
             src = ctx.output_expr(src, ovars)
         lines.append(f"{ctx.ptr(y)}[{flat}] = {src};")
         lines += ["}"] * rank
-        return "{\n" + "\n".join(lines) + "\n}"
+        if rank == 0:
+            return "{\n" + "\n".join(lines) + "\n}"
+        # dim 0's loop on the thread pool (rows of the output are disjoint): its for-line
+        # becomes the task's range, the rest of the nest its body (a float written and
+        # one read count 8 units of work)
+        first = lines.index(f"for (int64_t {ovars[0]} = 0; {ovars[0]} < {shape[0]}; ++{ovars[0]}) {{")
+        body = lines[:first] + lines[first + 1 : -1]
+        return ctx.parallel_for(ovars[0], shape[0], "{\n" + "\n".join(body) + "\n}",
+                                shape_size(list(shape)) * 8)
 
 
 @register

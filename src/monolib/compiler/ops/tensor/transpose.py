@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ....errors import ShapeError
-from ...ir import Node
-from ...symbolic import same, size_hint
+from ...ir import Node, shape_size
+from ...symbolic import is_dim, same, size_hint
 from ..base import EmitContext, OpDef, OutType, register
-from .loops import collapse_dims, contiguous_strides, emit_copy, has_epilogue, linear_offset
+from .loops import collapse_dims, contiguous_strides, has_epilogue, linear_offset
+from .par_copy import COPY_WORK, parallel_copy
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
@@ -76,7 +77,7 @@ class Transpose(OpDef):
         src_strides = [ist[p] for p in perm]
         dst_op = (contiguous_strides(y.shape), 0)
         if has_epilogue(ctx, len(y.shape)):
-            return emit_copy(
+            return parallel_copy(
                 ctx, y.shape, ctx.ptr(y), dst_op, ctx.ptr(x), (src_strides, 0), lambda idx: idx
             )
         shape, (dst, src) = collapse_dims(y.shape, [dst_op, (src_strides, 0)])
@@ -86,7 +87,7 @@ class Transpose(OpDef):
         unit = [same(v, 1) for v in src]
         if len(shape) >= 2 and not unit[-1] and any(unit[:-1]) and size_hint(shape[-1]) > 64:
             return self._blocked(ctx, ctx.ptr(y), ctx.ptr(x), shape, dst, src)
-        return emit_copy(ctx, shape, ctx.ptr(y), (dst, 0), ctx.ptr(x), (src, 0))
+        return parallel_copy(ctx, shape, ctx.ptr(y), (dst, 0), ctx.ptr(x), (src, 0))
 
     def _blocked(self, ctx, out: str, inp: str, shape, dst, src) -> str:
         """Tile the innermost output dim ``l`` and the dim ``p`` that reads contiguously."""
@@ -95,15 +96,26 @@ class Transpose(OpDef):
         var = {d: ctx.unique("i") for d in range(len(shape))}
         tp, tl = ctx.unique("tp"), ctx.unique("tl")
         idx = [var[d] for d in range(len(shape))]
-        lines = [f"for (int64_t {var[d]} = 0; {var[d]} < {shape[d]}; ++{var[d]})" for d in others]
+        # the outermost loop (an outer dim, else the tiles of p) goes to the thread pool
+        if others:
+            outer, extent, lines = var[others[0]], shape[others[0]], []
+            lines += [f"for (int64_t {var[d]} = 0; {var[d]} < {shape[d]}; ++{var[d]})"
+                      for d in others[1:]]
+            lines.append(f"for (int64_t {tp} = 0; {tp} < {shape[p]}; {tp} += {_TILE})")
+        elif is_dim(shape[p]):  # a run-time count of tiles: one serial nest
+            outer, extent = ctx.unique("tb"), 1
+            lines = [f"for (int64_t {tp} = 0; {tp} < {shape[p]}; {tp} += {_TILE})"]
+        else:
+            outer, extent = ctx.unique("tb"), (int(shape[p]) + _TILE - 1) // _TILE
+            lines = [f"const int64_t {tp} = {outer} * {_TILE};"]
         lines += [
-            f"for (int64_t {tp} = 0; {tp} < {shape[p]}; {tp} += {_TILE})",
             f"for (int64_t {tl} = 0; {tl} < {shape[last]}; {tl} += {_TILE})",
             f"for (int64_t {var[p]} = {tp}; {var[p]} < ({tp} + {_TILE} < {shape[p]} ? {tp} + {_TILE} : {shape[p]}); ++{var[p]})",
             f"for (int64_t {var[last]} = {tl}; {var[last]} < ({tl} + {_TILE} < {shape[last]} ? {tl} + {_TILE} : {shape[last]}); ++{var[last]})",
             f"{out}[{linear_offset(idx, dst)}] = {inp}[{linear_offset(idx, src)}];",
         ]
-        return "{\n" + "\n".join(lines) + "\n}"
+        work = shape_size(list(shape)) * COPY_WORK
+        return ctx.parallel_for(outer, extent, "{\n" + "\n".join(lines) + "\n}", work)
 
     def emit_device(self, node: Node, ctx: Any) -> Kernel:
         """Device Transpose: ``out[i] = in[i permuted back]``, one element per work item."""

@@ -29,12 +29,19 @@
 
 #define ML_MAX_THREADS 64
 /* Work (multiply-adds; a float moved by a memory-bound op counts 4) below which an op
- * stays on the calling thread: some 70 us of work. A pool round trip costs a few
- * microseconds when the workers spin, tens when they sleep or the cores are shared;
- * measured on 2 cores, ops of 1-2M multiply-adds (PP-OCR cls's GEMMs) were no faster
- * split, PP-OCR rec gained from 2M up. */
+ * stays on the calling thread. Measured on 2 cores (AMD EPYC, KVM; /tmp microbenchmarks,
+ * minimum of 2000 runs): a job's round trip to a spinning worker costs ~0.2 us and a
+ * leaky-relu over 2K floats (0.8 us) already ran 1.4x faster split, 8K floats 1.8x. So
+ * 128K (some 3-6 us of work, 15-30 round trips) splits whatever can gain while the
+ * workers spin. Waking a sleeping worker is another matter: the caller's futex wake
+ * took 6 us (median; 15 at p90) and the worker arrived tens of microseconds later, so
+ * while every worker sleeps only an op of ML_PAR_WAKE_WORK (some 70 us) wakes them;
+ * smaller ones stay serial until a large op has the workers spinning again. */
 #ifndef ML_PAR_MIN_WORK
-#define ML_PAR_MIN_WORK (1 << 21)
+#define ML_PAR_MIN_WORK (1 << 17)
+#endif
+#ifndef ML_PAR_WAKE_WORK
+#define ML_PAR_WAKE_WORK (1 << 21)
 #endif
 
 typedef void (*ml_task_fn)(void* ctx, int64_t task, void* scratch);
@@ -52,6 +59,7 @@ typedef struct {
 static int32_t ml_pool_nthreads = 1;
 static inline int32_t ml_num_threads(void) { return 1; }
 static inline int32_t ml_set_num_threads(int32_t n) { (void)n; return 1; }
+static inline int ml_pool_asleep(void) { return 1; }
 static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scratch0,
                                    size_t scratch_bytes) {
     (void)scratch_bytes;
@@ -107,6 +115,14 @@ static ml_pool_t ml_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER
 
 static inline int32_t ml_num_threads(void) {
     return __atomic_load_n(&ml_pool.nthreads, __ATOMIC_RELAXED);
+}
+
+/* Every worker is asleep (none started yet counts as awake: the first op that may split
+ * starts them, and they then spin). Read without the lock, a heuristic: a worker
+ * falling asleep meanwhile costs one wake-up, one waking up one missed split. */
+static inline int ml_pool_asleep(void) {
+    int32_t started = __atomic_load_n(&ml_pool.started, __ATOMIC_RELAXED);
+    return started >= 2 && __atomic_load_n(&ml_pool.sleepers, __ATOMIC_RELAXED) >= started - 1;
 }
 
 /* Claim and run tasks of job `gen` until none is left. A task is claimed by a CAS on the
@@ -286,10 +302,12 @@ __attribute__((destructor)) static void ml_pool_fini(void) {
 #endif /* threads */
 
 /* Tasks for `work` multiply-adds split into pieces of at most `units` units: one (serial)
- * when small, else about 4 per thread so a delayed thread is covered by the others. */
+ * when small (below ML_PAR_MIN_WORK, or below ML_PAR_WAKE_WORK while the workers
+ * sleep), else about 4 per thread so a delayed thread is covered by the others. */
 static inline int64_t ml_par_tasks(double work, int64_t units) {
     int32_t nt = ml_num_threads();
     if (nt <= 1 || work < ML_PAR_MIN_WORK || units < 2) return 1;
+    if (work < ML_PAR_WAKE_WORK && ml_pool_asleep()) return 1;
     int64_t t = (int64_t)nt * 4;
     return t < units ? t : units;
 }

@@ -1,0 +1,186 @@
+"""Memory-bound ops on the thread pool (issue 14): ``CEmitContext.parallel_for`` splits
+an op's outermost loop into a task function when its work reaches ``PARALLEL_MIN_WORK``
+(threadpool.h's ``ML_PAR_MIN_WORK``), and not below; windowed pools (pool.h
+``ml_pool2d`` and the generic N-d loops), Transpose (plain and tiled), Concat, Pad and
+elementwise chains split that way give ONNX Runtime's results and the same bits at 1
+and 2 threads. The pool's run-time gate: while every worker sleeps, only an op of
+``ML_PAR_WAKE_WORK`` wakes them."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import monolib
+from monolib.compiler.backends.c import generate
+from monolib.compiler.backends.c.headers import kernel_header
+from monolib.compiler.build import lower
+from monolib.compiler.testing import build_shared, ort_run
+from monolib.runtime import GraphModule, cpu, set_num_threads
+
+RNG = np.random.default_rng(14)
+F32 = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    """A model of ``nodes``; the outputs' shapes from ONNX's shape inference."""
+    ins = [helper.make_tensor_value_info(n, F32, s) for n, s in inputs]
+    probe = helper.make_model(
+        helper.make_graph(nodes, "par", ins, [], list(inits)),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    known = {v.name: v for v in onnx.shape_inference.infer_shapes(probe).graph.value_info}
+    graph = helper.make_graph(nodes, "par", ins, [known[n] for n in outputs], list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _run_threads(model, feeds):
+    """Outputs at 1 and at 2 threads of the pool (then back to the default)."""
+    gm = GraphModule(monolib.compile(model)["default"](cpu()))
+    runs = []
+    try:
+        for n in (1, 2):
+            set_num_threads(n)
+            gm.run(**feeds)
+            runs.append([gm.get_output(i).numpy().copy() for i in range(gm.get_num_outputs())])
+    finally:
+        set_num_threads(len(os.sched_getaffinity(0)))
+    return runs
+
+
+def _check(model, feeds, rtol=1e-6, atol=1e-6):
+    """Results vs ONNX Runtime; 1 and 2 threads bit-identical."""
+    want = ort_run(model, feeds)
+    one, two = _run_threads(model, feeds)
+    for got, ref in zip(one, want):
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_threshold_is_the_pools() -> None:
+    header = kernel_header("threadpool.h")
+    found = dict(re.findall(r"#define (ML_PAR_\w+) \(1 << (\d+)\)", header))
+    assert generate.PARALLEL_MIN_WORK == 1 << int(found["ML_PAR_MIN_WORK"])
+    assert generate.PARALLEL_ELEMENTWISE == generate.PARALLEL_MIN_WORK // 4
+    assert int(found["ML_PAR_WAKE_WORK"]) > int(found["ML_PAR_MIN_WORK"])
+
+
+@pytest.mark.parametrize("op", ["Transpose", "Pad", "Relu"])
+def test_split_above_threshold_only(op: str) -> None:
+    """The same op a bit above and a bit below the threshold: a task function only
+    above (Transpose/Pad: 8 units a float copied; Relu: 4 an element-step)."""
+    per = 4 if op == "Relu" else 8
+    rows = generate.PARALLEL_MIN_WORK // per // 64  # rows of 64 floats at the threshold
+    sources = {}
+    for name, n in (("above", rows + 2), ("below", rows - 2)):
+        shape = [n, 64]
+        if op == "Transpose":
+            node = helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])
+        elif op == "Pad":
+            shape = [n, 62]  # padded to 64 columns
+            node = helper.make_node("Pad", ["x", "p"], ["y"], mode="constant")
+        else:
+            node = helper.make_node("Relu", ["x"], ["y"])
+        inits = [numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "p")] if op == "Pad" else []
+        sources[name] = lower(_model([node], [("x", shape)], ["y"], inits))[0]
+    task = "ew_task_" if op == "Relu" else "par_task_"
+    assert task in sources["above"]
+    assert task not in sources["below"]
+
+
+def test_pools_split_and_match() -> None:
+    """MaxPool / AveragePool 2-D through ml_pool2d (borders, stride 1, 2 and 3, ceil
+    mode, count_include_pad, a NaN plane, a fused epilogue) and a 1-D MaxPool through
+    the generic loops on the pool: vs ONNX Runtime, 1 and 2 threads identical."""
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["m1"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["x"], ["m2"], kernel_shape=[3, 2], strides=[1, 1],
+                         pads=[1, 0, 1, 1]),
+        helper.make_node("MaxPool", ["x"], ["m3a"], kernel_shape=[3, 3], strides=[3, 3],
+                         ceil_mode=1),
+        helper.make_node("Relu", ["m3a"], ["m3"]),
+        helper.make_node("AveragePool", ["x"], ["a1"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1], count_include_pad=1),
+        helper.make_node("AveragePool", ["x"], ["a2"], kernel_shape=[2, 5], strides=[2, 1],
+                         pads=[0, 2, 1, 2], ceil_mode=1),
+        helper.make_node("MaxPool", ["v"], ["m4"], kernel_shape=[5], strides=[2], pads=[2, 2]),
+    ]
+    model = _model(nodes, [("x", [2, 12, 37, 45]), ("v", [3, 40, 1500])],
+                   ["m1", "m2", "m3", "a1", "a2", "m4"])
+    source = lower(model)[0]
+    assert source.count("ml_pool2d(&pa_)") == 5
+    assert "par_task_" in source  # the 1-D pool's planes
+    x = RNG.standard_normal((2, 12, 37, 45)).astype(np.float32)
+    v = RNG.standard_normal((3, 40, 1500)).astype(np.float32)
+    _check(model, {"x": x, "v": v})
+    # a NaN wins its windows (NumPy's max; ONNX Runtime skips it) and a -inf plane stays
+    # -inf (ONNX Runtime gives -FLT_MAX where a window meets the padding): m1 by
+    # NumPy's sliding windows
+    x[1, 3, 5, 7] = np.nan
+    x[0, 2] = -np.inf
+    one, two = _run_threads(model, {"x": x, "v": v})
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+    padded = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=-np.inf)
+    win = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    np.testing.assert_array_equal(one[0], win.max(axis=(4, 5)))
+    assert np.isnan(one[0][1, 3, 2:4, 3:4]).all()
+
+
+def test_copies_split_and_match() -> None:
+    """Transpose (a channel shuffle, a tiled 2-D transpose, one with a fused epilogue),
+    Concat of two graph inputs, Pad (constant and reflect) on the pool."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "s5"], ["x5"]),
+        helper.make_node("Transpose", ["x5"], ["t1"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Transpose", ["w"], ["t2"], perm=[1, 0]),
+        helper.make_node("Transpose", ["x"], ["t3a"], perm=[0, 2, 3, 1]),
+        helper.make_node("Sigmoid", ["t3a"], ["t3"]),
+        helper.make_node("Concat", ["x", "x2"], ["c"], axis=1),
+        helper.make_node("Pad", ["x", "p"], ["p1"], mode="constant"),
+        helper.make_node("Pad", ["x", "p"], ["p2"], mode="reflect"),
+    ]
+    inits = [numpy_helper.from_array(np.array([2, 4, 6, 33, 35], np.int64), "s5"),
+             numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "p")]
+    model = _model(nodes, [("x", [2, 24, 33, 35]), ("w", [301, 517]), ("x2", [2, 5, 33, 35])],
+                   ["t1", "t2", "t3", "c", "p1", "p2"], inits)
+    source = lower(model)[0]
+    assert source.count("static void par_task_") >= 6
+    feeds = {"x": RNG.standard_normal((2, 24, 33, 35)).astype(np.float32),
+             "w": RNG.standard_normal((301, 517)).astype(np.float32),
+             "x2": RNG.standard_normal((2, 5, 33, 35)).astype(np.float32)}
+    _check(model, feeds)
+
+
+_GATE_C = r"""
+static void noop(void* c, int64_t t, void* s) { (void)c; (void)t; (void)s; }
+int32_t gate_start(void) { ml_set_num_threads(2); ml_parallel_for(2, noop, 0, 0, 0); return ml_pool.started; }
+int32_t gate_asleep(void) { return ml_pool_asleep(); }
+int64_t gate_tasks(double work) { return ml_par_tasks(work, 1000); }
+"""
+
+
+def test_sleeping_pool_wakes_only_for_large_ops() -> None:
+    src = "#define _GNU_SOURCE\n" + kernel_header("threadpool.h") + _GATE_C
+    lib = build_shared(src)
+    lib.gate_tasks.restype, lib.gate_tasks.argtypes = ctypes.c_int64, [ctypes.c_double]
+    assert lib.gate_start() == 2
+    small = float(generate.PARALLEL_MIN_WORK)
+    wake = float(1 << 21)
+    # the worker sleeps after ML_SPIN_NS (0.3 ms) without a job
+    deadline = time.monotonic() + 5.0
+    while not lib.gate_asleep() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert lib.gate_asleep()
+    assert lib.gate_tasks(small) == 1
+    assert lib.gate_tasks(wake) == 8
+    assert lib.gate_tasks(small / 2) == 1

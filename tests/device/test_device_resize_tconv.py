@@ -141,3 +141,18 @@ def test_long_device_mean_is_a_sum_of_partial_sums(need_opencl):
     gm.run(x=x)
     exact = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
     np.testing.assert_allclose(gm.get_output(0).numpy(), exact, rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("key", ["ppocr_det", "ppocrv6_det"])
+def test_det_models_compile_for_device_targets(key, need_nvrtc):
+    """PP-OCRv4 and v6 det (FPN Resizes, DB-head ConvTransposes) build for both device
+    targets: OpenCL C source, and PTX for sm_90 with every kernel an entry."""
+    from monolib.models import fetch_model
+
+    path = str(fetch_model(key))
+    ocl = monolib.compile(path, target="opencl", shapes={"x": (1, 3, 640, 640)})
+    assert {"Resize", "ConvTranspose"} <= {n["op"] for n in ocl.get_graph_json()["nodes"]}
+    dev = monolib.compile(path, target="cuda -arch=sm_90",
+                          shapes={"x": (1, 3, 640, 640)}).lib.imported_modules[0]
+    ptx = dev.binaries["sm_90"].decode()
+    assert all(f".entry {f['name']}(" in ptx for f in dev.functions)

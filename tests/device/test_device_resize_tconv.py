@@ -3,8 +3,9 @@ against ONNX Runtime: one model holding nearest 2x with a fused add + Relu after
 nearest to non-integer sizes, linear half_pixel, cubic, tf_crop_and_resize with an
 extrapolated border, an antialiased downsampling, and ConvTranspose with stride 2 kernel
 2 (+ Sigmoid), stride 2 kernel 3 with pads and output_padding, grouped with dilations and
-uneven pads, and 1-D; run on the OpenCL device (PoCL in CI) and compiled to PTX with
-NVRTC (no GPU needed)."""
+uneven pads, and 1-D; run on the OpenCL device (PoCL in CI), on a GPU where there is
+one, and compiled to PTX with NVRTC (no GPU needed). Also: PP-OCRv4/v6 det build for
+both device targets, and a long device mean is a sum of partial sums."""
 
 from __future__ import annotations
 

@@ -11,7 +11,9 @@ within the model tests' bound, and checked for meaning on real inputs:
   over speech from espeak-ng: "alexa" scores high, another phrase low, as with ORT.
 """
 
+import fcntl
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,12 +38,11 @@ CAPTCHA = "Ab3De9"
 
 
 class _Lib:
-    """A model compiled by monolib with ``shapes`` and loaded in this process."""
+    """An exported model library loaded in this process."""
 
-    def __init__(self, key: str, shapes: dict):
-        factory = monolib.compile(str(fetch_model(key)), target="c", shapes=shapes)
-        self.gm = monolib.GraphModule(factory["default"](monolib.cpu()))
-        self.name = next(iter(shapes))
+    def __init__(self, path: Path, input_name: str):
+        self.gm = monolib.GraphModule(monolib.load_module(str(path))["default"](monolib.cpu()))
+        self.name = input_name
 
     def __call__(self, x: np.ndarray) -> list[np.ndarray]:
         self.gm.run(**{self.name: x})
@@ -49,16 +50,27 @@ class _Lib:
 
 
 @pytest.fixture(scope="module")
-def lib():
-    """``lib(key)``: the library of ``key`` at its bench shape, compiled once per module;
-    ``lib("ddddocr", dynamic=True)``: ddddocr with a run-time width 32..512."""
-    built = {}
+def lib(shared_dir):
+    """``lib(key)``: the library of ``key`` at its bench shape; ``lib("ddddocr",
+    dynamic=True)``: ddddocr with a run-time width 32..512. Each is compiled and exported
+    once per test session (the xdist workers share it through a file lock)."""
+    loaded = {}
 
     def get(key: str, dynamic: bool = False) -> _Lib:
-        if (key, dynamic) not in built:
-            shapes = {"input1": (1, 1, 64, (32, 512))} if dynamic else SHAPES[key]
-            built[key, dynamic] = _Lib(key, shapes)
-        return built[key, dynamic]
+        if (key, dynamic) in loaded:
+            return loaded[key, dynamic]
+        shapes = {"input1": (1, 1, 64, (32, 512))} if dynamic else SHAPES[key]
+        name = f"more_{key}{'_dyn' if dynamic else ''}"
+        path = shared_dir / f"{name}.so"
+        with open(shared_dir / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.exists():
+                tmp = shared_dir / f"{name}.tmp.so"
+                monolib.compile(str(fetch_model(key)), target="c",
+                                shapes=shapes).export_library(str(tmp))
+                tmp.rename(path)
+        loaded[key, dynamic] = _Lib(path, next(iter(shapes)))
+        return loaded[key, dynamic]
 
     return get
 

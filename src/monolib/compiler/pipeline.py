@@ -99,7 +99,7 @@ def prepare(
         graph = model
     else:
         graph = import_model(model, shapes, constants, dims, opt_shapes, max_trip_count,
-                             max_sizes)
+                             max_sizes, progress=progress)
     step(progress, "optimize")
     graph = register_computed(simplify(graph).graph)
     step(progress, "fuse")

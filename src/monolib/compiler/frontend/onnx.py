@@ -12,7 +12,8 @@ Follows the ONNX IR specification (https://onnx.ai/onnx/repo-docs/IR.html): valu
 names are SSA, subgraphs see the values of their enclosing scopes, nodes are
 topologically sorted (re-sorted here to be safe), an empty input name is an omitted
 optional input. Supported: default-domain opsets 11 to the newest of the installed
-``onnx`` (``support.DEFAULT_OPSETS``).
+``onnx`` (``support.DEFAULT_OPSETS``); older models are converted to opset 13 with
+``onnx.version_converter`` first (:func:`upgrade_opset`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .storage import insert_node, narrow_outputs, storage_type, widen_inputs
 from .strings import same_widths, string_node
 from .support import DEFAULT_OPSETS, check_supported, normalize_domain, walk_nodes
 
-__all__ = ["import_model", "load_model"]
+__all__ = ["UPGRADE_OPSET", "import_model", "load_model", "upgrade_opset"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +115,53 @@ def _check(proto: onnx.ModelProto) -> dict[str, int]:
         raise UnsupportedOpError(
             f"the model imports opset {default} of the default ONNX domain; monolib "
             f"supports opsets {DEFAULT_OPSETS.start} to {DEFAULT_OPSETS.stop - 1} "
-            "(convert it with onnx.version_converter)"
+            "(older ones are converted with onnx.version_converter; a newer one needs a "
+            "newer onnx package, or export the model at an older opset)"
         )
     return opsets
+
+
+#: The opset an older model is converted to: the frontend's oldest is 11, but 13 is
+#: where most operators took their current form (Split/Squeeze axes as inputs,
+#: Softmax over one axis), so the converted graph reads like a current export.
+UPGRADE_OPSET = min(max(DEFAULT_OPSETS.start, 13), DEFAULT_OPSETS.stop - 1)
+
+
+def _default_opset(proto: onnx.ModelProto) -> int | None:
+    versions = [int(o.version) for o in proto.opset_import if normalize_domain(o.domain) == ""]
+    return versions[0] if versions else None
+
+
+def upgrade_opset(proto: onnx.ModelProto, progress: Any = None) -> onnx.ModelProto:
+    """``proto`` converted to :data:`UPGRADE_OPSET` when it imports a default-domain
+    opset older than the frontend's (as ONNX Runtime runs opset 7+ models as they are).
+
+    A model of a supported opset (or none) is returned as it is. The conversion is
+    announced to ``progress`` (``"convert opset 9 -> 13"``) and logged.
+
+    Raises
+    ------
+    UnsupportedOpError
+        ``onnx.version_converter`` failed; the message carries its reason.
+    """
+    old = _default_opset(proto)
+    if old is None or old >= DEFAULT_OPSETS.start:
+        return proto
+    name = f"convert opset {old} -> {UPGRADE_OPSET}"
+    if progress is not None:
+        progress(name)
+    logger.info("the model imports ONNX opset %d: %s with onnx.version_converter", old, name)
+    try:
+        from onnx import version_converter
+
+        return version_converter.convert_version(proto, UPGRADE_OPSET)
+    except Exception as exc:  # noqa: BLE001 -- the converter raises bare RuntimeErrors
+        reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else repr(exc)
+        raise UnsupportedOpError(
+            f"the model imports opset {old} of the default ONNX domain, older than "
+            f"monolib's {DEFAULT_OPSETS.start}; onnx.version_converter could not convert "
+            f"it to opset {UPGRADE_OPSET}: {reason}"
+        ) from None
 
 
 def import_model(
@@ -127,6 +172,7 @@ def import_model(
     opt_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
     max_trip_count: Mapping[str, int] | None = None,
     max_sizes: Mapping[str, int] | None = None,
+    progress: Any = None,
 ) -> Graph:
     """Import an ONNX model as a monolib graph (static shapes, or run-time dims where
     bounds are given).
@@ -155,6 +201,9 @@ def import_model(
         the product of its output's data-dependent dims is at most ``N`` (one such
         dim: its length; a ``Loop``: its trip count, as ``max_trip_count``). Recorded
         as the node's ``_max_size`` attribute (``ops/tensor/bounded.py``).
+    progress : callable, optional
+        ``progress(step_name)``: told when an older opset is converted
+        (:func:`upgrade_opset`).
 
     Returns
     -------
@@ -168,14 +217,15 @@ def import_model(
         Unreadable model, the ONNX checker's error, external data, a node failing.
     UnsupportedOpError
         Every unsupported op at once (type, opset, node names); an unsupported opset;
-        a ``Loop`` with scan outputs and no bound on its trip count.
+        a ``Loop`` with scan outputs and no bound on its trip count; an opset older
+        than 11 that ``onnx.version_converter`` cannot convert.
     ShapeError
         A dynamic input dim with no value given (the input, dim index and symbol named),
         a malformed or contradicting bound (:mod:`.dims`).
     UndecidableDimError
         An op whose shape inference branches on a run-time dim (the node named).
     """
-    proto = load_model(model)
+    proto = upgrade_opset(load_model(model), progress)
     opsets = _check(proto)
     check_supported(proto.graph, opsets)
     # one table of user bounds: a Loop's trip count is the size of its scan outputs

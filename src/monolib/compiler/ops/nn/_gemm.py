@@ -22,7 +22,8 @@ from .._constants import include_checked
 from ..base import EmitContext
 
 __all__ = [
-    "KC", "MR", "NC", "NR", "batch_call", "batch_scratch_floats", "bbuf_floats", "gemm_call",
+    "GEMV_NMAX", "KC", "MR", "NC", "NR", "batch_call", "batch_scratch_floats", "bbuf_floats", "gemm_call",
+    "gemv_shaped",
     "include_gemm", "pack_a", "pack_b",
 ]
 
@@ -32,11 +33,14 @@ MR = 6
 NR = 16
 KC = 256
 NC = 1024
+#: Most columns of a run-time B that ``ml_sgemv_pa`` takes against a packed A.
+GEMV_NMAX = 4
 
 
 def include_gemm(ctx: EmitContext) -> None:
     """Paste ``gemm.h``, checked against :data:`MR`, :data:`NR`, :data:`KC`, :data:`NC`."""
-    include_checked(ctx, "gemm.h", {"ML_MR": MR, "ML_NR": NR, "ML_KC": KC, "ML_NC": NC}, __name__)
+    include_checked(ctx, "gemm.h", {"ML_MR": MR, "ML_NR": NR, "ML_KC": KC, "ML_NC": NC,
+                                    "ML_GEMV_NMAX": GEMV_NMAX}, __name__)
 
 
 def pack_a(a: np.ndarray) -> np.ndarray:
@@ -74,7 +78,26 @@ def bbuf_floats(k: int, n: int) -> int:
     """Floats of the B block buffer ``ml_sgemm`` needs (mirrors ``ml_gemm_bbuf_floats``);
     a run-time ``k`` or ``n`` at its upper bound (the buffer is planned once)."""
     k, n = (d.hi if is_dim(d) else d for d in (k, n))
-    return min(k, KC) * min(-(-n // 32) * 32, NC)
+    f = min(k, KC) * min(-(-n // 32) * 32, NC)
+    gv = -(-k * MR // 16) * 16 * n  # ml_sgemv_pa's expanded x
+    return gv if n <= GEMV_NMAX and gv > f else f
+
+
+def _int_literal(text: str) -> int | None:
+    """The int value of a C expression that is a plain decimal literal, else None."""
+    return int(text) if text.strip().isdigit() else None
+
+
+def gemv_shaped(fields: dict[str, str], bsrc: dict[str, str]) -> bool:
+    """Whether a call takes ``ml_sgemv_pa`` (gemm.h): a packed A (compile-time weights)
+    against at most :data:`GEMV_NMAX` static columns of a run-time B, with at least
+    ``2 * MR`` rows (the micro-kernel would compute 16 columns to keep so few, one
+    A element per broadcast; ``ml_sgemv_pa`` streams A's panels as whole vectors)."""
+    n, m, k = (_int_literal(fields[key]) for key in ("N", "M", "K"))
+    return (n is not None and m is not None and k and 0 < n <= GEMV_NMAX and m >= 2 * MR
+            and "a_raw" not in fields and fields.get("a", "0") != "0"
+            and "bbuf" in fields and bsrc.get("kind") != "ML_B_PACKED"
+            and fields.get("n_begin", "0") == "0" and "n_end" not in fields)
 
 
 def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
@@ -101,8 +124,12 @@ def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
             lines.append(f"  ga_.{key} = {val};")
     for key, val in bsrc.items():
         lines.append(f"  ga_.b.{key} = {val};")
-    # ml_sgemm_par: on the library's thread pool when the GEMM is large (gemm.h)
-    lines += ["  ml_sgemm_par(&ga_);", "}"]
+    # ml_sgemm_par: on the library's thread pool when the GEMM is large (gemm.h);
+    # ml_sgemv_pa for a GEMV-shaped product, instantiated only where one occurs
+    if gemv_shaped(fields, bsrc):
+        lines += [f"  ml_sgemv_pa(&ga_, ml_gemv_pa_task_{int(fields['N'])});", "}"]
+    else:
+        lines += ["  ml_sgemm_par(&ga_);", "}"]
     return "\n".join(lines)
 
 

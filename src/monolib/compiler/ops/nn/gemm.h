@@ -51,6 +51,7 @@
 #define ML_KC 256
 #define ML_MC 144
 #define ML_NC 1024
+#define ML_GEMV_NMAX 4 /* most columns ml_sgemv_pa takes */
 #define ML_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define ML_INLINE static inline __attribute__((always_inline))
 #define ML_UNUSED __attribute__((unused)) /* not every model calls every kernel */
@@ -402,8 +403,10 @@ static inline void ml_gemm_epilogue(const ml_gemm_args* g, int64_t m0, int64_t m
 
 /* Floats of B block buffer ml_sgemm needs for K and N (0 when B is prepacked). */
 static inline int64_t ml_gemm_bbuf_floats(int64_t K, int64_t N) {
-    int64_t n = ((N + 31) / 32) * 32;
-    return ML_MIN(K, ML_KC) * ML_MIN(n, ML_NC);
+    int64_t n = ((N + 31) / 32) * 32, f = ML_MIN(K, ML_KC) * ML_MIN(n, ML_NC);
+    /* ml_sgemv_pa's expanded x: MR floats per k and column */
+    int64_t gv = (K * ML_MR + 15) / 16 * 16 * N;
+    return N <= ML_GEMV_NMAX && gv > f ? gv : f;
 }
 
 /* The macro-kernel over one packed MC x KC block of A and KC x NC block of B. */
@@ -537,10 +540,14 @@ static void ml_sgemm_impl(const ml_gemm_args* g, int small_ok) {
         ml_gemm_small_m(g);
         return;
     }
+    /* few rows against prepacked weights (a batch-1 FC layer) are memory-bound: each
+     * pair of panels streams over the whole K in one pass (KC blocks read 16 KB pieces
+     * K*64 bytes apart, which the prefetcher follows poorly: 4096 x 4096 2.5 -> 2.0 ms) */
+    const int64_t kcs = small_ok && g->M < ML_MR && g->b.kind == ML_B_PACKED ? g->K : ML_KC;
     for (int64_t jc = g->n_begin; jc < g->n_end; jc += ML_NC) {
         int64_t nc = ML_MIN(ML_NC, g->n_end - jc);
-        for (int64_t pc = 0; pc < g->K; pc += ML_KC) {
-            int64_t kc = ML_MIN(ML_KC, g->K - pc);
+        for (int64_t pc = 0; pc < g->K; pc += kcs) {
+            int64_t kc = ML_MIN(kcs, g->K - pc);
             const float* bp;
             int64_t bps;
             if (g->b.kind == ML_B_PACKED) {
@@ -611,7 +618,10 @@ ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
     int64_t n = g->n_end - g->n_begin;
     int64_t units_n = (n + 31) / 32;
     int64_t units_m = (g->M + ML_MR - 1) / ML_MR;
-    int64_t tasks = g->K > 0 ? ml_par_tasks((double)g->M * n * g->K, units_n * units_m) : 1;
+    /* B's floats count 4 each when there are fewer rows (a GEMV streams B: 2048 x 1000
+     * weights, 2M multiply-adds, ran 1.6x faster on 2 threads) */
+    double work = (double)(g->M < 4 ? 4 : g->M) * n * g->K;
+    int64_t tasks = g->K > 0 ? ml_par_tasks(work, units_n * units_m) : 1;
     /* the few-row path streams B: one wide column range per thread (narrow ranges
      * read each row of B in short pieces, which the prefetcher follows poorly) */
     if (g->M < ML_MR && g->b.kind == ML_B_STRIDED && g->b.ldn == 1 && tasks > ml_num_threads())
@@ -631,6 +641,123 @@ ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
     }
 #endif
     ml_sgemm(g);
+}
+
+/* Few columns (N <= ML_GEMV_NMAX) against a packed A: a 1x1 conv on a 1x1 map, a
+ * squeeze-excitation FC written as a conv. The micro-kernel would compute 16 columns to
+ * keep one and load each A element alone (a 512 -> 1280 conv ran at 7 GFLOP/s); here A's
+ * panels stream as whole vectors against x expanded to A's panel layout once per call
+ * (xe[k*MR + r] = B[k][c]), 8 k (48 floats) per step; lane q*MR + r of a step's sums
+ * belongs to row r, summed in a fixed order (any thread split gives the same result).
+ * gemm_call (_gemm.py) emits ml_sgemv_pa for such static shapes only, so other
+ * libraries do not compile it. */
+#define ML_GV_L (8 * ML_MR / ML_VW) /* vectors per step of 8 k: 3, 6 or 12 */
+
+/* Floats of x expanded for one column (xe's column stride), a multiple of 16. */
+static inline int64_t ml_gemv_xs(int64_t K) { return (K * ML_MR + 15) / 16 * 16; }
+
+/* y[c][r] = sum_k A[k*MR + r] xe[c*xs + k*MR] for one panel a (K x MR), nc columns. */
+ML_INLINE void ml_gemv_pa_panel(const int nc, int64_t K, const float* restrict a,
+                                const float* restrict xe, int64_t xs,
+                                float y[ML_GEMV_NMAX][ML_MR]) {
+    ml_vf acc[ML_GEMV_NMAX][ML_GV_L];
+    for (int c = 0; c < nc; ++c)
+        for (int l = 0; l < ML_GV_L; ++l) acc[c][l] = (ml_vf){0};
+    const int64_t end = K / 8 * 8 * ML_MR;
+    for (int64_t f = 0; f < end; f += 8 * ML_MR)
+        for (int l = 0; l < ML_GV_L; ++l) {
+            ml_vf av = *(const ml_vf*)(a + f + l * ML_VW);
+            for (int c = 0; c < nc; ++c)
+                acc[c][l] += av * *(const ml_vf*)(xe + c * xs + f + l * ML_VW);
+        }
+    for (int c = 0; c < nc; ++c) {
+        float t[8 * ML_MR] __attribute__((aligned(64)));
+        for (int l = 0; l < ML_GV_L; ++l) *(ml_vf*)(t + l * ML_VW) = acc[c][l];
+        for (int r = 0; r < ML_MR; ++r) {
+            float v = 0.0f;
+            for (int q = 0; q < 8; ++q) v += t[q * ML_MR + r];
+            for (int64_t k = K / 8 * 8; k < K; ++k) v += a[k * ML_MR + r] * xe[c * xs + k * ML_MR];
+            y[c][r] = v;
+        }
+    }
+}
+
+typedef struct {
+    const ml_gemm_args* g;
+    const float* xe;
+    int64_t panels_per_task;
+} ml_gemv_job;
+
+/* Panels [t*ppt, (t+1)*ppt) of ml_sgemv_pa for nc columns: sums, the store (alpha, bias
+ * or C), the epilogue on those rows. */
+ML_INLINE void ml_gemv_pa_rows(const int nc, const ml_gemv_job* j, int64_t t) {
+    const ml_gemm_args* g = j->g;
+    const int64_t K = g->K, n0 = g->n_begin, xs = ml_gemv_xs(K);
+    const int64_t p0 = t * j->panels_per_task;
+    const int64_t p1 = ML_MIN((g->M + ML_MR - 1) / ML_MR, p0 + j->panels_per_task);
+    for (int64_t p = p0; p < p1; ++p) {
+        float y[ML_GEMV_NMAX][ML_MR];
+        ml_gemv_pa_panel(nc, K, g->a + p * K * ML_MR, j->xe, xs, y);
+        for (int64_t r = 0; r < ML_MR && p * ML_MR + r < g->M; ++r) {
+            int64_t m = p * ML_MR + r;
+            for (int c = 0; c < nc; ++c) {
+                float* o = g->c + m * g->ldc + n0 + c;
+                float v = g->alpha * y[c][r];
+                if (g->accumulate) v += *o;
+                else {
+                    if (g->bias_m) v += g->bias_m[m];
+                    if (g->bias_n) v += g->bias_n[n0 + c];
+                }
+                *o = v;
+            }
+        }
+    }
+    if (g->epi && p0 < p1) ml_gemm_epilogue(g, p0 * ML_MR, ML_MIN(g->M, p1 * ML_MR), n0, n0 + nc);
+}
+
+/* ml_gemv_pa_task_<nc>: the thread-pool task for nc columns (a constant, so the sums
+ * stay in registers); only the column counts a library calls with are compiled. */
+#define ML_GEMV_TASK_(nc)                                                          \
+    ML_UNUSED static void ml_gemv_pa_task_##nc(void* ctx, int64_t t, void* scratch) { \
+        (void)scratch;                                                             \
+        ml_gemv_pa_rows(nc, (const ml_gemv_job*)ctx, t);                           \
+    }
+ML_GEMV_TASK_(1)
+ML_GEMV_TASK_(2)
+ML_GEMV_TASK_(3)
+ML_GEMV_TASK_(4)
+#undef ML_GEMV_TASK_
+
+/* C[:, n_begin:n_end] = A B for a packed A, K > 0 and the n_end - n_begin (at most
+ * ML_GEMV_NMAX) columns of a run-time B (strided or im2col) that task (the matching
+ * ml_gemv_pa_task_<nc>) is for; on the thread pool by blocks of panels when A is large
+ * (the work is streaming A: its floats count 4). g->bbuf holds ml_gemm_bbuf_floats(K,
+ * N) floats, enough for x expanded. */
+ML_UNUSED static void ml_sgemv_pa(const ml_gemm_args* g, void (*task)(void*, int64_t, void*)) {
+    const int64_t K = g->K, nc = g->n_end - g->n_begin, xs = ml_gemv_xs(K);
+    float* xe = g->bbuf;
+    for (int64_t k = 0; k < K; ++k) {
+        float x[ML_NR];
+        if (g->b.kind == ML_B_IM2COL) ml_pack_im2col_row(&g->b, k, g->n_begin, nc, x, 1);
+        else
+            for (int64_t c = 0; c < nc; ++c)
+                x[c] = g->b.p[k * g->b.ldk + (g->n_begin + c) * g->b.ldn];
+        for (int64_t c = 0; c < nc; ++c)
+            for (int r = 0; r < ML_MR; ++r) xe[c * xs + k * ML_MR + r] = x[c];
+    }
+    int64_t panels = (g->M + ML_MR - 1) / ML_MR, tasks = 1;
+#ifdef MONOLIB_THREADPOOL_H
+    tasks = ml_par_tasks(4.0 * (double)panels * ML_MR * K, panels);
+#endif
+    ml_gemv_job j = {g, xe, (panels + tasks - 1) / tasks};
+    tasks = (panels + j.panels_per_task - 1) / j.panels_per_task;
+#ifdef MONOLIB_THREADPOOL_H
+    if (tasks > 1) {
+        ml_parallel_for(tasks, task, &j, 0, 0);
+        return;
+    }
+#endif
+    for (int64_t t = 0; t < tasks; ++t) task(&j, t, 0);
 }
 
 /* A batch of GEMMs of one shape (MatMul / FusedMatMul on [.., M, K] x [.., K, N]):

@@ -1,0 +1,155 @@
+"""GEMV-shaped products in gemm.h: ``ml_sgemv_pa`` (a packed A against at most
+``GEMV_NMAX`` columns: a conv on a 1x1 or 2x2 map) and the few-row path against a
+prepacked B (a batch-1 FC layer: each pair of panels over the whole K in one pass),
+against the NumPy reference and ONNX Runtime, on odd shapes and tails, under each tiling,
+at 1 and 2 threads (bit-identical)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from frontend.onnx_util import F32, make_model
+from harness import TILINGS, NodeContext, check_node, make_node, run_threads
+from onnx import helper
+
+from monolib.compiler.backends.c.generate import host_prelude
+from monolib.compiler.backends.c.headers import kernel_header
+from monolib.compiler.ops import op_of
+from monolib.compiler.ops.nn._gemm import (
+    GEMV_NMAX, MR, bbuf_floats, gemm_call, gemv_shaped, pack_a,
+)
+from monolib.compiler.testing import aligned_empty, build_shared
+
+RNG = np.random.default_rng(41)
+
+
+def r(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (scale * RNG.standard_normal(shape)).astype(np.float32)
+
+
+# name -> (X shape, W shape, attrs): M = 37 rows (a short last panel of 1), K = 45
+# (5 past the last step of 8), N = 1..4 columns
+CONV_CASES = {
+    "n1": ((1, 45, 1, 1), (37, 45, 1, 1), {}),
+    "n2": ((1, 45, 1, 2), (37, 45, 1, 1), {}),
+    "n3": ((1, 45, 3, 1), (37, 45, 1, 1), {}),
+    "n4": ((1, 45, 2, 2), (37, 45, 1, 1), {}),
+}
+
+
+def _conv(case: str):
+    xs, ws, attrs = CONV_CASES[case]
+    return [r(*xs), r(*ws, scale=0.3), r(ws[0])], attrs
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_conv_few_columns(case: str) -> None:
+    ins, attrs = _conv(case)
+    node = check_node("Conv", ins, attrs, const=[1, 2])
+    code = op_of(node).emit(node, NodeContext(node, None))
+    n = node.outputs[0].shape[2] * node.outputs[0].shape[3]
+    assert f"ml_sgemv_pa(&ga_, ml_gemv_pa_task_{n})" in code, code
+
+
+@pytest.mark.parametrize("tiling", sorted(TILINGS))
+@pytest.mark.parametrize("case", ["n1", "n3"])
+def test_conv_few_columns_tilings(case: str, tiling: str) -> None:
+    ins, attrs = _conv(case)
+    check_node("Conv", ins, attrs, const=[1, 2], ort=False, options=TILINGS[tiling])
+
+
+IM2COL_C = r"""
+/* C = alpha * A B + bias_m for a packed A (M x K) and B the implicit im2col of a 3x3,
+ * stride-2 conv over an already padded C x H x W image (2 x 2 outputs: 4 columns). */
+void run(const float* ap, const float* img, const float* bias, float* c, float* bbuf,
+         int64_t M, int64_t C, int64_t H, int64_t W) {
+    ml_gemm_args g = ml_gemm_defaults(M, 4, C * 9, ap, c);
+    g.b.kind = ML_B_IM2COL; g.b.p = img; g.b.H = H; g.b.W = W; g.b.KH = 3; g.b.KW = 3;
+    g.b.SH = 2; g.b.SW = 2; g.b.DH = 1; g.b.DW = 1; g.b.OH = 2; g.b.OW = 2;
+    g.bias_m = bias; g.bbuf = bbuf; g.alpha = 0.5f;
+    ml_sgemv_pa(&g, ml_gemv_pa_task_4);
+}
+"""
+
+
+@pytest.mark.parametrize("tiling", [(), *TILINGS.values()])
+def test_gemv_im2col_source(tiling) -> None:
+    m, c, h, w = 23, 7, 5, 5
+    lib = build_shared(host_prelude() + kernel_header("gemm.h") + IM2COL_C, tiling)
+    a, img, bias = r(m, c * 9), r(c, h, w), r(m)
+    ap = aligned(pack_a(a))
+    out = np.zeros((m, 4), np.float32)
+    bbuf = aligned(np.zeros(bbuf_floats(c * 9, 4), np.float32))
+    p = ctypes.c_void_p
+    lib.run(p(ap.ctypes.data), p(img.ctypes.data), p(bias.ctypes.data), p(out.ctypes.data),
+            p(bbuf.ctypes.data), *(ctypes.c_int64(v) for v in (m, c, h, w)))
+    cols = np.stack([img[:, y:y + 3, x:x + 3].ravel() for y in (0, 2) for x in (0, 2)], 1)
+    np.testing.assert_allclose(out, 0.5 * (a @ cols) + bias[:, None], rtol=1e-5, atol=1e-5)
+
+
+def aligned(x: np.ndarray) -> np.ndarray:
+    """A 64-byte aligned copy of ``x``."""
+    buf = aligned_empty(x.nbytes)
+    out = buf.view(x.dtype)[: x.size]
+    out[:] = x.ravel()
+    return out
+
+
+def _conv_model(x, w, b):
+    node = helper.make_node("Conv", ["X", "W", "B"], ["Y"])
+    y_shape = [1, w.shape[0], x.shape[2], x.shape[3]]
+    return make_model([node], [("X", F32, list(x.shape))], [("Y", F32, y_shape)],
+                      {"W": w, "B": b})
+
+
+def test_gemv_two_threads_bit_identical() -> None:
+    # 1030 x 515 weights (over the pool's work threshold): split by panels
+    x, w, b = r(1, 515, 1, 1), r(1030, 515, 1, 1, scale=0.05), r(1030)
+    one, two = run_threads(_conv_model(x, w, b), {"X": x})
+    want = (w.reshape(1030, 515).astype(np.float64) @ x.reshape(515, 1)).reshape(1, 1030, 1, 1)
+    np.testing.assert_allclose(one[0], want + b.reshape(1, -1, 1, 1), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(one[0], two[0])
+
+
+# name -> (A shape, B shape); B constant (prepacked), M below the micro-tile's 6 rows
+FC_CASES = {
+    "m1_k_over_kc": ((1, 700), (700, 70)),
+    "m3": ((3, 300), (300, 33)),
+    "m5_nc_blocks": ((5, 40), (40, 1100)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FC_CASES))
+def test_fc_few_rows_packed_b(case: str) -> None:
+    sa, sb = FC_CASES[case]
+    check_node("Gemm", [r(*sa), r(*sb, scale=0.1), r(sb[1])], {}, const=[1, 2], opset=13)
+
+
+def test_fc_few_rows_two_threads_bit_identical() -> None:
+    # 2100 x 1000 weights: 2.1M multiply-adds, split because B's floats count 4
+    a, w, b = r(1, 2100), r(1000, 2100, scale=0.02), r(1000)
+    node = helper.make_node("Gemm", ["A", "W", "C"], ["Y"], transB=1)
+    model = make_model([node], [("A", F32, [1, 2100])], [("Y", F32, [1, 1000])],
+                       {"W": w, "C": b})
+    one, two = run_threads(model, {"A": a})
+    np.testing.assert_allclose(one[0], a.astype(np.float64) @ w.T + b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(one[0], two[0])
+
+
+def test_gemv_shaped_rule() -> None:
+    packed = {"M": "64", "N": "1", "K": "128", "a": "W", "c": "Y", "bbuf": "buf"}
+    strided = {"kind": "ML_B_STRIDED", "p": "X", "ldk": "1", "ldn": "1"}
+    assert gemv_shaped(packed, strided)
+    assert gemv_shaped({**packed, "N": str(GEMV_NMAX)}, strided)
+    assert not gemv_shaped({**packed, "N": str(GEMV_NMAX + 1)}, strided)
+    assert not gemv_shaped({**packed, "M": str(MR)}, strided)  # too few rows to matter
+    assert not gemv_shaped({**packed, "N": "n"}, strided)  # a run-time size
+    assert not gemv_shaped({**packed, "K": "0"}, strided)
+    assert not gemv_shaped({**packed, "a": "0", "a_raw": "A"}, strided)
+    assert not gemv_shaped(packed, {"kind": "ML_B_PACKED", "p": "B"})
+    assert "ml_sgemv_pa(&ga_, ml_gemv_pa_task_1)" in gemm_call(packed, strided)
+    assert "ml_sgemm_par(&ga_)" in gemm_call({**packed, "N": "5"}, strided)
+    # the block buffer holds x expanded to A's panel layout (MR floats per k and column)
+    assert bbuf_floats(1000, 3) >= 1000 * MR * 3

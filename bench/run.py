@@ -70,8 +70,8 @@ class Result:
     """One model's measurements. ``latency``: ``ml{t}`` / ``ort{t}`` (median seconds at
     ``t`` threads) and ``ml1_cpu`` / ``ort1_cpu`` (calling thread's CPU time);
     ``ops``: ``flops.SignatureRow`` per distinct Conv/GEMM signature; ``op_total``:
-    thread count -> the profile's sum over all ops (seconds); ``error`` when monolib
-    failed."""
+    thread count -> the profile's sum over all ops (seconds); ``slowest``: the 1-thread
+    profile's slowest ops as ``(name, op, seconds)``; ``error`` when monolib failed."""
 
     name: str
     build: dict = field(default_factory=dict)
@@ -79,6 +79,7 @@ class Result:
     cold: dict = field(default_factory=dict)
     ops: list = field(default_factory=list)
     op_total: dict = field(default_factory=dict)
+    slowest: list = field(default_factory=list)
     max_diff: float | None = None
     rel_diff: float | None = None
     error: str = ""
@@ -168,8 +169,8 @@ def profile_ops(gm, repeat: int, clock: Callable[[], float]) -> list[dict]:
     """Each fused op's best time over ``repeat`` runs of every op in order
     (``monolib_run_op``, as ``gm.executor.profile`` does) by ``clock``:
     ``time.thread_time`` at 1 thread (the op runs on the calling thread; CPU time is
-    steady on a shared machine), ``time.perf_counter`` at more. Rows: ``name``,
-    ``time_ms``."""
+    steady on a shared machine), ``time.perf_counter`` at more. Rows: ``name``, ``op``
+    (the op type and the types fused into it), ``time_ms``."""
     ex = gm.executor
     best = [float("inf")] * ex.num_ops()
     for _ in range(max(1, repeat)):
@@ -178,7 +179,8 @@ def profile_ops(gm, repeat: int, clock: Callable[[], float]) -> list[dict]:
             ex.run_op(i)
             best[i] = min(best[i], clock() - t0)
     nodes = ex.factory.graph_json.get("nodes", [])
-    return [{"name": n.get("name", ""), "time_ms": b * 1e3} for n, b in zip(nodes, best)]
+    return [{"name": n.get("name", ""), "op": "+".join([n.get("op", ""), *n.get("fused", [])]),
+             "time_ms": b * 1e3} for n, b in zip(nodes, best)]
 
 
 def cold_start(args: list[str], runs: int, threads: int = 1) -> dict:
@@ -255,18 +257,30 @@ def bench_model(name: str, args, work: Path, threads: tuple[int, ...]) -> Result
             profiles[t] = profile_ops(gm, args.profile_repeat,
                                       time.thread_time if t == 1 else time.perf_counter)
             res.op_total[t] = sum(r["time_ms"] for r in profiles[t]) * 1e-3
+            if t == 1:
+                res.slowest = [(r["name"], r["op"], r["time_ms"] * 1e-3) for r in sorted(
+                    profiles[1], key=lambda r: -r["time_ms"])[:3]]
             print(f"  @{t}: monolib {_ms(ml)} ms, ORT {_ms(ort)} ms = {ml / ort:.2f}x",
                   flush=True)
         res.ops = flopcount.by_signature(works, profiles, choices)
         if args.cold_runs:
             _cold(res, spec, src, feeds_ml, feeds_ort, lib, work, args.cold_runs, threads)
     except Exception as exc:  # noqa: BLE001 -- a failed model is reported, not fatal
-        res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        res.error = error_text(exc)
         if args.verbose:
             traceback.print_exc()
     finally:
         monolib.runtime.set_num_threads(len(os.sched_getaffinity(0)))
     return res
+
+
+def error_text(exc: BaseException) -> str:
+    """``"Type: first line"``, and for a compiler's output its first ``error:`` line (a
+    ToolchainError's first line is the command)."""
+    lines = str(exc).splitlines()
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    first = next((ln.strip() for ln in lines[1:] if "error:" in ln), None)
+    return text if first is None else f"{text[:160]} ... {first}"
 
 
 def _cold(res: Result, spec, src, feeds_ml, feeds_ort, lib: Path, work: Path, runs: int,
@@ -337,6 +351,11 @@ def _x(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+def _gflop(flops: float) -> str:
+    g = flops / 1e9
+    return f"{g:.3f}" if g >= 0.01 else f"{g:.2g}"
+
+
 def _gf(flops: float, seconds: float | None, t: int, peak1: float) -> str:
     """``"123.4 (56%)"``: GFLOP/s and % of ``t`` cores' peak; ``"-"`` when untimed."""
     if not flops or not seconds:
@@ -369,7 +388,7 @@ def model_table(results: Sequence[Result], threads: tuple[int, ...], peak1: floa
         row += [f"{_x(r.speedup('ml', t))} / {_x(r.speedup('ort', t))}" for t in threads if t > 1]
         mc, oc = r.latency.get("ml1_cpu"), r.latency.get("ort1_cpu")
         fl, _ = r.conv_gemm(1)
-        row += [_x(mc / oc if mc and oc else None), f"{fl / 1e9:.3f}" if r.ops else "-"]
+        row += [_x(mc / oc if mc and oc else None), _gflop(fl) if r.ops else "-"]
         row += [_gf(fl, r.conv_gemm(t)[1], t, peak1) for t in threads]
         s1, tot = r.conv_gemm(1)[1], r.op_total.get(1)
         row += [f"{100 * s1 / tot:.0f}%" if s1 and tot else "-"]
@@ -398,19 +417,39 @@ def detail_table(r: Result, threads: tuple[int, ...], peak1: float,
     shown = r.ops[:limit] if limit > 0 else r.ops
     rows = []
     for s in shown:
-        row = [f"`{s.signature}`", str(s.count), f"{s.flops / 1e9:.3f}"]
+        row = [f"`{s.signature}`", str(s.count), _gflop(s.flops)]
         for t in threads:
             row += [_ms(s.seconds.get(t)), _gf(s.flops, s.seconds.get(t), t, peak1)]
         rows.append(row + [", ".join(s.algos), "; ".join(s.why)])
     rest = r.ops[len(shown):]
     if rest:
         fl = sum(s.flops for s in rest)
-        row = [f"({len(rest)} more signatures)", str(sum(s.count for s in rest)), f"{fl / 1e9:.3f}"]
+        row = [f"({len(rest)} more signatures)", str(sum(s.count for s in rest)), _gflop(fl)]
         for t in threads:
             sec = sum(s.seconds.get(t, 0.0) for s in rest)
             row += [_ms(sec), _gf(fl, sec, t, peak1)]
         rows.append(row + ["", ""])
     return rows
+
+
+def _slowest(r: Result) -> str:
+    """``"; slowest ops @1: Conv+Relu n12 3.20 ms (9%), ..."`` (what a miss's profile shows)."""
+    tot = r.op_total.get(1)
+    if not r.slowest or not tot:
+        return ""
+    return "; slowest ops @1: " + ", ".join(f"{op} {name} {_ms(s)} ms ({100 * s / tot:.0f}%)"
+                                            for name, op, s in r.slowest)
+
+
+def _most_lost(r: Result, cls: str, peak1: float) -> str:
+    """The class's signature farthest below peak in time (its time minus the time at
+    peak), e.g. ``"; most time lost: `conv3x3/1 512->512 7x7` 29% of peak (winograd(m=2))"``."""
+    rows = [s for s in r.ops if s.cls == cls and s.seconds.get(1)]
+    if not rows:
+        return ""
+    worst = max(rows, key=lambda s: s.seconds[1] - s.flops / (peak1 * 1e9))
+    return (f"; most time lost: `{worst.signature}` x{worst.count} "
+            f"{100 * worst.gflops(1) / peak1:.0f}% of peak ({', '.join(worst.algos)})")
 
 
 def _geomean(xs: Sequence[float]) -> float:
@@ -427,8 +466,9 @@ def targets(results: Sequence[Result], threads: tuple[int, ...], peak1: float,
     ok = [r for r in results if not r.error]
     for t in threads:
         ratios = {r.name: r.ratio(t) for r in ok if r.ratio(t)}
-        out += [(x <= RATIO_TARGET, f"latency {n} @{t}: {x:.2f}x ORT (target <= 1.0)")
-                for n, x in ratios.items()]
+        out += [(x <= RATIO_TARGET, f"latency {r.name} @{t}: {x:.2f}x ORT (target <= 1.0)"
+                 + ("" if x <= RATIO_TARGET or t > 1 else _slowest(r)))
+                for r in ok if (x := ratios.get(r.name))]
         if ratios:
             gm = _geomean(list(ratios.values()))
             out.append((gm <= GEOMEAN_TARGET and len(ratios) == len(results),
@@ -443,7 +483,8 @@ def targets(results: Sequence[Result], threads: tuple[int, ...], peak1: float,
             g = cls[c].gflops(1)
             frac = g / peak1 if g else 0.0
             out.append((frac >= PEAK_TARGET, f"peak {r.name} {c} @1: {g or 0:.1f} GFLOP/s = "
-                        f"{100 * frac:.0f}% of {peak1:.1f} (target >= 75%)"))
+                        f"{100 * frac:.0f}% of {peak1:.1f} (target >= 75%)"
+                        + ("" if frac >= PEAK_TARGET else _most_lost(r, c, peak1))))
     if gemm and gemm.get("ml1"):
         g = peak.gemm_flops(1024, 1024, 1024) / gemm["ml1"] / 1e9
         go = peak.gemm_flops(1024, 1024, 1024) / gemm["ort1"] / 1e9

@@ -119,7 +119,8 @@ def fake_results(run, flops):
                    latency={"ml1": 0.010, "ort1": 0.020, "ml2": 0.005, "ort2": 0.011,
                             "ml1_cpu": 0.010, "ort1_cpu": 0.020},
                    ops=rows, op_total={1: 2.5, 2: 1.2}, max_diff=1e-6, rel_diff=1e-7)
-    b = run.Result("cls", latency={"ml1": 0.003, "ort1": 0.002, "ml2": 0.002, "ort2": 0.001})
+    b = run.Result("cls", latency={"ml1": 0.003, "ort1": 0.002, "ml2": 0.002, "ort2": 0.001},
+                   op_total={1: 0.003}, slowest=[("n3", "Conv+Relu", 0.0015)])
     c = run.Result("broken", error="CompileError: no")
     return [a, b, c]
 
@@ -130,7 +131,9 @@ def test_targets_from_fake_results():
     verdicts = dict((line, met) for met, line in run.targets(
         results, (1, 2), peak1=100.0, gemm={"ml1": 2 * 1024**3 / 80e9, "ort1": 0.02}))
     assert verdicts["latency light_resnet50 @1: 0.50x ORT (target <= 1.0)"] is True
-    assert verdicts["latency cls @1: 1.50x ORT (target <= 1.0)"] is False
+    # a miss at 1 thread says what the profile shows: the slowest ops and their share
+    assert verdicts["latency cls @1: 1.50x ORT (target <= 1.0); slowest ops @1: Conv+Relu n3 "
+                    "1.500 ms (50%)"] is False
     gm1 = math.sqrt(0.5 * 1.5)
     # a failed model makes the geometric mean a miss even when it would pass
     assert verdicts[f"latency geometric mean @1: {gm1:.3f}x ORT over 2 of 3 models "
@@ -139,7 +142,8 @@ def test_targets_from_fake_results():
     assert verdicts["peak light_resnet50 conv3x3 @1: 80.0 GFLOP/s = 80% of 100.0 "
                     "(target >= 75%)"] is True
     assert verdicts["peak light_resnet50 conv1x1 @1: 50.0 GFLOP/s = 50% of 100.0 "
-                    "(target >= 75%)"] is False
+                    "(target >= 75%); most time lost: `conv1x1/1 64->256 56x56` x1 50% of "
+                    "peak (gemm)"] is False
     gemm_line = next(line for line in verdicts if line.startswith("peak GEMM"))
     assert gemm_line.startswith("peak GEMM 1024^3 @1: 80.0 GFLOP/s = 80%") and verdicts[gemm_line]
     # ORT's speedup 1.82x >= 1.6: monolib's 2.00x must reach 1.6 (met); cls: ORT 2.0x,

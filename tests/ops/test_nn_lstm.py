@@ -173,7 +173,7 @@ def test_lstm_recurrence_split_over_threads_is_bit_identical() -> None:
         (37, 3, 4, "forward", [1, 2, 3]),  # blocks 16, 16, 5; 3 rows in one group
         (20, 5, 3, "reverse", [1, 2, 3]),  # a group of 4 rows and one of 1
         (16, 1, 1, "bidirectional", [1, 2, 3]),
-        (53, 2, 6, "bidirectional", [1, 3]),  # R at run time: ml_lstm_pack_r
+        (53, 2, 6, "bidirectional", [1, 3]),  # R at run time: ml_rnn_pack_r
         (5, 6, 2, "forward", []),  # a tail block only, everything at run time
     ],
 )
@@ -230,7 +230,7 @@ def _kernel_lib():
         + kernel_header("gemm.h") + kernel_header("lstm.h")
         + "void tanh_all(const float* x, float* y, int64_t n) {\n"
         "  for (int64_t i = 0; i < n; ++i) y[i] = ml_tanhf(x[i]); }\n"
-        "void pack(int64_t h, const float* r, float* rp) { ml_lstm_pack_r(h, r, rp); }\n"
+        "void pack(int64_t h, const float* r, float* rp) { ml_rnn_pack_r(h, 4, r, rp); }\n"
     )
     lib = build_shared(src)
     lib.tanh_all.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
@@ -260,9 +260,9 @@ def test_lstm_tanh_within_two_ulp() -> None:
 
 @pytest.mark.parametrize("h", [5, 16, 37])
 def test_lstm_pack_r_matches_the_compile_time_packing(h: int) -> None:
-    """The run-time packing of lstm.h and lstm.py's pack_recurrent give one layout, and it
+    """The run-time packing of lstm.h and rnn.py's pack_recurrent give one layout, and it
     is the documented one: unit block u0, row k, gate q, unit u at u0*4H + (k*4 + q)*w + u."""
-    from monolib.compiler.ops.nn.lstm import pack_recurrent
+    from monolib.compiler.ops.nn.rnn import pack_recurrent
 
     rr = r(4 * h, h)
     got = np.empty(4 * h * h, np.float32)

@@ -38,3 +38,67 @@ def test_layout1(op, gates):
     check_node(op, {"x": r(B, T, I)}, outs, opset=14, layout=1, hidden_size=H, **extra,
                consts={"w": r(1, gates * H, I), "r": r(1, gates * H, H),
                        "b": r(1, 2 * gates * H)}, rtol=1e-4, atol=1e-5)
+
+
+# -- GRU (linear_before_reset=1) on kernels/lstm.h's packed blocks --------------------------
+
+
+def _gru_ins(t, b, i, h, d, bias=True, h0=True):
+    return [r(t, b, i), r(d, 3 * h, i), r(d, 3 * h, h), r(d, 6 * h) if bias else None, None,
+            r(d, b, h) if h0 else None]
+
+
+@pytest.mark.parametrize(
+    "h,b,t,direction,const,bias,h0",
+    [
+        (37, 3, 4, "forward", [1, 2, 3], True, True),  # blocks 16, 16, 5; 3 rows a pass
+        (20, 5, 3, "reverse", [1, 2, 3], True, False),  # 4 rows + 1
+        (16, 1, 1, "bidirectional", [1, 2], False, True),  # no bias: Rbh 0
+        (53, 2, 6, "bidirectional", [1], True, True),  # R and B at run time
+        (5, 6, 2, "forward", [], True, True),  # a tail block only, all at run time
+    ],
+)
+def test_gru_packed_kernel(h, b, t, direction, const, bias, h0):
+    from harness import check_node as check
+
+    d = 2 if direction == "bidirectional" else 1
+    ins = _gru_ins(t, b, 7, h, d, bias, h0)
+    node = check("GRU", ins, {"hidden_size": h, "direction": direction,
+                              "linear_before_reset": 1}, const=const, n_outputs=2,
+                 rtol=1e-4, atol=1e-5)
+    from harness import NodeContext
+    from monolib.compiler.ops.base import op_of
+
+    assert "ml_gru(" in op_of(node).emit(node, NodeContext(node))
+
+
+def test_gru_packed_kernel_clip_and_vector_width_4():
+    from harness import VECTOR_WIDTHS
+    from harness import check_node as check
+
+    h = 21
+    check("GRU", _gru_ins(3, 5, 6, h, 1), {"hidden_size": h, "linear_before_reset": 1,
+                                           "clip": 0.3},
+          const=[1, 2, 3], n_outputs=2, rtol=1e-4, atol=1e-5, options=VECTOR_WIDTHS["vw4"])
+
+
+@pytest.mark.parametrize("h,b,t,direction", [(80, 2, 8, "bidirectional"),
+                                             (144, 5, 3, "forward")])
+def test_gru_threads_bit_identical(h, b, t, direction):
+    """Above ML_LSTM_PAR_MIN the directions run side by side, or a step splits by unit
+    blocks: the outputs equal the 1-thread run bit for bit, and ORT's within tolerance."""
+    from harness import run_threads
+
+    from monolib.compiler.testing import make_node_model, ort_run
+
+    d = 2 if direction == "bidirectional" else 1
+    feeds = {"x": r(t, b, 24), "w": 0.5 * r(d, 3 * h, 24), "rw": 0.25 * r(d, 3 * h, h),
+             "b": 0.25 * r(d, 6 * h)}
+    model = make_node_model("GRU", feeds, {"hidden_size": h, "direction": direction,
+                                           "linear_before_reset": 1},
+                            outputs=2, constant_inputs=["w", "rw", "b"])
+    one, two = run_threads(model, {"x": feeds["x"]})
+    for a, c in zip(one, two):
+        np.testing.assert_array_equal(c, a)
+    for got, want in zip(one, ort_run(model, {"x": feeds["x"]})):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -1,19 +1,20 @@
-/* lstm.h -- the recurrence of an ONNX LSTM (monolib kernel library).
+/* lstm.h -- the recurrences of ONNX LSTM and GRU (monolib kernel library).
  *
- * The input projection gx = X W^T + Wb + Rb of all steps is one GEMM per direction done
- * beforehand (gemm.h); this kernel runs the steps. Gate order is ONNX's i, o, f, c:
+ * The input projection gx = X W^T + biases of all steps is one GEMM per direction done
+ * beforehand (gemm.h); this kernel runs the steps. LSTM gate order is ONNX's i, o, f, c:
  *   i = sigmoid(gi + Pi*c), f = sigmoid(gf + Pf*c), c' = f*c + i*tanh(gc),
  *   o = sigmoid(go + Po*c'), h' = o*tanh(c')
- * with the optional cell clip applied to every activation input but the last.
+ * GRU (linear_before_reset = 1) z, r, h: h~ = tanh(xh + r*(h Rh^T + Rbh)),
+ *   h' = (1 - z) h~ + z h. The optional clip bounds every activation input but LSTM's last.
  *
- * R is packed (at compile time when constant, else by ml_lstm_pack_r) in blocks of
- * ML_LSTM_U hidden units: the block of units u0..u0+w (w = min(U, H - u0)) sits at
- * rp + u0*4H as [H][4][w], the rows of its 4 gates' columns one after the other. A block
- * is then one contiguous stream per step (R^T's rows are 4H floats apart: a 4 KB stride
- * at H = 256, a page per row, that the prefetchers do not follow), its 4 gate sums stay in
- * registers, and the cell update of its units follows at once. A block owns its units'
- * c and h', so a step splits over threads by blocks with each unit computed as on one
- * thread (bit-identical at any thread count).
+ * R (ng gates: 4 or 3) is packed (at compile time when constant, else by ml_rnn_pack_r)
+ * in blocks of ML_LSTM_U hidden units: the block of units u0..u0+w (w = min(U, H - u0))
+ * sits at rp + u0*ng*H as [H][ng][w], the rows of its gates' columns one after the other.
+ * A block is then one contiguous stream per step (R^T's rows are ng*H floats apart: 4 KB
+ * at H = 256, a page per row, that the prefetchers do not follow), its gate sums stay in
+ * registers, and the update of its units follows at once. A block owns its units' c and
+ * h', so a step splits over threads by blocks with each unit computed as on one thread
+ * (bit-identical at any thread count).
  */
 #ifndef MONOLIB_LSTM_H
 #define MONOLIB_LSTM_H
@@ -30,7 +31,6 @@
 /* Hidden units per packed block (lstm.py packs constant R with the same number): 4 gates
  * x 16 units = 64 columns, 4 AVX-512 vectors. */
 #define ML_LSTM_U 16
-#define ML_LSTM_NV (4 * ML_LSTM_U / ML_VW)
 /* Batch rows sharing one pass over a block (the R stream is read once for them): 4 x 4
  * accumulators with AVX-512's 32 registers, 1 with fewer. */
 #if ML_VW >= 16
@@ -63,33 +63,49 @@ static inline float ml_clipf(float x, float clip) {
     return x;
 }
 
-/* rp = R [4H][H] (one direction, ONNX layout) packed in blocks of ML_LSTM_U units. */
-ML_UNUSED static void ml_lstm_pack_r(int64_t H, const float* restrict r, float* restrict rp) {
+/* rp = R [ng*H][H] (one direction, ONNX layout, ng gates) packed in blocks of
+ * ML_LSTM_U units: the block of units u0..u0+w at rp + u0*ng*H as [H][ng][w]. */
+ML_UNUSED static void ml_rnn_pack_r(int64_t H, int64_t ng, const float* restrict r,
+                                    float* restrict rp) {
     for (int64_t u0 = 0; u0 < H; u0 += ML_LSTM_U) {
         int64_t w = H - u0 < ML_LSTM_U ? H - u0 : ML_LSTM_U;
-        float* d = rp + u0 * 4 * H;
+        float* d = rp + u0 * ng * H;
         for (int64_t k = 0; k < H; ++k)
-            for (int64_t q = 0; q < 4; ++q)
-                for (int64_t u = 0; u < w; ++u) d[(k * 4 + q) * w + u] = r[(q * H + u0 + u) * H + k];
+            for (int64_t q = 0; q < ng; ++q)
+                for (int64_t u = 0; u < w; ++u)
+                    d[(k * ng + q) * w + u] = r[(q * H + u0 + u) * H + k];
     }
 }
 
-/* g[b][q][u] = gx[b][q*H + u0 + u] + sum_k h[b][k] * R[q*H + u0 + u][k] for nb (constant
- * after inlining) rows of a full block; r: the block, [H][4][U]. */
-ML_INLINE void ml_lstm_acc(int nb, int64_t H, const float* restrict h,
-                           const float* restrict r, const float* restrict gx, int64_t u0,
-                           float* restrict g) {
-    ml_vf acc[ML_LSTM_MB][ML_LSTM_NV];
+/* The start of gate q's sums for row b at unit u0 + u: the input projection, but GRU's
+ * candidate gate (ng 3, q 2), which starts at Rbh (bn, or 0) as the reset gate scales the
+ * recurrent part with its bias. */
+ML_INLINE float ml_rnn_init(int ng, int64_t q, int64_t b, int64_t H, const float* gx,
+                            const float* bn, int64_t u) {
+    if (ng == 3 && q == 2) return bn ? bn[u] : 0.0f;
+    return gx[b * ng * H + q * H + u];
+}
+
+/* g[b][q][u] = start + sum_k h[b][k] * R[q*H + u0 + u][k] for nb rows and ng gates
+ * (constants after inlining) of a full block; r: the block, [H][ng][U]. */
+ML_INLINE void ml_rnn_acc(int nb, int ng, int64_t H, const float* restrict h,
+                          const float* restrict r, const float* restrict gx,
+                          const float* restrict bn, int64_t u0, float* restrict g) {
+    enum { NV = 4 * ML_LSTM_U / ML_VW };
+    const int nv = ng * ML_LSTM_U / ML_VW;
+    ml_vf acc[ML_LSTM_MB][NV];
     for (int b = 0; b < nb; ++b)
-        for (int v = 0; v < ML_LSTM_NV; ++v) {
-            int64_t col = v * ML_VW;
-            acc[b][v] = *(const ml_vf*)(gx + b * 4 * H + col / ML_LSTM_U * H + u0 +
-                                        col % ML_LSTM_U);
+        for (int v = 0; v < nv; ++v) {
+            int64_t col = v * ML_VW, q = col / ML_LSTM_U;
+            if (ng == 3 && q == 2)
+                acc[b][v] = bn ? *(const ml_vf*)(bn + u0 + col % ML_LSTM_U) : (ml_vf){0};
+            else
+                acc[b][v] = *(const ml_vf*)(gx + b * ng * H + q * H + u0 + col % ML_LSTM_U);
         }
     for (int64_t k = 0; k < H; ++k) {
-        const float* rk = r + k * 4 * ML_LSTM_U;
-        ml_vf rv[ML_LSTM_NV];
-        for (int v = 0; v < ML_LSTM_NV; ++v) {
+        const float* rk = r + k * ng * ML_LSTM_U;
+        ml_vf rv[NV];
+        for (int v = 0; v < nv; ++v) {
             rv[v] = *(const ml_vf*)(rk + v * ML_VW);
 #if defined(__AVX512F__) && defined(__GNUC__)
             /* keep R's vectors in registers for the rows: gcc would fold the load into
@@ -100,33 +116,32 @@ ML_INLINE void ml_lstm_acc(int nb, int64_t H, const float* restrict h,
         }
         for (int b = 0; b < nb; ++b) {
             ml_vf hk = h[b * H + k] - (ml_vf){0};
-            for (int v = 0; v < ML_LSTM_NV; ++v) acc[b][v] += hk * rv[v];
+            for (int v = 0; v < nv; ++v) acc[b][v] += hk * rv[v];
         }
     }
     for (int b = 0; b < nb; ++b)
-        for (int v = 0; v < ML_LSTM_NV; ++v)
-            *(ml_vf*)(g + b * 4 * ML_LSTM_U + v * ML_VW) = acc[b][v];
+        for (int v = 0; v < nv; ++v) *(ml_vf*)(g + b * 4 * ML_LSTM_U + v * ML_VW) = acc[b][v];
 }
 
-/* The same for a last block of w < ML_LSTM_U units (r: [H][4][w]). */
-static void ml_lstm_acc_tail(int nb, int64_t H, int64_t w, const float* restrict h,
-                             const float* restrict r, const float* restrict gx, int64_t u0,
-                             float* restrict g) {
+/* The same for a last block of w < ML_LSTM_U units (r: [H][ng][w]). */
+ML_INLINE void ml_rnn_acc_tail(int nb, int ng, int64_t H, int64_t w, const float* restrict h,
+                               const float* restrict r, const float* restrict gx,
+                               const float* restrict bn, int64_t u0, float* restrict g) {
     for (int b = 0; b < nb; ++b)
-        for (int64_t q = 0; q < 4; ++q)
+        for (int64_t q = 0; q < ng; ++q)
             for (int64_t u = 0; u < w; ++u)
-                g[(b * 4 + q) * ML_LSTM_U + u] = gx[b * 4 * H + q * H + u0 + u];
+                g[(b * 4 + q) * ML_LSTM_U + u] = ml_rnn_init(ng, q, b, H, gx, bn, u0 + u);
     for (int64_t k = 0; k < H; ++k)
         for (int b = 0; b < nb; ++b) {
             float hk = h[b * H + k];
-            for (int64_t q = 0; q < 4; ++q)
+            for (int64_t q = 0; q < ng; ++q)
                 for (int64_t u = 0; u < w; ++u)
-                    g[(b * 4 + q) * ML_LSTM_U + u] += hk * r[(k * 4 + q) * w + u];
+                    g[(b * 4 + q) * ML_LSTM_U + u] += hk * r[(k * ng + q) * w + u];
         }
 }
 
-/* The cell update of w units from their gate sums g [4][U]: c (in place) and h' (hn);
- * p: the peepholes at the block's first unit (i at p, o at p+H, f at p+2H) or NULL. */
+/* The LSTM cell update of w units from their gate sums g [4][U]: c (in place) and h'
+ * (hn); p: the peepholes at the block's first unit (i at p, o at p+H, f at p+2H) or NULL. */
 static inline void ml_lstm_cell(int64_t w, int64_t H, float clip, const float* restrict g,
                                 const float* restrict p, float* restrict c,
                                 float* restrict hn) {
@@ -151,21 +166,37 @@ static inline void ml_lstm_cell(int64_t w, int64_t H, float clip, const float* r
     }
 }
 
-/* One step of one direction: gx [B][4H] (this step's projections), h [B][H] the state
- * read, hn [B][H] the state written, c [B][H] updated in place. */
+/* The GRU (linear_before_reset) update of w units: z, r from g's first two gates, the
+ * candidate tanh(xh + r * (h Rh^T + Rbh)) from gxh (the input projection) and g's third,
+ * h' = (1 - z) h~ + z h. */
+static inline void ml_gru_cell(int64_t w, float clip, const float* restrict g,
+                               const float* restrict gxh, const float* restrict h,
+                               float* restrict hn) {
+    const float *gz = g, *gr = g + ML_LSTM_U, *gh = g + 2 * ML_LSTM_U;
+    for (int64_t u = 0; u < w; ++u) {
+        float z = ml_sigmoidf(ml_clipf(gz[u], clip));
+        float rg = ml_sigmoidf(ml_clipf(gr[u], clip));
+        float hh = ml_tanhf(ml_clipf(gxh[u] + rg * gh[u], clip));
+        hn[u] = (1 - z) * hh + z * h[u];
+    }
+}
+
+/* One step of one direction: gx [B][ng*H] (this step's projections), h [B][H] the state
+ * read, hn [B][H] the state written, c [B][H] (LSTM) updated in place. */
 typedef struct {
     int64_t B, H, per; /* per: units of one task (a multiple of ML_LSTM_U) */
     const float* rp;
     const float* gx;
-    const float* p;
+    const float* p;  /* LSTM peepholes or NULL */
+    const float* bn; /* GRU's Rbh or NULL */
     const float* h;
     float* hn;
     float* c;
     float clip;
     int odd; /* the step's parity */
-} ml_lstm_step_t;
+} ml_rnn_step_t;
 
-static void ml_lstm_units(const ml_lstm_step_t* s, int64_t u0, int64_t u1) {
+ML_INLINE void ml_rnn_units(int ng, const ml_rnn_step_t* s, int64_t u0, int64_t u1) {
     int64_t H = s->H, nblk = (u1 - u0 + ML_LSTM_U - 1) / ML_LSTM_U;
     float g[ML_LSTM_MB * 4 * ML_LSTM_U] __attribute__((aligned(64)));
     for (int64_t i = 0; i < nblk; ++i) {
@@ -174,68 +205,81 @@ static void ml_lstm_units(const ml_lstm_step_t* s, int64_t u0, int64_t u1) {
          * read in one order every step, the cache keeps none of it) */
         int64_t u = u0 + (s->odd ? nblk - 1 - i : i) * ML_LSTM_U;
         int64_t w = H - u < ML_LSTM_U ? H - u : ML_LSTM_U;
-        const float* r = s->rp + u * 4 * H;
+        const float* r = s->rp + u * ng * H;
         for (int64_t b = 0; b < s->B; b += ML_LSTM_MB) {
             int nb = s->B - b < ML_LSTM_MB ? (int)(s->B - b) : ML_LSTM_MB;
             const float* h = s->h + b * H;
-            const float* gx = s->gx + b * 4 * H;
-            if (w < ML_LSTM_U) ml_lstm_acc_tail(nb, H, w, h, r, gx, u, g);
+            const float* gx = s->gx + b * ng * H;
+            if (w < ML_LSTM_U) ml_rnn_acc_tail(nb, ng, H, w, h, r, gx, s->bn, u, g);
 #if ML_LSTM_MB == 4
-            else if (nb == 4) ml_lstm_acc(4, H, h, r, gx, u, g);
-            else if (nb == 3) ml_lstm_acc(3, H, h, r, gx, u, g);
-            else if (nb == 2) ml_lstm_acc(2, H, h, r, gx, u, g);
+            else if (nb == 4) ml_rnn_acc(4, ng, H, h, r, gx, s->bn, u, g);
+            else if (nb == 3) ml_rnn_acc(3, ng, H, h, r, gx, s->bn, u, g);
+            else if (nb == 2) ml_rnn_acc(2, ng, H, h, r, gx, s->bn, u, g);
 #endif
-            else ml_lstm_acc(1, H, h, r, gx, u, g);
-            for (int i = 0; i < nb; ++i)
-                ml_lstm_cell(w == ML_LSTM_U ? ML_LSTM_U : w, H, s->clip, g + i * 4 * ML_LSTM_U, s->p ? s->p + u : 0,
-                             s->c + (b + i) * H + u, s->hn + (b + i) * H + u);
+            else ml_rnn_acc(1, ng, H, h, r, gx, s->bn, u, g);
+            int64_t wc = w == ML_LSTM_U ? ML_LSTM_U : w; /* a constant for full blocks */
+            for (int i = 0; i < nb; ++i) {
+                int64_t row = (b + i) * H + u;
+                if (ng == 4)
+                    ml_lstm_cell(wc, H, s->clip, g + i * 4 * ML_LSTM_U, s->p ? s->p + u : 0,
+                                 s->c + row, s->hn + row);
+                else
+                    ml_gru_cell(wc, s->clip, g + i * 4 * ML_LSTM_U, gx + i * 3 * H + 2 * H + u,
+                                s->h + row, s->hn + row);
+            }
         }
     }
 }
 
-static void ml_lstm_step_task(void* vctx, int64_t task, void* scratch) {
+ML_UNUSED static void ml_lstm_step_task(void* vctx, int64_t task, void* scratch) {
     (void)scratch;
-    const ml_lstm_step_t* s = (const ml_lstm_step_t*)vctx;
+    const ml_rnn_step_t* s = (const ml_rnn_step_t*)vctx;
     int64_t u0 = task * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;
-    if (u0 < u1) ml_lstm_units(s, u0, u1);
+    if (u0 < u1) ml_rnn_units(4, s, u0, u1);
 }
 
-/* Multiply-adds of one step (B x H x 4H) from which a step is split over the pool by
+ML_UNUSED static void ml_gru_step_task(void* vctx, int64_t task, void* scratch) {
+    (void)scratch;
+    const ml_rnn_step_t* s = (const ml_rnn_step_t*)vctx;
+    int64_t u0 = task * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;
+    if (u0 < u1) ml_rnn_units(3, s, u0, u1);
+}
+
+/* Multiply-adds of one step (B x H x ng*H) from which a step is split over the pool by
  * blocks of units. Below it one thread is faster: a pool round trip per step costs a few
  * microseconds. Measured on a 2-core EPYC (Zen 4): see lstm.py's module docstring. */
 #ifndef ML_LSTM_PAR_MIN
 #define ML_LSTM_PAR_MIN (1 << 17)
 #endif
 
-/* One direction over T steps. gx: [T][B][4H]; rp: packed R; p: [3H] peepholes (i, o, f)
- * or NULL; h0, c0: [B][H] or NULL (zeros); y: step t's [B][H] at y + t*y_tstride, or
- * NULL; hout, cout: [B][H], the final state; hbuf: 2*B*H floats of scratch. par: split
- * large steps over the pool. */
-static void ml_lstm_dir(int64_t T, int64_t B, int64_t H, int reverse, const float* gx,
-                        const float* rp, const float* p, const float* h0, const float* c0,
-                        float clip, float* y, int64_t y_tstride, float* hout, float* cout,
-                        float* hbuf, int par) {
+/* One direction over T steps. gx: [T][B][ng*H]; rp: packed R; p: [3H] LSTM peepholes
+ * (i, o, f) or NULL; bn: GRU's Rbh [H] or NULL; h0, c0: [B][H] or NULL (zeros); y: step
+ * t's [B][H] at y + t*y_tstride, or NULL; hout, cout (LSTM): [B][H], the final state;
+ * hbuf: 2*B*H floats of scratch. par: split large steps over the pool. */
+ML_INLINE void ml_rnn_dir(int ng, int64_t T, int64_t B, int64_t H, int reverse,
+                          const float* gx, const float* rp, const float* p, const float* bn,
+                          const float* h0, const float* c0, float clip, float* y,
+                          int64_t y_tstride, float* hout, float* cout, float* hbuf, int par) {
     float *h = hbuf, *hn = hbuf + B * H;
-    for (int64_t i = 0; i < B * H; ++i) {
-        h[i] = h0 ? h0[i] : 0.0f;
-        cout[i] = c0 ? c0[i] : 0.0f;
-    }
+    for (int64_t i = 0; i < B * H; ++i) h[i] = h0 ? h0[i] : 0.0f;
+    if (cout)
+        for (int64_t i = 0; i < B * H; ++i) cout[i] = c0 ? c0[i] : 0.0f;
     int32_t nt = par ? ml_num_threads() : 1;
     int64_t ntask = 1, per = H;
-    if (nt > 1 && B * H * 4 * H >= ML_LSTM_PAR_MIN) {
+    if (nt > 1 && B * H * ng * H >= ML_LSTM_PAR_MIN) {
         int64_t nblk = (H + ML_LSTM_U - 1) / ML_LSTM_U;
         per = (nblk + nt - 1) / nt * ML_LSTM_U;
         ntask = (H + per - 1) / per;
     }
-    ml_lstm_step_t s = {B, H, per, rp, 0, p, 0, 0, cout, clip, 0};
+    ml_rnn_step_t s = {B, H, per, rp, 0, p, bn, 0, 0, cout, clip, 0};
     for (int64_t st = 0; st < T; ++st) {
         int64_t t = reverse ? T - 1 - st : st;
-        s.gx = gx + t * B * 4 * H;
+        s.gx = gx + t * B * ng * H;
         s.h = h;
         s.hn = hn;
         s.odd = (int)(st & 1);
-        if (ntask > 1) ml_parallel_for(ntask, ml_lstm_step_task, &s, 0, 0);
-        else ml_lstm_units(&s, 0, H);
+        if (ntask > 1) ml_parallel_for(ntask, ng == 4 ? ml_lstm_step_task : ml_gru_step_task, &s, 0, 0);
+        else ml_rnn_units(ng, &s, 0, H);
         if (y) memcpy(y + t * y_tstride, hn, B * H * sizeof(float));
         float* tmp = h;
         h = hn;
@@ -244,42 +288,65 @@ static void ml_lstm_dir(int64_t T, int64_t B, int64_t H, int reverse, const floa
     memcpy(hout, h, B * H * sizeof(float));
 }
 
-/* Every direction of one LSTM: the per-direction inputs are D slices one after another
- * (gx: D x [T][B][4H], rp: D x H*4H, p: D x 3H, h0, c0, hout, cout: D x [B][H], hbuf: D x
- * 2*B*H) and Y is [T][D][B][H]. Direction 1 (and direction 0 when reverse) runs
- * backwards. Two directions run side by side on two threads (no per-step handoff)
- * when the pool has them and the work is worth a round trip. */
+/* Every direction of one LSTM (ng 4) or GRU (ng 3): the per-direction inputs are D slices
+ * one after another (gx: D x [T][B][ng*H], rp: D x ng*H*H, p: D x 3H, bn: D x H, h0, c0,
+ * hout, cout: D x [B][H], hbuf: D x 2*B*H) and Y is [T][D][B][H]. Direction 1 (and
+ * direction 0 when reverse) runs backwards. Two directions run side by side on two
+ * threads (no per-step handoff) when the pool has them and the work is worth a round
+ * trip; a step of one direction splits by unit blocks when large. */
 typedef struct {
     int64_t D, T, B, H;
     int reverse;
-    const float *gx, *rp, *p, *h0, *c0;
+    const float *gx, *rp, *p, *bn, *h0, *c0;
     float clip;
     float *y, *hout, *cout, *hbuf;
     int par;
-} ml_lstm_t;
+} ml_rnn_t;
 
-static void ml_lstm_dir_task(void* vctx, int64_t d, void* scratch) {
-    (void)scratch;
-    const ml_lstm_t* a = (const ml_lstm_t*)vctx;
+ML_INLINE void ml_rnn_dir_of(int ng, const ml_rnn_t* a, int64_t d) {
     int64_t B = a->B, H = a->H, BH = B * H;
-    ml_lstm_dir(a->T, B, H, a->reverse || d == 1, a->gx + d * a->T * BH * 4, a->rp + d * H * 4 * H,
-                a->p ? a->p + d * 3 * H : 0, a->h0 ? a->h0 + d * BH : 0,
-                a->c0 ? a->c0 + d * BH : 0, a->clip, a->y ? a->y + d * BH : 0,
-                a->D * BH, a->hout + d * BH, a->cout + d * BH,
-                a->hbuf + d * 2 * BH, a->par);
+    ml_rnn_dir(ng, a->T, B, H, a->reverse || d == 1, a->gx + d * a->T * BH * ng,
+               a->rp + d * H * ng * H, a->p ? a->p + d * 3 * H : 0, a->bn ? a->bn + d * H : 0,
+               a->h0 ? a->h0 + d * BH : 0, a->c0 ? a->c0 + d * BH : 0, a->clip,
+               a->y ? a->y + d * BH : 0, a->D * BH, a->hout + d * BH,
+               a->cout ? a->cout + d * BH : 0, a->hbuf + d * 2 * BH, a->par);
+}
+
+ML_UNUSED static void ml_lstm_dir_task(void* a, int64_t d, void* scratch) {
+    (void)scratch;
+    ml_rnn_dir_of(4, (const ml_rnn_t*)a, d);
+}
+
+ML_UNUSED static void ml_gru_dir_task(void* a, int64_t d, void* scratch) {
+    (void)scratch;
+    ml_rnn_dir_of(3, (const ml_rnn_t*)a, d);
+}
+
+ML_INLINE void ml_rnn(int ng, ml_rnn_t* a) {
+    if (a->D == 2 && ml_num_threads() > 1 && a->T * a->B * a->H * ng * a->H >= ML_LSTM_PAR_MIN) {
+        a->par = 0;
+        ml_parallel_for(2, ng == 4 ? ml_lstm_dir_task : ml_gru_dir_task, a, 0, 0);
+        return;
+    }
+    for (int64_t d = 0; d < a->D; ++d) ml_rnn_dir_of(ng, a, d);
 }
 
 ML_UNUSED static void ml_lstm(int64_t D, int64_t T, int64_t B, int64_t H, int reverse,
                               const float* gx, const float* rp, const float* p,
                               const float* h0, const float* c0, float clip, float* y,
                               float* hout, float* cout, float* hbuf) {
-    ml_lstm_t a = {D, T, B, H, reverse, gx, rp, p, h0, c0, clip, y, hout, cout, hbuf, 1};
-    if (D == 2 && ml_num_threads() > 1 && T * B * H * 4 * H >= ML_LSTM_PAR_MIN) {
-        a.par = 0;
-        ml_parallel_for(2, ml_lstm_dir_task, &a, 0, 0);
-        return;
-    }
-    for (int64_t d = 0; d < D; ++d) ml_lstm_dir_task(&a, d, 0);
+    ml_rnn_t a = {D, T, B, H, reverse, gx, rp, p, 0, h0, c0, clip, y, hout, cout, hbuf, 1};
+    ml_rnn(4, &a);
+}
+
+/* GRU with linear_before_reset = 1 (gates z, r, h): bn is Rbh per direction or NULL; the
+ * projections gx hold Wb + Rb of z and r and Wbh of h. */
+ML_UNUSED static void ml_gru(int64_t D, int64_t T, int64_t B, int64_t H, int reverse,
+                             const float* gx, const float* rp, const float* bn,
+                             const float* h0, float clip, float* y, float* hout,
+                             float* hbuf) {
+    ml_rnn_t a = {D, T, B, H, reverse, gx, rp, 0, bn, h0, 0, clip, y, hout, 0, hbuf, 1};
+    ml_rnn(3, &a);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

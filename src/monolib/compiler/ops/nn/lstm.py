@@ -10,7 +10,7 @@ UnsupportedOpError.
 
 Lowering: per direction one GEMM ``gx[T*B, 4H] = X @ W^T + (Wb + Rb)`` (W^T packed at
 compile time), then ``ml_lstm`` of ``kernels/lstm.h`` runs the recurrence of every
-direction on R packed in blocks of 16 hidden units (:func:`pack_recurrent`, at compile
+direction on R packed in blocks of 16 hidden units (``rnn.pack_recurrent``, at compile
 time when R is constant): per step each block streams its ``[H][4][16]`` slice once for
 up to 4 batch rows and updates its units' cell at once. Threads: two directions run side
 by side; one direction splits each step by unit blocks when it has at least
@@ -30,45 +30,26 @@ import logging
 import numpy as np
 
 from ...ir import Node
-from ...symbolic import is_dim
-from ..base import EmitContext, OpDef, OutType, op_of, register
+from ..base import EmitContext, OpDef, OutType, register
 from ._common import f32, require_float32
 from ._gemm import include_gemm
 from .gemm import a_operand
 from .rnn import (
     emit_recurrence,
+    fast_kernel,
     input_projection,
+    packed_recurrent,
     recurrence_reference,
     rnn_dims,
 )
 
-__all__ = ["LSTM", "pack_recurrent"]
+__all__ = ["LSTM"]
 
 logger = logging.getLogger(__name__)
-
-_DEFAULT_ACTS = ["sigmoid", "tanh", "tanh"]
-#: hidden units per packed block of R: ``kernels/lstm.h``'s ML_LSTM_U
-_UNITS = 16
-
 
 def _dims(node: Node) -> tuple[int, int, int, int, int]:
     """(T, B, I, H, num_directions), checking every shape (``rnn.rnn_dims``)."""
     return rnn_dims(node)
-
-
-def _fast(node: Node) -> bool:
-    """True when ``kernels/lstm.h`` computes the node: layout 0, default activations,
-    no ragged ``sequence_lens`` (absent, or constant and all T; with a run-time T a
-    constant ``sequence_lens`` is read at run time by the generic recurrence)."""
-    t, _, _, _, ndir = rnn_dims(node)
-    acts = [a.lower() for a in node.attrs.get("activations") or []]
-    seq = node.input(4)
-    return (
-        not op_of(node).attr(node, "layout")
-        and (not acts or acts == _DEFAULT_ACTS * ndir)
-        and (seq is None or (seq.const is not None and not is_dim(t)
-                             and bool(np.all(seq.const == t))))
-    )
 
 
 @register
@@ -94,7 +75,7 @@ class LSTM(OpDef):
         return recurrence_reference(node, inputs)
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
-        if not _fast(node):
+        if not fast_kernel(node):
             return emit_recurrence(node, ctx)
         require_float32(node, 0, 1, 2, 3, 5, 6, 7)
         t, b, i, h, ndir = _dims(node)
@@ -113,7 +94,7 @@ class LSTM(OpDef):
                 bias_e = f"{bp}[{d * 2 * g4} + j] + {bp}[{d * 2 * g4 + g4} + j]"
             gxd = f"((float*){gx} + (int64_t){d} * ({t}) * ({b}) * {g4})"
             code += input_projection(node, ctx, d, ap, gxd, t * b, i, g4, bias_c, bias_e)
-        rp, rcode = _packed_r(node, ctx, h, ndir)
+        rp, rcode = packed_recurrent(node, ctx, h, ndir)
         outs = list(node.outputs) + [None] * 3
         state = lambda k: (f"{ctx.ptr(outs[k])}" if outs[k] is not None
                            else f"(float*){ctx.scratch(4 * ndir * b * h)}")
@@ -128,35 +109,3 @@ class LSTM(OpDef):
             f"{y}, {state(1)}, {state(2)}, (float*){hbuf});\n"
         )
 
-
-def pack_recurrent(r: np.ndarray) -> np.ndarray:
-    """R of one direction (``[4H, H]``, ONNX layout) packed as ``kernels/lstm.h`` reads
-    it: per block of ``_UNITS`` hidden units ``u0..u0+w``, ``[H][4][w]`` (the block's 4
-    gate columns, row k after row k-1), the blocks one after another.
-
-    Parameters
-    ----------
-    r : numpy.ndarray
-        ``[4H, H]`` float32.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``[4H * H]`` float32.
-    """
-    h = r.shape[1]
-    r4 = np.asarray(r, np.float32).reshape(4, h, h)  # [gate][unit][k]
-    return np.concatenate([r4[:, u0:u0 + _UNITS, :].transpose(2, 0, 1).ravel()
-                           for u0 in range(0, h, _UNITS)])
-
-
-def _packed_r(node: Node, ctx: EmitContext, h: int, ndir: int) -> tuple[str, str]:
-    """(pointer to every direction's packed R, C that packs it at run time or "")."""
-    r = node.inputs[2]
-    if r.const is not None:
-        packed = np.concatenate([pack_recurrent(r.const[d]) for d in range(ndir)])
-        return ctx.param(packed, f"{node.name}.RP"), ""
-    buf = ctx.scratch(4 * ndir * 4 * h * h)
-    code = "".join(f"ml_lstm_pack_r({h}, {ctx.ptr(r)} + {d * 4 * h * h}, (float*){buf} + "
-                   f"{d * 4 * h * h});\n" for d in range(ndir))
-    return f"(const float*){buf}", code

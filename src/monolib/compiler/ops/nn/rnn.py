@@ -16,9 +16,15 @@ Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign, Soft
 implies: batch entry b runs ``len_b`` steps, a reverse direction starts at step
 ``len_b - 1``, Y is 0 past ``len_b`` and Y_h is the state after the last step).
 
-Lowering per direction: one GEMM ``gx = X @ W^T + bias`` for all steps, then a C loop
-over batch entries and steps with the recurrent mat-vec ``h @ R^T`` (R transposed at
-compile time when constant, so the inner loop is contiguous).
+Lowering per direction: one GEMM ``gx = X @ W^T + bias`` for all steps, then the steps.
+LSTM and GRU with ``linear_before_reset=1`` (what PyTorch and Keras export), default
+activations, ``layout=0`` and no ragged ``sequence_lens`` (:func:`fast_kernel`) run
+``kernels/lstm.h`` on R packed in blocks of 16 hidden units (:func:`pack_recurrent`), over
+the thread pool (two directions side by side, or a large step split by unit blocks).
+The rest runs a generic C loop over batch entries and steps with the recurrent mat-vec
+``h @ R^T`` (R transposed at compile time when constant, so the inner loop is
+contiguous). Measured on a 2-core Zen 4, GRU T 24, H 256, 1 thread, vs ONNX Runtime in
+the same run: generic 0.95x, packed kernel see tests/ops/test_nn_rnn.py's docstring.
 """
 
 from __future__ import annotations
@@ -31,13 +37,15 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, op_of, register
+from ...symbolic import is_dim
 from ...backends.cstyle import c_literal
-from ._common import require_float32
+from ._common import f32, require_float32
 from ._gemm import bbuf_floats, gemm_call, include_gemm
 from .gemm import a_operand, b_operand
 
-__all__ = ["GRU", "RNN", "emit_recurrence", "input_projection", "recurrence_reference",
-           "recurrent_weights", "rnn_dims"]
+__all__ = ["GRU", "RNN", "emit_recurrence", "fast_kernel", "input_projection",
+           "pack_recurrent", "packed_recurrent", "recurrence_reference", "recurrent_weights",
+           "rnn_dims"]
 
 logger = logging.getLogger(__name__)
 
@@ -234,6 +242,108 @@ def recurrent_weights(node: Node, ctx: EmitContext, d: int, h: int, gn: int) -> 
 
 
 
+#: hidden units per packed block of R: ``kernels/lstm.h``'s ML_LSTM_U
+UNITS = 16
+
+
+def fast_kernel(node: Node) -> bool:
+    """True when ``kernels/lstm.h`` computes the LSTM or GRU ``node``: layout 0, default
+    activations, GRU's ``linear_before_reset=1``, no ragged ``sequence_lens`` (absent, or
+    constant and all T; with a run-time T a constant ``sequence_lens`` is read at run time
+    by the generic recurrence)."""
+    t, _, _, _, ndir = rnn_dims(node)
+    acts = [a.lower() for a in node.attrs.get("activations") or []]
+    seq = node.input(4)
+    return (
+        node.op_type in ("LSTM", "GRU")
+        and not op_of(node).attr(node, "layout")
+        and (node.op_type == "LSTM" or bool(node.attrs["linear_before_reset"]))
+        and (not acts or acts == _KINDS[node.op_type][1] * ndir)
+        and (seq is None or (seq.const is not None and not is_dim(t)
+                             and bool(np.all(seq.const == t))))
+    )
+
+
+def pack_recurrent(r: np.ndarray) -> np.ndarray:
+    """R of one direction (``[G*H, H]``, ONNX layout, G gates) packed as
+    ``kernels/lstm.h`` reads it: per block of :data:`UNITS` hidden units ``u0..u0+w``,
+    ``[H][G][w]`` (the block's gate columns, row k after row k-1), the blocks one after
+    another.
+
+    Parameters
+    ----------
+    r : numpy.ndarray
+        ``[G*H, H]`` float32.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[G*H*H]`` float32.
+    """
+    h = r.shape[1]
+    rg = np.asarray(r, np.float32).reshape(-1, h, h)  # [gate][unit][k]
+    return np.concatenate([rg[:, u0:u0 + UNITS, :].transpose(2, 0, 1).ravel()
+                           for u0 in range(0, h, UNITS)])
+
+
+def packed_recurrent(node: Node, ctx: EmitContext, h: int, ndir: int) -> tuple[str, str]:
+    """(pointer to every direction's packed R, C that packs it at run time or ""): packed
+    at compile time when R is constant."""
+    r = node.inputs[2]
+    gn = _KINDS[node.op_type][0] * h
+    if r.const is not None:
+        packed = np.concatenate([pack_recurrent(r.const[d]) for d in range(ndir)])
+        return ctx.param(packed, f"{node.name}.RP"), ""
+    buf = ctx.scratch(4 * ndir * gn * h)
+    code = "".join(f"ml_rnn_pack_r({h}, {gn // h}, {ctx.ptr(r)} + {d * gn * h}, (float*){buf} "
+                   f"+ {d * gn * h});\n" for d in range(ndir))
+    return f"(const float*){buf}", code
+
+
+def _emit_gru(node: Node, ctx: EmitContext) -> str:
+    """C of a GRU node that :func:`fast_kernel` accepts: the input GEMMs, then ``ml_gru``."""
+    require_float32(node, 0, 1, 2, 3, 5)
+    t, b, i, h, ndir = rnn_dims(node)
+    include_gemm(ctx)
+    ctx.include("lstm.h")
+    gn = 3 * h
+    ap, code = a_operand(ctx, node.inputs[0], t * b, i, i, 1, name=node.name + ".X")
+    gx = ctx.scratch(4 * ndir * t * b * gn)
+    bias = node.input(3)
+    for d in range(ndir):
+        bias_c = bias_e = None
+        if bias is not None and bias.const is not None:  # Rb of z and r folded, Rbh not
+            bc = bias.const[d].astype(np.float64)
+            bias_c = bc[:gn] + np.concatenate([bc[gn:gn + 2 * h], np.zeros(h)])
+        elif bias is not None:
+            bp = ctx.ptr(bias)
+            bias_e = (f"{bp}[{d * 2 * gn} + j] + (j < {2 * h} ? {bp}[{d * 2 * gn + gn} + j] "
+                      ": 0.0f)")
+        gxd = f"((float*){gx} + (int64_t){d} * ({t}) * ({b}) * {gn})"
+        code += input_projection(node, ctx, d, ap, gxd, t * b, i, gn, bias_c, bias_e)
+    rp, rcode = packed_recurrent(node, ctx, h, ndir)
+    code += rcode
+    bn = "0"
+    if bias is not None and bias.const is not None:
+        bn = ctx.param(np.ascontiguousarray(bias.const[:, 5 * h:], np.float32), f"{node.name}.rbh")
+    elif bias is not None:
+        buf = ctx.scratch(4 * ndir * h)
+        code += (f"for (int64_t d = 0; d < {ndir}; ++d) for (int64_t j = 0; j < {h}; ++j)\n"
+                 f"  ((float*){buf})[d * {h} + j] = {ctx.ptr(bias)}[d * {2 * gn} + {5 * h} + j];\n")
+        bn = f"(const float*){buf}"
+    outs = list(node.outputs) + [None] * 2
+    y = ctx.ptr(outs[0]) if outs[0] is not None else "0"
+    hout = ctx.ptr(outs[1]) if outs[1] is not None else f"(float*){ctx.scratch(4 * ndir * b * h)}"
+    h0 = ctx.ptr(node.input(5)) if node.input(5) is not None else "0"
+    clip = float(node.attrs.get("clip") or 0.0)
+    reverse = int(node.attrs["direction"] == "reverse")
+    hbuf = ctx.scratch(4 * ndir * 2 * b * h)
+    return code + (
+        f"ml_gru({ndir}, {t}, {b}, {h}, {reverse}, (const float*){gx}, {rp}, {bn}, {h0}, "
+        f"{f32(clip)}, {y}, {hout}, (float*){hbuf});\n"
+    )
+
+
 def _act_fn(ctx: EmitContext, act: tuple[str, float, float], clip: float) -> str:
     """Name of a C ``float f(float x)`` applying ``clip`` then the activation."""
     name, a, b = act
@@ -392,3 +502,6 @@ class GRU(_Recurrent):
     """ONNX ``GRU``: X ``[T, B, I]`` -> Y ``[T, D, B, H]``, Y_h ``[D, B, H]``; float32."""
 
     op_type, since_version = "GRU", 7
+
+    def emit(self, node: Node, ctx: EmitContext) -> str:
+        return _emit_gru(node, ctx) if fast_kernel(node) else emit_recurrence(node, ctx)

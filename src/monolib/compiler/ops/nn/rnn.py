@@ -23,8 +23,8 @@ activations, ``layout=0`` and no ragged ``sequence_lens`` (:func:`fast_kernel`) 
 the thread pool (two directions side by side, or a large step split by unit blocks).
 The rest runs a generic C loop over batch entries and steps with the recurrent mat-vec
 ``h @ R^T`` (R transposed at compile time when constant, so the inner loop is
-contiguous). Measured on a 2-core Zen 4, GRU T 24, H 256, 1 thread, vs ONNX Runtime in
-the same run: generic 0.95x, packed kernel see tests/ops/test_nn_rnn.py's docstring.
+contiguous). Measured on a 2-core Zen 4, 1 thread, vs ONNX Runtime in the same run: GRU
+T 24, H 256: generic loop 0.95x, packed kernel 0.85x; B 4, H 96: 1.21x and 0.71x.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["LIGHT_MODELS", "LightModel", "OPSET", "light_dir"]
+__all__ = ["LIGHT_MODELS", "OPSET", "LightModel", "light_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def light_dir() -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _converted(name: str):
     import onnx
     from onnx import version_converter

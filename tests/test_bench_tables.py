@@ -128,8 +128,8 @@ def fake_results(run, flops):
 def test_targets_from_fake_results():
     run, flops = load("run"), load("flops")
     results = fake_results(run, flops)
-    verdicts = dict((line, met) for met, line in run.targets(
-        results, (1, 2), peak1=100.0, gemm={"ml1": 2 * 1024**3 / 80e9, "ort1": 0.02}))
+    verdicts = {line: met for met, line in run.targets(
+        results, (1, 2), peak1=100.0, gemm={"ml1": 2 * 1024**3 / 80e9, "ort1": 0.02})}
     assert verdicts["latency light_resnet50 @1: 0.50x ORT (target <= 1.0)"] is True
     # a miss at 1 thread says what the profile shows: the slowest ops and their share
     assert verdicts["latency cls @1: 1.50x ORT (target <= 1.0); slowest ops @1: Conv+Relu n3 "

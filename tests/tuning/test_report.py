@@ -18,7 +18,7 @@ def three_convs():
     """conv a and conv b share a signature (3x3, 16 -> 16 on 12x12, Relu fused); conv c
     is a 1x1 (a single way); then a Gemm with a run-time A."""
     rng = np.random.default_rng(0)
-    w = lambda name, shape: numpy_helper.from_array(  # noqa: E731
+    w = lambda name, shape: numpy_helper.from_array(
         (rng.standard_normal(shape) * 0.1).astype(np.float32), name)
     inits = [w("Wa", (16, 16, 3, 3)), w("Wb", (16, 16, 3, 3)), w("Wc", (8, 16, 1, 1)),
              w("G", (8 * 12 * 12, 10))]

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from .cache import TuningCache
 from .select import Seen, Selection, choose, selecting

@@ -135,8 +135,8 @@ def test_lstm_bad_weight_shape_is_shape_error() -> None:
 
 def test_lstm_recurrence_split_over_threads_is_bit_identical() -> None:
     """Hidden 256 (a 256 x 1024 recurrent product per step, above lstm.h's
-    ML_LSTM_PAR_MIN): at 2 threads each step's product is split by column ranges over the
-    pool; every gate column keeps its one-thread sum, so the outputs equal the 1-thread
+    ML_LSTM_PAR_MIN): at 2 threads each step is split by blocks of units over the
+    pool; every unit keeps its one-thread sums, so the outputs equal the 1-thread
     run bit for bit, and ONNX Runtime's within float32 tolerance."""
     import os
 
@@ -279,9 +279,10 @@ def test_lstm_pack_r_matches_the_compile_time_packing(h: int) -> None:
      (144, 5, 3, "reverse")],  # one step over 2 tasks of 5 and 4 blocks, 4 + 1 rows
 )
 def test_lstm_threads_bit_identical(h, b, t, direction) -> None:
-    """Above ML_LSTM_PAR_MIN the pool runs the directions side by side, or each step's
-    unit blocks split; every unit is computed as on one thread, so the outputs equal the
-    1-thread run bit for bit, and ONNX Runtime's within float32 tolerance."""
+    """Above ML_RNN_DIR_PAR_MIN the pool runs the directions side by side, above
+    ML_LSTM_PAR_MIN each step's unit blocks split; every unit is computed as on one
+    thread, so the outputs equal the 1-thread run bit for bit, and ONNX Runtime's within
+    float32 tolerance."""
     from harness import run_threads
 
     from monolib.compiler.testing import make_node_model, ort_run

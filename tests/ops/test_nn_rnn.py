@@ -85,8 +85,9 @@ def test_gru_packed_kernel_clip_and_vector_width_4():
 @pytest.mark.parametrize("h,b,t,direction", [(80, 2, 8, "bidirectional"),
                                              (144, 5, 3, "forward")])
 def test_gru_threads_bit_identical(h, b, t, direction):
-    """Above ML_LSTM_PAR_MIN the directions run side by side, or a step splits by unit
-    blocks: the outputs equal the 1-thread run bit for bit, and ORT's within tolerance."""
+    """Above ML_RNN_DIR_PAR_MIN the directions run side by side, above ML_LSTM_PAR_MIN a
+    step splits by unit blocks: the outputs equal the 1-thread run bit for bit, and
+    ORT's within tolerance."""
     from harness import run_threads
 
     from monolib.compiler.testing import make_node_model, ort_run

@@ -246,10 +246,18 @@ ML_UNUSED static void ml_gru_step_task(void* vctx, int64_t task, void* scratch) 
 }
 
 /* Multiply-adds of one step (B x H x ng*H) from which a step is split over the pool by
- * blocks of units. Below it one thread is faster: a pool round trip per step costs a few
- * microseconds. Measured on a 2-core EPYC (Zen 4): see lstm.py's module docstring. */
+ * blocks of units, and of a whole bidirectional op (T x B x H x ng*H) from which its two
+ * directions run side by side. The pool's caller claims every task a late worker has not
+ * started, so a busy second core costs little; a step split costs a handoff per step,
+ * the directions one per call. Measured on a 2-core Zen 4 (lstm.h alone, T 24, B 1, min
+ * of 1500 runs, the other core free or busy with other processes): a step of H 64 (16K)
+ * 1.24x faster split when free, 0.85x when busy; H 96 0.92x busy; H 128 (64K) 1.09x free,
+ * 1.00x busy; directions of 32K (T 8, H 32, 4 us) 1.86x free, 0.98x busy. */
 #ifndef ML_LSTM_PAR_MIN
-#define ML_LSTM_PAR_MIN (1 << 17)
+#define ML_LSTM_PAR_MIN (1 << 16)
+#endif
+#ifndef ML_RNN_DIR_PAR_MIN
+#define ML_RNN_DIR_PAR_MIN (1 << 15)
 #endif
 
 /* One direction over T steps. gx: [T][B][ng*H]; rp: packed R; p: [3H] LSTM peepholes
@@ -323,7 +331,7 @@ ML_UNUSED static void ml_gru_dir_task(void* a, int64_t d, void* scratch) {
 }
 
 ML_INLINE void ml_rnn(int ng, ml_rnn_t* a) {
-    if (a->D == 2 && ml_num_threads() > 1 && a->T * a->B * a->H * ng * a->H >= ML_LSTM_PAR_MIN) {
+    if (a->D == 2 && ml_num_threads() > 1 && a->T * a->B * a->H * ng * a->H >= ML_RNN_DIR_PAR_MIN) {
         a->par = 0;
         ml_parallel_for(2, ng == 4 ? ml_lstm_dir_task : ml_gru_dir_task, a, 0, 0);
         return;

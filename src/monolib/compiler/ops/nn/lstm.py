@@ -13,8 +13,8 @@ compile time), then ``ml_lstm`` of ``kernels/lstm.h`` runs the recurrence of eve
 direction on R packed in blocks of 16 hidden units (``rnn.pack_recurrent``, at compile
 time when R is constant): per step each block streams its ``[H][4][16]`` slice once for
 up to 4 batch rows and updates its units' cell at once. Threads: two directions run side
-by side; one direction splits each step by unit blocks when it has at least
-``ML_LSTM_PAR_MIN`` multiply-adds. A run-time T or B (issue 12) is read from the symbols
+by side (from ``ML_RNN_DIR_PAR_MIN`` multiply-adds in all); one direction splits each
+step by unit blocks when it has at least ``ML_LSTM_PAR_MIN``. A run-time T or B (issue 12) is read from the symbols
 when the op runs (the sizes render as their C); scratch is planned at the bounds and the
 weights are still packed at compile time.
 

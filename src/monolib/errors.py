@@ -8,6 +8,7 @@ caller can catch them all with one ``except``. Messages name what is wrong and w
 from __future__ import annotations
 
 __all__ = [
+    "CPUFeatureError",
     "CompileError",
     "ContainerError",
     "DeviceUnavailableError",
@@ -62,6 +63,11 @@ class LibraryLoadError(MonolibError):
 
 class UnknownTypeKeyError(LibraryLoadError):
     """The import tree names a module type key that has no registered loader."""
+
+
+class CPUFeatureError(LibraryLoadError):
+    """The library's code needs instruction-set features this CPU lacks (recorded at
+    export, checked before ``dlopen``: an error instead of a SIGILL)."""
 
 
 class ExportError(MonolibError):

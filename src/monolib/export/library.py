@@ -38,7 +38,7 @@ from .capi import tree_capi_source
 from .csource import CSourceModule
 from .embed import linker_options, write_embed_asm
 from .targets import Target
-from .toolchain import compile_objects, link_shared
+from .toolchain import compile_objects, isa_sections, link_shared
 
 __all__ = ["collect_modules", "export_library"]
 
@@ -99,7 +99,7 @@ def _manifest_entries(modules: Sequence[Module]) -> list[tuple[str, Any]]:
         if mod.exports_to_library:
             if not isinstance(mod, CSourceModule):
                 mod.save_to_bytes()  # a loaded DSOModule: raises a clear ExportError
-            entries.append((LIBRARY, {}))
+            entries.append((LIBRARY, isa_sections(mod.target)))  # checked at load
         else:
             entries.append((mod.type_key, dict(mod.save_sections())))
     return entries

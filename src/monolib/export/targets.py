@@ -4,7 +4,11 @@ The one parser of target strings: ``"<kind> [-key=value ...]"``, the kind naming
 backend (``compiler/backends``) and each kind taking its own options (:data:`KINDS`).
 
 ``Target("c")`` is the host (compiled with ``-O3 -march=native``);
-``Target("c -mcpu=native")``, ``Target("c -mcpu=skylake")`` pick a CPU;
+``Target("c -mcpu=native")``, ``Target("c -mcpu=skylake")`` pick a CPU, and
+``Target("c -mcpu=x86-64-v2")`` (``-v3``, ``-v4``: :data:`X86_LEVELS`) an x86-64
+micro-architecture level, for a library that must run on every CPU of that level
+(the features a build needs are recorded in the library and checked at load,
+:mod:`monolib.runtime.isa`);
 ``Target("c -mtriple=aarch64-linux-gnu")`` cross-compiles (the OS of the triple picks
 the library suffix: ``.so``, ``.dylib``, ``.dll``); ``Target("opencl")`` and
 ``Target("cuda -arch=sm_90")`` run every op as a device kernel (docs/devices.md). The
@@ -21,7 +25,7 @@ from typing import Any
 
 from ..errors import TargetError
 
-__all__ = ["KINDS", "OS_SUFFIX", "Target", "host_os"]
+__all__ = ["KINDS", "OS_SUFFIX", "X86_LEVELS", "Target", "host_os"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +35,9 @@ KINDS: dict[str, tuple[str, ...]] = {
     "opencl": (),
     "cuda": ("arch",),
 }
+#: The x86-64 psABI levels ``-mcpu`` takes besides CPU names: v2 (SSE4.2, POPCNT:
+#: Nehalem, 2008), v3 (AVX2, FMA, BMI2: Haswell, Zen 1), v4 (AVX-512 F/BW/CD/DQ/VL).
+X86_LEVELS = ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4")
 # target OS -> shared library suffix
 OS_SUFFIX = {"linux": ".so", "macos": ".dylib", "windows": ".dll"}
 # words of a triple -> OS (first match wins)
@@ -57,8 +64,9 @@ class Target:
     Parameters
     ----------
     spec : str or Target
-        ``"<kind> [-key=value ...]"``: kind ``c`` with keys ``-mcpu``, ``-mtriple``,
-        ``-mattr`` (comma-separated features, e.g. ``+avx2``); ``opencl`` with none;
+        ``"<kind> [-key=value ...]"``: kind ``c`` with keys ``-mcpu`` (a CPU name,
+        ``native`` (the host default), or an x86-64 level ``x86-64-v2``/``-v3``/``-v4``),
+        ``-mtriple``, ``-mattr`` (comma-separated features, e.g. ``+avx2``); ``opencl`` with none;
         ``cuda`` with ``-arch`` (the backend checks its value).
 
     Attributes
@@ -139,7 +147,8 @@ class Target:
         return OS_SUFFIX[self.os]
 
     def cflags(self) -> list[str]:
-        """Optimization and CPU flags for the C compiler (``-O3 -march=native`` on host)."""
+        """Optimization and CPU flags for the C compiler (``-O3 -march=native`` on host;
+        ``-mcpu=x86-64-v3`` gives ``-march=x86-64-v3``, on ARM ``-mcpu`` stays ``-mcpu``)."""
         flags = ["-O3"]
         cpu = self.mcpu or ("native" if self.is_host else None)
         if cpu:

@@ -7,7 +7,9 @@ Cross (``-mtriple``): ``$CC``, else ``<triple>-gcc``, else zig's C compiler
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import json
 import logging
 import os
 import shlex
@@ -17,9 +19,12 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import ToolchainError
+from ..runtime import isa
 from .targets import Target
 
-__all__ = ["compile_objects", "find_compiler", "link_shared", "run_tool"]
+__all__ = [
+    "compile_objects", "find_compiler", "isa_record", "isa_sections", "link_shared", "run_tool",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -171,3 +176,49 @@ def compile_objects(
         run_tool([*cmd, "-c", "-o", obj, src], cwd=cwd)
         objects.append(obj)
     return objects
+
+
+@functools.lru_cache(maxsize=16)
+def _predefined_macros(cmd: tuple[str, ...]) -> frozenset[str] | None:
+    """The macro names the compiler ``cmd`` (flags included) predefines, or None."""
+    try:
+        res = subprocess.run([*cmd, "-dM", "-E", "-x", "c", "-"], input="", check=False,
+                             capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.info("cannot ask %s for its predefined macros: %s", cmd[0], exc)
+        return None
+    if res.returncode != 0:
+        logger.info("%s -dM -E failed (exit %d): %s", cmd[0], res.returncode, res.stderr[-500:])
+        return None
+    return frozenset(w[1] for w in (ln.split() for ln in res.stdout.splitlines())
+                     if len(w) >= 2 and w[0] == "#define")
+
+
+def isa_record(target: Target | str = "c", compiler: Sequence[str] | None = None) -> dict:
+    """The instruction-set record of code built for ``target`` (:mod:`monolib.runtime.isa`):
+    the features the compiler enables for ``target.cflags()`` (``-march=native``: the
+    build machine's), learned from its predefined macros (``cc -dM -E``, ~30 ms, once
+    per compiler and flags). ``features`` is None (nothing checked at load) when the
+    compiler cannot be run or the architecture has no feature table."""
+    target = Target(target)
+    flags = [f for f in target.cflags() if not f.startswith("-O")]
+    features = None
+    try:
+        cmd = list(compiler or find_compiler(target))
+    except ToolchainError as exc:
+        logger.info("no compiler to learn the ISA of %s: %s", target, exc)
+    else:
+        macros = _predefined_macros(tuple(cmd + flags))
+        if macros is not None and isa.normal_arch(target.arch) in isa.FEATURES:
+            features = isa.features_from_macros(target.arch, macros)
+    record = isa.make_record(target.arch, features, flags)
+    logger.debug("ISA of %s: %s", target, record)
+    return record
+
+
+def isa_sections(target: Target | str = "c") -> dict[str, bytes]:
+    """``{"isa": JSON}``: the sections of the container's ``library`` entry that record
+    the instruction set its code needs (:func:`isa_record`), checked by ``load_module``
+    before ``dlopen``."""
+    record = isa_record(target)
+    return {isa.ISA_SECTION: json.dumps(record, separators=(",", ":")).encode("utf-8")}

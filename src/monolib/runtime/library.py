@@ -31,6 +31,7 @@ import numpy as np
 from ..abi.binfmt import find_container, host_format, host_machine
 from ..abi.container import HEADER_SIZE, Container
 from ..abi.names import CONTAINER_END, CONTAINER_START, DATA_SECTION, LIBRARY, LOADER_HINT_SECTION
+from . import isa
 from .dso import DSOModule, open_library
 from ..errors import ContainerError, LibraryLoadError, MonolibError, SignatureError
 from .module import Module, get_loader
@@ -229,6 +230,7 @@ def _load_path(
             f"{shown}: library built for {elf.machine}, this machine is "
             f"{host_machine()}; run it on the target"
         )
+    isa.check_library(path, container, info["section_offset"], shown)  # an error, not SIGILL
     for i, entry in enumerate(container.modules):  # fail before running any of its code
         if entry.type_key != LIBRARY:
             _loader_of(entry.type_key, path, shown, i)

@@ -25,7 +25,8 @@ from ..abi.container import SMALL_SECTION_BYTES, Container
 from ..abi.graph_spec import factory_graphs, graph_layout
 from ..abi.symbols import ComputedSymbol, Symbol, shape_label
 from ..abi.names import ABI_SYMBOLS, CUDA, DATA_SECTION, LIBRARY, OPENCL
-from ..errors import ContainerError, LibraryLoadError
+from ..errors import ContainerError, CPUFeatureError, LibraryLoadError
+from ..runtime import isa
 from ..runtime.library import read_container
 from .tvm_container import find_tvm
 
@@ -106,6 +107,18 @@ def _graph_summary(graph: dict) -> dict[str, Any]:
     }
 
 
+def _isa(container: Container) -> dict[str, Any] | None:
+    """The library's ISA record (:mod:`monolib.runtime.isa`) and what this CPU lacks
+    of it (``missing_here``: None when unknown); None for a library without one."""
+    try:
+        record = isa.record_of(container)
+    except CPUFeatureError as exc:
+        return {"error": str(exc)}
+    if record is None:
+        return None
+    return {**record, "missing_here": isa.missing_features(record)}
+
+
 def inspect_library(path: str, verify: bool = False) -> dict[str, Any]:
     """Describe the library file ``path`` without loading it: the report of
     :func:`read_library`."""
@@ -130,7 +143,9 @@ def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[
         class and machine), ``container`` (offset, size, format_version, producer),
         ``modules`` (index, type_key, imports, sections), ``root``,
         ``legacy_layout``, ``verified``, ``graphs`` (per factory: inputs, outputs,
-        fused_ops, onnx_ops, params_count, params_bytes, arena_bytes...);
+        fused_ops, onnx_ops, params_count, params_bytes, arena_bytes...), ``isa``
+        (the instruction set the code needs: arch, level, features, flags,
+        missing_here; None when not recorded);
         ``graphs``: module index -> graph JSON
         (:func:`monolib.abi.graph_spec.factory_graphs`), None for a library
         exported by Apache TVM (its report has a ``tvm`` key).
@@ -144,7 +159,7 @@ def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[
     """
     try:
         container, info = read_container(
-            path, verify=verify, extract=lambda c: (factory_graphs(c), _devices(c))
+            path, verify=verify, extract=lambda c: (factory_graphs(c), _devices(c), _isa(c))
         )
     except LibraryLoadError:
         tvm = _inspect_tvm(path)
@@ -152,7 +167,7 @@ def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[
             raise
         return tvm, None
     elf = info["elf"]
-    graphs, devices = info["extracted"]
+    graphs, devices, isa_report = info["extracted"]
     modules = []
     for i, mod in enumerate(container.modules):
         modules.append(
@@ -186,6 +201,7 @@ def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[
         "verified": bool(verify),
         "graphs": {str(i): _graph_summary(g) for i, g in graphs.items()},
         "exports": _exports(path, info["elf"]),
+        "isa": isa_report,
     }
     return report, graphs
 
@@ -327,6 +343,7 @@ def render_report(report: dict, console: Any = None) -> None:
         + ("; legacy layout (no import tree)" if report["legacy_layout"] else ""),
         markup=False,
     )
+    _render_isa(report.get("isa"), console)
     console.print("module tree:\n" + "\n".join(_tree_lines(report)))
     rows = [
         [
@@ -362,6 +379,21 @@ def render_report(report: dict, console: Any = None) -> None:
         )
     for idx, g in report["graphs"].items():
         _render_graph(console, idx, g)
+
+
+def _render_isa(rec: dict | None, console: Any) -> None:
+    if rec is None:
+        return
+    if "error" in rec:
+        console.print(f"ISA: {rec['error']}", markup=False)
+        return
+    missing = rec.get("missing_here")
+    here = ("this CPU: not checked" if missing is None else
+            f"this CPU LACKS {', '.join(missing)}" if missing else "this CPU has them all")
+    feats = " ".join(rec["features"]) if rec.get("features") is not None else "unknown"
+    flags = " ".join(rec.get("flags") or [])
+    console.print(f"ISA: {rec.get('level') or rec['arch']} ({flags or 'default flags'}), "
+                  f"needs {feats}; {here}", markup=False)
 
 
 def _render_tvm(report: dict, console: Any) -> None:

@@ -42,7 +42,9 @@ __all__ = [
     "level_of",
     "make_record",
     "missing_features",
+    "normal_arch",
     "parse_record",
+    "record_of",
 ]
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from tinylib import B, W, tiny_graph, tiny_source
 import monolib
 from monolib.errors import CPUFeatureError
 from monolib.export.csource import CSourceModule
-from monolib.export.toolchain import isa_record
+from monolib.export.toolchain import cpu_flags, isa_record
 from monolib.runtime import GraphExecutorFactoryModule, isa, load_module
 from monolib.runtime import library as runtime_library
 from monolib.tools.inspect import _PlainConsole, inspect_library, render_report
@@ -141,6 +141,26 @@ def test_unknown_os_skips_with_a_log_line(monkeypatch, caplog):
     rec = isa.make_record("x86_64", ["avx2"])
     assert isa.missing_features(rec) is None
     isa.check(rec, "lib.so")  # nothing known about this CPU: loads (and logs)
+
+
+def test_zig_gets_cpu_names_with_underscores():
+    zig = [sys.executable, "-m", "ziglang", "cc", "-target", "aarch64-linux-gnu"]
+    assert cpu_flags(zig, ["-O3", "-mcpu=cortex-a76+sve"]) == ["-O3", "-mcpu=cortex_a76+sve"]
+    assert cpu_flags(["zig", "cc"], ["-march=x86-64-v2"]) == ["-march=x86_64_v2"]
+    assert cpu_flags(["gcc"], ["-march=x86-64-v2"]) == ["-march=x86-64-v2"]
+
+
+@pytest.mark.slow
+def test_aarch64_cross_build_records_its_features(tmp_path):
+    pytest.importorskip("ziglang")
+    assert isa_record("c -mtriple=aarch64-linux-gnu")["features"] == ["neon"]
+    path = _tiny(tmp_path, "c -mtriple=aarch64-linux-gnu -mcpu=cortex-a76", "a76.so")
+    rec = inspect_library(path)["isa"]
+    assert rec["arch"] == "aarch64" and rec["flags"] == ["-mcpu=cortex-a76"]
+    assert {"neon", "dotprod", "fp16"} <= set(rec["features"]) and "sve" not in rec["features"]
+    host = {"neon", "crc", "lse"}  # a Cortex-A72-like CPU: no dotprod, no fp16
+    with pytest.raises(CPUFeatureError, match="dotprod, fp16"):
+        isa.check(rec, path, host=host)
 
 
 # ------------------------------------------------------------------ under qemu

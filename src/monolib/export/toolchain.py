@@ -23,7 +23,8 @@ from ..runtime import isa
 from .targets import Target
 
 __all__ = [
-    "compile_objects", "find_compiler", "isa_record", "isa_sections", "link_shared", "run_tool",
+    "compile_objects", "cpu_flags", "find_compiler", "isa_record", "isa_sections",
+    "link_shared", "run_tool",
 ]
 
 logger = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def link_shared(
     """
     target = Target(target)
     cmd = list(compiler or find_compiler(target))
-    cmd += target.cflags() + LINK_FLAGS[target.os]
+    cmd += cpu_flags(cmd, target.cflags()) + LINK_FLAGS[target.os]
     cmd += ["-o", output, *sources, "-lm", *options]
     run_tool(cmd, cwd=cwd)
 
@@ -167,7 +168,8 @@ def compile_objects(
         No compiler, or the compiler failed.
     """
     target = Target(target)
-    cmd = list(compiler or find_compiler(target)) + target.cflags()
+    cmd = list(compiler or find_compiler(target))
+    cmd += cpu_flags(cmd, target.cflags())
     if target.os != "windows":
         cmd.append("-fPIC")
     objects = []
@@ -176,6 +178,26 @@ def compile_objects(
         run_tool([*cmd, "-c", "-o", obj, src], cwd=cwd)
         objects.append(obj)
     return objects
+
+
+def _is_zig(cmd: Sequence[str]) -> bool:
+    return any(os.path.basename(w) in ("zig", "ziglang") for w in cmd[:3])
+
+
+def cpu_flags(cmd: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """``flags`` as the compiler ``cmd`` spells them: zig's CPU names use underscores
+    (``-march=x86_64_v3``, ``-mcpu=cortex_a76+sve``) where GCC and Clang take
+    ``x86-64-v3`` and ``cortex-a76``; the features after ``+`` are kept as given."""
+    if not _is_zig(cmd):
+        return list(flags)
+    out = []
+    for flag in flags:
+        key, eq, value = flag.partition("=")
+        if eq and key in ("-march", "-mcpu", "-mtune"):
+            name, plus, feats = value.partition("+")
+            flag = f"{key}={name.replace('-', '_')}{plus}{feats}"
+        out.append(flag)
+    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -208,7 +230,7 @@ def isa_record(target: Target | str = "c", compiler: Sequence[str] | None = None
     except ToolchainError as exc:
         logger.info("no compiler to learn the ISA of %s: %s", target, exc)
     else:
-        macros = _predefined_macros(tuple(cmd + flags))
+        macros = _predefined_macros(tuple(cmd + cpu_flags(cmd, flags)))
         if macros is not None and isa.normal_arch(target.arch) in isa.FEATURES:
             features = isa.features_from_macros(target.arch, macros)
     record = isa.make_record(target.arch, features, flags)

@@ -17,6 +17,7 @@ __all__ = [
     "FetchError",
     "FunctionNotFoundError",
     "InputError",
+    "IntegrityError",
     "LibraryLoadError",
     "MonolibError",
     "ParamsError",
@@ -40,6 +41,12 @@ class MonolibError(Exception):
 class ContainerError(MonolibError):
     """A container (the blob embedded in an exported library) is corrupt, truncated,
     of an unknown format version, or fails a SHA-256 check."""
+
+
+class IntegrityError(ContainerError):
+    """A library's own bytes (headers, code, data, integer tensors) differ from those
+    recorded in its code digest at export, or that digest is damaged or missing.
+    Raised BEFORE ``dlopen``: none of the library's code has run."""
 
 
 class ParamsError(ContainerError):

@@ -26,7 +26,7 @@ import monolib
 from monolib.cli import main
 from monolib.export.csource import CSourceModule
 from monolib.runtime import GraphExecutorFactoryModule, GraphModule, cpu, load_module
-from monolib.errors import LibraryLoadError, MonolibError, SignatureError
+from monolib.errors import IntegrityError, LibraryLoadError, MonolibError, SignatureError
 from monolib.runtime import trust
 from monolib.tools import sign
 
@@ -169,10 +169,11 @@ def test_tampered_byte_is_refused_before_any_code_runs(evil_lib, keys, evil_mark
     with pytest.raises(SignatureError, match=r"tampered\.so: the library does not match its"):
         load_module(bad, trusted_keys=[keys["good.pub"]])
     assert not evil_marker.exists(), "the tampered library's constructor ran"
-    # Without a signature check the tampered file loads (no container check sees the
-    # byte): it is the signature, not some other check, that kept its code from running.
-    load_module(bad)
-    assert evil_marker.read_text() == "Constructor ran\n"
+    # The signature is checked first (SignatureError above, not the code digest's
+    # error); without it the code digest refuses the byte, still before any code runs.
+    with pytest.raises(IntegrityError, match=r"tampered\.so: the library's bytes differ"):
+        load_module(bad)
+    assert not evil_marker.exists()
 
 
 def test_updated_digest_without_the_key_is_an_invalid_signature(

@@ -10,8 +10,11 @@ exports into a single DLL"):
 3. embed container: the ``.incbin`` assembler file (see :mod:`.embed`);
 4. compile and link: the C source + the assembler file -> a library in the work
    directory, with ``fcompile`` or the system C compiler;
-5. check and finish: re-read the container from the new file (no dlopen), move it
-   to a temporary file beside the output, then ``os.replace`` it onto the path.
+5. code digest: append the trailer of :mod:`monolib.runtime.integrity` (a digest of
+   every byte that is not a weight payload, checked before every ``dlopen``);
+6. check and finish: re-read the container and the digest from the new file (no
+   dlopen), move it to a temporary file beside the output, then ``os.replace`` it
+   onto the path.
 
 Intermediates live in a temporary directory; on any failure neither the output nor
 the temporary output is left behind.
@@ -20,9 +23,11 @@ the temporary output is left behind.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import shutil
 import stat
+import struct
 import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
@@ -31,6 +36,7 @@ from typing import Any
 from ..abi.container import write_container
 from ..abi.names import LIBRARY
 from ..errors import ExportError
+from ..runtime import integrity
 from ..runtime.files import create_beside
 from ..runtime.library import read_container
 from ..runtime.module import Module
@@ -131,7 +137,22 @@ def _link_library(work: str, files: list[str], target: Target, fcompile) -> str:
     if not os.path.isfile(linked) or os.path.getsize(linked) == 0:
         raise ExportError(f"the compiler produced no library at {linked}")
     read_container(linked)  # the file must read back (no dlopen)
+    _append_code_digest(linked)
     return linked
+
+
+def _append_code_digest(linked: str) -> None:
+    """Append the code-digest trailer (:mod:`monolib.runtime.integrity`) to the linked
+    library and check that it reads back and verifies."""
+    info = read_container(linked)[1]
+    with open(linked, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        trailer = integrity.make_trailer(mm, info["section_offset"], info["elf"])
+    with open(linked, "ab") as f:
+        f.write(trailer)
+    report = read_container(linked, check_code=True)[1]["code_digest"]
+    if report.status != "verified":
+        raise ExportError(f"{linked}: the code digest does not read back ({report})")
+    logger.debug("code digest: %d bytes in %d entries", report.covered, report.entries)
 
 
 def _pack_objects(work: str, files: list[str], target: Target, fcompile) -> str:
@@ -150,12 +171,23 @@ def _pack_objects(work: str, files: list[str], target: Target, fcompile) -> str:
 OUTPUT_FORMATS = {".tar": _pack_objects}
 
 
+def _set_flag(blob: str, flag: int) -> None:
+    """Set ``flag`` in the container header's u32 flags (bytes 12-15) of ``blob``."""
+    with open(blob, "r+b") as f:
+        f.seek(12)
+        (flags,) = struct.unpack("<I", f.read(4))
+        f.seek(12)
+        f.write(struct.pack("<I", flags | flag))
+
+
 def _build(work: str, tmp_out: str, modules, tree, lib, target, options) -> None:
     fcompile, compress, step, suffix = options
     step("pack container")
     blob = os.path.join(work, "container.bin")
     with open(blob, "wb") as f:
         write_container(f, _manifest_entries(modules), root=0, import_tree=tree, compress=compress)
+    if suffix not in OUTPUT_FORMATS:  # a library: it will end with a code digest
+        _set_flag(blob, integrity.FLAG_CODE_DIGEST)
     step("embed container")
     asm = write_embed_asm(work, blob, target)
     src = os.path.join(work, "lib.c")

@@ -2,9 +2,11 @@
 
 Order matters for safety: the file is read and checked first (ELF headers, the
 ``.monolib`` section range, the container header, manifest digest and small
-sections, see :mod:`.binfmt` and :mod:`.container`) and only then handed to the
-dynamic loader, so a truncated, corrupt or foreign file raises a
-:class:`LibraryLoadError` / :class:`ContainerError` instead of crashing. Sections are
+sections, see :mod:`.binfmt` and :mod:`.container`; then the code digest of
+:mod:`.integrity`: headers, code, data and integer tensors, weights excluded) and only
+then handed to the dynamic loader, so a truncated, corrupt or foreign file raises a
+:class:`LibraryLoadError` / :class:`ContainerError` (:class:`IntegrityError` for
+damaged code) instead of crashing. Sections are
 then used in place from the mapped library: the weights are never copied (TVM RFC
 "Standardize GraphRuntime exports into a single DLL", with its container's missing
 magic, version, digest and alignment added).
@@ -31,9 +33,9 @@ import numpy as np
 from ..abi.binfmt import find_container, host_format, host_machine
 from ..abi.container import HEADER_SIZE, Container
 from ..abi.names import CONTAINER_END, CONTAINER_START, DATA_SECTION, LIBRARY, LOADER_HINT_SECTION
-from . import isa
-from .dso import DSOModule, open_library
 from ..errors import ContainerError, LibraryLoadError, MonolibError, SignatureError
+from . import integrity, isa
+from .dso import DSOModule, open_library
 from .module import Module, get_loader
 
 __all__ = ["load_module", "read_container", "read_loader_hints"]
@@ -45,6 +47,7 @@ def read_container(
     verify: bool = False,
     shown: str | None = None,
     extract: Callable[[Container], Any] | None = None,
+    check_code: bool = False,
 ) -> tuple[Container, dict[str, Any]]:
     """Read and check the container of the library file ``path`` without dlopen.
 
@@ -60,12 +63,16 @@ def read_container(
         ``extract(container)`` is called while the file is mapped (read section data
         with ``container.section_data``; copy what you keep); its result is
         ``info["extracted"]``.
+    check_code : bool
+        Also check the code digest (:func:`.integrity.check_code`, never raising):
+        ``info["code_digest"]`` is its :class:`~.integrity.CodeDigest` (else None).
 
     Returns
     -------
     (container, info)
         The parsed :class:`Container` (its buffer released: manifest only) and
-        ``{"file_size", "section_offset", "section_size", "elf", "extracted"}``.
+        ``{"file_size", "section_offset", "section_size", "elf", "extracted",
+        "code_digest"}``.
 
     Raises
     ------
@@ -96,6 +103,7 @@ def read_container(
             container = Container(view, source=where, verify=verify)
             extracted = extract(container) if extract else None
             container.release()
+        code = integrity.check_code(mm, container, offset, container.flags) if check_code else None
     finally:
         try:
             mm.close()
@@ -107,6 +115,7 @@ def read_container(
         "section_size": length,
         "elf": elf,
         "extracted": extracted,
+        "code_digest": code,
     }
     return container, info
 
@@ -213,7 +222,7 @@ def _load_path(
     keepalive: Any = None,
     on_dlopen: Callable[[], None] | None = None,
 ) -> Module:
-    container, info = read_container(path, verify=verify, shown=shown)
+    container, info = read_container(path, verify=verify, shown=shown, check_code=True)
     elf = info["elf"]
     if elf is None:
         raise LibraryLoadError(
@@ -234,6 +243,7 @@ def _load_path(
     for i, entry in enumerate(container.modules):  # fail before running any of its code
         if entry.type_key != LIBRARY:
             _loader_of(entry.type_key, path, shown, i)
+    integrity.require(info["code_digest"], shown)  # damaged code must never reach dlopen
     # dlopen searches the library path for a name without a slash: make it absolute
     cdll = open_library(os.path.abspath(path))
     if on_dlopen is not None:

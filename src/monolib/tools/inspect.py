@@ -142,7 +142,9 @@ def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[
         ``report``, JSON-serializable: ``path``, ``file_size``, ``binary`` (ELF
         class and machine), ``container`` (offset, size, format_version, producer),
         ``modules`` (index, type_key, imports, sections), ``root``,
-        ``legacy_layout``, ``verified``, ``graphs`` (per factory: inputs, outputs,
+        ``legacy_layout``, ``verified``, ``code_digest`` (the check of
+        :func:`monolib.runtime.integrity.check_code`: status, entries, bytes hashed and
+        skipped, what differs), ``graphs`` (per factory: inputs, outputs,
         fused_ops, onnx_ops, params_count, params_bytes, arena_bytes...), ``isa``
         (the instruction set the code needs: arch, level, features, flags,
         missing_here; None when not recorded);
@@ -159,7 +161,10 @@ def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[
     """
     try:
         container, info = read_container(
-            path, verify=verify, extract=lambda c: (factory_graphs(c), _devices(c), _isa(c))
+            path,
+            verify=verify,
+            extract=lambda c: (factory_graphs(c), _devices(c), _isa(c)),
+            check_code=True,
         )
     except LibraryLoadError:
         tvm = _inspect_tvm(path)
@@ -199,6 +204,7 @@ def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[
         "root": root,
         "legacy_layout": legacy,
         "verified": bool(verify),
+        "code_digest": info["code_digest"].to_json(),
         "graphs": {str(i): _graph_summary(g) for i, g in graphs.items()},
         "exports": _exports(path, info["elf"]),
         "isa": isa_report,
@@ -368,6 +374,9 @@ def render_report(report: dict, console: Any = None) -> None:
         ["module", "type_key", "section", "size", "stored", "codec", "sha256"],
         rows,
     )
+    code = report.get("code_digest")
+    if code is not None:
+        console.print(_code_digest_line(code), markup=False)
     exports = report.get("exports")
     if exports is not None:
         missing = [s for s in ABI_SYMBOLS if s not in exports["symbols"]]
@@ -394,6 +403,23 @@ def _render_isa(rec: dict | None, console: Any) -> None:
     flags = " ".join(rec.get("flags") or [])
     console.print(f"ISA: {rec.get('level') or rec['arch']} ({flags or 'default flags'}), "
                   f"needs {feats}; {here}", markup=False)
+
+
+def _code_digest_line(code: dict) -> str:
+    """One line on the library's code digest (checked here, as ``load_module`` would)."""
+    status = code["status"]
+    if status in ("verified", "mismatch"):
+        what = (
+            f"{code['algorithm']} over {_size(code['covered'])} in {code['entries']} "
+            f"ranges, {_size(code['skipped'])} of weights left out"
+        )
+        if status == "verified":
+            return f"code digest: verified ({what})"
+        return f"code digest: MISMATCH in {'; '.join(code['mismatches'])} ({what})"
+    return {
+        "absent": "code digest: none (exported before monolib recorded one; not checked)",
+        "missing": "code digest: MISSING (exported with one: truncated or stripped)",
+    }.get(status, f"code digest: DAMAGED ({code['error']})")
 
 
 def _render_tvm(report: dict, console: Any) -> None:

@@ -28,8 +28,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Hidden units per packed block (lstm.py packs constant R with the same number): 4 gates
- * x 16 units = 64 columns, 4 AVX-512 vectors. */
+/* Hidden units per packed block (rnn.py's pack_recurrent packs constant R with the same
+ * number): 4 gates x 16 units = 64 columns, 4 AVX-512 vectors. */
 #define ML_LSTM_U 16
 /* Batch rows sharing one pass over a block (the R stream is read once for them): 4 x 4
  * accumulators with AVX-512's 32 registers, 1 with fewer. */

@@ -132,3 +132,33 @@ def test_random_header_damage_raises_only_monolib_errors(fmt, tiny_lib):
             Container(damaged[off : off + size], source="fuzz")
         except MonolibError:
             pass
+
+
+def test_random_trailer_damage_is_never_verified(tiny_lib):
+    """1-3 random bytes of the code-digest trailer (JSON or footer) changed, or the file
+    cut inside it (400 cases): ``check_code`` never raises and never says "verified",
+    and ``require`` raises an IntegrityError (or, for a cut, refuses the missing
+    digest the container's flag promised). Pure Python: no dlopen."""
+    from monolib.runtime import IntegrityError
+    from monolib.runtime.integrity import check_code, read_trailer, require
+
+    data = Path(tiny_lib).read_bytes()
+    body = read_trailer(data)[1]
+    off, size, _ = find_container(data, "lib")
+    container = Container(data[off : off + size])
+    assert check_code(data, container, off, container.flags).status == "verified"
+    rng = np.random.default_rng(15)
+    statuses = set()
+    for i in range(400):
+        bad = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            pos = int(rng.integers(body, len(data)))
+            bad[pos] ^= int(rng.integers(1, 256))
+        if i % 8 == 0:  # a cut inside the trailer (the body intact)
+            bad = bad[: int(rng.integers(body, len(data)))]
+        report = check_code(bytes(bad), container, off, container.flags)
+        statuses.add(report.status)
+        assert report.status != "verified", f"case {i}: damage not seen"
+        with pytest.raises(IntegrityError):
+            require(report, "fuzz")
+    assert statuses <= {"malformed", "missing"}

@@ -2,7 +2,9 @@
 
 Every mutated file is loaded in ONE child process (a segfault there fails the test,
 where it would kill pytest itself): each load either raises a MonolibError subclass
-or, for a byte in padding, succeeds with correct results.
+or succeeds with correct results. Since the code digest (issue 15) that includes the
+code itself and the integer (index) tensors: 120 cases flip bytes of .text, of Gather
+indices and of float weights (these load and run), zero crashes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Memory-bound ops on the thread pool (issue 14): ``CEmitContext.parallel_for`` splits
 an op's outermost loop into a task function when its work reaches ``PARALLEL_MIN_WORK``
 (threadpool.h's ``ML_PAR_MIN_WORK``), and not below; windowed pools (pool.h
-``ml_pool2d`` and the generic N-d loops), Transpose (plain and tiled), Concat, Pad and
-elementwise chains split that way give ONNX Runtime's results and the same bits at 1
+``ml_pool2d`` and the generic N-d loops), LRN, Transpose (plain and tiled), Concat, Pad
+and elementwise chains split that way give ONNX Runtime's results and the same bits at 1
 and 2 threads. The pool's run-time gate: while every worker sleeps, only an op of
 ``ML_PAR_WAKE_WORK`` wakes them."""
 
@@ -134,6 +134,17 @@ def test_pools_split_and_match() -> None:
     win = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
     np.testing.assert_array_equal(one[0], win.max(axis=(4, 5)))
     assert np.isnan(one[0][1, 3, 2:4, 3:4]).all()
+
+
+@pytest.mark.parametrize("beta", [0.75, 0.5, 1.0, 0.6])
+def test_lrn_planes_split_and_match(beta: float) -> None:
+    """LRN by planes on the pool: beta 0.75 / 0.5 / 1 by square roots and a divide, any
+    other by pow; vs ONNX Runtime, 1 and 2 threads identical (C 24, a window of 5
+    clipped at both ends, 37x41 elements a plane: a partial block of 64)."""
+    node = helper.make_node("LRN", ["x"], ["y"], size=5, alpha=0.02, beta=beta, bias=1.5)
+    model = _model([node], [("x", [2, 24, 37, 41])], ["y"])
+    assert "par_task_" in lower(model)[0]
+    _check(model, {"x": RNG.standard_normal((2, 24, 37, 41)).astype(np.float32)}, rtol=2e-6)
 
 
 def test_copies_split_and_match() -> None:

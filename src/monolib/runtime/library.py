@@ -456,6 +456,11 @@ def load_module(
         Missing, truncated or foreign file, no container, the dynamic loader refused.
     ContainerError
         Corrupt container (bad magic, version, digest, manifest).
+    IntegrityError
+        A byte of the library's code, headers, data or integer tensors differs from
+        its code digest (:mod:`.integrity`; the message names the section or tensor),
+        or that digest is damaged, or missing from a library exported with one.
+        Checked before dlopen: none of its code has run.
     UnknownTypeKeyError
         A module type key has no registered loader.
     SignatureError

@@ -15,6 +15,7 @@
 #endif
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -233,6 +234,51 @@ static inline void ml_pool2d_row(const ml_pool2d_args* a, const float* x, float*
     }
 }
 
+#if defined(__AVX__)
+/* Separable max of one NaN-free plane (vertical stride 1, horizontal 1 or 2; measured:
+ * 512 planes 13x13 3x3/1 212 -> 121 us, 64 of 56x56 180 -> 103; at vertical stride 2 no
+ * gain): each input row, padded with
+ * -inf, is max-reduced over KW into a row of the window maxima (vectors along the
+ * output columns), then each output row is the max of KH of those: KW + KH vector ops
+ * an eight outputs instead of KW * KH, and no scalar border columns. Max is exact in
+ * any order, so the result is the direct one's bit for bit. Returns 0 (nothing done)
+ * when the plane's rows do not fit the stack buffers. */
+#define ML_POOL_SEP_ROW 1024
+#define ML_POOL_SEP_PLANE 16384
+static inline int ml_maxpool2d_separable(const ml_pool2d_args* a, const float* x, float* y) {
+    const int64_t H = a->H, W = a->W, OH = a->OH, OW = a->OW, KW = a->KW, s = a->SW;
+    const int64_t OWv = (OW + 7) & ~(int64_t)7, len = OWv * s + KW + 8;
+    /* a gain when rows are reused (H * KW + OH * KH < OH * KH * KW): vertical stride 1 */
+    if (a->SH != 1 || (s != 1 && s != 2) || len > ML_POOL_SEP_ROW || H * OWv > ML_POOL_SEP_PLANE)
+        return 0;
+    float pr[ML_POOL_SEP_ROW], hb[ML_POOL_SEP_PLANE], yt[ML_POOL_SEP_ROW];
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    /* columns of x that land in pr: [PL, PL + W) */
+    int64_t c0 = a->PL < len ? a->PL : len, c1 = a->PL + W < len ? a->PL + W : len;
+    for (int64_t c = 0; c < c0; ++c) pr[c] = -INFINITY;
+    for (int64_t c = c1; c < len; ++c) pr[c] = -INFINITY;
+    for (int64_t r = 0; r < H; ++r) {
+        memcpy(pr + c0, x + r * W, (size_t)(c1 - c0) * sizeof(float));
+        for (int64_t ow = 0; ow < OWv; ow += 8) {
+            __m256 acc = ninf;
+            for (int64_t k = 0; k < KW; ++k) acc = _mm256_max_ps(ml_pool_load8(pr + ow * s + k, s), acc);
+            _mm256_storeu_ps(hb + r * OWv + ow, acc);
+        }
+    }
+    for (int64_t oh = 0; oh < OH; ++oh) {
+        int64_t h0 = oh * a->SH - a->PT, r0 = h0 < 0 ? 0 : h0;
+        int64_t r1 = h0 + a->KH > H ? H : h0 + a->KH;
+        for (int64_t ow = 0; ow < OWv; ow += 8) {
+            __m256 acc = ninf;
+            for (int64_t r = r0; r < r1; ++r) acc = _mm256_max_ps(_mm256_loadu_ps(hb + r * OWv + ow), acc);
+            _mm256_storeu_ps(yt + ow, acc);
+        }
+        memcpy(y + oh * OW, yt, (size_t)OW * sizeof(float));
+    }
+    return 1;
+}
+#endif
+
 static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
     const ml_pool2d_args* a = (const ml_pool2d_args*)ctx;
     (void)scratch;
@@ -240,8 +286,12 @@ static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
     for (int64_t p = p0; p < p1; ++p) {
         const float* x = a->x + p * a->H * a->W;
         float* y = a->y + p * a->OH * a->OW;
-        int nan = a->is_max && ml_pool_has_nan(x, a->H * a->W);
-        for (int64_t oh = 0; oh < a->OH; ++oh) ml_pool2d_row(a, x, y + oh * a->OW, oh, nan);
+        int nan = a->is_max && ml_pool_has_nan(x, a->H * a->W), done = 0;
+#if defined(__AVX__)
+        if (a->is_max && !nan) done = ml_maxpool2d_separable(a, x, y);
+#endif
+        if (!done)
+            for (int64_t oh = 0; oh < a->OH; ++oh) ml_pool2d_row(a, x, y + oh * a->OW, oh, nan);
         if (a->epi) a->epi(a->y, p / a->channels, p % a->channels, p % a->channels + 1, 0,
                            a->OH * a->OW);
     }

@@ -104,7 +104,7 @@ def test_lstm_full_sequence_lens_accepted() -> None:
 
 
 def test_lstm_ragged_sequence_lens_bidirectional() -> None:
-    # the generic recurrence of rnn.py: a shorter entry runs fewer steps, Y is 0 after
+    # a shorter entry runs fewer steps, Y is 0 after (lstm.h, row by row)
     seq = np.array([T, T - 2], np.int32)
     check_node(
         "LSTM",
@@ -297,3 +297,31 @@ def test_lstm_threads_bit_identical(h, b, t, direction) -> None:
         np.testing.assert_array_equal(c, a)
     for got, want in zip(one, ort_run(model, {"x": feeds["x"]})):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "direction,seq,const",
+    [("reverse", [T, 1, 3], [1, 2, 3]),  # sequence_lens at run time
+     ("bidirectional", [2, T, T], [1, 2, 3, 4]),  # constant but ragged
+     ("forward", [4, T, 1], [])],  # everything at run time
+)
+def test_lstm_ragged_lengths_row_by_row(direction, seq, const) -> None:
+    """Ragged sequence_lens in lstm.h: each row runs its own steps (a reverse direction
+    from its last one), Y is 0 past them, Y_h and Y_c hold the state after them."""
+    d = 2 if direction == "bidirectional" else 1
+    h = 19
+    node = check_node(
+        "LSTM",
+        [r(T, 3, I), r(d, 4 * h, I), r(d, 4 * h, h), r(d, 8 * h), np.array(seq, np.int32),
+         r(d, 3, h), r(d, 3, h), r(d, 3 * h)],
+        {"hidden_size": h, "direction": direction},
+        const=const,
+        n_outputs=3,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    from harness import NodeContext
+
+    from monolib.compiler.ops.base import op_of
+
+    assert "ml_lstm(" in op_of(node).emit(node, NodeContext(node))

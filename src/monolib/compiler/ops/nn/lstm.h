@@ -260,12 +260,13 @@ ML_UNUSED static void ml_gru_step_task(void* vctx, int64_t task, void* scratch) 
 #define ML_RNN_DIR_PAR_MIN (1 << 15)
 #endif
 
-/* One direction over T steps. gx: [T][B][ng*H]; rp: packed R; p: [3H] LSTM peepholes
- * (i, o, f) or NULL; bn: GRU's Rbh [H] or NULL; h0, c0: [B][H] or NULL (zeros); y: step
+/* One direction over T steps of B rows. gx: step t's [B][ng*H] at gx + t*gx_tstride;
+ * rp: packed R; p: [3H] LSTM peepholes (i, o, f) or NULL; bn: GRU's Rbh [H] or NULL; h0, c0: [B][H] or NULL (zeros); y: step
  * t's [B][H] at y + t*y_tstride, or NULL; hout, cout (LSTM): [B][H], the final state;
  * hbuf: 2*B*H floats of scratch. par: split large steps over the pool. */
 ML_INLINE void ml_rnn_dir(int ng, int64_t T, int64_t B, int64_t H, int reverse,
-                          const float* gx, const float* rp, const float* p, const float* bn,
+                          const float* gx, int64_t gx_tstride, const float* rp,
+                          const float* p, const float* bn,
                           const float* h0, const float* c0, float clip, float* y,
                           int64_t y_tstride, float* hout, float* cout, float* hbuf, int par) {
     float *h = hbuf, *hn = hbuf + B * H;
@@ -282,7 +283,7 @@ ML_INLINE void ml_rnn_dir(int ng, int64_t T, int64_t B, int64_t H, int reverse,
     ml_rnn_step_t s = {B, H, per, rp, 0, p, bn, 0, 0, cout, clip, 0};
     for (int64_t st = 0; st < T; ++st) {
         int64_t t = reverse ? T - 1 - st : st;
-        s.gx = gx + t * B * ng * H;
+        s.gx = gx + t * gx_tstride;
         s.h = h;
         s.hn = hn;
         s.odd = (int)(st & 1);
@@ -299,25 +300,45 @@ ML_INLINE void ml_rnn_dir(int ng, int64_t T, int64_t B, int64_t H, int reverse,
 /* Every direction of one LSTM (ng 4) or GRU (ng 3): the per-direction inputs are D slices
  * one after another (gx: D x [T][B][ng*H], rp: D x ng*H*H, p: D x 3H, bn: D x H, h0, c0,
  * hout, cout: D x [B][H], hbuf: D x 2*B*H) and Y is [T][D][B][H]. Direction 1 (and
- * direction 0 when reverse) runs backwards. Two directions run side by side on two
+ * direction 0 when reverse) runs backwards. seq (sequence_lens, [B], or NULL: all T):
+ * row b runs its first seq[b] steps alone (a reverse direction from step seq[b] - 1), Y
+ * is 0 past them and Y_h, Y_c hold the state after them (ONNX Runtime's semantics). Two directions run side by side on two
  * threads (no per-step handoff) when the pool has them and the work is worth a round
  * trip; a step of one direction splits by unit blocks when large. */
 typedef struct {
     int64_t D, T, B, H;
     int reverse;
     const float *gx, *rp, *p, *bn, *h0, *c0;
+    const int32_t* seq;
     float clip;
     float *y, *hout, *cout, *hbuf;
     int par;
 } ml_rnn_t;
 
 ML_INLINE void ml_rnn_dir_of(int ng, const ml_rnn_t* a, int64_t d) {
-    int64_t B = a->B, H = a->H, BH = B * H;
-    ml_rnn_dir(ng, a->T, B, H, a->reverse || d == 1, a->gx + d * a->T * BH * ng,
-               a->rp + d * H * ng * H, a->p ? a->p + d * 3 * H : 0, a->bn ? a->bn + d * H : 0,
-               a->h0 ? a->h0 + d * BH : 0, a->c0 ? a->c0 + d * BH : 0, a->clip,
-               a->y ? a->y + d * BH : 0, a->D * BH, a->hout + d * BH,
-               a->cout ? a->cout + d * BH : 0, a->hbuf + d * 2 * BH, a->par);
+    int64_t T = a->T, B = a->B, H = a->H, BH = B * H, ys = a->D * BH;
+    const float* gx = a->gx + d * T * BH * ng;
+    const float* rp = a->rp + d * H * ng * H;
+    const float* p = a->p ? a->p + d * 3 * H : 0;
+    const float* bn = a->bn ? a->bn + d * H : 0;
+    const float* h0 = a->h0 ? a->h0 + d * BH : 0;
+    const float* c0 = a->c0 ? a->c0 + d * BH : 0;
+    float* y = a->y ? a->y + d * BH : 0;
+    float* cout = a->cout ? a->cout + d * BH : 0;
+    int rev = a->reverse || d == 1;
+    if (!a->seq) {
+        ml_rnn_dir(ng, T, B, H, rev, gx, BH * ng, rp, p, bn, h0, c0, a->clip, y, ys,
+                   a->hout + d * BH, cout, a->hbuf + d * 2 * BH, a->par);
+        return;
+    }
+    for (int64_t b = 0; b < B; ++b) { /* ragged: each row alone, over its own steps */
+        int64_t n = a->seq[b] < 0 ? 0 : (a->seq[b] > T ? T : a->seq[b]);
+        ml_rnn_dir(ng, n, 1, H, rev, gx + b * ng * H, BH * ng, rp, p, bn, h0 ? h0 + b * H : 0,
+                   c0 ? c0 + b * H : 0, a->clip, y ? y + b * H : 0, ys, a->hout + d * BH + b * H,
+                   cout ? cout + b * H : 0, a->hbuf + d * 2 * BH, a->par);
+        if (y)
+            for (int64_t t = n; t < T; ++t) memset(y + t * ys + b * H, 0, H * sizeof(float));
+    }
 }
 
 ML_UNUSED static void ml_lstm_dir_task(void* a, int64_t d, void* scratch) {
@@ -341,9 +362,9 @@ ML_INLINE void ml_rnn(int ng, ml_rnn_t* a) {
 
 ML_UNUSED static void ml_lstm(int64_t D, int64_t T, int64_t B, int64_t H, int reverse,
                               const float* gx, const float* rp, const float* p,
-                              const float* h0, const float* c0, float clip, float* y,
-                              float* hout, float* cout, float* hbuf) {
-    ml_rnn_t a = {D, T, B, H, reverse, gx, rp, p, 0, h0, c0, clip, y, hout, cout, hbuf, 1};
+                              const int32_t* seq, const float* h0, const float* c0, float clip,
+                              float* y, float* hout, float* cout, float* hbuf) {
+    ml_rnn_t a = {D, T, B, H, reverse, gx, rp, p, 0, h0, c0, seq, clip, y, hout, cout, hbuf, 1};
     ml_rnn(4, &a);
 }
 
@@ -351,9 +372,9 @@ ML_UNUSED static void ml_lstm(int64_t D, int64_t T, int64_t B, int64_t H, int re
  * projections gx hold Wb + Rb of z and r and Wbh of h. */
 ML_UNUSED static void ml_gru(int64_t D, int64_t T, int64_t B, int64_t H, int reverse,
                              const float* gx, const float* rp, const float* bn,
-                             const float* h0, float clip, float* y, float* hout,
-                             float* hbuf) {
-    ml_rnn_t a = {D, T, B, H, reverse, gx, rp, 0, bn, h0, 0, clip, y, hout, 0, hbuf, 1};
+                             const int32_t* seq, const float* h0, float clip, float* y,
+                             float* hout, float* hbuf) {
+    ml_rnn_t a = {D, T, B, H, reverse, gx, rp, 0, bn, h0, 0, seq, clip, y, hout, 0, hbuf, 1};
     ml_rnn(3, &a);
 }
 

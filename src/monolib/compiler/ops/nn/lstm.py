@@ -3,8 +3,8 @@
 Follows the ONNX spec: gates in order i, o, f, c; ``W [D, 4H, I]``, ``R [D, 4H, H]``,
 ``B [D, 8H]`` (Wb then Rb), optional ``initial_h``/``initial_c [D, B, H]`` and peepholes
 ``P [D, 3H]`` (i, o, f); outputs ``Y [T, D, B, H]``, ``Y_h``, ``Y_c [D, B, H]``. Default
-activations (Sigmoid, Tanh, Tanh) and ``clip`` run in the fast kernel below; ``layout=1``,
-other activations and ``sequence_lens`` not known to be all T run in the generic
+activations (Sigmoid, Tanh, Tanh), ``clip`` and ``sequence_lens`` (ragged lengths: row by
+row) run in the fast kernel below; ``layout=1`` and other activations run in the generic
 recurrence of ``rnn.py`` (which also gives the NumPy reference); ``input_forget=1`` raises
 UnsupportedOpError.
 
@@ -41,6 +41,7 @@ from .rnn import (
     packed_recurrent,
     recurrence_reference,
     rnn_dims,
+    seq_lens,
 )
 
 __all__ = ["LSTM"]
@@ -105,7 +106,7 @@ class LSTM(OpDef):
         y = ctx.ptr(outs[0]) if outs[0] is not None else "0"
         return code + rcode + (
             f"ml_lstm({ndir}, {t}, {b}, {h}, {reverse}, (const float*){gx}, {rp}, "
-            f"{opt(node.input(7))}, {opt(node.input(5))}, {opt(node.input(6))}, {f32(clip)}, "
+            f"{opt(node.input(7))}, {seq_lens(node, ctx)}, {opt(node.input(5))}, {opt(node.input(6))}, {f32(clip)}, "
             f"{y}, {state(1)}, {state(2)}, (float*){hbuf});\n"
         )
 

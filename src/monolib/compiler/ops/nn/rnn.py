@@ -18,7 +18,8 @@ implies: batch entry b runs ``len_b`` steps, a reverse direction starts at step
 
 Lowering per direction: one GEMM ``gx = X @ W^T + bias`` for all steps, then the steps.
 LSTM and GRU with ``linear_before_reset=1`` (what PyTorch and Keras export), default
-activations, ``layout=0`` and no ragged ``sequence_lens`` (:func:`fast_kernel`) run
+activations and ``layout=0`` (:func:`fast_kernel`; ragged ``sequence_lens`` run row by
+row) run
 ``kernels/lstm.h`` on R packed in blocks of 16 hidden units (:func:`pack_recurrent`), over
 the thread pool (two directions side by side, or a large step split by unit blocks).
 The rest runs a generic C loop over batch entries and steps with the recurrent mat-vec
@@ -45,7 +46,7 @@ from .gemm import a_operand, b_operand
 
 __all__ = ["GRU", "RNN", "emit_recurrence", "fast_kernel", "input_projection",
            "pack_recurrent", "packed_recurrent", "recurrence_reference", "recurrent_weights",
-           "rnn_dims"]
+           "rnn_dims", "seq_lens"]
 
 logger = logging.getLogger(__name__)
 
@@ -248,10 +249,8 @@ UNITS = 16
 
 def fast_kernel(node: Node) -> bool:
     """True when ``kernels/lstm.h`` computes the LSTM or GRU ``node``: layout 0, default
-    activations, GRU's ``linear_before_reset=1``, no ragged ``sequence_lens`` (absent, or
-    constant and all T; with a run-time T a constant ``sequence_lens`` is read at run time
-    by the generic recurrence)."""
-    t, _, _, _, ndir = rnn_dims(node)
+    activations, GRU's ``linear_before_reset=1``, ``sequence_lens`` absent or int32."""
+    _, _, _, _, ndir = rnn_dims(node)
     acts = [a.lower() for a in node.attrs.get("activations") or []]
     seq = node.input(4)
     return (
@@ -259,9 +258,18 @@ def fast_kernel(node: Node) -> bool:
         and not op_of(node).attr(node, "layout")
         and (node.op_type == "LSTM" or bool(node.attrs["linear_before_reset"]))
         and (not acts or acts == _KINDS[node.op_type][1] * ndir)
-        and (seq is None or (seq.const is not None and not is_dim(t)
-                             and bool(np.all(seq.const == t))))
+        and (seq is None or seq.dtype == np.int32)
     )
+
+
+def seq_lens(node: Node, ctx: EmitContext) -> str:
+    """C pointer to ``sequence_lens`` for ``kernels/lstm.h``, ``"0"`` when every row runs
+    all T steps (absent, or constant and all T with a compile-time T)."""
+    t = rnn_dims(node)[0]
+    seq = node.input(4)
+    if seq is None or (seq.const is not None and not is_dim(t) and bool(np.all(seq.const == t))):
+        return "0"
+    return f"(const int32_t*){ctx.ptr(seq)}"
 
 
 def pack_recurrent(r: np.ndarray) -> np.ndarray:
@@ -339,7 +347,8 @@ def _emit_gru(node: Node, ctx: EmitContext) -> str:
     reverse = int(node.attrs["direction"] == "reverse")
     hbuf = ctx.scratch(4 * ndir * 2 * b * h)
     return code + (
-        f"ml_gru({ndir}, {t}, {b}, {h}, {reverse}, (const float*){gx}, {rp}, {bn}, {h0}, "
+        f"ml_gru({ndir}, {t}, {b}, {h}, {reverse}, (const float*){gx}, {rp}, {bn}, "
+        f"{seq_lens(node, ctx)}, {h0}, "
         f"{f32(clip)}, {y}, {hout}, (float*){hbuf});\n"
     )
 

@@ -9,16 +9,19 @@ Lowering (``emit``):
   packed at compile time (``_gemm.pack_a``), per image and group:
 
   - 1x1 stride-1: one GEMM of ``kernels/gemm.h`` on the input itself (no im2col);
-  - fewer than ``DIRECT_BELOW`` output channels per group: ``ml_conv_direct``, whose
-    micro-kernel reads the zero-padded, phase-split image through a compile-time table of
-    tap offsets (no B packing: with few rows to share it, packing costs as much as the
-    multiply);
-  - otherwise one GEMM whose B blocks are packed straight from the padded image (an
+  - ``direct``: ``ml_conv_direct``, whose micro-kernel reads the zero-padded,
+    phase-split image through a compile-time table of tap offsets (no B packing);
+  - ``gemm``: one GEMM whose B blocks are packed straight from the padded image (an
     implicit im2col);
   - a batch of images with small outputs (``FOLD_BATCH_BELOW`` pixels) runs as ONE GEMM
     over every image's columns, then is scattered to NCHW;
   - stride-1 3x3 and 1-D 3/5-tap convolutions with enough channels: Winograd minimal
     filtering (``winograd.py``, ``kernels/winograd.h``), unless ``MONOLIB_WINOGRAD=0``.
+
+  Among direct, gemm and Winograd F(2)/F(4) the rule takes the cheapest by the cost
+  model of ``conv_cost.py`` (the work each kernel does on this CPU's vectors: rows of
+  tiles padded to vectors, output rows padded to micro-tiles, im2col packing);
+  ``--tune`` measures instead.
 
 1-D convolutions are 2-D ones with ``H = 1``. The fused epilogue sees output 0 as
 ``[N, C_out, spatial]``.
@@ -39,6 +42,7 @@ from ..base import EmitContext, OpDef, OutType, register
 from .._constants import include_checked
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a
+from .conv_cost import conv_costs
 from .winograd import CO_BLOCK, emit_winograd, plan_winograd
 from ...tuning.select import Candidate, active, choose
 
@@ -207,11 +211,7 @@ class Conv(OpDef):
         if pick.algo == "depthwise":
             return _emit_depthwise(node, ctx, d, epi, pick.param("rows"))
         if pick.algo == "winograd":  # a run-time image: planned at its bounds
-            plan = (
-                plan_winograd(node, d, group, pick.param("m"), pick.param("cob"))
-                if tuned
-                else plan_winograd(node, d, group)
-            )
+            plan = plan_winograd(node, d, group, pick.param("m"), pick.param("cob"))
             return emit_winograd(node, ctx, d, epi, plan)
         return _emit_gemm(node, ctx, d, epi, group, pick.algo)
 
@@ -397,12 +397,6 @@ def _weights(node: Node, ctx: EmitContext, group: int, mg: int, k: int) -> tuple
         f"(float*){buf} + g * {per_group});\n"
     )
     return f"((const float*){buf})", per_group, code
-
-
-# Convolutions with fewer output channels (per group) than this read the padded image
-# directly in the micro-kernel (ml_conv_direct): with few rows to share it, packing B
-# costs as much as the multiply.
-DIRECT_BELOW = 64
 
 
 def _pointwise(d: dict[str, int]) -> bool:
@@ -599,22 +593,30 @@ def _emit_gemm(
 
 
 def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:
-    """The fixed rule's algorithm (the module docstring's order of paths)."""
+    """The fixed rule's algorithm: depthwise where it applies, a batch of small images
+    folded into one GEMM, else the cheapest of direct, implicit GEMM and Winograd F(2) /
+    F(4) by the cost model (``conv_cost``: the work each kernel really does on this
+    CPU's vectors)."""
     x, w = node.inputs[0], node.inputs[1]
     n, c = x.shape[:2]
     if group == c == w.shape[0] and _dw_decidable(d):
         return Candidate("depthwise", (("rows", _dw_rows(d)),) if _dw_fast(d) else ())
-    plan = plan_winograd(node, d, group)  # a run-time image: planned at its bounds
-    if plan is not None:
-        return Candidate("winograd", (("m", plan.tw.m),))
     # a run-time batch folds too (its C reads the batch; at 1 the fold only costs a copy);
     # a run-time image is judged at its upper bound (a speed choice only)
     if (is_dim(n) or n > 1) and size_hint(d["OH"] * d["OW"]) < FOLD_BATCH_BELOW:
         return Candidate("gemm_folded")
-    mg, cg = w.shape[0] // group, c // group
-    if mg < DIRECT_BELOW and not _pointwise(d) and _direct_fits(d, cg):
-        return Candidate("direct")
-    return Candidate("gemm")
+    # a run-time image: the plans and costs are made at its upper bounds
+    plans = {m: plan_winograd(node, d, group, m) for m in (2, 4)}
+    if not any(plans.values()):
+        plans = {}
+    labels = {f"winograd(m={m})": plan for m, plan in plans.items()}
+    costs = conv_costs(d, n, c, w.shape[0], group, _pointwise(d), labels)
+    if "direct" in costs and not _direct_fits(d, c // group):
+        del costs["direct"]
+    best = min(costs, key=costs.get)
+    if best.startswith("winograd"):
+        return Candidate("winograd", (("m", int(best[-2])),))
+    return Candidate(best)
 
 
 def conv_candidates(

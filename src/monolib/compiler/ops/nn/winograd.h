@@ -22,6 +22,12 @@
  * columns q*mw + p: a de-interleave by vector shuffles), so column q*mw + j of ML_VW
  * consecutive tiles is one vector load at phase j%mw, offset j/mw.
  *
+ * Narrow images (pack != 0) put several rows of tiles in one vector instead: lane l of a
+ * block is tile (row l / ls, column l % ls), ls = TW + (aw-1)/mw (the columns a row's last
+ * tile reads past it: the lanes between rows are computed, never stored), the input rows
+ * of each row of tiles copied side by side (ml_wino_input_packed), so a 7-tile-wide image
+ * fills 14 of 16 lanes instead of 7.
+ *
  * Work is split into blocks of bh x bw tiles (whole rows of tiles where they are narrow
  * enough); each block, times `co_split` ranges of output channels, is one task of the
  * thread pool with its own scratch: tasks never synchronise. Per task: the input
@@ -49,6 +55,7 @@ typedef struct {
     int64_t bh, bw;          /* tiles per block */
     int64_t mb;              /* output channels per GEMM + output pass, a multiple of ML_MR */
     int64_t co_split;        /* tasks per block, each a range of output channels */
+    int64_t pack;            /* 1: lanes run across rows of tiles (needs bw >= TW) */
     int64_t v_floats, m_floats, p_floats;
     const float* x;          /* [C][H][W] */
     const float* u;          /* ah*aw packed A (C_out x C_in, full-K), u_stride floats apart */
@@ -124,9 +131,10 @@ static inline void ml_wino_split4(const float* restrict s, int64_t n, int64_t Q,
 }
 
 /* Copy padded columns c0 + q*mw + p (q < Q, p < mw) of one input row (W floats) into
- * dst[p*Q + q], zero outside the row. */
-static inline void ml_wino_split_row(const float* restrict src, int64_t W, int64_t c0,
-                                     int64_t mw, int64_t Q, float* restrict dst) {
+ * dst[p*PS + q] (phases PS >= Q floats apart), zero outside the row. */
+static inline void ml_wino_split_row_ps(const float* restrict src, int64_t W, int64_t c0,
+                                        int64_t mw, int64_t Q, int64_t PS,
+                                        float* restrict dst) {
     /* q in [lo, hi): every phase in range */
     int64_t lo = c0 < 0 ? (-c0 + mw - 1) / mw : 0;
     int64_t hi = W - c0 - mw >= 0 ? (W - c0 - mw) / mw + 1 : 0;
@@ -135,20 +143,25 @@ static inline void ml_wino_split_row(const float* restrict src, int64_t W, int64
     for (int64_t p = 0; p < mw; ++p) { /* the edges, partly or wholly padding */
         for (int64_t q = 0; q < lo; ++q) {
             int64_t c = c0 + q * mw + p;
-            dst[p * Q + q] = c >= 0 && c < W ? src[c] : 0.0f;
+            dst[p * PS + q] = c >= 0 && c < W ? src[c] : 0.0f;
         }
         for (int64_t q = hi; q < Q; ++q) {
             int64_t c = c0 + q * mw + p;
-            dst[p * Q + q] = c >= 0 && c < W ? src[c] : 0.0f;
+            dst[p * PS + q] = c >= 0 && c < W ? src[c] : 0.0f;
         }
     }
     const float* s = src + c0 + lo * mw;
     if (mw == 4) {
-        ml_wino_split4(s, hi - lo, Q, dst + lo);
+        ml_wino_split4(s, hi - lo, PS, dst + lo);
     } else {
         for (int64_t p = 0; p < mw; ++p)
-            for (int64_t q = lo; q < hi; ++q) dst[p * Q + q] = s[(q - lo) * mw + p];
+            for (int64_t q = lo; q < hi; ++q) dst[p * PS + q] = s[(q - lo) * mw + p];
     }
+}
+
+static inline void ml_wino_split_row(const float* restrict src, int64_t W, int64_t c0,
+                                     int64_t mw, int64_t Q, float* restrict dst) {
+    ml_wino_split_row_ps(src, W, c0, mw, Q, Q, dst);
 }
 
 /* The stride of the ah*aw matrices V[xi] (or M[xi]) of n floats: an odd number of
@@ -164,6 +177,7 @@ typedef struct {
     int64_t ty0, tx0, nh, nw, bwp, ntp;
 } ml_wino_block;
 
+/* In pack mode bwp is the lane stride of a row of tiles (ls) and nh*bwp lanes are used. */
 static inline ml_wino_block ml_wino_block_of(const ml_wino_args* a, int64_t blk) {
     int64_t nbx = (a->TW + a->bw - 1) / a->bw;
     ml_wino_block b;
@@ -171,9 +185,51 @@ static inline ml_wino_block ml_wino_block_of(const ml_wino_args* a, int64_t blk)
     b.tx0 = (blk % nbx) * a->bw;
     b.nh = ML_MIN(a->bh, a->TH - b.ty0);
     b.nw = ML_MIN(a->bw, a->TW - b.tx0);
-    b.bwp = (b.nw + ML_VW - 1) / ML_VW * ML_VW;
+    b.bwp = a->pack ? b.nw + (a->aw - 1) / a->mw : (b.nw + ML_VW - 1) / ML_VW * ML_VW;
     b.ntp = (b.nh * b.bwp + ML_NR - 1) / ML_NR * ML_NR;
     return b;
+}
+
+/* Lanes of a packed block rounded up to whole vectors, plus the phase columns the last
+ * vector's taps read past them: the length of one phase row of the packed buffer. */
+static inline int64_t ml_wino_packed_row(const ml_wino_args* a, const ml_wino_block* b) {
+    return (b->nh * b->bwp + ML_VW - 1) / ML_VW * ML_VW + (a->aw - 1) / a->mw;
+}
+
+/* Input transform of a packed block: per channel, buffer P holds for each input row
+ * offset i < ah and phase p a row of lanes, lane r*ls + q being padded column
+ * (tx0 + q)*mw + p of input row (ty0 + r)*mh + i; then the generated transform reads
+ * it as one long row of tiles (rs = mw*L, ps = L). */
+static void ml_wino_input_packed(const ml_wino_args* a, const ml_wino_block* b,
+                                 float* restrict V, float* restrict P) {
+    const int64_t mh = a->mh, mw = a->mw, C = a->C, ntp = b->ntp, ls = b->bwp;
+    const int64_t L = ml_wino_packed_row(a, b), used = b->nh * ls;
+    const int64_t nv = (used + ML_VW - 1) / ML_VW * ML_VW;
+    int64_t rs = mw * L, xs = ml_wino_stride(C * ntp);
+    for (int64_t ci = 0; ci < C; ++ci) {
+        const float* xc = a->x + ci * a->H * a->W;
+        for (int64_t i = 0; i < a->ah; ++i) {
+            float* pi = P + i * rs;
+            for (int64_t r = 0; r < b->nh; ++r) {
+                int64_t ih = (b->ty0 + r) * mh + i - a->PT;
+                if (ih < 0 || ih >= a->H) {
+                    for (int64_t p = 0; p < mw; ++p)
+                        memset(pi + p * L + r * ls, 0, ls * sizeof(float));
+                } else {
+                    ml_wino_split_row_ps(xc + ih * a->W, a->W, b->tx0 * mw - a->PL, mw, ls, L,
+                                         pi + r * ls);
+                }
+            }
+            for (int64_t p = 0; p < mw; ++p) /* lanes past the last row: finite, unused */
+                memset(pi + p * L + used, 0, (L - used) * sizeof(float));
+        }
+        for (int64_t t = 0; t < nv; t += ML_VW)
+            a->in(P + t, rs, L, V + (t / ML_NR) * C * ML_NR + ci * ML_NR + t % ML_NR, xs);
+        if (nv < ntp)
+            for (int64_t xi = 0; xi < a->ah * a->aw; ++xi)
+                memset(V + xi * xs + (nv / ML_NR) * C * ML_NR + ci * ML_NR + nv % ML_NR, 0,
+                       (ntp - nv) * sizeof(float));
+    }
 }
 
 /* Input transform of a block into V (packed B panels: ntp columns per xi). */
@@ -227,6 +283,24 @@ static inline void ml_wino_store(const ml_wino_args* a, int64_t co, int64_t ty, 
     }
 }
 
+/* Store lanes t0..t0+ML_VW-1 of a packed block (output vectors y, see the transform) of
+ * channel co: lane t is tile (ty0 + t / ls, tx0 + t % ls), those past nw or nh skipped. */
+static inline void ml_wino_store_packed(const ml_wino_args* a, const ml_wino_block* b,
+                                        int64_t co, int64_t t0, const float* restrict y) {
+    const int64_t mh = a->mh, mw = a->mw, OH = a->OH, OW = a->OW, ls = b->bwp;
+    float* yc = a->y + co * OH * OW;
+    for (int64_t l = 0; l < ML_VW; ++l) {
+        int64_t t = t0 + l, r = t / ls, q = t % ls;
+        if (r >= b->nh) break;
+        if (q >= b->nw) continue;
+        int64_t oy = (b->ty0 + r) * mh, ox = (b->tx0 + q) * mw;
+        int64_t rows = ML_MIN(mh, OH - oy), cols = ML_MIN(mw, OW - ox);
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j)
+                yc[(oy + i) * OW + ox + j] = y[(i * mw + j) * ML_VW + l];
+    }
+}
+
 /* The epilogue on output channels [c0, c1) of the pixels of block b. */
 static void ml_wino_epilogue(const ml_wino_args* a, const ml_wino_block* b, int64_t c0,
                              int64_t c1) {
@@ -255,7 +329,10 @@ static void ml_wino_task(void* ctx, int64_t task, void* scratch) {
     float* V = (float*)scratch;
     float* Mb = V + a->v_floats;
     float* P = Mb + a->m_floats;
-    ml_wino_input(a, &b, V, P);
+    if (a->pack)
+        ml_wino_input_packed(a, &b, V, P);
+    else
+        ml_wino_input(a, &b, V, P);
     float y[64 * ML_VW] __attribute__((aligned(64))); /* mh*mw <= 64 output vectors */
     int64_t mxs = ml_wino_stride(a->mb * ntp);
     for (int64_t cb = co0; cb < co1; cb += a->mb) {
@@ -266,12 +343,27 @@ static void ml_wino_task(void* ctx, int64_t task, void* scratch) {
             float* m = Mb + xi * mxs;
             for (int64_t p = cb; p < ce; p += ML_MR) {
                 int mr = (int)ML_MIN(ML_MR, ce - p);
-                for (int64_t q = 0; q < ntp; q += ML_NR)
-                    ml_ukernel_rows(1, C, u + (p / ML_MR) * C * ML_MR, v + q * C, 0,
-                                    m + (p - cb) * ntp + q, ntp, mr, ML_NR, 1.0f, 0, 0, 0);
+                const float* up = u + (p / ML_MR) * C * ML_MR;
+                float* mp = m + (p - cb) * ntp;
+                int64_t q = 0;
+                /* the GEMM's wide tile (ML_NP panels, C*ML_NR floats apart) where it fits:
+                 * one A broadcast feeds twice the FMAs with AVX-512 */
+                for (; q + ML_NP * ML_NR <= ntp; q += ML_NP * ML_NR)
+                    ml_ukernel_rows(ML_NP, C, up, v + q * C, C * ML_NR, mp + q, ntp, mr,
+                                    ML_NP * ML_NR, 1.0f, 0, 0, 0);
+                for (; q < ntp; q += ML_NR)
+                    ml_ukernel_rows(1, C, up, v + q * C, 0, mp + q, ntp, mr, ML_NR, 1.0f, 0,
+                                    0, 0);
             }
         }
-        for (int64_t co = cb; co < ce; ++co) {
+        for (int64_t co = cb; co < ce && a->pack; ++co) {
+            float bias = a->bias ? a->bias[co] : 0.0f;
+            for (int64_t t = 0; t < b.nh * b.bwp; t += ML_VW) {
+                a->out(Mb + (co - cb) * ntp + t, mxs, bias, (ml_vf*)y);
+                ml_wino_store_packed(a, &b, co, t, y);
+            }
+        }
+        for (int64_t co = cb; co < ce && !a->pack; ++co) {
             float bias = a->bias ? a->bias[co] : 0.0f;
             for (int64_t r = 0; r < b.nh; ++r)
                 for (int64_t c = 0; c < b.nw; c += ML_VW) {

@@ -37,6 +37,7 @@ from ...symbolic import size_hint
 from ..base import EmitContext
 from ...backends.cstyle import c_literal
 from ._gemm import MR, NR, pack_a
+from .conv_cost import host_vector_width
 
 __all__ = [
     "ENABLED",
@@ -335,19 +336,29 @@ CO_BLOCK = 48
 MIN_TASKS = 4
 #: Widest vector of tiles a build may use (ML_VW of gemm.h: 16 floats with AVX-512).
 VW_MAX = 16
+#: Most lanes (tiles) of a packed block (``_packed_block``): about BLOCK_TILES.
+PACK_LANES = 96
 
 
 @dataclass(frozen=True)
 class WinogradPlan:
     """How one Conv runs through ``winograd.h``: the transforms per axis, the block of
     tiles (rows x columns, columns a multiple of 8) each task transforms, output channels
-    per GEMM pass and tasks per block (ranges of output channels)."""
+    per GEMM pass, tasks per block (ranges of output channels) and whether a vector's
+    lanes run across rows of tiles (``pack``: narrow images; blocks are then whole rows
+    of tiles)."""
 
     th: Transforms
     tw: Transforms
     block: tuple[int, int]
     co_block: int
     co_split: int
+    pack: bool = False
+
+    def lane_stride(self, d: dict[str, int]) -> int:
+        """Lanes per row of tiles in pack mode: the row's tiles and the columns its last
+        tile reads past it (``bwp`` of winograd.h's packed blocks)."""
+        return self.tiles(d)[1] + (self.tw.alpha - 1) // self.tw.m
 
     def tiles(self, d: dict[str, int]) -> tuple[int, int]:
         """The tile grid (TH, TW) of the output."""
@@ -377,6 +388,21 @@ def _block(grid: tuple[int, int], per_tile: int) -> tuple[int, int]:
     if rows * cols % 16:
         rows += 1
     return min(rows, big_th), cols
+
+
+def _packed_block(grid: tuple[int, int], ls: int) -> tuple[int, int]:
+    """Rows of tiles per packed block (whole rows; ``ls`` lanes each): the fewest GEMM
+    columns (each block rounded up to ``NR``, plus a block's set-up as a few columns)
+    with at most ``PACK_LANES`` lanes a block."""
+    big_th, big_tw = grid
+
+    def cols(bh: int) -> int:
+        full, rest = divmod(big_th, bh)
+        lanes = full * _round(bh * ls, NR) + (_round(rest * ls, NR) if rest else 0)
+        return lanes + 4 * -(-big_th // bh)
+
+    fits = [bh for bh in range(1, big_th + 1) if bh * ls <= PACK_LANES] or [1]
+    return min(fits, key=lambda bh: (cols(bh), -bh)), big_tw
 
 
 def _lanes(d: dict[str, int], m: int) -> int:
@@ -436,8 +462,24 @@ def plan_winograd(
     cob = CO_BLOCK if co_block is None else co_block
     if cob <= 0 or cob % MR:
         return None
+    pack = _pack_wins(grid, tw)
+    if pack:  # lanes across rows of tiles: fewer GEMM columns than rows padded to vectors
+        block = _packed_block(grid, grid[1] + (tw.alpha - 1) // tw.m)
+        blocks = -(-grid[0] // block[0])
     co_split = max(1, min(MIN_TASKS // blocks, c_out // cob))
-    return WinogradPlan(th, tw, block, min(cob, -(-c_out // MR) * MR), co_split)
+    return WinogradPlan(th, tw, block, min(cob, -(-c_out // MR) * MR), co_split, pack)
+
+
+def _pack_wins(grid: tuple[int, int], tw: Transforms) -> bool:
+    """Whether packing rows of tiles into vectors computes fewer lanes than padding each
+    row of tiles to the host's vector width (narrow images: 7 tiles a row fill 7 of 16
+    AVX-512 lanes unpacked, 14 of 16 packed)."""
+    big_th, big_tw = grid
+    vw = host_vector_width()
+    if big_th < 2 or big_tw >= 3 * vw:
+        return False
+    ls = big_tw + (tw.alpha - 1) // tw.m
+    return big_th * ls < 0.85 * big_th * _round(big_tw, vw)
 
 
 def emit_winograd(
@@ -465,11 +507,18 @@ def emit_winograd(
     fin, fout = transform_functions(ctx, th, tw)
     ctx.include("winograd.h")
     bh, bw = plan.block
-    bwp = _round(min(bw, top_tw), VW_MAX)
-    ntp = _round(min(bh, top_th) * bwp, NR)
+    if plan.pack:  # lanes: bh rows of ls (winograd.h ml_wino_packed_row)
+        ls = top_tw + (aw - 1) // tw.m
+        ntp = _round(min(bh, top_th) * ls, NR)
+        p_floats = _round(ah * tw.m * (_round(min(bh, top_th) * ls, VW_MAX) + aw), 16)
+    else:
+        bwp = _round(min(bw, top_tw), VW_MAX)
+        ntp = _round(min(bh, top_th) * bwp, NR)
+        p_floats = _round(
+            ((min(bh, top_th) - 1) * th.m + ah) * tw.m * (bwp + (aw - 1) // tw.m), 16
+        )
     v_floats = ah * aw * _stride(c_in * ntp)
     m_floats = ah * aw * _stride(plan.co_block * ntp)
-    p_floats = _round(((min(bh, top_th) - 1) * th.m + ah) * tw.m * (bwp + (aw - 1) // tw.m), 16)
     scratch = ctx.scratch(4 * (v_floats + m_floats + p_floats))
     hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
     yp = ctx.ptr(y)
@@ -492,6 +541,7 @@ def emit_winograd(
         "bw": bw,
         "mb": plan.co_block,
         "co_split": plan.co_split,
+        "pack": int(plan.pack),
         "v_floats": v_floats,
         "m_floats": m_floats,
         "p_floats": p_floats,

@@ -1,7 +1,7 @@
 """Memory-bound ops on the thread pool (issue 14): ``CEmitContext.parallel_for`` splits
 an op's outermost loop into a task function when its work reaches ``PARALLEL_MIN_WORK``
 (threadpool.h's ``ML_PAR_MIN_WORK``), and not below; windowed pools (pool.h
-``ml_pool2d`` and the generic N-d loops), LRN, Transpose (plain and tiled), Concat, Pad
+``ml_pool2d`` and the generic N-d loops), LRN, BatchNormalization, Transpose (plain and tiled), Concat, Pad
 and elementwise chains split that way give ONNX Runtime's results and the same bits at 1
 and 2 threads. The pool's run-time gate: while every worker sleeps, only an op of
 ``ML_PAR_WAKE_WORK`` wakes them."""
@@ -148,6 +148,30 @@ def test_lrn_planes_split_and_match(beta: float) -> None:
     model = _model([node], [("x", [2, 24, 37, 41])], ["y"])
     assert "par_task_" in lower(model)[0]
     _check(model, {"x": RNG.standard_normal((2, 24, 37, 41)).astype(np.float32)}, rtol=2e-6)
+
+
+def test_batchnorm_planes_split_and_match() -> None:
+    """BatchNormalization (inference) by planes on the pool, constant statistics with a
+    fused Relu and run-time statistics (the coefficients in the op's scratch); rank 3
+    and 4: vs ONNX Runtime, 1 and 2 threads identical."""
+    c = 24
+    stats = [numpy_helper.from_array(v, n) for n, v in (
+        ("sc", RNG.uniform(0.5, 2, c).astype(np.float32)), ("bi", RNG.standard_normal(c).astype(np.float32)),
+        ("me", RNG.standard_normal(c).astype(np.float32)), ("va", RNG.uniform(0.5, 2, c).astype(np.float32)))]
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "sc", "bi", "me", "va"], ["b1"]),
+        helper.make_node("Relu", ["b1"], ["y1"]),
+        helper.make_node("BatchNormalization", ["z", "sc", "bi", "m", "v"], ["y2"]),
+    ]
+    model = _model(nodes, [("x", [2, c, 37, 41]), ("z", [3, c, 1500]), ("m", [c]), ("v", [c])],
+                   ["y1", "y2"], stats)
+    source = lower(model)[0]
+    assert source.count("static void par_task_") == 2
+    feeds = {"x": RNG.standard_normal((2, c, 37, 41)).astype(np.float32),
+             "z": RNG.standard_normal((3, c, 1500)).astype(np.float32),
+             "m": RNG.standard_normal(c).astype(np.float32),
+             "v": RNG.uniform(0.5, 2, c).astype(np.float32)}
+    _check(model, feeds, rtol=1e-5, atol=1e-5)
 
 
 def test_copies_split_and_match() -> None:

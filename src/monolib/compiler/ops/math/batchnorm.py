@@ -108,38 +108,54 @@ class BatchNormalization(OpDef):
         ct = ctype(x.dtype)
         a_name, b_name = ctx.unique("bn_a"), ctx.unique("bn_b")
         lines = []
+        # the coefficient pointers as expressions over params / arena, so a task
+        # function of the thread pool can declare them again (None: locals, serial)
+        shared = None
         if self._training(node):
             lines += self._emit_batch_stats(node, ctx, a_name, b_name)
         elif all(v.is_const for v in node.inputs[1:5]):
             a, b = batchnorm_coefficients(
                 *(v.const.reshape(-1) for v in node.inputs[1:5]), node.attrs["epsilon"], x.dtype
             )
-            lines += [
-                f"const {ct}* {a_name} = {ctx.param(a, 'bn_a')};",
-                f"const {ct}* {b_name} = {ctx.param(b, 'bn_b')};",
-            ]
+            shared = (ctx.param(a, "bn_a"), ctx.param(b, "bn_b"))
         else:
             sc, bi, me, va = (ctx.ptr(v) for v in node.inputs[1:5])
             k = ctx.unique("c")
             eps = c_literal(node.attrs["epsilon"], x.dtype)
+            shared = (f"(({ct}*){ctx.scratch(c * x.dtype.itemsize)})",
+                      f"(({ct}*){ctx.scratch(c * x.dtype.itemsize)})")
             lines += [
-                f"{ct}* {a_name} = ({ct}*){ctx.scratch(c * x.dtype.itemsize)};",
-                f"{ct}* {b_name} = ({ct}*){ctx.scratch(c * x.dtype.itemsize)};",
+                f"{ct}* {a_name} = {shared[0]};",
+                f"{ct}* {b_name} = {shared[1]};",
                 (
                     f"for (int64_t {k} = 0; {k} < {c}; ++{k}) {{ {a_name}[{k}] = {sc}[{k}] / "
                     f"{cfn('sqrt', x.dtype)}({va}[{k}] + {eps}); {b_name}[{k}] = {bi}[{k}] - {me}[{k}] * {a_name}[{k}]; }}"
                 ),
             ]
-        i, j, s = ctx.unique("n"), ctx.unique("c"), ctx.unique("s")
-        flat = f"({i}*{c} + {j})*{inner} + {s}"
-        val = ctx.output_expr(
-            f"({ctx.ptr(x)}[{flat}] * {a_name}[{j}] + {b_name}[{j}])",
-            flat_index_exprs(flat, y.shape),
+        if shared is None:
+            i, j, s = ctx.unique("n"), ctx.unique("c"), ctx.unique("s")
+            flat = f"({i}*{c} + {j})*{inner} + {s}"
+            val = ctx.output_expr(
+                f"({ctx.ptr(x)}[{flat}] * {a_name}[{j}] + {b_name}[{j}])",
+                flat_index_exprs(flat, y.shape),
+            )
+            lines.append(
+                f"for (int64_t {i} = 0; {i} < {n}; ++{i}) for (int64_t {j} = 0; {j} < {c}; ++{j})\n"
+                f"for (int64_t {s} = 0; {s} < {inner}; ++{s}) {ctx.ptr(y)}[{flat}] = {val};"
+            )
+            return "{\n" + "\n".join(lines) + "\n}"
+        # plane p = (n, c) by plane, the planes on the thread pool (issue 14: a
+        # memory-bound op; the epilogue's indices from the loop variables, no per-element
+        # division of a flat index); a float read and one written count 8 units of work
+        p, s = ctx.unique("p"), ctx.unique("s")
+        flat = f"{p}*{inner} + {s}"
+        index = [f"({p} / {c})", f"({p} % {c})", *flat_index_exprs(s, y.shape[2:])]
+        val = ctx.output_expr(f"({ctx.ptr(x)}[{flat}] * a_[{p} % {c}] + b_[{p} % {c}])", index)
+        body = (
+            f"  const {ct}* a_ = {shared[0]}; const {ct}* b_ = {shared[1]};\n"
+            f"  for (int64_t {s} = 0; {s} < {inner}; ++{s}) {ctx.ptr(y)}[{flat}] = {val};"
         )
-        lines.append(
-            f"for (int64_t {i} = 0; {i} < {n}; ++{i}) for (int64_t {j} = 0; {j} < {c}; ++{j})\n"
-            f"for (int64_t {s} = 0; {s} < {inner}; ++{s}) {ctx.ptr(y)}[{flat}] = {val};"
-        )
+        lines.append(ctx.parallel_for(p, n * c, body, x.size * 8))
         return "{\n" + "\n".join(lines) + "\n}"
 
     def _emit_batch_stats(self, node: Node, ctx: EmitContext, a_name: str, b_name: str) -> list[str]:

@@ -1,7 +1,7 @@
 """Memory-bound ops on the thread pool (issue 14): ``CEmitContext.parallel_for`` splits
 an op's outermost loop into a task function when its work reaches ``PARALLEL_MIN_WORK``
 (threadpool.h's ``ML_PAR_MIN_WORK``), and not below; windowed pools (pool.h
-``ml_pool2d`` and the generic N-d loops), LRN, BatchNormalization, Transpose (plain and tiled), Concat, Pad
+``ml_pool2d`` and the generic N-d loops), LRN, BatchNormalization, ConstantOfShape, Transpose (plain and tiled), Concat, Pad
 and elementwise chains split that way give ONNX Runtime's results and the same bits at 1
 and 2 threads. The pool's run-time gate: while every worker sleeps, only an op of
 ``ML_PAR_WAKE_WORK`` wakes them."""
@@ -22,6 +22,7 @@ import monolib
 from monolib.compiler.backends.c import generate
 from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.build import lower
+from monolib.compiler.passes import node_eval
 from monolib.compiler.testing import build_shared, ort_run
 from monolib.runtime import GraphModule, cpu, set_num_threads
 
@@ -172,6 +173,21 @@ def test_batchnorm_planes_split_and_match() -> None:
              "m": RNG.standard_normal(c).astype(np.float32),
              "v": RNG.uniform(0.5, 2, c).astype(np.float32)}
     _check(model, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_constant_fill_splits_and_matches(monkeypatch) -> None:
+    """ConstantOfShape (a constant shape) filled in blocks on the pool: 301x1000 floats,
+    a partial last block (folding off, as for an output over MAX_FOLD_BYTES)."""
+    monkeypatch.setattr(node_eval, "MAX_FOLD_BYTES", 0)
+    nodes = [
+        helper.make_node("ConstantOfShape", ["s"], ["k"],
+                         value=numpy_helper.from_array(np.array([0.25], np.float32))),
+        helper.make_node("Add", ["k", "x"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array([301, 1000], np.int64), "s")]
+    model = _model(nodes, [("x", [1000])], ["y"], inits)
+    assert "par_task_" in lower(model)[0]
+    _check(model, {"x": RNG.standard_normal(1000).astype(np.float32)})
 
 
 def test_copies_split_and_match() -> None:

@@ -118,7 +118,12 @@ class ConstantOfShape(OpDef):
             val = val[:-1] + ".0f"
         if run_time:
             return constant_of_shape_data.emit(node, ctx, val)
-        return f"for (int64_t {i} = 0; {i} < {y.size}; ++{i}) {ctx.ptr(y)}[{i}] = {val};"
+        # blocks of 16K elements on the thread pool (issue 14: a memory-bound fill, e.g.
+        # a light model's 151 MB weight matrix written each run); a float written counts 4
+        blk, b = 1 << 14, ctx.unique("b")
+        body = (f"  const int64_t hi_ = {b} * {blk} + {blk} < {y.size} ? {b} * {blk} + {blk} : {y.size};\n"
+                f"  for (int64_t {i} = {b} * {blk}; {i} < hi_; ++{i}) {ctx.ptr(y)}[{i}] = {val};")
+        return ctx.parallel_for(b, (y.size + blk - 1) // blk, body, 4 * y.size)
 
 
 @register

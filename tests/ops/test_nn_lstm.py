@@ -325,3 +325,24 @@ def test_lstm_ragged_lengths_row_by_row(direction, seq, const) -> None:
     from monolib.compiler.ops.base import op_of
 
     assert "ml_lstm(" in op_of(node).emit(node, NodeContext(node))
+
+
+def test_lstm_bidirectional_lockstep_at_four_threads() -> None:
+    """With more threads than directions a bidirectional LSTM runs both directions'
+    steps in lockstep, split by unit blocks: bit-identical to 1 thread and to 2 (the
+    directions side by side), and ORT's within tolerance."""
+    from harness import run_threads
+
+    from monolib.compiler.testing import make_node_model, ort_run
+
+    h = 64  # a step of both directions: 2 x 3 x 64 x 256 = 98K >= ML_LSTM_PAR_MIN
+    feeds = {"x": r(5, 3, 16), "w": r(2, 4 * h, 16), "rw": r(2, 4 * h, h, scale=0.1),
+             "b": r(2, 8 * h, scale=0.1)}
+    model = make_node_model("LSTM", feeds, {"hidden_size": h, "direction": "bidirectional"},
+                            outputs=3, constant_inputs=["w", "rw", "b"])
+    runs = run_threads(model, {"x": feeds["x"]}, threads=(1, 2, 4))
+    for outs in runs[1:]:
+        for a, c in zip(runs[0], outs):
+            np.testing.assert_array_equal(c, a)
+    for got, want in zip(runs[0], ort_run(model, {"x": feeds["x"]})):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -302,9 +302,10 @@ ML_INLINE void ml_rnn_dir(int ng, int64_t T, int64_t B, int64_t H, int reverse,
  * hout, cout: D x [B][H], hbuf: D x 2*B*H) and Y is [T][D][B][H]. Direction 1 (and
  * direction 0 when reverse) runs backwards. seq (sequence_lens, [B], or NULL: all T):
  * row b runs its first seq[b] steps alone (a reverse direction from step seq[b] - 1), Y
- * is 0 past them and Y_h, Y_c hold the state after them (ONNX Runtime's semantics). Two directions run side by side on two
- * threads (no per-step handoff) when the pool has them and the work is worth a round
- * trip; a step of one direction splits by unit blocks when large. */
+ * is 0 past them and Y_h, Y_c hold the state after them (ONNX Runtime's semantics).
+ * Threads: at 2, two directions run side by side (one handoff) when the work is worth a
+ * round trip; at more, large steps of both run in lockstep split by unit blocks; one
+ * direction splits its large steps by unit blocks. */
 typedef struct {
     int64_t D, T, B, H;
     int reverse;
@@ -315,29 +316,40 @@ typedef struct {
     int par;
 } ml_rnn_t;
 
+/* Direction d's slices of a's inputs and outputs. */
+typedef struct {
+    const float *gx, *rp, *p, *bn, *h0, *c0;
+    float *y, *hout, *cout, *hbuf;
+    int rev;
+} ml_rnn_slices_t;
+
+ML_INLINE ml_rnn_slices_t ml_rnn_slices(int ng, const ml_rnn_t* a, int64_t d) {
+    int64_t H = a->H, BH = a->B * H;
+    ml_rnn_slices_t v = {a->gx + d * a->T * BH * ng, a->rp + d * H * ng * H,
+                         a->p ? a->p + d * 3 * H : 0, a->bn ? a->bn + d * H : 0,
+                         a->h0 ? a->h0 + d * BH : 0, a->c0 ? a->c0 + d * BH : 0,
+                         a->y ? a->y + d * BH : 0, a->hout + d * BH,
+                         a->cout ? a->cout + d * BH : 0, a->hbuf + d * 2 * BH,
+                         a->reverse || d == 1};
+    return v;
+}
+
 ML_INLINE void ml_rnn_dir_of(int ng, const ml_rnn_t* a, int64_t d) {
     int64_t T = a->T, B = a->B, H = a->H, BH = B * H, ys = a->D * BH;
-    const float* gx = a->gx + d * T * BH * ng;
-    const float* rp = a->rp + d * H * ng * H;
-    const float* p = a->p ? a->p + d * 3 * H : 0;
-    const float* bn = a->bn ? a->bn + d * H : 0;
-    const float* h0 = a->h0 ? a->h0 + d * BH : 0;
-    const float* c0 = a->c0 ? a->c0 + d * BH : 0;
-    float* y = a->y ? a->y + d * BH : 0;
-    float* cout = a->cout ? a->cout + d * BH : 0;
-    int rev = a->reverse || d == 1;
+    ml_rnn_slices_t v = ml_rnn_slices(ng, a, d);
     if (!a->seq) {
-        ml_rnn_dir(ng, T, B, H, rev, gx, BH * ng, rp, p, bn, h0, c0, a->clip, y, ys,
-                   a->hout + d * BH, cout, a->hbuf + d * 2 * BH, a->par);
+        ml_rnn_dir(ng, T, B, H, v.rev, v.gx, BH * ng, v.rp, v.p, v.bn, v.h0, v.c0, a->clip, v.y,
+                   ys, v.hout, v.cout, v.hbuf, a->par);
         return;
     }
     for (int64_t b = 0; b < B; ++b) { /* ragged: each row alone, over its own steps */
         int64_t n = a->seq[b] < 0 ? 0 : (a->seq[b] > T ? T : a->seq[b]);
-        ml_rnn_dir(ng, n, 1, H, rev, gx + b * ng * H, BH * ng, rp, p, bn, h0 ? h0 + b * H : 0,
-                   c0 ? c0 + b * H : 0, a->clip, y ? y + b * H : 0, ys, a->hout + d * BH + b * H,
-                   cout ? cout + b * H : 0, a->hbuf + d * 2 * BH, a->par);
-        if (y)
-            for (int64_t t = n; t < T; ++t) memset(y + t * ys + b * H, 0, H * sizeof(float));
+        ml_rnn_dir(ng, n, 1, H, v.rev, v.gx + b * ng * H, BH * ng, v.rp, v.p, v.bn,
+                   v.h0 ? v.h0 + b * H : 0, v.c0 ? v.c0 + b * H : 0, a->clip,
+                   v.y ? v.y + b * H : 0, ys, v.hout + b * H, v.cout ? v.cout + b * H : 0,
+                   v.hbuf, a->par);
+        if (v.y)
+            for (int64_t t = n; t < T; ++t) memset(v.y + t * ys + b * H, 0, H * sizeof(float));
     }
 }
 
@@ -351,11 +363,82 @@ ML_UNUSED static void ml_gru_dir_task(void* a, int64_t d, void* scratch) {
     ml_rnn_dir_of(3, (const ml_rnn_t*)a, d);
 }
 
+/* Both directions' steps st together, as nper unit ranges each. */
+typedef struct {
+    ml_rnn_step_t s[2];
+    int64_t nper;
+} ml_rnn_step2_t;
+
+ML_INLINE void ml_rnn_step2(int ng, void* vctx, int64_t task) {
+    const ml_rnn_step2_t* c = (const ml_rnn_step2_t*)vctx;
+    const ml_rnn_step_t* s = &c->s[task / c->nper];
+    int64_t u0 = task % c->nper * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;
+    if (u0 < u1) ml_rnn_units(ng, s, u0, u1);
+}
+
+ML_UNUSED static void ml_lstm_step2_task(void* c, int64_t task, void* scratch) {
+    (void)scratch;
+    ml_rnn_step2(4, c, task);
+}
+
+ML_UNUSED static void ml_gru_step2_task(void* c, int64_t task, void* scratch) {
+    (void)scratch;
+    ml_rnn_step2(3, c, task);
+}
+
+/* Two directions in lockstep, each step one pool job of both directions' unit ranges:
+ * with more threads than directions (at 2 the directions side by side hand off once, not
+ * once a step: on 2 cores with other processes running, a step's handoff waits for a
+ * descheduled worker more often). */
+ML_INLINE void ml_rnn_lockstep(int ng, const ml_rnn_t* a, int32_t nt) {
+    int64_t T = a->T, B = a->B, H = a->H, BH = B * H, ys = a->D * BH;
+    int64_t nblk = (H + ML_LSTM_U - 1) / ML_LSTM_U, per = (nblk + nt - 1) / nt * ML_LSTM_U;
+    ml_rnn_step2_t c;
+    ml_rnn_slices_t v[2];
+    float *h[2], *hn[2];
+    c.nper = (H + per - 1) / per;
+    for (int d = 0; d < 2; ++d) {
+        v[d] = ml_rnn_slices(ng, a, d);
+        h[d] = v[d].hbuf;
+        hn[d] = v[d].hbuf + BH;
+        for (int64_t i = 0; i < BH; ++i) h[d][i] = v[d].h0 ? v[d].h0[i] : 0.0f;
+        if (v[d].cout)
+            for (int64_t i = 0; i < BH; ++i) v[d].cout[i] = v[d].c0 ? v[d].c0[i] : 0.0f;
+        ml_rnn_step_t s = {B, H, per, v[d].rp, 0, v[d].p, v[d].bn, 0, 0, v[d].cout, a->clip, 0};
+        c.s[d] = s;
+    }
+    for (int64_t st = 0; st < T; ++st) {
+        int64_t t[2];
+        for (int d = 0; d < 2; ++d) {
+            t[d] = v[d].rev ? T - 1 - st : st;
+            c.s[d].gx = v[d].gx + t[d] * BH * ng;
+            c.s[d].h = h[d];
+            c.s[d].hn = hn[d];
+            c.s[d].odd = (int)(st & 1);
+        }
+        ml_parallel_for(2 * c.nper, ng == 4 ? ml_lstm_step2_task : ml_gru_step2_task, &c, 0, 0);
+        for (int d = 0; d < 2; ++d) {
+            if (v[d].y) memcpy(v[d].y + t[d] * ys, hn[d], BH * sizeof(float));
+            float* tmp = h[d];
+            h[d] = hn[d];
+            hn[d] = tmp;
+        }
+    }
+    for (int d = 0; d < 2; ++d) memcpy(v[d].hout, h[d], BH * sizeof(float));
+}
+
 ML_INLINE void ml_rnn(int ng, ml_rnn_t* a) {
-    if (a->D == 2 && ml_num_threads() > 1 && a->T * a->B * a->H * ng * a->H >= ML_RNN_DIR_PAR_MIN) {
-        a->par = 0;
-        ml_parallel_for(2, ng == 4 ? ml_lstm_dir_task : ml_gru_dir_task, a, 0, 0);
-        return;
+    int32_t nt = ml_num_threads();
+    if (a->D == 2 && nt > 1) {
+        if (nt > 2 && !a->seq && 2 * a->B * a->H * ng * a->H >= ML_LSTM_PAR_MIN) {
+            ml_rnn_lockstep(ng, a, nt);
+            return;
+        }
+        if (a->T * a->B * a->H * ng * a->H >= ML_RNN_DIR_PAR_MIN) {
+            a->par = 0;
+            ml_parallel_for(2, ng == 4 ? ml_lstm_dir_task : ml_gru_dir_task, a, 0, 0);
+            return;
+        }
     }
     for (int64_t d = 0; d < a->D; ++d) ml_rnn_dir_of(ng, a, d);
 }

@@ -12,9 +12,10 @@ Lowering: per direction one GEMM ``gx[T*B, 4H] = X @ W^T + (Wb + Rb)`` (W^T pack
 compile time), then ``ml_lstm`` of ``kernels/lstm.h`` runs the recurrence of every
 direction on R packed in blocks of 16 hidden units (``rnn.pack_recurrent``, at compile
 time when R is constant): per step each block streams its ``[H][4][16]`` slice once for
-up to 4 batch rows and updates its units' cell at once. Threads: two directions run side
-by side (from ``ML_RNN_DIR_PAR_MIN`` multiply-adds in all); one direction splits each
-step by unit blocks when it has at least ``ML_LSTM_PAR_MIN``. A run-time T or B (issue 12) is read from the symbols
+up to 4 batch rows and updates its units' cell at once. Threads: at 2, two directions run
+side by side (from ``ML_RNN_DIR_PAR_MIN`` multiply-adds in all), at more both run in
+lockstep with each step split by unit blocks; one direction splits each step by unit
+blocks when it has at least ``ML_LSTM_PAR_MIN``. A run-time T or B (issue 12) is read from the symbols
 when the op runs (the sizes render as their C); scratch is planned at the bounds and the
 weights are still packed at compile time.
 

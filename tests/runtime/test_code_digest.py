@@ -264,3 +264,29 @@ def test_inspect_shows_the_digest_and_never_loads(lib, tmp_path):
     assert any(line.startswith("code digest: MISMATCH in .text") for line in lines)
     old = inspect_library(_write(tmp_path, integrity.without_digest(lib["data"]), "old.so"))
     assert old["code_digest"]["status"] == "absent"
+
+
+def test_which_params_tensors_are_covered():
+    """int16-64 tensors always (indices, Slice bounds, shapes); 8-bit and bool ones up
+    to 4 KiB (a small table or mask), not above (quantized weights); floats never."""
+    from monolib.abi.container import pack_container
+
+    graph, params = tiny_graph(big_bytes=BIG)
+    table = {"i32": ("int32", 64), "i8": ("int8", 4096), "q8": ("uint8", 8192),
+             "mask": ("bool", 100), "big_mask": ("bool", 5000), "f16": ("float16", 64)}
+    offset, graph["params"] = 4096, graph["params"][:2]
+    for name, (dtype, nbytes) in table.items():
+        graph["params"].append(
+            {"name": name, "shape": [nbytes], "dtype": dtype, "offset": offset, "nbytes": nbytes}
+        )
+        offset += nbytes + (-nbytes) % 64
+    factory = GraphExecutorFactoryModule(graph, params)
+    blob = pack_container([(factory.type_key, factory.save_sections())])
+    trailer = integrity.make_trailer(blob, 0, None)
+    doc, body = integrity.read_trailer(blob + trailer)
+    assert body == len(blob)
+    covered = {e[0] for e in doc["entries"] if e[0].startswith("params tensor")}
+    assert covered == {
+        "params tensor 'i32' (int32)", "params tensor 'i8' (int8)",
+        "params tensor 'mask' (bool)",
+    }

@@ -22,7 +22,7 @@ BLAKE2b-256 over its ranges in order. ``skipped`` ranges are the weight payloads
 ``params`` sections above :data:`~monolib.abi.container.SMALL_SECTION_BYTES`) minus
 their integer tensors: those hold indices (Gather indices, Slice starts, tables the
 compiler built), so a damaged weight gives wrong numbers, never an out-of-bounds
-access; float (and large 8-bit) tensors are values and stay unhashed, so a load stays
+access; float (and large 8-bit or bool) tensors are values and stay unhashed, so a load stays
 O(1) in the weights. BLAKE2b comes from CPython's built-in ``_blake2`` (~1.1 ms of CPU
 per MiB here), so a plain load still never imports OpenSSL.
 
@@ -72,7 +72,8 @@ FOOTER_SIZE = _FOOTER.size
 assert FOOTER_SIZE == 64
 #: A trailer JSON above this is refused unread (a real one is a few KiB).
 _MAX_JSON = 16 << 20
-#: 8-bit integer tensors above this are quantized weights (values), not indices.
+#: 8-bit integer (and bool) tensors above this are quantized weights or masks
+#: (values), not indices.
 _SMALL_BYTE_TENSOR = 4096
 
 
@@ -130,11 +131,11 @@ def _integer_tensors(container: Container, i: int) -> list[tuple[str, int, int]]
     out = []
     for p in graph.get("params", []) if isinstance(graph, dict) else []:
         dtype = str(p.get("dtype", ""))
-        if not dtype.startswith(("int", "uint")):
+        if not dtype.startswith(("int", "uint", "bool")):
             continue
         nbytes = int(p["nbytes"])
-        if dtype in ("int8", "uint8") and nbytes > _SMALL_BYTE_TENSOR:
-            continue  # quantized weights: values, never indices
+        if dtype in ("int8", "uint8", "bool") and nbytes > _SMALL_BYTE_TENSOR:
+            continue  # quantized weights, large masks: values, never indices
         if nbytes > 0:
             out.append((f"params tensor {p.get('name')!r} ({dtype})", int(p["offset"]), nbytes))
     return out

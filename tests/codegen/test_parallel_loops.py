@@ -99,8 +99,8 @@ def test_split_above_threshold_only(op: str) -> None:
 
 def test_pools_split_and_match() -> None:
     """MaxPool / AveragePool 2-D through ml_pool2d (borders, stride 1, 2 and 3, ceil
-    mode, count_include_pad, a NaN plane, a fused epilogue; the separable max at
-    vertical stride 1, horizontal 1 and 2) and a 1-D MaxPool through
+    mode, count_include_pad, a NaN plane, a fused epilogue; the separable max and
+    average at vertical stride 1, horizontal 1 and 2) and a 1-D MaxPool through
     the generic loops on the pool: vs ONNX Runtime, 1 and 2 threads identical."""
     nodes = [
         helper.make_node("MaxPool", ["x"], ["m1"], kernel_shape=[3, 3], strides=[2, 2],
@@ -117,11 +117,14 @@ def test_pools_split_and_match() -> None:
         helper.make_node("MaxPool", ["v"], ["m4"], kernel_shape=[5], strides=[2], pads=[2, 2]),
         helper.make_node("MaxPool", ["x"], ["m5"], kernel_shape=[3, 4], strides=[1, 2],
                          pads=[1, 2, 1, 1]),
+        helper.make_node("AveragePool", ["x"], ["a3"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("AveragePool", ["x"], ["a4"], kernel_shape=[4, 3], strides=[1, 2],
+                         pads=[2, 1, 1, 2], count_include_pad=1),
     ]
     model = _model(nodes, [("x", [2, 12, 37, 45]), ("v", [3, 40, 1500])],
-                   ["m1", "m2", "m3", "a1", "a2", "m4", "m5"])
+                   ["m1", "m2", "m3", "a1", "a2", "m4", "m5", "a3", "a4"])
     source = lower(model)[0]
-    assert source.count("ml_pool2d(&pa_)") == 6
+    assert source.count("ml_pool2d(&pa_)") == 8
     assert "par_task_" in source  # the 1-D pool's planes
     x = RNG.standard_normal((2, 12, 37, 45)).astype(np.float32)
     v = RNG.standard_normal((3, 40, 1500)).astype(np.float32)

@@ -235,42 +235,65 @@ static inline void ml_pool2d_row(const ml_pool2d_args* a, const float* x, float*
 }
 
 #if defined(__AVX__)
-/* Separable max of one NaN-free plane (vertical stride 1, horizontal 1 or 2; measured:
- * 512 planes 13x13 3x3/1 212 -> 121 us, 64 of 56x56 180 -> 103; at vertical stride 2 no
- * gain): each input row, padded with
- * -inf, is max-reduced over KW into a row of the window maxima (vectors along the
- * output columns), then each output row is the max of KH of those: KW + KH vector ops
- * an eight outputs instead of KW * KH, and no scalar border columns. Max is exact in
- * any order, so the result is the direct one's bit for bit. Returns 0 (nothing done)
- * when the plane's rows do not fit the stack buffers. */
+/* Separable pool of one plane (vertical stride 1, horizontal 1 or 2; max only when the
+ * plane holds no NaN): each input row, padded with -inf (max) or 0 (average), is
+ * reduced over KW into a row of window partials (vectors along the output columns),
+ * then each output row reduces KH of those: KW + KH vector ops an eight outputs
+ * instead of KW * KH, and no scalar border columns. Max is exact in any order (the
+ * direct path's bits); an average sums rows of partials (a different rounding order,
+ * within an ulp or two) and divides by the same counts. Measured (max, 1 thread): 512
+ * planes 13x13 3x3/1 212 -> 120 us, 64 of 56x56 180 -> 103-140 us; at vertical stride
+ * 2 no gain. Returns 0 (nothing done) when the rows do not fit the stack buffers. */
 #define ML_POOL_SEP_ROW 1024
 #define ML_POOL_SEP_PLANE 16384
-static inline int ml_maxpool2d_separable(const ml_pool2d_args* a, const float* x, float* y) {
+static inline int ml_pool2d_separable(const ml_pool2d_args* a, const float* x, float* y) {
     const int64_t H = a->H, W = a->W, OH = a->OH, OW = a->OW, KW = a->KW, s = a->SW;
     const int64_t OWv = (OW + 7) & ~(int64_t)7, len = OWv * s + KW + 8;
     /* a gain when rows are reused (H * KW + OH * KH < OH * KH * KW): vertical stride 1 */
     if (a->SH != 1 || (s != 1 && s != 2) || len > ML_POOL_SEP_ROW || H * OWv > ML_POOL_SEP_PLANE)
         return 0;
-    float pr[ML_POOL_SEP_ROW], hb[ML_POOL_SEP_PLANE], yt[ML_POOL_SEP_ROW];
-    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    float pr[ML_POOL_SEP_ROW], hb[ML_POOL_SEP_PLANE], yt[ML_POOL_SEP_ROW], cw[ML_POOL_SEP_ROW];
+    const int mx = a->is_max;
+    const float pad = mx ? -INFINITY : 0.0f;
+    const __m256 init = _mm256_set1_ps(pad);
     /* columns of x that land in pr: [PL, PL + W) */
     int64_t c0 = a->PL < len ? a->PL : len, c1 = a->PL + W < len ? a->PL + W : len;
-    for (int64_t c = 0; c < c0; ++c) pr[c] = -INFINITY;
-    for (int64_t c = c1; c < len; ++c) pr[c] = -INFINITY;
+    for (int64_t c = 0; c < c0; ++c) pr[c] = pad;
+    for (int64_t c = c1; c < len; ++c) pr[c] = pad;
     for (int64_t r = 0; r < H; ++r) {
         memcpy(pr + c0, x + r * W, (size_t)(c1 - c0) * sizeof(float));
         for (int64_t ow = 0; ow < OWv; ow += 8) {
-            __m256 acc = ninf;
-            for (int64_t k = 0; k < KW; ++k) acc = _mm256_max_ps(ml_pool_load8(pr + ow * s + k, s), acc);
+            __m256 acc = init;
+            for (int64_t k = 0; k < KW; ++k) {
+                __m256 v = ml_pool_load8(pr + ow * s + k, s);
+                acc = mx ? _mm256_max_ps(v, acc) : _mm256_add_ps(acc, v);
+            }
             _mm256_storeu_ps(hb + r * OWv + ow, acc);
         }
     }
+    if (!mx) /* window columns counted per output column (as ml_pool2d_row does) */
+        for (int64_t ow = 0; ow < OWv; ++ow) {
+            int64_t w0 = ow * s - a->PL, w1 = w0 + KW;
+            int64_t nw = a->include_pad ? ML_POOL_MIN(w1, W + a->PR) - w0
+                                        : ML_POOL_MIN(w1, W) - ML_POOL_MAX(w0, 0);
+            cw[ow] = (float)(nw > 0 ? nw : 0);
+        }
     for (int64_t oh = 0; oh < OH; ++oh) {
         int64_t h0 = oh * a->SH - a->PT, r0 = h0 < 0 ? 0 : h0;
         int64_t r1 = h0 + a->KH > H ? H : h0 + a->KH;
+        int64_t nh = a->include_pad ? ML_POOL_MIN(h0 + a->KH, H + a->PB) - h0 : r1 - r0;
+        const __m256 fh = _mm256_set1_ps((float)(nh > 0 ? nh : 0)), one = _mm256_set1_ps(1.0f);
         for (int64_t ow = 0; ow < OWv; ow += 8) {
-            __m256 acc = ninf;
-            for (int64_t r = r0; r < r1; ++r) acc = _mm256_max_ps(_mm256_loadu_ps(hb + r * OWv + ow), acc);
+            __m256 acc = init;
+            for (int64_t r = r0; r < r1; ++r) {
+                __m256 v = _mm256_loadu_ps(hb + r * OWv + ow);
+                acc = mx ? _mm256_max_ps(v, acc) : _mm256_add_ps(acc, v);
+            }
+            if (!mx) { /* n = nh * nw (exact in float), 1 where no tap counts */
+                __m256 n = _mm256_mul_ps(fh, _mm256_loadu_ps(cw + ow));
+                n = _mm256_max_ps(n, one);
+                acc = _mm256_div_ps(acc, n);
+            }
             _mm256_storeu_ps(yt + ow, acc);
         }
         memcpy(y + oh * OW, yt, (size_t)OW * sizeof(float));
@@ -288,7 +311,7 @@ static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
         float* y = a->y + p * a->OH * a->OW;
         int nan = a->is_max && ml_pool_has_nan(x, a->H * a->W), done = 0;
 #if defined(__AVX__)
-        if (a->is_max && !nan) done = ml_maxpool2d_separable(a, x, y);
+        if (!nan) done = ml_pool2d_separable(a, x, y);
 #endif
         if (!done)
             for (int64_t oh = 0; oh < a->OH; ++oh) ml_pool2d_row(a, x, y + oh * a->OW, oh, nan);

@@ -365,7 +365,8 @@ def test_hand_built_bytes_mutated_and_truncated(name, data, worker, tmp_path_fac
 # --------------------------------------------------------------------------- code bytes
 # Code and index tensors (issue 15): before the code digest, 1-2 random bytes flipped
 # in .text of an exported library crashed the process loading and running it in 7 of
-# 84 cases on this model (SIGSEGV 5, SIGBUS 1, SIGILL 1; 43 of 84 on a larger one).
+# 84 cases on this model (SIGSEGV 5, SIGBUS 1, SIGILL 1), 36 of 84 on ONNX's light
+# ResNet-50 (SIGSEGV 29, SIGILL 6, SIGTRAP 1; 1 more hung). With it: 84 IntegrityErrors.
 CODE_CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np

@@ -336,7 +336,7 @@ class CEmitContext:
         """C statements running ``body`` for ``var`` = 0 .. ``extent``-1, split into
         blocks of ``var`` over the thread pool when ``work`` (threadpool.h's unit:
         multiply-adds, a float moved counts 4) reaches :data:`PARALLEL_MIN_WORK`; the
-        pool then decides on the run's state (``ml_par_tasks``).
+        pool then decides on the run's state (``ml_par_tasks_mem``).
 
         ``body`` must write disjoint data for distinct ``var`` and use no scratch (the
         blocks run at once) and may use ``params``, ``arena`` and ``S``: a split body
@@ -361,7 +361,7 @@ class CEmitContext:
         )
         return (
             f"  {{ ml_ew_ctx c_ = {{params, arena, 0}};\n"
-            f"    const int64_t n_ = {extent}, t_ = ml_par_tasks((double)({work}), n_);\n"
+            f"    const int64_t n_ = {extent}, t_ = ml_par_tasks_mem((double)({work}), n_);\n"
             "    c_.chunk = (n_ + t_ - 1) / t_;\n"
             f"    if (t_ > 1) ml_parallel_for((n_ + c_.chunk - 1) / c_.chunk, {name}, &c_, 0, 0);\n"
             f"    else {name}(&c_, 0, 0); }}"
@@ -407,9 +407,9 @@ def _emit_body(fused: FusedOp, ctx: CEmitContext) -> str:
     return code
 
 
-# Work (threadpool.h's unit) from which an op's loop is written as a task function the
-# pool may split: threadpool.h's ML_PAR_MIN_WORK (its comment has the measurements);
-# at run time ml_par_tasks decides on the pool's state.
+# Work (threadpool.h's unit) from which an op's memory-bound loop is written as a task
+# function the pool may split: threadpool.h's ML_PAR_MIN_MEM (its comment has the
+# measurements); at run time ml_par_tasks_mem decides on the pool's state.
 PARALLEL_MIN_WORK = 1 << 17
 # Elementwise chains of at least this many element-steps are split over the thread pool
 # (memory-bound: an element-step counts as 4 multiply-adds).
@@ -449,7 +449,7 @@ def _elementwise(fused: FusedOp, ctx: CEmitContext, in_place: frozenset[int]) ->
     align = "\n    c_.chunk = (c_.chunk + 63) & ~(int64_t)63;" if depth == 1 else ""
     return (
         f"  {{ ml_ew_ctx c_ = {{params, arena, 0}};\n"
-        f"    int64_t t_ = ml_par_tasks({work_c}, {n});\n"
+        f"    int64_t t_ = ml_par_tasks_mem({work_c}, {n});\n"
         f"    c_.chunk = ({n} + t_ - 1) / t_;{align}\n"
         f"    ml_parallel_for(({n} + c_.chunk - 1) / c_.chunk, {name}, &c_, 0, 0); }}"
     )

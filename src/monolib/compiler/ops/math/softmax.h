@@ -89,8 +89,9 @@ static void ml_softmax_task_f32(void* args, int64_t t, void* scratch) {
 static void ml_softmax_f32(ml_softmax_args* a, void* scratch0) {
     a->chunk = a->rows;
 #ifdef MONOLIB_THREADPOOL_H
-    /* some 16 flops per element (max, exp, sum, scale): ml_par_tasks' unit of work */
-    int64_t tasks = ml_par_tasks(16.0 * (double)a->rows * (double)a->n, a->rows);
+    /* some 16 flops per element (max, exp, sum, scale); rows share no set-up: the
+     * memory-bound threshold */
+    int64_t tasks = ml_par_tasks_mem(16.0 * (double)a->rows * (double)a->n, a->rows);
     if (tasks > 1) {
         a->chunk = (a->rows + tasks - 1) / tasks;
         size_t scratch = a->log ? (size_t)a->n * sizeof(float) : 0;

@@ -86,7 +86,7 @@ __attribute__((unused)) static void ml_global_pool(int64_t rows, int64_t n, cons
                                                    float* y, int is_max, float div) {
     ml_gpool_job j = {rows, n, rows, x, y, is_max, div};
 #ifdef MONOLIB_THREADPOOL_H
-    int64_t tasks = ml_par_tasks(4.0 * rows * n, rows);
+    int64_t tasks = ml_par_tasks_mem(4.0 * rows * n, rows);
     if (tasks > 1) {
         j.chunk = (rows + tasks - 1) / tasks;
         ml_parallel_for((rows + j.chunk - 1) / j.chunk, ml_gpool_task, &j, 0, 0);
@@ -326,7 +326,7 @@ __attribute__((unused)) static void ml_pool2d(ml_pool2d_args* a) {
     a->chunk = a->planes;
 #ifdef MONOLIB_THREADPOOL_H
     double work = (double)a->planes * (double)(a->OH * a->OW * (a->KH * a->KW + 4) + 4 * a->H * a->W);
-    int64_t tasks = ml_par_tasks(work, a->planes);
+    int64_t tasks = ml_par_tasks_mem(work, a->planes);
     if (tasks > 1) {
         a->chunk = (a->planes + tasks - 1) / tasks;
         ml_parallel_for((a->planes + a->chunk - 1) / a->chunk, ml_pool2d_task, a, 0, 0);

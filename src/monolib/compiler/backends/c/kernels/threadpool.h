@@ -29,16 +29,24 @@
 
 #define ML_MAX_THREADS 64
 /* Work (multiply-adds; a float moved by a memory-bound op counts 4) below which an op
- * stays on the calling thread. Measured on 2 cores (AMD EPYC, KVM; /tmp microbenchmarks,
- * minimum of 2000 runs): a job's round trip to a spinning worker costs ~0.2 us and a
- * leaky-relu over 2K floats (0.8 us) already ran 1.4x faster split, 8K floats 1.8x. So
- * 128K (some 3-6 us of work, 15-30 round trips) splits whatever can gain while the
- * workers spin. Waking a sleeping worker is another matter: the caller's futex wake
- * took 6 us (median; 15 at p90) and the worker arrived tens of microseconds later, so
- * while every worker sleeps only an op of ML_PAR_WAKE_WORK (some 70 us) wakes them;
- * smaller ones stay serial until a large op has the workers spinning again. */
+ * stays on the calling thread: some 70 us of work. A compute kernel's task repeats
+ * per-task set-up (a GEMM split by rows packs all of B in each task): measured on
+ * 2 cores, ops of 1-2M multiply-adds (PP-OCR cls's GEMMs) were no faster split, and
+ * at 128K oww_embedding's 96x48x288 im2col GEMMs ran 2.7-3x slower on 2 threads
+ * (53 -> 143 us, quiet Xeon). */
 #ifndef ML_PAR_MIN_WORK
-#define ML_PAR_MIN_WORK (1 << 17)
+#define ML_PAR_MIN_WORK (1 << 21)
+#endif
+/* The same for memory-bound loops whose blocks share no set-up (ml_par_tasks_mem:
+ * elementwise chains, copies, pools, fills, normalizations). Measured on 2 cores (AMD
+ * EPYC, KVM; minimum of 2000 runs): a job's round trip to a spinning worker costs
+ * ~0.2 us and a leaky-relu over 2K floats (0.8 us) already ran 1.4x faster split, 8K
+ * floats 1.8x: 128K (some 3-6 us of work) splits what can gain while the workers spin.
+ * Waking a sleeping worker is another matter: the caller's futex wake took 6 us
+ * (median; 15 at p90) and the worker arrived tens of microseconds later, so while every
+ * worker sleeps only an op of ML_PAR_WAKE_WORK (some 70 us) wakes them. */
+#ifndef ML_PAR_MIN_MEM
+#define ML_PAR_MIN_MEM (1 << 17)
 #endif
 #ifndef ML_PAR_WAKE_WORK
 #define ML_PAR_WAKE_WORK (1 << 21)
@@ -300,6 +308,17 @@ __attribute__((destructor)) static void ml_pool_fini(void) {
 }
 
 #endif /* threads */
+
+/* Tasks for a memory-bound loop of `work` units (a float moved counts 4) split into
+ * pieces of at most `units` blocks: one (serial) below ML_PAR_MIN_MEM, or below
+ * ML_PAR_WAKE_WORK while the workers sleep; else about 4 per thread. */
+static inline int64_t ml_par_tasks_mem(double work, int64_t units) {
+    int32_t nt = ml_num_threads();
+    if (nt <= 1 || work < ML_PAR_MIN_MEM || units < 2) return 1;
+    if (work < ML_PAR_WAKE_WORK && ml_pool_asleep()) return 1;
+    int64_t t = (int64_t)nt * 4;
+    return t < units ? t : units;
+}
 
 /* Tasks for `work` multiply-adds split into pieces of at most `units` units: one (serial)
  * when small (below ML_PAR_MIN_WORK, or below ML_PAR_WAKE_WORK while the workers

@@ -89,6 +89,8 @@ CASES: dict[str, tuple[str, Callable]] = {
                lambda: matmul_case((1, 128, 768), (768, 3072))),
     "small": ("MatMul [8,64,64]x[8,64,64]",
               lambda: matmul_case((8, 64, 64), (8, 64, 64))),
+    "square": ("MatMul [1024,1024]x[1024,1024] const",
+               lambda: matmul_case((1024, 1024), (1024, 1024), True)),
     "gemv": ("MatMul [1,1,4096]x[4096,4096] const",
              lambda: matmul_case((1, 1, 4096), (4096, 4096), True)),
     "gemv_rt": ("MatMul [1,1,4096]x[4096,4096]",

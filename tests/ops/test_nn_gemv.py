@@ -1,5 +1,7 @@
 """GEMV-shaped products in gemm.h: ``ml_sgemv_pa`` (a packed A against at most
-``GEMV_NMAX`` columns: a conv on a 1x1 or 2x2 map) and the few-row path against a
+``GEMV_NMAX`` columns: a conv on a 1x1 or 2x2 map), the few columns past the last whole
+16-column panel of a GEMM with a packed A (``ml_gemm_tail_cols``: a conv on a 7x7 map's
+49 columns) and the few-row path against a
 prepacked B (a batch-1 FC layer: each pair of panels over the whole K in one pass),
 against the NumPy reference and ONNX Runtime, on odd shapes and tails, under each tiling,
 at 1 and 2 threads (bit-identical)."""
@@ -97,6 +99,40 @@ def aligned(x: np.ndarray) -> np.ndarray:
     return out
 
 
+# name -> (X shape, W shape): column tails past the 16-column panels of 1, 2, 3 and 4
+# columns (49 = 3*16 + 1, 18 = 16 + 2, 3 alone, 196 = 12*16 + 4), K over KC = 256
+TAIL_CASES = {
+    "map7x7": ((1, 300, 7, 7), (37, 300, 1, 1)),
+    "map3x6": ((1, 20, 3, 6), (13, 20, 1, 1)),
+    "map1x3_few_rows": ((1, 20, 1, 3), (5, 20, 1, 1)),
+    "map14x14": ((1, 9, 14, 14), (8, 9, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAIL_CASES))
+def test_conv_column_tail(case: str) -> None:
+    xs, ws = TAIL_CASES[case]
+    check_node("Conv", [r(*xs), r(*ws, scale=0.1), r(ws[0])], {}, const=[1, 2])
+
+
+@pytest.mark.parametrize("tiling", sorted(TILINGS))
+def test_conv_column_tail_tilings(tiling: str) -> None:
+    xs, ws = TAIL_CASES["map7x7"]
+    check_node("Conv", [r(*xs), r(*ws, scale=0.1), r(ws[0])], {}, const=[1, 2], ort=False,
+               options=TILINGS[tiling])
+
+
+def test_column_tail_two_threads_bit_identical() -> None:
+    # 256 x 300 x 49: split into column ranges and row blocks; a range of the tail alone
+    # sums it as the whole GEMM does
+    x, w, b = r(1, 300, 7, 7), r(256, 300, 1, 1, scale=0.05), r(256)
+    one, two = run_threads(_conv_model(x, w, b), {"X": x})
+    want = np.einsum("mk,kn->mn", w.reshape(256, 300).astype(np.float64), x.reshape(300, 49))
+    np.testing.assert_allclose(one[0], want.reshape(1, 256, 7, 7) + b.reshape(1, -1, 1, 1),
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(one[0], two[0])
+
+
 def _conv_model(x, w, b):
     node = helper.make_node("Conv", ["X", "W", "B"], ["Y"])
     y_shape = [1, w.shape[0], x.shape[2], x.shape[3]]
@@ -153,3 +189,41 @@ def test_gemv_shaped_rule() -> None:
     assert "ml_sgemm_par(&ga_)" in gemm_call({**packed, "N": "5"}, strided)
     # the block buffer holds x expanded to A's panel layout (MR floats per k and column)
     assert bbuf_floats(1000, 3) >= 1000 * MR * 3
+
+
+SPLIT_C = r"""
+/* ml_sgemm_par's split of an M x N x K GEMM (run-time B unless packed) on nt threads */
+void split(int nt, int64_t M, int64_t N, int64_t K, int packed, int64_t* out) {
+    ml_set_num_threads(nt);
+    ml_gemm_args g = ml_gemm_defaults(M, N, K, (const float*)64, 0);
+    g.b.kind = packed ? ML_B_PACKED : ML_B_STRIDED;
+    int64_t units = ((N + 31) / 32) * ((M + ML_MR - 1) / ML_MR);
+    ml_gemm_split(&g, ml_par_tasks((double)M * N * K, units), out, out + 1);
+    out[2] = (int64_t)ml_gemm_task_cost(&g, out[1], out[0]);
+    out[3] = (int64_t)ml_gemm_task_cost(&g, M - out[1], N - out[0]);
+}
+"""
+
+
+def _split(nt: int, m: int, n: int, k: int, packed: bool) -> tuple[int, int, int, int]:
+    lib = build_shared(kernel_header("threadpool.h") + kernel_header("gemm.h") + SPLIT_C)
+    out = (ctypes.c_int64 * 4)()
+    lib.split(nt, ctypes.c_int64(m), ctypes.c_int64(n), ctypes.c_int64(k), int(packed), out)
+    return tuple(out)
+
+
+def test_split_by_estimated_work() -> None:
+    # 196 columns (a 14x14 map): halving them gives 128 + 68 (a 4-column tail), so the
+    # two threads take 2 row blocks of whole rows instead
+    cn, cm, *_ = _split(2, 1024, 196, 256, False)
+    assert (cn, cm) == (224, 516)
+    # 12 rows (two panels) by 4096 prepacked columns: two column ranges of 2048
+    cn, cm, *_ = _split(2, 12, 4096, 512, True)
+    assert -(-4096 // cn) * -(-12 // cm) == 2
+    # 4 threads on 256 x 3136: four column ranges, each packing only its own B
+    cn, cm, *_ = _split(4, 256, 3136, 64, False)
+    assert (-(-3136 // cn), -(-256 // cm)) == (4, 1)
+    # a 7x7 map's 49 columns: a column range holding the 1-column tail alone costs far
+    # less than a whole 16-column panel, so rows split
+    cn, cm, *_ = _split(2, 2048, 49, 512, False)
+    assert cn >= 49 and cm == 1026

@@ -102,7 +102,8 @@ def gemv_shaped(fields: dict[str, str], bsrc: dict[str, str]) -> bool:
 
 def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
     """C block that fills an ``ml_gemm_args`` (named ``ga_``) and calls ``ml_sgemm_par``
-    (``ml_sgemm`` split over columns on the library's thread pool when large).
+    (``ml_sgemm`` split over column ranges and row blocks on the library's thread pool
+    when large), or ``ml_sgemv_pa`` for a GEMV-shaped call (:func:`gemv_shaped`).
 
     Parameters
     ----------

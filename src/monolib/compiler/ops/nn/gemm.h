@@ -15,7 +15,12 @@
  *   unpacked A (a_raw): A[m][k] = a_raw[m*lda + k], broadcast straight from the rows by
  *             the micro-kernel: a run-time A costs no packing pass.
  * Fewer than MR rows against a run-time B with unit column stride (a GEMV) skip the
- * tiling: ml_gemm_small_m reads B in place. ml_sgemm_batch runs a batch of equal GEMMs.
+ * tiling: ml_gemm_small_m reads B in place; against a prepacked B they stream each panel
+ * pair over the whole K. A packed A against at most ML_GEMV_NMAX columns (ml_sgemv_pa)
+ * or a tail of that many past the last whole panel (ml_gemm_tail_cols) is summed as
+ * whole vectors of A's panels, not one broadcast per element. ml_sgemm_par splits a
+ * GEMM over the pool by the grid of column ranges and row blocks with the least
+ * estimated finish time (ml_gemm_split). ml_sgemm_batch runs a batch of equal GEMMs.
  * Everything is re-entrant: a caller may split [n_begin, n_end) across threads, each with
  * its own B block buffer.
  */
@@ -409,12 +414,92 @@ static inline int64_t ml_gemm_bbuf_floats(int64_t K, int64_t N) {
     return N <= ML_GEMV_NMAX && gv > f ? gv : f;
 }
 
+/* Few columns (N <= ML_GEMV_NMAX) against a packed A: a 1x1 conv on a 1x1 map, a
+ * squeeze-excitation FC written as a conv. The micro-kernel would compute 16 columns to
+ * keep one and load each A element alone (a 512 -> 1280 conv ran at 7 GFLOP/s); here A's
+ * panels stream as whole vectors against x expanded to A's panel layout once per call
+ * (xe[k*MR + r] = B[k][c]), 8 k (48 floats) per step; lane q*MR + r of a step's sums
+ * belongs to row r, summed in a fixed order (any thread split gives the same result).
+ * gemm_call (_gemm.py) emits ml_sgemv_pa for such static shapes only, so other
+ * libraries do not compile it. */
+#define ML_GV_L (8 * ML_MR / ML_VW) /* vectors per step of 8 k: 3, 6 or 12 */
+
+/* Floats of x expanded for one column (xe's column stride), a multiple of 16. */
+static inline int64_t ml_gemv_xs(int64_t K) { return (K * ML_MR + 15) / 16 * 16; }
+
+/* y[c][r] = sum_k A[k*MR + r] xe[c*xs + k*MR] for one panel a (K x MR), nc columns. */
+ML_INLINE void ml_gemv_pa_panel(const int nc, int64_t K, const float* restrict a,
+                                const float* restrict xe, int64_t xs,
+                                float y[ML_GEMV_NMAX][ML_MR]) {
+    ml_vf acc[ML_GEMV_NMAX][ML_GV_L];
+    for (int c = 0; c < nc; ++c)
+        for (int l = 0; l < ML_GV_L; ++l) acc[c][l] = (ml_vf){0};
+    const int64_t end = K / 8 * 8 * ML_MR;
+    for (int64_t f = 0; f < end; f += 8 * ML_MR)
+        for (int l = 0; l < ML_GV_L; ++l) {
+            ml_vf av = *(const ml_vf*)(a + f + l * ML_VW);
+            for (int c = 0; c < nc; ++c)
+                acc[c][l] += av * *(const ml_vf*)(xe + c * xs + f + l * ML_VW);
+        }
+    for (int c = 0; c < nc; ++c) {
+        float t[8 * ML_MR] __attribute__((aligned(64)));
+        for (int l = 0; l < ML_GV_L; ++l) *(ml_vf*)(t + l * ML_VW) = acc[c][l];
+        for (int r = 0; r < ML_MR; ++r) {
+            float v = 0.0f;
+            for (int q = 0; q < 8; ++q) v += t[q * ML_MR + r];
+            for (int64_t k = K / 8 * 8; k < K; ++k) v += a[k * ML_MR + r] * xe[c * xs + k * ML_MR];
+            y[c][r] = v;
+        }
+    }
+}
+
+/* Columns [n0, n0 + rem) (rem <= ML_GEMV_NMAX: the tail past the last whole 16-column
+ * panel, e.g. 1 of a 7x7 map's 49) of rows ic..ic+mc over the K block [pc, pc + kc),
+ * against a packed A: the panel kernel of ml_sgemv_pa on x expanded from B's last panel
+ * b. The micro-kernel would compute a whole panel for these few columns (a 2048 x 49
+ * conv GEMM ran at 85 GFLOP/s, 107 at 48 columns). */
+static __attribute__((noinline)) void ml_gemm_tail_cols(const ml_gemm_args* g, int64_t ic,
+                                                        int64_t mc, int64_t pc, int64_t kc,
+                                                        int64_t n0, int rem, const float* b,
+                                                        int load_c) {
+    float xe[ML_GEMV_NMAX * ML_KC * ML_MR];
+    const int nx = rem == 1 ? 1 : ML_GEMV_NMAX; /* the two instances compiled */
+    for (int c = 0; c < nx; ++c)
+        for (int64_t k = 0; k < kc; ++k)
+            for (int r = 0; r < ML_MR; ++r)
+                xe[(c * kc + k) * ML_MR + r] = c < rem ? b[k * ML_NR + c] : 0.0f;
+    for (int64_t m0 = ic; m0 < ic + mc; m0 += ML_MR) {
+        float y[ML_GEMV_NMAX][ML_MR];
+        const float* a = g->a + (m0 / ML_MR) * g->K * ML_MR + pc * ML_MR;
+        if (nx == 1) ml_gemv_pa_panel(1, kc, a, xe, kc * ML_MR, y);
+        else ml_gemv_pa_panel(ML_GEMV_NMAX, kc, a, xe, kc * ML_MR, y);
+        for (int64_t m = m0; m < ML_MIN(m0 + ML_MR, ic + mc); ++m)
+            for (int c = 0; c < rem; ++c) {
+                float* o = g->c + m * g->ldc + n0 + c;
+                float v = g->alpha * y[c][m - m0];
+                if (load_c) v += *o;
+                else {
+                    if (g->bias_m) v += g->bias_m[m];
+                    if (g->bias_n) v += g->bias_n[n0 + c];
+                }
+                *o = v;
+            }
+    }
+}
+
 /* The macro-kernel over one packed MC x KC block of A and KC x NC block of B. */
 static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, int64_t pc,
                                  int64_t kc, int64_t jc, int64_t nc, const float* bp,
                                  int64_t bps) {
     int first = pc == 0;
     int load_c = g->accumulate || !first;
+    int rem = (int)(nc % ML_NR);
+    /* a few columns past the panels (on every column range: a thread's range that holds
+     * only such a tail sums it the same way, so any split gives the same result) */
+    if (!g->a_raw && rem <= ML_GEMV_NMAX) {
+        nc -= rem;
+        if (rem) ml_gemm_tail_cols(g, ic, mc, pc, kc, jc + nc, rem, bp + (nc / ML_NR) * bps, load_c);
+    }
     for (int64_t jr = 0; jr < nc; jr += ML_NP * ML_NR) {
         int nr = (int)ML_MIN(ML_NP * ML_NR, nc - jr);
         const float* b = bp + (jr / ML_NR) * bps;
@@ -608,11 +693,81 @@ static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
 }
 #endif
 
+#ifndef ML_SPLIT_MODEL
+#define ML_SPLIT_MODEL 1
+#endif
+#if ML_SPLIT_MODEL
+/* Multiply-adds a thread-pool task costs beyond its sums (handing it out, its first
+ * cache misses), and per float of A it reads and of B it packs. With them the split
+ * ran ResNet-50's 1x1 GEMMs on 2 cores (Xeon) 1024x196x256 in 0.42 ms (ORT 0.45) where
+ * the former rule's column chunks of 96, 96 and 4 by row blocks took 0.91, 256x196x1024
+ * 0.39 (0.44) where it took 0.44. */
+#define ML_TASK_COST 50000.0
+#define ML_A_READ_COST 4.0
+#define ML_B_PACK_COST 8.0
+
+/* Estimated cost (multiply-adds) of a task of `rows` x `cols` of g: the micro-kernel's
+ * columns (32-column tiles; a last group of <= 16 at one panel; with a packed A a tail
+ * of <= 4 past the panels at its own width, as ml_gemm_block sums it), its rows in
+ * whole MR panels, reading A's rows, packing its block of a run-time B. */
+static inline double ml_gemm_task_cost(const ml_gemm_args* g, int64_t rows, int64_t cols) {
+    int64_t rem = cols % ML_NR, tail = 0;
+    if (!g->a_raw && rem <= ML_GEMV_NMAX) {
+        tail = rem == 0 ? 0 : rem == 1 ? 1 : ML_GEMV_NMAX;
+        cols -= rem;
+    }
+    int64_t w = ML_NP * ML_NR, r = cols % w;
+    double eff = (double)(cols - r + (r == 0 ? 0 : r <= ML_NR ? ML_NR : w) + tail);
+    double k = (double)g->K;
+    double c = (double)((rows + ML_MR - 1) / ML_MR * ML_MR) * eff * k;
+    c += ML_A_READ_COST * rows * k + ML_TASK_COST;
+    if (g->b.kind != ML_B_PACKED) c += ML_B_PACK_COST * cols * k;
+    return c;
+}
+
+/* The split of g into column chunks (multiples of 32) by row blocks (multiples of MR),
+ * at most max_tasks tasks, with the least estimated finish time on the pool's threads
+ * (tasks handed out in order to the first free thread; among near ties, fewer tasks).
+ * Returns chunk_n, chunk_m. */
+static void ml_gemm_split(const ml_gemm_args* g, int64_t max_tasks, int64_t* chunk_n,
+                          int64_t* chunk_m) {
+    const int64_t n = g->n_end - g->n_begin, un = (n + 31) / 32;
+    const int64_t um = (g->M + ML_MR - 1) / ML_MR;
+    const int nt = ml_num_threads() < 64 ? ml_num_threads() : 64;
+    double best = -1.0;
+    int64_t best_tasks = 0;
+    for (int64_t tn = 1; tn <= ML_MIN(un, max_tasks); ++tn)
+        for (int64_t tm = 1; tm <= ML_MIN(um, max_tasks / tn); ++tm) {
+            int64_t cn = (un + tn - 1) / tn * 32, cm = (um + tm - 1) / tm * ML_MR;
+            int64_t tasks_n = (n + cn - 1) / cn, tasks_m = (g->M + cm - 1) / cm;
+            if ((tn > 1 && tasks_n != tn) || (tm > 1 && tasks_m != tm)) continue; /* same split as a smaller tn/tm */
+            double fin[64] = {0};
+            for (int64_t t = 0; t < tasks_n * tasks_m; ++t) {
+                int64_t i = t / tasks_n, jn = t % tasks_n;
+                int64_t rows = ML_MIN(cm, g->M - i * cm), cols = ML_MIN(cn, n - jn * cn);
+                int f = 0;
+                for (int u = 1; u < nt; ++u)
+                    if (fin[u] < fin[f]) f = u;
+                fin[f] += ml_gemm_task_cost(g, rows, cols);
+            }
+            double span = 0.0;
+            for (int u = 0; u < nt; ++u) span = fin[u] > span ? fin[u] : span;
+            int64_t tasks = tasks_n * tasks_m;
+            if (best < 0 || span < 0.98 * best || (span < 1.02 * best && tasks < best_tasks)) {
+                best = span;
+                best_tasks = tasks;
+                *chunk_n = cn;
+                *chunk_m = cm;
+            }
+        }
+}
+#endif
+
 /* ml_sgemm on the thread pool (threadpool.h, when included before): the columns are
- * split into chunks of a multiple of 32 and, when there are too few for the threads
- * the rows into blocks of a multiple of MR; each
- * block is computed (and its epilogue applied) by one thread with its own B block
- * buffer. Small GEMMs stay on the calling thread. */
+ * split into chunks of a multiple of 32 and the rows into blocks of a multiple of MR, the
+ * grid ml_gemm_split estimates finishes first (fewer than MR rows: column chunks of at
+ * least 64); each block is computed (and its epilogue applied) by one thread with its
+ * own B block buffer. Small GEMMs stay on the calling thread. */
 ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
 #ifdef MONOLIB_THREADPOOL_H
     int64_t n = g->n_end - g->n_begin;
@@ -627,12 +782,19 @@ ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
     if (g->M < ML_MR && g->b.kind == ML_B_STRIDED && g->b.ldn == 1 && tasks > ml_num_threads())
         tasks = ml_num_threads();
     if (tasks > 1) {
+        ml_sgemm_job j = {g, 0, 0, 0};
+#if ML_SPLIT_MODEL
+        if (g->M >= ML_MR) ml_gemm_split(g, tasks, &j.chunk_n, &j.chunk_m);
+        else
+#endif
+        {
         /* column chunks of at least 64 (a lone 32-column chunk beside a full one halves
          * the speed); what the columns cannot feed goes to row blocks */
         int64_t cn = ML_MIN(tasks, n / 64 > 1 ? n / 64 : 1);
         int64_t cm = ML_MIN(units_m, (tasks + cn - 1) / cn);
-        ml_sgemm_job j = {g, (((n + cn - 1) / cn) + 31) / 32 * 32,
-                          (((g->M + cm - 1) / cm) + ML_MR - 1) / ML_MR * ML_MR, 0};
+        j.chunk_n = (((n + cn - 1) / cn) + 31) / 32 * 32;
+        j.chunk_m = (((g->M + cm - 1) / cm) + ML_MR - 1) / ML_MR * ML_MR;
+        }
         j.tasks_n = (n + j.chunk_n - 1) / j.chunk_n;
         int64_t tasks_m = (g->M + j.chunk_m - 1) / j.chunk_m;
         size_t bytes = g->b.kind == ML_B_PACKED ? 0 : 4 * ml_gemm_bbuf_floats(g->K, j.chunk_n);
@@ -641,45 +803,6 @@ ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
     }
 #endif
     ml_sgemm(g);
-}
-
-/* Few columns (N <= ML_GEMV_NMAX) against a packed A: a 1x1 conv on a 1x1 map, a
- * squeeze-excitation FC written as a conv. The micro-kernel would compute 16 columns to
- * keep one and load each A element alone (a 512 -> 1280 conv ran at 7 GFLOP/s); here A's
- * panels stream as whole vectors against x expanded to A's panel layout once per call
- * (xe[k*MR + r] = B[k][c]), 8 k (48 floats) per step; lane q*MR + r of a step's sums
- * belongs to row r, summed in a fixed order (any thread split gives the same result).
- * gemm_call (_gemm.py) emits ml_sgemv_pa for such static shapes only, so other
- * libraries do not compile it. */
-#define ML_GV_L (8 * ML_MR / ML_VW) /* vectors per step of 8 k: 3, 6 or 12 */
-
-/* Floats of x expanded for one column (xe's column stride), a multiple of 16. */
-static inline int64_t ml_gemv_xs(int64_t K) { return (K * ML_MR + 15) / 16 * 16; }
-
-/* y[c][r] = sum_k A[k*MR + r] xe[c*xs + k*MR] for one panel a (K x MR), nc columns. */
-ML_INLINE void ml_gemv_pa_panel(const int nc, int64_t K, const float* restrict a,
-                                const float* restrict xe, int64_t xs,
-                                float y[ML_GEMV_NMAX][ML_MR]) {
-    ml_vf acc[ML_GEMV_NMAX][ML_GV_L];
-    for (int c = 0; c < nc; ++c)
-        for (int l = 0; l < ML_GV_L; ++l) acc[c][l] = (ml_vf){0};
-    const int64_t end = K / 8 * 8 * ML_MR;
-    for (int64_t f = 0; f < end; f += 8 * ML_MR)
-        for (int l = 0; l < ML_GV_L; ++l) {
-            ml_vf av = *(const ml_vf*)(a + f + l * ML_VW);
-            for (int c = 0; c < nc; ++c)
-                acc[c][l] += av * *(const ml_vf*)(xe + c * xs + f + l * ML_VW);
-        }
-    for (int c = 0; c < nc; ++c) {
-        float t[8 * ML_MR] __attribute__((aligned(64)));
-        for (int l = 0; l < ML_GV_L; ++l) *(ml_vf*)(t + l * ML_VW) = acc[c][l];
-        for (int r = 0; r < ML_MR; ++r) {
-            float v = 0.0f;
-            for (int q = 0; q < 8; ++q) v += t[q * ML_MR + r];
-            for (int64_t k = K / 8 * 8; k < K; ++k) v += a[k * ML_MR + r] * xe[c * xs + k * ML_MR];
-            y[c][r] = v;
-        }
-    }
 }
 
 typedef struct {

@@ -725,6 +725,7 @@ static inline double ml_gemm_task_cost(const ml_gemm_args* g, int64_t rows, int6
     return c;
 }
 
+#ifdef MONOLIB_THREADPOOL_H
 /* The split of g into column chunks (multiples of 32) by row blocks (multiples of MR),
  * at most max_tasks tasks, with the least estimated finish time on the pool's threads
  * (tasks handed out in order to the first free thread; among near ties, fewer tasks).
@@ -761,7 +762,8 @@ static void ml_gemm_split(const ml_gemm_args* g, int64_t max_tasks, int64_t* chu
             }
         }
 }
-#endif
+#endif /* MONOLIB_THREADPOOL_H */
+#endif /* ML_SPLIT_MODEL */
 
 /* ml_sgemm on the thread pool (threadpool.h, when included before): the columns are
  * split into chunks of a multiple of 32 and the rows into blocks of a multiple of MR, the

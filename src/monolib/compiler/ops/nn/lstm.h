@@ -231,18 +231,33 @@ ML_INLINE void ml_rnn_units(int ng, const ml_rnn_step_t* s, int64_t u0, int64_t 
     }
 }
 
+/* The block loop once per kind (noinline: every caller shares one copy, compile time). */
+__attribute__((noinline)) ML_UNUSED static void ml_lstm_units(const ml_rnn_step_t* s, int64_t u0,
+                                                             int64_t u1) {
+    ml_rnn_units(4, s, u0, u1);
+}
+
+__attribute__((noinline)) ML_UNUSED static void ml_gru_units(const ml_rnn_step_t* s, int64_t u0,
+                                                            int64_t u1) {
+    ml_rnn_units(3, s, u0, u1);
+}
+
+/* ng is a constant wherever this is used, so only one kind is referenced */
+#define ML_RNN_UNITS(ng, s, u0, u1) \
+    ((ng) == 4 ? ml_lstm_units((s), (u0), (u1)) : ml_gru_units((s), (u0), (u1)))
+
 ML_UNUSED static void ml_lstm_step_task(void* vctx, int64_t task, void* scratch) {
     (void)scratch;
     const ml_rnn_step_t* s = (const ml_rnn_step_t*)vctx;
     int64_t u0 = task * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;
-    if (u0 < u1) ml_rnn_units(4, s, u0, u1);
+    if (u0 < u1) ml_lstm_units(s, u0, u1);
 }
 
 ML_UNUSED static void ml_gru_step_task(void* vctx, int64_t task, void* scratch) {
     (void)scratch;
     const ml_rnn_step_t* s = (const ml_rnn_step_t*)vctx;
     int64_t u0 = task * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;
-    if (u0 < u1) ml_rnn_units(3, s, u0, u1);
+    if (u0 < u1) ml_gru_units(s, u0, u1);
 }
 
 /* Multiply-adds of one step (B x H x ng*H) from which a step is split over the pool by
@@ -288,7 +303,7 @@ ML_INLINE void ml_rnn_dir(int ng, int64_t T, int64_t B, int64_t H, int reverse,
         s.hn = hn;
         s.odd = (int)(st & 1);
         if (ntask > 1) ml_parallel_for(ntask, ng == 4 ? ml_lstm_step_task : ml_gru_step_task, &s, 0, 0);
-        else ml_rnn_units(ng, &s, 0, H);
+        else ML_RNN_UNITS(ng, &s, 0, H);
         if (y) memcpy(y + t * y_tstride, hn, B * H * sizeof(float));
         float* tmp = h;
         h = hn;
@@ -353,14 +368,22 @@ ML_INLINE void ml_rnn_dir_of(int ng, const ml_rnn_t* a, int64_t d) {
     }
 }
 
+__attribute__((noinline)) ML_UNUSED static void ml_lstm_dir_of(const ml_rnn_t* a, int64_t d) {
+    ml_rnn_dir_of(4, a, d);
+}
+
+__attribute__((noinline)) ML_UNUSED static void ml_gru_dir_of(const ml_rnn_t* a, int64_t d) {
+    ml_rnn_dir_of(3, a, d);
+}
+
 ML_UNUSED static void ml_lstm_dir_task(void* a, int64_t d, void* scratch) {
     (void)scratch;
-    ml_rnn_dir_of(4, (const ml_rnn_t*)a, d);
+    ml_lstm_dir_of((const ml_rnn_t*)a, d);
 }
 
 ML_UNUSED static void ml_gru_dir_task(void* a, int64_t d, void* scratch) {
     (void)scratch;
-    ml_rnn_dir_of(3, (const ml_rnn_t*)a, d);
+    ml_gru_dir_of((const ml_rnn_t*)a, d);
 }
 
 /* Both directions' steps st together, as nper unit ranges each. */
@@ -373,7 +396,7 @@ ML_INLINE void ml_rnn_step2(int ng, void* vctx, int64_t task) {
     const ml_rnn_step2_t* c = (const ml_rnn_step2_t*)vctx;
     const ml_rnn_step_t* s = &c->s[task / c->nper];
     int64_t u0 = task % c->nper * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;
-    if (u0 < u1) ml_rnn_units(ng, s, u0, u1);
+    if (u0 < u1) ML_RNN_UNITS(ng, s, u0, u1);
 }
 
 ML_UNUSED static void ml_lstm_step2_task(void* c, int64_t task, void* scratch) {
@@ -427,11 +450,20 @@ ML_INLINE void ml_rnn_lockstep(int ng, const ml_rnn_t* a, int32_t nt) {
     for (int d = 0; d < 2; ++d) memcpy(v[d].hout, h[d], BH * sizeof(float));
 }
 
+__attribute__((noinline)) ML_UNUSED static void ml_lstm_lockstep(const ml_rnn_t* a, int32_t nt) {
+    ml_rnn_lockstep(4, a, nt);
+}
+
+__attribute__((noinline)) ML_UNUSED static void ml_gru_lockstep(const ml_rnn_t* a, int32_t nt) {
+    ml_rnn_lockstep(3, a, nt);
+}
+
 ML_INLINE void ml_rnn(int ng, ml_rnn_t* a) {
     int32_t nt = ml_num_threads();
     if (a->D == 2 && nt > 1) {
         if (nt > 2 && !a->seq && 2 * a->B * a->H * ng * a->H >= ML_LSTM_PAR_MIN) {
-            ml_rnn_lockstep(ng, a, nt);
+            if (ng == 4) ml_lstm_lockstep(a, nt);
+            else ml_gru_lockstep(a, nt);
             return;
         }
         if (a->T * a->B * a->H * ng * a->H >= ML_RNN_DIR_PAR_MIN) {
@@ -440,7 +472,10 @@ ML_INLINE void ml_rnn(int ng, ml_rnn_t* a) {
             return;
         }
     }
-    for (int64_t d = 0; d < a->D; ++d) ml_rnn_dir_of(ng, a, d);
+    for (int64_t d = 0; d < a->D; ++d) {
+        if (ng == 4) ml_lstm_dir_of(a, d);
+        else ml_gru_dir_of(a, d);
+    }
 }
 
 ML_UNUSED static void ml_lstm(int64_t D, int64_t T, int64_t B, int64_t H, int reverse,

@@ -1,7 +1,7 @@
 """GEMV-shaped products in gemm.h: ``ml_sgemv_pa`` (a packed A against at most
 ``GEMV_NMAX`` columns: a conv on a 1x1 or 2x2 map), the few columns past the last whole
-16-column panel of a GEMM with a packed A (``ml_gemm_tail_cols``: a conv on a 7x7 map's
-49 columns) and the few-row path against a
+16-column panel of a GEMM with a packed A (``ml_gemm_tail_cols``: 49 columns, a 7x7
+map's) and the few-row path against a
 prepacked B (a batch-1 FC layer: each pair of panels over the whole K in one pass),
 against the NumPy reference and ONNX Runtime, on odd shapes and tails, under each tiling,
 at 1 and 2 threads (bit-identical)."""
@@ -13,14 +13,19 @@ import ctypes
 import numpy as np
 import pytest
 from frontend.onnx_util import F32, make_model
-from harness import TILINGS, NodeContext, check_node, make_node, run_threads
+from harness import TILINGS, NodeContext, check_node, run_threads
 from onnx import helper
 
 from monolib.compiler.backends.c.generate import host_prelude
 from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.ops import op_of
 from monolib.compiler.ops.nn._gemm import (
-    GEMV_NMAX, MR, bbuf_floats, gemm_call, gemv_shaped, pack_a,
+    GEMV_NMAX,
+    MR,
+    bbuf_floats,
+    gemm_call,
+    gemv_shaped,
+    pack_a,
 )
 from monolib.compiler.testing import aligned_empty, build_shared
 
@@ -49,17 +54,23 @@ def _conv(case: str):
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 def test_conv_few_columns(case: str) -> None:
     ins, attrs = _conv(case)
-    node = check_node("Conv", ins, attrs, const=[1, 2])
+    check_node("Conv", ins, attrs, const=[1, 2])
+
+
+@pytest.mark.parametrize("n", range(1, GEMV_NMAX + 1))
+def test_gemm_const_a_few_columns(n: int) -> None:
+    # a constant A (packed at compile time) against n run-time columns: ml_sgemv_pa
+    ins = [r(37, 45, scale=0.3), r(45, n), r(37, 1)]
+    node = check_node("Gemm", ins, {"alpha": 0.5}, const=[0, 2], opset=13)
     code = op_of(node).emit(node, NodeContext(node, None))
-    n = node.outputs[0].shape[2] * node.outputs[0].shape[3]
     assert f"ml_sgemv_pa(&ga_, ml_gemv_pa_task_{n})" in code, code
 
 
 @pytest.mark.parametrize("tiling", sorted(TILINGS))
-@pytest.mark.parametrize("case", ["n1", "n3"])
-def test_conv_few_columns_tilings(case: str, tiling: str) -> None:
-    ins, attrs = _conv(case)
-    check_node("Conv", ins, attrs, const=[1, 2], ort=False, options=TILINGS[tiling])
+@pytest.mark.parametrize("n", [1, 3])
+def test_gemm_const_a_few_columns_tilings(n: int, tiling: str) -> None:
+    ins = [r(37, 45, scale=0.3), r(45, n), r(37, 1)]
+    check_node("Gemm", ins, {}, const=[0, 2], opset=13, ort=False, options=TILINGS[tiling])
 
 
 IM2COL_C = r"""
@@ -99,53 +110,53 @@ def aligned(x: np.ndarray) -> np.ndarray:
     return out
 
 
-# name -> (X shape, W shape): column tails past the 16-column panels of 1, 2, 3 and 4
-# columns (49 = 3*16 + 1, 18 = 16 + 2, 3 alone, 196 = 12*16 + 4), K over KC = 256
+# name -> (M, K, N) of a Gemm with a constant (packed) A: column tails past the
+# 16-column panels of 1, 2, 3 and 4 columns (49 = 3*16 + 1, 18 = 16 + 2, 3 alone,
+# 196 = 12*16 + 4), K over KC = 256
 TAIL_CASES = {
-    "map7x7": ((1, 300, 7, 7), (37, 300, 1, 1)),
-    "map3x6": ((1, 20, 3, 6), (13, 20, 1, 1)),
-    "map1x3_few_rows": ((1, 20, 1, 3), (5, 20, 1, 1)),
-    "map14x14": ((1, 9, 14, 14), (8, 9, 1, 1)),
+    "n49_k300": (37, 300, 49),
+    "n18": (13, 20, 18),
+    "n3_few_rows": (5, 20, 3),
+    "n196": (8, 9, 196),
 }
 
 
+def _tail_inputs(case: str) -> list[np.ndarray]:
+    m, k, n = TAIL_CASES[case]
+    return [r(m, k, scale=0.1), r(k, n), r(m, 1)]
+
+
 @pytest.mark.parametrize("case", sorted(TAIL_CASES))
-def test_conv_column_tail(case: str) -> None:
-    xs, ws = TAIL_CASES[case]
-    check_node("Conv", [r(*xs), r(*ws, scale=0.1), r(ws[0])], {}, const=[1, 2])
+def test_column_tail(case: str) -> None:
+    check_node("Gemm", _tail_inputs(case), {}, const=[0, 2], opset=13)
 
 
 @pytest.mark.parametrize("tiling", sorted(TILINGS))
-def test_conv_column_tail_tilings(tiling: str) -> None:
-    xs, ws = TAIL_CASES["map7x7"]
-    check_node("Conv", [r(*xs), r(*ws, scale=0.1), r(ws[0])], {}, const=[1, 2], ort=False,
+def test_column_tail_tilings(tiling: str) -> None:
+    check_node("Gemm", _tail_inputs("n49_k300"), {}, const=[0, 2], opset=13, ort=False,
                options=TILINGS[tiling])
+
+
+def _gemm_const_a_model(a: np.ndarray, n: int):
+    node = helper.make_node("Gemm", ["A", "B"], ["Y"])
+    m, k = a.shape
+    return make_model([node], [("B", F32, [k, n])], [("Y", F32, [m, n])], {"A": a})
 
 
 def test_column_tail_two_threads_bit_identical() -> None:
     # 256 x 300 x 49: split into column ranges and row blocks; a range of the tail alone
     # sums it as the whole GEMM does
-    x, w, b = r(1, 300, 7, 7), r(256, 300, 1, 1, scale=0.05), r(256)
-    one, two = run_threads(_conv_model(x, w, b), {"X": x})
-    want = np.einsum("mk,kn->mn", w.reshape(256, 300).astype(np.float64), x.reshape(300, 49))
-    np.testing.assert_allclose(one[0], want.reshape(1, 256, 7, 7) + b.reshape(1, -1, 1, 1),
-                               rtol=1e-4, atol=1e-4)
+    a, b = r(256, 300, scale=0.05), r(300, 49)
+    one, two = run_threads(_gemm_const_a_model(a, 49), {"B": b})
+    np.testing.assert_allclose(one[0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(one[0], two[0])
-
-
-def _conv_model(x, w, b):
-    node = helper.make_node("Conv", ["X", "W", "B"], ["Y"])
-    y_shape = [1, w.shape[0], x.shape[2], x.shape[3]]
-    return make_model([node], [("X", F32, list(x.shape))], [("Y", F32, y_shape)],
-                      {"W": w, "B": b})
 
 
 def test_gemv_two_threads_bit_identical() -> None:
     # 1030 x 515 weights (over the pool's work threshold): split by panels
-    x, w, b = r(1, 515, 1, 1), r(1030, 515, 1, 1, scale=0.05), r(1030)
-    one, two = run_threads(_conv_model(x, w, b), {"X": x})
-    want = (w.reshape(1030, 515).astype(np.float64) @ x.reshape(515, 1)).reshape(1, 1030, 1, 1)
-    np.testing.assert_allclose(one[0], want + b.reshape(1, -1, 1, 1), rtol=1e-4, atol=1e-4)
+    a, b = r(1030, 515, scale=0.05), r(515, 1)
+    one, two = run_threads(_gemm_const_a_model(a, 1), {"B": b})
+    np.testing.assert_allclose(one[0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(one[0], two[0])
 
 

@@ -8,11 +8,22 @@ dlopens it, deletes the directory, and caches the loaded module.
 
 Heavy imports (subprocess, tempfile) are deferred to the first build so that
 importing ``monolib`` stays fast.
+
+Split builds: the code generator marks each top-level function with the op function it
+goes with (:data:`UNIT_MARK`, a C comment) and where the glue starts
+(:data:`GLUE_MARK`). :func:`split_source` cuts such a file into op units (the common
+top: prelude, kernel headers, helpers; then a share of the ops) and one glue unit (the
+exported entry points, prototypes of the op functions), which the toolchain compiles in
+parallel and caches one by one (:mod:`.objcache`). Op functions become hidden globals
+(still ``noipa``: their code is what one file gives), the thread pool lives in the glue
+unit (``threadpool.h``: ``ML_SPLIT_UNIT`` / ``ML_SPLIT_GLUE``), a top-level
+``static _Thread_local`` variable is defined in the glue unit and declared elsewhere.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,9 +31,165 @@ from typing import Any
 from ..abi.names import C_SOURCE
 from ..runtime.module import Module
 
-__all__ = ["CSourceModule"]
+__all__ = ["GLUE_MARK", "SPLIT_MIN_CHARS", "UNIT_MARK", "CSourceModule", "split_source"]
 
 logger = logging.getLogger(__name__)
+
+
+#: Marks the function after it as going with op function ``{}`` ("": the glue).
+UNIT_MARK = "/* @ml-unit {} */"
+#: Marks the start of the glue (the op table and the exported entry points).
+GLUE_MARK = "/* @ml-glue */"
+#: Below this many characters of op code a file is not split: the units' common top
+#: (kernel headers) would be parsed once more for little to share out.
+SPLIT_MIN_CHARS = 40_000
+#: Compile time of a character of kernel code against one of op code (a guess)
+KERNEL_WEIGHT = 3
+
+_UNIT_RE = re.compile(r"^/\* @ml-unit (\w*) \*/$", re.MULTILINE)
+_TLS_RE = re.compile(r"^static (_Thread_local [^;=(]*;)", re.MULTILINE)
+# Before the prelude of every unit: which side of a split build it is, and how a symbol
+# shared between units but not exported is declared.
+_UNIT_HEAD = """/* monolib: {what} of a build split into translation units (export/csource.py) */
+#define {macro} 1
+#if defined(_WIN32)
+#define ML_UNIT_HIDDEN
+#else
+#define ML_UNIT_HIDDEN __attribute__((visibility("hidden")))
+#endif
+"""
+# After the common top: op functions are reached from the glue unit's op table.
+_OP_LINKAGE = """#undef ML_OP_FN
+#if defined(__GNUC__) && !defined(__clang__)
+#define ML_OP_FN __attribute__((noipa)) ML_UNIT_HIDDEN
+#else
+#define ML_OP_FN ML_UNIT_HIDDEN
+#endif
+"""
+_OP_PROTO = "ML_OP_FN void {}(const uint8_t* restrict params, uint8_t* restrict arena);\n"
+# A kernel function defined at the top level of a header: its name and where its body
+# starts (the headers' style: the head from column 0, the closing brace at column 0).
+_DEF_RE = re.compile(r"^(?:static|__attribute__)[^;{}]*?\b(ml_\w+)\s*\([^;{}]*\{", re.MULTILINE)
+_NAME_RE = re.compile(r"\b(ml_\w+)\b")
+
+
+def _kernels_start(common: str) -> int:
+    """Where the op kernels' headers start in the common top: after the host prelude
+    (vmath, types, threadpool; all the glue unit needs), 0 when not found."""
+    start = common.find("/* ---- threadpool.h ---- */")
+    start = common.find("\n/* ---- ", start + 1) if start >= 0 else -1
+    return max(start, 0)
+
+
+def _kernel_graph(common: str) -> dict[str, tuple[int, set[str]]]:
+    """Kernel functions of the headers after the thread pool (which a split build keeps
+    in the glue unit): name -> (characters of its definition, the names it refers to)."""
+    defs = {}
+    for m in _DEF_RE.finditer(common, _kernels_start(common)):
+        end = common.find("\n}", m.end())
+        end = len(common) if end < 0 else end + 2
+        defs[m.group(1)] = (end - m.start(), set(_NAME_RE.findall(common, m.end(), end)))
+    return {k: (n, refs & defs.keys()) for k, (n, refs) in defs.items()}
+
+
+def _share_out(common: str, texts: dict[str, str], parts: int) -> dict[str, int]:
+    """Unit of each op (op function name -> its functions' text): ops that reach the
+    same kernel function (gcc compiles it once per unit that calls it) go to the same
+    unit; these groups are then placed largest first on the least loaded unit, a
+    group's load its ops' text plus the kernels it reaches."""
+    graph = _kernel_graph(common)
+    group: dict[str, str] = {}  # union-find over op and kernel names
+
+    def find(x: str) -> str:
+        while group.setdefault(x, x) != x:
+            group[x] = group[group[x]]
+            x = group[x]
+        return x
+
+    reach: dict[str, set[str]] = {}
+    for op, text in texts.items():
+        seen, todo = set(), [n for n in _NAME_RE.findall(text) if n in graph]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(graph[n][1])
+        reach[op] = seen
+        for n in seen:
+            group[find(n)] = find(op)
+    members: dict[str, list[str]] = {}
+    for op in texts:
+        members.setdefault(find(op), []).append(op)
+    loads = []
+    for ops in members.values():
+        kernels = set().union(*(reach[o] for o in ops))
+        loads.append((sum(len(texts[o]) for o in ops)
+                      + KERNEL_WEIGHT * sum(graph[k][0] for k in kernels), ops))
+    bins, unit_of = [0] * parts, {}
+    for load, ops in sorted(loads, key=lambda x: -x[0]):
+        k = bins.index(min(bins))
+        bins[k] += load
+        unit_of.update((o, k) for o in ops)
+    return unit_of
+
+
+def split_source(source: str, parts: int) -> list[str]:
+    """Cut a marked generated C file into at most ``parts`` op units and one glue unit
+    (last); ``[source]`` when it has no marks, ``parts`` < 2 or less than
+    :data:`SPLIT_MIN_CHARS` of op code.
+
+    Ops are shared out in file order, in runs of about equal text; a unit holds its ops'
+    functions in their order in the file. Compiled and linked together, the units give
+    the code of the single file (op functions are ``noipa`` in both).
+
+    Parameters
+    ----------
+    source : str
+        The generated C (:data:`UNIT_MARK` and :data:`GLUE_MARK` in it).
+    parts : int
+        Most op units (e.g. the build's parallel jobs).
+
+    Returns
+    -------
+    list of str
+        The translation units, the glue unit last.
+    """
+    glue_at = source.find("\n" + GLUE_MARK + "\n")
+    marks = list(_UNIT_RE.finditer(source, 0, max(glue_at, 0)))
+    if parts < 2 or glue_at < 0 or not marks:
+        return [source]
+    ends = [m.start() for m in marks[1:]] + [glue_at]
+    pieces = [(m.group(1), m.start(), end) for m, end in zip(marks, ends)]
+    texts: dict[str, str] = {}
+    for owner, a, b in pieces:
+        if owner:
+            texts[owner] = texts.get(owner, "") + source[a:b]
+    if sum(map(len, texts.values())) < SPLIT_MIN_CHARS or len(texts) < 2:
+        return [source]
+    common = source[: marks[0].start()]
+    unit_of = _share_out(common, texts, parts)
+    if len(set(unit_of.values())) < 2:  # one group: nothing to do side by side
+        return [source]
+    units = [[] for _ in range(parts)]
+    glue = []
+    for owner, a, b in pieces:
+        (units[unit_of[owner]] if owner else glue).append(source[a:b])
+    op_common = _TLS_RE.sub(r"extern ML_UNIT_HIDDEN \1", common)
+    out = [
+        _UNIT_HEAD.format(what=f"op unit {k + 1}", macro="ML_SPLIT_UNIT") + op_common
+        + _OP_LINKAGE + "".join(u)
+        for k, u in enumerate(units) if u
+    ]
+    protos = "".join(_OP_PROTO.format(owner) for owner in texts)
+    # the glue: the host prelude (no op kernels) and the thread-local variables
+    cut = _kernels_start(common) or len(common)
+    shared = "".join(m.group(0) + "\n" for m in _TLS_RE.finditer(common, cut))
+    out.append(
+        _UNIT_HEAD.format(what="glue unit", macro="ML_SPLIT_GLUE")
+        + _TLS_RE.sub(r"ML_UNIT_HIDDEN \1", common[:cut] + "\n" + shared) + _OP_LINKAGE
+        + protos + "".join(glue) + source[glue_at + 1:]
+    )
+    return out
 
 
 class CSourceModule(Module):
@@ -90,9 +257,10 @@ def _build_temporary(mod: CSourceModule) -> Module:
     import os
     import tempfile
 
-    from ..runtime.dso import DSOModule, open_library
     from ..errors import ExportError
-    from .toolchain import link_shared
+    from ..runtime.dso import DSOModule, open_library
+    from .objcache import default_cache
+    from .toolchain import build_jobs, compile_objects, link_shared
 
     if not mod.target.is_host:
         raise ExportError(
@@ -100,11 +268,15 @@ def _build_temporary(mod: CSourceModule) -> Module:
             "export_library it and run it on the target"
         )
     with tempfile.TemporaryDirectory(prefix="monolib-build-") as tmp:
-        src = os.path.join(tmp, "lib.c")
-        with open(src, "w", encoding="utf-8") as f:
-            f.write(mod.source)
+        units = split_source(mod.source, build_jobs())
+        srcs = [os.path.join(tmp, f"lib_{k}.c") for k in range(len(units))]
+        for src, text in zip(srcs, units):
+            with open(src, "w", encoding="utf-8") as f:
+                f.write(text)
         out = os.path.join(tmp, "lib.so")
-        link_shared([src], out, mod.target, cwd=tmp)
+        objects = compile_objects(srcs, mod.target, cwd=tmp, jobs=build_jobs(),
+                                  cache=default_cache())
+        link_shared(objects, out, mod.target, cwd=tmp)
         cdll = open_library(out)  # the mapping outlives the deleted file
     logger.debug("built temporary library for %r", mod)
     return DSOModule(cdll, f"<temporary build of {mod!r}>")

@@ -41,10 +41,11 @@ from ..runtime.files import create_beside
 from ..runtime.library import read_container
 from ..runtime.module import Module
 from .capi import tree_capi_source
-from .csource import CSourceModule
+from .csource import CSourceModule, split_source
 from .embed import linker_options, write_embed_asm
+from .objcache import default_cache
 from .targets import Target
-from .toolchain import compile_objects, isa_sections, link_shared
+from .toolchain import build_jobs, compile_objects, isa_sections, link_shared
 
 __all__ = ["collect_modules", "export_library"]
 
@@ -132,8 +133,9 @@ def _link_library(work: str, files: list[str], target: Target, fcompile) -> str:
     linked = os.path.join(work, "lib" + target.lib_suffix)
     if fcompile is not None:
         fcompile(linked, files, target)
-    else:
-        link_shared(files, linked, target, cwd=work, options=linker_options(work, target))
+    else:  # the units in parallel, each from the object cache when there, then one link
+        objects = compile_objects(files, target, cwd=work, jobs=build_jobs(), cache=default_cache())
+        link_shared(objects, linked, target, cwd=work, options=linker_options(work, target))
     if not os.path.isfile(linked) or os.path.getsize(linked) == 0:
         raise ExportError(f"the compiler produced no library at {linked}")
     read_container(linked)  # the file must read back (no dlopen)
@@ -190,13 +192,18 @@ def _build(work: str, tmp_out: str, modules, tree, lib, target, options) -> None
         _set_flag(blob, integrity.FLAG_CODE_DIGEST)
     step("embed container")
     asm = write_embed_asm(work, blob, target)
-    src = os.path.join(work, "lib.c")
-    with open(src, "w", encoding="utf-8") as f:
-        f.write(lib.source if isinstance(lib, CSourceModule) else _EMPTY_C)
-        if isinstance(lib, CSourceModule):  # the C API of monolib.h (docs/c_api.md)
-            f.write(tree_capi_source(modules, lib, blob))
+    units = [_EMPTY_C]
+    if isinstance(lib, CSourceModule):  # a shared library of the system compiler: split
+        split = fcompile is None and suffix not in OUTPUT_FORMATS
+        units = split_source(lib.source, build_jobs()) if split else [lib.source]
+        units[-1] += tree_capi_source(modules, lib, blob)  # monolib.h's C API (docs/c_api.md)
+    srcs = [os.path.join(work, "lib.c" if len(units) == 1 else f"lib_{k}.c")
+            for k in range(len(units))]
+    for src, text in zip(srcs, units):
+        with open(src, "w", encoding="utf-8") as f:
+            f.write(text)
     step("compile and link")
-    out = OUTPUT_FORMATS.get(suffix, _link_library)(work, [src, asm], target, fcompile)
+    out = OUTPUT_FORMATS.get(suffix, _link_library)(work, [*srcs, asm], target, fcompile)
     step("finish")
     try:
         os.replace(out, tmp_out)  # same file system: a rename

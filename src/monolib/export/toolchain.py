@@ -23,7 +23,7 @@ from ..runtime import isa
 from .targets import Target
 
 __all__ = [
-    "compile_objects", "cpu_flags", "find_compiler", "isa_record", "isa_sections",
+    "build_jobs", "compile_objects", "cpu_flags", "find_compiler", "isa_record", "isa_sections",
     "link_shared", "run_tool",
 ]
 
@@ -145,17 +145,46 @@ def link_shared(
     run_tool(cmd, cwd=cwd)
 
 
+def build_jobs() -> int:
+    """Compiler runs at once for one build: ``$MONOLIB_BUILD_JOBS`` if set, else the CPUs
+    this process may use (also the most op units a generated file is split into)."""
+    env = os.environ.get("MONOLIB_BUILD_JOBS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            logger.warning("MONOLIB_BUILD_JOBS=%r is not an integer; ignored", env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def compile_objects(
     sources: Sequence[str],
     target: Target | str = "c",
     *,
     compiler: Sequence[str] | None = None,
     cwd: str | None = None,
+    jobs: int = 1,
+    cache=None,
 ) -> list[str]:
     """Compile each C / assembler source to an object file beside it (``x.c`` -> ``x.o``).
 
     Flags: the target's ``cflags()`` and ``-fPIC`` (the objects go into a shared
     library or a position-independent executable later).
+
+    Parameters
+    ----------
+    sources : sequence of str
+        The files (``.c``, ``.s``/``.S``).
+    target, compiler, cwd
+        As :func:`link_shared`.
+    jobs : int
+        Compiler runs at once (threads waiting on the processes).
+    cache : ObjectCache, optional
+        :class:`~.objcache.ObjectCache`: a C source whose key (text, compiler, flags)
+        is there is not compiled; new objects are stored in it.
 
     Returns
     -------
@@ -168,16 +197,30 @@ def compile_objects(
         No compiler, or the compiler failed.
     """
     target = Target(target)
-    cmd = list(compiler or find_compiler(target))
-    cmd += cpu_flags(cmd, target.cflags())
+    base = list(compiler or find_compiler(target))
+    cmd = base + cpu_flags(base, target.cflags())
     if target.os != "windows":
         cmd.append("-fPIC")
-    objects = []
-    for src in sources:
+
+    def one(src: str) -> str:
         obj = os.path.splitext(src)[0] + ".o"
+        key = None
+        if cache is not None and src.endswith(".c"):
+            with open(src, "rb") as f:
+                key = cache.key(f.read(), base, cmd[len(base):])
+            if cache.get(key, obj):
+                return obj
         run_tool([*cmd, "-c", "-o", obj, src], cwd=cwd)
-        objects.append(obj)
-    return objects
+        if key is not None:
+            cache.put(key, obj)
+        return obj
+
+    if jobs <= 1 or len(sources) < 2:
+        return [one(src) for src in sources]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(jobs, len(sources))) as pool:
+        return list(pool.map(one, sources))
 
 
 def _is_zig(cmd: Sequence[str]) -> bool:

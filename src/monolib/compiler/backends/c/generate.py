@@ -40,6 +40,7 @@ import numpy as np
 
 from ....abi.graph_spec import dtype_name
 from ....errors import CompileError, MonolibError, UndecidableDimError
+from ....export.csource import GLUE_MARK, UNIT_MARK
 from ...ir import Graph, Value, shape_size
 from ...ops.base import op_of
 from ...passes.fuse_elementwise import FusedOp, Fusion
@@ -164,6 +165,10 @@ class _Source:
         self.counter = 0
         #: constants baked into static arrays for epilogues, by Value.uid
         self.baked: dict[int, str] = {}
+        #: index in ``functions`` -> the top-level op function that asked for it (the
+        #: translation unit it goes to when export splits the file: UNIT_MARK)
+        self.owner: dict[int, str] = {}
+        self.emitting = False
 
     def once(self, bucket: list[str], text: str) -> None:
         key = hashlib.sha256(text.encode()).hexdigest()
@@ -476,7 +481,14 @@ def _assemble(
     points; ``shapes`` (C statements, run-time dims only) writes the output shapes at
     the end of ``monolib_run`` and after the last op of ``monolib_run_op``;
     ``run_first`` starts ``monolib_run`` (the dispatch to specialized paths)."""
-    parts = [host_prelude(), *source.headers, *source.helpers, *source.functions, *op_functions]
+    # marks (C comments) say which op function each function goes with, and where the
+    # glue starts, for export to split the file into translation units (csource.py)
+    ops = [UNIT_MARK.format(source.owner.get(k, "")) + "\n" + f
+           for k, f in enumerate(source.functions)]
+    for f in op_functions:  # an op function goes alone; a specialization's runner is glue
+        name = f.partition(HOST_C.function + " void ")[2].partition("(")[0]
+        ops.append(UNIT_MARK.format(name if name.isidentifier() else "") + "\n" + f)
+    parts = [host_prelude(), *source.headers, *source.helpers, *ops, GLUE_MARK]
     if shapes:
         parts.append(
             "static void ml_output_shapes(uint8_t* restrict arena) {\n" + shapes + "\n}"
@@ -588,28 +600,38 @@ def emit_ops(
     functions, nodes = [], []
     prologue = sym_prologue(plan) + "\n" if plan.sym_offset is not None else ""
     tail = 0
-    for t, fused in enumerate(fusion.ops):
-        if not fused.has_code:
-            continue
-        base = plan.scratch.get(t, plan.arena_bytes)
-        ctx = CEmitContext(fused, plan, params, source, base)
-        ctx.plan_symbols = fusion.symbols
-        body = _emit_checked(fused, ctx)
-        if t in plan.scratch and ctx.scratch_used > align(plan.scratch_sizes[t]):
-            raise CompileError(
-                f"node {fused.name!r} ({fused.op_type}) asked for {ctx.scratch_used} bytes of "
-                f"scratch, {plan.scratch_sizes[t]} were planned (its emitter is not deterministic)"
+    # the functions an op adds (tile epilogues, tasks, a subgraph's ops) go with its own
+    # function when export splits the file; a subgraph's emit_ops leaves that to its op
+    top, source.emitting = not source.emitting, True
+    try:
+        for t, fused in enumerate(fusion.ops):
+            if not fused.has_code:
+                continue
+            first = len(source.functions)
+            base = plan.scratch.get(t, plan.arena_bytes)
+            ctx = CEmitContext(fused, plan, params, source, base)
+            ctx.plan_symbols = fusion.symbols
+            body = _emit_checked(fused, ctx)
+            if t in plan.scratch and ctx.scratch_used > align(plan.scratch_sizes[t]):
+                raise CompileError(
+                    f"node {fused.name!r} ({fused.op_type}) asked for {ctx.scratch_used} bytes "
+                    f"of scratch, {plan.scratch_sizes[t]} were planned (its emitter is not "
+                    "deterministic)"
+                )
+            if t not in plan.scratch:
+                tail = max(tail, ctx.scratch_used)
+            i = len(nodes)
+            decls = "".join(line + "\n" for line in ctx.preamble)
+            chain = " -> ".join([fused.op_type, *fused.fused_types])
+            functions.append(
+                f"/* {chain}: {fused.name} */\n{HOST_C.signature(f'{prefix}{i}')} {{\n"
+                f"  (void)params; (void)arena;\n{prologue}{decls}{body}\n}}"
             )
-        if t not in plan.scratch:
-            tail = max(tail, ctx.scratch_used)
-        i = len(nodes)
-        decls = "".join(line + "\n" for line in ctx.preamble)
-        chain = " -> ".join([fused.op_type, *fused.fused_types])
-        functions.append(
-            f"/* {chain}: {fused.name} */\n{HOST_C.signature(f'{prefix}{i}')} {{\n"
-            f"  (void)params; (void)arena;\n{prologue}{decls}{body}\n}}"
-        )
-        nodes.append(node_json(fused, plan))
+            nodes.append(node_json(fused, plan))
+            for k in range(first, len(source.functions)) if top else ():
+                source.owner.setdefault(k, f"{prefix}{i}")
+    finally:
+        source.emitting = not top
     return functions, nodes, tail
 
 

@@ -118,8 +118,22 @@ typedef struct {
     size_t scratch_size[ML_MAX_THREADS];
 } ml_pool_t;
 
-static ml_pool_t ml_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
-                            PTHREAD_COND_INITIALIZER};
+/* A build split into translation units (export/csource.py): the glue unit
+ * (ML_SPLIT_GLUE) holds the one pool, the op units (ML_SPLIT_UNIT) refer to it. */
+#if defined(ML_SPLIT_UNIT)
+extern ML_UNIT_HIDDEN ml_pool_t ml_pool;
+ML_UNIT_HIDDEN void ml_parallel_for_unit(int64_t n_tasks, ml_task_fn fn, void* ctx,
+                                         void* scratch0, size_t scratch_bytes);
+#define ml_parallel_for ml_parallel_for_unit
+#else
+#if defined(ML_SPLIT_GLUE)
+ML_UNIT_HIDDEN
+#else
+static
+#endif
+ml_pool_t ml_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+                     PTHREAD_COND_INITIALIZER};
+#endif
 
 static inline int32_t ml_num_threads(void) {
     return __atomic_load_n(&ml_pool.nthreads, __ATOMIC_RELAXED);
@@ -160,6 +174,7 @@ static inline int64_t ml_now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+#if !defined(ML_SPLIT_UNIT)
 static void* ml_pool_worker(void* arg) {
     int t = (int)(intptr_t)arg;
     uint64_t seen = 0;
@@ -251,6 +266,14 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
     pthread_mutex_unlock(&ml_pool.busy);
 }
 
+#if defined(ML_SPLIT_GLUE)
+/* The op units' ml_parallel_for (ML_SPLIT_UNIT above). */
+ML_UNIT_HIDDEN void ml_parallel_for_unit(int64_t n_tasks, ml_task_fn fn, void* ctx,
+                                         void* scratch0, size_t scratch_bytes) {
+    ml_parallel_for(n_tasks, fn, ctx, scratch0, scratch_bytes);
+}
+#endif
+
 /* The default thread count: the CPUs this process may run on. */
 static int32_t ml_default_threads(void) {
     long n = 1;
@@ -306,6 +329,7 @@ __attribute__((destructor)) static void ml_pool_fini(void) {
     ml_pool.started = 0;
     pthread_mutex_unlock(&ml_pool.busy);
 }
+#endif /* !ML_SPLIT_UNIT */
 
 #endif /* threads */
 

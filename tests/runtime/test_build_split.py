@@ -1,0 +1,196 @@
+"""Split builds and the object cache (issue 15, build time): the generated C cut into
+translation units compiled side by side gives the same library behaviour, bit for bit,
+as one file; a rebuild takes its objects from the cache without running the compiler; a
+damaged entry is rebuilt; the key follows the text, the compiler and the flags."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import monolib
+from monolib.export import csource, toolchain
+from monolib.export.csource import GLUE_MARK, UNIT_MARK, split_source
+from monolib.export.objcache import ObjectCache
+from monolib.runtime import GraphModule, cpu, load_module, set_num_threads
+
+RNG = np.random.default_rng(15)
+
+
+def _model() -> onnx.ModelProto:
+    """Conv -> Relu -> depthwise Conv -> MaxPool -> Flatten -> Gemm -> Softmax: kernels
+    of several headers (gemm, depthwise, pool, softmax), so the ops form several groups."""
+    w1 = RNG.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2
+    w2 = RNG.standard_normal((16, 1, 3, 3)).astype(np.float32) * 0.3
+    w3 = RNG.standard_normal((10, 16 * 5 * 7)).astype(np.float32) * 0.1
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (w3, "w3"))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], group=16, pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["c2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w3"], ["g"], transB=1),
+        helper.make_node("Softmax", ["g"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 11, 15])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.fixture(scope="module")
+def factory():
+    return monolib.compile(_model())
+
+
+@pytest.fixture
+def always_split(monkeypatch):
+    """Split even this small file in two op units."""
+    monkeypatch.setattr(csource, "SPLIT_MIN_CHARS", 0)
+    monkeypatch.setenv("MONOLIB_BUILD_JOBS", "2")
+
+
+def _compiles(monkeypatch) -> list[list[str]]:
+    """Spy on the toolchain's runs: the list fills with each command."""
+    calls: list[list[str]] = []
+    real = toolchain.run_tool
+
+    def spy(cmd, cwd=None):
+        calls.append(list(cmd))
+        return real(cmd, cwd=cwd)
+
+    monkeypatch.setattr(toolchain, "run_tool", spy)
+    return calls
+
+
+def _c_compiles(calls) -> list[str]:
+    return [c[-1] for c in calls if "-c" in c and c[-1].endswith(".c")]
+
+
+def _run(path: str, x: np.ndarray, threads: int) -> np.ndarray:
+    set_num_threads(threads)
+    try:
+        gm = GraphModule(load_module(path)["default"](cpu()))
+        gm.set_input("x", x)
+        gm.run()
+        return gm.get_output(0).numpy().copy()
+    finally:
+        set_num_threads(1)
+
+
+def test_split_units_are_op_units_and_glue(factory, always_split):
+    (lib,) = [m for m in factory.imported_modules if isinstance(m, csource.CSourceModule)]
+    units = split_source(lib.source, 2)
+    assert len(units) == 3  # two op units, then the glue
+    glue = units[-1]
+    assert "#define ML_SPLIT_GLUE 1" in glue and "monolib_run(" in glue
+    assert "ml_sgemm" not in glue  # no op kernels in the glue
+    for unit in units[:-1]:
+        assert "#define ML_SPLIT_UNIT 1" in unit and "monolib_run(" not in unit
+    op_parts = [u.split("#undef ML_OP_FN")[1] for u in units[:-1]]
+    n_ops = lib.source.count("ML_OP_FN void op_")
+    for i in range(n_ops):  # every op function in exactly one op unit
+        assert sum(f"ML_OP_FN void op_{i}(" in p for p in op_parts) == 1
+    # a kernel group is not cut: one unit calls the depthwise kernel, one the GEMM
+    assert sum("ml_dwconv2d(" in p for p in op_parts) == 1
+    assert sum("ml_sgemm" in p for p in op_parts) == 1
+
+
+def test_unmarked_or_small_source_is_one_unit(always_split):
+    src = "int f(void) { return 1; }\n"
+    assert split_source(src, 4) == [src]
+    assert split_source(src, 1) == [src]
+
+
+def test_thread_local_state_is_shared(always_split):
+    common = ("/* prelude */\nstatic _Thread_local int32_t ml_status; /* ML_STATUS */\n"
+              "static int k(void) { return 2; }\n")
+    ops = "".join(f"{UNIT_MARK.format(f'op_{i}')}\nML_OP_FN void op_{i}(const uint8_t* restrict "
+                  f"params, uint8_t* restrict arena) {{ ml_status = {i}; }}\n" for i in range(4))
+    src = common + ops + "\n" + GLUE_MARK + "\nint32_t monolib_num_ops(void) { return 4; }\n"
+    units = split_source(src, 2)
+    assert len(units) == 3
+    for unit in units[:-1]:
+        assert "extern ML_UNIT_HIDDEN _Thread_local int32_t ml_status;" in unit
+    assert "\nML_UNIT_HIDDEN _Thread_local int32_t ml_status;" in units[-1]
+    assert all(f"ML_OP_FN void op_{i}(const uint8_t* restrict params" in units[-1]
+               for i in range(4))  # prototypes for the op table
+
+
+def test_split_build_is_bit_identical_to_one_file(factory, tmp_path, monkeypatch,
+                                                  always_split):
+    monkeypatch.setenv("MONOLIB_OBJECT_CACHE", "off")
+    calls = _compiles(monkeypatch)
+    split = factory.export_library(str(tmp_path / "split.so"))
+    assert len(_c_compiles(calls)) == 3  # two op units and the glue
+    monkeypatch.setenv("MONOLIB_BUILD_JOBS", "1")
+    del calls[:]
+    one = factory.export_library(str(tmp_path / "one.so"))
+    assert len(_c_compiles(calls)) == 1
+    x = RNG.standard_normal((1, 8, 11, 15)).astype(np.float32)
+    want = _run(one, x, 1)
+    assert want.shape == (1, 10) and abs(float(want.sum()) - 1.0) < 1e-5
+    for threads in (1, 2):
+        np.testing.assert_array_equal(_run(split, x, threads), want)
+
+
+def test_rebuild_takes_objects_from_cache(factory, tmp_path, monkeypatch, always_split):
+    monkeypatch.setenv("MONOLIB_OBJECT_CACHE", str(tmp_path / "cache"))
+    calls = _compiles(monkeypatch)
+    first = factory.export_library(str(tmp_path / "a.so"))
+    assert len(_c_compiles(calls)) == 3
+    del calls[:]
+    again = factory.export_library(str(tmp_path / "b.so"))
+    assert _c_compiles(calls) == []  # no compiler run for a C unit: all from the cache
+    x = RNG.standard_normal((1, 8, 11, 15)).astype(np.float32)
+    np.testing.assert_array_equal(_run(again, x, 1), _run(first, x, 1))
+
+
+def test_damaged_entry_is_rebuilt(factory, tmp_path, monkeypatch, always_split):
+    cache_dir = tmp_path / "cache"
+    monkeypatch.setenv("MONOLIB_OBJECT_CACHE", str(cache_dir))
+    calls = _compiles(monkeypatch)
+    first = factory.export_library(str(tmp_path / "a.so"))
+    entries = sorted(cache_dir.rglob("*.o"))
+    assert len(entries) == 3
+    data = bytearray(entries[0].read_bytes())
+    data[len(data) // 2] ^= 0x40  # one flipped bit in the object
+    entries[0].write_bytes(bytes(data))
+    del calls[:]
+    again = factory.export_library(str(tmp_path / "b.so"))
+    assert len(_c_compiles(calls)) == 1  # only the damaged unit compiled again
+    assert entries[0].read_bytes() != bytes(data)  # and stored whole again
+    x = RNG.standard_normal((1, 8, 11, 15)).astype(np.float32)
+    np.testing.assert_array_equal(_run(again, x, 1), _run(first, x, 1))
+
+
+def test_cache_key_follows_text_compiler_and_flags(tmp_path):
+    cache = ObjectCache(str(tmp_path))
+    cc = toolchain.find_compiler("c")
+    base = cache.key("int x;", cc, ["-O3", "-march=native"])
+    assert base == cache.key("int x;", cc, ["-O3", "-march=native"])
+    assert base != cache.key("int x;", cc, ["-O2", "-march=native"])
+    assert base != cache.key("int x;", cc, ["-O3", "-march=x86-64-v2"])
+    assert base != cache.key("int y;", cc, ["-O3", "-march=native"])
+    assert base != cache.key("int x;", [*cc, "-fno-fast"], ["-O3", "-march=native"])
+
+
+def test_cache_stores_atomically_and_keeps_under_cap(tmp_path):
+    cache = ObjectCache(str(tmp_path / "c"), cap_bytes=3000)
+    for k in range(5):
+        obj = tmp_path / f"{k}.o"
+        obj.write_bytes(bytes([k]) * 1000)
+        key = f"{k:02d}" + "0" * 62
+        cache.put(key, str(obj))
+        os.utime(cache._path(key), (k, k))  # last use: k seconds after the epoch
+    kept = sorted(p.name[:2] for p in (tmp_path / "c").rglob("*.o"))
+    assert kept == ["03", "04"]  # the least recently used went first
+    assert not list((tmp_path / "c").rglob("*.tmp"))
+    out = tmp_path / "out.o"
+    assert cache.get("04" + "0" * 62, str(out)) and out.read_bytes() == bytes([4]) * 1000
+    assert not cache.get("00" + "0" * 62, str(out))

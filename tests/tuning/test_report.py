@@ -3,6 +3,8 @@ compile emits exactly what a plain compile emits."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -46,8 +48,10 @@ def test_every_node_listed_with_rule_reason(tuning_dir):
     assert set(by_node) == {"a", "b", "c", "fc"}  # b shares a's signature: listed too
     a, b, c = by_node["a"], by_node["b"], by_node["c"]
     assert a.key == b.key and a.choice == b.choice == a.rule and a.source == "rule"
-    assert len(a.candidates) > 1 and a.why.startswith("rule, not tuned")
-    assert c.candidates == ("gemm",) and c.why == "only way: 1x1 stride 1: GEMM on the input itself"
+    assert len(a.candidates) > 1
+    assert a.why == f"rule, not tuned on this CPU: {explain_rule(json.loads(a.key), a.rule)}"
+    assert c.choice == c.rule and c.source == "rule" and c.key != a.key
+    assert c.why.endswith(explain_rule(json.loads(c.key), c.rule))
     assert by_node["fc"].op == "Gemm" and by_node["fc"].choice == "gemm(pack_a=0)"
 
 
@@ -95,7 +99,8 @@ def test_forced_and_rule_kept_texts(tuning_dir):
 
 def test_explain_rule_texts():
     sig = {"op": "Conv", "attrs": {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0] * 4}}
-    assert explain_rule(sig, "gemm").startswith("1x1 stride 1")
+    assert explain_rule(sig, "gemm").startswith("GEMM on the input itself")
     sig["attrs"]["strides"] = [2, 2]
-    assert explain_rule(sig, "gemm").startswith("implicit im2col")
+    assert explain_rule(sig, "gemm").startswith("implicit-im2col GEMM")
+    assert explain_rule(sig, "depthwise(rows=4)") == "group == C_in == C_out"
     assert explain_rule({"op": "Gemm"}, "gemm(pack_a=1)").startswith("run-time A packed")

@@ -6,7 +6,7 @@ choices (what a plain ``compile`` uses) whose ``seen`` map also logs every
 of each signature). Compiling inside it emits what a plain compile emits; afterwards
 the list it yielded holds one :class:`NodeChoice` per node that had a choice: its
 candidates, the rule's pick, the choice made, and why (a measurement from the tuning
-cache, or the fixed rule's reason). Nodes that never reach ``choose`` (a Gemm with a
+cache, or the rule's reason: a shape test or the cost model's least time). Nodes that never reach ``choose`` (a Gemm with a
 constant A, a MatMul, a size known only at run time) have a single way and are not
 listed. Usage::
 
@@ -80,8 +80,9 @@ class _EveryNode(dict):
 
 
 def explain_rule(sig: dict[str, Any], label: str) -> str:
-    """The fixed rule's reason for ``label`` on signature ``sig`` (the order of paths in
-    ``ops/nn/conv.py``'s docstring; ``ops/nn/gemm.py`` for Gemm).
+    """The rule's reason for ``label`` on signature ``sig``: ``ops/nn/conv.py``'s
+    ``_rule`` (depthwise and a folded batch by shape, else the least time of the cost
+    model ``ops/nn/conv_cost.py``); ``ops/nn/gemm.py`` for Gemm.
 
     Parameters
     ----------
@@ -98,14 +99,19 @@ def explain_rule(sig: dict[str, Any], label: str) -> str:
     pointwise = (all(k == 1 for k in attrs.get("kernel_shape", []))
                  and all(s == 1 for s in attrs.get("strides", []))
                  and not any(attrs.get("pads", [])))
-    return {
+    by_shape = {
         "depthwise": "group == C_in == C_out",
-        "winograd": "stride-1 3x3 (1-D 3/5-tap) with enough channels",
         "gemm_folded": "a batch of small images: one GEMM over every image's columns",
-        "direct": "few output channels per group: no B packing",
-        "gemm": ("1x1 stride 1: GEMM on the input itself" if pointwise
-                 else "implicit im2col (B packed from the padded image)"),
-    }.get(algo, "the fixed rule")
+    }
+    if algo in by_shape:
+        return by_shape[algo]
+    what = {
+        "direct": "direct kernel (no B packing)",
+        "winograd": "Winograd",
+        "pixel_rows": "pixels as GEMM rows",
+        "gemm": "GEMM on the input itself" if pointwise else "implicit-im2col GEMM",
+    }.get(algo, algo)
+    return f"{what}, least modelled time (conv_cost)"
 
 
 def _why(entry: dict[str, Any] | None, seen: Seen, choice: str, source: str) -> str:

@@ -184,3 +184,63 @@ def test_host_vector_width_follows_the_isa(monkeypatch, tmp_path) -> None:
     finally:
         monkeypatch.undo()
         conv_cost.host_vector_width.cache_clear()
+
+
+# -- pixels as GEMM rows ---------------------------------------------------------------------
+
+PIXEL_ROWS = {
+    "3x3_pad1_7x7": ((1, 24, 7, 7), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "1x1_pointwise": ((1, 40, 9, 6), (35, 40, 1, 1), {}),
+    "1x1_stride2": ((1, 16, 13, 11), (33, 16, 1, 1), {"strides": [2, 2]}),
+    "5x5_s2_asym_pads": ((1, 7, 15, 14), (10, 7, 5, 5), {"strides": [2, 2], "pads": [2, 0, 1, 2]}),
+    "batch2_dilated": ((2, 9, 10, 12), (17, 9, 3, 3), {"dilations": [2, 2], "pads": [1, 2, 1, 2]}),
+    "1d_k3": ((1, 12, 30), (26, 12, 3), {"pads": [1, 1]}),
+}
+
+
+@pytest.mark.parametrize("width", ["native", "vw4"])
+@pytest.mark.parametrize("name", sorted(PIXEL_ROWS))
+def test_pixel_rows_matches_reference(name, width) -> None:
+    xs, ws, attrs = PIXEL_ROWS[name]
+    ins, node = _node(xs, ws, attrs, bias=name != "1x1_stride2")
+    ref = op_of(node).reference(node, list(ins))[0]
+    tol = 2e-5 * float(np.abs(ref).max())
+    with selecting(Selection(forced={node.name: "pixel_rows"})):
+        ctx = NodeContext(node)
+        assert "ml_transpose_pm(" in op_of(node).emit(node, ctx)
+        for epi, want in ((None, ref), ("affine", ref * EPI[0] + EPI[1])):
+            got = run_c(node, ins, epi, VECTOR_WIDTHS.get(width, ()))[0]
+            err = float(np.abs(got - want).max())
+            assert err <= tol, f"max abs error {err:.3g} > {tol:.3g} (epilogue {epi})"
+
+
+def test_pixel_rows_is_only_for_small_static_single_group_convs() -> None:
+    from monolib.compiler.ops.nn.conv_pixel_rows import MAX_PIXELS, pixel_rows_valid
+
+    def valid(xs, ws, attrs, group=1):
+        _, node = _node(xs, ws, {**attrs, "group": group})
+        return pixel_rows_valid(node, as_2d(list(xs[2:]), conv_geometry(node)), group)
+
+    assert valid((1, 8, 7, 7), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]})
+    assert not valid((1, 8, 7, 7), (16, 4, 3, 3), {"pads": [1, 1, 1, 1]}, group=2)
+    side = int(MAX_PIXELS**0.5) + 1
+    assert not valid((1, 8, side, side), (16, 8, 1, 1), {})
+
+
+def test_pixel_rows_one_and_two_threads() -> None:
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="pr"),
+        helper.make_node("Relu", ["c1"], ["y"]),
+    ]
+    weights = {"w1": r(96, 64, 3, 3, scale=0.1), "b1": r(96)}
+    model = make_model(nodes, [("x", F32, [1, 64, 7, 7])], [("y", F32, [1, 96, 7, 7])],
+                       weights)
+    feeds = {"x": np.random.default_rng(4).standard_normal((1, 64, 7, 7), np.float32)}
+    with selecting(Selection(forced={"pr": "pixel_rows"})):
+        source, _, _ = lower(model, None, None)
+        assert "ml_transpose_pm(" in source
+        want = ort_run(model, feeds)[0]
+        one, two = run_threads(model, feeds)
+    assert np.abs(one[0] - want).max() <= 2e-5 * np.abs(want).max()
+    assert (one[0] >= 0).all()  # the fused Relu
+    np.testing.assert_array_equal(one[0], two[0])

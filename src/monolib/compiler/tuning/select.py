@@ -28,7 +28,8 @@ class Candidate:
     Attributes
     ----------
     algo : str
-        ``"depthwise"``, ``"direct"``, ``"gemm"``, ``"gemm_folded"``, ``"winograd"``.
+        ``"depthwise"``, ``"direct"``, ``"gemm"``, ``"gemm_folded"``, ``"pixel_rows"``,
+        ``"winograd"``.
     params : tuple of (str, int)
         Its tiling parameters, sorted by name (e.g. ``(("m", 4),)`` for F(4x4, 3x3)).
     """

@@ -351,6 +351,38 @@ ML_UNUSED static void ml_col2im_exact_epi(int64_t CO, int64_t KH, int64_t KW, in
     for (int64_t t = 0; t < CO * pieces; ++t) ml_col2im_task(&j, t, 0);
 }
 
+/* Pixels as GEMM rows (small images): cols[k][p] = x[ci][oh*SH + ky*DH][ow*SW + kx*DW] for
+ * k = (ci*KH + ky)*KW + kx, p = oh*OW + ow, of an already padded [C][Hp][Wp] image (every
+ * read in range), copied in runs along output rows. */
+ML_UNUSED static void ml_im2col(const float* restrict x, int64_t C, int64_t Hp, int64_t Wp,
+                                int64_t KH, int64_t KW, int64_t SH, int64_t SW, int64_t DH,
+                                int64_t DW, int64_t OH, int64_t OW, float* restrict cols) {
+    for (int64_t ci = 0; ci < C; ++ci)
+        for (int64_t ky = 0; ky < KH; ++ky)
+            for (int64_t kx = 0; kx < KW; ++kx) {
+                float* d = cols + ((ci * KH + ky) * KW + kx) * OH * OW;
+                const float* s = x + (ci * Hp + ky * DH) * Wp + kx * DW;
+                for (int64_t oh = 0; oh < OH; ++oh, d += OW) {
+                    const float* r = s + oh * SH * Wp;
+                    if (SW == 1)
+                        memcpy(d, r, (size_t)OW * sizeof(float));
+                    else
+                        for (int64_t ow = 0; ow < OW; ++ow) d[ow] = r[ow * SW];
+                }
+            }
+}
+
+/* y[m][p] = t[p][m] (P x M -> M x P) in 16 x 16 blocks: both sides stay in cache lines. */
+ML_UNUSED static void ml_transpose_pm(int64_t P, int64_t M, const float* restrict t,
+                                      float* restrict y) {
+    for (int64_t p0 = 0; p0 < P; p0 += 16)
+        for (int64_t m0 = 0; m0 < M; m0 += 16) {
+            int64_t p1 = ML_MIN(P, p0 + 16), m1 = ML_MIN(M, m0 + 16);
+            for (int64_t m = m0; m < m1; ++m)
+                for (int64_t p = p0; p < p1; ++p) y[m * P + p] = t[p * M + m];
+        }
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

@@ -15,6 +15,8 @@ Lowering (``emit``):
     implicit im2col);
   - a batch of images with small outputs (``FOLD_BATCH_BELOW`` pixels) runs as ONE GEMM
     over every image's columns, then is scattered to NCHW;
+  - ``pixel_rows``: small images as ``cols^T @ W^T``, the pixels as GEMM rows
+    (``conv_pixel_rows.py``: 49 pixels round to 54 rows, not 64 columns);
   - stride-1 3x3 and 1-D 3/5-tap convolutions with enough channels: Winograd minimal
     filtering (``winograd.py``, ``kernels/winograd.h``), unless ``MONOLIB_WINOGRAD=0``.
 
@@ -43,6 +45,7 @@ from .._constants import include_checked
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a
 from .conv_cost import conv_costs
+from .conv_pixel_rows import emit_pixel_rows, pixel_rows_valid
 from .winograd import CO_BLOCK, emit_winograd, plan_winograd
 from ...tuning.select import Candidate, active, choose
 
@@ -213,6 +216,8 @@ class Conv(OpDef):
         if pick.algo == "winograd":  # a run-time image: planned at its bounds
             plan = plan_winograd(node, d, group, pick.param("m"), pick.param("cob"))
             return emit_winograd(node, ctx, d, epi, plan)
+        if pick.algo == "pixel_rows":
+            return emit_pixel_rows(node, ctx, d, epi, _pointwise(d))
         return _emit_gemm(node, ctx, d, epi, group, pick.algo)
 
     def emit_device(self, node: Node, ctx: Any) -> Kernel:
@@ -610,7 +615,8 @@ def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:
     if not any(plans.values()):
         plans = {}
     labels = {f"winograd(m={m})": plan for m, plan in plans.items()}
-    costs = conv_costs(d, n, c, w.shape[0], group, _pointwise(d), labels)
+    costs = conv_costs(d, n, c, w.shape[0], group, _pointwise(d), labels,
+                       pixel_rows_valid(node, d, group))
     if "direct" in costs and not _direct_fits(d, c // group):
         del costs["direct"]
     best = min(costs, key=costs.get)
@@ -641,7 +647,8 @@ def conv_candidates(
         a size is only known at run time: then only the rule's choice is listed), the
         candidates (``depthwise`` with 3 or 4 rows per tile, ``winograd`` F(2)/F(4) with
         the rule's or half or twice its output channels per pass (``cob``),
-        ``direct``, ``gemm``, ``gemm_folded``) and the rule's choice, one of them.
+        ``direct``, ``gemm``, ``pixel_rows`` (``conv_pixel_rows``), ``gemm_folded``) and
+        the rule's choice, one of them.
     """
     x, w = node.inputs[0], node.inputs[1]
     default = _rule(node, d, group)
@@ -671,6 +678,8 @@ def conv_candidates(
     if not _pointwise(d) and _direct_fits(d, cg):
         cands.append(Candidate("direct"))
     cands.append(Candidate("gemm"))
+    if pixel_rows_valid(node, d, group):
+        cands.append(Candidate("pixel_rows"))
     if n > 1:
         cands.append(Candidate("gemm_folded"))
     if default not in cands:

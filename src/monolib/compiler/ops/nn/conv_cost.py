@@ -16,8 +16,8 @@ width, not from the ideal multiply-add count:
   output transforms per lane.
 
 The constants are throughputs measured on an AVX-512 Zen 4 core (``bench/peak.py``'s
-machine) by timing every candidate of ~30 conv shapes of 3x3, 1x3, 3x1 and 1x1 kernels,
-4 to 512 channels, 7x7 to 56x56 maps (``compiler/tuning``'s micro-benchmark), and fitting
+machine) by timing every candidate of 36 conv shapes (3x3, 1x3, 3x1, 1x1, strided 3x3,
+5x5, 7x7 and 11x11 kernels, 1 to 1024 channels, 2 to 224 pixels a side (``compiler/tuning``'s micro-benchmark), and fitting
 each algorithm's terms; the ratios between algorithms are what the rule uses, and the
 vector width and tiles follow the host's ISA. ``monolib compile --tune`` measures instead
 of estimating.
@@ -39,26 +39,26 @@ __all__ = ["conv_costs", "direct_cost", "gemm_cost", "host_vector_width", "winog
 logger = logging.getLogger(__name__)
 
 # nanoseconds per unit of work, fitted (least squares on log time, plus the cost of a
-# wrong pick) to every candidate of 24 conv shapes timed on one Zen 4 core
-#: per multiply-add of a full micro-tile (gemm.h's 6 x 32 tile: ~52 GMAC/s)
-NS_MAC = 0.0191
+# wrong pick) to every candidate of 36 conv shapes timed on one Zen 4 core
+#: per multiply-add of a full micro-tile (gemm.h's 6 x 32 tile: ~50 GMAC/s)
+NS_MAC = 0.0198
 #: per multiply-add of the direct kernel (the same tile reading B through a tap table)
 NS_MAC_DIRECT = 0.0203
 #: per multiply-add of Winograd's per-element GEMMs
-NS_MAC_WINO = 0.0215
+NS_MAC_WINO = 0.0243
 #: per float of B packed by the implicit im2col (a strided copy)
-NS_PACK = 0.204
+NS_PACK = 0.200
 #: per run of the im2col copy (one tap row of one output row: short rows cost set-up)
-NS_RUN = 3.85
+NS_RUN = 3.15
 #: per float written by image padding (memory-bound copies)
-NS_PAD = 0.336
-#: per micro-tile call (C tile load/store, loop set-up: lost in the fit's noise)
-NS_TILE = 1.0
+NS_PAD = 0.121
+#: per micro-tile call (C tile load/store, loop set-up)
+NS_TILE = 0.74
 #: per lane, transformed element and channel of Winograd's input and output transforms
-NS_WINO_IN = 0.381
-NS_WINO_OUT = 0.672
+NS_WINO_IN = 0.286
+NS_WINO_OUT = 0.476
 #: per call of a kernel (set-up, scratch, task dispatch)
-NS_CALL = 2190.0
+NS_CALL = 5040.0
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,15 +90,15 @@ def _up(n: int, k: int) -> int:
 
 
 def gemm_cost(m: int, k: int, cols: int, pad_floats: int = 0, calls: int = 1,
-              runs: int = 0) -> float:
+              runs: int = 0, packs_b: bool = True) -> float:
     """Nanoseconds of ``calls`` GEMMs of ``m x k`` packed weights by a ``k x cols``
     implicit im2col of ``runs`` copied runs per call (``pad_floats`` written by padding
-    first, over all calls)."""
+    first, over all calls); ``packs_b`` False: B was packed at compile time."""
     tile = _panel_cols()
     mp, np_ = _up(m, MR), _up(cols, tile)
     k_blocks = -(-k // 256)
     tiles = (mp // MR) * (np_ // tile) * k_blocks
-    one = mp * k * np_ * NS_MAC + k * np_ * NS_PACK + tiles * NS_TILE + runs * NS_RUN
+    one = mp * k * np_ * NS_MAC + k * np_ * NS_PACK * packs_b + tiles * NS_TILE + runs * NS_RUN
     return calls * (one + NS_CALL) + pad_floats * NS_PAD
 
 
@@ -152,7 +152,7 @@ def winograd_cost(plan: Any, d: dict[str, int], c_in: int, c_out: int,
 
 def conv_costs(
     d: dict[str, int], n: int, c: int, m: int, group: int, pointwise: bool,
-    plans: dict[str, Any] | None = None,
+    plans: dict[str, Any] | None = None, pixel_rows: bool = False,
 ) -> dict[str, float]:
     """Estimated nanoseconds of the ``gemm``, ``direct`` and Winograd algorithms of a
     Conv (batch ``n``, ``c`` -> ``m`` channels, ``group`` groups, 2-D view ``d``).
@@ -167,11 +167,14 @@ def conv_costs(
     plans : dict, optional
         ``"winograd(m=2)"``-style label -> plan (``winograd.plan_winograd``) for each
         Winograd candidate to estimate.
+    pixel_rows : bool
+        Also estimate the pixels-as-rows GEMM (``conv_pixel_rows``).
 
     Returns
     -------
     dict
-        Label (``"gemm"``, ``"direct"``, the plans' labels) -> nanoseconds.
+        Label (``"gemm"``, ``"direct"``, ``"pixel_rows"``, the plans' labels) ->
+        nanoseconds.
     """
     d = {k: size_hint(v) for k, v in d.items()}
     n = size_hint(n)
@@ -187,6 +190,9 @@ def conv_costs(
     if not pointwise:
         wq = -(-wp // d["SW"])
         out["direct"] = direct_cost(mg, k, d, n * c * hp * d["SW"] * wq, n * group)
+    if pixel_rows:  # im2col (none for 1x1), A packed, the output transposed
+        copies = (0 if pointwise else k * ohw) + k * ohw + ohw * mg
+        out["pixel_rows"] = gemm_cost(ohw, k, mg, pad, n, runs, False) + n * copies * NS_PACK
     for label, plan in (plans or {}).items():
         if plan is not None:
             out[label] = winograd_cost(plan, d, c, m, n)

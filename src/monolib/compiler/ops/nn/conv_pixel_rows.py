@@ -1,0 +1,97 @@
+"""Conv with the output pixels as GEMM rows (the ``pixel_rows`` candidate of ``conv.py``).
+
+``y^T [OH*OW, C_out] = cols^T [OH*OW, K] @ W^T [K, C_out]``: on a small image (ResNet's
+7x7 stage, SqueezeNet's 13x13) the usual ``W @ cols`` has only 49 or 169 columns, which
+round up to whole 32-column micro-tiles (30% and 14% of the multiplies wasted); with the
+pixels as rows they round to ``MR`` = 6 (10% and 3%) and the output channels, a multiple
+of 16 in most networks, fill the columns. ``W^T`` is packed at compile time as gemm.h's B;
+per image the input is padded (when the convolution pads), copied to ``cols`` by
+``ml_im2col`` (1x1 stride-1: the input itself), packed as A, multiplied into a
+``[pixels, C_out]`` scratch with the bias per column, transposed to NCHW
+(``ml_transpose_pm``), then the fused epilogue runs on the whole output.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ...ir import Node
+from ...symbolic import is_dim
+from ..base import EmitContext
+from ._gemm import MR, gemm_call, pack_b
+
+__all__ = ["MAX_PIXELS", "emit_pixel_rows", "pixel_rows_valid"]
+
+logger = logging.getLogger(__name__)
+
+#: Largest output (pixels) this path takes: beyond it the usual orientation wastes
+#: little, and cols (K x pixels floats) would outgrow the caches.
+MAX_PIXELS = 1024
+
+
+def pixel_rows_valid(node: Node, d: dict[str, int], group: int) -> bool:
+    """Whether the ``pixel_rows`` candidate applies: one group, constant weights, static
+    sizes, at most ``MAX_PIXELS`` output pixels."""
+    x, w = node.inputs[0], node.inputs[1]
+    if group != 1 or w.const is None:
+        return False
+    if any(is_dim(v) for v in (*x.shape, *d.values())):
+        return False
+    return d["OH"] * d["OW"] <= MAX_PIXELS
+
+
+def _padded(d: dict[str, int]) -> tuple[int, int]:
+    hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
+    wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
+    return hp, wp
+
+
+def emit_pixel_rows(node: Node, ctx: EmitContext, d: dict[str, int], epi: str,
+                    pointwise: bool) -> str:
+    """C of a Conv through pixels-as-rows GEMMs, one per image (see the module
+    docstring); ``pointwise``: 1x1 stride-1 unpadded, the input is ``cols`` itself."""
+    x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    k = c * d["KH"] * d["KW"]
+    p = d["OH"] * d["OW"]
+    hw = d["H"] * d["W"]
+    wt = np.ascontiguousarray(w.const.reshape(m, k).T.astype(np.float32))
+    bp = ctx.param(pack_b(wt), f"{node.name}.packed_wt")
+    apack = ctx.scratch(4 * -(-p // MR) * MR * k)
+    tmp = ctx.scratch(4 * p * m)
+    yp = ctx.ptr(y)
+    xn = f"{ctx.ptr(x)} + n * {c * hw}"
+    prep = ""
+    cols = xn
+    if not pointwise:
+        hp, wp = _padded(d)
+        src, sh, sw = xn, d["H"], d["W"]
+        if d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"]:
+            padded = ctx.scratch(4 * c * hp * wp)
+            prep += (
+                f"  ml_pad_image_par({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, "
+                f"{d['PL']}, {xn}, (float*){padded});\n"
+            )
+            src, sh, sw = f"(const float*){padded}", hp, wp
+        buf = ctx.scratch(4 * k * p)
+        prep += (
+            f"  ml_im2col({src}, {c}, {sh}, {sw}, {d['KH']}, {d['KW']}, {d['SH']}, "
+            f"{d['SW']}, {d['DH']}, {d['DW']}, {d['OH']}, {d['OW']}, (float*){buf});\n"
+        )
+        cols = f"(const float*){buf}"
+    fields = {"M": str(p), "N": str(m), "K": str(k), "a": f"(const float*){apack}",
+              "c": f"(float*){tmp}"}
+    if b is not None:
+        fields["bias_n"] = ctx.ptr(b)
+    bsrc = {"kind": "ML_B_PACKED", "p": bp, "k_total": str(k)}
+    epi_line = f"  ({epi})({yp}, n, 0, {m}, 0, {p});\n" if epi != "(ml_epi_fn)0" else ""
+    return (
+        f"for (int64_t n = 0; n < {n}; ++n) {{\n{prep}"
+        f"  ml_pack_a_par({p}, {k}, {cols}, 1, {p}, (float*){apack});\n"
+        f"{gemm_call(fields, bsrc)}\n"
+        f"  ml_transpose_pm({p}, {m}, (const float*){tmp}, {yp} + n * {m * p});\n"
+        f"{epi_line}}}"
+    )

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import monolib
 from monolib.export import csource, toolchain
-from monolib.export.csource import GLUE_MARK, UNIT_MARK, split_source
+from monolib.export.csource import GLUE_MARK, HELPERS_MARK, UNIT_MARK, split_source
 from monolib.export.objcache import ObjectCache
 from monolib.runtime import GraphModule, cpu, load_module, set_num_threads
 
@@ -86,19 +86,53 @@ def _run(path: str, x: np.ndarray, threads: int) -> np.ndarray:
 def test_split_units_are_op_units_and_glue(factory, always_split):
     (lib,) = [m for m in factory.imported_modules if isinstance(m, csource.CSourceModule)]
     units = split_source(lib.source, 2)
-    assert len(units) == 3  # two op units, then the glue
+    kinds = [u.split(" of a build")[0].split("monolib: ")[1] for u in units]
+    assert kinds == ["op unit 1", "op unit 2", "kernel unit", "kernel unit", "glue unit"]
     glue = units[-1]
     assert "#define ML_SPLIT_GLUE 1" in glue and "monolib_run(" in glue
     assert "ml_sgemm" not in glue  # no op kernels in the glue
     for unit in units[:-1]:
         assert "#define ML_SPLIT_UNIT 1" in unit and "monolib_run(" not in unit
-    op_parts = [u.split("#undef ML_OP_FN")[1] for u in units[:-1]]
+    op_parts = [u.split("#undef ML_OP_FN")[1] for u in units[:2]]
     n_ops = lib.source.count("ML_OP_FN void op_")
     for i in range(n_ops):  # every op function in exactly one op unit
         assert sum(f"ML_OP_FN void op_{i}(" in p for p in op_parts) == 1
     # a kernel group is not cut: one unit calls the depthwise kernel, one the GEMM
     assert sum("ml_dwconv2d(" in p for p in op_parts) == 1
-    assert sum("ml_sgemm" in p for p in op_parts) == 1
+    assert sum("ml_gemm_defaults(" in p for p in op_parts) == 1
+    # the GEMM entry point is compiled in its kernel unit (no model helpers there), the
+    # op units call its wrapper
+    gemm = next(u for u in units[2:4] if "ml_sgemm_par_k(" in u)
+    assert "ML_UNIT_HIDDEN void ml_sgemm_par_k(const ml_gemm_args* g) { ml_sgemm_par(g); }" in gemm
+    assert HELPERS_MARK not in gemm and "@ml-unit" not in gemm
+    for p in op_parts:
+        assert "#define ml_sgemm_par ml_sgemm_par_k" in p
+
+
+def test_kernel_entry_points_are_pointer_only():
+    sig = csource._entry_signature
+    head = "ML_UNUSED static void ml_f(const ml_args* g, void (*task)(void*, int64_t)) {"
+    assert sig(head, "ml_f") == ("void", "const ml_args* g, void (*task)(void*, int64_t)",
+                                 "g, task")
+    assert sig("static int64_t ml_g(const float* a, float* b) {", "ml_g") == (
+        "int64_t", "const float* a, float* b", "a, b")
+    # a scalar parameter could be specialised by a caller's constant: left with the ops
+    assert sig("static void ml_h(const float* a, int64_t n) {", "ml_h") is None
+    assert sig("static inline void ml_i(const float* a) {", "ml_i") is None  # meant inline
+    assert sig("static void ml_j(void) {", "ml_j") is None
+
+
+def test_kernel_unit_is_the_same_text_for_two_models(always_split):
+    """The gemm kernel unit holds no model's helpers: two models share its object."""
+    def units_of(model):
+        (lib,) = [m for m in monolib.compile(model).imported_modules
+                  if isinstance(m, csource.CSourceModule)]
+        return [u for u in split_source(lib.source, 2) if "ml_sgemm_par_k(" in u
+                and "kernel unit" in u[:80]]
+
+    other = _model()
+    other.graph.node[1].op_type = "Sigmoid"  # another epilogue, other helpers
+    assert units_of(_model()) == units_of(other) and len(units_of(other)) == 1
 
 
 def test_unmarked_or_small_source_is_one_unit(always_split):
@@ -107,7 +141,8 @@ def test_unmarked_or_small_source_is_one_unit(always_split):
     assert split_source(src, 1) == [src]
 
 
-def test_thread_local_state_is_shared(always_split):
+def test_thread_local_state_is_shared(always_split, monkeypatch):
+    monkeypatch.setattr(csource, "KERNEL_UNITS", False)
     common = ("/* prelude */\nstatic _Thread_local int32_t ml_status; /* ML_STATUS */\n"
               "static int k(void) { return 2; }\n")
     ops = "".join(f"{UNIT_MARK.format(f'op_{i}')}\nML_OP_FN void op_{i}(const uint8_t* restrict "
@@ -127,7 +162,7 @@ def test_split_build_is_bit_identical_to_one_file(factory, tmp_path, monkeypatch
     monkeypatch.setenv("MONOLIB_OBJECT_CACHE", "off")
     calls = _compiles(monkeypatch)
     split = factory.export_library(str(tmp_path / "split.so"))
-    assert len(_c_compiles(calls)) == 3  # two op units and the glue
+    assert len(_c_compiles(calls)) == 5  # two op units, two kernel units, the glue
     monkeypatch.setenv("MONOLIB_BUILD_JOBS", "1")
     del calls[:]
     one = factory.export_library(str(tmp_path / "one.so"))
@@ -143,7 +178,7 @@ def test_rebuild_takes_objects_from_cache(factory, tmp_path, monkeypatch, always
     monkeypatch.setenv("MONOLIB_OBJECT_CACHE", str(tmp_path / "cache"))
     calls = _compiles(monkeypatch)
     first = factory.export_library(str(tmp_path / "a.so"))
-    assert len(_c_compiles(calls)) == 3
+    assert len(_c_compiles(calls)) == 5
     del calls[:]
     again = factory.export_library(str(tmp_path / "b.so"))
     assert _c_compiles(calls) == []  # no compiler run for a C unit: all from the cache
@@ -157,7 +192,7 @@ def test_damaged_entry_is_rebuilt(factory, tmp_path, monkeypatch, always_split):
     calls = _compiles(monkeypatch)
     first = factory.export_library(str(tmp_path / "a.so"))
     entries = sorted(cache_dir.rglob("*.o"))
-    assert len(entries) == 3
+    assert len(entries) == 5
     data = bytearray(entries[0].read_bytes())
     data[len(data) // 2] ^= 0x40  # one flipped bit in the object
     entries[0].write_bytes(bytes(data))

@@ -31,7 +31,7 @@ from typing import Any
 from ..abi.names import C_SOURCE
 from ..runtime.module import Module
 
-__all__ = ["GLUE_MARK", "SPLIT_MIN_CHARS", "UNIT_MARK", "CSourceModule", "split_source"]
+__all__ = ["GLUE_MARK", "HELPERS_MARK", "SPLIT_MIN_CHARS", "UNIT_MARK", "CSourceModule", "split_source"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +40,14 @@ logger = logging.getLogger(__name__)
 UNIT_MARK = "/* @ml-unit {} */"
 #: Marks the start of the glue (the op table and the exported entry points).
 GLUE_MARK = "/* @ml-glue */"
+#: Marks the end of the kernel headers (the model's own helpers follow).
+HELPERS_MARK = "/* @ml-helpers */"
 #: Below this many characters of op code a file is not split: the units' common top
 #: (kernel headers) would be parsed once more for little to share out.
 SPLIT_MIN_CHARS = 40_000
+#: Kernel entry points that take only pointers compiled in units of their own, shared
+#: by every model with the same headers through the object cache.
+KERNEL_UNITS = True
 #: Compile time of a character of kernel code against one of op code (a guess)
 KERNEL_WEIGHT = 3
 
@@ -69,8 +74,78 @@ _OP_LINKAGE = """#undef ML_OP_FN
 _OP_PROTO = "ML_OP_FN void {}(const uint8_t* restrict params, uint8_t* restrict arena);\n"
 # A kernel function defined at the top level of a header: its name and where its body
 # starts (the headers' style: the head from column 0, the closing brace at column 0).
-_DEF_RE = re.compile(r"^(?:static|__attribute__)[^;{}]*?\b(ml_\w+)\s*\([^;{}]*\{", re.MULTILINE)
+_DEF_RE = re.compile(
+    r"^(?:ML_\w+ +)*(?:static|__attribute__)[^;{}]*?\b(ml_\w+)\s*\([^;{}]*\{", re.MULTILINE)
 _NAME_RE = re.compile(r"\b(ml_\w+)\b")
+_SECTION_RE = re.compile(r"^/\* ---- [\w.]+ ---- \*/$", re.MULTILINE)
+
+
+def _params(text: str) -> list[str]:
+    """The parameters of a C parameter list, split at its top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [*out, cur.strip()] if cur.strip() else out
+
+
+def _entry_signature(head: str, name: str) -> tuple[str, str, str] | None:
+    """``(return type, parameters, arguments)`` of a kernel entry point whose head (up to
+    its ``{``) is ``head``: a ``static``, not ``inline``, function taking only pointers
+    (its callers' constants cannot specialise it, so compiling it in a unit of its own
+    gives the same code); None for any other."""
+    before, _, rest = head.partition(name + "(")
+    words = re.sub(r"__attribute__\s*\(\(.*?\)\)|\bML_\w+", " ", before).split()
+    if "static" not in words or "inline" in words or not rest.rstrip().endswith("{"):
+        return None
+    ret = " ".join(w for w in words if w != "static")
+    params = rest.rstrip()[:-1].rstrip()
+    if not params.endswith(")") or not ret:
+        return None
+    params = params[:-1]
+    names = []
+    for p in _params(params):
+        fn = re.search(r"\(\s*\*\s*(\w+)\s*\)", p)
+        m = fn or re.search(r"(\w+)\s*$", p)
+        if "*" not in p or m is None:
+            return None
+        names.append(m.group(1))
+    return (ret, params, ", ".join(names)) if names else None
+
+
+def _kernel_units(common: str, texts: dict[str, str]) -> tuple[list[str], str, frozenset[str]]:
+    """Units of the kernel entry points the ops call (:func:`_entry_signature`): one per
+    header holding some, the host prelude and the headers up to it (no model helpers:
+    the same text, so the same cached object, for every model with those headers) and a
+    hidden wrapper ``<name>_k`` per entry point; and the text that makes an op unit call
+    the wrappers (its own copy of the kernel, unused, is never compiled); and the entry
+    points' names."""
+    helpers = common.find("\n" + HELPERS_MARK + "\n")
+    start = _kernels_start(common)
+    if helpers < 0 or not start:
+        return [], "", frozenset()
+    ends = [m.start() for m in _SECTION_RE.finditer(common, start + 1, helpers)] + [helpers]
+    used = set().union(*(_NAME_RE.findall(t) for t in texts.values()))
+    by_end: dict[int, list[tuple[str, str, str, str]]] = {}
+    for m in _DEF_RE.finditer(common, start, helpers):
+        sig = _entry_signature(m.group(0), m.group(1)) if m.group(1) in used else None
+        if sig is not None:
+            end = next(e for e in ends if e > m.start())
+            by_end.setdefault(end, []).append((m.group(1), *sig))
+    units, remap = [], []
+    for end, entries in sorted(by_end.items()):
+        wrap = "".join(
+            f"ML_UNIT_HIDDEN {r} {n}_k({p}) {{ {'' if r == 'void' else 'return '}{n}({a}); }}\n"
+            for n, r, p, a in entries)
+        units.append(_UNIT_HEAD.format(what="kernel unit", macro="ML_SPLIT_UNIT")
+                     + common[:end] + "\n" + wrap)
+        remap += [f"ML_UNIT_HIDDEN {r} {n}_k({p});\n#define {n} {n}_k\n"
+                  for n, r, p, _ in entries]
+    return units, "".join(remap), frozenset(n for e in by_end.values() for n, *_ in e)
 
 
 def _kernels_start(common: str) -> int:
@@ -92,12 +167,14 @@ def _kernel_graph(common: str) -> dict[str, tuple[int, set[str]]]:
     return {k: (n, refs & defs.keys()) for k, (n, refs) in defs.items()}
 
 
-def _share_out(common: str, texts: dict[str, str], parts: int) -> dict[str, int]:
+def _share_out(common: str, texts: dict[str, str], parts: int,
+               elsewhere: frozenset[str] = frozenset()) -> dict[str, int]:
     """Unit of each op (op function name -> its functions' text): ops that reach the
     same kernel function (gcc compiles it once per unit that calls it) go to the same
     unit; these groups are then placed largest first on the least loaded unit, a
-    group's load its ops' text plus the kernels it reaches."""
-    graph = _kernel_graph(common)
+    group's load its ops' text plus the kernels it reaches (not those compiled
+    ``elsewhere``: the kernel units' entry points)."""
+    graph = {k: v for k, v in _kernel_graph(common).items() if k not in elsewhere}
     group: dict[str, str] = {}  # union-find over op and kernel names
 
     def find(x: str) -> str:
@@ -134,13 +211,15 @@ def _share_out(common: str, texts: dict[str, str], parts: int) -> dict[str, int]
 
 
 def split_source(source: str, parts: int) -> list[str]:
-    """Cut a marked generated C file into at most ``parts`` op units and one glue unit
-    (last); ``[source]`` when it has no marks, ``parts`` < 2 or less than
-    :data:`SPLIT_MIN_CHARS` of op code.
+    """Cut a marked generated C file into at most ``parts`` op units (one below
+    :data:`SPLIT_MIN_CHARS` of op code), the kernel units (:func:`_kernel_units`) and
+    one glue unit (last); ``[source]`` when it has no marks, ``parts`` < 2, or it would
+    be one op unit and no kernel unit.
 
-    Ops are shared out in file order, in runs of about equal text; a unit holds its ops'
-    functions in their order in the file. Compiled and linked together, the units give
-    the code of the single file (op functions are ``noipa`` in both).
+    Ops that reach the same kernel function go to the same unit (:func:`_share_out`); a
+    unit holds its ops' functions in their order in the file. Compiled and linked
+    together, the units give the code of the single file (op functions are ``noipa``
+    in both; a kernel unit's entry points take only pointers).
 
     Parameters
     ----------
@@ -164,12 +243,14 @@ def split_source(source: str, parts: int) -> list[str]:
     for owner, a, b in pieces:
         if owner:
             texts[owner] = texts.get(owner, "") + source[a:b]
-    if sum(map(len, texts.values())) < SPLIT_MIN_CHARS or len(texts) < 2:
-        return [source]
     common = source[: marks[0].start()]
-    unit_of = _share_out(common, texts, parts)
-    if len(set(unit_of.values())) < 2:  # one group: nothing to do side by side
-        return [source]
+    kernels, remap, entries = _kernel_units(common, texts) if KERNEL_UNITS else ([], "", ())
+    if sum(map(len, texts.values())) < SPLIT_MIN_CHARS or len(texts) < 2:
+        unit_of = dict.fromkeys(texts, 0)  # small: one op unit
+    else:
+        unit_of = _share_out(common, texts, parts, frozenset(entries))
+    if len(set(unit_of.values())) < 2 and not kernels:
+        return [source]  # one op unit and no kernel unit: the file as it is
     units = [[] for _ in range(parts)]
     glue = []
     for owner, a, b in pieces:
@@ -177,9 +258,9 @@ def split_source(source: str, parts: int) -> list[str]:
     op_common = _TLS_RE.sub(r"extern ML_UNIT_HIDDEN \1", common)
     out = [
         _UNIT_HEAD.format(what=f"op unit {k + 1}", macro="ML_SPLIT_UNIT") + op_common
-        + _OP_LINKAGE + "".join(u)
+        + _OP_LINKAGE + remap + "".join(u)
         for k, u in enumerate(units) if u
-    ]
+    ] + kernels
     protos = "".join(_OP_PROTO.format(owner) for owner in texts)
     # the glue: the host prelude (no op kernels) and the thread-local variables
     cut = _kernels_start(common) or len(common)

@@ -40,7 +40,7 @@ import numpy as np
 
 from ....abi.graph_spec import dtype_name
 from ....errors import CompileError, MonolibError, UndecidableDimError
-from ....export.csource import GLUE_MARK, UNIT_MARK
+from ....export.csource import GLUE_MARK, HELPERS_MARK, UNIT_MARK
 from ...ir import Graph, Value, shape_size
 from ...ops.base import op_of
 from ...passes.fuse_elementwise import FusedOp, Fusion
@@ -488,7 +488,7 @@ def _assemble(
     for f in op_functions:  # an op function goes alone; a specialization's runner is glue
         name = f.partition(HOST_C.function + " void ")[2].partition("(")[0]
         ops.append(UNIT_MARK.format(name if name.isidentifier() else "") + "\n" + f)
-    parts = [host_prelude(), *source.headers, *source.helpers, *ops, GLUE_MARK]
+    parts = [host_prelude(), *source.headers, HELPERS_MARK, *source.helpers, *ops, GLUE_MARK]
     if shapes:
         parts.append(
             "static void ml_output_shapes(uint8_t* restrict arena) {\n" + shapes + "\n}"

@@ -393,7 +393,7 @@ def _block(grid: tuple[int, int], per_tile: int) -> tuple[int, int]:
 def _packed_block(grid: tuple[int, int], ls: int) -> tuple[int, int]:
     """Rows of tiles per packed block (whole rows; ``ls`` lanes each): the fewest GEMM
     columns (each block rounded up to ``NR``, plus a block's set-up as a few columns)
-    with at most ``PACK_LANES`` lanes a block."""
+    with at most ``PACK_LANES`` lanes a block and at least two blocks."""
     big_th, big_tw = grid
 
     def cols(bh: int) -> int:
@@ -401,7 +401,9 @@ def _packed_block(grid: tuple[int, int], ls: int) -> tuple[int, int]:
         lanes = full * _round(bh * ls, NR) + (_round(rest * ls, NR) if rest else 0)
         return lanes + 4 * -(-big_th // bh)
 
-    fits = [bh for bh in range(1, big_th + 1) if bh * ls <= PACK_LANES] or [1]
+    # at least two blocks: a conv with few output channels has no other split for threads
+    most = max(1, -(-big_th // 2))
+    fits = [bh for bh in range(1, most + 1) if bh * ls <= PACK_LANES] or [1]
     return min(fits, key=lambda bh: (cols(bh), -bh)), big_tw
 
 

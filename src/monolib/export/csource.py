@@ -45,9 +45,13 @@ HELPERS_MARK = "/* @ml-helpers */"
 #: Below this many characters of op code a file is not split: the units' common top
 #: (kernel headers) would be parsed once more for little to share out.
 SPLIT_MIN_CHARS = 40_000
-#: Kernel entry points that take only pointers compiled in units of their own, shared
-#: by every model with the same headers through the object cache.
+#: Kernel entry points compiled in units of their own (:func:`_entry_signature`),
+#: shared by every model with the same headers through the object cache.
 KERNEL_UNITS = True
+#: Entry points with scalar parameters too (else only pointers).
+KERNEL_SCALARS = True
+_SCALAR_RE = re.compile(
+    r"^(?:const\s+)?(?:u?int(?:8|16|32|64)_t|int|float|double|size_t|ml_\w+_fn)\s+\w+$")
 #: Compile time of a character of kernel code against one of op code (a guess)
 KERNEL_WEIGHT = 3
 
@@ -95,9 +99,11 @@ def _params(text: str) -> list[str]:
 
 def _entry_signature(head: str, name: str) -> tuple[str, str, str] | None:
     """``(return type, parameters, arguments)`` of a kernel entry point whose head (up to
-    its ``{``) is ``head``: a ``static``, not ``inline``, function taking only pointers
-    (its callers' constants cannot specialise it, so compiling it in a unit of its own
-    gives the same code); None for any other."""
+    its ``{``) is ``head``: a ``static``, not ``inline`` (those are meant to be inlined
+    into the op), function taking pointers and, with :data:`KERNEL_SCALARS`, plain
+    scalars and ``ml_*_fn`` function pointers; None for any other. Compiled in a unit of
+    its own it cannot be cloned for one op's constants: measured no slower (bench/BUILD.md)
+    and the outputs stay bit-identical."""
     before, _, rest = head.partition(name + "(")
     words = re.sub(r"__attribute__\s*\(\(.*?\)\)|\bML_\w+", " ", before).split()
     if "static" not in words or "inline" in words or not rest.rstrip().endswith("{"):
@@ -111,7 +117,7 @@ def _entry_signature(head: str, name: str) -> tuple[str, str, str] | None:
     for p in _params(params):
         fn = re.search(r"\(\s*\*\s*(\w+)\s*\)", p)
         m = fn or re.search(r"(\w+)\s*$", p)
-        if "*" not in p or m is None:
+        if m is None or ("*" not in p and not (KERNEL_SCALARS and _SCALAR_RE.match(p))):
             return None
         names.append(m.group(1))
     return (ret, params, ", ".join(names)) if names else None

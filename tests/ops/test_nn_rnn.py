@@ -48,6 +48,7 @@ def _gru_ins(t, b, i, h, d, bias=True, h0=True):
             r(d, b, h) if h0 else None]
 
 
+@pytest.mark.parametrize("lbr", [1, 0])
 @pytest.mark.parametrize(
     "h,b,t,direction,const,bias,h0",
     [
@@ -58,33 +59,37 @@ def _gru_ins(t, b, i, h, d, bias=True, h0=True):
         (5, 6, 2, "forward", [], True, True),  # a tail block only, all at run time
     ],
 )
-def test_gru_packed_kernel(h, b, t, direction, const, bias, h0):
+def test_gru_packed_kernel(h, b, t, direction, const, bias, h0, lbr):
+    """linear_before_reset 1 (one pass a step, Rbh inside the reset product) and 0 (two
+    passes: z and r*h, then the candidate)."""
     from harness import check_node as check
 
     d = 2 if direction == "bidirectional" else 1
     ins = _gru_ins(t, b, 7, h, d, bias, h0)
     node = check("GRU", ins, {"hidden_size": h, "direction": direction,
-                              "linear_before_reset": 1}, const=const, n_outputs=2,
+                              "linear_before_reset": lbr}, const=const, n_outputs=2,
                  rtol=1e-4, atol=1e-5)
     from harness import NodeContext
     from monolib.compiler.ops.base import op_of
 
-    assert "ml_gru(" in op_of(node).emit(node, NodeContext(node))
+    assert ("ml_gru(" if lbr else "ml_gru0(") in op_of(node).emit(node, NodeContext(node))
 
 
-def test_gru_packed_kernel_clip_and_vector_width_4():
+@pytest.mark.parametrize("lbr", [1, 0])
+def test_gru_packed_kernel_clip_and_vector_width_4(lbr):
     from harness import VECTOR_WIDTHS
     from harness import check_node as check
 
     h = 21
-    check("GRU", _gru_ins(3, 5, 6, h, 1), {"hidden_size": h, "linear_before_reset": 1,
+    check("GRU", _gru_ins(3, 5, 6, h, 1), {"hidden_size": h, "linear_before_reset": lbr,
                                            "clip": 0.3},
           const=[1, 2, 3], n_outputs=2, rtol=1e-4, atol=1e-5, options=VECTOR_WIDTHS["vw4"])
 
 
+@pytest.mark.parametrize("lbr", [1, 0])
 @pytest.mark.parametrize("h,b,t,direction", [(80, 2, 8, "bidirectional"),
                                              (144, 5, 3, "forward")])
-def test_gru_threads_bit_identical(h, b, t, direction):
+def test_gru_threads_bit_identical(h, b, t, direction, lbr):
     """Above ML_RNN_DIR_PAR_MIN the directions run side by side, above ML_LSTM_PAR_MIN a
     step splits by unit blocks: the outputs equal the 1-thread run bit for bit, and
     ORT's within tolerance."""
@@ -96,7 +101,7 @@ def test_gru_threads_bit_identical(h, b, t, direction):
     feeds = {"x": r(t, b, 24), "w": 0.5 * r(d, 3 * h, 24), "rw": 0.25 * r(d, 3 * h, h),
              "b": 0.25 * r(d, 6 * h)}
     model = make_node_model("GRU", feeds, {"hidden_size": h, "direction": direction,
-                                           "linear_before_reset": 1},
+                                           "linear_before_reset": lbr},
                             outputs=2, constant_inputs=["w", "rw", "b"])
     one, two = run_threads(model, {"x": feeds["x"]})
     for a, c in zip(one, two):

@@ -77,32 +77,60 @@ ML_UNUSED static void ml_rnn_pack_r(int64_t H, int64_t ng, const float* restrict
     }
 }
 
-/* The start of gate q's sums for row b at unit u0 + u: the input projection, but GRU's
- * candidate gate (ng 3, q 2), which starts at Rbh (bn, or 0) as the reset gate scales the
- * recurrent part with its bias. */
-ML_INLINE float ml_rnn_init(int ng, int64_t q, int64_t b, int64_t H, const float* gx,
+/* Kinds of block pass (a constant after inlining): 4 an LSTM step; 3 a GRU step with
+ * linear_before_reset; 2 and 1 the two passes of a GRU step without it (z and r, then the
+ * candidate from (r*h) Rh^T, which needs every unit's r first). G: the op's gates (a row
+ * of gx holds G*H, a direction's R G*H*H); NG: gates a packed row of the pass holds, Q0
+ * its first. Without linear_before_reset R is packed as two parts, z and r (2 gates a
+ * row) then h (1), so each pass streams its own part. */
+#define ML_RNN_G(kind) ((kind) == 4 ? 4 : 3)
+#define ML_RNN_NG(kind) (kind)
+#define ML_RNN_Q0(kind) ((kind) == 1 ? 2 : 0)
+
+/* The start of gate q's sums for row b at unit u: the input projection, but the
+ * candidate gate of a GRU with linear_before_reset (kind 3, q 2), which starts at Rbh
+ * (bn, or 0) as the reset gate scales the recurrent part with its bias. */
+ML_INLINE float ml_rnn_init(int kind, int64_t q, int64_t b, int64_t H, const float* gx,
                             const float* bn, int64_t u) {
-    if (ng == 3 && q == 2) return bn ? bn[u] : 0.0f;
-    return gx[b * ng * H + q * H + u];
+    if (kind == 3 && q == 2) return bn ? bn[u] : 0.0f;
+    return gx[b * ML_RNN_G(kind) * H + q * H + u];
 }
 
-/* g[b][q][u] = start + sum_k h[b][k] * R[q*H + u0 + u][k] for nb rows and ng gates
- * (constants after inlining) of a full block; r: the block, [H][ng][U]. */
-ML_INLINE void ml_rnn_acc(int nb, int ng, int64_t H, const float* restrict h,
+/* g[b][q - q0][u] = start + sum_k h[b][k] * R[q*H + u0 + u][k] for nb rows and the
+ * kind's gates (constants after inlining) of a full block; r: the block, [H][ng][U]. */
+ML_INLINE void ml_rnn_acc(int nb, int kind, int64_t H, const float* restrict h,
                           const float* restrict r, const float* restrict gx,
                           const float* restrict bn, int64_t u0, float* restrict g) {
     enum { NV = 4 * ML_LSTM_U / ML_VW };
+    const int ng = ML_RNN_NG(kind), q0 = ML_RNN_Q0(kind), G = ML_RNN_G(kind);
     const int nv = ng * ML_LSTM_U / ML_VW;
-    ml_vf acc[ML_LSTM_MB][NV];
+    /* fewer than 4 accumulators (a GRU pass of 1 or 2 gates, one row) leave the FMA's
+     * latency exposed: then P partial sums over interleaved k, added at the end */
+    const int chains = nb * nv, P = chains >= 4 ? 1 : (chains >= 2 ? 2 : 4);
+    ml_vf acc[ML_LSTM_MB][NV], part[3][ML_LSTM_MB][NV];
     for (int b = 0; b < nb; ++b)
         for (int v = 0; v < nv; ++v) {
-            int64_t col = v * ML_VW, q = col / ML_LSTM_U;
-            if (ng == 3 && q == 2)
+            int64_t col = v * ML_VW, q = q0 + col / ML_LSTM_U;
+            if (kind == 3 && q == 2)
                 acc[b][v] = bn ? *(const ml_vf*)(bn + u0 + col % ML_LSTM_U) : (ml_vf){0};
             else
-                acc[b][v] = *(const ml_vf*)(gx + b * ng * H + q * H + u0 + col % ML_LSTM_U);
+                acc[b][v] = *(const ml_vf*)(gx + b * G * H + q * H + u0 + col % ML_LSTM_U);
+            for (int j = 0; j + 1 < P; ++j) part[j][b][v] = (ml_vf){0};
         }
-    for (int64_t k = 0; k < H; ++k) {
+    int64_t k0 = 0;
+    if (P > 1)
+        for (; k0 + P <= H; k0 += P)
+            for (int j = 0; j < P; ++j) {
+                const float* rk = r + (k0 + j) * ng * ML_LSTM_U;
+                for (int b = 0; b < nb; ++b) {
+                    ml_vf hk = h[b * H + k0 + j] - (ml_vf){0};
+                    for (int v = 0; v < nv; ++v) {
+                        ml_vf* a = j == 0 ? &acc[b][v] : &part[j - 1][b][v];
+                        *a += hk * *(const ml_vf*)(rk + v * ML_VW);
+                    }
+                }
+            }
+    for (int64_t k = k0; k < H; ++k) {
         const float* rk = r + k * ng * ML_LSTM_U;
         ml_vf rv[NV];
         for (int v = 0; v < nv; ++v) {
@@ -120,23 +148,27 @@ ML_INLINE void ml_rnn_acc(int nb, int ng, int64_t H, const float* restrict h,
         }
     }
     for (int b = 0; b < nb; ++b)
-        for (int v = 0; v < nv; ++v) *(ml_vf*)(g + b * 4 * ML_LSTM_U + v * ML_VW) = acc[b][v];
+        for (int v = 0; v < nv; ++v) {
+            for (int j = 0; j + 1 < P; ++j) acc[b][v] += part[j][b][v];
+            *(ml_vf*)(g + b * 4 * ML_LSTM_U + v * ML_VW) = acc[b][v];
+        }
 }
 
 /* The same for a last block of w < ML_LSTM_U units (r: [H][ng][w]). */
-ML_INLINE void ml_rnn_acc_tail(int nb, int ng, int64_t H, int64_t w, const float* restrict h,
+ML_INLINE void ml_rnn_acc_tail(int nb, int kind, int64_t H, int64_t w, const float* restrict h,
                                const float* restrict r, const float* restrict gx,
                                const float* restrict bn, int64_t u0, float* restrict g) {
+    const int ng = ML_RNN_NG(kind), q0 = ML_RNN_Q0(kind), q1 = q0 + ng;
     for (int b = 0; b < nb; ++b)
-        for (int64_t q = 0; q < ng; ++q)
+        for (int64_t q = q0; q < q1; ++q)
             for (int64_t u = 0; u < w; ++u)
-                g[(b * 4 + q) * ML_LSTM_U + u] = ml_rnn_init(ng, q, b, H, gx, bn, u0 + u);
+                g[(b * 4 + q - q0) * ML_LSTM_U + u] = ml_rnn_init(kind, q, b, H, gx, bn, u0 + u);
     for (int64_t k = 0; k < H; ++k)
         for (int b = 0; b < nb; ++b) {
             float hk = h[b * H + k];
-            for (int64_t q = 0; q < ng; ++q)
+            for (int64_t q = q0; q < q1; ++q)
                 for (int64_t u = 0; u < w; ++u)
-                    g[(b * 4 + q) * ML_LSTM_U + u] += hk * r[(k * ng + q) * w + u];
+                    g[(b * 4 + q - q0) * ML_LSTM_U + u] += hk * r[(k * ng + q - q0) * w + u];
         }
 }
 
@@ -181,6 +213,23 @@ static inline void ml_gru_cell(int64_t w, float clip, const float* restrict g,
     }
 }
 
+/* A GRU step without linear_before_reset, first pass: z, and r*h for the second. */
+static inline void ml_gru_zr(int64_t w, float clip, const float* restrict g,
+                             const float* restrict h, float* restrict z, float* restrict rh) {
+    for (int64_t u = 0; u < w; ++u) {
+        z[u] = ml_sigmoidf(ml_clipf(g[u], clip));
+        rh[u] = ml_sigmoidf(ml_clipf(g[ML_LSTM_U + u], clip)) * h[u];
+    }
+}
+
+/* Its second pass: g holds xh + Wbh + Rbh + (r*h) Rh^T; h' = (1 - z) tanh(g) + z h. */
+static inline void ml_gru_update(int64_t w, float clip, const float* restrict g,
+                                 const float* restrict z, const float* restrict h,
+                                 float* restrict hn) {
+    for (int64_t u = 0; u < w; ++u)
+        hn[u] = (1 - z[u]) * ml_tanhf(ml_clipf(g[u], clip)) + z[u] * h[u];
+}
+
 /* One step of one direction: gx [B][ng*H] (this step's projections), h [B][H] the state
  * read, hn [B][H] the state written, c [B][H] (LSTM) updated in place. */
 typedef struct {
@@ -192,11 +241,14 @@ typedef struct {
     const float* h;
     float* hn;
     float* c;
+    float* z;  /* GRU without linear_before_reset: z and r*h [B][H] between its passes */
+    float* rh;
     float clip;
     int odd; /* the step's parity */
 } ml_rnn_step_t;
 
-ML_INLINE void ml_rnn_units(int ng, const ml_rnn_step_t* s, int64_t u0, int64_t u1) {
+ML_INLINE void ml_rnn_units(int kind, const ml_rnn_step_t* s, int64_t u0, int64_t u1) {
+    const int ng = ML_RNN_NG(kind), G = ML_RNN_G(kind);
     int64_t H = s->H, nblk = (u1 - u0 + ML_LSTM_U - 1) / ML_LSTM_U;
     float g[ML_LSTM_MB * 4 * ML_LSTM_U] __attribute__((aligned(64)));
     for (int64_t i = 0; i < nblk; ++i) {
@@ -205,60 +257,68 @@ ML_INLINE void ml_rnn_units(int ng, const ml_rnn_step_t* s, int64_t u0, int64_t 
          * read in one order every step, the cache keeps none of it) */
         int64_t u = u0 + (s->odd ? nblk - 1 - i : i) * ML_LSTM_U;
         int64_t w = H - u < ML_LSTM_U ? H - u : ML_LSTM_U;
-        const float* r = s->rp + u * ng * H;
+        const float* r = s->rp + (kind == 1 ? 2 * H * H : 0) + u * ng * H;
         for (int64_t b = 0; b < s->B; b += ML_LSTM_MB) {
             int nb = s->B - b < ML_LSTM_MB ? (int)(s->B - b) : ML_LSTM_MB;
-            const float* h = s->h + b * H;
-            const float* gx = s->gx + b * ng * H;
-            if (w < ML_LSTM_U) ml_rnn_acc_tail(nb, ng, H, w, h, r, gx, s->bn, u, g);
+            const float* h = (kind == 1 ? s->rh : s->h) + b * H;
+            const float* gx = s->gx + b * G * H;
+            if (w < ML_LSTM_U) ml_rnn_acc_tail(nb, kind, H, w, h, r, gx, s->bn, u, g);
 #if ML_LSTM_MB == 4
-            else if (nb == 4) ml_rnn_acc(4, ng, H, h, r, gx, s->bn, u, g);
-            else if (nb == 3) ml_rnn_acc(3, ng, H, h, r, gx, s->bn, u, g);
-            else if (nb == 2) ml_rnn_acc(2, ng, H, h, r, gx, s->bn, u, g);
+            else if (nb == 4) ml_rnn_acc(4, kind, H, h, r, gx, s->bn, u, g);
+            else if (nb == 3) ml_rnn_acc(3, kind, H, h, r, gx, s->bn, u, g);
+            else if (nb == 2) ml_rnn_acc(2, kind, H, h, r, gx, s->bn, u, g);
 #endif
-            else ml_rnn_acc(1, ng, H, h, r, gx, s->bn, u, g);
+            else ml_rnn_acc(1, kind, H, h, r, gx, s->bn, u, g);
             int64_t wc = w == ML_LSTM_U ? ML_LSTM_U : w; /* a constant for full blocks */
             for (int i = 0; i < nb; ++i) {
                 int64_t row = (b + i) * H + u;
-                if (ng == 4)
-                    ml_lstm_cell(wc, H, s->clip, g + i * 4 * ML_LSTM_U, s->p ? s->p + u : 0,
-                                 s->c + row, s->hn + row);
+                const float* gi = g + i * 4 * ML_LSTM_U;
+                if (kind == 4)
+                    ml_lstm_cell(wc, H, s->clip, gi, s->p ? s->p + u : 0, s->c + row,
+                                 s->hn + row);
+                else if (kind == 3)
+                    ml_gru_cell(wc, s->clip, gi, gx + i * 3 * H + 2 * H + u, s->h + row,
+                                s->hn + row);
+                else if (kind == 2)
+                    ml_gru_zr(wc, s->clip, gi, s->h + row, s->z + row, s->rh + row);
                 else
-                    ml_gru_cell(wc, s->clip, g + i * 4 * ML_LSTM_U, gx + i * 3 * H + 2 * H + u,
-                                s->h + row, s->hn + row);
+                    ml_gru_update(wc, s->clip, gi, s->z + row, s->h + row, s->hn + row);
             }
         }
     }
 }
 
 /* The block loop once per kind (noinline: every caller shares one copy, compile time). */
-__attribute__((noinline)) ML_UNUSED static void ml_lstm_units(const ml_rnn_step_t* s, int64_t u0,
-                                                             int64_t u1) {
-    ml_rnn_units(4, s, u0, u1);
-}
+#define ML_RNN_KIND_FN(name, kind)                                                        \
+    __attribute__((noinline)) ML_UNUSED static void name(const ml_rnn_step_t* s,         \
+                                                         int64_t u0, int64_t u1) {        \
+        ml_rnn_units(kind, s, u0, u1);                                                    \
+    }
+ML_RNN_KIND_FN(ml_lstm_units, 4)
+ML_RNN_KIND_FN(ml_gru_units, 3)
+ML_RNN_KIND_FN(ml_gru0a_units, 2)
+ML_RNN_KIND_FN(ml_gru0b_units, 1)
 
-__attribute__((noinline)) ML_UNUSED static void ml_gru_units(const ml_rnn_step_t* s, int64_t u0,
-                                                            int64_t u1) {
-    ml_rnn_units(3, s, u0, u1);
-}
+/* kind is a constant wherever this is used, so only its function is referenced */
+#define ML_RNN_UNITS(kind, s, u0, u1)                                                     \
+    ((kind) == 4 ? ml_lstm_units((s), (u0), (u1))                                          \
+     : (kind) == 3 ? ml_gru_units((s), (u0), (u1))                                         \
+     : (kind) == 2 ? ml_gru0a_units((s), (u0), (u1)) : ml_gru0b_units((s), (u0), (u1)))
 
-/* ng is a constant wherever this is used, so only one kind is referenced */
-#define ML_RNN_UNITS(ng, s, u0, u1) \
-    ((ng) == 4 ? ml_lstm_units((s), (u0), (u1)) : ml_gru_units((s), (u0), (u1)))
-
-ML_UNUSED static void ml_lstm_step_task(void* vctx, int64_t task, void* scratch) {
-    (void)scratch;
-    const ml_rnn_step_t* s = (const ml_rnn_step_t*)vctx;
-    int64_t u0 = task * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;
-    if (u0 < u1) ml_lstm_units(s, u0, u1);
-}
-
-ML_UNUSED static void ml_gru_step_task(void* vctx, int64_t task, void* scratch) {
-    (void)scratch;
-    const ml_rnn_step_t* s = (const ml_rnn_step_t*)vctx;
-    int64_t u0 = task * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;
-    if (u0 < u1) ml_gru_units(s, u0, u1);
-}
+#define ML_RNN_STEP_TASK(name, kind)                                                      \
+    ML_UNUSED static void name(void* vctx, int64_t task, void* scratch) {                 \
+        (void)scratch;                                                                    \
+        const ml_rnn_step_t* s = (const ml_rnn_step_t*)vctx;                              \
+        int64_t u0 = task * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;        \
+        if (u0 < u1) ML_RNN_UNITS(kind, s, u0, u1);                                       \
+    }
+ML_RNN_STEP_TASK(ml_lstm_step_task, 4)
+ML_RNN_STEP_TASK(ml_gru_step_task, 3)
+ML_RNN_STEP_TASK(ml_gru0a_step_task, 2)
+ML_RNN_STEP_TASK(ml_gru0b_step_task, 1)
+#define ML_RNN_STEP_TASK_OF(kind)                                                         \
+    ((kind) == 4 ? ml_lstm_step_task                                                       \
+     : (kind) == 3 ? ml_gru_step_task : (kind) == 2 ? ml_gru0a_step_task : ml_gru0b_step_task)
 
 /* Multiply-adds of one step (B x H x ng*H) from which a step is split over the pool by
  * blocks of units, and of a whole bidirectional op (T x B x H x ng*H) from which its two
@@ -275,15 +335,24 @@ ML_UNUSED static void ml_gru_step_task(void* vctx, int64_t task, void* scratch) 
 #define ML_RNN_DIR_PAR_MIN (1 << 15)
 #endif
 
+/* One pass of kind over all units: split into ntask ranges, or on this thread. */
+#define ML_RNN_PASS(kind, s, ntask)                                                      \
+    do {                                                                                  \
+        if ((ntask) > 1) ml_parallel_for((ntask), ML_RNN_STEP_TASK_OF(kind), (s), 0, 0);  \
+        else ML_RNN_UNITS(kind, (s), 0, (s)->H);                                          \
+    } while (0)
+
 /* One direction over T steps of B rows. gx: step t's [B][ng*H] at gx + t*gx_tstride;
- * rp: packed R; p: [3H] LSTM peepholes (i, o, f) or NULL; bn: GRU's Rbh [H] or NULL; h0, c0: [B][H] or NULL (zeros); y: step
- * t's [B][H] at y + t*y_tstride, or NULL; hout, cout (LSTM): [B][H], the final state;
- * hbuf: 2*B*H floats of scratch. par: split large steps over the pool. */
-ML_INLINE void ml_rnn_dir(int ng, int64_t T, int64_t B, int64_t H, int reverse,
+ * rp: packed R; p: [3H] LSTM peepholes (i, o, f) or NULL; bn: GRU's Rbh [H] or NULL; h0,
+ * c0: [B][H] or NULL (zeros); y: step t's [B][H] at y + t*y_tstride, or NULL; hout, cout
+ * (LSTM): [B][H], the final state; hbuf: 4*B*H floats of scratch. par: split large steps
+ * over the pool. kind: 4 LSTM, 3 GRU with linear_before_reset, 2 GRU without. */
+ML_INLINE void ml_rnn_dir(int kind, int64_t T, int64_t B, int64_t H, int reverse,
                           const float* gx, int64_t gx_tstride, const float* rp,
-                          const float* p, const float* bn,
-                          const float* h0, const float* c0, float clip, float* y,
-                          int64_t y_tstride, float* hout, float* cout, float* hbuf, int par) {
+                          const float* p, const float* bn, const float* h0, const float* c0,
+                          float clip, float* y, int64_t y_tstride, float* hout, float* cout,
+                          float* hbuf, int par) {
+    const int ng = ML_RNN_G(kind);
     float *h = hbuf, *hn = hbuf + B * H;
     for (int64_t i = 0; i < B * H; ++i) h[i] = h0 ? h0[i] : 0.0f;
     if (cout)
@@ -295,15 +364,20 @@ ML_INLINE void ml_rnn_dir(int ng, int64_t T, int64_t B, int64_t H, int reverse,
         per = (nblk + nt - 1) / nt * ML_LSTM_U;
         ntask = (H + per - 1) / per;
     }
-    ml_rnn_step_t s = {B, H, per, rp, 0, p, bn, 0, 0, cout, clip, 0};
+    ml_rnn_step_t s = {B,    H,    per,  rp,   0, p, bn, 0, 0, cout, hbuf + 2 * B * H,
+                       hbuf + 3 * B * H, clip, 0};
     for (int64_t st = 0; st < T; ++st) {
         int64_t t = reverse ? T - 1 - st : st;
         s.gx = gx + t * gx_tstride;
         s.h = h;
         s.hn = hn;
         s.odd = (int)(st & 1);
-        if (ntask > 1) ml_parallel_for(ntask, ng == 4 ? ml_lstm_step_task : ml_gru_step_task, &s, 0, 0);
-        else ML_RNN_UNITS(ng, &s, 0, H);
+        if (kind == 2) { /* both passes, every unit's r*h between them */
+            ML_RNN_PASS(2, &s, ntask);
+            ML_RNN_PASS(1, &s, ntask);
+        } else {
+            ML_RNN_PASS(kind, &s, ntask);
+        }
         if (y) memcpy(y + t * y_tstride, hn, B * H * sizeof(float));
         float* tmp = h;
         h = hn;
@@ -314,7 +388,7 @@ ML_INLINE void ml_rnn_dir(int ng, int64_t T, int64_t B, int64_t H, int reverse,
 
 /* Every direction of one LSTM (ng 4) or GRU (ng 3): the per-direction inputs are D slices
  * one after another (gx: D x [T][B][ng*H], rp: D x ng*H*H, p: D x 3H, bn: D x H, h0, c0,
- * hout, cout: D x [B][H], hbuf: D x 2*B*H) and Y is [T][D][B][H]. Direction 1 (and
+ * hout, cout: D x [B][H], hbuf: D x 4*B*H) and Y is [T][D][B][H]. Direction 1 (and
  * direction 0 when reverse) runs backwards. seq (sequence_lens, [B], or NULL: all T):
  * row b runs its first seq[b] steps alone (a reverse direction from step seq[b] - 1), Y
  * is 0 past them and Y_h, Y_c hold the state after them (ONNX Runtime's semantics).
@@ -344,22 +418,23 @@ ML_INLINE ml_rnn_slices_t ml_rnn_slices(int ng, const ml_rnn_t* a, int64_t d) {
                          a->p ? a->p + d * 3 * H : 0, a->bn ? a->bn + d * H : 0,
                          a->h0 ? a->h0 + d * BH : 0, a->c0 ? a->c0 + d * BH : 0,
                          a->y ? a->y + d * BH : 0, a->hout + d * BH,
-                         a->cout ? a->cout + d * BH : 0, a->hbuf + d * 2 * BH,
+                         a->cout ? a->cout + d * BH : 0, a->hbuf + d * 4 * BH,
                          a->reverse || d == 1};
     return v;
 }
 
-ML_INLINE void ml_rnn_dir_of(int ng, const ml_rnn_t* a, int64_t d) {
+ML_INLINE void ml_rnn_dir_of(int kind, const ml_rnn_t* a, int64_t d) {
+    const int ng = ML_RNN_G(kind);
     int64_t T = a->T, B = a->B, H = a->H, BH = B * H, ys = a->D * BH;
     ml_rnn_slices_t v = ml_rnn_slices(ng, a, d);
     if (!a->seq) {
-        ml_rnn_dir(ng, T, B, H, v.rev, v.gx, BH * ng, v.rp, v.p, v.bn, v.h0, v.c0, a->clip, v.y,
-                   ys, v.hout, v.cout, v.hbuf, a->par);
+        ml_rnn_dir(kind, T, B, H, v.rev, v.gx, BH * ng, v.rp, v.p, v.bn, v.h0, v.c0, a->clip,
+                   v.y, ys, v.hout, v.cout, v.hbuf, a->par);
         return;
     }
     for (int64_t b = 0; b < B; ++b) { /* ragged: each row alone, over its own steps */
         int64_t n = a->seq[b] < 0 ? 0 : (a->seq[b] > T ? T : a->seq[b]);
-        ml_rnn_dir(ng, n, 1, H, v.rev, v.gx + b * ng * H, BH * ng, v.rp, v.p, v.bn,
+        ml_rnn_dir(kind, n, 1, H, v.rev, v.gx + b * ng * H, BH * ng, v.rp, v.p, v.bn,
                    v.h0 ? v.h0 + b * H : 0, v.c0 ? v.c0 + b * H : 0, a->clip,
                    v.y ? v.y + b * H : 0, ys, v.hout + b * H, v.cout ? v.cout + b * H : 0,
                    v.hbuf, a->par);
@@ -368,23 +443,17 @@ ML_INLINE void ml_rnn_dir_of(int ng, const ml_rnn_t* a, int64_t d) {
     }
 }
 
-__attribute__((noinline)) ML_UNUSED static void ml_lstm_dir_of(const ml_rnn_t* a, int64_t d) {
-    ml_rnn_dir_of(4, a, d);
-}
-
-__attribute__((noinline)) ML_UNUSED static void ml_gru_dir_of(const ml_rnn_t* a, int64_t d) {
-    ml_rnn_dir_of(3, a, d);
-}
-
-ML_UNUSED static void ml_lstm_dir_task(void* a, int64_t d, void* scratch) {
-    (void)scratch;
-    ml_lstm_dir_of((const ml_rnn_t*)a, d);
-}
-
-ML_UNUSED static void ml_gru_dir_task(void* a, int64_t d, void* scratch) {
-    (void)scratch;
-    ml_gru_dir_of((const ml_rnn_t*)a, d);
-}
+#define ML_RNN_DIR_FNS(dir_of, dir_task, kind)                                            \
+    __attribute__((noinline)) ML_UNUSED static void dir_of(const ml_rnn_t* a, int64_t d) { \
+        ml_rnn_dir_of(kind, a, d);                                                        \
+    }                                                                                     \
+    ML_UNUSED static void dir_task(void* a, int64_t d, void* scratch) {                   \
+        (void)scratch;                                                                    \
+        dir_of((const ml_rnn_t*)a, d);                                                    \
+    }
+ML_RNN_DIR_FNS(ml_lstm_dir_of, ml_lstm_dir_task, 4)
+ML_RNN_DIR_FNS(ml_gru_dir_of, ml_gru_dir_task, 3)
+ML_RNN_DIR_FNS(ml_gru0_dir_of, ml_gru0_dir_task, 2)
 
 /* Both directions' steps st together, as nper unit ranges each. */
 typedef struct {
@@ -392,28 +461,24 @@ typedef struct {
     int64_t nper;
 } ml_rnn_step2_t;
 
-ML_INLINE void ml_rnn_step2(int ng, void* vctx, int64_t task) {
-    const ml_rnn_step2_t* c = (const ml_rnn_step2_t*)vctx;
-    const ml_rnn_step_t* s = &c->s[task / c->nper];
-    int64_t u0 = task % c->nper * s->per, u1 = u0 + s->per < s->H ? u0 + s->per : s->H;
-    if (u0 < u1) ML_RNN_UNITS(ng, s, u0, u1);
-}
+#define ML_RNN_STEP2_TASK(name, kind)                                                     \
+    ML_UNUSED static void name(void* vctx, int64_t task, void* scratch) {                 \
+        (void)scratch;                                                                    \
+        const ml_rnn_step2_t* c = (const ml_rnn_step2_t*)vctx;                            \
+        const ml_rnn_step_t* s = &c->s[task / c->nper];                                   \
+        int64_t u0 = task % c->nper * s->per;                                             \
+        int64_t u1 = u0 + s->per < s->H ? u0 + s->per : s->H;                             \
+        if (u0 < u1) ML_RNN_UNITS(kind, s, u0, u1);                                       \
+    }
+ML_RNN_STEP2_TASK(ml_lstm_step2_task, 4)
+ML_RNN_STEP2_TASK(ml_gru_step2_task, 3)
 
-ML_UNUSED static void ml_lstm_step2_task(void* c, int64_t task, void* scratch) {
-    (void)scratch;
-    ml_rnn_step2(4, c, task);
-}
-
-ML_UNUSED static void ml_gru_step2_task(void* c, int64_t task, void* scratch) {
-    (void)scratch;
-    ml_rnn_step2(3, c, task);
-}
-
-/* Two directions in lockstep, each step one pool job of both directions' unit ranges:
- * with more threads than directions (at 2 the directions side by side hand off once, not
- * once a step: on 2 cores with other processes running, a step's handoff waits for a
- * descheduled worker more often). */
-ML_INLINE void ml_rnn_lockstep(int ng, const ml_rnn_t* a, int32_t nt) {
+/* Two directions in lockstep (LSTM, GRU with linear_before_reset), each step one pool
+ * job of both directions' unit ranges: with more threads than directions (at 2 the
+ * directions side by side hand off once, not once a step: on 2 cores with other
+ * processes running, a step's handoff waits for a descheduled worker more often). */
+ML_INLINE void ml_rnn_lockstep(int kind, const ml_rnn_t* a, int32_t nt) {
+    const int ng = ML_RNN_G(kind);
     int64_t T = a->T, B = a->B, H = a->H, BH = B * H, ys = a->D * BH;
     int64_t nblk = (H + ML_LSTM_U - 1) / ML_LSTM_U, per = (nblk + nt - 1) / nt * ML_LSTM_U;
     ml_rnn_step2_t c;
@@ -427,7 +492,8 @@ ML_INLINE void ml_rnn_lockstep(int ng, const ml_rnn_t* a, int32_t nt) {
         for (int64_t i = 0; i < BH; ++i) h[d][i] = v[d].h0 ? v[d].h0[i] : 0.0f;
         if (v[d].cout)
             for (int64_t i = 0; i < BH; ++i) v[d].cout[i] = v[d].c0 ? v[d].c0[i] : 0.0f;
-        ml_rnn_step_t s = {B, H, per, v[d].rp, 0, v[d].p, v[d].bn, 0, 0, v[d].cout, a->clip, 0};
+        ml_rnn_step_t s = {B, H, per, v[d].rp, 0, v[d].p, v[d].bn, 0, 0, v[d].cout, 0, 0,
+                           a->clip, 0};
         c.s[d] = s;
     }
     for (int64_t st = 0; st < T; ++st) {
@@ -439,7 +505,7 @@ ML_INLINE void ml_rnn_lockstep(int ng, const ml_rnn_t* a, int32_t nt) {
             c.s[d].hn = hn[d];
             c.s[d].odd = (int)(st & 1);
         }
-        ml_parallel_for(2 * c.nper, ng == 4 ? ml_lstm_step2_task : ml_gru_step2_task, &c, 0, 0);
+        ml_parallel_for(2 * c.nper, kind == 4 ? ml_lstm_step2_task : ml_gru_step2_task, &c, 0, 0);
         for (int d = 0; d < 2; ++d) {
             if (v[d].y) memcpy(v[d].y + t[d] * ys, hn[d], BH * sizeof(float));
             float* tmp = h[d];
@@ -458,23 +524,26 @@ __attribute__((noinline)) ML_UNUSED static void ml_gru_lockstep(const ml_rnn_t* 
     ml_rnn_lockstep(3, a, nt);
 }
 
-ML_INLINE void ml_rnn(int ng, ml_rnn_t* a) {
+ML_INLINE void ml_rnn(int kind, ml_rnn_t* a) {
+    const int ng = ML_RNN_G(kind);
     int32_t nt = ml_num_threads();
     if (a->D == 2 && nt > 1) {
-        if (nt > 2 && !a->seq && 2 * a->B * a->H * ng * a->H >= ML_LSTM_PAR_MIN) {
-            if (ng == 4) ml_lstm_lockstep(a, nt);
+        if (kind != 2 && nt > 2 && !a->seq && 2 * a->B * a->H * ng * a->H >= ML_LSTM_PAR_MIN) {
+            if (kind == 4) ml_lstm_lockstep(a, nt);
             else ml_gru_lockstep(a, nt);
             return;
         }
         if (a->T * a->B * a->H * ng * a->H >= ML_RNN_DIR_PAR_MIN) {
             a->par = 0;
-            ml_parallel_for(2, ng == 4 ? ml_lstm_dir_task : ml_gru_dir_task, a, 0, 0);
+            ml_parallel_for(2, kind == 4 ? ml_lstm_dir_task
+                               : kind == 3 ? ml_gru_dir_task : ml_gru0_dir_task, a, 0, 0);
             return;
         }
     }
     for (int64_t d = 0; d < a->D; ++d) {
-        if (ng == 4) ml_lstm_dir_of(a, d);
-        else ml_gru_dir_of(a, d);
+        if (kind == 4) ml_lstm_dir_of(a, d);
+        else if (kind == 3) ml_gru_dir_of(a, d);
+        else ml_gru0_dir_of(a, d);
     }
 }
 
@@ -486,7 +555,7 @@ ML_UNUSED static void ml_lstm(int64_t D, int64_t T, int64_t B, int64_t H, int re
     ml_rnn(4, &a);
 }
 
-/* GRU with linear_before_reset = 1 (gates z, r, h): bn is Rbh per direction or NULL; the
+/* GRU (gates z, r, h) with linear_before_reset = 1: bn is Rbh per direction or NULL; the
  * projections gx hold Wb + Rb of z and r and Wbh of h. */
 ML_UNUSED static void ml_gru(int64_t D, int64_t T, int64_t B, int64_t H, int reverse,
                              const float* gx, const float* rp, const float* bn,
@@ -494,6 +563,17 @@ ML_UNUSED static void ml_gru(int64_t D, int64_t T, int64_t B, int64_t H, int rev
                              float* hout, float* hbuf) {
     ml_rnn_t a = {D, T, B, H, reverse, gx, rp, 0, bn, h0, 0, seq, clip, y, hout, 0, hbuf, 1};
     ml_rnn(3, &a);
+}
+
+/* GRU with linear_before_reset = 0: gx holds every bias (Wb + Rb); each step is two
+ * passes over the units (z and r*h, then the candidate from (r*h) Rh^T); rp per
+ * direction: z and r packed 2 gates a row, then h packed alone. */
+ML_UNUSED static void ml_gru0(int64_t D, int64_t T, int64_t B, int64_t H, int reverse,
+                              const float* gx, const float* rp, const int32_t* seq,
+                              const float* h0, float clip, float* y, float* hout,
+                              float* hbuf) {
+    ml_rnn_t a = {D, T, B, H, reverse, gx, rp, 0, 0, h0, 0, seq, clip, y, hout, 0, hbuf, 1};
+    ml_rnn(2, &a);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -105,7 +105,7 @@ class LSTM(OpDef):
         state = lambda k: (f"{ctx.ptr(outs[k])}" if outs[k] is not None
                            else f"(float*){ctx.scratch(4 * ndir * b * h)}")
         opt = lambda v: ctx.ptr(v) if v is not None else "0"
-        hbuf = ctx.scratch(4 * ndir * 2 * b * h)
+        hbuf = ctx.scratch(4 * ndir * 4 * b * h)
         clip = float(node.attrs.get("clip") or 0.0)
         reverse = int(node.attrs["direction"] == "reverse")
         y = ctx.ptr(outs[0]) if outs[0] is not None else "0"

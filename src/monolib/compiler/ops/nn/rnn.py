@@ -17,15 +17,17 @@ implies: batch entry b runs ``len_b`` steps, a reverse direction starts at step
 ``len_b - 1``, Y is 0 past ``len_b`` and Y_h is the state after the last step).
 
 Lowering per direction: one GEMM ``gx = X @ W^T + bias`` for all steps, then the steps.
-LSTM and GRU with ``linear_before_reset=1`` (what PyTorch and Keras export), default
-activations and ``layout=0`` (:func:`fast_kernel`; ragged ``sequence_lens`` run row by
-row) run
+LSTM and GRU with default activations and ``layout=0`` (:func:`fast_kernel`; ragged
+``sequence_lens`` run row by row; a GRU without ``linear_before_reset`` in two passes a
+step) run
 ``kernels/lstm.h`` on R packed in blocks of 16 hidden units (:func:`pack_recurrent`), over
 the thread pool (two directions side by side, or a large step split by unit blocks).
 The rest runs a generic C loop over batch entries and steps with the recurrent mat-vec
 ``h @ R^T`` (R transposed at compile time when constant, so the inner loop is
 contiguous). Measured on a 2-core Zen 4, 1 thread, vs ONNX Runtime in the same run: GRU
-T 24, H 256: generic loop 0.95x, packed kernel 0.85x; B 4, H 96: 1.21x and 0.71x.
+T 24, H 256: generic loop 0.95x, packed kernel 0.85x; B 4, H 96: 1.21x and 0.71x; without
+linear_before_reset (T 24, H 256) 0.99x and 0.91x (1.10x before its passes of 1 and 2
+gates summed k in 2-4 interleaved partial sums: 1 or 2 FMA chains left its latency bare).
 """
 
 from __future__ import annotations
@@ -249,14 +251,13 @@ UNITS = 16
 
 def fast_kernel(node: Node) -> bool:
     """True when ``kernels/lstm.h`` computes the LSTM or GRU ``node``: layout 0, default
-    activations, GRU's ``linear_before_reset=1``, ``sequence_lens`` absent or int32."""
+    activations, ``sequence_lens`` absent or int32."""
     _, _, _, _, ndir = rnn_dims(node)
     acts = [a.lower() for a in node.attrs.get("activations") or []]
     seq = node.input(4)
     return (
         node.op_type in ("LSTM", "GRU")
         and not op_of(node).attr(node, "layout")
-        and (node.op_type == "LSTM" or bool(node.attrs["linear_before_reset"]))
         and (not acts or acts == _KINDS[node.op_type][1] * ndir)
         and (seq is None or seq.dtype == np.int32)
     )
@@ -296,45 +297,56 @@ def pack_recurrent(r: np.ndarray) -> np.ndarray:
 
 def packed_recurrent(node: Node, ctx: EmitContext, h: int, ndir: int) -> tuple[str, str]:
     """(pointer to every direction's packed R, C that packs it at run time or ""): packed
-    at compile time when R is constant."""
+    at compile time when R is constant; a GRU without ``linear_before_reset`` packs z, r
+    and h apart (``kernels/lstm.h``'s two passes)."""
     r = node.inputs[2]
     gn = _KINDS[node.op_type][0] * h
+    # gate groups packed apart: a GRU without linear_before_reset reads z, r then h
+    split = node.op_type == "GRU" and not node.attrs["linear_before_reset"]
+    parts = [(0, 2), (2, 1)] if split else [(0, gn // h)]
     if r.const is not None:
-        packed = np.concatenate([pack_recurrent(r.const[d]) for d in range(ndir)])
+        packed = np.concatenate([pack_recurrent(r.const[d][q * h:(q + n) * h])
+                                 for d in range(ndir) for q, n in parts])
         return ctx.param(packed, f"{node.name}.RP"), ""
     buf = ctx.scratch(4 * ndir * gn * h)
-    code = "".join(f"ml_rnn_pack_r({h}, {gn // h}, {ctx.ptr(r)} + {d * gn * h}, (float*){buf} "
-                   f"+ {d * gn * h});\n" for d in range(ndir))
+    code = "".join(f"ml_rnn_pack_r({h}, {n}, {ctx.ptr(r)} + {d * gn * h + q * h * h}, "
+                   f"(float*){buf} + {d * gn * h + q * h * h});\n"
+                   for d in range(ndir) for q, n in parts)
     return f"(const float*){buf}", code
 
 
 def _emit_gru(node: Node, ctx: EmitContext) -> str:
-    """C of a GRU node that :func:`fast_kernel` accepts: the input GEMMs, then ``ml_gru``."""
+    """C of a GRU node that :func:`fast_kernel` accepts: the input GEMMs, then ``ml_gru``
+    (``linear_before_reset=1``) or ``ml_gru0``."""
     require_float32(node, 0, 1, 2, 3, 5)
     t, b, i, h, ndir = rnn_dims(node)
     include_gemm(ctx)
     ctx.include("lstm.h")
     gn = 3 * h
+    lbr = bool(node.attrs["linear_before_reset"])
+    folded = 2 * h if lbr else gn  # Rb columns in the GEMM's bias (not Rbh with lbr)
     ap, code = a_operand(ctx, node.inputs[0], t * b, i, i, 1, name=node.name + ".X")
     gx = ctx.scratch(4 * ndir * t * b * gn)
     bias = node.input(3)
     for d in range(ndir):
         bias_c = bias_e = None
-        if bias is not None and bias.const is not None:  # Rb of z and r folded, Rbh not
+        if bias is not None and bias.const is not None:
             bc = bias.const[d].astype(np.float64)
-            bias_c = bc[:gn] + np.concatenate([bc[gn:gn + 2 * h], np.zeros(h)])
+            rb = bc[gn:].copy()
+            rb[folded:] = 0
+            bias_c = bc[:gn] + rb
         elif bias is not None:
             bp = ctx.ptr(bias)
-            bias_e = (f"{bp}[{d * 2 * gn} + j] + (j < {2 * h} ? {bp}[{d * 2 * gn + gn} + j] "
+            bias_e = (f"{bp}[{d * 2 * gn} + j] + (j < {folded} ? {bp}[{d * 2 * gn + gn} + j] "
                       ": 0.0f)")
         gxd = f"((float*){gx} + (int64_t){d} * ({t}) * ({b}) * {gn})"
         code += input_projection(node, ctx, d, ap, gxd, t * b, i, gn, bias_c, bias_e)
     rp, rcode = packed_recurrent(node, ctx, h, ndir)
     code += rcode
-    bn = "0"
-    if bias is not None and bias.const is not None:
+    bn = "0"  # Rbh, added inside the reset product (linear_before_reset only)
+    if lbr and bias is not None and bias.const is not None:
         bn = ctx.param(np.ascontiguousarray(bias.const[:, 5 * h:], np.float32), f"{node.name}.rbh")
-    elif bias is not None:
+    elif lbr and bias is not None:
         buf = ctx.scratch(4 * ndir * h)
         code += (f"for (int64_t d = 0; d < {ndir}; ++d) for (int64_t j = 0; j < {h}; ++j)\n"
                  f"  ((float*){buf})[d * {h} + j] = {ctx.ptr(bias)}[d * {2 * gn} + {5 * h} + j];\n")
@@ -345,10 +357,12 @@ def _emit_gru(node: Node, ctx: EmitContext) -> str:
     h0 = ctx.ptr(node.input(5)) if node.input(5) is not None else "0"
     clip = float(node.attrs.get("clip") or 0.0)
     reverse = int(node.attrs["direction"] == "reverse")
-    hbuf = ctx.scratch(4 * ndir * 2 * b * h)
+    hbuf = ctx.scratch(4 * ndir * 4 * b * h)
+    fn = f"ml_gru({ndir}, {t}, {b}, {h}, {reverse}, (const float*){gx}, {rp}, {bn}, "
+    if not lbr:
+        fn = f"ml_gru0({ndir}, {t}, {b}, {h}, {reverse}, (const float*){gx}, {rp}, "
     return code + (
-        f"ml_gru({ndir}, {t}, {b}, {h}, {reverse}, (const float*){gx}, {rp}, {bn}, "
-        f"{seq_lens(node, ctx)}, {h0}, "
+        f"{fn}{seq_lens(node, ctx)}, {h0}, "
         f"{f32(clip)}, {y}, {hout}, (float*){hbuf});\n"
     )
 

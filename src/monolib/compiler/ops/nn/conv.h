@@ -351,25 +351,34 @@ ML_UNUSED static void ml_col2im_exact_epi(int64_t CO, int64_t KH, int64_t KW, in
     for (int64_t t = 0; t < CO * pieces; ++t) ml_col2im_task(&j, t, 0);
 }
 
-/* Pixels as GEMM rows (small images): cols[k][p] = x[ci][oh*SH + ky*DH][ow*SW + kx*DW] for
- * k = (ci*KH + ky)*KW + kx, p = oh*OW + ow, of an already padded [C][Hp][Wp] image (every
- * read in range), copied in runs along output rows. */
-ML_UNUSED static void ml_im2col(const float* restrict x, int64_t C, int64_t Hp, int64_t Wp,
-                                int64_t KH, int64_t KW, int64_t SH, int64_t SW, int64_t DH,
-                                int64_t DW, int64_t OH, int64_t OW, float* restrict cols) {
-    for (int64_t ci = 0; ci < C; ++ci)
-        for (int64_t ky = 0; ky < KH; ++ky)
-            for (int64_t kx = 0; kx < KW; ++kx) {
-                float* d = cols + ((ci * KH + ky) * KW + kx) * OH * OW;
-                const float* s = x + (ci * Hp + ky * DH) * Wp + kx * DW;
-                for (int64_t oh = 0; oh < OH; ++oh, d += OW) {
-                    const float* r = s + oh * SH * Wp;
-                    if (SW == 1)
-                        memcpy(d, r, (size_t)OW * sizeof(float));
+/* Pixels as GEMM rows (small images): gemm.h's packed A (full-K panels of ML_MR rows)
+ * straight from an already padded [C][Hp][Wp] image (every read in range): row p = oh*OW +
+ * ow, column k = (ci*KH + ky)*KW + kx holds x[ci][oh*SH + ky*DH][ow*SW + kx*DW]; rows past
+ * OH*OW are zero. One gather of ML_MR pixels per k through offsets found once per panel
+ * (no im2col matrix, no second copy). dst: ceil(OH*OW / ML_MR) * ML_MR * C*KH*KW floats. */
+ML_UNUSED static void ml_pack_a_im2col(const float* restrict x, int64_t C, int64_t Hp,
+                                       int64_t Wp, int64_t KH, int64_t KW, int64_t SH,
+                                       int64_t SW, int64_t DH, int64_t DW, int64_t OH,
+                                       int64_t OW, float* restrict dst) {
+    const int64_t P = OH * OW, K = C * KH * KW;
+    for (int64_t p0 = 0; p0 < P; p0 += ML_MR) {
+        float* d = dst + (p0 / ML_MR) * K * ML_MR;
+        int64_t off[ML_MR];
+        int n = (int)ML_MIN(ML_MR, P - p0);
+        for (int r = 0; r < ML_MR; ++r) {
+            int64_t q = p0 + (r < n ? r : 0);
+            off[r] = (q / OW) * SH * Wp + (q % OW) * SW;
+        }
+        for (int64_t ci = 0; ci < C; ++ci)
+            for (int64_t ky = 0; ky < KH; ++ky)
+                for (int64_t kx = 0; kx < KW; ++kx, d += ML_MR) {
+                    const float* s = x + (ci * Hp + ky * DH) * Wp + kx * DW;
+                    if (n == ML_MR)
+                        for (int r = 0; r < ML_MR; ++r) d[r] = s[off[r]];
                     else
-                        for (int64_t ow = 0; ow < OW; ++ow) d[ow] = r[ow * SW];
+                        for (int r = 0; r < ML_MR; ++r) d[r] = r < n ? s[off[r]] : 0.0f;
                 }
-            }
+    }
 }
 
 /* y[m][p] = t[p][m] (P x M -> M x P) in 16 x 16 blocks: both sides stay in cache lines. */

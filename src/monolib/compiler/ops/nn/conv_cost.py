@@ -50,6 +50,8 @@ NS_MAC_WINO = 0.0243
 NS_PACK = 0.200
 #: per run of the im2col copy (one tap row of one output row: short rows cost set-up)
 NS_RUN = 3.15
+#: per float of pixel_rows' output transposed to NCHW (16 x 16 blocks, scalar)
+NS_TRANSPOSE = 0.8
 #: per float written by image padding (memory-bound copies)
 NS_PAD = 0.121
 #: per micro-tile call (C tile load/store, loop set-up)
@@ -190,9 +192,9 @@ def conv_costs(
     if not pointwise:
         wq = -(-wp // d["SW"])
         out["direct"] = direct_cost(mg, k, d, n * c * hp * d["SW"] * wq, n * group)
-    if pixel_rows:  # im2col (none for 1x1), A packed, the output transposed
-        copies = (0 if pointwise else k * ohw) + k * ohw + ohw * mg
-        out["pixel_rows"] = gemm_cost(ohw, k, mg, pad, n, runs, False) + n * copies * NS_PACK
+    if pixel_rows:  # A gathered from the image, the output transposed
+        copies = k * ohw * NS_PACK + ohw * mg * NS_TRANSPOSE
+        out["pixel_rows"] = gemm_cost(ohw, k, mg, pad, n, 0, False) + n * copies
     for label, plan in (plans or {}).items():
         if plan is not None:
             out[label] = winograd_cost(plan, d, c, m, n)

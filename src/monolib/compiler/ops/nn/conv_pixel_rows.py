@@ -5,8 +5,9 @@
 round up to whole 32-column micro-tiles (30% and 14% of the multiplies wasted); with the
 pixels as rows they round to ``MR`` = 6 (10% and 3%) and the output channels, a multiple
 of 16 in most networks, fill the columns. ``W^T`` is packed at compile time as gemm.h's B;
-per image the input is padded (when the convolution pads), copied to ``cols`` by
-``ml_im2col`` (1x1 stride-1: the input itself), packed as A, multiplied into a
+per image the input is padded (when the convolution pads) and gathered straight into
+gemm.h's packed A by ``ml_pack_a_im2col`` (1x1 stride-1: the input packed as it is),
+multiplied into a
 ``[pixels, C_out]`` scratch with the bias per column, transposed to NCHW
 (``ml_transpose_pm``), then the fused epilogue runs on the whole output.
 """
@@ -27,8 +28,9 @@ __all__ = ["MAX_PIXELS", "emit_pixel_rows", "pixel_rows_valid"]
 logger = logging.getLogger(__name__)
 
 #: Largest output (pixels) this path takes: beyond it the usual orientation wastes
-#: little, and cols (K x pixels floats) would outgrow the caches.
-MAX_PIXELS = 1024
+#: little, and the packed A (K x pixels floats) outgrows L2 (a 784-pixel 3x3 conv of
+#: 128 channels ran 1.3x slower than the direct kernel).
+MAX_PIXELS = 256
 
 
 def pixel_rows_valid(node: Node, d: dict[str, int], group: int) -> bool:
@@ -51,7 +53,7 @@ def _padded(d: dict[str, int]) -> tuple[int, int]:
 def emit_pixel_rows(node: Node, ctx: EmitContext, d: dict[str, int], epi: str,
                     pointwise: bool) -> str:
     """C of a Conv through pixels-as-rows GEMMs, one per image (see the module
-    docstring); ``pointwise``: 1x1 stride-1 unpadded, the input is ``cols`` itself."""
+    docstring); ``pointwise``: 1x1 stride-1 unpadded, the input packed as it is."""
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
     m = w.shape[0]
@@ -64,24 +66,23 @@ def emit_pixel_rows(node: Node, ctx: EmitContext, d: dict[str, int], epi: str,
     tmp = ctx.scratch(4 * p * m)
     yp = ctx.ptr(y)
     xn = f"{ctx.ptr(x)} + n * {c * hw}"
-    prep = ""
-    cols = xn
-    if not pointwise:
+    if pointwise:  # the input is A itself, [K rows of p pixels]
+        pack = f"  ml_pack_a_par({p}, {k}, {xn}, 1, {p}, (float*){apack});\n"
+    else:
         hp, wp = _padded(d)
         src, sh, sw = xn, d["H"], d["W"]
+        pack = ""
         if d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"]:
             padded = ctx.scratch(4 * c * hp * wp)
-            prep += (
+            pack += (
                 f"  ml_pad_image_par({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, "
                 f"{d['PL']}, {xn}, (float*){padded});\n"
             )
             src, sh, sw = f"(const float*){padded}", hp, wp
-        buf = ctx.scratch(4 * k * p)
-        prep += (
-            f"  ml_im2col({src}, {c}, {sh}, {sw}, {d['KH']}, {d['KW']}, {d['SH']}, "
-            f"{d['SW']}, {d['DH']}, {d['DW']}, {d['OH']}, {d['OW']}, (float*){buf});\n"
+        pack += (
+            f"  ml_pack_a_im2col({src}, {c}, {sh}, {sw}, {d['KH']}, {d['KW']}, {d['SH']}, "
+            f"{d['SW']}, {d['DH']}, {d['DW']}, {d['OH']}, {d['OW']}, (float*){apack});\n"
         )
-        cols = f"(const float*){buf}"
     fields = {"M": str(p), "N": str(m), "K": str(k), "a": f"(const float*){apack}",
               "c": f"(float*){tmp}"}
     if b is not None:
@@ -89,8 +90,7 @@ def emit_pixel_rows(node: Node, ctx: EmitContext, d: dict[str, int], epi: str,
     bsrc = {"kind": "ML_B_PACKED", "p": bp, "k_total": str(k)}
     epi_line = f"  ({epi})({yp}, n, 0, {m}, 0, {p});\n" if epi != "(ml_epi_fn)0" else ""
     return (
-        f"for (int64_t n = 0; n < {n}; ++n) {{\n{prep}"
-        f"  ml_pack_a_par({p}, {k}, {cols}, 1, {p}, (float*){apack});\n"
+        f"for (int64_t n = 0; n < {n}; ++n) {{\n{pack}"
         f"{gemm_call(fields, bsrc)}\n"
         f"  ml_transpose_pm({p}, {m}, (const float*){tmp}, {yp} + n * {m * p});\n"
         f"{epi_line}}}"

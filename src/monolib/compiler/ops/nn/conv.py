@@ -37,17 +37,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
+from ...backends.cstyle import c_literal, ctype
 from ...ir import Node
 from ...symbolic import is_dim, is_one, same, size_hint
-from ...backends.cstyle import c_literal, ctype
-from ..base import EmitContext, OpDef, OutType, register
+from ...tuning.select import Candidate, active, choose
 from .._constants import include_checked
+from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a
 from .conv_cost import conv_costs
 from .conv_pixel_rows import emit_pixel_rows, pixel_rows_valid
 from .winograd import CO_BLOCK, emit_winograd, plan_winograd
-from ...tuning.select import Candidate, active, choose
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
@@ -192,7 +192,7 @@ class Conv(OpDef):
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         require_float32(node, 0, 1, 2)
-        x, w = node.inputs[0], node.inputs[1]
+        x = node.inputs[0]
         if len(x.shape) not in (3, 4):
             raise UnsupportedOpError(
                 f"Conv node {node.name!r}: only 1-D and 2-D convolutions "

@@ -32,10 +32,10 @@ from fractions import Fraction
 import numpy as np
 
 from ....errors import CompileError
+from ...backends.cstyle import c_literal
 from ...ir import Node
 from ...symbolic import size_hint
 from ..base import EmitContext
-from ...backends.cstyle import c_literal
 from ._gemm import MR, NR, pack_a
 from .conv_cost import host_vector_width
 

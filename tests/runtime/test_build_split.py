@@ -212,6 +212,19 @@ def test_damaged_entry_is_rebuilt(factory, tmp_path, monkeypatch, always_split):
     np.testing.assert_array_equal(_run(again, x, 1), _run(first, x, 1))
 
 
+def test_cache_key_follows_the_native_cpu(factory, tmp_path, monkeypatch, always_split):
+    """The same flags on another CPU (``-march=native`` predefines other macros) miss."""
+    monkeypatch.setenv("MONOLIB_OBJECT_CACHE", str(tmp_path / "cache"))
+    calls = _compiles(monkeypatch)
+    factory.export_library(str(tmp_path / "a.so"))
+    real = toolchain._predefined_macros(("cc",)) or frozenset()
+    monkeypatch.setattr(toolchain, "_predefined_macros",
+                        lambda cmd: frozenset({"__AVX512F__"}) ^ real)
+    del calls[:]
+    factory.export_library(str(tmp_path / "b.so"))
+    assert len(_c_compiles(calls)) == _n_units(factory)
+
+
 def test_cache_key_follows_text_compiler_and_flags(tmp_path):
     cache = ObjectCache(str(tmp_path))
     cc = toolchain.find_compiler("c")

@@ -183,7 +183,8 @@ def compile_objects(
     jobs : int
         Compiler runs at once (threads waiting on the processes).
     cache : ObjectCache, optional
-        :class:`~.objcache.ObjectCache`: a C source whose key (text, compiler, flags)
+        :class:`~.objcache.ObjectCache`: a C source whose key (text, compiler, flags,
+        and the macros the compiler predefines for them: the CPU of ``-march=native``)
         is there is not compiled; new objects are stored in it.
 
     Returns
@@ -202,12 +203,17 @@ def compile_objects(
     if target.os != "windows":
         cmd.append("-fPIC")
 
+    flags = cmd[len(base):]
+    if cache is not None:  # -march=native: the CPU it stands for is part of the key
+        macros = _predefined_macros(tuple(cmd))
+        flags = [*flags, "macros:" + ",".join(sorted(macros or ()))]
+
     def one(src: str) -> str:
         obj = os.path.splitext(src)[0] + ".o"
         key = None
         if cache is not None and src.endswith(".c"):
             with open(src, "rb") as f:
-                key = cache.key(f.read(), base, cmd[len(base):])
+                key = cache.key(f.read(), base, flags)
             if cache.get(key, obj):
                 return obj
         run_tool([*cmd, "-c", "-o", obj, src], cwd=cwd)

@@ -112,6 +112,21 @@ def parse_opt(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape  # type: ignore[return-value]
 
 
+def _size_budget(text: str) -> tuple[float | None]:
+    """``--size-budget``: ``"none"`` -> ``(None,)`` (no limit), ``"0.3"`` -> ``(0.3,)``
+    (a tuple: an unset option stays falsy)."""
+    if text.strip().lower() == "none":
+        return (None,)
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(
+            f"bad --size-budget {text!r}: expected a fraction >= 0 (e.g. 0.15) or none")
+    return (value,)
+
+
 def _number(word: str) -> Any:
     for kind in (int, float):
         try:
@@ -275,6 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument(
         "--tune-budget", type=float, default=120.0, metavar="S",
         help="seconds of measuring at most with --tune (default 120)",
+    )
+    comp.add_argument(
+        "--size-budget", type=_size_budget, default=None, metavar="F|none",
+        help="extra bytes re-laid-out conv weights (Winograd) may add, as a fraction of "
+        "the model's weights, plus 1 MB (default 0.15); none: no limit",
     )
     tun = sub.add_parser("tune", help="show, export or import this CPU's tuning cache")
     tun.add_argument("action", choices=("show", "export", "import"))
@@ -453,6 +473,7 @@ def cmd_compile(args: argparse.Namespace, console: Any) -> int:
             **({"max_trip_count": dict(args.max_trips)} if args.max_trips else {}),
             **({"max_sizes": dict(args.max_size)} if args.max_size else {}),
             **({"tune": True, "tune_budget_s": args.tune_budget} if args.tune else {}),
+            **({"size_budget": args.size_budget[0]} if args.size_budget else {}),
             progress=steps,
         )
         path = lib.export_library(args.output, progress=steps)

@@ -30,7 +30,8 @@ from ..errors import CompileError
 from ..export.targets import Target
 from .backends.registry import BACKENDS
 from .pipeline import Progress, jsonable, prepare, step
-from .tuning.select import selecting
+from .ops.nn.conv_budget import DEFAULT_FRACTION, winograd_budget
+from .tuning.select import restricting, selecting
 from .tuning.tuner import DEFAULT_BUDGET_S, selection_for
 
 __all__ = ["compile", "lower"]
@@ -47,6 +48,7 @@ def lower(
     opt_shapes: dict[str, list[tuple[int, ...]]] | None = None,
     max_trip_count: dict[str, int] | None = None,
     max_sizes: dict[str, int] | None = None,
+    size_budget: float | None = DEFAULT_FRACTION,
 ) -> tuple[str, dict[str, Any], np.ndarray]:
     """Compile ``model`` down to C source, graph JSON and params blob (no runtime).
 
@@ -63,7 +65,8 @@ def lower(
     graph, fusion, plan = prepare(model, shapes, constants, progress, dims, opt_shapes,
                                   max_trip_count, max_sizes)
     step(progress, backend.step)
-    out = backend.generate(graph, fusion, plan, target, constants=jsonable(constants))
+    with restricting(winograd_budget(graph, size_budget)):
+        out = backend.generate(graph, fusion, plan, target, constants=jsonable(constants))
     return out.source, out.graph_json, out.params
 
 
@@ -79,6 +82,7 @@ def compile(
     max_sizes: dict[str, int] | None = None,
     tune: bool = False,
     tune_budget_s: float = DEFAULT_BUDGET_S,
+    size_budget: float | None = DEFAULT_FRACTION,
 ):
     """Compile an ONNX model into a graph executor factory module.
 
@@ -125,6 +129,12 @@ def compile(
         choices, tuned or not; without any, the fixed rules choose.
     tune_budget_s : float
         Seconds of measuring at most (signatures left over keep the rule's choice).
+    size_budget : float or None
+        Extra bytes that re-laid-out Conv weights (Winograd's pre-transformed ones: up
+        to 4x a 3x3 kernel) may add, as a fraction of the model's weight bytes, plus
+        1 MB (``ops/nn/conv_budget.py``; default 0.15): the layers with the most time
+        saved per extra byte get Winograd, tuned or not. None: no limit (fastest,
+        largest).
 
     Returns
     -------
@@ -163,7 +173,8 @@ def compile(
     def generate() -> Any:
         return backend.generate(graph, fusion, plan, tgt, constants=jsonable(constants))
 
-    with selecting(selection_for(generate, tgt.kind, tune, tune_budget_s)):
+    with restricting(winograd_budget(graph, size_budget)), \
+            selecting(selection_for(generate, tgt.kind, tune, tune_budget_s)):
         generated = generate()
     step(progress, "package")
     try:

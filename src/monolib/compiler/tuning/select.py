@@ -5,6 +5,9 @@ the one its fixed rule picks, then calls :func:`choose`. With no :class:`Selecti
 active (the default) the rule's choice is emitted unchanged; a tuned compile activates a
 Selection whose ``table`` maps signature keys to measured choices, and the
 micro-benchmark activates one whose ``forced`` maps node names to candidates.
+:func:`restricting` rules candidates out per node (the size budget of
+``ops/nn/conv_budget.py``: Winograd only where its weights fit): neither the rule nor a
+tuned table then picks them; only a forced label (a benchmark) still does.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-__all__ = ["Candidate", "Seen", "Selection", "active", "choose", "selecting", "signature_key"]
+__all__ = [
+    "Candidate", "Restriction", "Seen", "Selection", "active", "choose", "excluded",
+    "restricting", "selecting", "signature_key",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +110,39 @@ def selecting(selection: Selection | None) -> Iterator[Selection | None]:
         _ACTIVE.reset(token)
 
 
+#: Node name -> patterns of excluded candidates (:func:`excluded`)
+Restriction = dict[str, tuple[Candidate, ...]]
+
+_EXCLUDED: contextvars.ContextVar[Restriction | None] = contextvars.ContextVar(
+    "monolib_excluded", default=None
+)
+
+
+def excluded(node_name: str, cand: Candidate) -> bool:
+    """Whether ``cand`` is ruled out for ``node_name`` by the active restriction: some
+    pattern of that node has its ``algo`` and each of the pattern's params equal to
+    the candidate's (``Candidate("winograd")`` excludes every Winograd candidate,
+    ``Candidate("winograd", (("m", 4),))`` only F(4x4))."""
+    table = _EXCLUDED.get()
+    if not table:
+        return False
+    return any(
+        p.algo == cand.algo and all(cand.param(k) == v for k, v in p.params)
+        for p in table.get(node_name, ())
+    )
+
+
+@contextlib.contextmanager
+def restricting(table: Restriction | None) -> Iterator[Restriction | None]:
+    """Make ``table`` (node name -> excluded patterns; None: nothing excluded) active
+    for the ``with`` block."""
+    token = _EXCLUDED.set(table)
+    try:
+        yield table
+    finally:
+        _EXCLUDED.reset(token)
+
+
 def choose(
     node_name: str, sig: dict[str, Any], candidates: list[Candidate], default: Candidate
 ) -> Candidate:
@@ -111,7 +150,9 @@ def choose(
 
     A forced label for ``node_name`` wins, then the table's label for the signature,
     then ``default`` (also when a label names no valid candidate: a stale entry never
-    breaks a build). The signature is recorded in the active Selection's ``seen``.
+    breaks a build). Candidates :func:`excluded` for the node are dropped first (a
+    forced label may still name one). The signature is recorded in the active
+    Selection's ``seen``.
 
     Parameters
     ----------
@@ -127,12 +168,14 @@ def choose(
     if sel is None:
         return default
     key = signature_key(sig)
-    sel.seen.setdefault(key, Seen(sig, list(candidates), default, node_name))
-    by_label = {c.label: c for c in candidates}
-    for label in (sel.forced.get(node_name), sel.table.get(key)):
+    allowed = [c for c in candidates if not excluded(node_name, c)]
+    sel.seen.setdefault(key, Seen(sig, allowed, default, node_name))
+    every = {c.label: c for c in candidates}
+    by_label = {c.label: c for c in allowed}
+    for label, pool in ((sel.forced.get(node_name), every), (sel.table.get(key), by_label)):
         if label is not None:
-            if label in by_label:
-                return by_label[label]
+            if label in pool:
+                return pool[label]
             logger.debug("node %s: %s is not a candidate here, rule's %s kept",
                          node_name, label, default.label)
     return default

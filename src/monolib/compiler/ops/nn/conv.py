@@ -40,7 +40,7 @@ from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
 from ...backends.cstyle import c_literal, ctype
 from ...ir import Node
 from ...symbolic import is_dim, is_one, same, size_hint
-from ...tuning.select import Candidate, active, choose
+from ...tuning.select import Candidate, active, choose, excluded
 from .._constants import include_checked
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
 
 __all__ = [
-    "Conv", "as_2d", "conv_candidates", "conv_geometry", "conv_reference", "grouped_conv",
-    "include_depthwise",
+    "Conv", "as_2d", "conv_candidates", "conv_geometry", "conv_reference", "cost_candidate",
+    "grouped_conv", "include_depthwise", "rule_costs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -601,15 +601,36 @@ def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:
     """The fixed rule's algorithm: depthwise where it applies, a batch of small images
     folded into one GEMM, else the cheapest of direct, implicit GEMM and Winograd F(2) /
     F(4) by the cost model (``conv_cost``: the work each kernel really does on this
-    CPU's vectors)."""
+    CPU's vectors), leaving out what the size budget excludes for the node
+    (``conv_budget``, ``select.excluded``)."""
     x, w = node.inputs[0], node.inputs[1]
     n, c = x.shape[:2]
     if group == c == w.shape[0] and _dw_decidable(d):
         return Candidate("depthwise", (("rows", _dw_rows(d)),) if _dw_fast(d) else ())
+    costs = rule_costs(node, d, group)
+    if costs is None:
+        return Candidate("gemm_folded")
+    costs = {k: v for k, v in costs.items() if not excluded(node.name, cost_candidate(k))}
+    return cost_candidate(min(costs, key=costs.get))
+
+
+def cost_candidate(label: str) -> Candidate:
+    """The Candidate of a :func:`rule_costs` label (``"winograd(m=4)"``, ``"direct"``)."""
+    if label.startswith("winograd"):
+        return Candidate("winograd", (("m", int(label[-2])),))
+    return Candidate(label)
+
+
+def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | None:
+    """Estimated nanoseconds of each algorithm the rule compares for a non-depthwise
+    Conv (``conv_cost.conv_costs`` labels), or None where the rule folds a batch of
+    small images into one GEMM instead of comparing."""
+    x, w = node.inputs[0], node.inputs[1]
+    n, c = x.shape[:2]
     # a run-time batch folds too (its C reads the batch; at 1 the fold only costs a copy);
     # a run-time image is judged at its upper bound (a speed choice only)
     if (is_dim(n) or n > 1) and size_hint(d["OH"] * d["OW"]) < FOLD_BATCH_BELOW:
-        return Candidate("gemm_folded")
+        return None
     # a run-time image: the plans and costs are made at its upper bounds
     plans = {m: plan_winograd(node, d, group, m) for m in (2, 4)}
     if not any(plans.values()):
@@ -619,10 +640,7 @@ def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:
                        pixel_rows_valid(node, d, group))
     if "direct" in costs and not _direct_fits(d, c // group):
         del costs["direct"]
-    best = min(costs, key=costs.get)
-    if best.startswith("winograd"):
-        return Candidate("winograd", (("m", int(best[-2])),))
-    return Candidate(best)
+    return costs
 
 
 def conv_candidates(

@@ -58,6 +58,7 @@ class ObjectCache:
     def __init__(self, root: str, cap_bytes: int = DEFAULT_CAP_MB << 20) -> None:
         self.root = os.fspath(root)
         self.cap_bytes = int(cap_bytes)
+        self._stored = -1  # bytes stored since the last trim (-1: none yet)
 
     def key(self, text: str | bytes, compiler: Sequence[str], flags: Sequence[str]) -> str:
         """Hex key of the object that ``compiler`` with ``flags`` makes of ``text``."""
@@ -110,7 +111,12 @@ class ObjectCache:
             except BaseException:
                 _unlink(tmp)
                 raise
-            self._trim()
+            # the directory is walked at the first store and after each 1/16 of the cap
+            if self._stored < 0 or self._stored + len(body) > self.cap_bytes // 16:
+                self._stored = 0
+                self._trim()
+            else:
+                self._stored += len(body)
         except OSError as exc:
             logger.info("object cache: cannot store %s: %s", path, exc)
 

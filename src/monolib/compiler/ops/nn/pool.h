@@ -235,68 +235,187 @@ static inline void ml_pool2d_row(const ml_pool2d_args* a, const float* x, float*
 }
 
 #if defined(__AVX__)
-/* Separable pool of one plane (vertical stride 1, horizontal 1 or 2; max only when the
- * plane holds no NaN): each input row, padded with -inf (max) or 0 (average), is
- * reduced over KW into a row of window partials (vectors along the output columns),
- * then each output row reduces KH of those: KW + KH vector ops an eight outputs
- * instead of KW * KH, and no scalar border columns. Max is exact in any order (the
- * direct path's bits); an average sums rows of partials (a different rounding order,
- * within an ulp or two) and divides by the same counts. Measured (max, 1 thread): 512
- * planes 13x13 3x3/1 212 -> 120 us, 64 of 56x56 180 -> 103-140 us; at vertical stride
- * 2 no gain. Returns 0 (nothing done) when the rows do not fit the stack buffers. */
+/* Flat pool of a small plane at stride 1 whose output has the input's size (pads summing
+ * to the window less one, as 3x3 pad 1): the plane is one flat vector run instead of
+ * rows (a 13-wide row is two vectors with a short loop each; per-row overhead held
+ * 512 planes 13x13 3x3/1 at 2.4x ORT's time). Each position's horizontal window takes
+ * x[i + k - PL], a lane whose column falls outside its row blended to the pad value by a
+ * per-task mask (one per k); the vertical window then reads that row-partial buffer at
+ * i + r * W, with PT rows of pad before it and PB after. Max exact (the direct path's
+ * bits), an average sums in another order and divides by the same counts. Returns 0
+ * when a max meets a NaN (the NaN-aware direct path runs instead). */
+#define ML_POOL_FLAT 4096
+static inline int ml_pool2d_flat_ok(const ml_pool2d_args* a) {
+    const int64_t HW = a->H * a->W, HWv = (HW + 7) & ~(int64_t)7;
+    return a->SH == 1 && a->SW == 1 && a->OH == a->H && a->OW == a->W &&
+           HWv * a->KW <= ML_POOL_FLAT && (a->H + a->KH) * a->W + 16 <= ML_POOL_FLAT &&
+           HWv + 2 * a->KW + 8 <= ML_POOL_FLAT;
+}
+
+/* Per-task tables: the column masks (KW of HWv lanes) and, for an average, the counts. */
+static inline void ml_pool2d_flat_tables(const ml_pool2d_args* a, int32_t* mask, float* cnt) {
+    const int64_t H = a->H, W = a->W, HW = H * W, HWv = (HW + 7) & ~(int64_t)7;
+    for (int64_t k = 0; k < a->KW; ++k)
+        for (int64_t i = 0; i < HWv; ++i) {
+            int64_t c = i % W + k - a->PL;
+            mask[k * HWv + i] = i < HW && c >= 0 && c < W ? -1 : 0;
+        }
+    if (a->is_max) return;
+    for (int64_t i = 0; i < HW; ++i) {
+        int64_t oh = i / W, ow = i % W, h0 = oh - a->PT, w0 = ow - a->PL;
+        int64_t nh = a->include_pad ? ML_POOL_MIN(h0 + a->KH, H + a->PB) - h0
+                                    : ML_POOL_MIN(h0 + a->KH, H) - ML_POOL_MAX(h0, 0);
+        int64_t nw = a->include_pad ? ML_POOL_MIN(w0 + a->KW, W + a->PR) - w0
+                                    : ML_POOL_MIN(w0 + a->KW, W) - ML_POOL_MAX(w0, 0);
+        cnt[i] = (float)(nh > 0 && nw > 0 ? nh * nw : 1);
+    }
+    for (int64_t i = HW; i < HWv; ++i) cnt[i] = 1.0f;
+}
+
+static inline int ml_pool2d_flat(const ml_pool2d_args* a, const float* x, float* y,
+                                 const int32_t* mask, const float* cnt) {
+    static const int32_t ml_pool_fmasks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t W = a->W, HW = a->H * W, HWv = (HW + 7) & ~(int64_t)7, KW = a->KW, KH = a->KH;
+    const int64_t PL = a->PL, front = a->PT * W;
+    float xb[ML_POOL_FLAT], hb[ML_POOL_FLAT];
+    const int mx = a->is_max;
+    const __m256 init = _mm256_set1_ps(mx ? -INFINITY : 0.0f);
+    /* xb: PL lanes of slack, the plane, slack to HWv + KW (masked lanes read them) */
+    __m256 bad = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= HW; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (mx) bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        _mm256_storeu_ps(xb + PL + i, v);
+    }
+    int bads = 0;
+    for (; i < HW; ++i) {
+        bads |= x[i] != x[i];
+        xb[PL + i] = x[i];
+    }
+    if (mx && (bads || _mm256_movemask_ps(bad))) return 0;
+    for (int64_t j = 0; j < PL; ++j) xb[j] = 0.0f;
+    for (int64_t j = PL + HW; j < PL + HWv + KW; ++j) xb[j] = 0.0f;
+    for (int64_t j = 0; j < front; ++j) hb[j] = mx ? -INFINITY : 0.0f;
+    for (int64_t j = front + HWv; j < front + HWv + a->PB * W + 8; ++j) hb[j] = mx ? -INFINITY : 0.0f;
+    for (i = 0; i < HWv; i += 8) {
+        __m256 acc = init;
+        for (int64_t k = 0; k < KW; ++k) {
+            __m256 m = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i*)(mask + k * HWv + i)));
+            __m256 v = _mm256_blendv_ps(init, _mm256_loadu_ps(xb + i + k), m);
+            acc = mx ? _mm256_max_ps(v, acc) : _mm256_add_ps(acc, v);
+        }
+        _mm256_storeu_ps(hb + front + i, acc);
+    }
+    /* the last HWv - HW partials are pad values (masked): rows below read them as pad */
+    const __m256i tail = _mm256_loadu_si256((const __m256i*)(ml_pool_fmasks + 8 - (HW & 7)));
+    for (i = 0; i < HWv; i += 8) {
+        __m256 acc = init;
+        for (int64_t r = 0; r < KH; ++r) {
+            __m256 v = _mm256_loadu_ps(hb + i + r * W);
+            acc = mx ? _mm256_max_ps(v, acc) : _mm256_add_ps(acc, v);
+        }
+        if (!mx) acc = _mm256_div_ps(acc, _mm256_loadu_ps(cnt + i));
+        if (i + 8 <= HW) _mm256_storeu_ps(y + i, acc);
+        else _mm256_maskstore_ps(y + i, tail, acc);
+    }
+    return 1;
+}
+#endif
+
+#if defined(__AVX__)
+/* Separable pool of one plane (vertical stride 1 -- rows reused -- horizontal 1 or 2):
+ * each input row, padded with -inf (max) or 0 (average), is reduced over KW into a row
+ * of window partials (vectors along the output columns), then each output row reduces
+ * KH of those rows: KW + KH vector ops an eight outputs instead of KW * KH, no scalar
+ * border columns, the last partial vector of a row stored under a mask. Max is exact in
+ * any order (the direct path's bits); an average sums rows of partials (a different
+ * rounding order, within an ulp or two) and divides by the same counts. A max checks
+ * the rows for NaN as it copies them (no separate pass) and returns 0 on one (the
+ * caller takes the NaN-aware direct path). */
 #define ML_POOL_SEP_ROW 1024
 #define ML_POOL_SEP_PLANE 16384
-static inline int ml_pool2d_separable(const ml_pool2d_args* a, const float* x, float* y) {
+static inline int ml_pool2d_sep_ok(const ml_pool2d_args* a) {
+    const int64_t s = a->SW, OWv = (a->OW + 7) & ~(int64_t)7, len = OWv * s + a->KW + 8;
+    return (s == 1 || s == 2) && a->SH == 1 && len <= ML_POOL_SEP_ROW &&
+           a->H * OWv <= ML_POOL_SEP_PLANE;
+}
+
+/* Window columns counted per output column (as ml_pool2d_row counts them), once a task. */
+static inline void ml_pool2d_sep_counts(const ml_pool2d_args* a, float* cw) {
+    const int64_t OWv = (a->OW + 7) & ~(int64_t)7;
+    for (int64_t ow = 0; ow < OWv; ++ow) {
+        int64_t w0 = ow * a->SW - a->PL, w1 = w0 + a->KW;
+        int64_t nw = a->include_pad ? ML_POOL_MIN(w1, a->W + a->PR) - w0
+                                    : ML_POOL_MIN(w1, a->W) - ML_POOL_MAX(w0, 0);
+        cw[ow] = (float)(nw > 0 ? nw : 0);
+    }
+}
+
+/* Row partials of pr over KW at stride s into h (OWv floats). */
+static inline void ml_pool_sep_hrow(const float* pr, float* h, int64_t OWv, int64_t KW,
+                                    int64_t s, int mx, __m256 init) {
+    for (int64_t ow = 0; ow < OWv; ow += 8) {
+        __m256 acc = init;
+        for (int64_t k = 0; k < KW; ++k) {
+            __m256 v = ml_pool_load8(pr + ow * s + k, s);
+            acc = mx ? _mm256_max_ps(v, acc) : _mm256_add_ps(acc, v);
+        }
+        _mm256_storeu_ps(h + ow, acc);
+    }
+}
+
+static inline int ml_pool2d_separable(const ml_pool2d_args* a, const float* x, float* y,
+                                      const float* cw) {
+    static const int32_t ml_pool_masks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     const int64_t H = a->H, W = a->W, OH = a->OH, OW = a->OW, KW = a->KW, s = a->SW;
     const int64_t OWv = (OW + 7) & ~(int64_t)7, len = OWv * s + KW + 8;
-    /* a gain when rows are reused (H * KW + OH * KH < OH * KH * KW): vertical stride 1 */
-    if (a->SH != 1 || (s != 1 && s != 2) || len > ML_POOL_SEP_ROW || H * OWv > ML_POOL_SEP_PLANE)
-        return 0;
-    float pr[ML_POOL_SEP_ROW], hb[ML_POOL_SEP_PLANE], yt[ML_POOL_SEP_ROW], cw[ML_POOL_SEP_ROW];
+    float pr[ML_POOL_SEP_ROW], hb[ML_POOL_SEP_PLANE];
     const int mx = a->is_max;
     const float pad = mx ? -INFINITY : 0.0f;
     const __m256 init = _mm256_set1_ps(pad);
-    /* columns of x that land in pr: [PL, PL + W) */
+    /* columns of x that land in pr: [PL, PL + W); rows any output reads: [0, rh) */
     int64_t c0 = a->PL < len ? a->PL : len, c1 = a->PL + W < len ? a->PL + W : len;
+    int64_t n = c1 - c0, rh = ML_POOL_MIN(H, (OH - 1) * a->SH - a->PT + a->KH);
     for (int64_t c = 0; c < c0; ++c) pr[c] = pad;
     for (int64_t c = c1; c < len; ++c) pr[c] = pad;
-    for (int64_t r = 0; r < H; ++r) {
-        memcpy(pr + c0, x + r * W, (size_t)(c1 - c0) * sizeof(float));
-        for (int64_t ow = 0; ow < OWv; ow += 8) {
-            __m256 acc = init;
-            for (int64_t k = 0; k < KW; ++k) {
-                __m256 v = ml_pool_load8(pr + ow * s + k, s);
-                acc = mx ? _mm256_max_ps(v, acc) : _mm256_add_ps(acc, v);
-            }
-            _mm256_storeu_ps(hb + r * OWv + ow, acc);
+    __m256 bad = _mm256_setzero_ps();
+    int bads = 0;
+    for (int64_t r = 0; r < rh; ++r) {
+        const float* xr = x + r * W;
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256 v = _mm256_loadu_ps(xr + j);
+            if (mx) bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            _mm256_storeu_ps(pr + c0 + j, v);
         }
+        for (; j < n; ++j) {
+            bads |= xr[j] != xr[j];
+            pr[c0 + j] = xr[j];
+        }
+        if (s == 1) ml_pool_sep_hrow(pr, hb + r * OWv, OWv, KW, 1, mx, init);
+        else ml_pool_sep_hrow(pr, hb + r * OWv, OWv, KW, 2, mx, init);
     }
-    if (!mx) /* window columns counted per output column (as ml_pool2d_row does) */
-        for (int64_t ow = 0; ow < OWv; ++ow) {
-            int64_t w0 = ow * s - a->PL, w1 = w0 + KW;
-            int64_t nw = a->include_pad ? ML_POOL_MIN(w1, W + a->PR) - w0
-                                        : ML_POOL_MIN(w1, W) - ML_POOL_MAX(w0, 0);
-            cw[ow] = (float)(nw > 0 ? nw : 0);
-        }
+    if (mx && (bads || _mm256_movemask_ps(bad))) return 0;
+    const __m256i tail = _mm256_loadu_si256((const __m256i*)(ml_pool_masks + 8 - (OW & 7)));
+    const __m256 one = _mm256_set1_ps(1.0f);
     for (int64_t oh = 0; oh < OH; ++oh) {
         int64_t h0 = oh * a->SH - a->PT, r0 = h0 < 0 ? 0 : h0;
         int64_t r1 = h0 + a->KH > H ? H : h0 + a->KH;
         int64_t nh = a->include_pad ? ML_POOL_MIN(h0 + a->KH, H + a->PB) - h0 : r1 - r0;
-        const __m256 fh = _mm256_set1_ps((float)(nh > 0 ? nh : 0)), one = _mm256_set1_ps(1.0f);
+        const __m256 fh = _mm256_set1_ps((float)(nh > 0 ? nh : 0));
+        float* yr = y + oh * OW;
         for (int64_t ow = 0; ow < OWv; ow += 8) {
             __m256 acc = init;
             for (int64_t r = r0; r < r1; ++r) {
                 __m256 v = _mm256_loadu_ps(hb + r * OWv + ow);
                 acc = mx ? _mm256_max_ps(v, acc) : _mm256_add_ps(acc, v);
             }
-            if (!mx) { /* n = nh * nw (exact in float), 1 where no tap counts */
-                __m256 n = _mm256_mul_ps(fh, _mm256_loadu_ps(cw + ow));
-                n = _mm256_max_ps(n, one);
-                acc = _mm256_div_ps(acc, n);
-            }
-            _mm256_storeu_ps(yt + ow, acc);
+            if (!mx) /* n = nh * nw (exact in float), 1 where no tap counts */
+                acc = _mm256_div_ps(acc, _mm256_max_ps(_mm256_mul_ps(fh, _mm256_loadu_ps(cw + ow)), one));
+            if (ow + 8 <= OW) _mm256_storeu_ps(yr + ow, acc);
+            else _mm256_maskstore_ps(yr + ow, tail, acc);
         }
-        memcpy(y + oh * OW, yt, (size_t)OW * sizeof(float));
     }
     return 1;
 }
@@ -306,12 +425,26 @@ static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
     const ml_pool2d_args* a = (const ml_pool2d_args*)ctx;
     (void)scratch;
     int64_t p0 = t * a->chunk, p1 = p0 + a->chunk < a->planes ? p0 + a->chunk : a->planes;
+    int sep = 0, flat = 0;
+#if defined(__AVX__)
+    float cw[ML_POOL_SEP_ROW], cnt[ML_POOL_FLAT];
+    int32_t mask[ML_POOL_FLAT];
+    flat = ml_pool2d_flat_ok(a);
+    sep = !flat && ml_pool2d_sep_ok(a);
+    if (flat) ml_pool2d_flat_tables(a, mask, cnt);
+    if (sep && !a->is_max) ml_pool2d_sep_counts(a, cw);
+#endif
     for (int64_t p = p0; p < p1; ++p) {
         const float* x = a->x + p * a->H * a->W;
         float* y = a->y + p * a->OH * a->OW;
-        int nan = a->is_max && ml_pool_has_nan(x, a->H * a->W), done = 0;
+        int done = 0, nan = 0;
 #if defined(__AVX__)
-        if (!nan) done = ml_pool2d_separable(a, x, y);
+        if (flat) done = ml_pool2d_flat(a, x, y, mask, cnt);
+        else if (sep) done = ml_pool2d_separable(a, x, y, cw);
+        /* a flat or separable pass that did nothing met a NaN */
+        nan = a->is_max && (flat || sep || ml_pool_has_nan(x, a->H * a->W));
+#else
+        nan = a->is_max && ml_pool_has_nan(x, a->H * a->W);
 #endif
         if (!done)
             for (int64_t oh = 0; oh < a->OH; ++oh) ml_pool2d_row(a, x, y + oh * a->OW, oh, nan);

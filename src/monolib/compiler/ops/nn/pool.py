@@ -173,7 +173,7 @@ class _Pool(OpDef):
         sizes = [v if isinstance(v, Dim) else int(v) for v in x.shape[2:]]  # run-time too
         nd = len(sizes)
         n, c = x.shape[:2]
-        if _plane_kernel(node, ctx, geo):
+        if _plane_kernel(node, ctx, geo, sizes):
             return _emit_pool2d(node, ctx, geo, sizes)
         ty = ctype(x.dtype)
         ov = [f"o{i}" for i in range(nd)]
@@ -210,9 +210,24 @@ class _Pool(OpDef):
 #: ml_pool2d is ahead (13 wide: 77 vs 85 us, 27: 120 vs 153, 56: 81 vs 1,476 on random
 #: data, where the generic NaN-aware compare mispredicts).
 _PLANE_MIN_OW = 8
+#: ... unless pool.h's flat path takes the planes (stride 1, output the input's size,
+#: H * W * KW within its tables: this bound is inside ML_POOL_FLAT's): 1024 planes 7x7
+#: 3x3/1 AveragePool ran 132 us in the generic loops (ONNX Runtime 36).
+_FLAT_MAX = 2048
 
 
-def _plane_kernel(node: Node, ctx: EmitContext, geo: Geometry) -> bool:
+def _flat_plane(geo: Geometry, sizes: list) -> bool:
+    """Whether pool.h's flat path (``ml_pool2d_flat_ok``) takes these planes."""
+    if any(isinstance(v, Dim) for v in (*sizes, *geo.out)):
+        return False
+    return (
+        tuple(geo.strides) == (1, 1)
+        and list(geo.out) == list(sizes)
+        and sizes[0] * sizes[1] * geo.kernel[1] <= _FLAT_MAX
+    )
+
+
+def _plane_kernel(node: Node, ctx: EmitContext, geo: Geometry, sizes: list) -> bool:
     """Whether pool.h's ``ml_pool2d`` runs ``node``: a 2-D float32 MaxPool without
     Indices or AveragePool, dilation 1, whose fused epilogue (if any) stays float32."""
     fused = getattr(ctx, "fused", None)
@@ -224,7 +239,8 @@ def _plane_kernel(node: Node, ctx: EmitContext, geo: Geometry) -> bool:
         and (len(node.outputs) < 2 or node.outputs[1] is None)
         and all(d == 1 for d in geo.dilations)
         and (out is None or out.dtype == np.float32)
-        and not isinstance(geo.out[1], Dim) and geo.out[1] >= _PLANE_MIN_OW
+        and not isinstance(geo.out[1], Dim)
+        and (geo.out[1] >= _PLANE_MIN_OW or _flat_plane(geo, sizes))
     )
 
 

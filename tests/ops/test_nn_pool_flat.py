@@ -3,7 +3,8 @@ plane as one vector run, column masks per window tap) and its separable path (ve
 stride 1) vs ONNX Runtime on odd shapes: pads summing to the window less one (3x3 pad 1,
 SAME_UPPER / SAME_LOWER, asymmetric 4x4), count_include_pad 0 and 1, planes whose size
 is not a multiple of eight, a NaN plane (the NaN-aware direct path) and a -inf plane;
-1 and 2 threads bit-identical. The C test checks which geometries the flat path takes."""
+1 and 2 threads bit-identical; 2x2 windows at stride 2 (the even/odd shuffle interior) vs
+ORT and NumPy. The C test checks which geometries the flat path takes."""
 
 from __future__ import annotations
 
@@ -36,10 +37,11 @@ FLAT_NODES = [
 ]
 
 
-def _model(shape: list[int]) -> onnx.ModelProto:
+def _model(shape: list[int], specs: list | None = None) -> onnx.ModelProto:
+    specs = FLAT_NODES if specs is None else specs
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
     nodes = [helper.make_node(op, ["x"], [f"y{i}"], **attrs)
-             for i, (op, attrs) in enumerate(FLAT_NODES)]
+             for i, (op, attrs) in enumerate(specs)]
     probe = helper.make_model(helper.make_graph(nodes, "flat", [x], []),
                               opset_imports=[helper.make_opsetid("", 18)])
     known = {v.name: v for v in onnx.shape_inference.infer_shapes(probe).graph.value_info}
@@ -90,6 +92,32 @@ def test_flat_max_nan_and_inf_planes() -> None:
     np.testing.assert_array_equal(one[0], win.max(axis=(4, 5)))  # NaN wins its windows
     assert np.isnan(one[0][0, 3, 4:7, 6:9]).all()
     assert np.isneginf(one[0][0, 5]).all()
+
+
+#: 2x2 windows at stride 2 (pool.h's even/odd shuffle interior): odd widths, pads, ceil
+STRIDE2_NODES = [
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 0, 1]}),
+    ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 1, 1, 1],
+                     "count_include_pad": 1}),
+]
+
+
+@pytest.mark.parametrize("shape", [[1, 16, 29, 37], [2, 8, 11, 64]])
+def test_2x2_stride2_matches_ort(shape: list[int]) -> None:
+    model = _model(shape, STRIDE2_NODES)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    want = ort_run(model, {"x": x})
+    one, two = _runs(model, x)
+    for got, ref in zip(one, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(one[0], want[0])
+    n, c, h, w = shape
+    even = x[:, :, : h // 2 * 2, : w // 2 * 2].reshape(n, c, h // 2, 2, w // 2, 2)
+    np.testing.assert_array_equal(one[0], even.max(axis=(3, 5)))
 
 
 _FLAT_C = r"""

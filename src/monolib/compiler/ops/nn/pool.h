@@ -187,6 +187,25 @@ static inline void ml_pool2d_interior(const ml_pool2d_args* a, const float* x, f
     int64_t ow = lo;
 #if defined(__AVX__)
     const float* xi = x - a->PL;
+    if (s == 2 && KW == 2 && hi - lo >= 8) {
+        /* 2-wide windows at stride 2: two loads give 8 outputs' even and odd taps by
+         * one shuffle each (not a shuffle and a permute per tap), the lane order fixed
+         * once at the end; taps summed in the generic order (same bits) */
+        const int mx = a->is_max;
+        for (; ow < hi; ow += 8) {
+            if (ow + 8 > hi) ow = hi - 8;
+            __m256 acc = _mm256_set1_ps(mx ? -INFINITY : 0.0f);
+            for (int64_t r = r0; r < r1; ++r) {
+                const float* p = xi + r * W + ow * 2;
+                __m256 u = _mm256_loadu_ps(p), v = _mm256_loadu_ps(p + 8);
+                __m256 e = _mm256_shuffle_ps(u, v, 0x88), o = _mm256_shuffle_ps(u, v, 0xDD);
+                acc = mx ? _mm256_max_ps(o, _mm256_max_ps(e, acc))
+                         : _mm256_add_ps(_mm256_add_ps(acc, e), o);
+            }
+            _mm256_storeu_ps(y + ow, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(acc), 0xD8)));
+        }
+        return;
+    }
     if ((s == 1 || s == 2) && hi - lo >= 8) {
         if (a->is_max) {
             ML_POOL_BLOCKS(_mm256_max_ps, _mm256_set1_ps(-INFINITY))

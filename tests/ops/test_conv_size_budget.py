@@ -19,7 +19,12 @@ from monolib.compiler.ops.nn import conv_budget
 from monolib.compiler.pipeline import prepare
 from monolib.compiler.testing import ort_run, run_model
 from monolib.compiler.tuning.select import (
-    Candidate, Selection, choose, excluded, restricting, selecting,
+    Candidate,
+    Selection,
+    choose,
+    excluded,
+    restricting,
+    selecting,
 )
 from monolib.errors import CompileError
 
@@ -136,3 +141,14 @@ def test_choose_drops_excluded_candidates_but_not_forced_ones():
 def test_negative_budget_is_an_error():
     with pytest.raises(CompileError, match="size budget"):
         lower(_model(), size_budget=-0.1)
+
+
+def test_cli_size_budget_option():
+    import argparse
+
+    from monolib.cli import _size_budget
+
+    assert _size_budget("none") == (None,) and _size_budget("0.3") == (0.3,)
+    for bad in ("-1", "x", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match="size-budget"):
+            _size_budget(bad)

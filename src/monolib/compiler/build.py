@@ -29,8 +29,8 @@ import numpy as np
 from ..errors import CompileError
 from ..export.targets import Target
 from .backends.registry import BACKENDS
-from .pipeline import Progress, jsonable, prepare, step
 from .ops.nn.conv_budget import DEFAULT_FRACTION, winograd_budget
+from .pipeline import Progress, jsonable, prepare, step
 from .tuning.select import restricting, selecting
 from .tuning.tuner import DEFAULT_BUDGET_S, selection_for
 

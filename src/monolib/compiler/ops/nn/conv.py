@@ -604,8 +604,7 @@ def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:
     CPU's vectors), leaving out what the size budget excludes for the node
     (``conv_budget``, ``select.excluded``)."""
     x, w = node.inputs[0], node.inputs[1]
-    n, c = x.shape[:2]
-    if group == c == w.shape[0] and _dw_decidable(d):
+    if group == x.shape[1] == w.shape[0] and _dw_decidable(d):
         return Candidate("depthwise", (("rows", _dw_rows(d)),) if _dw_fast(d) else ())
     costs = rule_costs(node, d, group)
     if costs is None:

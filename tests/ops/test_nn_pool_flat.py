@@ -120,6 +120,59 @@ def test_2x2_stride2_matches_ort(shape: list[int]) -> None:
     np.testing.assert_array_equal(one[0], even.max(axis=(3, 5)))
 
 
+#: 3x3 windows at stride 2 (the separable path where its count of vector ops is less)
+STRIDE2_SEP_NODES = [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                     "count_include_pad": 1, "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1]}),
+]
+
+
+def test_3x3_stride2_separable_matches_ort() -> None:
+    shape = [1, 12, 30, 33]
+    model = _model(shape, STRIDE2_SEP_NODES)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x[0, 4, 9, 11] = np.nan
+    want = ort_run(model, {"x": x})
+    one, two = _runs(model, x)
+    for k, (got, ref) in enumerate(zip(one, want)):
+        if STRIDE2_SEP_NODES[k][0] == "AveragePool":
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+        else:  # ORT skips a NaN: the other planes exactly
+            keep = np.ones(shape[1], bool)
+            keep[4] = False
+            np.testing.assert_array_equal(got[:, keep], ref[:, keep])
+            assert np.isnan(got[0, 4]).any()
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+_SEP_C = r"""
+int32_t sep_ok(int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t P0, int64_t P1,
+               int32_t is_max) {
+    ml_pool2d_args a = {1, H, W, OH, OW, 3, 3, 2, 2, P0, P0, P1, P1, is_max, 0, 0, 0, 1, 0, 1};
+#if defined(__AVX__)
+    return ml_pool2d_sep_ok(&a);
+#else
+    return -1;
+#endif
+}
+"""
+
+
+def test_separable_choice_at_stride2() -> None:
+    lib = build_shared(kernel_header("pool.h") + _SEP_C)
+    lib.sep_ok.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_int32]
+    if lib.sep_ok(56, 56, 28, 28, 0, 1, 1) < 0:
+        pytest.skip("no AVX: pool.h has no separable path")
+    assert lib.sep_ok(56, 56, 28, 28, 0, 1, 1) == 1  # a border column each row, measured ahead
+    assert lib.sep_ok(28, 28, 14, 14, 1, 1, 0) == 1
+    assert lib.sep_ok(27, 27, 13, 13, 0, 0, 1) == 0  # no border, 13 of 16 lanes: direct
+
+
 _FLAT_C = r"""
 int32_t flat_ok(int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t KH, int64_t KW,
                 int64_t S) {

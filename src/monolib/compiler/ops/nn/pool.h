@@ -146,6 +146,17 @@ static inline __m256 ml_pool_load8(const float* p, int64_t s) {
     __m256 t = _mm256_shuffle_ps(a, b, 0xD8);
     return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), 0xD8));
 }
+
+/* ml_pool_load8 without the lane permute at stride 2 (lanes in the order 0 1 4 5 2 3 6 7
+ * for every tap alike): a window reduces in that order, ml_pool_fix8 puts it right once. */
+static inline __m256 ml_pool_raw8(const float* p, int64_t s) {
+    if (s == 1) return _mm256_loadu_ps(p);
+    return _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 7), 0xD8);
+}
+static inline __m256 ml_pool_fix8(__m256 v, int64_t s) {
+    if (s == 1) return v;
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
+}
 #endif
 
 /* Interior outputs [lo, hi) of a row (every tap inside the input, s == 1 or 2 with AVX):
@@ -154,29 +165,29 @@ static inline __m256 ml_pool_load8(const float* p, int64_t s) {
  * values written twice). Max is a plain maxps here: a plane holding a NaN takes
  * ml_pool2d_one instead. */
 #if defined(__AVX__)
-#define ML_POOL_BLOCKS(OP, INIT)                                                             \
-    for (; ow + 32 <= hi; ow += 32) {                                                        \
-        __m256 c0 = INIT, c1 = INIT, c2 = INIT, c3 = INIT;                                   \
-        for (int64_t r = r0; r < r1; ++r)                                                    \
-            for (int64_t k = 0; k < KW; ++k) {                                               \
-                const float* p = xi + r * W + ow * s + k;                                    \
-                c0 = OP(ml_pool_load8(p, s), c0);                                            \
-                c1 = OP(ml_pool_load8(p + 8 * s, s), c1);                                    \
-                c2 = OP(ml_pool_load8(p + 16 * s, s), c2);                                   \
-                c3 = OP(ml_pool_load8(p + 24 * s, s), c3);                                   \
-            }                                                                                \
-        _mm256_storeu_ps(y + ow, c0);                                                        \
-        _mm256_storeu_ps(y + ow + 8, c1);                                                    \
-        _mm256_storeu_ps(y + ow + 16, c2);                                                   \
-        _mm256_storeu_ps(y + ow + 24, c3);                                                   \
-    }                                                                                        \
-    while (ow < hi) {                                                                        \
-        if (ow + 8 > hi) ow = hi - 8;                                                        \
-        __m256 c0 = INIT;                                                                    \
-        for (int64_t r = r0; r < r1; ++r)                                                    \
-            for (int64_t k = 0; k < KW; ++k) c0 = OP(ml_pool_load8(xi + r * W + ow * s + k, s), c0); \
-        _mm256_storeu_ps(y + ow, c0);                                                        \
-        ow += 8;                                                                             \
+#define ML_POOL_BLOCKS(OP, INIT)                                                              \
+    for (; ow + 32 <= hi; ow += 32) {                                                         \
+        __m256 c0 = INIT, c1 = INIT, c2 = INIT, c3 = INIT;                                    \
+        for (int64_t r = r0; r < r1; ++r)                                                     \
+            for (int64_t k = 0; k < KW; ++k) {                                                \
+                const float* p = xi + r * W + ow * s + k;                                     \
+                c0 = OP(ml_pool_raw8(p, s), c0);                                              \
+                c1 = OP(ml_pool_raw8(p + 8 * s, s), c1);                                      \
+                c2 = OP(ml_pool_raw8(p + 16 * s, s), c2);                                     \
+                c3 = OP(ml_pool_raw8(p + 24 * s, s), c3);                                     \
+            }                                                                                 \
+        _mm256_storeu_ps(y + ow, ml_pool_fix8(c0, s));                                        \
+        _mm256_storeu_ps(y + ow + 8, ml_pool_fix8(c1, s));                                    \
+        _mm256_storeu_ps(y + ow + 16, ml_pool_fix8(c2, s));                                   \
+        _mm256_storeu_ps(y + ow + 24, ml_pool_fix8(c3, s));                                   \
+    }                                                                                         \
+    while (ow < hi) {                                                                         \
+        if (ow + 8 > hi) ow = hi - 8;                                                         \
+        __m256 c0 = INIT;                                                                     \
+        for (int64_t r = r0; r < r1; ++r)                                                     \
+            for (int64_t k = 0; k < KW; ++k) c0 = OP(ml_pool_raw8(xi + r * W + ow * s + k, s), c0); \
+        _mm256_storeu_ps(y + ow, ml_pool_fix8(c0, s));                                        \
+        ow += 8;                                                                              \
     }
 #endif
 
@@ -356,8 +367,26 @@ static inline int ml_pool2d_flat(const ml_pool2d_args* a, const float* x, float*
 #define ML_POOL_SEP_PLANE 16384
 static inline int ml_pool2d_sep_ok(const ml_pool2d_args* a) {
     const int64_t s = a->SW, OWv = (a->OW + 7) & ~(int64_t)7, len = OWv * s + a->KW + 8;
-    return (s == 1 || s == 2) && a->SH == 1 && len <= ML_POOL_SEP_ROW &&
-           a->H * OWv <= ML_POOL_SEP_PLANE;
+    if (!(s == 1 || s == 2) || len > ML_POOL_SEP_ROW || a->H * OWv > ML_POOL_SEP_PLANE)
+        return 0;
+    if (a->SH == 1) return 1; /* rows reused KH times: measured ahead everywhere */
+    if (a->KH <= a->SH) return 0;
+    /* Overlapping windows at a vertical stride of 2 or more: vector ops of each path, the
+     * direct one with its scalar border columns (3 a tap) and, for a max, its NaN scan of
+     * the plane (3 an eight), the separable one with its row copies (4 an eight with the
+     * NaN check, else 2). Measured (3x3/2, 1 thread, direct -> separable): max
+     * 192x56x56 223 -> 201 us, 64x112x112 pad 1 223 -> 182-206, avg 136x28x28 pad 1
+     * 75 -> 62, but max 256x27x27 (no border, 13 wide in 16 lanes) 75 -> 109, which this
+     * count keeps direct. */
+    const int64_t OH = a->OH, OW = a->OW, KH = a->KH, KW = a->KW;
+    int64_t lo = (a->PL + s - 1) / s, hi = a->W - KW + a->PL >= 0 ? (a->W - KW + a->PL) / s + 1 : 0;
+    lo = ML_POOL_MIN(lo, OW);
+    hi = ML_POOL_MAX(ML_POOL_MIN(hi, OW), lo);
+    int64_t rh = ML_POOL_MIN(a->H, (OH - 1) * a->SH - a->PT + KH);
+    int64_t direct = OH * (((hi - lo) + 7) / 8 * KH * KW + 3 * (OW - (hi - lo)) * KH * KW) +
+                     (a->is_max ? 3 * a->H * a->W / 8 : 0);
+    int64_t sep = rh * (OWv / 8 * KW + (a->is_max ? 4 : 2) * a->W / 8) + OH * OWv / 8 * KH;
+    return sep < direct;
 }
 
 /* Window columns counted per output column (as ml_pool2d_row counts them), once a task. */
@@ -377,10 +406,10 @@ static inline void ml_pool_sep_hrow(const float* pr, float* h, int64_t OWv, int6
     for (int64_t ow = 0; ow < OWv; ow += 8) {
         __m256 acc = init;
         for (int64_t k = 0; k < KW; ++k) {
-            __m256 v = ml_pool_load8(pr + ow * s + k, s);
+            __m256 v = ml_pool_raw8(pr + ow * s + k, s);
             acc = mx ? _mm256_max_ps(v, acc) : _mm256_add_ps(acc, v);
         }
-        _mm256_storeu_ps(h + ow, acc);
+        _mm256_storeu_ps(h + ow, ml_pool_fix8(acc, s));
     }
 }
 

@@ -1,10 +1,10 @@
 """GEMV-shaped products in gemm.h: ``ml_sgemv_pa`` (a packed A against at most
 ``GEMV_NMAX`` columns: a conv on a 1x1 or 2x2 map), the few columns past the last whole
 16-column panel of a GEMM with a packed A (``ml_gemm_tail_cols``: 49 columns, a 7x7
-map's) and the few-row path against a
-prepacked B (a batch-1 FC layer: each pair of panels over the whole K in one pass),
-against the NumPy reference and ONNX Runtime, on odd shapes and tails, under each tiling,
-at 1 and 2 threads (bit-identical)."""
+map's), few rows against a run-time B^T (``ml_gemm_small_m_t``) and the few-row path
+against a prepacked B (a batch-1 FC layer: each pair of panels over the whole K in one
+pass), against the NumPy reference and ONNX Runtime, on odd shapes and tails, under each
+tiling, at 1 and 2 threads (bit-identical)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from monolib.compiler.ops.nn._gemm import (
     GEMV_NMAX,
     MR,
     bbuf_floats,
+    dot_shaped,
     gemm_call,
     gemv_shaped,
     pack_a,
@@ -185,6 +186,41 @@ def test_fc_few_rows_two_threads_bit_identical() -> None:
     np.testing.assert_array_equal(one[0], two[0])
 
 
+# name -> (A shape, B^T shape, constant inputs): a run-time B^T (Gemm transB) against
+# fewer than MR rows: dot products along contiguous rows of B^T (ml_gemm_small_m_t);
+# K = 37 and 70 leave tails past the vector width, N = 13 one past the blocks of 4
+BT_CASES = {
+    "m1": ((1, 37), (13, 37), []),
+    "m5_k70": ((5, 70), (30, 70), []),
+    "m3_const_a": ((3, 37), (13, 37), [0]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BT_CASES))
+def test_few_rows_transposed_runtime_b(case: str) -> None:
+    sa, sb, const = BT_CASES[case]
+    check_node("Gemm", [r(*sa), r(*sb), r(sb[0])], {"transB": 1, "alpha": 0.5}, const=const + [2],
+               opset=13)
+
+
+@pytest.mark.parametrize("tiling", sorted(TILINGS))
+def test_few_rows_transposed_runtime_b_tilings(tiling: str) -> None:
+    check_node("Gemm", [r(2, 37), r(13, 37)], {"transB": 1}, opset=13, ort=False,
+               options=TILINGS[tiling])
+
+
+def test_few_rows_transposed_runtime_b_two_threads() -> None:
+    # 1 x 2100 against a run-time 1000 x 2100 weight (over the work threshold): column
+    # ranges per thread, each output one dot product, bit-identical
+    a, w = r(1, 2100), r(1000, 2100, scale=0.02)
+    node = helper.make_node("Gemm", ["A", "W"], ["Y"], transB=1)
+    model = make_model([node], [("A", F32, [1, 2100]), ("W", F32, [1000, 2100])],
+                       [("Y", F32, [1, 1000])])
+    one, two = run_threads(model, {"A": a, "W": w})
+    np.testing.assert_allclose(one[0], a.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(one[0], two[0])
+
+
 def test_gemv_shaped_rule() -> None:
     packed = {"M": "64", "N": "1", "K": "128", "a": "W", "c": "Y", "bbuf": "buf"}
     strided = {"kind": "ML_B_STRIDED", "p": "X", "ldk": "1", "ldn": "1"}
@@ -198,6 +234,13 @@ def test_gemv_shaped_rule() -> None:
     assert not gemv_shaped(packed, {"kind": "ML_B_PACKED", "p": "B"})
     assert "ml_sgemv_pa(&ga_, ml_gemv_pa_task_1)" in gemm_call(packed, strided)
     assert "ml_sgemm_par(&ga_)" in gemm_call({**packed, "N": "5"}, strided)
+    # few rows of an unpacked A against a run-time B^T: dot products (ml_sgemm_t_par)
+    raw = {"M": "1", "N": "300", "K": "64", "a": "0", "a_raw": "A", "lda": "64", "c": "Y"}
+    bt = {"kind": "ML_B_STRIDED", "p": "W", "ldk": "1", "ldn": "64"}
+    assert dot_shaped(raw, bt) and "ml_sgemm_t_par(&ga_)" in gemm_call(raw, bt)
+    assert not dot_shaped({**raw, "M": str(MR)}, bt)
+    assert not dot_shaped(raw, {**bt, "ldk": "300", "ldn": "1"})
+    assert not dot_shaped({k: v for k, v in raw.items() if k != "a_raw"}, bt)  # packed A
     # the block buffer holds x expanded to A's panel layout (MR floats per k and column)
     assert bbuf_floats(1000, 3) >= 1000 * MR * 3
 

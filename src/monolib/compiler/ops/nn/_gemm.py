@@ -22,9 +22,20 @@ from .._constants import include_checked
 from ..base import EmitContext
 
 __all__ = [
-    "GEMV_NMAX", "KC", "MR", "NC", "NR", "batch_call", "batch_scratch_floats", "bbuf_floats", "gemm_call",
+    "GEMV_NMAX",
+    "KC",
+    "MR",
+    "NC",
+    "NR",
+    "batch_call",
+    "batch_scratch_floats",
+    "bbuf_floats",
+    "dot_shaped",
+    "gemm_call",
     "gemv_shaped",
-    "include_gemm", "pack_a", "pack_b",
+    "include_gemm",
+    "pack_a",
+    "pack_b",
 ]
 
 logger = logging.getLogger(__name__)
@@ -100,10 +111,22 @@ def gemv_shaped(fields: dict[str, str], bsrc: dict[str, str]) -> bool:
             and fields.get("n_begin", "0") == "0" and "n_end" not in fields)
 
 
+def dot_shaped(fields: dict[str, str], bsrc: dict[str, str]) -> bool:
+    """Whether a call takes ``ml_sgemm_t_par`` (gemm.h): fewer than :data:`MR` static rows
+    of an unpacked A against a run-time B with unit k stride (``B^T`` row-major: a Gemm
+    with ``transB`` and a run-time weight), each output a dot product of contiguous rows;
+    no column range (``n_begin``/``n_end``) of its own."""
+    m = _int_literal(fields["M"])
+    return (m is not None and 0 < m < MR and "a_raw" in fields
+            and bsrc.get("kind") == "ML_B_STRIDED" and bsrc.get("ldk", "").strip() == "1"
+            and "n_begin" not in fields and "n_end" not in fields)
+
+
 def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
     """C block that fills an ``ml_gemm_args`` (named ``ga_``) and calls ``ml_sgemm_par``
     (``ml_sgemm`` split over column ranges and row blocks on the library's thread pool
-    when large), or ``ml_sgemv_pa`` for a GEMV-shaped call (:func:`gemv_shaped`).
+    when large), or ``ml_sgemv_pa`` for a GEMV-shaped call (:func:`gemv_shaped`), or
+    ``ml_sgemm_t_par`` for few rows against a run-time ``B^T`` (:func:`dot_shaped`).
 
     Parameters
     ----------
@@ -129,6 +152,8 @@ def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
     # ml_sgemv_pa for a GEMV-shaped product, instantiated only where one occurs
     if gemv_shaped(fields, bsrc):
         lines += [f"  ml_sgemv_pa(&ga_, ml_gemv_pa_task_{int(fields['N'])});", "}"]
+    elif dot_shaped(fields, bsrc):
+        lines += ["  ml_sgemm_t_par(&ga_);", "}"]
     else:
         lines += ["  ml_sgemm_par(&ga_);", "}"]
     return "\n".join(lines)

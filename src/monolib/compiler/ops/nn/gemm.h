@@ -807,6 +807,75 @@ ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
     ml_sgemm(g);
 }
 
+/* Fewer than MR rows of an unpacked A against a run-time B with unit k stride (B^T
+ * row-major: a Gemm with transB and a run-time weight, a decode step's q K^T): each
+ * output is a dot product of an A row with a contiguous row of B^T, four at a time, so B
+ * streams once in order (packing it first transposed all of it per block: a 9216 x 4096
+ * weight took 11.4 ms, now 5.3; ORT 5.8).
+ * Lanes and the k tail are summed in a fixed order: any column split, same result.
+ * gemm_call (_gemm.py) emits ml_sgemm_t_par for such static shapes only, so other
+ * libraries do not compile it. */
+ML_INLINE void ml_gemm_small_m_t(const ml_gemm_args* g) {
+    const int64_t K = g->K, kv = K / ML_VW * ML_VW, ldn = g->b.ldn;
+    for (int64_t n = g->n_begin; n < g->n_end; n += 4) {
+        const int nr = (int)ML_MIN(4, g->n_end - n);
+        const float* b[4];
+        for (int j = 0; j < 4; ++j) b[j] = g->b.p + (n + (j < nr ? j : nr - 1)) * ldn;
+        for (int64_t m = 0; m < g->M; ++m) { /* the 4 rows of B^T stay in cache */
+            const float* a = g->a_raw + m * g->lda;
+            ml_vf acc[4] = {{0}, {0}, {0}, {0}};
+            for (int64_t k = 0; k < kv; k += ML_VW) {
+                ml_vf av = *(const ml_vf*)(a + k);
+                for (int j = 0; j < 4; ++j) acc[j] += av * *(const ml_vf*)(b[j] + k);
+            }
+            for (int j = 0; j < nr; ++j) {
+                float v = 0.0f;
+                for (int l = 0; l < ML_VW; ++l) v += acc[j][l];
+                for (int64_t k = kv; k < K; ++k) v += a[k] * b[j][k];
+                float* o = g->c + m * g->ldc + n + j;
+                v *= g->alpha;
+                if (g->accumulate) v += *o;
+                else {
+                    if (g->bias_m) v += g->bias_m[m];
+                    if (g->bias_n) v += g->bias_n[n + j];
+                }
+                *o = v;
+            }
+        }
+    }
+    if (g->epi) ml_gemm_epilogue(g, 0, g->M, g->n_begin, g->n_end);
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+static void ml_sgemm_t_task(void* ctx, int64_t t, void* scratch) {
+    (void)scratch;
+    const ml_sgemm_job* j = (const ml_sgemm_job*)ctx;
+    ml_gemm_args a = *j->g;
+    a.n_begin = j->g->n_begin + t * j->chunk_n;
+    a.n_end = ML_MIN(j->g->n_end, a.n_begin + j->chunk_n);
+    ml_gemm_small_m_t(&a);
+}
+#endif
+
+/* ml_gemm_small_m_t (M < MR, an unpacked A, B strided with ldk == 1) on the thread pool
+ * by column ranges of a multiple of 32 when B is large (its floats count 4 each). */
+ML_UNUSED static void ml_sgemm_t_par(const ml_gemm_args* g) {
+    if (g->K == 0) {
+        ml_gemm_k0(g);
+        return;
+    }
+#ifdef MONOLIB_THREADPOOL_H
+    int64_t n = g->n_end - g->n_begin;
+    int64_t tasks = ml_par_tasks(4.0 * (double)n * g->K, (n + 31) / 32);
+    if (tasks > 1) {
+        ml_sgemm_job j = {g, ((n + tasks - 1) / tasks + 31) / 32 * 32, 0, 0};
+        ml_parallel_for((n + j.chunk_n - 1) / j.chunk_n, ml_sgemm_t_task, &j, 0, 0);
+        return;
+    }
+#endif
+    ml_gemm_small_m_t(g);
+}
+
 typedef struct {
     const ml_gemm_args* g;
     const float* xe;

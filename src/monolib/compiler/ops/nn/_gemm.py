@@ -148,6 +148,9 @@ def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
             lines.append(f"  ga_.{key} = {val};")
     for key, val in bsrc.items():
         lines.append(f"  ga_.b.{key} = {val};")
+    n = _int_literal(fields["N"])
+    if "a_raw" not in fields and fields.get("a", "0") != "0" and (n is None or 0 < n % NR <= GEMV_NMAX):
+        lines.append("  ga_.tail = ml_gemm_tail_cols;")  # only libraries with such a tail compile it
     # ml_sgemm_par: on the library's thread pool when the GEMM is large (gemm.h);
     # ml_sgemv_pa for a GEMV-shaped product, instantiated only where one occurs
     if gemv_shaped(fields, bsrc):

@@ -84,7 +84,7 @@ typedef struct {
 } ml_bsrc;
 
 /* One GEMM call: see ml_sgemm. */
-typedef struct {
+typedef struct ml_gemm_args_s {
     int64_t M, N, K;
     const float* a;        /* packed A, full-K layout */
     ml_bsrc b;
@@ -105,6 +105,10 @@ typedef struct {
      * pass (for a batch of small matrices that pass was a fifth of the time). */
     const float* a_raw;
     int64_t lda;
+    /* Columns past the last whole panel of a packed A (ml_gemm_tail_cols, set by
+     * gemm_call where N % 16 <= 4 so that only those libraries compile it) or NULL. */
+    void (*tail)(const struct ml_gemm_args_s* g, int64_t ic, int64_t mc, int64_t pc,
+                 int64_t kc, int64_t n0, int rem, const float* b, int load_c);
 } ml_gemm_args;
 
 /* Pack rows m0..m0+M-1 of a strided A (A[m][k] = a[m*ldm + k*ldk]) into full-K panels,
@@ -458,10 +462,9 @@ ML_INLINE void ml_gemv_pa_panel(const int nc, int64_t K, const float* restrict a
  * against a packed A: the panel kernel of ml_sgemv_pa on x expanded from B's last panel
  * b. The micro-kernel would compute a whole panel for these few columns (a 2048 x 49
  * conv GEMM ran at 85 GFLOP/s, 107 at 48 columns). */
-static __attribute__((noinline)) void ml_gemm_tail_cols(const ml_gemm_args* g, int64_t ic,
-                                                        int64_t mc, int64_t pc, int64_t kc,
-                                                        int64_t n0, int rem, const float* b,
-                                                        int load_c) {
+ML_UNUSED static void ml_gemm_tail_cols(const ml_gemm_args* g, int64_t ic, int64_t mc,
+                                        int64_t pc, int64_t kc, int64_t n0, int rem,
+                                        const float* b, int load_c) {
     float xe[ML_GEMV_NMAX * ML_KC * ML_MR];
     const int nx = rem == 1 ? 1 : ML_GEMV_NMAX; /* the two instances compiled */
     for (int c = 0; c < nx; ++c)
@@ -496,9 +499,9 @@ static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, 
     int rem = (int)(nc % ML_NR);
     /* a few columns past the panels (on every column range: a thread's range that holds
      * only such a tail sums it the same way, so any split gives the same result) */
-    if (!g->a_raw && rem <= ML_GEMV_NMAX) {
+    if (g->tail && !g->a_raw && rem <= ML_GEMV_NMAX) {
         nc -= rem;
-        if (rem) ml_gemm_tail_cols(g, ic, mc, pc, kc, jc + nc, rem, bp + (nc / ML_NR) * bps, load_c);
+        if (rem) g->tail(g, ic, mc, pc, kc, jc + nc, rem, bp + (nc / ML_NR) * bps, load_c);
     }
     for (int64_t jr = 0; jr < nc; jr += ML_NP * ML_NR) {
         int nr = (int)ML_MIN(ML_NP * ML_NR, nc - jr);

@@ -150,6 +150,10 @@ def test_targets_from_fake_results():
     # monolib 1.5x (missed)
     assert verdicts["speedup light_resnet50 2/1: 2.00x (ORT 1.82x; target >= 1.6x)"] is True
     assert verdicts["speedup cls 2/1: 1.50x (ORT 2.00x; target >= 1.6x)"] is False
+    # a 0.997x speedup shows as 1.00x and meets ">= 1.0x" as shown
+    flat = run.Result("flat", latency={"ml1": 0.997, "ml2": 1.0, "ort1": 1.0, "ort2": 1.0})
+    assert run.targets([flat], (1, 2), 100.0)[-1] == (
+        True, "speedup flat 2/1: 1.00x (ORT 1.00x; target >= 1.0x)")
     assert verdicts["broken: failed (CompileError: no)"] is False
 
 

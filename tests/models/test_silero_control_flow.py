@@ -49,7 +49,9 @@ def _stream(library, ort_session, chunks, sr):
                                          "sr": np.array(sr, np.int64)})
         got.append(p.reshape(-1)[0])
         want.append(wp.reshape(-1)[0])
-        np.testing.assert_allclose(state, want_state, atol=1e-4)
+        # the LSTM state grows to ~14-23 over a stream: absolute 1e-4 plus float32's
+        # accumulated relative rounding (ORT and monolib sum in different orders)
+        np.testing.assert_allclose(state, want_state, rtol=2e-5, atol=1e-4)
     return np.array(got), np.array(want)
 
 

@@ -315,6 +315,24 @@ def packed_recurrent(node: Node, ctx: EmitContext, h: int, ndir: int) -> tuple[s
     return f"(const float*){buf}", code
 
 
+def _gru_bias(ctx: EmitContext, bias, d: int, gn: int, folded: int):
+    """The input projection's bias of direction ``d`` of a GRU: ``Wb`` plus the first
+    ``folded`` columns of ``Rb`` (all of them unless ``linear_before_reset``, where
+    ``Rbh`` stays inside the reset product). Returns ``(constant, None)`` as float64
+    ``[3H]`` for a constant B, ``(None, C expression in j)`` for a run-time one, or
+    ``(None, None)`` without B."""
+    if bias is None:
+        return None, None
+    if bias.const is not None:
+        bc = bias.const[d].astype(np.float64)
+        rb = bc[gn:].copy()
+        rb[folded:] = 0
+        return bc[:gn] + rb, None
+    bp = ctx.ptr(bias)
+    return None, (f"{bp}[{d * 2 * gn} + j] + (j < {folded} ? {bp}[{d * 2 * gn + gn} + j] "
+                  ": 0.0f)")
+
+
 def _emit_gru(node: Node, ctx: EmitContext) -> str:
     """C of a GRU node that :func:`fast_kernel` accepts: the input GEMMs, then ``ml_gru``
     (``linear_before_reset=1``) or ``ml_gru0``."""
@@ -329,16 +347,7 @@ def _emit_gru(node: Node, ctx: EmitContext) -> str:
     gx = ctx.scratch(4 * ndir * t * b * gn)
     bias = node.input(3)
     for d in range(ndir):
-        bias_c = bias_e = None
-        if bias is not None and bias.const is not None:
-            bc = bias.const[d].astype(np.float64)
-            rb = bc[gn:].copy()
-            rb[folded:] = 0
-            bias_c = bc[:gn] + rb
-        elif bias is not None:
-            bp = ctx.ptr(bias)
-            bias_e = (f"{bp}[{d * 2 * gn} + j] + (j < {folded} ? {bp}[{d * 2 * gn + gn} + j] "
-                      ": 0.0f)")
+        bias_c, bias_e = _gru_bias(ctx, bias, d, gn, folded)
         gxd = f"((float*){gx} + (int64_t){d} * ({t}) * ({b}) * {gn})"
         code += input_projection(node, ctx, d, ap, gxd, t * b, i, gn, bias_c, bias_e)
     rp, rcode = packed_recurrent(node, ctx, h, ndir)
@@ -417,16 +426,7 @@ def emit_recurrence(node: Node, ctx: EmitContext) -> str:
     soff = f"(b * {ndir} + d) * {h}" if layout else f"(d * {nb} + b) * {h}"
     row = f"(b * {t} + tt)" if layout else f"(tt * {nb} + b)"
     for d in range(ndir):
-        bias_c = bias_e = None
-        if bias is not None and bias.const is not None:
-            bc = bias.const[d].astype(np.float64)
-            rb = bc[gn:].copy()
-            rb[folded:] = 0
-            bias_c = bc[:gn] + rb
-        elif bias is not None:
-            bp = ctx.ptr(bias)
-            bias_e = (f"{bp}[{d * 2 * gn} + j] + (j < {folded} ? {bp}[{d * 2 * gn + gn} + j] "
-                      ": 0.0f)")
+        bias_c, bias_e = _gru_bias(ctx, bias, d, gn, folded)
         code += input_projection(node, ctx, d, ap, gx, t * nb, i, gn, bias_c, bias_e)
         rt, rcode = recurrent_weights(node, ctx, d, h, gn)
         code += rcode

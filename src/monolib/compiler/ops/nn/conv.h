@@ -177,6 +177,52 @@ ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict
                         epi_b, epi_m0);
 }
 
+/* A grouped convolution's GEMMs, one per group: group t is g with A, B, C, the row bias
+ * and the epilogue's channel moved t strides on. Each group's GEMM alone is too small to
+ * split (ShuffleNet's group-4 1x1 convs: some 1M multiply-adds each), so when the whole
+ * op is large the groups themselves are the pool's tasks, each packing B into its own
+ * thread's scratch (ml_gemm_bbuf_floats); otherwise the groups run in order, each as
+ * ml_sgemm_par would. Group results do not depend on the split: bit-identical at any
+ * thread count. */
+typedef struct {
+    ml_gemm_args g;                          /* group 0's call; g.bbuf is the caller's */
+    int64_t groups, a_stride, b_stride, c_stride, m_stride;
+} ml_conv_groups_job;
+
+static inline ml_gemm_args ml_conv_group_args(const ml_conv_groups_job* j, int64_t t,
+                                              float* bbuf) {
+    ml_gemm_args a = j->g;
+    a.a += t * j->a_stride;
+    a.b.p += t * j->b_stride;
+    a.c += t * j->c_stride;
+    if (a.bias_m) a.bias_m += t * j->m_stride;
+    a.epi_m0 += t * j->m_stride;
+    a.bbuf = bbuf;
+    return a;
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+static void ml_conv_groups_task(void* ctx, int64_t t, void* scratch) {
+    ml_gemm_args a = ml_conv_group_args((const ml_conv_groups_job*)ctx, t, (float*)scratch);
+    ml_sgemm(&a);
+}
+#endif
+
+ML_UNUSED static void ml_conv_groups(const ml_conv_groups_job* j) {
+#ifdef MONOLIB_THREADPOOL_H
+    double work = (double)j->groups * j->g.M * j->g.N * j->g.K;
+    if (ml_par_tasks(work, j->groups) > 1) {
+        ml_parallel_for(j->groups, ml_conv_groups_task, (void*)j, j->g.bbuf,
+                        (size_t)ml_gemm_bbuf_floats(j->g.K, j->g.N) * sizeof(float));
+        return;
+    }
+#endif
+    for (int64_t t = 0; t < j->groups; ++t) {
+        ml_gemm_args a = ml_conv_group_args(j, t, j->g.bbuf);
+        ml_sgemm_par(&a);
+    }
+}
+
 /* Zero-pad a [C][H][W] image into dst [C][Hp][Wp], the input placed at (PT, PL); input
  * rows/columns past Hp/Wp are dropped (no window reads them). For ML_B_IM2COL. */
 ML_UNUSED static void ml_pad_image(int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp, int64_t PT,

@@ -44,7 +44,7 @@ from ...tuning.select import Candidate, active, choose, excluded
 from .._constants import include_checked
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
-from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a
+from ._gemm import MR, bbuf_floats, gemm_call, gemv_shaped, include_gemm, pack_a
 from .conv_cost import conv_costs
 from .conv_pixel_rows import emit_pixel_rows, pixel_rows_valid
 from .winograd import CO_BLOCK, emit_winograd, plan_winograd
@@ -58,6 +58,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Multiply-adds of a grouped conv (per image) from which its groups become pool tasks
+#: when one group's GEMM is below it (threadpool.h's ML_PAR_MIN_WORK, the size below
+#: which ml_sgemm_par keeps a GEMM on one thread).
+GROUP_TASKS_MIN_WORK = 1 << 21
 
 
 def conv_geometry(node: Node) -> Geometry:
@@ -576,10 +581,9 @@ def _emit_gemm(
                 "epi_m0": f"g * {mg}",
             }
         )
-        return (
-            code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad}"
-            f"for (int64_t g = 0; g < {group}; ++g)\n{gemm_call(fields, bsrc)}\n}}"
-        )
+        call = _group_tasks(fields, bsrc, group, per_group, cg, d)
+        loop = call or f"for (int64_t g = 0; g < {group}; ++g)\n{gemm_call(fields, bsrc)}"
+        return code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad}{loop}\n}}"
     # folded: C' [mg, n*ohw] per group in scratch, then scattered to [n, m, ohw]
     tmp = ctx.scratch(4 * mg * cols)
     fields["c"] = f"(float*){tmp}"
@@ -595,6 +599,31 @@ def _emit_gemm(
         f"      memcpy({yp} + (i * {m} + g * {mg} + r) * {ohw}, (const float*){tmp} + "
         f"r * {cols} + i * {ohw}, {4 * ohw});\n{epi_line}  }}\n}}"
     )
+
+
+def _group_tasks(
+    fields: dict[str, str], bsrc: dict[str, str], group: int, per_group: int, cg: int,
+    d: dict[str, int],
+) -> str:
+    """C that runs one image's ``group`` GEMMs as ``ml_conv_groups`` (conv.h: the groups
+    are the pool's tasks, each with its own B buffer) where the op's work is at least
+    :data:`GROUP_TASKS_MIN_WORK` but one group's is below it (``ml_sgemm_par`` would not
+    split it: the groups ran serially); else "". ``fields`` and ``bsrc`` are group
+    ``g``'s, evaluated at ``g = 0`` for the job's base call."""
+    if group < 2 or not all(fields[k].isdigit() for k in "MNK") or gemv_shaped(fields, bsrc):
+        return ""  # a run-time image keeps the serial loop
+    dims = [int(fields[k]) for k in "MNK"]
+    work = dims[0] * dims[1] * dims[2]
+    if not work * group >= GROUP_TASKS_MIN_WORK > work:
+        return ""
+    plane = cg * (int(bsrc["H"]) * int(bsrc["W"]) if bsrc["kind"] == "ML_B_IM2COL"
+                  else d["H"] * d["W"])
+    call = gemm_call(fields, bsrc)
+    last = "  ml_sgemm_par(&ga_);"
+    assert call.endswith(last + "\n}"), call  # gemv/dot shapes were ruled out above
+    job = (f"  ml_conv_groups_job gj_ = {{ga_, {group}, {per_group}, {plane}, "
+           f"{dims[0] * d['OH'] * d['OW']}, {dims[0]}}};\n  ml_conv_groups(&gj_);")
+    return "{\nconst int64_t g = 0;\n" + call[: -len(last) - 2] + job + "\n}\n}"
 
 
 def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:

@@ -9,6 +9,8 @@ Lowering (``emit``):
   packed at compile time (``_gemm.pack_a``), per image and group:
 
   - 1x1 stride-1: one GEMM of ``kernels/gemm.h`` on the input itself (no im2col);
+  - groups whose GEMMs are each too small to split but large together run as thread-pool
+    tasks, one group each (``ml_conv_groups`` of ``conv.h``, ``_group_tasks``);
   - ``direct``: ``ml_conv_direct``, whose micro-kernel reads the zero-padded,
     phase-split image through a compile-time table of tap offsets (no B packing);
   - ``gemm``: one GEMM whose B blocks are packed straight from the padded image (an

@@ -327,9 +327,12 @@ ML_RNN_STEP_TASK(ml_gru0b_step_task, 1)
  * the directions one per call. Measured on a 2-core Zen 4 (lstm.h alone, T 24, B 1, min
  * of 1500 runs, the other core free or busy with other processes): a step of H 64 (16K)
  * 1.24x faster split when free, 0.85x when busy; H 96 0.92x busy; H 128 (64K) 1.09x free,
- * 1.00x busy; directions of 32K (T 8, H 32, 4 us) 1.86x free, 0.98x busy. */
+ * 1.00x busy; directions of 32K (T 8, H 32, 4 us) 1.86x free, 0.98x busy. In a whole
+ * model a 64K step split lost: Silero's sequence model (H 128, T 32, after 0.2 ms of
+ * serial convs, so the worker is often asleep and each step pays a wake-up) ran 0.86 ms
+ * at 1 thread, 1.32 at 2 with H 128 split, 0.73 unsplit; H 256 (256K) still splits. */
 #ifndef ML_LSTM_PAR_MIN
-#define ML_LSTM_PAR_MIN (1 << 16)
+#define ML_LSTM_PAR_MIN (1 << 17)
 #endif
 #ifndef ML_RNN_DIR_PAR_MIN
 #define ML_RNN_DIR_PAR_MIN (1 << 15)

@@ -68,6 +68,7 @@ static int32_t ml_pool_nthreads = 1;
 static inline int32_t ml_num_threads(void) { return 1; }
 static inline int32_t ml_set_num_threads(int32_t n) { (void)n; return 1; }
 static inline int ml_pool_asleep(void) { return 1; }
+static inline int ml_pool_backing_off(void) { return 0; }
 static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scratch0,
                                    size_t scratch_bytes) {
     (void)scratch_bytes;
@@ -97,6 +98,18 @@ static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, vo
 #define ML_SPIN_NS 300000
 #endif
 #define ML_SPIN_CALLER 4000
+/* A worker that holds up a job (the caller, out of tasks, waited over ML_LATE_NS and
+ * over twice its own share for a claimed task) was descheduled: another process wants
+ * that core. Splitting then loses (Silero's sequence model beside a compiler on the
+ * other core: 0.87 ms at 1 thread, 1.29 at 2), so ops run on the caller for a back-off
+ * that doubles with each late job (ML_BACKOFF_MIN..MAX) and shrinks by 1/8 with each
+ * job on time; the workers, given nothing, sleep and leave the core to the other
+ * process. A quiet machine never waits that long (a wake-up: tens of us). */
+#ifndef ML_LATE_NS
+#define ML_LATE_NS 200000
+#endif
+#define ML_BACKOFF_MIN 2000000
+#define ML_BACKOFF_MAX 256000000
 #define ML_STOP UINT64_MAX
 
 typedef struct {
@@ -116,6 +129,8 @@ typedef struct {
     int64_t done;          /* tasks of the current job finished */
     void* scratch[ML_MAX_THREADS];
     size_t scratch_size[ML_MAX_THREADS];
+    int64_t backoff_until; /* ml_now_ns() before which jobs run serially (0: none) */
+    int64_t backoff_ns;    /* the current back-off */
 } ml_pool_t;
 
 /* A build split into translation units (export/csource.py): the glue unit
@@ -151,19 +166,21 @@ static inline int ml_pool_asleep(void) {
  * ticket, which also carries the job: a worker arriving after its job finished claims
  * nothing (and reads the job's fields only under a ticket of that job), so the caller
  * never waits for a worker that was late or descheduled, only for claimed tasks. */
-static inline void ml_pool_run_tasks(uint64_t gen, void* scratch) {
+static inline int64_t ml_pool_run_tasks(uint64_t gen, void* scratch) {
+    int64_t ran = 0;
     for (;;) {
         uint64_t tk = __atomic_load_n(&ml_pool.ticket, __ATOMIC_ACQUIRE);
-        if ((tk >> 32) != (gen & 0xffffffffu)) return;
+        if ((tk >> 32) != (gen & 0xffffffffu)) return ran;
         ml_task_fn fn = __atomic_load_n(&ml_pool.fn, __ATOMIC_RELAXED);
         void* ctx = __atomic_load_n(&ml_pool.ctx, __ATOMIC_RELAXED);
         int64_t n = __atomic_load_n(&ml_pool.n_tasks, __ATOMIC_RELAXED);
         int64_t i = (int64_t)(tk & 0xffffffffu);
-        if (i >= n) return;
+        if (i >= n) return ran;
         if (!__atomic_compare_exchange_n(&ml_pool.ticket, &tk, tk + 1, 0, __ATOMIC_ACQ_REL,
                                          __ATOMIC_ACQUIRE))
             continue;
         fn(ctx, i, scratch);
+        ++ran;
         __atomic_fetch_add(&ml_pool.done, 1, __ATOMIC_RELEASE);
     }
 }
@@ -172,6 +189,12 @@ static inline int64_t ml_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A late worker made the pool back off (ML_LATE_NS): run on the calling thread. */
+static inline int ml_pool_backing_off(void) {
+    int64_t until = __atomic_load_n(&ml_pool.backoff_until, __ATOMIC_RELAXED);
+    return until != 0 && ml_now_ns() < until;
 }
 
 #if !defined(ML_SPLIT_UNIT)
@@ -246,7 +269,7 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
                             size_t scratch_bytes) {
     int32_t nt = ml_num_threads();
     if (nt > n_tasks) nt = (int32_t)n_tasks;
-    if (nt <= 1 || pthread_mutex_trylock(&ml_pool.busy) != 0) {
+    if (nt <= 1 || ml_pool_backing_off() || pthread_mutex_trylock(&ml_pool.busy) != 0) {
         for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i, scratch0);
         return;
     }
@@ -258,11 +281,32 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
     uint64_t gen = ++ml_pool.gen & 0xffffffffu;
     if (gen == 0 || gen == (ML_STOP & 0xffffffffu)) gen = ml_pool.gen = 1; /* 0: "seen" */
     __atomic_store_n(&ml_pool.ticket, gen << 32, __ATOMIC_RELEASE);
+    int64_t t0 = ml_now_ns();
     ml_pool_signal(nt, gen);
-    ml_pool_run_tasks(gen, scratch0);
-    for (int spins = 0; __atomic_load_n(&ml_pool.done, __ATOMIC_ACQUIRE) < n_tasks;)
-        if (++spins < ML_SPIN_CALLER) ML_PAUSE();
-        else sched_yield();
+    int64_t own = ml_pool_run_tasks(gen, scratch0);
+    int late = 0;
+    if (__atomic_load_n(&ml_pool.done, __ATOMIC_ACQUIRE) < n_tasks) {
+        int64_t t1 = ml_now_ns();
+        for (int spins = 0; __atomic_load_n(&ml_pool.done, __ATOMIC_ACQUIRE) < n_tasks;)
+            if (++spins < ML_SPIN_CALLER) ML_PAUSE();
+            else sched_yield();
+        int64_t wait = ml_now_ns() - t1;
+        /* own share: the caller's time per task it ran (all of it when it ran none) */
+        late = wait > ML_LATE_NS && wait > 2 * ((t1 - t0) / (own > 0 ? own : 1));
+    }
+    if (late) {
+        int64_t b = ml_pool.backoff_ns * 2;
+        ml_pool.backoff_ns = b < ML_BACKOFF_MIN ? ML_BACKOFF_MIN
+                             : b > ML_BACKOFF_MAX ? ML_BACKOFF_MAX : b;
+        __atomic_store_n(&ml_pool.backoff_until, ml_now_ns() + ml_pool.backoff_ns,
+                         __ATOMIC_RELAXED);
+    } else if (ml_pool.backoff_ns) {
+        ml_pool.backoff_ns -= ml_pool.backoff_ns / 8;
+        if (ml_pool.backoff_ns < ML_BACKOFF_MIN / 2) {
+            ml_pool.backoff_ns = 0;
+            __atomic_store_n(&ml_pool.backoff_until, 0, __ATOMIC_RELAXED);
+        }
+    }
     pthread_mutex_unlock(&ml_pool.busy);
 }
 
@@ -338,7 +382,7 @@ __attribute__((destructor)) static void ml_pool_fini(void) {
  * ML_PAR_WAKE_WORK while the workers sleep; else about 4 per thread. */
 static inline int64_t ml_par_tasks_mem(double work, int64_t units) {
     int32_t nt = ml_num_threads();
-    if (nt <= 1 || work < ML_PAR_MIN_MEM || units < 2) return 1;
+    if (nt <= 1 || work < ML_PAR_MIN_MEM || units < 2 || ml_pool_backing_off()) return 1;
     if (work < ML_PAR_WAKE_WORK && ml_pool_asleep()) return 1;
     int64_t t = (int64_t)nt * 4;
     return t < units ? t : units;
@@ -349,7 +393,7 @@ static inline int64_t ml_par_tasks_mem(double work, int64_t units) {
  * sleep), else about 4 per thread so a delayed thread is covered by the others. */
 static inline int64_t ml_par_tasks(double work, int64_t units) {
     int32_t nt = ml_num_threads();
-    if (nt <= 1 || work < ML_PAR_MIN_WORK || units < 2) return 1;
+    if (nt <= 1 || work < ML_PAR_MIN_WORK || units < 2 || ml_pool_backing_off()) return 1;
     if (work < ML_PAR_WAKE_WORK && ml_pool_asleep()) return 1;
     int64_t t = (int64_t)nt * 4;
     return t < units ? t : units;

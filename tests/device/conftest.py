@@ -55,6 +55,23 @@ def gpu_reason() -> str | None:
     return None
 
 
+def check_outputs_vs_ort(gm, model, feed_sets) -> None:
+    """Run ``gm`` (a GraphModule on a device) on each feed dict of ``feed_sets`` and
+    compare every output with ONNX Runtime's on ``model``: same shape, within 1e-5 of
+    the output's largest magnitude (at least 1). Several feed sets prove nothing stale
+    is left in the device arena between runs."""
+    from monolib.compiler.testing import ort_run
+
+    for feeds in feed_sets:
+        want = ort_run(model, feeds)
+        gm.run(**feeds)
+        for i, (out, w) in enumerate(zip(model.graph.output, want)):
+            got = gm.get_output(i).numpy()
+            assert got.shape == w.shape, out.name
+            tol = 1e-5 * max(float(np.abs(w).max()), 1.0)
+            np.testing.assert_allclose(got, w, rtol=0, atol=tol, err_msg=out.name)
+
+
 @pytest.fixture(scope="session")
 def need_gpu():
     """Skip unless a CUDA GPU is here (never in CI: run on a lent GPU machine)."""

@@ -13,7 +13,7 @@ from monolib.compiler.testing import make_node_model, ort_run
 from monolib.models import fetch_model
 from monolib.errors import DeviceUnavailableError
 
-from .conftest import gpu_reason
+from .conftest import check_outputs_vs_ort, gpu_reason
 
 CLS = ("ppocr_cls", (1, 3, 48, 192))
 
@@ -125,14 +125,7 @@ def test_every_kernel_on_gpu_matches_onnxruntime(need_gpu, need_nvrtc):
     model = ops_model()
     factory = monolib.compile(model, target="cuda")
     gm = monolib.GraphModule(factory["default"](monolib.cuda()))
-    for feeds in (FEEDS, {**FEEDS, "x": -FEEDS["x"]}):
-        want = ort_run(model, feeds)
-        gm.run(**feeds)
-        for i, (out, w) in enumerate(zip(model.graph.output, want)):
-            got = gm.get_output(i).numpy()
-            assert got.shape == w.shape, out.name
-            tol = 1e-5 * max(float(np.abs(w).max()), 1.0)
-            np.testing.assert_allclose(got, w, rtol=0, atol=tol, err_msg=out.name)
+    check_outputs_vs_ort(gm, model, (FEEDS, {**FEEDS, "x": -FEEDS["x"]}))
 
 
 def test_rec_on_gpu_reads_the_text_in_a_fresh_process(need_gpu, need_nvrtc, fresh_device_run,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import monolib
-from monolib.compiler.testing import ort_run
+from .conftest import check_outputs_vs_ort
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -94,14 +94,7 @@ def test_resize_and_conv_transpose_on_opencl_match_onnxruntime(need_opencl):
     # ConvTranspose run inside their kernels: no elementwise kernel of their own
     assert len(nodes) == 10, ops
     gm = monolib.GraphModule(factory["default"](monolib.opencl()))
-    for feeds in (FEEDS, {k: -v for k, v in FEEDS.items()}):
-        want = ort_run(m, feeds)
-        gm.run(**feeds)
-        for i, (out, w) in enumerate(zip(m.graph.output, want)):
-            got = gm.get_output(i).numpy()
-            assert got.shape == w.shape, out.name
-            tol = 1e-5 * max(float(np.abs(w).max()), 1.0)
-            np.testing.assert_allclose(got, w, rtol=0, atol=tol, err_msg=out.name)
+    check_outputs_vs_ort(gm, m, (FEEDS, {k: -v for k, v in FEEDS.items()}))
     crop = gm.get_output(4).numpy()
     assert (crop == -3.0).any() and (crop != -3.0).any()  # the extrapolated border
 
@@ -120,14 +113,7 @@ def test_resize_and_conv_transpose_on_gpu_match_onnxruntime(need_gpu, need_nvrtc
     """The same model on a CUDA GPU (skipped where there is none)."""
     m = model()
     gm = monolib.GraphModule(monolib.compile(m, target="cuda")["default"](monolib.cuda()))
-    for feeds in (FEEDS, {k: -v for k, v in FEEDS.items()}):
-        want = ort_run(m, feeds)
-        gm.run(**feeds)
-        for i, (out, w) in enumerate(zip(m.graph.output, want)):
-            got = gm.get_output(i).numpy()
-            assert got.shape == w.shape, out.name
-            tol = 1e-5 * max(float(np.abs(w).max()), 1.0)
-            np.testing.assert_allclose(got, w, rtol=0, atol=tol, err_msg=out.name)
+    check_outputs_vs_ort(gm, m, (FEEDS, {k: -v for k, v in FEEDS.items()}))
 
 
 def test_long_device_mean_is_a_sum_of_partial_sums(need_opencl):

@@ -377,25 +377,24 @@ __attribute__((destructor)) static void ml_pool_fini(void) {
 
 #endif /* threads */
 
-/* Tasks for a memory-bound loop of `work` units (a float moved counts 4) split into
- * pieces of at most `units` blocks: one (serial) below ML_PAR_MIN_MEM, or below
- * ML_PAR_WAKE_WORK while the workers sleep; else about 4 per thread. */
-static inline int64_t ml_par_tasks_mem(double work, int64_t units) {
+/* Tasks for `work` units split into pieces of at most `units` blocks: one (serial) below
+ * `least`, or below ML_PAR_WAKE_WORK while the workers sleep, or while the pool backs
+ * off; else about 4 per thread so a delayed thread is covered by the others. */
+static inline int64_t ml_par_tasks_over(double work, int64_t units, double least) {
     int32_t nt = ml_num_threads();
-    if (nt <= 1 || work < ML_PAR_MIN_MEM || units < 2 || ml_pool_backing_off()) return 1;
+    if (nt <= 1 || work < least || units < 2 || ml_pool_backing_off()) return 1;
     if (work < ML_PAR_WAKE_WORK && ml_pool_asleep()) return 1;
     int64_t t = (int64_t)nt * 4;
     return t < units ? t : units;
 }
 
-/* Tasks for `work` multiply-adds split into pieces of at most `units` units: one (serial)
- * when small (below ML_PAR_MIN_WORK, or below ML_PAR_WAKE_WORK while the workers
- * sleep), else about 4 per thread so a delayed thread is covered by the others. */
+/* A memory-bound loop (a float moved counts 4): from ML_PAR_MIN_MEM. */
+static inline int64_t ml_par_tasks_mem(double work, int64_t units) {
+    return ml_par_tasks_over(work, units, ML_PAR_MIN_MEM);
+}
+
+/* `work` multiply-adds: from ML_PAR_MIN_WORK. */
 static inline int64_t ml_par_tasks(double work, int64_t units) {
-    int32_t nt = ml_num_threads();
-    if (nt <= 1 || work < ML_PAR_MIN_WORK || units < 2 || ml_pool_backing_off()) return 1;
-    if (work < ML_PAR_WAKE_WORK && ml_pool_asleep()) return 1;
-    int64_t t = (int64_t)nt * 4;
-    return t < units ? t : units;
+    return ml_par_tasks_over(work, units, ML_PAR_MIN_WORK);
 }
 #endif /* MONOLIB_THREADPOOL_H */

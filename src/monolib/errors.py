@@ -23,6 +23,7 @@ __all__ = [
     "ParamsError",
     "ParamsFileError",
     "ParamsInputError",
+    "RequestError",
     "ShapeError",
     "SignatureError",
     "TargetError",
@@ -145,3 +146,13 @@ class FetchError(MonolibError):
 class VisualizeError(MonolibError):
     """A profile or graph that cannot be drawn (bad times, malformed nodes;
     ``monolib view``)."""
+
+class RequestError(InputError):
+    """An inference request to ``monolib serve`` (Open Inference Protocol v2) is
+    malformed or does not fit the model: unknown model or input, wrong dtype, shape
+    out of bounds, malformed JSON or binary header, body too large. ``status`` is the
+    HTTP status it is answered with (400, 404, 413...)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status

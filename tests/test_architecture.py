@@ -25,6 +25,7 @@ ALLOWED = {
     "export": {"errors", "abi", "runtime"},
     "compiler": {"errors", "abi", "runtime", "export"},
     "tools": {"errors", "abi", "runtime"},
+    "serve": {"errors", "abi", "runtime"},
 }
 
 

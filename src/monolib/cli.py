@@ -350,7 +350,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_view_parser(sub)
     sub.add_parser("header", help="print monolib.h, the C API of exported libraries")
+    _add_serve_parser(sub)
     return parser
+
+
+def _add_serve_parser(sub: Any) -> None:
+    srv = sub.add_parser("serve", help="serve libraries on Ray (Open Inference Protocol v2)")
+    srv.add_argument("libraries", nargs="+", metavar="LIB",
+                     help="model.so, or NAME=model.so (the model's name; default: file stem)")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--replicas", type=int, default=1, help="replicas per model")
+    srv.add_argument("--threads", type=int, default=1, help="threads per replica")
+    srv.add_argument("--max-batch", type=int, default=None,
+                     help="rows per run at most (default: the batch dim's bound)")
+    srv.add_argument("--batch-wait-ms", type=float, default=5.0)
+    srv.add_argument("--trusted-key", action="append", default=None, metavar="KEY.pub",
+                     help="verify each library's signature with this key (repeatable)")
+    srv.add_argument("--address", default=None,
+                     help="join this Ray cluster (auto, ray://HOST:10001); default: start one")
+    srv.add_argument("--backend", default="monolib", choices=("monolib", "onnxruntime"),
+                     help="onnxruntime: serve .onnx files the same way (a baseline)")
 
 
 _PASSWORD_HELP = "environment variable holding the private key's password"
@@ -667,6 +687,16 @@ def cmd_tune(args: argparse.Namespace, console: Any) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, console: Any) -> int:
+    """``monolib serve``: Ray Serve deployments of the libraries until stopped."""
+    from .serve.runner import main as serve_main  # imports Ray: only here
+
+    return serve_main(args.libraries, host=args.host, port=args.port,
+                      replicas=args.replicas, threads=args.threads, max_batch=args.max_batch,
+                      batch_wait_ms=args.batch_wait_ms, trusted_keys=args.trusted_key,
+                      address=args.address, backend=args.backend)
+
+
 COMMANDS = {
     "tune": cmd_tune,
     "header": cmd_header,
@@ -677,6 +707,7 @@ COMMANDS = {
     "keygen": cmd_keygen,
     "sign": cmd_sign,
     "verify": cmd_verify,
+    "serve": cmd_serve,
 }
 
 

@@ -102,6 +102,8 @@ class GraphExecutor:
             self._view(t, tuple(d if type(d) is int else 0 for d in t.shape)) for t in self.outputs
         ]
         self._run = self._c_function(RUN, [ctypes.c_void_p, ctypes.c_void_p])
+        #: arena offset of the int32 "run-once ops done" flag (None: the graph has none)
+        self._init_at = self._init_offset(graph)
         register_library(factory.lib)
         # Shared and read-only; load_params gives this executor a private copy. A
         # factory without weights leaves every param missing until it is given.
@@ -113,9 +115,43 @@ class GraphExecutor:
         modify it); read on first use."""
         return self.factory.param_infos()
 
+    def _init_offset(self, graph: Mapping) -> int | None:
+        off = graph.get("init_offset")
+        if off is None:
+            return None
+        if type(off) is not int or not 0 <= off <= self.arena_bytes - 4 or off % 4:
+            raise ContainerError(
+                f"graph JSON: init_offset {off!r:.100} is not a 4-aligned offset inside "
+                f"the {self.arena_bytes}-byte arena"
+            )
+        return off
+
     def _use_params(self, blob: np.ndarray | None, missing: set[str]) -> None:
         self.params, self._missing = blob, missing
         self._args = None if blob is None else (blob.ctypes.data, self.arena.ctypes.data)
+        # run-once ops (graph JSON nodes with "init") read constants, some of which may
+        # be params: new params make the next run compute them again
+        self._set_initialized(False)
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the run-once ops (graph JSON ``nodes[i]["init"]``: constant
+        subgraphs too big to fold) have run on this executor's params, so that
+        ``monolib_run`` skips them; False before the first run and after
+        ``load_params``/``share_params``. Always True for a graph without them."""
+        off = self._init_at
+        return off is None or bool(self.arena[off : off + 4].view(np.int32)[0])
+
+    def _set_initialized(self, done: bool) -> None:
+        off = getattr(self, "_init_at", None)
+        if off is not None:
+            self.arena[off : off + 4].view(np.int32)[0] = int(done)
+
+    def init_ops(self) -> list[int]:
+        """Indices of the run-once fused ops (graph JSON nodes marked ``"init"``)."""
+        if self._init_at is None:
+            return []
+        return [i for i, n in enumerate(self.factory.graph_json.get("nodes", [])) if n.get("init")]
 
     @property
     def missing_params(self) -> list[str]:
@@ -301,22 +337,36 @@ class GraphExecutor:
         """Time every fused op (``monolib_run_op``), best of ``repeat`` runs each.
 
         Ops run in order on the current inputs, so each sees the data it would see
-        in a whole run.
+        in a whole run. Run-once ops (:meth:`init_ops`) run as ``monolib_run`` runs
+        them: once, and only if this executor has not run them yet; their ``time_ms``
+        is 0 (a run does not spend it) and ``init_ms`` their one time (None when
+        they had already run).
 
         Returns
         -------
         list of dict
             Per op, in run order: ``index``, ``name``, ``op``, ``fused`` (ONNX ops
-            fused into it), ``shape``, ``time_ms`` (milliseconds, best of ``repeat``).
+            fused into it), ``shape``, ``time_ms`` (milliseconds, best of ``repeat``),
+            and for a run-once op ``init: True`` and ``init_ms``.
         """
         best = [float("inf")] * self.num_ops()
+        once = set(self.init_ops())
+        first: dict[int, float] = {}
         for _ in range(max(1, repeat)):
             for i in range(len(best)):
+                if i in once:
+                    if not self.initialized:
+                        t = time.perf_counter()
+                        self.run_op(i)
+                        first[i] = time.perf_counter() - t
+                    best[i] = 0.0
+                    continue
                 t = time.perf_counter()
                 self.run_op(i)
                 best[i] = min(best[i], time.perf_counter() - t)
+            self._set_initialized(True)
         nodes = self.factory.graph_json.get("nodes", [])
-        return [
+        rows = [
             {
                 "index": i,
                 "name": n.get("name", ""),
@@ -327,6 +377,10 @@ class GraphExecutor:
             }
             for i, n in enumerate(nodes)
         ]
+        for i in once:
+            rows[i]["init"] = True
+            rows[i]["init_ms"] = first[i] * 1e3 if i in first else None
+        return rows
 
     def input_view(self, i: int) -> np.ndarray:
         """The writable arena view of input ``i``."""

@@ -18,7 +18,13 @@ Liveness runs over the fused ops in order (see :mod:`.fuse_elementwise`):
   allocated while their op runs, after its outputs and before its inputs are freed,
   and released right after it, so they reuse the space of dead activations;
 * per-op state (``OpDef.state_bytes``: the random ops' generator) gets a region of its
-  own for the life of the arena, never reused: it carries over from run to run.
+  own for the life of the arena, never reused: it carries over from run to run;
+* run-once ("init") ops (:func:`init_ops`: every read a static constant or another init
+  op's output, e.g. a ``ConstantOfShape`` too big to fold, see
+  ``node_eval.MAX_FOLD_BYTES``) get their outputs in regions of their own, never
+  reused, and an ``int32`` flag (``init_offset``, zero in a fresh arena): ``monolib_run``
+  runs them while the flag is 0, then sets it, so later runs skip them (ONNX Runtime
+  computes such constant subgraphs once at session creation).
 
 Run-time dims (issue 12): every region is sized at the upper bounds
 (:func:`~..ir.nbytes_at_bounds`), so the offsets are static and valid for every
@@ -35,12 +41,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...errors import CompileError
-from ..ir import Value, nbytes_at_bounds
+from ..ir import Value, is_static, nbytes_at_bounds
 from ..ops.base import op_of
 from ..symbolic import same, same_shape
 from .fuse_elementwise import Fusion
 
-__all__ = ["ALIGN", "MemoryPlan", "align", "plan_memory"]
+__all__ = ["ALIGN", "MemoryPlan", "align", "init_ops", "plan_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +82,11 @@ class MemoryPlan:
         ``None`` for a graph without run-time dims.
     state : dict
         Node name -> byte offset of the op's persistent state (``OpDef.state_bytes``).
+    init_ops : set of int
+        Indices in ``fusion.ops`` of the run-once ops (:func:`init_ops`).
+    init_offset : int or None
+        Arena offset of the ``int32`` flag saying the init ops have run (None
+        without init ops).
     """
 
     offsets: dict[int, int] = field(default_factory=dict)
@@ -87,6 +98,8 @@ class MemoryPlan:
     sym_offset: int | None = None
     shape_offset: int | None = None
     state: dict[str, int] = field(default_factory=dict)
+    init_ops: set[int] = field(default_factory=set)
+    init_offset: int | None = None
 
     def root(self, v: Value) -> Value:
         """The value whose storage ``v`` shares."""
@@ -198,7 +211,53 @@ def _lifetimes(fusion: Fusion, owner: _Owners):
     return born, dies, values
 
 
-def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> MemoryPlan:
+def init_ops(fusion: Fusion) -> set[int]:
+    """Indices in ``fusion.ops`` of the ops that need to run only once per arena.
+
+    An op qualifies when it has code of its own (``op`` or ``elementwise``), every
+    node in it is ``foldable`` with no state, it reads at least one value, every value
+    it reads is a constant (not a symbolic one) or written by an op that qualified
+    (through aliases too), and every value it writes has a static shape and owns its
+    region (not the member of an in-place concat, whose region a run-time op shares).
+    Such ops are what folding left because their outputs were too large to store
+    (``node_eval.MAX_FOLD_BYTES``); their results do not depend on the inputs.
+    """
+    owner = _Owners(fusion, _roots(fusion))
+    made: set[int] = set()  # uids of the values init ops write, and their aliases
+    out: set[int] = set()
+    for t, f in enumerate(fusion.ops):
+        if f.kind == "alias":
+            if f.src.uid in made:
+                made.add(f.out.uid)
+        elif f.kind in ("op", "elementwise") and _runs_once(f, made, owner):
+            out.add(t)
+            made.update(v.uid for v in f.writes())
+    return out
+
+
+def _runs_once(f, made: set[int], owner: _Owners) -> bool:
+    for n in f.nodes:
+        op = op_of(n)
+        if not op.foldable or op.state_bytes(n):
+            return False
+    reads = f.reads()
+    if not reads:
+        return False
+    for v in reads:
+        if v.uid not in made and (
+            not v.is_const or v.is_symbolic_const or not is_static(v.shape)
+        ):
+            return False
+    for v in f.writes():
+        r, _ = owner(v)
+        if r is not v or v.uid in owner.shared or v.seq is not None or not is_static(v.shape):
+            return False
+    return True
+
+
+def plan_memory(
+    fusion: Fusion, scratch: Mapping[int, int] | None = None, init: bool = True
+) -> MemoryPlan:
     """Plan the arena for ``fusion``'s ops (see the module docstring).
 
     Parameters
@@ -207,6 +266,9 @@ def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> Mem
         The fused ops in run order, with the graph inputs and outputs.
     scratch : dict, optional
         Index in ``fusion.ops`` -> bytes of scratch the op needs while it runs.
+    init : bool
+        Give the run-once ops (:func:`init_ops`) regions of their own and a flag
+        (``plan.init_ops``, ``plan.init_offset``); False plans them like any op.
 
     Returns
     -------
@@ -230,6 +292,14 @@ def plan_memory(fusion: Fusion, scratch: Mapping[int, int] | None = None) -> Mem
         if r.is_const or r.uid in root_off:
             continue
         root_off[r.uid] = alloc.alloc(nbytes_at_bounds(r))
+    plan.init_ops = init_ops(fusion) if init else set()
+    if plan.init_ops:
+        plan.init_offset = alloc.alloc(4)
+        for t in sorted(plan.init_ops):
+            for v in fusion.ops[t].writes():
+                if v.uid not in root_off:  # a graph output already has its own region
+                    root_off[v.uid] = alloc.alloc(nbytes_at_bounds(v))
+        logger.info("%d run-once ops", len(plan.init_ops))
     persistent = set(root_off)
 
     born, dies, values = _lifetimes(fusion, owner)

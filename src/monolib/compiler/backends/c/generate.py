@@ -475,12 +475,15 @@ def _whole_output_epilogue(fused: FusedOp, ctx: CEmitContext) -> str:
 
 
 def _assemble(
-    source: _Source, op_functions: list[str], n: int, shapes: str = "", run_first: str = ""
+    source: _Source, op_functions: list[str], n: int, shapes: str = "", run_first: str = "",
+    init: tuple[Sequence[int], int | None] = ((), None),
 ) -> str:
     """The C file: prelude, headers, helpers, op functions and the exported entry
     points; ``shapes`` (C statements, run-time dims only) writes the output shapes at
     the end of ``monolib_run`` and after the last op of ``monolib_run_op``;
-    ``run_first`` starts ``monolib_run`` (the dispatch to specialized paths)."""
+    ``run_first`` starts ``monolib_run`` (the dispatch to specialized paths);
+    ``init`` (op indices, flag offset): the run-once ops ``monolib_run`` skips once
+    the int32 flag at that arena offset is set (it sets it after a whole run)."""
     # marks (C comments) say which op function each function goes with, and where the
     # glue starts, for export to split the file into translation units (csource.py)
     ops = [UNIT_MARK.format(source.owner.get(k, "")) + "\n" + f
@@ -509,11 +512,18 @@ def _assemble(
             f"  if (i < 0 || i >= {n}) return -1;\n  monolib_ops[i](params, arena);{check}"
             f"{last}\n  return 0;"
         )
+        once, flag = init
+        skip = done = ""
+        if once:
+            marks = ", ".join("1" if i in set(once) else "0" for i in range(n))
+            parts.append(f"static const uint8_t ml_init_op[{n}] = {{{marks}}};")
+            skip = f" if (ml_init_op[i] && *(const int32_t*)(arena + {flag})) continue;"
+            done = f"\n  *(int32_t*)(arena + {flag}) = 1;"
         run = ("  ml_status = 0;\n" if status else "") + (
             f"{run_first}\n" if run_first else ""
         ) + (
-            f"  for (int32_t i = 0; i < {n}; ++i) {{ monolib_ops[i](params, arena);{check} }}"
-            f"{write}\n  return 0;"
+            f"  for (int32_t i = 0; i < {n}; ++i) {{{skip} monolib_ops[i](params, arena);{check} }}"
+            f"{write}{done}\n  return 0;"
         )
     else:
         run_op = "  (void)i; (void)params; (void)arena;\n  return -1;"
@@ -628,6 +638,8 @@ def emit_ops(
                 f"  (void)params; (void)arena;\n{prologue}{decls}{body}\n}}"
             )
             nodes.append(node_json(fused, plan))
+            if t in plan.init_ops:  # run once per arena (plan_memory.init_ops)
+                nodes[-1]["init"] = True
             for k in range(first, len(source.functions)) if top else ():
                 source.owner.setdefault(k, f"{prefix}{i}")
     finally:
@@ -689,11 +701,15 @@ def generate(
     run_first = ""
     if variants:
         run_first = specialize.dispatch(fusion.symbols, plan.sym_offset, [v for v, _, _ in variants])
-    src = _assemble(source, op_functions, len(nodes), _output_shapes(fusion, plan), run_first)
+    once = [i for i, n in enumerate(nodes) if n.get("init")]
+    src = _assemble(source, op_functions, len(nodes), _output_shapes(fusion, plan), run_first,
+                    (once, plan.init_offset))
     blob = params.blob()
     graph_json = graph_json_of(graph, fusion, plan, nodes, params, blob, constants,
                                arena_bytes=arena,
                                specializations=[v for v, _, _ in variants])
+    if once:  # the flag the executor clears when the params change
+        graph_json["init_offset"] = plan.init_offset
     logger.info(
         "generated %d ops (%d specializations), %d bytes of C, arena %d bytes",
         len(nodes),

@@ -31,7 +31,7 @@ from .. import __version__
 from ..errors import InputError, MonolibError, RequestError
 from . import protocol
 from .backend import open_backend
-from .batching import find_batch_dim, run_batched
+from .batching import find_batch_dim, plan, run_batched
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ModelServer", "Router", "deployment", "file_digest",
            "model_paths"]
@@ -171,11 +171,14 @@ class ModelServer:
         self._infer_batch.set_batch_wait_timeout_s(batch_wait_ms / 1000.0 if self.batch
                                                    else 0.0)
         self._metadata = json.dumps(protocol.model_metadata(self.model)).encode()
+        self.stats = {"requests": 0, "runs": 0}  # what batching saved, for tests and tools
         logger.info("model %r ready: %s, batch %s, %d thread(s)", name, path, self.batch,
                     threads)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
     async def _infer_batch(self, requests: list[dict]) -> list:
+        self.stats["requests"] += len(requests)
+        self.stats["runs"] += len(plan(requests, self.batch))
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, run_batched, self.backend.run,
                                           requests, self.batch)
@@ -185,9 +188,10 @@ class ModelServer:
         return await _http(self, request)
 
     def info(self) -> dict:
-        """The model's metadata and this replica's pid and version (for tests, tools)."""
+        """The model's metadata, this replica's pid, library digest and counts of
+        requests and runs (for tests, tools)."""
         return {"metadata": protocol.model_metadata(self.model), "pid": os.getpid(),
-                "digest": self.digest,
+                "digest": self.digest, **self.stats,
                 "batch": None if self.batch is None else self.batch.limit}
 
     async def handle(self, method: str, path: str, headers: Mapping[str, Any],

@@ -86,22 +86,22 @@ def _rows(feeds: Feeds) -> int:
 def plan(requests: Sequence[Feeds], batch: BatchDim | None) -> list[list[int]]:
     """Runs for ``requests``: lists of request indices, each run concatenating its
     requests (same non-batch dims, at most ``batch.limit`` rows unless it is one
-    request). Without a batch dim every request runs alone."""
+    request; first fit in arrival order). Without a batch dim every request runs alone."""
     if batch is None:
         return [[i] for i in range(len(requests))]
     runs: list[list[int]] = []
-    open_runs: dict[tuple, tuple[list[int], int]] = {}  # other dims -> (run, rows)
+    by_key: dict[tuple, list[tuple[list[int], list[int]]]] = {}  # other dims -> (run, [rows])
     for i, feeds in enumerate(requests):
         key = tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(feeds.items()))
         n = _rows(feeds)
-        cur = open_runs.get(key)
-        if cur is not None and cur[1] + n <= batch.limit:
-            cur[0].append(i)
-            open_runs[key] = (cur[0], cur[1] + n)
-            continue
-        run = [i]
-        runs.append(run)
-        open_runs[key] = (run, n)
+        for run, rows in by_key.setdefault(key, []):  # first fit, in arrival order
+            if rows[0] + n <= batch.limit:
+                run.append(i)
+                rows[0] += n
+                break
+        else:
+            runs.append([i])
+            by_key[key].append((runs[-1], [n]))
     return runs
 
 

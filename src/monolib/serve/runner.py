@@ -39,8 +39,9 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
 
 
 def run(app_or_paths: Any, host: str = "127.0.0.1", port: int = 8000, *,
-        name: str = "monolib", address: str | None = None, num_cpus: int | None = None,
-        blocking: bool = False, poll_s: float = 1.0, **options: Any) -> Any:
+        name: str = "monolib", route_prefix: str = "/", address: str | None = None,
+        num_cpus: int | None = None, blocking: bool = False, poll_s: float = 1.0,
+        **options: Any) -> Any:
     """Deploy libraries (or a ready application) on Ray Serve at ``host:port``.
 
     Parameters
@@ -52,6 +53,8 @@ def run(app_or_paths: Any, host: str = "127.0.0.1", port: int = 8000, *,
         Where Serve's HTTP proxy listens (applies when this call starts Serve).
     name : str
         The application's name; running again under it redeploys (no downtime).
+    route_prefix : str
+        Where the application's routes start (``"/x"``: ``/x/v2/models/...``).
     address : str, optional
         Join this Ray cluster (``"auto"``, ``"ray://head:10001"``); default: the one
         this process is connected to, else a new local one.
@@ -84,11 +87,11 @@ def run(app_or_paths: Any, host: str = "127.0.0.1", port: int = 8000, *,
     else:
         paths = model_paths(app_or_paths, options.pop("model_name", None))
         app = deployment(paths, **options)
-    handle = serve.run(app, name=name, route_prefix="/")
-    logger.info("serving %s at http://%s:%d/v2", name, host, port)
+    handle = serve.run(app, name=name, route_prefix=route_prefix)
+    logger.info("serving %s at http://%s:%d%s", name, host, port, route_prefix)
     if not blocking:
         return handle
-    serve_forever(name, paths, options, started, poll_s)
+    serve_forever(name, paths, options, started, poll_s, route_prefix=route_prefix)
     return None
 
 
@@ -101,8 +104,8 @@ def _stat(path: str) -> tuple | None:
 
 
 def serve_forever(name: str, paths: dict[str, str] | None, options: dict,
-                  started: bool, poll_s: float = 1.0,
-                  stop: threading.Event | None = None) -> None:
+                  started: bool, poll_s: float = 1.0, stop: threading.Event | None = None,
+                  route_prefix: str = "/") -> None:
     """Wait for SIGINT/SIGTERM (or ``stop``), redeploying when a library file changes;
     then delete application ``name`` (and shut Ray down when ``started``).
 
@@ -137,7 +140,8 @@ def serve_forever(name: str, paths: dict[str, str] | None, options: dict,
                     pending[p] = now
             if changed:
                 try:
-                    serve.run(deployment(paths, **options), name=name, route_prefix="/")
+                    serve.run(deployment(paths, **options), name=name,
+                              route_prefix=route_prefix)
                     logger.warning("redeployed %s: new library version", name)
                 except Exception as exc:  # noqa: BLE001 (keep serving the old version)
                     logger.error("redeploy of %s failed, the old version keeps serving: %s",

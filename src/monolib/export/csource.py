@@ -31,7 +31,8 @@ from typing import Any
 from ..abi.names import C_SOURCE
 from ..runtime.module import Module
 
-__all__ = ["GLUE_MARK", "HELPERS_MARK", "SPLIT_MIN_CHARS", "UNIT_MARK", "CSourceModule", "split_source"]
+__all__ = ["GLUE_MARK", "HELPERS_MARK", "SPLIT_MIN_CHARS", "UNIT_MARK", "CSourceModule",
+           "split_source"]
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ def _share_out(common: str, texts: dict[str, str], parts: int,
     return unit_of
 
 
-def split_source(source: str, parts: int) -> list[str]:
+def split_source(source: str, parts: int, target: Any = None) -> list[str]:
     """Cut a marked generated C file into at most ``parts`` op units (one below
     :data:`SPLIT_MIN_CHARS` of op code), the kernel units (:func:`_kernel_units`) and
     one glue unit (last); ``[source]`` when it has no marks, ``parts`` < 2, or it would
@@ -227,22 +228,95 @@ def split_source(source: str, parts: int) -> list[str]:
     together, the units give the code of the single file (op functions are ``noipa``
     in both; a kernel unit's entry points take only pointers).
 
+    With a ``target``, the glue (or the one file) also gets the CPU check and level
+    pick of :func:`monolib.runtime.isa.glue_source`, and the glue unit is compiled at
+    the architecture's baseline (:data:`~.targets.GLUE_LEVEL`). A portable target
+    (``-mcpu=portable``) is always split: every op and kernel unit comes once per level
+    (:func:`_level_units`) and the glue calls the picked level's op functions.
+
     Parameters
     ----------
     source : str
         The generated C (:data:`UNIT_MARK` and :data:`GLUE_MARK` in it).
     parts : int
         Most op units (e.g. the build's parallel jobs).
+    target : Target or str, optional
+        The target the units are compiled for.
 
     Returns
     -------
     list of str
         The translation units, the glue unit last.
     """
+    from .targets import GLUE_LEVEL, LEVEL_MARK, Target
+
+    target = None if target is None else Target(target)
+    levels = target.levels if target is not None else ("",)
+    isa_c = ""
+    if target is not None:
+        from ..runtime import isa
+        from .toolchain import isa_record
+
+        record = isa_record(target)
+        isa_c = isa.glue_source(record)
+    cut = _cut(source, parts, force=len(levels) > 1)
+    if cut is None:  # (a portable one without marks, hand-written: its baseline only)
+        if len(levels) > 1:
+            isa_c = isa.glue_source({**record, "levels": list(levels[:1])})
+        return [source + ("\n" + isa_c if isa_c else "")]
+    ops, kernels, remap, names, glue_top, glue_rest = cut
+    if len(levels) > 1:
+        units = _level_units(ops, kernels, remap, names, levels)
+        protos = isa_c + "".join(_pick_op(n, len(levels)) for n in names[0])
+        head = LEVEL_MARK.format(GLUE_LEVEL) + "\n"
+    else:
+        units = [u + remap + t for u, t in ops] + kernels
+        protos = isa_c + "".join(_OP_PROTO.format(n) for n in names[0])
+        head = LEVEL_MARK.format(GLUE_LEVEL) + "\n" if target is not None else ""
+    return [*units, head + glue_top + protos + glue_rest]
+
+
+def _pick_op(name: str, levels: int) -> str:
+    """The glue's op function ``name`` of a portable build: a call of the picked level's
+    (``ml_isa_level``, set once at load by :func:`monolib.runtime.isa.glue_source`)."""
+    sig = "(const uint8_t* restrict params, uint8_t* restrict arena)"
+    protos = "".join(f"ML_OP_FN void {name}_L{k}{sig};\n" for k in range(levels))
+    calls = "".join(f"  {'else ' if k < levels - 1 else ''}"
+                    f"{f'if (ml_isa_level == {k}) ' if k else ''}{name}_L{k}(params, arena);\n"
+                    for k in reversed(range(levels)))
+    return f"{protos}static void {name}{sig} {{\n{calls}}}\n"
+
+
+def _level_units(ops: list[tuple[str, str]], kernels: list[str], remap: str,
+                 names: tuple[list[str], list[str]], levels: tuple[str, ...]) -> list[str]:
+    """Every op and kernel unit once per level, first line its level
+    (:data:`~.targets.LEVEL_MARK`: the toolchain compiles it with that level's flags), its
+    shared hidden symbols (op functions, kernel wrappers ``<name>_k``) renamed
+    ``<name>_L<k>`` by macros before any code, so that the levels link side by side."""
+    from .targets import LEVEL_MARK
+
+    if len(levels) > 3:
+        raise ValueError(f"at most 3 levels are picked from, got {levels}")
+    op_names, wrappers = names
+    out = []
+    for k, level in enumerate(levels):
+        mark = LEVEL_MARK.format(level) + "\n"
+        rename = "".join(f"#define {n} {n}_L{k}\n" for n in [*op_names, *wrappers])
+        out += [mark + rename + u + remap + t for u, t in ops]
+        for unit in kernels:  # only its own wrappers: the same text for every model
+            own = [w for w in wrappers if f" {w}(" in unit]
+            out.append(mark + "".join(f"#define {n} {n}_L{k}\n" for n in own) + unit)
+    return out
+
+
+def _cut(source: str, parts: int, force: bool = False):
+    """The pieces of :func:`split_source`: ``(op units as (head, ops text), kernel units,
+    remap text, (op function names, kernel wrapper names), glue top, glue rest)``, or
+    None for no split (``force``: split even a small file, as one op unit)."""
     glue_at = source.find("\n" + GLUE_MARK + "\n")
     marks = list(_UNIT_RE.finditer(source, 0, max(glue_at, 0)))
-    if parts < 2 or glue_at < 0 or not marks:
-        return [source]
+    if (parts < 2 and not force) or glue_at < 0 or not marks:
+        return None
     ends = [m.start() for m in marks[1:]] + [glue_at]
     pieces = [(m.group(1), m.start(), end) for m, end in zip(marks, ends)]
     texts: dict[str, str] = {}
@@ -251,32 +325,27 @@ def split_source(source: str, parts: int) -> list[str]:
             texts[owner] = texts.get(owner, "") + source[a:b]
     common = source[: marks[0].start()]
     kernels, remap, entries = _kernel_units(common, texts) if KERNEL_UNITS else ([], "", ())
-    if sum(map(len, texts.values())) < SPLIT_MIN_CHARS or len(texts) < 2:
+    parts = max(parts, 1)
+    if sum(map(len, texts.values())) < SPLIT_MIN_CHARS or len(texts) < 2 or parts < 2:
         unit_of = dict.fromkeys(texts, 0)  # small: one op unit
     else:
         unit_of = _share_out(common, texts, parts, frozenset(entries))
-    if len(set(unit_of.values())) < 2 and not kernels:
-        return [source]  # one op unit and no kernel unit: the file as it is
+    if len(set(unit_of.values())) < 2 and not kernels and not force:
+        return None  # one op unit and no kernel unit: the file as it is
     units = [[] for _ in range(parts)]
     glue = []
     for owner, a, b in pieces:
         (units[unit_of[owner]] if owner else glue).append(source[a:b])
     op_common = _TLS_RE.sub(r"extern ML_UNIT_HIDDEN \1", common)
-    out = [
-        _UNIT_HEAD.format(what=f"op unit {k + 1}", macro="ML_SPLIT_UNIT") + op_common
-        + _OP_LINKAGE + remap + "".join(u)
-        for k, u in enumerate(units) if u
-    ] + kernels
-    protos = "".join(_OP_PROTO.format(owner) for owner in texts)
+    ops = [(_UNIT_HEAD.format(what=f"op unit {k + 1}", macro="ML_SPLIT_UNIT") + op_common
+            + _OP_LINKAGE, "".join(u)) for k, u in enumerate(units) if u]
     # the glue: the host prelude (no op kernels) and the thread-local variables
     cut = _kernels_start(common) or len(common)
     shared = "".join(m.group(0) + "\n" for m in _TLS_RE.finditer(common, cut))
-    out.append(
-        _UNIT_HEAD.format(what="glue unit", macro="ML_SPLIT_GLUE")
-        + _TLS_RE.sub(r"ML_UNIT_HIDDEN \1", common[:cut] + "\n" + shared) + _OP_LINKAGE
-        + protos + "".join(glue) + source[glue_at + 1:]
-    )
-    return out
+    top = (_UNIT_HEAD.format(what="glue unit", macro="ML_SPLIT_GLUE")
+           + _TLS_RE.sub(r"ML_UNIT_HIDDEN \1", common[:cut] + "\n" + shared) + _OP_LINKAGE)
+    names = (list(texts), sorted(f"{n}_k" for n in entries))
+    return ops, kernels, remap, names, top, "".join(glue) + source[glue_at + 1:]
 
 
 class CSourceModule(Module):
@@ -355,7 +424,7 @@ def _build_temporary(mod: CSourceModule) -> Module:
             "export_library it and run it on the target"
         )
     with tempfile.TemporaryDirectory(prefix="monolib-build-") as tmp:
-        units = split_source(mod.source, build_jobs())
+        units = split_source(mod.source, build_jobs(), mod.target)
         srcs = [os.path.join(tmp, f"lib_{k}.c") for k in range(len(units))]
         for src, text in zip(srcs, units):
             with open(src, "w", encoding="utf-8") as f:

@@ -195,7 +195,8 @@ def _build(work: str, tmp_out: str, modules, tree, lib, target, options) -> None
     units = [_EMPTY_C]
     if isinstance(lib, CSourceModule):  # a shared library of the system compiler: split
         split = fcompile is None and suffix not in OUTPUT_FORMATS
-        units = split_source(lib.source, build_jobs()) if split else [lib.source]
+        # the target: its CPU check in the glue, a portable one's levels (always split)
+        units = split_source(lib.source, build_jobs() if split else 1, target)
         units[-1] += tree_capi_source(modules, lib, blob)  # monolib.h's C API (docs/c_api.md)
     srcs = [os.path.join(work, "lib.c" if len(units) == 1 else f"lib_{k}.c")
             for k in range(len(units))]

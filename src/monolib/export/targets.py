@@ -8,7 +8,9 @@ backend (``compiler/backends``) and each kind taking its own options (:data:`KIN
 ``Target("c -mcpu=x86-64-v2")`` (``-v3``, ``-v4``: :data:`X86_LEVELS`) an x86-64
 micro-architecture level, for a library that must run on every CPU of that level
 (the features a build needs are recorded in the library and checked at load,
-:mod:`monolib.runtime.isa`);
+:mod:`monolib.runtime.isa`); ``Target("c -mcpu=portable")`` compiles the op code once
+per level of :data:`PORTABLE_LEVELS` into the one library, which picks the best level
+for the running CPU once at load (``export/csource.py``, :func:`Target.cflags`);
 ``Target("c -mtriple=aarch64-linux-gnu")`` cross-compiles (the OS of the triple picks
 the library suffix: ``.so``, ``.dylib``, ``.dll``); ``Target("opencl")`` and
 ``Target("cuda -arch=sm_90")`` run every op as a device kernel (docs/devices.md). The
@@ -25,7 +27,8 @@ from typing import Any
 
 from ..errors import TargetError
 
-__all__ = ["KINDS", "OS_SUFFIX", "X86_LEVELS", "Target", "host_os"]
+__all__ = ["GLUE_LEVEL", "KINDS", "LEVEL_MARK", "OS_SUFFIX", "PORTABLE", "PORTABLE_LEVELS",
+           "X86_LEVELS", "Target", "host_os"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +41,21 @@ KINDS: dict[str, tuple[str, ...]] = {
 #: The x86-64 psABI levels ``-mcpu`` takes besides CPU names: v2 (SSE4.2, POPCNT:
 #: Nehalem, 2008), v3 (AVX2, FMA, BMI2: Haswell, Zen 1), v4 (AVX-512 F/BW/CD/DQ/VL).
 X86_LEVELS = ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4")
+#: ``-mcpu`` of a library carrying its op code at several levels, the best picked at load.
+PORTABLE = "portable"
+#: arch -> the levels a portable library carries, baseline first (what its load check
+#: asks of the CPU). aarch64 and others: one level, the architecture's baseline (NEON is
+#: part of armv8-a; SVE and dot-product paths are not among the kernels' code paths).
+PORTABLE_LEVELS: dict[str, tuple[str, ...]] = {
+    "x86_64": ("x86-64-v2", "x86-64-v3", "x86-64-v4"),
+}
+#: ``cflags(level)`` key of the glue unit (entry points, thread pool, the ISA check):
+#: compiled at the architecture's baseline (x86-64: ``-march=x86-64``) for every target,
+#: so that the CPU check in it can run on any CPU of the architecture.
+GLUE_LEVEL = "glue"
+#: First line of a translation unit compiled at a level of its own (``cflags(level)``):
+#: the toolchain reads it, so the unit's text and its flags travel together.
+LEVEL_MARK = "/* @ml-level {} */"
 # target OS -> shared library suffix
 OS_SUFFIX = {"linux": ".so", "macos": ".dylib", "windows": ".dll"}
 # words of a triple -> OS (first match wins)
@@ -65,7 +83,8 @@ class Target:
     ----------
     spec : str or Target
         ``"<kind> [-key=value ...]"``: kind ``c`` with keys ``-mcpu`` (a CPU name,
-        ``native`` (the host default), or an x86-64 level ``x86-64-v2``/``-v3``/``-v4``),
+        ``native`` (the host default), an x86-64 level ``x86-64-v2``/``-v3``/``-v4``, or
+        ``portable``: every level of :data:`PORTABLE_LEVELS`, picked at load),
         ``-mtriple``, ``-mattr`` (comma-separated features, e.g. ``+avx2``); ``opencl`` with none;
         ``cuda`` with ``-arch`` (the backend checks its value).
 
@@ -113,6 +132,20 @@ class Target:
         return self.options.get("mcpu")
 
     @property
+    def portable(self) -> bool:
+        """True for ``-mcpu=portable`` (op code at several levels, picked at load)."""
+        return self.mcpu == PORTABLE
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The levels the op code is compiled at, baseline first: those of
+        :data:`PORTABLE_LEVELS` for a portable target (one, ``""``: the architecture's
+        baseline, where it has none), else ``("",)`` (the target's own flags)."""
+        if not self.portable:
+            return ("",)
+        return PORTABLE_LEVELS.get(self.arch, ("",))
+
+    @property
     def mtriple(self) -> str | None:
         return self.options.get("mtriple")
 
@@ -146,14 +179,33 @@ class Target:
         """The shared library suffix of the target OS (``.so``, ``.dylib``, ``.dll``)."""
         return OS_SUFFIX[self.os]
 
-    def cflags(self) -> list[str]:
+    def cflags(self, level: str | None = None) -> list[str]:
         """Optimization and CPU flags for the C compiler (``-O3 -march=native`` on host;
-        ``-mcpu=x86-64-v3`` gives ``-march=x86-64-v3``, on ARM ``-mcpu`` stays ``-mcpu``)."""
+        ``-mcpu=x86-64-v3`` gives ``-march=x86-64-v3``, on ARM ``-mcpu`` stays ``-mcpu``).
+
+        Parameters
+        ----------
+        level : str, optional
+            One of :attr:`levels` (a portable target's op code at that level; None or
+            ``""``: its baseline), or :data:`GLUE_LEVEL`: the glue unit, at the
+            architecture's baseline on x86 (``-O3 -march=x86-64``, no ``-mattr``) and
+            with the target's own flags elsewhere.
+        """
         flags = ["-O3"]
-        cpu = self.mcpu or ("native" if self.is_host else None)
+        x86 = self.arch in ("x86_64", "x86")
+        if level == GLUE_LEVEL:
+            return flags + (["-march=x86-64" if self.arch == "x86_64" else "-march=i686"]
+                            if x86 else self.cflags()[1:])
+        if self.portable:
+            level = level or self.levels[0]
+            if level not in self.levels:
+                raise TargetError(f"target {self}: no level {level!r} (it has {self.levels})")
+            cpu = level or None
+        else:
+            cpu = self.mcpu or ("native" if self.is_host else None)
         if cpu:
             # GCC/Clang spell "which CPU" -march on x86 and -mcpu on ARM/others.
-            flags.append(f"-march={cpu}" if self.arch in ("x86_64", "x86") else f"-mcpu={cpu}")
+            flags.append(f"-march={cpu}" if x86 else f"-mcpu={cpu}")
         for feat in filter(None, self.options.get("mattr", "").split(",")):
             flags.append(("-m" if feat[0] == "+" else "-mno-") + feat.lstrip("+-"))
         return flags

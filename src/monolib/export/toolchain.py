@@ -20,11 +20,11 @@ from collections.abc import Sequence
 
 from ..errors import ToolchainError
 from ..runtime import isa
-from .targets import Target
+from .targets import LEVEL_MARK, Target
 
 __all__ = [
     "build_jobs", "compile_objects", "cpu_flags", "find_compiler", "isa_record", "isa_sections",
-    "link_shared", "run_tool",
+    "link_shared", "run_tool", "unit_level",
 ]
 
 logger = logging.getLogger(__name__)
@@ -171,8 +171,9 @@ def compile_objects(
 ) -> list[str]:
     """Compile each C / assembler source to an object file beside it (``x.c`` -> ``x.o``).
 
-    Flags: the target's ``cflags()`` and ``-fPIC`` (the objects go into a shared
-    library or a position-independent executable later).
+    Flags: the target's ``cflags(level)`` and ``-fPIC`` (the objects go into a shared
+    library or a position-independent executable later); ``level`` is the one named by
+    a unit's first line (:data:`~.targets.LEVEL_MARK`, :func:`unit_level`), else None.
 
     Parameters
     ----------
@@ -183,9 +184,10 @@ def compile_objects(
     jobs : int
         Compiler runs at once (threads waiting on the processes).
     cache : ObjectCache, optional
-        :class:`~.objcache.ObjectCache`: a C source whose key (text, compiler, flags,
-        and the macros the compiler predefines for them: the CPU of ``-march=native``)
-        is there is not compiled; new objects are stored in it.
+        :class:`~.objcache.ObjectCache`: a C source whose key (text, compiler, flags at
+        its level, and the macros the compiler predefines for them: the CPU of
+        ``-march=native``) is there is not compiled; new objects are stored in it, so
+        each level of a portable build is cached apart.
 
     Returns
     -------
@@ -199,21 +201,30 @@ def compile_objects(
     """
     target = Target(target)
     base = list(compiler or find_compiler(target))
-    cmd = base + cpu_flags(base, target.cflags())
-    if target.os != "windows":
-        cmd.append("-fPIC")
+    pic = ["-fPIC"] if target.os != "windows" else []
+    commands: dict[str | None, tuple[list[str], list[str]]] = {}
 
-    flags = cmd[len(base):]
-    if cache is not None:  # -march=native: the CPU it stands for is part of the key
-        macros = _predefined_macros(tuple(cmd))
-        flags = [*flags, "macros:" + ",".join(sorted(macros or ()))]
+    def command(level: str | None) -> tuple[list[str], list[str]]:
+        """The compiler command at ``level`` and its cache-key flags."""
+        if level not in commands:
+            cmd = base + cpu_flags(base, target.cflags(level)) + pic
+            flags = cmd[len(base):]
+            if cache is not None:  # -march=native: the CPU it stands for is part of the key
+                macros = _predefined_macros(tuple(cmd))
+                flags = [*flags, "macros:" + ",".join(sorted(macros or ()))]
+            commands[level] = (cmd, flags)
+        return commands[level]
 
     def one(src: str) -> str:
         obj = os.path.splitext(src)[0] + ".o"
-        key = None
-        if cache is not None and src.endswith(".c"):
+        text = None
+        if src.endswith(".c"):
             with open(src, "rb") as f:
-                key = cache.key(f.read(), base, flags)
+                text = f.read()
+        cmd, flags = command(unit_level(text))
+        key = None
+        if cache is not None and text is not None:
+            key = cache.key(text, base, flags)
             if cache.get(key, obj):
                 return obj
         run_tool([*cmd, "-c", "-o", obj, src], cwd=cwd)
@@ -227,6 +238,17 @@ def compile_objects(
 
     with ThreadPoolExecutor(min(jobs, len(sources))) as pool:
         return list(pool.map(one, sources))
+
+
+def unit_level(text: bytes | None) -> str | None:
+    """The level a C unit's first line names (:data:`~.targets.LEVEL_MARK`), or None."""
+    if not text:
+        return None
+    head = text.split(b"\n", 1)[0].decode("utf-8", "replace")
+    before, after = LEVEL_MARK.split("{}")
+    if head.startswith(before) and head.endswith(after):
+        return head[len(before):len(head) - len(after)] or None
+    return None
 
 
 def _is_zig(cmd: Sequence[str]) -> bool:
@@ -269,8 +291,10 @@ def isa_record(target: Target | str = "c", compiler: Sequence[str] | None = None
     """The instruction-set record of code built for ``target`` (:mod:`monolib.runtime.isa`):
     the features the compiler enables for ``target.cflags()`` (``-march=native``: the
     build machine's), learned from its predefined macros (``cc -dM -E``, ~30 ms, once
-    per compiler and flags). ``features`` is None (nothing checked at load) when the
-    compiler cannot be run or the architecture has no feature table."""
+    per compiler and flags); a portable target's are its baseline level's, and
+    ``levels`` lists the levels its op code is compiled at. ``features`` is None
+    (nothing checked at load) when the compiler cannot be run or the architecture has
+    no feature table."""
     target = Target(target)
     flags = [f for f in target.cflags() if not f.startswith("-O")]
     features = None
@@ -282,7 +306,8 @@ def isa_record(target: Target | str = "c", compiler: Sequence[str] | None = None
         macros = _predefined_macros(tuple(cmd + cpu_flags(cmd, flags)))
         if macros is not None and isa.normal_arch(target.arch) in isa.FEATURES:
             features = isa.features_from_macros(target.arch, macros)
-    record = isa.make_record(target.arch, features, flags)
+    levels = ([lv or "baseline" for lv in target.levels] if target.portable else None)
+    record = isa.make_record(target.arch, features, flags, levels)
     logger.debug("ISA of %s: %s", target, record)
     return record
 

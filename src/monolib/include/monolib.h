@@ -128,8 +128,9 @@ typedef struct monolib_model monolib_model;
 MONOLIB_API int32_t monolib_capi_version(void);
 
 /** Open the model held in this library: allocates its arena (zero-filled). Returns
- *  NULL on failure: out of memory, a device (OpenCL/CUDA) graph, a library exported
- *  without params or with compressed params. */
+ *  NULL on failure: a CPU that lacks a feature the library was compiled for (the
+ *  message names them; checked before any op code runs), out of memory, a device
+ *  (OpenCL/CUDA) graph, a library exported without params or with compressed params. */
 MONOLIB_API monolib_model* monolib_open(void);
 
 /** Free the handle and its arena. NULL is ignored. */
@@ -191,6 +192,12 @@ MONOLIB_API const char* monolib_last_error(void);
  *  count comes from the MONOLIB_NUM_THREADS environment variable, else the CPUs
  *  the process may run on. */
 MONOLIB_API int32_t monolib_set_num_threads(int32_t n);
+
+/** The instruction-set level whose op code runs ("x86-64-v3"...): a portable library
+ *  (target "c -mcpu=portable") picks the best its CPU has once at load (the
+ *  MONOLIB_ISA_LEVEL environment variable, "v2"/"v3"/"v4", lowers the pick); another
+ *  library names the level it was built for. */
+MONOLIB_API const char* monolib_isa_level(void);
 
 /* The low-level ABI the Python runtime uses (docs/ARCHITECTURE.md): params is the
  * params blob (64-byte aligned), arena the planned workspace. Prefer the functions

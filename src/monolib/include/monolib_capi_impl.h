@@ -88,6 +88,16 @@ MONOLIB_API monolib_model* monolib_open(void) {
 #if ML_CAPI_HOST
   monolib_model* m;
   size_t bytes = (size_t)ML_CAPI_ARENA_BYTES;
+#ifdef ML_ISA_CHECK
+  { /* this CPU against the library's ISA record (glue, runtime/isa.py): first, so no
+     * op code runs on a CPU that lacks what it was compiled for */
+    const char* why = ml_isa_refusal();
+    if (why != NULL) {
+      ml_capi_fail("monolib_open: %s", why);
+      return NULL;
+    }
+  }
+#endif
   if (ml_capi_params() == NULL) return NULL;
   if ((uint64_t)bytes != (uint64_t)ML_CAPI_ARENA_BYTES || bytes > SIZE_MAX - ML_CAPI_ALIGN) {
     ml_capi_fail("monolib_open: the arena (%llu bytes) does not fit in this address space",

@@ -15,6 +15,12 @@ code runs, raising :class:`~monolib.errors.CPUFeatureError` naming what is missi
 Where the CPU's features cannot be read (another OS) the check is skipped with a log
 line. Feature names are GCC's ``-m<name>`` spellings (``sse4.1``, ``avx512f``) on x86
 and the ``+<name>`` ones on aarch64 (``neon``, ``dotprod``, ``sve``).
+
+A portable library (``-mcpu=portable``) records its baseline (what the load check asks
+of the CPU) and ``"levels"``, the levels its op code is compiled at; its glue picks one
+of them at load (:func:`glue_source`: CPUID in a constructor, ``$MONOLIB_ISA_LEVEL``
+lowers the pick). Every library's C API refuses in ``monolib_open`` on a CPU that lacks
+a recorded feature (the same check in C, compiled at the architecture's baseline).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ __all__ = [
     "check",
     "check_library",
     "features_from_macros",
+    "glue_source",
     "host_features",
     "level_of",
     "make_record",
@@ -170,13 +177,19 @@ def level_of(arch: str, features: Iterable[str]) -> str | None:
     return level
 
 
-def make_record(arch: str, features: Iterable[str] | None, flags: Iterable[str] = ()) -> dict:
+def make_record(arch: str, features: Iterable[str] | None, flags: Iterable[str] = (),
+                levels: Iterable[str] | None = None) -> dict:
     """The ``isa`` record: ``{"arch", "level", "features", "flags"}``; ``features``
-    None means they could not be learned (the load check is then skipped)."""
+    None means they could not be learned (the load check is then skipped). A portable
+    library adds ``"levels"``: those its op code is compiled at (``features`` and
+    ``level`` are then its baseline's)."""
     arch = normal_arch(arch)
     feats = None if features is None else sorted(set(features))
-    return {"arch": arch, "level": None if feats is None else level_of(arch, feats),
-            "features": feats, "flags": list(flags)}
+    rec = {"arch": arch, "level": None if feats is None else level_of(arch, feats),
+           "features": feats, "flags": list(flags)}
+    if levels is not None:
+        rec["levels"] = list(levels)
+    return rec
 
 
 def parse_record(raw: Any, shown: str = "<library>") -> dict:
@@ -374,3 +387,146 @@ def check_library(path: str, container: Any, section_offset: int, shown: str) ->
         check(parse_record(data, shown), shown)
         return
     check(None, shown)
+
+
+# C of the glue's CPU check and level pick (x86-64, GCC/Clang): every function at the
+# psABI baseline (a native library compiled as one file has its glue at -march=native).
+_C_HEAD = r"""/* ---- ISA check and level pick (runtime/isa.py glue_source) ---- */
+#include <stdlib.h>
+#include <string.h>
+#ifndef MONOLIB_EXPORT /* a hand-written library source */
+#if defined(_WIN32)
+#define MONOLIB_EXPORT __declspec(dllexport)
+#else
+#define MONOLIB_EXPORT __attribute__((visibility("default")))
+#endif
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ML_ISA_X86 1
+#define ML_ISA_BASE __attribute__((target("arch=x86-64"), noinline, unused))
+typedef struct { const char* name; unsigned leaf, sub; unsigned char reg, bit, os; } ml_isa_feat;
+static ML_ISA_BASE void ml_isa_cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+  __asm__ volatile("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
+}
+/* os: the register state the OS must save (XCR0): 1 YMM, 2 ZMM and mask registers */
+static ML_ISA_BASE int ml_isa_has(const ml_isa_feat* f) {
+  unsigned r[4], lo, hi, need;
+  ml_isa_cpuid(f->leaf & 0x80000000u, 0, r);
+  if (r[0] < f->leaf) return 0;
+  ml_isa_cpuid(f->leaf, f->sub, r);
+  if (!((r[f->reg] >> f->bit) & 1u)) return 0;
+  if (!f->os) return 1;
+  ml_isa_cpuid(1, 0, r);
+  if (!((r[2] >> 27) & 1u)) return 0; /* no OSXSAVE: no XGETBV */
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  need = f->os == 1 ? 0x6u : 0xe6u;
+  return (lo & need) == need;
+}
+/* 1 when the CPU has all n features; else the missing ones' names into buf */
+static ML_ISA_BASE int ml_isa_all(const ml_isa_feat* f, int n, char* buf, size_t size) {
+  int ok = 1, i;
+  for (i = 0; i < n; ++i) {
+    if (ml_isa_has(&f[i])) continue;
+    ok = 0;
+    if (buf && strlen(buf) + strlen(f[i].name) + 3 < size) {
+      if (buf[0]) strcat(buf, ", ");
+      strcat(buf, f[i].name);
+    }
+  }
+  return ok;
+}
+#endif
+"""
+_YMM = {"avx", "avx2", "fma", "f16c", "vaes", "vpclmulqdq", "avxvnni"}
+
+
+def _c_table(name: str, feats: Iterable[str]) -> str:
+    rows = []
+    for f in sorted(feats):
+        if f not in _CPUID:
+            continue  # nothing CPUID can tell (none of the recorded ones today)
+        leaf, sub, reg, bit = _CPUID[f]
+        os_state = 2 if f.startswith("avx512") else 1 if f in _YMM else 0
+        rows.append(f'  {{"{f}", {leaf:#x}u, {sub}u, {reg}, {bit}, {os_state}}},')
+    count = len(rows)
+    rows = rows or ['  {"", 0u, 0u, 0, 0, 0},']  # C has no empty arrays
+    return (f"static const ml_isa_feat {name}[] = {{\n" + "\n".join(rows) + "\n};\n"
+            f"#define {name.upper()}_N {count}\n")
+
+
+def _c_string(text: str) -> str:
+    return json.dumps(text)  # a JSON string of ASCII is a C string literal
+
+
+def glue_source(record: dict | None) -> str:
+    """C for the glue unit: ``ml_isa_refusal()`` (NULL, or why this CPU cannot run the
+    library: the recorded features it lacks, by CPUID and XGETBV; used by the C API's
+    ``monolib_open``), ``ML_ISA_CHECK``, the exported ``monolib_isa_level()`` (the level
+    that runs), and for a record with ``"levels"`` the pick: ``ml_isa_level``, the index
+    of the best level this CPU has, set once by a constructor; ``$MONOLIB_ISA_LEVEL``
+    (``v2``, ``x86-64-v3``...) lowers it, never above what the CPU has. Off x86-64
+    (or without features) nothing is checked and the level is the record's.
+
+    Parameters
+    ----------
+    record : dict or None
+        The library's ISA record (:func:`make_record`).
+
+    Returns
+    -------
+    str
+        The C text.
+    """
+    record = record or {}
+    levels = list(record.get("levels") or [])
+    feats = record.get("features")
+    shown = record.get("level") or record.get("arch") or "?"
+    flags = " ".join(record.get("flags") or []) or "default flags"
+    names = ", ".join(_c_string(lv) for lv in levels) or _c_string(shown)
+    out = [_C_HEAD, "#ifdef ML_ISA_X86\n"]
+    out.append(_c_table("ml_isa_need", feats or ()))
+    # the features each level adds over the one before it (the baseline's: ml_isa_need)
+    by_name = dict(X86_LEVELS)
+    for k, lv in enumerate(levels[1:], 1):
+        out.append(_c_table(f"ml_isa_lv{k}", by_name.get(lv, frozenset())))
+    out.append("#endif\n")
+    check = ("  if (ml_isa_all(ml_isa_need, ML_ISA_NEED_N, missing, sizeof missing)) return NULL;\n"
+             if feats else "  return NULL;\n")
+    out.append(f"""#define ML_ISA_CHECK 1
+static const char* const ml_isa_names[] = {{{names}}};
+static int ml_isa_level; /* index into ml_isa_names: the op code that runs */
+#ifdef ML_ISA_X86
+static char ml_isa_why[384];
+static ML_ISA_BASE const char* ml_isa_refusal(void) {{
+  char missing[256] = "";
+{check}  strcpy(ml_isa_why, "this CPU lacks feature(s) ");
+  strncat(ml_isa_why, missing, 200);
+  strcat(ml_isa_why, {_c_string(f" that the library needs (built for {shown}: {flags}"[:100])});
+  strcat(ml_isa_why, "); rebuild it for an older level or with -mcpu=portable");
+  return ml_isa_why;
+}}
+""")
+    if len(levels) > 1:
+        tries = "".join(
+            f"  if (best == {k - 1} && ml_isa_all(ml_isa_lv{k}, ML_ISA_LV{k}_N, NULL, 0)) "
+            f"best = {k};\n" for k in range(1, len(levels)))
+        out.append(f"""static ML_ISA_BASE void ml_isa_pick(void) {{
+  int best = 0, k;
+  const char* want = getenv("MONOLIB_ISA_LEVEL");
+{tries}  if (want && *want) /* "v3", "x86-64-v3": never above what the CPU has */
+    for (k = 0; k < best; ++k) {{
+      const char* n = ml_isa_names[k];
+      size_t a = strlen(n), b = strlen(want);
+      if (b <= a && strcmp(n + a - b, want) == 0) {{ best = k; break; }}
+    }}
+  ml_isa_level = best;
+}}
+__attribute__((constructor)) static void ml_isa_init(void) {{ ml_isa_pick(); }}
+""")
+    out.append("""#else
+static __attribute__((unused)) const char* ml_isa_refusal(void) { return NULL; } /* unchecked */
+#endif
+MONOLIB_EXPORT const char* monolib_isa_level(void) { return ml_isa_names[ml_isa_level]; }
+""")
+    return "".join(out)

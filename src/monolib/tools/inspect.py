@@ -401,8 +401,10 @@ def _render_isa(rec: dict | None, console: Any) -> None:
             f"this CPU LACKS {', '.join(missing)}" if missing else "this CPU has them all")
     feats = " ".join(rec["features"]) if rec.get("features") is not None else "unknown"
     flags = " ".join(rec.get("flags") or [])
+    levels = rec.get("levels")  # a portable library: its op code at each, one picked at load
+    carries = f"; op code at {', '.join(levels)} (best picked at load)" if levels else ""
     console.print(f"ISA: {rec.get('level') or rec['arch']} ({flags or 'default flags'}), "
-                  f"needs {feats}; {here}", markup=False)
+                  f"needs {feats}; {here}{carries}", markup=False)
 
 
 def _code_digest_line(code: dict) -> str:

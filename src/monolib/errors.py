@@ -19,6 +19,7 @@ __all__ = [
     "InputError",
     "IntegrityError",
     "LibraryLoadError",
+    "ModuleClosedError",
     "MonolibError",
     "ParamsError",
     "ParamsFileError",
@@ -128,6 +129,11 @@ class ExecutionError(MonolibError):
     """A compiled function reported failure (``monolib_run`` returned nonzero)."""
 
 
+class ModuleClosedError(MonolibError):
+    """A module, or an executor of its library, was used after ``Module.close()``
+    (load the library again)."""
+
+
 class DeviceUnavailableError(ExecutionError):
     """No device of the kind a model was compiled for can be used here: its Python
     bindings are not installed, no driver/platform is found, or the index is out of
@@ -146,6 +152,7 @@ class FetchError(MonolibError):
 class VisualizeError(MonolibError):
     """A profile or graph that cannot be drawn (bad times, malformed nodes;
     ``monolib view``)."""
+
 
 class RequestError(InputError):
     """An inference request to ``monolib serve`` (Open Inference Protocol v2) is

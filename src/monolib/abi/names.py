@@ -35,6 +35,8 @@ __all__ = [
     "SECTION_NAME",
     "SECTION_NAMES",
     "SET_NUM_THREADS",
+    "SET_SPIN",
+    "STOP_THREADS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,10 +80,14 @@ RUN = "monolib_run"
 RUN_OP = "monolib_run_op"
 NUM_OPS = "monolib_num_ops"
 SET_NUM_THREADS = "monolib_set_num_threads"
+#: The pool's spin after a job (us >= 0 sets, < 0 queries) and the join of its workers
+#: (``Module.close`` before dlclose); libraries built before them lack both.
+SET_SPIN = "monolib_set_spin"
+STOP_THREADS = "monolib_stop_threads"
 #: What every model library exports (``monolib inspect`` reports a missing one).
 ABI_SYMBOLS = (RUN, RUN_OP, NUM_OPS)
 #: Every low-level function the runtime may look up.
-LOW_LEVEL_SYMBOLS = (RUN, RUN_OP, NUM_OPS, SET_NUM_THREADS)
+LOW_LEVEL_SYMBOLS = (RUN, RUN_OP, NUM_OPS, SET_NUM_THREADS, SET_SPIN, STOP_THREADS)
 #: The C API of ``monolib.h`` (docs/c_api.md).
 CAPI_SYMBOLS = (
     "monolib_capi_version",

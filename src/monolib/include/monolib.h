@@ -50,6 +50,8 @@
  *   - monolib_last_error() is per thread.
  *   - monolib_set_num_threads() sets the size of the library's thread pool (shared by
  *     all handles of that library); results are bitwise the same at any thread count.
+ *   - monolib_set_spin() sets how long the pool's workers spin after a job before they
+ *     sleep (0: at once, for a server idle between requests).
  *
  * Host only: a library whose graph runs on a device (OpenCL, CUDA) refuses
  * monolib_open() with a message saying so; run such libraries from Python.
@@ -192,6 +194,16 @@ MONOLIB_API const char* monolib_last_error(void);
  *  count comes from the MONOLIB_NUM_THREADS environment variable, else the CPUs
  *  the process may run on. */
 MONOLIB_API int32_t monolib_set_num_threads(int32_t n);
+
+/** us >= 0: after each job the pool's workers spin us microseconds (capped at 10^6)
+ *  waiting for the next one, then sleep; 0 sleeps at once (no CPU burnt between
+ *  requests, a wake-up of some 10-50 us per split op instead). us < 0: query. Returns
+ *  the spin in effect. Initially the MONOLIB_SPIN_US environment variable, else 300. */
+MONOLIB_API int32_t monolib_set_spin(int32_t us);
+
+/** Stop and join the pool's workers (they start again with the next op that splits);
+ *  waits for a running job. Unloading the library (dlclose) does it too. Returns 0. */
+MONOLIB_API int32_t monolib_stop_threads(void);
 
 /** The instruction-set level whose op code runs ("x86-64-v3"...): a portable library
  *  (target "c -mcpu=portable") picks the best its CPU has once at load (the

@@ -21,7 +21,7 @@ from .library import load_module
 from .module import Module, register_loader
 from .ndarray import NDArray
 from .params import load_params, save_params
-from .threads import set_num_threads
+from .threads import set_num_threads, set_spin
 
 __all__ = [
     "DSOModule",
@@ -39,6 +39,7 @@ __all__ = [
     "register_loader",
     "save_params",
     "set_num_threads",
+    "set_spin",
 ]
 __all__ += _errors_all  # noqa: PLE0605  (every error class is public)
 

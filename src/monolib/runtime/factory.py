@@ -210,7 +210,10 @@ class GraphExecutorFactoryModule(Module):
         ------
         ExecutionError
             No executor is registered for the graph's device.
+        ModuleClosedError
+            The factory was closed.
         """
+        self._check_open()
         kind = self.head.get("device") or "cpu"
         cls = _EXECUTORS.get(kind)
         if cls is None:
@@ -220,6 +223,13 @@ class GraphExecutorFactoryModule(Module):
                 f"no registered executor (registered: {known})"
             )
         return cls(self, device or cpu())
+
+    def _release(self) -> None:
+        """Module.close: drop the weights (a loaded factory's view into the mapped
+        library); the graph JSON stays readable (copied out of the library)."""
+        self.params = None
+        if self._graph_raw is not None:
+            self._graph_raw = bytes(self._graph_raw)
 
     def get_graph_json(self) -> dict:
         """A copy of the graph JSON (dict)."""

@@ -46,7 +46,7 @@ from .module import Module
 from .params import params_blob
 from .params import load_params as read_params
 from .shapes import RunShapes, start_shape
-from .threads import register_library
+from .threads import close_executor, register_library
 
 __all__ = ["GraphExecutor", "create"]
 
@@ -104,7 +104,7 @@ class GraphExecutor:
         self._run = self._c_function(RUN, [ctypes.c_void_p, ctypes.c_void_p])
         #: arena offset of the int32 "run-once ops done" flag (None: the graph has none)
         self._init_at = self._init_offset(graph)
-        register_library(factory.lib)
+        register_library(factory.lib, self)  # closed when the library is
         # Shared and read-only; load_params gives this executor a private copy. A
         # factory without weights leaves every param missing until it is given.
         self._use_params(factory.params, set() if factory.has_params else set(self.param_infos))
@@ -381,6 +381,15 @@ class GraphExecutor:
             rows[i]["init"] = True
             rows[i]["init_ms"] = first[i] * 1e3 if i in first else None
         return rows
+
+    #: True once :meth:`close` (or ``Module.close`` of its library) ran
+    closed = False
+
+    def close(self) -> None:
+        """Drop the arena and the params; every later call raises
+        :class:`~monolib.errors.ModuleClosedError`. ``Module.close`` of the library
+        closes its executors. Idempotent."""
+        close_executor(self)
 
     def input_view(self, i: int) -> np.ndarray:
         """The writable arena view of input ``i``."""

@@ -25,6 +25,7 @@ import logging
 import mmap
 import os
 import stat
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ from ..abi.container import HEADER_SIZE, Container
 from ..abi.names import CONTAINER_END, CONTAINER_START, DATA_SECTION, LIBRARY, LOADER_HINT_SECTION
 from ..errors import ContainerError, LibraryLoadError, MonolibError, SignatureError
 from . import integrity, isa
-from .dso import DSOModule, open_library
+from .dso import DSOModule, open_library, still_loaded
 from .module import Module, get_loader
 
 __all__ = ["load_module", "read_container", "read_loader_hints"]
@@ -166,7 +167,9 @@ def _map_container(dso: DSOModule, container: Container, path: str) -> np.ndarra
         raise LibraryLoadError(
             f"{path}: mapped container is {n} bytes, its header says {container.total_size}"
         )
-    arr = np.frombuffer((ctypes.c_char * n).from_address(start), dtype=np.uint8)
+    buffer = (ctypes.c_char * n).from_address(start)
+    dso.watch(buffer)  # every view of the container (weights...) holds it: close waits
+    arr = np.frombuffer(buffer, dtype=np.uint8)
     # The pages are read-only; NumPy would let a write through and segfault.
     arr.flags.writeable = False
     if bytes(arr[:HEADER_SIZE]) != container.header_bytes:
@@ -221,6 +224,7 @@ def _load_path(
     shown: str,
     keepalive: Any = None,
     on_dlopen: Callable[[], None] | None = None,
+    on_unload: Callable[[], None] | None = None,
 ) -> Module:
     container, info = read_container(path, verify=verify, shown=shown, check_code=True)
     elf = info["elf"]
@@ -248,7 +252,7 @@ def _load_path(
     cdll = open_library(os.path.abspath(path))
     if on_dlopen is not None:
         on_dlopen()
-    dso = DSOModule(cdll, shown, keepalive=keepalive)
+    dso = DSOModule(cdll, shown, keepalive=keepalive, on_unload=on_unload)
     mapped = _map_container(dso, container, shown)
     root = _build_tree(container, mapped, dso, shown)
     logger.debug("loaded %s: %d modules, root %s", shown, len(container.modules), root.type_key)
@@ -258,9 +262,23 @@ def _load_path(
 # glibc's dlopen hands back an already loaded library whose NAME equals the path
 # asked for: a reused "/proc/self/fd/N" would silently return an EARLIER library
 # (its code, not the new bytes, and not the verified ones). So a memfd that was
-# dlopen'd stays open, its number never reused, for the process's life - as long as
-# the mapping itself, since ctypes never dlcloses.
+# dlopen'd stays open, its number not reused, as long as its library is loaded:
+# until Module.close unloads it (_release_memfd), else for the process's life.
 _LOADED_MEMFDS: list[int] = []
+_memfd_lock = threading.Lock()
+
+
+def _release_memfd(fd: int, path: str) -> None:
+    """After ``dlclose``: close the memfd unless the loader still has the library
+    under its name (then the number must stay taken)."""
+    if still_loaded(path):
+        logger.debug("%s is still loaded after dlclose: its memfd stays open", path)
+        return
+    with _memfd_lock:
+        if fd not in _LOADED_MEMFDS:
+            return
+        _LOADED_MEMFDS.remove(fd)
+    os.close(fd)
 
 
 def _seal(fd: int) -> None:
@@ -294,10 +312,17 @@ def _load_memfd(
         if check is not None:
             check(fd)
         path = f"/proc/self/fd/{fd}"
-        return _load_path(path, verify, shown, on_dlopen=lambda: opened.append(True))
+        return _load_path(
+            path,
+            verify,
+            shown,
+            on_dlopen=lambda: opened.append(True),
+            on_unload=lambda: _release_memfd(fd, path),
+        )
     finally:
         if opened:
-            _LOADED_MEMFDS.append(fd)
+            with _memfd_lock:
+                _LOADED_MEMFDS.append(fd)
         else:
             os.close(fd)  # never dlopen'd: its number may be reused
 

@@ -23,11 +23,12 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..abi.names import DATA_SECTION, LIBRARY, LOADER_HINT_SECTION
-from ..errors import ExportError, FunctionNotFoundError, UnknownTypeKeyError
+from ..errors import ExportError, FunctionNotFoundError, ModuleClosedError, UnknownTypeKeyError
 
 __all__ = [
     "Loader",
@@ -46,6 +47,9 @@ Loader = Callable[[Any], "Module"]
 
 # type_key -> (floader, takes_sections)
 _LOADERS: dict[str, tuple[Loader, bool]] = {}
+
+# Module.close of one tree at a time (two threads closing one tree release it once)
+_close_lock = threading.RLock()
 
 #: ``fexport(module, path, *, fcompile, compress, progress) -> str``, set by
 #: ``monolib.export`` on import (:func:`register_exporter`); None until then.
@@ -98,9 +102,65 @@ class Module:
 
     type_key: str = "module"
     exports_to_library: bool = False
+    _closed: bool = False
 
     def __init__(self) -> None:
         self._imports: list[Module] = []
+
+    # -- lifetime ---------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called on this module (or on a module importing it)."""
+        return self._closed
+
+    def close(self) -> None:
+        """Release what this module tree holds: executors, arenas, the loaded library.
+
+        Closes this module and every module it imports (depth first, each once): the
+        other modules first (a factory drops its view of the weights), then the
+        library (:class:`~.dso.DSOModule`: its executors are closed, their arenas
+        released, its thread pool's workers joined, and the library is unloaded with
+        ``dlclose`` and its memfd closed as soon as nothing points into it any more:
+        at once, unless an array viewing its weights or a function pointer taken from
+        it is still alive, in which case when the last of those goes). Idempotent.
+        Afterwards the modules' functions and the executors raise
+        :class:`ModuleClosedError`. Also ``with load_module(path) as lib: ...``.
+        """
+        with _close_lock:
+            tree = self._tree()
+            # the library last: what the other modules hold may point into it
+            for m in sorted(tree, key=lambda m: m.exports_to_library):
+                if not m._closed:
+                    m._closed = True
+                    m._release()
+
+    def _tree(self) -> list[Module]:
+        """This module and everything it imports, depth first, each once."""
+        out, seen, todo = [], set(), [self]
+        while todo:
+            m = todo.pop()
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            out.append(m)
+            todo.extend(reversed(m._imports))
+        return out
+
+    def _release(self) -> None:
+        """Drop what this module holds (subclasses override; called once, by close)."""
+
+    def _check_open(self) -> None:
+        """Raise :class:`ModuleClosedError` when this module was closed."""
+        if self._closed:
+            raise ModuleClosedError(
+                f"{self!r} was closed (Module.close): load the library again to use it"
+            )
+
+    def __enter__(self) -> Module:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # A subclass's own save_sections also gets the loader hint added.
@@ -146,7 +206,10 @@ class Module:
         ------
         FunctionNotFoundError
             No such function; the message names the module type key.
+        ModuleClosedError
+            The module was closed.
         """
+        self._check_open()
         func = self._find_function(name, set()) if query_imports else self._get_own_function(name)
         if func is None:
             where = " or its imports" if query_imports else ""
@@ -156,6 +219,7 @@ class Module:
     def _find_function(self, name: str, seen: set[int]) -> Callable | None:
         """Depth-first search of the import graph (``seen`` guards against cycles)."""
         seen.add(id(self))
+        self._check_open()
         func = self._get_own_function(name)
         for child in self._imports:
             if func is not None:

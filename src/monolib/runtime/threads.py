@@ -1,11 +1,14 @@
-"""The process-wide thread count of the model libraries (``set_num_threads``).
+"""The process-wide thread settings of the model libraries (``set_num_threads``,
+``set_spin``) and the registry of loaded libraries and their executors.
 
-Each loaded library has its own thread pool (``MONOLIB_NUM_THREADS`` when it is
-loaded, else the CPUs the process may use). :func:`set_num_threads` reaches every
-library an executor was made for: executors register their library here
-(:func:`register_library`). The registry is filled and read under one lock, so
-executors made in many threads while another sets the count neither race nor
-miss the count.
+Each loaded library has its own thread pool (``MONOLIB_NUM_THREADS`` and
+``MONOLIB_SPIN_US`` when it is loaded, else the CPUs the process may use and a
+300 us spin). :func:`set_num_threads` and :func:`set_spin` reach every library an
+executor was made for: executors register their library (and themselves) here
+(:func:`register_library`); ``Module.close`` takes a library out again
+(:func:`unregister_library`) and closes the executors it had. The registry is filled
+and read under one lock, so executors made in many threads while another sets the
+count neither race nor miss the count.
 """
 
 from __future__ import annotations
@@ -14,21 +17,52 @@ import ctypes
 import logging
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from ..abi.names import SET_NUM_THREADS
-from ..errors import FunctionNotFoundError, InputError
+from ..abi.names import SET_NUM_THREADS, SET_SPIN
+from ..errors import FunctionNotFoundError, InputError, ModuleClosedError
 from .module import Module
 
-__all__ = ["register_library", "set_num_threads"]
+__all__ = [
+    "close_executor",
+    "is_registered",
+    "register_library",
+    "set_num_threads",
+    "set_spin",
+    "unregister_library",
+]
 
 logger = logging.getLogger(__name__)
 
+#: the most set_spin takes (threadpool.h's ML_SPIN_MAX_US): a second
+MAX_SPIN_US = 1_000_000
+
 _lock = threading.Lock()
 _num_threads: int | None = None
-# library module -> its monolib_set_num_threads (weak: a library no executor uses goes)
-_setters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_spin_us: int | None = None
+
+
+class _Entry:
+    """A registered library: its setters (None: built before them) and executors."""
+
+    __slots__ = ("executors", "set_spin", "set_threads")
+
+    def __init__(self, set_threads: Callable, set_spin: Callable | None) -> None:
+        self.set_threads, self.set_spin = set_threads, set_spin
+        self.executors: weakref.WeakSet = weakref.WeakSet()
+
+
+# library module -> _Entry (weak: a library no executor uses goes)
+_libraries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _checked(value: Any, what: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise InputError(f"{what} must be an integer >= {least}, got {value!r}")
+    return int(value)
 
 
 def set_num_threads(n: int) -> int:
@@ -56,38 +90,170 @@ def set_num_threads(n: int) -> int:
         ``n`` is not an integer ``>= 1``.
     """
     global _num_threads
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputError(f"set_num_threads: n must be an integer >= 1, got {n!r}")
+    n = _checked(n, "set_num_threads: n", 1)
     with _lock:  # a library registered meanwhile gets n from register_library
-        _num_threads = int(n)
-        for setter in list(_setters.values()):
-            setter(_num_threads)
-        return _num_threads
+        _num_threads = n
+        for entry in list(_libraries.values()):
+            entry.set_threads(n)
+        return n
 
 
-def register_library(lib: Module) -> None:
-    """Remember ``lib``'s ``monolib_set_num_threads`` and apply the chosen count.
+def set_spin(microseconds: int) -> int:
+    """How long the thread pools' workers spin after a job before they sleep.
 
-    Called by every executor for its library (thread-safe; once per library).
+    A worker that spins takes the next op's tasks within a microsecond, but burns its
+    core meanwhile; one that sleeps costs nothing between requests and some 10-50 us
+    to wake (so while they sleep only ops of ~2M multiply-adds or more split). The
+    default, 300 us, suits back-to-back runs; a server idle between requests wants 0
+    (``monolib serve`` sets it). Applies to the libraries of existing executors and to
+    those made later; without a call a library uses ``MONOLIB_SPIN_US`` (read when it
+    is loaded), else 300. Calls ``monolib_set_spin``; libraries built before it
+    existed keep 300 us. Results are the same bits whatever the spin.
+
+    Parameters
+    ----------
+    microseconds : int
+        ``>= 0``; 0: workers sleep as soon as a job is done. Capped at 10^6.
+
+    Returns
+    -------
+    int
+        The spin now set, in microseconds.
+
+    Raises
+    ------
+    InputError
+        ``microseconds`` is not an integer ``>= 0``.
+    """
+    global _spin_us
+    us = min(_checked(microseconds, "set_spin: microseconds", 0), MAX_SPIN_US)
+    with _lock:
+        _spin_us = us
+        for entry in list(_libraries.values()):
+            if entry.set_spin is not None:
+                entry.set_spin(us)
+        return us
+
+
+def _lookup(lib: Module, name: str, restype: Any, argtypes: list) -> Callable | None:
+    try:
+        fn = lib.get_function(name, query_imports=True)
+    except FunctionNotFoundError:
+        return None
+    fn.restype, fn.argtypes = restype, argtypes
+    return fn
+
+
+def register_library(lib: Module, executor: Any = None) -> None:
+    """Remember ``lib``'s thread setters, apply the chosen settings, track ``executor``.
+
+    Called by every executor for its library (thread-safe; the setters are looked up
+    once per library).
 
     Parameters
     ----------
     lib : Module
         The module holding the compiled code, or one that imports it. A library
         without ``monolib_set_num_threads`` (built before the thread pool) is left
-        single-threaded.
+        single-threaded; one without ``monolib_set_spin`` keeps its spin.
+    executor : object, optional
+        The executor made for ``lib``, closed (its ``close()``) when ``lib`` is
+        closed (:func:`unregister_library`). Held weakly.
     """
     with _lock:
-        if lib in _setters:
-            return
-    try:  # outside the lock: a C source module compiles itself on first lookup
-        fn = lib.get_function(SET_NUM_THREADS, query_imports=True)
-    except FunctionNotFoundError:
-        return  # a library from before the thread pool: single-threaded
-    fn.restype, fn.argtypes = ctypes.c_int32, [ctypes.c_int32]
+        entry = _libraries.get(lib)
+    if entry is None:
+        # outside the lock: a C source module compiles itself on first lookup
+        set_threads = _lookup(lib, SET_NUM_THREADS, ctypes.c_int32, [ctypes.c_int32])
+        if set_threads is None:
+            return  # a library from before the thread pool: single-threaded
+        set_spin = _lookup(lib, SET_SPIN, ctypes.c_int32, [ctypes.c_int32])
+        with _lock:
+            entry = _libraries.get(lib)
+            if entry is None:
+                entry = _libraries[lib] = _Entry(set_threads, set_spin)
+                if _num_threads is not None:
+                    set_threads(_num_threads)
+                if _spin_us is not None and set_spin is not None:
+                    set_spin(_spin_us)
+    if executor is not None:
+        with _lock:
+            entry.executors.add(executor)
+
+
+def unregister_library(lib: Module) -> list[Any]:
+    """Forget ``lib`` (its setters are no longer called) and return its live executors.
+
+    ``Module.close`` calls it before unloading the library, then closes each executor.
+
+    Parameters
+    ----------
+    lib : Module
+        A library given to :func:`register_library` (any other: nothing happens).
+
+    Returns
+    -------
+    list
+        The executors registered for ``lib`` that are still alive.
+    """
     with _lock:
-        if lib in _setters:
-            return
-        _setters[lib] = fn
-        if _num_threads is not None:
-            fn(_num_threads)
+        entry = _libraries.pop(lib, None)
+        return [] if entry is None else list(entry.executors)
+
+
+def is_registered(lib: Module) -> bool:
+    """Whether ``lib`` is in the registry (an executor was made for it, not closed).
+
+    Parameters
+    ----------
+    lib : Module
+    """
+    with _lock:
+        return lib in _libraries
+
+
+# what a closed executor answers with ModuleClosedError (GraphModule calls these)
+_CLOSED_METHODS = (
+    "run", "_run_shaped", "run_op", "profile", "input_view", "output_view",
+    "set_input_shape", "load_params", "share_params",
+)
+
+
+def _keep(*_: Any) -> None:
+    """weakref.finalize's callback that only holds its arguments until then."""
+
+
+def close_executor(executor: Any) -> None:
+    """Close a graph executor: its functions raise, its arena and params are dropped.
+
+    A run already under way in another thread finishes: the arena and params stay
+    alive until the function pointers it called go (``weakref.finalize``), and they
+    keep the library loaded (:mod:`.dso`). Idempotent.
+
+    Parameters
+    ----------
+    executor : GraphExecutor
+        What ``factory["default"](dev)`` made.
+    """
+    own = vars(executor)
+    if own.get("closed"):
+        return
+    keep = (own.get("arena"), own.get("params"))
+    for fn in (own.get("_run"), own.get("_run_op")):
+        if fn is not None:
+            weakref.finalize(fn, _keep, keep)
+    graph = getattr(getattr(executor, "factory", None), "head", {}).get("name", "")
+
+    def closed(*_: Any, **__: Any) -> None:
+        raise ModuleClosedError(
+            f"the executor of graph {graph!r} was closed with its library "
+            "(Module.close): load the library again to run it"
+        )
+
+    for name in (*_CLOSED_METHODS, "_run", "_run_op"):
+        setattr(executor, name, closed)
+    # _args (two addresses) stays: a thread that took the old _run a moment ago still
+    # calls it with them, on memory that finalize keeps alive while it does
+    executor.arena = executor.params = executor.shapes = None
+    executor._in_views, executor._out_views = [], []
+    executor.closed = True

@@ -14,8 +14,11 @@
  *
  * Waiting: a worker spins on its own "go" word for a while after each job (an op that
  * follows soon wakes it in well under a microsecond), then sleeps on a condition
- * variable. One job at a time: a second thread calling in while a job runs (two
- * executors of one library in parallel threads) runs its tasks alone, serially.
+ * variable. How long is set at run time: MONOLIB_SPIN_US at load, ml_set_spin after
+ * (0: sleep at once, for a server idle between requests; default ML_SPIN_NS).
+ * ml_pool_stop joins the workers (the next job that splits starts them again).
+ * One job at a time: a second thread calling in while a job runs (two executors of
+ * one library in parallel threads) runs its tasks alone, serially.
  *
  * Thread count: MONOLIB_NUM_THREADS at load, else the CPUs the process may run on
  * (sched_getaffinity); ml_set_num_threads changes it (capped at ML_MAX_THREADS).
@@ -67,6 +70,8 @@ typedef struct {
 static int32_t ml_pool_nthreads = 1;
 static inline int32_t ml_num_threads(void) { return 1; }
 static inline int32_t ml_set_num_threads(int32_t n) { (void)n; return 1; }
+static inline int32_t ml_set_spin(int32_t us) { (void)us; return 0; }
+static inline void ml_pool_stop(void) {}
 static inline int ml_pool_asleep(void) { return 1; }
 static inline int ml_pool_backing_off(void) { return 0; }
 static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scratch0,
@@ -97,6 +102,7 @@ static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, vo
 #ifndef ML_SPIN_NS
 #define ML_SPIN_NS 300000
 #endif
+#define ML_SPIN_MAX_US 1000000
 #define ML_SPIN_CALLER 4000
 /* A worker that holds up a job (the caller, out of tasks, waited over ML_LATE_NS and
  * over twice its own share for a claimed task) was descheduled: another process wants
@@ -131,6 +137,7 @@ typedef struct {
     size_t scratch_size[ML_MAX_THREADS];
     int64_t backoff_until; /* ml_now_ns() before which jobs run serially (0: none) */
     int64_t backoff_ns;    /* the current back-off */
+    int64_t spin_ns;       /* a worker's spin after a job (ml_set_spin) */
 } ml_pool_t;
 
 /* A build split into translation units (export/csource.py): the glue unit
@@ -204,19 +211,24 @@ static void* ml_pool_worker(void* arg) {
     for (;;) {
         uint64_t g;
         int spins = 0;
-        int64_t spin_until = 0;
+        int64_t spin_from = 0;
         while ((g = __atomic_load_n(&ml_pool.go[t], __ATOMIC_ACQUIRE)) == seen) {
-            ML_PAUSE();
-            if (++spins & 63) continue;
-            if (!spin_until) spin_until = ml_now_ns() + ML_SPIN_NS;
-            if (ml_now_ns() < spin_until) continue;
+            /* read each round: a change (ml_set_spin(0)) ends a spin under way */
+            int64_t spin = __atomic_load_n(&ml_pool.spin_ns, __ATOMIC_RELAXED);
+            if (spin > 0) {
+                ML_PAUSE();
+                if (++spins & 63) continue;
+                int64_t now = ml_now_ns();
+                if (!spin_from) spin_from = now;
+                if (now - spin_from < spin) continue;
+            }
             pthread_mutex_lock(&ml_pool.mu);
             __atomic_fetch_add(&ml_pool.sleepers, 1, __ATOMIC_SEQ_CST);
             while (__atomic_load_n(&ml_pool.go[t], __ATOMIC_SEQ_CST) == seen)
                 pthread_cond_wait(&ml_pool.wake, &ml_pool.mu);
             __atomic_fetch_sub(&ml_pool.sleepers, 1, __ATOMIC_SEQ_CST);
             pthread_mutex_unlock(&ml_pool.mu);
-            spin_until = 0;
+            spin_from = 0;
         }
         seen = g;
         if (g == ML_STOP) return 0;
@@ -343,6 +355,36 @@ static int32_t ml_set_num_threads(int32_t n) {
     return ml_num_threads();
 }
 
+/* us >= 0: workers spin us microseconds after a job before they sleep (capped at
+ * ML_SPIN_MAX_US); us < 0: leave it. Returns the spin in effect, in microseconds. */
+static int32_t ml_set_spin(int32_t us) {
+    if (us >= 0)
+        __atomic_store_n(&ml_pool.spin_ns,
+                         (int64_t)(us > ML_SPIN_MAX_US ? ML_SPIN_MAX_US : us) * 1000,
+                         __ATOMIC_RELAXED);
+    return (int32_t)(__atomic_load_n(&ml_pool.spin_ns, __ATOMIC_RELAXED) / 1000);
+}
+
+/* Under busy: stop and join every worker, free their scratch (the next job that
+ * splits starts them again). */
+static void ml_pool_join(void) {
+    ml_pool_signal(ml_pool.started, ML_STOP);
+    for (int32_t t = 1; t < ml_pool.started; ++t) pthread_join(ml_pool.th[t], 0);
+    for (int32_t t = 1; t < ml_pool.started; ++t) {
+        free(ml_pool.scratch[t]);
+        ml_pool.scratch[t] = 0;
+        ml_pool.scratch_size[t] = 0;
+    }
+    ml_pool.started = 0;
+}
+
+/* Stop the workers (Module.close before dlclose): waits for a running job. */
+static void ml_pool_stop(void) {
+    pthread_mutex_lock(&ml_pool.busy);
+    ml_pool_join();
+    pthread_mutex_unlock(&ml_pool.busy);
+}
+
 /* A forked child has only the forking thread: forget the parent's workers. */
 static void ml_pool_atfork_child(void) {
     pthread_mutex_init(&ml_pool.busy, 0);
@@ -360,6 +402,13 @@ __attribute__((constructor)) static void ml_pool_init(void) {
         if (v >= 1) n = v > ML_MAX_THREADS ? ML_MAX_THREADS : (int32_t)v;
     }
     ml_pool.nthreads = n;
+    ml_pool.spin_ns = ML_SPIN_NS;
+    env = getenv("MONOLIB_SPIN_US");
+    if (env && *env) {
+        char* end = 0;
+        long v = strtol(env, &end, 10);
+        if (end != env && v >= 0) ml_set_spin(v > ML_SPIN_MAX_US ? ML_SPIN_MAX_US : (int32_t)v);
+    }
     pthread_atfork(0, 0, ml_pool_atfork_child);
 }
 
@@ -367,10 +416,7 @@ __attribute__((constructor)) static void ml_pool_init(void) {
 __attribute__((destructor)) static void ml_pool_fini(void) {
     /* a job still running (another thread at exit): leave the workers to the exit */
     if (pthread_mutex_trylock(&ml_pool.busy) != 0) return;
-    ml_pool_signal(ml_pool.started, ML_STOP);
-    for (int32_t t = 1; t < ml_pool.started; ++t) pthread_join(ml_pool.th[t], 0);
-    for (int32_t t = 1; t < ml_pool.started; ++t) free(ml_pool.scratch[t]);
-    ml_pool.started = 0;
+    ml_pool_join();
     pthread_mutex_unlock(&ml_pool.busy);
 }
 #endif /* !ML_SPLIT_UNIT */

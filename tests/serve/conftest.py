@@ -40,7 +40,7 @@ def _env() -> dict:
     return env
 
 
-def compile_cls(path: Path, shapes: dict = CLS_SHAPES) -> Path:
+def _compile_cls(path: Path, shapes: dict = CLS_SHAPES) -> Path:
     """PP-OCR cls exported to ``path`` with ``shapes`` (default: batch 1..8)."""
     from monolib.models import fetch_model
 
@@ -52,7 +52,13 @@ def compile_cls(path: Path, shapes: dict = CLS_SHAPES) -> Path:
 @pytest.fixture(scope="session")
 def cls_lib(tmp_path_factory) -> Path:
     """PP-OCR cls with a run-time batch dim 1..8, exported once per session."""
-    return compile_cls(tmp_path_factory.mktemp("serve") / "cls.so")
+    return _compile_cls(tmp_path_factory.mktemp("serve") / "cls.so")
+
+
+@pytest.fixture(scope="session")
+def compile_cls():
+    """``compile_cls(path, shapes=...) -> path``: PP-OCR cls exported with those shapes."""
+    return _compile_cls
 
 
 @pytest.fixture(scope="session")

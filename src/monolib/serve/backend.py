@@ -131,14 +131,14 @@ class MonolibBackend(Backend):
         before any of its code runs (``load_module(trusted_keys=...)``).
     slots : int
         Executors, i.e. runs that may be in flight at once.
-    spin : bool
-        Whether the pool's workers spin after a job (off under serving: a replica
-        waits for requests most of the time). Applied where the runtime offers
-        ``set_spin``.
+    spin_us : int
+        How long the pool's workers spin after a job (0 under serving: a replica waits
+        for requests most of the time, and a spinning worker burns a core:
+        ``monolib.set_spin``).
     """
 
     def __init__(self, path: str, *, threads: int = 1, trusted_keys: Any = None,
-                 slots: int = 1, spin: bool = False) -> None:
+                 slots: int = 1, spin_us: int = 0) -> None:
         from .. import runtime
         from ..runtime.device import cpu
         from ..runtime.graph_module import GraphModule
@@ -149,9 +149,7 @@ class MonolibBackend(Backend):
                                    else None)
         self._gms = [GraphModule(self.factory.default(cpu())) for _ in range(max(1, slots))]
         runtime.set_num_threads(threads)
-        set_spin = getattr(runtime, "set_spin", None)
-        if set_spin is not None:  # issue 16: per-library spinning (absent in older trees)
-            set_spin(1 if spin else 0)
+        runtime.set_spin(spin_us)
         ex = self._gms[0].executor
         symbols = ex.shapes.symbols if getattr(ex, "shapes", None) is not None else {}
 
@@ -180,11 +178,9 @@ class MonolibBackend(Backend):
             self._pool.give(gm)
 
     def close(self) -> None:
-        """Drop the executors and the library (``close()`` where the runtime has it)."""
+        """Drop the executors and unload the library (``Module.close``)."""
         self._gms.clear()
-        close = getattr(self.factory, "close", None)
-        if close is not None:
-            close()
+        self.factory.close()
 
 
 _ORT_TYPES = {"tensor(float)": "float32", "tensor(double)": "float64",
@@ -280,6 +276,6 @@ def open_backend(kind: str, path: str, **options: Any) -> Backend:
         raise InputError(f"unknown serving backend {kind!r}: use one of {', '.join(_KINDS)}")
     if cls is OrtBackend:
         options.pop("trusted_keys", None)
-        options.pop("spin", None)
+        options.pop("spin_us", None)
     return cls(path, **options)
 

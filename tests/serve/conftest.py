@@ -28,6 +28,15 @@ CLS_SHAPES = {"x": ((1, 8), 3, 48, 192)}
 SRC = str(Path(monolib.__file__).resolve().parents[1])
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the group into the node id
+def pytest_collection_modifyitems(config, items):
+    """Every serving test in one xdist group (``--dist loadgroup``): one worker, one Ray."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

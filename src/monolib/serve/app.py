@@ -136,8 +136,9 @@ class ModelServer:
     name : str
         The model's name in the protocol's paths.
     path : str
-        The library (the ``.onnx`` for ``backend="onnxruntime"``), reachable from
-        every node.
+        The library (the ``.onnx`` for ``backend="onnxruntime"``), at this absolute
+        path on every node, or by its file name in the replica's working directory
+        (Ray's ``runtime_env={"working_dir": ...}``).
     backend : str
         ``"monolib"`` or ``"onnxruntime"``.
     threads : int
@@ -158,6 +159,8 @@ class ModelServer:
                  max_batch: int | None = None, batch_wait_ms: float = 5.0,
                  trusted_keys: Sequence[Any] | None = None, digest: str | None = None,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        if not os.path.exists(path) and os.path.exists(os.path.basename(path)):
+            path = os.path.basename(path)  # shipped in Ray's runtime_env working_dir
         self.backend = open_backend(backend, path, threads=threads, trusted_keys=trusted_keys,
                                     slots=1)
         self.model = protocol.ModelSpec(name, self.backend.inputs, self.backend.outputs,
@@ -291,8 +294,9 @@ def deployment(path_or_paths: Any, *, replicas: int = 1, threads: int = 1,
     ----------
     path_or_paths : str, os.PathLike, sequence or mapping
         A library, ``"name=path"`` strings, or ``{name: path}``; a bare path's model
-        name is its file stem. Every node must reach the path (shared storage, or
-        Ray's ``runtime_env``).
+        name is its file stem. Every node must reach the path (the same absolute
+        path, e.g. shared storage), or have the file in its working directory (Ray's
+        ``runtime_env={"working_dir": DIR}``: looked up there by file name).
     replicas : int
         Replicas per model (each a Ray actor loading the library once).
     threads : int

@@ -60,6 +60,13 @@
 #define ML_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define ML_INLINE static inline __attribute__((always_inline))
 #define ML_UNUSED __attribute__((unused)) /* not every model calls every kernel */
+/* One out-of-line copy of a rarely run path (tile edges, tails) shared by every
+ * specialised caller: inlined into each it multiplied gcc's time, not the speed. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define ML_OUTLINE static __attribute__((noipa, unused))
+#else
+#define ML_OUTLINE static __attribute__((noinline, unused))
+#endif
 
 /* aligned(4): the vectors may sit at any float boundary (C rows, bias slices). */
 typedef float ml_vf __attribute__((vector_size(ML_VW * 4), aligned(4)));
@@ -306,6 +313,24 @@ static inline void ml_pack_b_full(const ml_bsrc* s, int64_t K, int64_t N, float*
     }
 }
 
+/* The stored part (mr x nr) of a partial tile t (ML_NP*ML_NR floats a row) of
+ * ml_store_tile: one copy for every micro-kernel instance (inlined into the 16 of
+ * ml_gemm_block it was half of the GEMM unit's compile time; run time unchanged). */
+ML_OUTLINE void ml_store_part(float t[ML_MR][ML_NP * ML_NR], float* restrict c,
+                              int64_t ldc, int mr, int nr, float alpha, int load_c,
+                              const float* bias_m, const float* bias_n) {
+    for (int r = 0; r < mr; ++r)
+        for (int j = 0; j < nr; ++j) {
+            float v = t[r][j] * alpha;
+            if (load_c) v += c[r * ldc + j];
+            else {
+                if (bias_m) v += bias_m[r];
+                if (bias_n) v += bias_n[j];
+            }
+            c[r * ldc + j] = v;
+        }
+}
+
 /* Finish one tile of `rows` computed rows: C = alpha*acc + (C | bias), with vectors on a
  * full tile, else with scalars. */
 ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_NP * ML_NV],
@@ -328,16 +353,7 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
     float t[ML_MR][ML_NP * ML_NR] __attribute__((aligned(64)));
     for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) *(ml_vf*)&t[r][j * ML_VW] = acc[r][j];
-    for (int r = 0; r < mr; ++r)
-        for (int j = 0; j < nr; ++j) {
-            float v = t[r][j] * alpha;
-            if (load_c) v += c[r * ldc + j];
-            else {
-                if (bias_m) v += bias_m[r];
-                if (bias_n) v += bias_n[j];
-            }
-            c[r * ldc + j] = v;
-        }
+    ml_store_part(t, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
 }
 
 /* The micro-kernel: a rows x np*NR tile (rows <= MR, the first rows of an A panel) over

@@ -126,7 +126,7 @@ def test_body_limit_413_and_overload_503(ray_serve, cls_lib, cls_images):
 
     _, port = ray_serve
     app = ms.deployment(str(cls_lib), name="cls", max_body_bytes=200_000, batch_wait_ms=200,
-                        max_ongoing_requests=1, max_queued_requests=1)
+                        max_ongoing_requests=1, max_queued_requests=1, num_cpus=0.25)
     ms.run(app, port=port, name="small", route_prefix="/small")
     url = f"http://127.0.0.1:{port}/small/v2/models/cls/infer"
     try:
@@ -152,7 +152,7 @@ def test_replaced_library_rolls_out_without_failed_requests(ray_serve, cls_lib, 
     _, port = ray_serve
     lib = tmp_path / "m.so"
     shutil.copy(cls_lib, lib)
-    options = {"max_batch": 4}
+    options = {"max_batch": 4, "num_cpus": 0.25}  # old and new replicas fit meanwhile
     run({"cls": str(lib)}, port=port, name="redeploy", route_prefix="/re", **options)
     old = serve.get_app_handle("redeploy").info.remote().result()
     assert old["digest"] == file_digest(str(lib))
@@ -192,3 +192,27 @@ def test_replaced_library_rolls_out_without_failed_requests(ray_serve, cls_lib, 
         watcher.join(TIMEOUT)
     assert len(statuses) > 5 and set(statuses) == {200}, statuses
     assert "redeploy" not in serve.status().applications  # the watcher deleted it on stop
+
+
+def test_several_models_behind_one_router(ray_serve, cls_lib, cls_images, reference):
+    from ray import serve
+
+    import monolib.serve as ms
+
+    _, port = ray_serve
+    app = ms.deployment([f"a={cls_lib}", f"b={cls_lib}"], max_batch=2, num_cpus=0.25)
+    ms.run(app, port=port, name="two", route_prefix="/two")
+    try:
+        client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{port}/two",
+                                                         network_timeout=TIMEOUT)
+        assert client.is_server_ready() and client.is_model_ready("b")
+        x, want = cls_images[2], reference(cls_images[2])  # 3 rows, max_batch 2: runs alone
+        for name in ("a", "b"):
+            inp = tritonclient_http.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            np.testing.assert_array_equal(client.infer(name, [inp]).as_numpy(OUT), want)
+        status, body = _post(f"http://127.0.0.1:{port}/two/v2/models/cls/infer",
+                             *_binary_request(x))
+        assert status == 404 and "this server has 'a', 'b'" in json.loads(body)["error"]
+    finally:
+        serve.delete("two")

@@ -14,7 +14,7 @@ import pytest
 
 import monolib
 from monolib.errors import InputError
-from monolib.serve.predictor import Predictor, batch_bounds
+from monolib.serve import Predictor
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
@@ -53,7 +53,8 @@ def _per_row(path, x):
     """One GraphModule run per row (batch 1 where the model allows it; the batched
     library's lower bound is 2, so a row runs with a copy of itself)."""
     gm = monolib.GraphModule(monolib.load_module(str(path))["default"](monolib.cpu()))
-    lo = (batch_bounds(gm) or (1, 1))[0]
+    shapes, _ = gm.get_input_info()
+    lo = shapes["x"][0][1] if isinstance(shapes["x"][0], tuple) else 1
     ys, zs = [], []
     for row in x:
         gm.run(x=np.repeat(row[None], lo, 0))
@@ -65,10 +66,10 @@ def _per_row(path, x):
 def test_batched_chunks_at_most_the_bound(tiny_libs, rng):
     batched, _ = tiny_libs
     pred = Predictor(batched)
-    assert pred.bounds == (2, 4)
+    assert pred.batch[0] == 4 and (pred.batch[1].lo, pred.batch[1].hi) == (2, 4)
     runs = []
-    run = pred.gm.run
-    pred.gm.run = lambda **kw: (runs.append(kw["x"].shape[0]), run(**kw))[1]
+    run = pred.backend.run
+    pred.backend.run = lambda feeds: (runs.append(feeds["x"].shape[0]), run(feeds))[1]
     x = rng.standard_normal((11, 3)).astype(np.float32)
     ids = np.arange(11)
     out = pred({"x": x, "id": ids})
@@ -88,7 +89,7 @@ def test_batched_chunks_at_most_the_bound(tiny_libs, rng):
 def test_max_batch_and_float64_cast(tiny_libs, rng):
     batched, _ = tiny_libs
     pred = Predictor(batched, max_batch=3)
-    assert pred.bounds == (2, 3)
+    assert pred.batch[0] == 3
     x = rng.standard_normal((7, 3))  # float64: same kind, cast to the model's float32
     out = pred({"x": x})
     y, _ = _per_row(batched, x.astype(np.float32))
@@ -101,7 +102,7 @@ def test_max_batch_and_float64_cast(tiny_libs, rng):
 def test_no_batch_dim_runs_row_by_row(tiny_libs, rng):
     _, single = tiny_libs
     pred = Predictor(single)
-    assert pred.bounds is None  # x is [1, 3]: a static dim, no batch to stack
+    assert pred.batch is None  # x is [1, 3]: a static dim, no batch to stack
     x = rng.standard_normal((5, 3)).astype(np.float32)
     out = pred({"x": x})  # rows of [3] take the model's leading 1
     y, z = _per_row(single, x)
@@ -131,35 +132,17 @@ def _make_rows():
     return rows
 
 
-@pytest.fixture(scope="module")
-def cls_lib(tmp_path_factory):
-    """The PP-OCR line classifier with a run-time batch dim 1..8."""
-    from monolib.models import fetch_model
-
-    lib = tmp_path_factory.mktemp("ray_data") / "cls.so"
-    monolib.compile(str(fetch_model("ppocr_cls")), shapes={"x": ((1, 8), 3, 48, 192)}).export_library(str(lib))
-    return lib
-
-
-@pytest.fixture(scope="module")
-def ray_instance(tmp_path_factory):
-    """TEMPORARY: a private local Ray instance (until the shared session fixture)."""
-    import os, shutil, tempfile
-    ray = pytest.importorskip("ray")
-    d = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    os.environ["RAY_TMPDIR"] = d
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=d)
-    yield ray
-    ray.shutdown()
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def test_map_batches_1000_rows_equal_in_process(ray_instance, cls_lib):
+def test_map_batches_1000_rows_equal_in_process(ray_session, cls_lib):
+    """The session's Ray (2 CPUs, maybe with a served model holding one): the rows are
+    made by tasks and run by two actors of a quarter CPU each."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
-    ds = ray.data.range(1000, override_num_blocks=4).map_batches(_make_rows(), batch_size=125)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    ds = ray.data.from_items([{"id": i} for i in range(1000)], override_num_blocks=4)
+    ds = ds.map_batches(_make_rows(), batch_size=125, num_cpus=0.25)
     out = ds.map_batches(
-        Predictor, fn_constructor_args=(str(cls_lib),), batch_size=100, concurrency=2, num_cpus=0.5
+        Predictor, fn_constructor_args=(str(cls_lib),), batch_size=100, concurrency=2,
+        num_cpus=0.25,
     ).take_all()
     assert len(out) == 1000
     ids = np.array([r["id"] for r in out])

@@ -18,45 +18,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..runtime.device import cpu
-from ..runtime.graph_module import GraphModule
-from ..runtime.library import load_module
-from ..runtime.threads import set_num_threads
+from .backend import Dim, MonolibBackend
+from .batching import find_batch_dim
 
-__all__ = ["Predictor", "batch_bounds"]
+__all__ = ["Predictor"]
 
 logger = logging.getLogger(__name__)
-
-
-def batch_bounds(gm: GraphModule) -> tuple[int, int] | None:
-    """The ``(lo, hi)`` of the model's batch dim, or ``None`` when it has none.
-
-    The batch dim is a run-time symbol of step 1 that is axis 0 of every input and
-    every output (a model that names it ``batch`` in ONNX, or compiled with
-    ``shapes={"x": ((1, 8), ...)}``); only then can rows be stacked and split back.
-
-    Parameters
-    ----------
-    gm : GraphModule
-        The model.
-
-    Returns
-    -------
-    tuple of int or None
-        The inclusive bounds of the batch dim.
-    """
-    in_shapes, _ = gm.get_input_info()
-    out_shapes, _ = gm.get_output_info()
-    firsts = {
-        shape[0] if shape else None for shape in (*in_shapes.values(), *out_shapes.values())
-    }
-    if len(firsts) != 1:
-        return None
-    (dim,) = firsts
-    # a bounded symbol is (name, lo, hi) (a step above 1 adds a fourth entry)
-    if not (isinstance(dim, tuple) and len(dim) == 3):
-        return None
-    return int(dim[1]), int(dim[2])
 
 
 class Predictor:
@@ -80,12 +47,12 @@ class Predictor:
     -----
     ``__call__(batch)`` takes the batch as a dict of column -> array (Ray Data's
     ``"numpy"`` batch format) with one column per model input, each of shape
-    ``(rows, *input shape without the batch dim)``; a model without a batch dim takes
-    each row as its whole input (or with a leading 1 added). It returns the model's
-    outputs by name, one row per input row, plus every column that is not a model
-    input, unchanged (ids, file names). An input of another dtype of the same kind
-    (float64 for float32) is cast; any other mismatch is an ``InputError`` naming
-    the input.
+    ``(rows, *input shape without the batch dim)``; a model without a batch dim
+    (:func:`monolib.serve.batching.find_batch_dim`) takes each row as its whole input
+    (or with a leading 1 added). It returns the model's outputs by name, one row per
+    input row, plus every column that is not a model input, unchanged (ids, file
+    names). An input of another dtype of the same kind (float64 for float32) is cast;
+    any other mismatch is an ``InputError`` naming the input.
 
     Examples
     --------
@@ -103,23 +70,23 @@ class Predictor:
         max_batch: int | None = None,
     ) -> None:
         self.path = os.fspath(path)
-        self.module = load_module(self.path, trusted_keys=trusted_keys)
-        set_num_threads(threads)
-        self.gm = GraphModule(self.module["default"](cpu()))
-        in_shapes, in_dtypes = self.gm.get_input_info()
-        self.inputs = {name: np.dtype(in_dtypes[name]) for name in self.gm.input_names}
-        self.ranks = {name: len(in_shapes[name]) for name in self.gm.input_names}
-        self.outputs = list(self.gm.output_names)
-        bounds = batch_bounds(self.gm)
-        if bounds is not None and max_batch is not None:
-            if max_batch < bounds[0]:
+        self.backend = MonolibBackend(self.path, threads=threads, trusted_keys=trusted_keys)
+        self.inputs = {t.name: np.dtype(t.dtype) for t in self.backend.inputs}
+        self.ranks = {t.name: len(t.dims) for t in self.backend.inputs}
+        self.outputs = [t.name for t in self.backend.outputs]
+        batch = find_batch_dim(self.backend.inputs, self.backend.outputs, max_batch)
+        if batch is None and max_batch is not None:
+            first = self.backend.inputs[0].dims[0] if self.backend.inputs[0].dims else None
+            if isinstance(first, Dim) and max_batch < first.lo:
                 raise InputError(
                     f"Predictor({self.path}): max_batch={max_batch} is below the "
-                    f"batch dim's lower bound {bounds[0]}"
+                    f"batch dim {first.name}'s lower bound {first.lo}"
                 )
-            bounds = (bounds[0], min(bounds[1], int(max_batch)))
-        self.bounds = bounds
-        logger.info("Predictor %s: batch dim %s, %d thread(s)", self.path, bounds, threads)
+        #: (rows per run at most, the batch dim) or None: row by row
+        self.batch = None
+        if batch is not None:
+            self.batch = (batch.limit, self.backend.inputs[0].dims[0])
+        logger.info("Predictor %s: batch %s, %d thread(s)", self.path, batch, threads)
 
     def _columns(self, batch: dict[str, Any]) -> tuple[dict[str, np.ndarray], int]:
         missing = [name for name in self.inputs if name not in batch]
@@ -147,17 +114,21 @@ class Predictor:
         return cols, rows or 0
 
     def _run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-        self.gm.run(**feed)
-        return [self.gm.get_output(i).numpy().copy() for i in range(len(self.outputs))]
+        outs = self.backend.run(feed)
+        return [np.array(outs[name]) for name in self.outputs]
 
     def _batched(self, cols: dict[str, np.ndarray], rows: int) -> list[np.ndarray]:
-        lo, hi = self.bounds
+        limit, dim = self.batch
         parts: list[list[np.ndarray]] = [[] for _ in self.outputs]
-        for start in range(0, rows, hi):
-            n = min(hi, rows - start)
+        for start in range(0, rows, limit):
+            n = min(limit, rows - start)
             feed = {k: v[start : start + n] for k, v in cols.items()}
-            if n < lo:  # a short tail: pad with its last row, drop the padding's outputs
-                feed = {k: np.concatenate([v, np.repeat(v[-1:], lo - n, 0)]) for k, v in feed.items()}
+            # a tail below the lower bound or off the step: padded with copies of its
+            # last row (rows are independent along a batch dim), their outputs dropped
+            size = max(n, dim.lo)
+            size += -size % dim.step
+            if size != n:
+                feed = {k: np.concatenate([v, np.repeat(v[-1:], size - n, 0)]) for k, v in feed.items()}
             for part, out in zip(parts, self._run(feed)):
                 part.append(out[:n])
         return [np.concatenate(p) for p in parts]
@@ -196,7 +167,7 @@ class Predictor:
             length, or a row shape the model does not take (naming the input).
         """
         cols, rows = self._columns(batch)
-        if self.bounds is not None and rows:
+        if self.batch is not None and rows:
             outs = self._batched(cols, rows)
         else:
             outs = self._row_by_row(cols, rows)

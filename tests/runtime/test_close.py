@@ -205,3 +205,18 @@ def test_close_while_another_thread_runs(mm_lib):
     gc.collect()
     assert dso.unloaded
     assert (_counts()[0], _counts()[2]) == (before[0], before[2])
+
+
+def test_closing_one_of_two_loads_of_one_file_leaves_the_other(mm_lib):
+    """dlopen counts the loads of one path: the other module (and the pool they share,
+    whose workers close joined) keeps working, and is unloaded by its own close."""
+    want = _expected(mm_lib)
+    first, second = load_module(mm_lib), load_module(mm_lib)
+    gm2, _ = _run(second)
+    _run(first)
+    first.close()
+    assert _dso(first).unloaded  # its reference given back...
+    gm2.run()  # ...the library stays for the other, its workers start again
+    assert np.array_equal(gm2.get_output(0).numpy(), want)
+    second.close()
+    assert _dso(second).unloaded

@@ -209,7 +209,8 @@ class _Unloader:
             "%s: closed; unloaded when %s go", path, ", ".join(type(o).__name__ for o in alive)
         )
         for o in alive:
-            weakref.finalize(o, self._one_gone)
+            # not at exit: a daemon thread may still run the library's code then
+            weakref.finalize(o, self._one_gone).atexit = False
         del alive, o
 
     def _one_gone(self) -> None:

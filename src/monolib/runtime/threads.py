@@ -240,8 +240,8 @@ def close_executor(executor: Any) -> None:
         return
     keep = (own.get("arena"), own.get("params"))
     for fn in (own.get("_run"), own.get("_run_op")):
-        if fn is not None:
-            weakref.finalize(fn, _keep, keep)
+        if fn is not None:  # (not at exit: a daemon thread may still be running it)
+            weakref.finalize(fn, _keep, keep).atexit = False
     graph = getattr(getattr(executor, "factory", None), "head", {}).get("name", "")
 
     def closed(*_: Any, **__: Any) -> None:

@@ -220,3 +220,18 @@ def test_closing_one_of_two_loads_of_one_file_leaves_the_other(mm_lib):
     assert np.array_equal(gm2.get_output(0).numpy(), want)
     second.close()
     assert _dso(second).unloaded
+
+
+def test_stop_threads_joins_the_workers_and_the_next_split_restarts_them(mm_lib):
+    want = _expected(mm_lib)
+    tasks = _counts()[2]
+    with load_module(mm_lib) as lib:
+        gm, _ = _run(lib)
+        assert _counts()[2] == tasks + 1
+        stop = _dso(lib).get_function("monolib_stop_threads")
+        assert stop() == 0 and _counts()[2] == tasks
+        gm.run()
+        assert _counts()[2] == tasks + 1
+        assert np.array_equal(gm.get_output(0).numpy(), want)
+        del stop
+    assert _counts()[2] == tasks

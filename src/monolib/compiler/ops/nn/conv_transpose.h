@@ -42,6 +42,20 @@ typedef int32_t ml_vi __attribute__((vector_size(ML_VW * 4)));
 #define ML_ZIP_HI(a, b) ML_SHUF_(a, b, 2, 6, 3, 7)
 #endif
 
+/* The generic scatter of ml_tconv_tile (any KW, partial tiles): t holds the tile's rows
+ * (ML_NP*ML_NR floats each), mr rows and nr pixels are stored. One out-of-line copy for
+ * all 24 tile instances (inlined into each it was most of the unit's compile time). */
+ML_OUTLINE void ml_tconv_scatter(float t[ML_MR][ML_NP * ML_NR], int KH, int KW, int64_t m0,
+                                 int mr, int nr, int64_t ih, int64_t iw0, int64_t OHW,
+                                 int64_t OW, const float* restrict bias, float* restrict y) {
+    for (int r = 0; r < mr; ++r) {
+        int64_t m = m0 + r, co = m / (KH * KW), ky = (m / KW) % KH, kx = m % KW;
+        float bb = bias ? bias[co] : 0.0f;
+        float* d = y + co * OHW + (ih * KH + ky) * OW + iw0 * KW + kx;
+        for (int j = 0; j < nr; ++j) d[j * KW] = t[r][j] + bb;
+    }
+}
+
 /* One tile: `rows` GEMM rows m0.. (a: their packed A panel) x np*NR input pixels
  * (b: row k of B at b + k*ldb, np*NR readable floats), scattered into y; only mr rows
  * and nr pixels are stored. co*OHW + oh*OW + ow addresses y. */
@@ -86,12 +100,7 @@ ML_INLINE void ml_tconv_tile(const int np, const int rows, const int KH, const i
     float t[ML_MR][ML_NP * ML_NR] __attribute__((aligned(64)));
     for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) *(ml_vf*)&t[r][j * ML_VW] = acc[r][j];
-    for (int r = 0; r < mr; ++r) {
-        int64_t m = m0 + r, co = m / (KH * KW), ky = (m / KW) % KH, kx = m % KW;
-        float bb = bias ? bias[co] : 0.0f;
-        float* d = y + co * OHW + (ih * KH + ky) * OW + iw0 * KW + kx;
-        for (int j = 0; j < nr; ++j) d[j * KW] = t[r][j] + bb;
-    }
+    ml_tconv_scatter(t, KH, KW, m0, mr, nr, ih, iw0, OHW, OW, bias, y);
 }
 
 /* ml_tconv_tile with the row count specialised (short last panels do not pay for MR). */

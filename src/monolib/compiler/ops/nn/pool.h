@@ -353,6 +353,8 @@ static inline int ml_pool2d_flat(const ml_pool2d_args* a, const float* x, float*
 }
 #endif
 
+/* at every ISA level: pool.py's compile-time check of it (_constants) is emitted for any */
+#define ML_POOL_SEP_ROW 1024
 #if defined(__AVX__)
 /* Separable pool of one plane (vertical stride 1 -- rows reused -- horizontal 1 or 2):
  * each input row, padded with -inf (max) or 0 (average), is reduced over KW into a row
@@ -363,7 +365,6 @@ static inline int ml_pool2d_flat(const ml_pool2d_args* a, const float* x, float*
  * rounding order, within an ulp or two) and divides by the same counts. A max checks
  * the rows for NaN as it copies them (no separate pass) and returns 0 on one (the
  * caller takes the NaN-aware direct path). */
-#define ML_POOL_SEP_ROW 1024
 #define ML_POOL_SEP_PLANE 16384
 static inline int ml_pool2d_sep_ok(const ml_pool2d_args* a) {
     const int64_t s = a->SW, OWv = (a->OW + 7) & ~(int64_t)7, len = OWv * s + a->KW + 8;

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import ray
 from ray import serve
 from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
@@ -172,16 +173,19 @@ class ModelServer:
         self.batch = find_batch_dim(self.backend.inputs, self.backend.outputs, max_batch)
         # one slot: one run at a time per replica; the next batch gathers meanwhile
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"monolib-{name}")
-        self._infer_batch.set_max_batch_size(self.batch.limit if self.batch else 1)
-        self._infer_batch.set_batch_wait_timeout_s(batch_wait_ms / 1000.0 if self.batch
-                                                   else 0.0)
+        # the batch queue per instance (@serve.batch on the class keeps one queue in the
+        # class, shared by every instance of a process and unpicklable once used)
+        self._infer_batch = serve.batch(
+            max_batch_size=self.batch.limit if self.batch else 1,
+            batch_wait_timeout_s=batch_wait_ms / 1000.0 if self.batch else 0.0,
+        )(self._run_requests)
         self._metadata = json.dumps(protocol.model_metadata(self.model)).encode()
         self.stats = {"requests": 0, "runs": 0}  # what batching saved, for tests and tools
         logger.info("model %r ready: %s, batch %s, %d thread(s)", name, path, self.batch,
                     threads)
 
-    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
-    async def _infer_batch(self, requests: list[dict]) -> list:
+    async def _run_requests(self, requests: list[dict]) -> list:
+        """A batch of requests' feeds -> their outputs (or exceptions), in order."""
         self.stats["requests"] += len(requests)
         self.stats["runs"] += len(plan(requests, self.batch))
         loop = asyncio.get_running_loop()
@@ -193,9 +197,10 @@ class ModelServer:
         return await _http(self, request)
 
     def info(self) -> dict:
-        """The model's metadata, this replica's pid, library digest and counts of
-        requests and runs (for tests, tools)."""
+        """The model's metadata, this replica's pid and Ray node id, library digest and
+        counts of requests and runs (for tests, tools)."""
         return {"metadata": protocol.model_metadata(self.model), "pid": os.getpid(),
+                "node": ray.get_runtime_context().get_node_id(),
                 "digest": self.digest, **self.stats,
                 "batch": None if self.batch is None else self.batch.limit}
 

@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
 
 __all__ = [
     "Conv", "as_2d", "conv_candidates", "conv_geometry", "conv_reference", "cost_candidate",
-    "grouped_conv", "include_depthwise", "rule_costs",
+    "grouped_conv", "include_depthwise", "phase_split", "rule_costs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -220,8 +220,9 @@ class Conv(OpDef):
             pick = _rule(node, d, group)
         if pick.algo == "depthwise":
             return _emit_depthwise(node, ctx, d, epi, pick.param("rows"))
-        if pick.algo == "winograd":  # a run-time image: planned at its bounds
-            plan = plan_winograd(node, d, group, pick.param("m"), pick.param("cob"))
+        if pick.algo in ("winograd", "winograd_raw"):  # a run-time image: at its bounds
+            plan = plan_winograd(node, d, group, pick.param("m"), pick.param("cob"),
+                                 raw=pick.algo == "winograd_raw")
             return emit_winograd(node, ctx, d, epi, plan)
         if pick.algo == "pixel_rows":
             return emit_pixel_rows(node, ctx, d, epi, _pointwise(d))
@@ -500,6 +501,17 @@ def _may_exceed(a, b) -> bool:
         return True
 
 
+def phase_split(d: dict[str, int]) -> bool:
+    """Whether the implicit im2col of a strided conv reads the image split into column
+    phases (``ml_pad_planes``; ``ml_bsrc.Wq``): static sizes, a column stride above 1 and
+    a window at least as wide, so every phase is read. Packing then copies whole vectors
+    where it gathered every ``SW``-th float (3x3/2 128 -> 128 at 56x56, 1 thread: the
+    strided gather was ~0.5 ns a float, a fifth of the op)."""
+    if any(is_dim(v) for v in d.values()):
+        return False
+    return d["SW"] > 1 and (d["KW"] - 1) * d["DW"] + 1 >= d["SW"]
+
+
 def _b_source(
     node: Node, ctx: EmitContext, d: dict[str, int], folded: bool
 ) -> tuple[dict[str, str], str]:
@@ -522,8 +534,23 @@ def _b_source(
     wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
     pad = ""
     src = f"{ctx.ptr(x)} + {first} * {c * hw} + g * {cg * hw}"
+    images = n if folded else 1
+    if phase_split(d):  # strided columns: packed by whole vectors from the phases
+        sw, wq = d["SW"], -(-wp // d["SW"])
+        plane = hp * sw * wq
+        buf = ctx.scratch(4 * images * c * plane)
+        pad = (
+            f"for (int64_t i = 0; i < {images}; ++i)\n"
+            f"  ml_pad_planes({c}, {ctx.ptr(x)} + ({first} + i) * {c * hw}, {d['H']}, {d['W']}, "
+            f"{hp}, {wp}, {sw}, {wq}, {d['PT']}, {d['PL']}, (float*){buf} + i * {c * plane}, "
+            f"{plane});\n"
+        )
+        bsrc = {"kind": "ML_B_IM2COL", "p": f"(const float*){buf} + g * {cg * plane}",
+                "H": str(hp), "W": str(sw * wq), "img": str(c * plane if folded else 0),
+                "Wq": str(wq)}
+        bsrc.update({key: str(d[key]) for key in ("KH", "KW", "SH", "SW", "DH", "DW", "OH", "OW")})
+        return bsrc, pad
     if d["PT"] or d["PL"] or _may_exceed(hp, d["H"]) or _may_exceed(wp, d["W"]):
-        images = n if folded else 1
         padded = ctx.scratch(4 * images * c * hp * wp)
         pad = (
             f"for (int64_t i = 0; i < {images}; ++i)\n"
@@ -619,7 +646,7 @@ def _group_tasks(
     if not work * group >= GROUP_TASKS_MIN_WORK > work:
         return ""
     plane = cg * (int(bsrc["H"]) * int(bsrc["W"]) if bsrc["kind"] == "ML_B_IM2COL"
-                  else d["H"] * d["W"])
+                  else d["H"] * d["W"])  # phase planes: W is SW * Wq
     call = gemm_call(fields, bsrc)
     last = "  ml_sgemm_par(&ga_);"
     assert call.endswith(last + "\n}"), call  # gemv/dot shapes were ruled out above
@@ -646,8 +673,8 @@ def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:
 
 def cost_candidate(label: str) -> Candidate:
     """The Candidate of a :func:`rule_costs` label (``"winograd(m=4)"``, ``"direct"``)."""
-    if label.startswith("winograd"):
-        return Candidate("winograd", (("m", int(label[-2])),))
+    if label.startswith("winograd"):  # also winograd_raw: raw weights transformed per pass
+        return Candidate(label.split("(")[0], (("m", int(label[-2])),))
     return Candidate(label)
 
 
@@ -666,6 +693,8 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
     if not any(plans.values()):
         plans = {}
     labels = {f"winograd(m={m})": plan for m, plan in plans.items()}
+    labels.update({f"winograd_raw(m={m})": plan_winograd(node, d, group, m, raw=True)
+                   for m, plan in plans.items() if plan is not None})
     costs = conv_costs(d, n, c, w.shape[0], group, _pointwise(d), labels,
                        pixel_rows_valid(node, d, group))
     if "direct" in costs and not _direct_fits(d, c // group):
@@ -695,8 +724,9 @@ def conv_candidates(
         a size is only known at run time: then only the rule's choice is listed), the
         candidates (``depthwise`` with 3 or 4 rows per tile, ``winograd`` F(2)/F(4) with
         the rule's or half or twice its output channels per pass (``cob``),
-        ``direct``, ``gemm``, ``pixel_rows`` (``conv_pixel_rows``), ``gemm_folded``) and
-        the rule's choice, one of them.
+        ``winograd_raw`` F(2)/F(4) (raw weights transformed per pass), ``direct``,
+        ``gemm``, ``pixel_rows`` (``conv_pixel_rows``), ``gemm_folded``) and the rule's
+        choice, one of them.
     """
     x, w = node.inputs[0], node.inputs[1]
     default = _rule(node, d, group)
@@ -714,7 +744,7 @@ def conv_candidates(
         ]
     for m in (2, 4):
         if plan_winograd(node, d, group, m) is not None:
-            cands.append(Candidate("winograd", (("m", m),)))
+            cands += [Candidate("winograd", (("m", m),)), Candidate("winograd_raw", (("m", m),))]
             # output channels per pass: half or twice the rule's CO_BLOCK where the
             # channels make it differ (the rule's own has no "cob" in its label)
             c_out = w.shape[0]

@@ -34,7 +34,7 @@ from ...ir import Graph, Node
 from ...tuning.select import Candidate, Restriction
 from ._gemm import MR, NR
 from .conv import _dw_decidable, as_2d, conv_geometry, rule_costs
-from .winograd import plan_winograd
+from .winograd import VW_MAX, plan_winograd
 
 __all__ = ["DEFAULT_FRACTION", "SLACK_BYTES", "BudgetReport", "plan_budget", "winograd_budget"]
 
@@ -84,19 +84,23 @@ def _up(n: int, k: int) -> int:
 
 
 def _layout_bytes(label: str, m: int, k: int, group: int) -> int:
-    """Stored bytes of a non-Winograd layout of ``m`` output channels over depth ``k``
-    per group: ``pack_a`` pads rows to ``MR``; ``pixel_rows`` packs ``W^T`` in whole
-    panels of ``NR`` columns."""
+    """Stored bytes of a layout without transformed weights of ``m`` output channels
+    over depth ``k`` per group: ``pack_a`` pads rows to ``MR`` (also per tap of the raw
+    Winograd's ``winograd.pack_raw``); ``pixel_rows`` packs ``W^T`` in whole panels of
+    ``NR`` columns."""
     mg = m // group
     if label == "pixel_rows":
         return 4 * k * _up(m, NR)
+    if label.startswith("winograd_raw"):  # pack_a per tap, VW_MAX floats after the last
+        return 4 * (_up(m, MR) * k + VW_MAX)
     return 4 * group * _up(mg, MR) * k
 
 
 def _options(node: Node) -> tuple[int, int, list[tuple[int, int, float]]] | None:
-    """(raw bytes, bytes of the best non-Winograd layout, [(m, Winograd bytes, ns
-    saved)] for each Winograd plan estimated faster) of a Conv with constant weights, or
-    None where it has none or is not a 1-D/2-D float32 convolution."""
+    """(raw bytes, bytes of the best layout without transformed weights (direct, GEMM,
+    or Winograd transforming the raw weights per pass), [(m, Winograd bytes, ns saved)]
+    for each stored-transform Winograd plan estimated faster) of a Conv with constant
+    weights, or None where it has none or is not a 1-D/2-D float32 convolution."""
     x, w = node.inputs[0], node.inputs[1]
     if w is None or w.const is None or x is None or len(x.shape) not in (3, 4):
         return None
@@ -112,11 +116,11 @@ def _options(node: Node) -> tuple[int, int, list[tuple[int, int, float]]] | None
     costs = rule_costs(node, d, group)
     if costs is None:
         return raw, _layout_bytes("gemm_folded", m, k, group), []
-    plain = {lab: t for lab, t in costs.items() if not lab.startswith("winograd")}
+    plain = {lab: t for lab, t in costs.items() if not lab.startswith("winograd(")}
     best = min(plain, key=plain.get)
     options = []
     for label, t in costs.items():
-        if label.startswith("winograd") and t < plain[best]:
+        if label.startswith("winograd(") and t < plain[best]:
             mm = int(label[-2])
             plan = plan_winograd(node, d, group, mm)
             xi = plan.th.alpha * plan.tw.alpha

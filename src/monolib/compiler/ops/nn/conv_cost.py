@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ...symbolic import size_hint
-from ._gemm import MR, NR
+from ._gemm import GEMV_NMAX, MR, NR
 
 __all__ = ["conv_costs", "direct_cost", "gemm_cost", "host_vector_width", "winograd_cost"]
 
@@ -59,6 +59,16 @@ NS_TILE = 0.74
 #: per lane, transformed element and channel of Winograd's input and output transforms
 NS_WINO_IN = 0.286
 NS_WINO_OUT = 0.476
+#: per transformed element and (output, input) channel pair of the raw-weight mode's
+#: weight transform, once per block of tiles (measured on this 2-core AVX-512 EPYC: raw
+#: minus stored time of 3x3 convs of 64-512 channels, 7 to 224 pixels a side, where
+#: both use the same blocks: 0.01-0.08 on a loaded machine, median about 0.04)
+NS_WINO_W = 0.04
+#: columns a GEMM's tail of 1 to GEMV_NMAX columns past its panels costs like: the tail
+#: kernel streams all of A again for them (0.3-0.7 ns per float of A, timed on the 1x1
+#: convs of 7x7 and 14x14 maps of 256-2048 channels, Zen 4: 49 columns ran like 68,
+#: 196 like 212, where counting them at their width put the GEMM 10-15% too low)
+TAIL_COLS = 20
 #: per call of a kernel (set-up, scratch, task dispatch)
 NS_CALL = 5040.0
 
@@ -91,15 +101,31 @@ def _up(n: int, k: int) -> int:
     return -(-n // k) * k
 
 
+def _tile_cols(cols: int) -> int:
+    """Columns gemm.h computes for ``cols`` of a packed A (as ``ml_gemm_task_cost``):
+    whole micro-tiles, a last group of up to ``NR`` at one panel (a whole tile when it is
+    the only one), and a tail of 1 to ``GEMV_NMAX`` columns past the panels
+    (``ml_gemm_tail_cols``) as :data:`TAIL_COLS`."""
+    rem, tail = cols % NR, 0
+    if 0 < rem <= GEMV_NMAX:
+        tail, cols = TAIL_COLS, cols - rem
+    w = _panel_cols()
+    r = cols % w
+    if cols < w:  # one panel on every row panel: bound by its loads, as slow as a tile
+        return w + tail
+    return cols - r + (0 if r == 0 else NR if r <= NR else w) + tail
+
+
 def gemm_cost(m: int, k: int, cols: int, pad_floats: int = 0, calls: int = 1,
               runs: int = 0, packs_b: bool = True) -> float:
     """Nanoseconds of ``calls`` GEMMs of ``m x k`` packed weights by a ``k x cols``
     implicit im2col of ``runs`` copied runs per call (``pad_floats`` written by padding
-    first, over all calls); ``packs_b`` False: B was packed at compile time."""
+    first, over all calls); ``packs_b`` False: B was packed at compile time. Columns
+    count as the micro-kernel computes them (:func:`_tile_cols`)."""
     tile = _panel_cols()
-    mp, np_ = _up(m, MR), _up(cols, tile)
+    mp, np_ = _up(m, MR), _tile_cols(cols)
     k_blocks = -(-k // 256)
-    tiles = (mp // MR) * (np_ // tile) * k_blocks
+    tiles = -(-mp // MR) * -(-np_ // tile) * k_blocks
     one = mp * k * np_ * NS_MAC + k * np_ * NS_PACK * packs_b + tiles * NS_TILE + runs * NS_RUN
     return calls * (one + NS_CALL) + pad_floats * NS_PAD
 
@@ -149,6 +175,11 @@ def winograd_cost(plan: Any, d: dict[str, int], c_in: int, c_out: int,
     gemm = xi * mp * c_in * lanes * NS_MAC_WINO + tiles * NS_TILE
     # a task per channel range repeats its block's input transform
     trans = xi * lanes * (c_in * plan.co_split * NS_WINO_IN + c_out * NS_WINO_OUT)
+    if getattr(plan, "raw", False):  # every block transforms all the raw weights again
+        big_th, big_tw = plan.tiles(d)
+        bh, bw = plan.block
+        blocks = -(-big_th // bh) * (1 if plan.pack else -(-big_tw // bw))
+        trans += blocks * xi * mp * c_in * NS_WINO_W
     return calls * (gemm + trans + NS_CALL)
 
 

@@ -33,6 +33,17 @@
  * thread pool with its own scratch: tasks never synchronise. Per task: the input
  * transform of every channel into V, then per `mb` output channels the ah*aw GEMMs into
  * M and the output transform, stores and the fused epilogue while M is in cache.
+ *
+ * Raw-weight mode (wt != NULL; the size budget's choice where the library has no room
+ * for U, 4x the raw 3x3 weights): u holds the raw taps instead, tap t of the packed-A
+ * layout at u + t*u_stride, and each pass of mb output channels transforms its taps,
+ * one row k of the ah x aw elements at a time, into the task's scratch U (u_floats:
+ * aw matrices, small enough for L2) with the generated
+ *   wt(g, ts, u, xs, k): loads tap t of ML_VW consecutive packed floats at g + t*ts and
+ *       stores element (k, l) of their transforms at u + l*xs,
+ * then runs the same GEMMs on them: aw stores per vector of (channel, row) pairs and
+ * row, against aw * (block lanes) multiply-adds per pair in the GEMMs; blocks are
+ * larger in this mode (winograd.py RAW_SCALE) to serve more lanes per transform.
  */
 #ifndef MONOLIB_WINOGRAD_H
 #define MONOLIB_WINOGRAD_H
@@ -41,13 +52,15 @@
 
 typedef void (*ml_wino_in_fn)(const float* b, int64_t rs, int64_t ps, float* v, int64_t xs);
 typedef void (*ml_wino_out_fn)(const float* m, int64_t xs, float bias, ml_vf* y);
+typedef void (*ml_wino_w_fn)(const float* g, int64_t ts, float* u, int64_t xs, int64_t k);
 
 /* One Winograd convolution of one image. A block is bh x bw tiles of the grid (fewer at
  * the bottom and right edges); its tiles are GEMM columns r*bwp + c, each block row
  * padded to bwp = bw rounded up to ML_VW (the padding lanes are computed, never
  * stored), ntp = nh*bwp rounded up to ML_NR columns. Scratch per task (floats): V
- * (v_floats >= ah*aw*ml_wino_stride(C*ntp)), M (m_floats >= ah*aw*ml_wino_stride(mb*ntp))
- * and the phase buffer of one channel (p_floats). */
+ * (v_floats >= ah*aw*ml_wino_stride(C*ntp)), M (m_floats >= ah*aw*ml_wino_stride(mb*ntp)),
+ * the phase buffer of one channel (p_floats, a multiple of 16) and in raw-weight mode
+ * one row of U of one pass (u_floats >= aw*ml_wino_stride(mb*C)). */
 typedef struct {
     int64_t C, M, H, W, OH, OW, PT, PL;
     int64_t mh, mw, ah, aw;  /* output tile, input tile */
@@ -56,14 +69,16 @@ typedef struct {
     int64_t mb;              /* output channels per GEMM + output pass, a multiple of ML_MR */
     int64_t co_split;        /* tasks per block, each a range of output channels */
     int64_t pack;            /* 1: lanes run across rows of tiles (needs bw >= TW) */
-    int64_t v_floats, m_floats, p_floats;
+    int64_t v_floats, m_floats, p_floats, u_floats;
     const float* x;          /* [C][H][W] */
-    const float* u;          /* ah*aw packed A (C_out x C_in, full-K), u_stride floats apart */
+    const float* u;          /* ah*aw packed A (C_out x C_in, full-K), u_stride floats apart;
+                              * raw-weight mode: the rh*rw raw taps so laid out */
     int64_t u_stride;
     const float* bias;       /* [M] or NULL */
     float* y;                /* [M][OH][OW] */
     ml_wino_in_fn in;
     ml_wino_out_fn out;
+    ml_wino_w_fn wt;         /* NULL: u is transformed; else the raw-weight mode */
     ml_epi_fn epi;
     void* epi_out;
     int64_t epi_b;
@@ -329,6 +344,8 @@ static void ml_wino_task(void* ctx, int64_t task, void* scratch) {
     float* V = (float*)scratch;
     float* Mb = V + a->v_floats;
     float* P = Mb + a->m_floats;
+    float* Ut = P + a->p_floats; /* raw-weight mode: one row of U of one pass */
+    const int64_t uxs = a->wt ? ml_wino_stride(a->mb * C) : 0;
     if (a->pack)
         ml_wino_input_packed(a, &b, V, P);
     else
@@ -337,13 +354,23 @@ static void ml_wino_task(void* ctx, int64_t task, void* scratch) {
     int64_t mxs = ml_wino_stride(a->mb * ntp);
     for (int64_t cb = co0; cb < co1; cb += a->mb) {
         int64_t ce = ML_MIN(co1, cb + a->mb);
+        /* whole panels of rows cb..ce (raw mode: the last vector may read past them) */
+        const int64_t n = (ce - cb + ML_MR - 1) / ML_MR * ML_MR * C;
         for (int64_t xi = 0; xi < xi_n; ++xi) {
-            const float* u = a->u + xi * a->u_stride;
+            const float* u = a->u + xi * a->u_stride; /* panel p at u + (p - u0)*C */
+            int64_t u0 = 0;
+            if (a->wt) {
+                if (xi % a->aw == 0) /* the next row of U */
+                    for (int64_t j = 0; j < n; j += ML_VW)
+                        a->wt(a->u + cb * C + j, a->u_stride, Ut + j, uxs, xi / a->aw);
+                u = Ut + (xi % a->aw) * uxs;
+                u0 = cb;
+            }
             const float* v = V + xi * ml_wino_stride(C * ntp);
             float* m = Mb + xi * mxs;
             for (int64_t p = cb; p < ce; p += ML_MR) {
                 int mr = (int)ML_MIN(ML_MR, ce - p);
-                const float* up = u + (p / ML_MR) * C * ML_MR;
+                const float* up = u + (p - u0) * C; /* p, u0: multiples of ML_MR */
                 float* mp = m + (p - cb) * ntp;
                 int64_t q = 0;
                 /* the GEMM's wide tile (ML_NP panels, C*ML_NR floats apart) where it fits:
@@ -384,7 +411,7 @@ ML_UNUSED static void ml_winograd(const ml_wino_args* a, void* scratch) {
     /* the GEMMs plus the transforms (some 16 operations per element and channel) */
     double work = (double)a->ah * a->aw * a->TH * a->TW * (a->C * a->M + 16 * (a->C + a->M));
     if (ml_par_tasks(work, tasks) > 1) {
-        size_t bytes = 4 * (size_t)(a->v_floats + a->m_floats + a->p_floats);
+        size_t bytes = 4 * (size_t)(a->v_floats + a->m_floats + a->p_floats + a->u_floats);
         ml_parallel_for(tasks, ml_wino_task, (void*)a, scratch, bytes);
         return;
     }

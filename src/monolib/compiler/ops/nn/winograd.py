@@ -46,9 +46,11 @@ __all__ = [
     "WinogradPlan",
     "cook_toom",
     "emit_winograd",
+    "pack_raw",
     "plan_winograd",
     "transform_functions",
     "transform_weights",
+    "weight_function",
 ]
 
 logger = logging.getLogger(__name__)
@@ -191,20 +193,21 @@ def transform_weights(w: np.ndarray, th: Transforms, tw: Transforms) -> np.ndarr
 # -- C text of the transforms ---------------------------------------------------------
 
 
-def _literal(c: Fraction) -> str:
+def _literal(c: Fraction, exact: bool = True) -> str:
     v = float(c)
-    if Fraction(v) != c or Fraction(float(np.float32(v))) != c:
+    if exact and (Fraction(v) != c or Fraction(float(np.float32(v))) != c):
         raise CompileError(f"transform coefficient {c} is not exact in float32")
-    return c_literal(v, np.float32)
+    return c_literal(float(np.float32(v)), np.float32)
 
 
-def _combination(coefs: list[Fraction], names: list[str]) -> str:
-    """C expression of ``sum coefs[j] * names[j]`` without the zero terms."""
+def _combination(coefs: list[Fraction], names: list[str], exact: bool = True) -> str:
+    """C expression of ``sum coefs[j] * names[j]`` without the zero terms (``exact``
+    False: coefficients rounded to float32, as G's fractions in :func:`weight_function`)."""
     terms = []
     for c, x in zip(coefs, names):
         if c == 0:
             continue
-        body = x if abs(c) == 1 else f"{_literal(abs(c))} * {x}"
+        body = x if abs(c) == 1 else f"{_literal(abs(c), exact)} * {x}"
         terms.append(("-" if c < 0 else "+", body))
     if not terms:
         return "((ml_vf){0})"
@@ -221,7 +224,9 @@ def _paired(a: tuple[Fraction, ...], b: tuple[Fraction, ...]) -> bool:
     )
 
 
-def _apply_1d(t: Matrix, ins: list[str], outs: list[str], tmp: str) -> list[str]:
+def _apply_1d(
+    t: Matrix, ins: list[str], outs: list[str], tmp: str, exact: bool = True
+) -> list[str]:
     """C statements ``outs[k] = sum_j t[k][j] * ins[j]``, sharing work between the rows
     of a point pair +-p (even and odd parts, ``E + O`` and ``E - O``) and between the
     columns of such a pair (``x_p + x_-p`` and ``x_p - x_-p``)."""
@@ -253,13 +258,13 @@ def _apply_1d(t: Matrix, ins: list[str], outs: list[str], tmp: str) -> list[str]
             even = [c if j % 2 == 0 else Fraction(0) for j, c in enumerate(mat[a])]
             odd = [c if j % 2 else Fraction(0) for j, c in enumerate(mat[a])]
             e, o = f"{tmp}e{a}", f"{tmp}o{a}"
-            lines.append(f"const ml_vf {e} = {_combination(even, names)};")
-            lines.append(f"const ml_vf {o} = {_combination(odd, names)};")
+            lines.append(f"const ml_vf {e} = {_combination(even, names, exact)};")
+            lines.append(f"const ml_vf {o} = {_combination(odd, names, exact)};")
             lines.append(f"{outs[a]} = {e} + {o};")
             lines.append(f"{outs[b]} = {e} - {o};")
     for k in range(rows):
         if k not in done:
-            lines.append(f"{outs[k]} = {_combination(mat[k], names)};")
+            lines.append(f"{outs[k]} = {_combination(mat[k], names, exact)};")
     return lines
 
 
@@ -316,6 +321,65 @@ def transform_functions(ctx: EmitContext, th: Transforms, tw: Transforms) -> tup
     return f"{name}_in", f"{name}_out"
 
 
+def weight_function(ctx: EmitContext, th: Transforms, tw: Transforms) -> str:
+    """Add the C weight transform of the raw-weight mode (the ``ml_wino_w_fn`` of
+    ``winograd.h``) as a helper: row ``k`` of ``U = G_h g G_w^T`` (elements ``xi = k *
+    alpha_w + l``) of ML_VW kernels side by side.
+
+    It loads tap ``(i, j)`` of the ML_VW kernels as one vector at ``g + (i*r_w + j)*ts``
+    (:func:`pack_raw`'s layout; only the taps row ``k`` of G_h needs) and stores element
+    ``(k, l)`` of their transforms at ``u + l*xs``: a pass holds one row of U at a time
+    (``alpha_w`` of ``alpha_h * alpha_w`` matrices), small enough for L2. G's fractions
+    are float32 constants (the stored-transform path computes them in float64: the two
+    differ by an ulp or so of U).
+
+    Returns
+    -------
+    str
+        The function's name.
+    """
+    name = f"{_name(th, tw)}_w"
+    rh, rw, aw = th.r, tw.r, tw.alpha
+    body = [
+        f"/* F({th.m}x{tw.m}, {rh}x{rw}) weight transform: row k of U = G_h g G_w^T */",
+        f"static void {name}(const float* restrict g, int64_t ts, float* restrict u,",
+        "                    int64_t xs, int64_t k) {",
+        "  switch (k) {",
+    ]
+    for k, row in enumerate(th.g):
+        body.append(f"  case {k}: {{")
+        taps = [i for i in range(rh) if row[i] != 0]
+        for i in taps:
+            body += [f"    const ml_vf g{i}_{j} = *(const ml_vf*)(g + {i * rw + j} * ts);"
+                     for j in range(rw)]
+        for j in range(rw):  # G_h row k down each column of taps
+            names = [f"g{i}_{j}" if i in taps else "0" for i in range(rh)]
+            body.append(f"    const ml_vf t{j} = {_combination(list(row), names, False)};")
+        outs = [f"*(ml_vf*)(u + {l} * xs)" for l in range(aw)]
+        body += ["    " + x for x in _apply_1d(tw.g, [f"t{j}" for j in range(rw)], outs, "r",
+                                               exact=False)]
+        body += ["    break;", "  }"]
+    body += ["  }", "}"]
+    ctx.helper("\n".join(body))
+    return name
+
+
+def pack_raw(w: np.ndarray) -> tuple[np.ndarray, int]:
+    """The raw weights ``[C_out, C_in, r_h, r_w]`` of the raw-weight mode: per tap, the
+    ``C_out x C_in`` matrix in gemm.h's packed-A layout (``_gemm.pack_a``), so that one
+    vector of the weight transform reads ML_VW consecutive (channel, row) pairs of a
+    panel and writes them where the GEMM reads them; ``VW_MAX`` zeros after the last tap
+    (the last vector of a pass may read past it).
+
+    Returns
+    -------
+    (ndarray, int)
+        The float32 array and the floats between taps.
+    """
+    taps = [pack_a(w[:, :, i, j]) for i in range(w.shape[2]) for j in range(w.shape[3])]
+    return np.concatenate([*taps, np.zeros(VW_MAX, np.float32)]), int(taps[0].size)
+
+
 # -- selection and emission -------------------------------------------------------------
 
 #: Smallest channel counts and output tiles for which the transforms pay off, and the
@@ -338,6 +402,15 @@ MIN_TASKS = 4
 VW_MAX = 16
 #: Most lanes (tiles) of a packed block (``_packed_block``): about BLOCK_TILES.
 PACK_LANES = 96
+#: Raw-weight mode: tiles a 2-D block grows to where the rule's blocks are smaller
+#: (at least 2 blocks, not 8; output channel ranges make the other tasks), and the most
+#: lanes of a packed block, so that each transform of the raw weights serves enough
+#: GEMM columns (measured here, 1 thread: VGG's 256 x 56 x 56 layer in blocks of 16
+#: tiles runs 1.12x slower raw than stored, in blocks of 96 tiles 0.88-0.92x (faster
+#: than the stored path's 16); larger blocks do not pay where C is small: 64 x 224 x 224
+#: in blocks of 144 or 196 tiles runs 1.07x slower than in the rule's 96).
+RAW_TILES = 96
+RAW_PACK_LANES = 2 * PACK_LANES
 
 
 @dataclass(frozen=True)
@@ -346,7 +419,9 @@ class WinogradPlan:
     tiles (rows x columns, columns a multiple of 8) each task transforms, output channels
     per GEMM pass, tasks per block (ranges of output channels) and whether a vector's
     lanes run across rows of tiles (``pack``: narrow images; blocks are then whole rows
-    of tiles)."""
+    of tiles); ``raw``: the library stores the raw weights and each task transforms
+    those of its ``co_block`` output channels per pass (no stored U: the size budget's
+    choice where U does not fit)."""
 
     th: Transforms
     tw: Transforms
@@ -354,6 +429,7 @@ class WinogradPlan:
     co_block: int
     co_split: int
     pack: bool = False
+    raw: bool = False
 
     def lane_stride(self, d: dict[str, int]) -> int:
         """Lanes per row of tiles in pack mode: the row's tiles and the columns its last
@@ -369,7 +445,7 @@ def _enabled() -> bool:
     return ENABLED and os.environ.get("MONOLIB_WINOGRAD", "1") != "0"
 
 
-def _block(grid: tuple[int, int], per_tile: int) -> tuple[int, int]:
+def _block(grid: tuple[int, int], per_tile: int, raw: bool = False) -> tuple[int, int]:
     """Tiles per block (rows, columns).
 
     One row of tiles (1-D): columns while V (``per_tile`` bytes a tile) stays within
@@ -377,7 +453,8 @@ def _block(grid: tuple[int, int], per_tile: int) -> tuple[int, int]:
     tiles on AVX2), about ``BLOCK_TILES`` tiles but at least 8 blocks (two threads
     balance), rows times columns a multiple of 16 (one GEMM panel) where possible.
     Measured on PP-OCR det's 3x3 convs: blocks of 16 tiles run 20-30% slower than 80
-    (per-block overheads: a V bigger than L2 costs less).
+    (per-block overheads: a V bigger than L2 costs less). ``raw``: at least
+    ``RAW_TILES`` where 2 blocks allow it.
     """
     big_th, big_tw = grid
     if big_th == 1:
@@ -385,15 +462,17 @@ def _block(grid: tuple[int, int], per_tile: int) -> tuple[int, int]:
         return 1, cols
     cols = min(-(-big_tw // 8) * 8, 48)
     rows = max(1, min(-(-BLOCK_TILES // cols), big_th // 8))
+    if raw:
+        rows = max(rows, min(-(-RAW_TILES // cols), big_th // 2))
     if rows * cols % 16:
         rows += 1
     return min(rows, big_th), cols
 
 
-def _packed_block(grid: tuple[int, int], ls: int) -> tuple[int, int]:
+def _packed_block(grid: tuple[int, int], ls: int, lanes: int = PACK_LANES) -> tuple[int, int]:
     """Rows of tiles per packed block (whole rows; ``ls`` lanes each): the fewest GEMM
     columns (each block rounded up to ``NR``, plus a block's set-up as a few columns)
-    with at most ``PACK_LANES`` lanes a block and at least two blocks."""
+    with at most ``lanes`` lanes a block and at least two blocks."""
     big_th, big_tw = grid
 
     def cols(bh: int) -> int:
@@ -403,7 +482,7 @@ def _packed_block(grid: tuple[int, int], ls: int) -> tuple[int, int]:
 
     # at least two blocks: a conv with few output channels has no other split for threads
     most = max(1, -(-big_th // 2))
-    fits = [bh for bh in range(1, most + 1) if bh * ls <= PACK_LANES] or [1]
+    fits = [bh for bh in range(1, most + 1) if bh * ls <= lanes] or [1]
     return min(fits, key=lambda bh: (cols(bh), -bh)), big_tw
 
 
@@ -415,7 +494,7 @@ def _lanes(d: dict[str, int], m: int) -> int:
 
 def plan_winograd(
     node: Node, d: dict[str, int], group: int, m: int | None = None,
-    co_block: int | None = None,
+    co_block: int | None = None, raw: bool = False,
 ) -> WinogradPlan | None:
     """The Winograd plan of a Conv, or None where the existing paths are used.
 
@@ -428,7 +507,8 @@ def plan_winograd(
     ``m`` (a tuner's candidate, ``compiler/tuning``) forces the output tile: 2 or 4 for
     3x3 (the ``SMALL_PIXELS`` rule is then skipped), 4 for 1-D; None where it cannot.
     ``co_block`` (a multiple of MR; default ``CO_BLOCK``) sets the output channels per
-    GEMM + output-transform pass and the smallest range a task takes.
+    GEMM + output-transform pass and the smallest range a task takes. ``raw``: the
+    raw-weight mode (``WinogradPlan.raw``).
     """
     x, w = node.inputs[0], node.inputs[1]
     if not _enabled() or group != 1 or w.const is None:
@@ -457,7 +537,7 @@ def plan_winograd(
     grid = -(-d["OH"] // th.m), -(-d["OW"] // tw.m)
     if grid[0] * grid[1] < MIN_TILES:
         return None
-    block = _block(grid, 4 * th.alpha * tw.alpha * c_in)
+    block = _block(grid, 4 * th.alpha * tw.alpha * c_in, raw)
     blocks = -(-grid[0] // block[0]) * -(-grid[1] // block[1])
     # few blocks (a short 1-D input): tasks also split the output channels, each part
     # at least CO_BLOCK rows; their input transforms repeat, a small cost beside the GEMMs
@@ -466,10 +546,11 @@ def plan_winograd(
         return None
     pack = _pack_wins(grid, tw)
     if pack:  # lanes across rows of tiles: fewer GEMM columns than rows padded to vectors
-        block = _packed_block(grid, grid[1] + (tw.alpha - 1) // tw.m)
+        block = _packed_block(grid, grid[1] + (tw.alpha - 1) // tw.m,
+                              RAW_PACK_LANES if raw else PACK_LANES)
         blocks = -(-grid[0] // block[0])
     co_split = max(1, min(MIN_TASKS // blocks, c_out // cob))
-    return WinogradPlan(th, tw, block, min(cob, -(-c_out // MR) * MR), co_split, pack)
+    return WinogradPlan(th, tw, block, min(cob, -(-c_out // MR) * MR), co_split, pack, raw)
 
 
 def _pack_wins(grid: tuple[int, int], tw: Transforms) -> bool:
@@ -490,7 +571,9 @@ def emit_winograd(
     """C of a Conv through ``ml_winograd`` (one call per image).
 
     ``U`` (:func:`transform_weights`) is packed per transformed element with
-    ``_gemm.pack_a`` into the params; the scratch holds one task's V, M and phase buffer
+    ``_gemm.pack_a`` into the params, or in the raw-weight mode (``plan.raw``) the raw
+    taps (:func:`pack_raw`) and the weight transform (:func:`weight_function`); the
+    scratch holds one task's V, M, phase buffer and (raw) U of one pass
     (``winograd.h``), sized for any vector width up to ``VW_MAX``.
     """
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
@@ -502,10 +585,18 @@ def emit_winograd(
     # scratch at the upper bounds: every size below needs no more (winograd.h takes
     # v/m/p_floats as lower bounds of the buffers it is given)
     top_th, top_tw = size_hint(big_th), size_hint(big_tw)
-    u = transform_weights(w.const.reshape(c_out, c_in, d["KH"], d["KW"]), th, tw)
-    packed = np.concatenate([pack_a(u[xi]) for xi in range(ah * aw)])
-    u_stride = -(-c_out // MR) * MR * c_in
-    up = ctx.param(packed, f"{node.name}.winograd_u")
+    w4 = w.const.reshape(c_out, c_in, d["KH"], d["KW"])
+    wt, u_floats = "0", 0
+    if plan.raw:
+        packed, u_stride = pack_raw(w4)
+        up = ctx.param(packed, f"{node.name}.winograd_raw")
+        wt = weight_function(ctx, th, tw)
+        u_floats = aw * _stride(plan.co_block * c_in)
+    else:
+        u = transform_weights(w4, th, tw)
+        packed = np.concatenate([pack_a(u[xi]) for xi in range(ah * aw)])
+        u_stride = -(-c_out // MR) * MR * c_in
+        up = ctx.param(packed, f"{node.name}.winograd_u")
     fin, fout = transform_functions(ctx, th, tw)
     ctx.include("winograd.h")
     bh, bw = plan.block
@@ -521,7 +612,7 @@ def emit_winograd(
         )
     v_floats = ah * aw * _stride(c_in * ntp)
     m_floats = ah * aw * _stride(plan.co_block * ntp)
-    scratch = ctx.scratch(4 * (v_floats + m_floats + p_floats))
+    scratch = ctx.scratch(4 * (v_floats + m_floats + p_floats + u_floats))
     hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
     yp = ctx.ptr(y)
     fields = {
@@ -547,6 +638,7 @@ def emit_winograd(
         "v_floats": v_floats,
         "m_floats": m_floats,
         "p_floats": p_floats,
+        "u_floats": u_floats,
         "x": f"{ctx.ptr(x)} + n * {c_in * hw}",
         "u": up,
         "u_stride": u_stride,
@@ -554,6 +646,7 @@ def emit_winograd(
         "y": f"{yp} + n * {c_out * ohw}",
         "in": fin,
         "out": fout,
+        "wt": wt,
         "epi": epi,
         "epi_out": yp,
         "epi_b": "n",

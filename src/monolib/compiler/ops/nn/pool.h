@@ -16,7 +16,57 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX__)
+#if defined(__AVX__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(_IMMINTRIN_H_INCLUDED)
+/* The AVX/AVX2 intrinsics used below, defined as GCC's <immintrin.h> defines them (same
+ * builtins, same code): with -march=native that header is ~0.2 s of gcc in every
+ * translation unit that holds pool.h (most of a unit's parse time). Its guard is then
+ * set, so a later #include <immintrin.h> is empty: a header that needs other
+ * intrinsics includes it before pool.h (then this block is skipped) or adds them here. */
+#define _IMMINTRIN_H_INCLUDED
+typedef float __v8sf __attribute__((__vector_size__(32)));
+typedef int __v8si __attribute__((__vector_size__(32)));
+typedef double __v4df __attribute__((__vector_size__(32)));
+typedef float __m256 __attribute__((__vector_size__(32), __may_alias__));
+typedef long long __m256i __attribute__((__vector_size__(32), __may_alias__));
+typedef double __m256d __attribute__((__vector_size__(32), __may_alias__));
+typedef float __m256_u __attribute__((__vector_size__(32), __may_alias__, __aligned__(1)));
+typedef long long __m256i_u __attribute__((__vector_size__(32), __may_alias__, __aligned__(1)));
+#define ML_AVX_FN static inline __attribute__((__always_inline__, __artificial__))
+ML_AVX_FN __m256 _mm256_loadu_ps(float const* p) { return *(__m256_u*)p; }
+ML_AVX_FN void _mm256_storeu_ps(float* p, __m256 a) { *(__m256_u*)p = a; }
+ML_AVX_FN __m256i _mm256_loadu_si256(__m256i_u const* p) { return *p; }
+ML_AVX_FN __m256 _mm256_max_ps(__m256 a, __m256 b) {
+    return (__m256)__builtin_ia32_maxps256((__v8sf)a, (__v8sf)b);
+}
+ML_AVX_FN __m256 _mm256_add_ps(__m256 a, __m256 b) { return (__m256)((__v8sf)a + (__v8sf)b); }
+ML_AVX_FN __m256 _mm256_mul_ps(__m256 a, __m256 b) { return (__m256)((__v8sf)a * (__v8sf)b); }
+ML_AVX_FN __m256 _mm256_div_ps(__m256 a, __m256 b) { return (__m256)((__v8sf)a / (__v8sf)b); }
+ML_AVX_FN __m256 _mm256_or_ps(__m256 a, __m256 b) {
+    return (__m256)__builtin_ia32_orps256((__v8sf)a, (__v8sf)b);
+}
+ML_AVX_FN int _mm256_movemask_ps(__m256 a) { return __builtin_ia32_movmskps256((__v8sf)a); }
+ML_AVX_FN __m256 _mm256_blendv_ps(__m256 x, __m256 y, __m256 m) {
+    return (__m256)__builtin_ia32_blendvps256((__v8sf)x, (__v8sf)y, (__v8sf)m);
+}
+ML_AVX_FN void _mm256_maskstore_ps(float* p, __m256i m, __m256 a) {
+    __builtin_ia32_maskstoreps256((__v8sf*)p, (__v8si)m, (__v8sf)a);
+}
+ML_AVX_FN __m256 _mm256_set1_ps(float a) { return __extension__(__m256){a, a, a, a, a, a, a, a}; }
+ML_AVX_FN __m256 _mm256_setzero_ps(void) {
+    return __extension__(__m256){0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+}
+ML_AVX_FN __m256d _mm256_castps_pd(__m256 a) { return (__m256d)a; }
+ML_AVX_FN __m256 _mm256_castpd_ps(__m256d a) { return (__m256)a; }
+ML_AVX_FN __m256 _mm256_castsi256_ps(__m256i a) { return (__m256)a; }
+#define _CMP_UNORD_Q 0x03
+#define _mm256_shuffle_ps(A, B, N) \
+    ((__m256)__builtin_ia32_shufps256((__v8sf)(__m256)(A), (__v8sf)(__m256)(B), (int)(N)))
+#define _mm256_cmp_ps(X, Y, P) \
+    ((__m256)__builtin_ia32_cmpps256((__v8sf)(__m256)(X), (__v8sf)(__m256)(Y), (int)(P)))
+#define _mm256_permute4x64_pd(X, M) \
+    ((__m256d)__builtin_ia32_permdf256((__v4df)(__m256d)(X), (int)(M)))
+#elif defined(__AVX__)
 #include <immintrin.h>
 #endif
 

@@ -181,3 +181,43 @@ def test_c_api_runs_init_ops_once(no_folding, tmp_path) -> None:
         np.testing.assert_array_equal(y, np.broadcast_to(x0, (3, 32)))
     finally:
         lib.monolib_close(handle)
+
+
+def test_only_constant_work_runs_once(no_folding) -> None:
+    """Not init: a fill written in place into a Concat with a run-time value (its region
+    is the Concat's), a random op (not foldable), anything reading an input."""
+    nodes = [
+        helper.make_node("ConstantOfShape", ["s"], ["k"],
+                         value=numpy_helper.from_array(np.array([0.25], np.float32))),
+        helper.make_node("Relu", ["x"], ["xr"]),
+        helper.make_node("Concat", ["k", "xr"], ["c"], axis=0),
+        helper.make_node("RandomNormal", [], ["r"], shape=[3, 24], seed=1.0),
+        helper.make_node("Mul", ["r", "x"], ["rx"]),
+        helper.make_node("ConstantOfShape", ["s"], ["k2"],
+                         value=numpy_helper.from_array(np.array([2.0], np.float32))),
+        helper.make_node("Neg", ["k2"], ["k3"]),
+        helper.make_node("Concat", ["k3", "k2"], ["kk"], axis=1),  # a copy, not in place
+    ]
+    # [4, 24] floats: a whole number of 64-byte lines, as an in-place member needs
+    inits = [numpy_helper.from_array(np.array([4, 24], np.int64), "s")]
+    graph = helper.make_graph(
+        nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 24])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [7, 24]),
+         helper.make_tensor_value_info("rx", TensorProto.FLOAT, [3, 24]),
+         helper.make_tensor_value_info("kk", TensorProto.FLOAT, [4, 48])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    _, fusion, plan = prepare(model, shapes={"x": (3, 24)})
+    once = {fusion.ops[t].name for t in plan.init_ops}
+    by_out = {f.out.name: f.name for f in fusion.ops}
+    assert {by_out["k2"], by_out["k3"], by_out["kk"]} <= once  # a chain of constant work
+    assert by_out["rx"] not in once and by_out.get("r") not in once
+    kinds = {f.out.name: f.kind for f in fusion.ops}
+    assert kinds["c"] == "concat" and by_out["k"] not in once  # inside the Concat with x
+    fac = monolib.compile(model, shapes={"x": (3, 24)})
+    gm = GraphModule(fac["default"](cpu()))
+    for _ in range(2):
+        x = RNG.standard_normal((3, 24)).astype(np.float32)
+        gm.run(x=x)
+        want = ort_run(model, {"x": x})
+        np.testing.assert_array_equal(gm.get_output(0).numpy(), want[0])
+        np.testing.assert_array_equal(gm.get_output(2).numpy(), want[2])

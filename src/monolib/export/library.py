@@ -11,7 +11,10 @@ exports into a single DLL"):
 4. compile and link: the C source + the assembler file -> a library in the work
    directory, with ``fcompile`` or the system C compiler;
 5. code digest: append the trailer of :mod:`monolib.runtime.integrity` (a digest of
-   every byte that is not a weight payload, checked before every ``dlopen``);
+   every byte that is not a weight payload, checked before every ``dlopen``); a
+   ``.wasm`` (target ``c -mtriple=wasm32-wasi``, :mod:`.wasm`) gets instead the
+   ``"monolib"`` custom section pointing at its container (a host validates a module's
+   code when it compiles it);
 6. check and finish: re-read the container and the digest from the new file (no
    dlopen), move it to a temporary file beside the output, then ``os.replace`` it
    onto the path.
@@ -46,6 +49,7 @@ from .embed import linker_options, write_embed_asm
 from .objcache import default_cache
 from .targets import Target
 from .toolchain import build_jobs, compile_objects, isa_sections, link_shared
+from . import wasm
 
 __all__ = ["collect_modules", "export_library"]
 
@@ -135,9 +139,14 @@ def _link_library(work: str, files: list[str], target: Target, fcompile) -> str:
         fcompile(linked, files, target)
     else:  # the units in parallel, each from the object cache when there, then one link
         objects = compile_objects(files, target, cwd=work, jobs=build_jobs(), cache=default_cache())
-        link_shared(objects, linked, target, cwd=work, options=linker_options(work, target))
+        options = wasm.link_options() if target.is_wasm else linker_options(work, target)
+        link_shared(objects, linked, target, cwd=work, options=options)
     if not os.path.isfile(linked) or os.path.getsize(linked) == 0:
         raise ExportError(f"the compiler produced no library at {linked}")
+    if target.is_wasm:  # no trailer: a host validates the module's code when it compiles it
+        wasm.add_container_section(linked)
+        read_container(linked)  # found through that section, as inspect finds it
+        return linked
     read_container(linked)  # the file must read back (no dlopen)
     _append_code_digest(linked)
     return linked
@@ -188,10 +197,13 @@ def _build(work: str, tmp_out: str, modules, tree, lib, target, options) -> None
     blob = os.path.join(work, "container.bin")
     with open(blob, "wb") as f:
         write_container(f, _manifest_entries(modules), root=0, import_tree=tree, compress=compress)
-    if suffix not in OUTPUT_FORMATS:  # a library: it will end with a code digest
+    if suffix not in OUTPUT_FORMATS and not target.is_wasm:  # it will end with a code digest
         _set_flag(blob, integrity.FLAG_CODE_DIGEST)
     step("embed container")
-    asm = write_embed_asm(work, blob, target)
+    if target.is_wasm:  # a data segment (relative name: the assembler runs in work)
+        asm = wasm.write_embed_asm(work, os.path.basename(blob))
+    else:
+        asm = write_embed_asm(work, blob, target)
     units = [_EMPTY_C]
     if isinstance(lib, CSourceModule):  # a shared library of the system compiler: split
         split = fcompile is None and suffix not in OUTPUT_FORMATS

@@ -12,7 +12,10 @@ micro-architecture level, for a library that must run on every CPU of that level
 per level of :data:`PORTABLE_LEVELS` into the one library, which picks the best level
 for the running CPU once at load (``export/csource.py``, :func:`Target.cflags`);
 ``Target("c -mtriple=aarch64-linux-gnu")`` cross-compiles (the OS of the triple picks
-the library suffix: ``.so``, ``.dylib``, ``.dll``); ``Target("opencl")`` and
+the library suffix: ``.so``, ``.dylib``, ``.dll``);
+``Target("c -mtriple=wasm32-wasi")`` (also ``wasm32-unknown-wasi``, ``wasm32-wasip1``)
+builds ONE WebAssembly module, ``.wasm`` (OS ``"wasi"``: zig's wasi-libc, SIMD128,
+single-threaded; docs/wasm.md); ``Target("opencl")`` and
 ``Target("cuda -arch=sm_90")`` run every op as a device kernel (docs/devices.md). The
 string form follows TVM's target strings (``tvm.target.Target("c -mtriple=...")``).
 """
@@ -28,7 +31,7 @@ from typing import Any
 from ..errors import TargetError
 
 __all__ = ["GLUE_LEVEL", "KINDS", "LEVEL_MARK", "OS_SUFFIX", "PORTABLE", "PORTABLE_LEVELS",
-           "X86_LEVELS", "Target", "host_os"]
+           "WASI", "X86_LEVELS", "Target", "host_os"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,10 +59,13 @@ GLUE_LEVEL = "glue"
 #: First line of a translation unit compiled at a level of its own (``cflags(level)``):
 #: the toolchain reads it, so the unit's text and its flags travel together.
 LEVEL_MARK = "/* @ml-level {} */"
-# target OS -> shared library suffix
-OS_SUFFIX = {"linux": ".so", "macos": ".dylib", "windows": ".dll"}
+#: The OS of a WebAssembly target (WASI preview 1: what zig's wasi-libc implements).
+WASI = "wasi"
+# target OS -> shared library suffix (a wasm module for WASI)
+OS_SUFFIX = {"linux": ".so", "macos": ".dylib", "windows": ".dll", WASI: ".wasm"}
 # words of a triple -> OS (first match wins)
 _TRIPLE_OS = (
+    (("wasi",), WASI),
     (("windows", "mingw", "w64", "msvc", "cygwin"), "windows"),
     (("darwin", "macos", "apple", "ios"), "macos"),
     (("linux", "android", "gnu", "musl"), "linux"),
@@ -165,7 +171,8 @@ class Target:
 
     @property
     def os(self) -> str:
-        """``"linux"``, ``"macos"`` or ``"windows"`` (from the triple, else the host)."""
+        """``"linux"``, ``"macos"``, ``"windows"`` or ``"wasi"`` (from the triple, else
+        the host)."""
         if self.mtriple is None:
             return host_os()
         words = self.mtriple.lower().split("-")[1:]
@@ -176,8 +183,14 @@ class Target:
 
     @property
     def lib_suffix(self) -> str:
-        """The shared library suffix of the target OS (``.so``, ``.dylib``, ``.dll``)."""
+        """The shared library suffix of the target OS (``.so``, ``.dylib``, ``.dll``,
+        ``.wasm``)."""
         return OS_SUFFIX[self.os]
+
+    @property
+    def is_wasm(self) -> bool:
+        """True for a WebAssembly target (``-mtriple=wasm32-wasi``...): one ``.wasm``."""
+        return self.mtriple is not None and self.os == WASI
 
     def cflags(self, level: str | None = None) -> list[str]:
         """Optimization and CPU flags for the C compiler (``-O3 -march=native`` on host;
@@ -206,7 +219,10 @@ class Target:
         if cpu:
             # GCC/Clang spell "which CPU" -march on x86 and -mcpu on ARM/others.
             flags.append(f"-march={cpu}" if x86 else f"-mcpu={cpu}")
-        for feat in filter(None, self.options.get("mattr", "").split(",")):
+        mattr = self.options.get("mattr", "")
+        if self.arch.startswith("wasm") and "simd128" not in mattr:
+            flags.append("-msimd128")  # the kernels' 128-bit vector paths (ML_VW 4)
+        for feat in filter(None, mattr.split(",")):
             flags.append(("-m" if feat[0] == "+" else "-mno-") + feat.lstrip("+-"))
         return flags
 

@@ -3,6 +3,8 @@
 Host: ``$CC`` if set, else the first of ``cc``, ``gcc``, ``clang`` on ``PATH``.
 Cross (``-mtriple``): ``$CC``, else ``<triple>-gcc``, else zig's C compiler
 (``python -m ziglang cc -target <triple>`` from PyPI ``ziglang``, or ``zig`` on PATH).
+WebAssembly (``-mtriple=wasm32-wasi``): zig's C compiler only (``-target wasm32-wasi``:
+clang with wasi-libc; ``$CC``, a host compiler, is not used), see docs/wasm.md.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ LINK_FLAGS = {
     "linux": ["-fPIC", "-shared", "-pthread", "-Wl,-z,noexecstack"],  # -pthread: older glibc
     "macos": ["-fPIC", "-shared"],
     "windows": ["-shared", "-Wl,--export-all-symbols"],
+    # a WASI reactor (no main; the host calls _initialize, then the exports), a 1 MiB
+    # stack (zig places it first: an overflow traps below address 0 instead of
+    # overwriting data), no debug sections (wasi-libc's would be most of a small
+    # model's file)
+    "wasi": ["-mexec-model=reactor", "-Wl,-z,stack-size=1048576", "-Wl,--strip-all"],
 }
+#: zig's spelling of the WebAssembly triples a target takes (wasm32-unknown-wasi...).
+ZIG_WASM_TRIPLE = "wasm32-wasi"
 #: Seconds a compiler run may take before it is considered hung.
 TIMEOUT_S = 1800
 
@@ -72,6 +81,14 @@ def find_compiler(target: Target | str = "c") -> list[str]:
         ``pip install ziglang`` for cross targets).
     """
     target = Target(target)
+    if target.is_wasm:  # a host $CC cannot build for WASI: zig brings clang and wasi-libc
+        cmd = _zig(ZIG_WASM_TRIPLE)
+        if cmd:
+            return cmd
+        raise ToolchainError(
+            f"no WebAssembly C compiler for {target.mtriple!r}: monolib builds .wasm with "
+            "zig's C toolchain (pip install ziglang, or monolib[wasm])"
+        )
     cmd = _from_env()
     if cmd:
         return cmd
@@ -201,7 +218,7 @@ def compile_objects(
     """
     target = Target(target)
     base = list(compiler or find_compiler(target))
-    pic = ["-fPIC"] if target.os != "windows" else []
+    pic = ["-fPIC"] if target.os not in ("windows", "wasi") else []
     commands: dict[str | None, tuple[list[str], list[str]]] = {}
 
     def command(level: str | None) -> tuple[list[str], list[str]]:

@@ -1,8 +1,9 @@
 """Find the container inside a library file by reading it, never by loading it.
 
 The one dispatcher over the binary-format readers: :func:`parse_binary` picks the
-ELF (:mod:`.elf`), PE (``.dll``, :mod:`.pe`) or Mach-O (``.dylib``, :mod:`.macho`)
-reader by the file's magic; each checks that every range it reads lies inside the
+ELF (:mod:`.elf`), PE (``.dll``, :mod:`.pe`), Mach-O (``.dylib``, :mod:`.macho`) or
+WebAssembly (``.wasm``, :mod:`.wasm`: the container's place from its ``"monolib"``
+custom section) reader by the file's magic; each checks that every range it reads lies inside the
 file and returns the records of :mod:`.common`. :func:`find_container` then finds
 the section holding the container (``.monolib``; :data:`~monolib.abi.names.SECTION_NAMES`).
 ``load_module`` runs this BEFORE ``dlopen`` so a truncated or foreign file is a
@@ -23,6 +24,7 @@ from .common import ElfInfo, fail
 from .elf import ELF_MAGIC, SHT_NOBITS, dynsym_exports, elf_symbols, parse_elf
 from .macho import macho_symbols, parse_macho
 from .pe import parse_pe, pe_exports
+from .wasm import WASM_MAGIC, find_wasm_container, parse_wasm, wasm_exports
 
 __all__ = [
     "exported_symbols",
@@ -53,6 +55,8 @@ def parse_binary(buf, path: str = "<memory>") -> ElfInfo:
         return parse_pe(buf, path)
     if head in _MACHO_MAGICS:
         return parse_macho(buf, path)
+    if head == WASM_MAGIC[:4]:
+        return parse_wasm(buf, path)
     if bytes(buf[257:262]) == b"ustar":
         raise fail(
             path,
@@ -64,10 +68,13 @@ def parse_binary(buf, path: str = "<memory>") -> ElfInfo:
 
 def exported_symbols(buf, info: ElfInfo) -> list[str] | None:
     """Names of the defined global/weak symbols of an ELF file's ``.dynsym`` (what
-    ``dlsym`` can find), read from the file; None for other formats.
+    ``dlsym`` can find), or a WebAssembly module's exports, read from the file; None
+    for other formats.
 
     ``info`` is :func:`parse_binary`'s result for ``buf`` (whose ranges it checked).
     """
+    if info.format == "wasm":
+        return list(wasm_exports(buf, info))
     return dynsym_exports(buf, info) if info.format == "ELF" else None
 
 
@@ -89,6 +96,8 @@ def find_symbol(buf, info: ElfInfo, name: str, path: str = "<memory>") -> tuple[
         return elf_symbols(buf, info).get(name)
     if info.format == "PE":
         return pe_exports(buf, info, path).get(name)
+    if info.format == "wasm":  # a module's data symbols are addresses, not file ranges
+        return None
     return macho_symbols(buf, info, path).get("_" + name)
 
 
@@ -128,6 +137,8 @@ def find_container(buf, path: str = "<memory>") -> tuple[int, int, ElfInfo | Non
     """
     if bytes(buf[: len(MAGIC)]) == MAGIC:
         return 0, len(buf), None
+    if bytes(buf[:4]) == WASM_MAGIC[:4]:
+        return find_wasm_container(buf, path)[:3]
     info = parse_binary(buf, path)
     name = SECTION_NAMES[info.format]
     sec = info.section(name)

@@ -22,7 +22,8 @@
  *
  * Thread count: MONOLIB_NUM_THREADS at load, else the CPUs the process may run on
  * (sched_getaffinity); ml_set_num_threads changes it (capped at ML_MAX_THREADS).
- * Windows builds (and -DML_NO_THREADS) get a serial stand-in with the same interface.
+ * Windows and WebAssembly builds (and -DML_NO_THREADS) get a serial stand-in with the
+ * same interface: the tasks run inline on the calling thread.
  */
 #ifndef MONOLIB_THREADPOOL_H
 #define MONOLIB_THREADPOOL_H
@@ -64,6 +65,12 @@ typedef struct {
     uint8_t* arena;
     int64_t chunk;
 } ml_ew_ctx;
+
+/* WebAssembly: single-threaded unless built for wasm threads (-DML_WASM_THREADS: atomics
+ * and a shared memory, which a browser gives only to a cross-origin isolated page). */
+#if defined(__wasm__) && !defined(ML_WASM_THREADS) && !defined(ML_NO_THREADS)
+#define ML_NO_THREADS 1
+#endif
 
 #if defined(_WIN32) || defined(ML_NO_THREADS)
 

@@ -82,12 +82,15 @@ enum { ML_B_PACKED = 0, ML_B_STRIDED = 1, ML_B_IM2COL = 2 };
  * with x = p an already zero-padded [C][H][W] image (every read in range; conv.h's
  * ml_pad_image makes one), so packing is plain copies of runs along the output rows.
  * With img > 0 the columns run over several images img floats apart (n*OH*OW + oh*OW + ow),
- * so a batch of small images makes one wide GEMM. */
+ * so a batch of small images makes one wide GEMM. With Wq > 0 (a column stride SW > 1)
+ * p is instead the padded image split into SW column phases (conv.h's ml_pad_planes:
+ * [C][H][SW][Wq], H the padded rows): a tap's columns are then contiguous in its phase,
+ * so packing copies whole vectors instead of gathering every SW-th float. */
 typedef struct {
     int kind;
     const float* p;
     int64_t k_total, ldk, ldn;
-    int64_t H, W, KH, KW, SH, SW, DH, DW, OH, OW, img;
+    int64_t H, W, KH, KW, SH, SW, DH, DW, OH, OW, img, Wq;
 } ml_bsrc;
 
 /* One GEMM call: see ml_sgemm. */
@@ -170,12 +173,45 @@ static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, i
                                       float* restrict dst, int64_t kc) {
     int64_t kx = k % s->KW, ky = (k / s->KW) % s->KH, ci = k / (s->KW * s->KH);
     const float* x = s->p + ci * s->H * s->W + ky * s->DH * s->W + kx * s->DW;
+    int64_t rs = s->SH * s->W, SW = s->SW; /* floats per output row and column */
+    if (s->Wq > 0) { /* phase-split planes: tap column c sits in phase c % SW, unit stride */
+        int64_t pw = s->SW * s->Wq, c = kx * s->DW;
+        x = s->p + (ci * s->H + ky * s->DH) * pw + (c % s->SW) * s->Wq + c / s->SW;
+        rs = s->SH * pw;
+        SW = 1;
+    }
     int64_t ohw = s->OH * s->OW, img = n0 / ohw;
-    int64_t oh = (n0 % ohw) / s->OW, ow = n0 % s->OW, SW = s->SW;
+    int64_t oh = (n0 % ohw) / s->OW, ow = n0 % s->OW;
+#if defined(__AVX512F__) && ML_VW == 16 && defined(__GNUC__)
+    if (SW == 1) {
+        /* one panel row at a time: each output row's piece of it is one masked load at
+         * its lanes (lanes outside the mask are not read: no read past the image), then
+         * one store of the whole row, zero past nc. Copied piece by piece (rows cut at
+         * every panel edge, scalar loops for the short ones) the packing was ~380 of the
+         * 2790 us of ResNet-50's 128-channel 3x3/2 conv (its GEMM alone: 2410); now
+         * 2510-2710 (was 2930-3020 in the same runs; 13x13 64 -> 256 3x3: 534-602 ->
+         * 504-510; 1 thread, min of 30, busy 2-core Zen 4). */
+        for (int64_t j0 = 0; j0 < nc; j0 += ML_NR) {
+            const int lanes = (int)ML_MIN(ML_NR, nc - j0);
+            ml_vf v = {0};
+            for (int lane = 0; lane < lanes;) {
+                if (oh == s->OH) { oh = 0; ++img; }
+                int len = (int)ML_MIN(lanes - lane, s->OW - ow);
+                const float* src = x + img * s->img + oh * rs + ow - lane;
+                v = __builtin_ia32_loadups512_mask(src, v, (unsigned short)(((1u << len) - 1u) << lane));
+                lane += len;
+                ow += len;
+                if (ow == s->OW) { ow = 0; ++oh; }
+            }
+            *(ml_vf*)(dst + (j0 / ML_NR) * kc * ML_NR) = v;
+        }
+        return;
+    }
+#endif
     for (int64_t j = 0; j < nc;) {
         int64_t run = ML_MIN(s->OW - ow, nc - j); /* stays in one output row */
         if (oh == s->OH) { oh = 0; ++img; }
-        const float* src = x + img * s->img + oh * s->SH * s->W + ow * SW;
+        const float* src = x + img * s->img + oh * rs + ow * SW;
         for (int64_t t = 0; t < run;) {
             int64_t jj = j + t, r = jj % ML_NR;
             int64_t len = ML_MIN(ML_NR - r, run - t); /* stays in one panel */

@@ -196,7 +196,7 @@ def test_only_constant_work_runs_once(no_folding) -> None:
         helper.make_node("ConstantOfShape", ["s"], ["k2"],
                          value=numpy_helper.from_array(np.array([2.0], np.float32))),
         helper.make_node("Neg", ["k2"], ["k3"]),
-        helper.make_node("Concat", ["k3", "k2"], ["kk"], axis=1),  # a copy, not in place
+        helper.make_node("Concat", ["k3", "k2"], ["kk"], axis=0),  # in place, all run once
     ]
     # [4, 24] floats: a whole number of 64-byte lines, as an in-place member needs
     inits = [numpy_helper.from_array(np.array([4, 24], np.int64), "s")]
@@ -204,15 +204,21 @@ def test_only_constant_work_runs_once(no_folding) -> None:
         nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 24])],
         [helper.make_tensor_value_info("c", TensorProto.FLOAT, [7, 24]),
          helper.make_tensor_value_info("rx", TensorProto.FLOAT, [3, 24]),
-         helper.make_tensor_value_info("kk", TensorProto.FLOAT, [4, 48])], inits)
+         helper.make_tensor_value_info("kk", TensorProto.FLOAT, [8, 24])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     _, fusion, plan = prepare(model, shapes={"x": (3, 24)})
     once = {fusion.ops[t].name for t in plan.init_ops}
     by_out = {f.out.name: f.name for f in fusion.ops}
-    assert {by_out["k2"], by_out["k3"], by_out["kk"]} <= once  # a chain of constant work
-    assert by_out["rx"] not in once and by_out.get("r") not in once
     kinds = {f.out.name: f.kind for f in fusion.ops}
+    assert by_out["rx"] not in once and by_out.get("r") not in once
     assert kinds["c"] == "concat" and by_out["k"] not in once  # inside the Concat with x
+    # a chain of constant work into an in-place Concat (a graph output): its region kept
+    assert kinds["kk"] == "concat" and {by_out["k2"], by_out["k3"]} <= once
+    values = {v.name: v for f in fusion.ops for v in f.reads() + f.writes()}
+    lo, hi = plan.offsets[values["kk"].uid], plan.offsets[values["kk"].uid] + 8 * 24 * 4
+    for name, v in values.items():
+        if v.uid in plan.offsets and name not in ("kk", "k2", "k3"):
+            assert plan.offsets[v.uid] + v.nbytes <= lo or plan.offsets[v.uid] >= hi, name
     fac = monolib.compile(model, shapes={"x": (3, 24)})
     gm = GraphModule(fac["default"](cpu()))
     for _ in range(2):

@@ -217,25 +217,41 @@ def init_ops(fusion: Fusion) -> set[int]:
     An op qualifies when it has code of its own (``op`` or ``elementwise``), every
     node in it is ``foldable`` with no state, it reads at least one value, every value
     it reads is a constant (not a symbolic one) or written by an op that qualified
-    (through aliases too), and every value it writes has a static shape and owns its
-    region (not the member of an in-place concat, whose region a run-time op shares).
+    (through aliases and in-place concats of such values too), and every value it
+    writes has a static shape. A value computed in place inside a concat shares the
+    concat's region: its op qualifies only when every member of that region does.
     Such ops are what folding left because their outputs were too large to store
     (``node_eval.MAX_FOLD_BYTES``); their results do not depend on the inputs.
     """
     owner = _Owners(fusion, _roots(fusion))
-    made: set[int] = set()  # uids of the values init ops write, and their aliases
+    banned: set[int] = set()
+    while True:  # drop the members of mixed concats until none is left
+        out, made = _once(fusion, banned)
+        mixed = {t for t in out for v in fusion.ops[t].writes()
+                 if v.uid in owner.member and owner(v)[0].uid not in made}
+        if not mixed:
+            return out
+        banned |= mixed
+
+
+def _once(fusion: Fusion, banned: set[int]) -> tuple[set[int], set[int]]:
+    """(the ops that qualify, not counting ``banned``; the uids of what they make)."""
+    made: set[int] = set()
     out: set[int] = set()
     for t, f in enumerate(fusion.ops):
         if f.kind == "alias":
             if f.src.uid in made:
                 made.add(f.out.uid)
-        elif f.kind in ("op", "elementwise") and _runs_once(f, made, owner):
+        elif f.kind == "concat":
+            if all(v.uid in made for v in f.anchor.inputs):
+                made.add(f.out.uid)
+        elif t not in banned and f.kind in ("op", "elementwise") and _runs_once(f, made):
             out.add(t)
             made.update(v.uid for v in f.writes())
-    return out
+    return out, made
 
 
-def _runs_once(f, made: set[int], owner: _Owners) -> bool:
+def _runs_once(f, made: set[int]) -> bool:
     for n in f.nodes:
         op = op_of(n)
         if not op.foldable or op.state_bytes(n):
@@ -248,11 +264,7 @@ def _runs_once(f, made: set[int], owner: _Owners) -> bool:
             not v.is_const or v.is_symbolic_const or not is_static(v.shape)
         ):
             return False
-    for v in f.writes():
-        r, _ = owner(v)
-        if r is not v or v.uid in owner.shared or v.seq is not None or not is_static(v.shape):
-            return False
-    return True
+    return all(v.seq is None and is_static(v.shape) for v in f.writes())
 
 
 def plan_memory(
@@ -297,8 +309,9 @@ def plan_memory(
         plan.init_offset = alloc.alloc(4)
         for t in sorted(plan.init_ops):
             for v in fusion.ops[t].writes():
-                if v.uid not in root_off:  # a graph output already has its own region
-                    root_off[v.uid] = alloc.alloc(nbytes_at_bounds(v))
+                r, _ = owner(v)  # an in-place concat's member: the concat's region
+                if r.uid not in root_off:  # a graph output already has its own region
+                    root_off[r.uid] = alloc.alloc(nbytes_at_bounds(r))
         logger.info("%d run-once ops", len(plan.init_ops))
     persistent = set(root_off)
 

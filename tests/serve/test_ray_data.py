@@ -157,3 +157,27 @@ def test_map_batches_1000_rows_equal_in_process(ray_session, cls_lib):
     # the same library, the same chunks of 8 (batches of 100 split 8 x 12 + 4): same kernels
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got.sum(1), 1, rtol=1e-5)  # softmax over 0 / 180 degrees
+
+
+def test_signed_library_verified_and_found_by_name(tiny_libs, tmp_path, monkeypatch):
+    """trusted_keys: a library signed by another key is refused before it loads; a
+    path missing on this node is looked up by file name in the working directory (Ray's
+    runtime_env working_dir)."""
+    pytest.importorskip("cryptography")
+    from monolib.errors import SignatureError
+    from monolib.tools.sign import generate_keypair, sign_file
+
+    batched, _ = tiny_libs
+    key, pub = generate_keypair(str(tmp_path / "k"))
+    _, other = generate_keypair(str(tmp_path / "o"))
+    lib = tmp_path / "signed.so"
+    lib.write_bytes(batched.read_bytes())
+    sign_file(str(lib), key)
+    x = np.ones((3, 3), np.float32)
+    want = Predictor(batched)({"x": x})["y"]
+    np.testing.assert_array_equal(Predictor(lib, trusted_keys=[pub])({"x": x})["y"], want)
+    with pytest.raises(SignatureError):
+        Predictor(lib, trusted_keys=[other])
+    monkeypatch.chdir(tmp_path)
+    pred = Predictor("/nowhere/on/this/node/signed.so")
+    np.testing.assert_array_equal(pred({"x": x})["y"], want)

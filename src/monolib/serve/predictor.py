@@ -5,7 +5,8 @@
 ``trusted_keys`` are given), and every batch Ray hands the actor runs through the same
 executor. A model whose inputs and outputs all lead with the same run-time dim (the
 batch dim, e.g. ``("batch", 1, 8)``) runs the batch in chunks of at most its upper
-bound; any other model runs row by row. Nothing here imports Ray: the class only has
+bound (a short tail padded up to the lower bound); any other model runs row by row.
+Nothing here imports Ray: the class only has
 to be a callable that takes and returns a dict of NumPy arrays.
 """
 
@@ -33,7 +34,8 @@ class Predictor:
     ----------
     path : str or os.PathLike
         The library (``model.so``); every node of the cluster must reach it (a
-        shared path, or a file shipped with Ray's ``runtime_env``).
+        shared path, or a file shipped with Ray's ``runtime_env={"working_dir": ...}``:
+        looked up there by file name when the path does not exist).
     threads : int
         Threads of the library's own pool in this actor (Ray sets
         ``OMP_NUM_THREADS=1``; the pool follows this instead). Default 1.
@@ -70,6 +72,8 @@ class Predictor:
         max_batch: int | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        if not os.path.exists(self.path) and os.path.exists(os.path.basename(self.path)):
+            self.path = os.path.basename(self.path)  # shipped in Ray's runtime_env working_dir
         self.backend = MonolibBackend(self.path, threads=threads, trusted_keys=trusted_keys)
         self.inputs = {t.name: np.dtype(t.dtype) for t in self.backend.inputs}
         self.ranks = {t.name: len(t.dims) for t in self.backend.inputs}

@@ -437,6 +437,17 @@ def _read_all(path: str) -> bytes:
     return b"".join(parts)
 
 
+def _is_wasm(path: Any) -> bool:
+    """Whether ``path`` (bytes-like, or a readable file) holds a WebAssembly module."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return bytes(memoryview(path).cast("B")[:4]) == b"\0asm"
+    try:
+        with open(_fspath(path), "rb") as f:
+            return f.read(4) == b"\0asm"
+    except (OSError, TypeError, ValueError):
+        return False  # the native path reports what is wrong with it
+
+
 def _fspath(path: Any) -> str:
     path = os.fspath(path)
     return os.fsdecode(path) if isinstance(path, bytes) else path
@@ -496,8 +507,14 @@ def load_module(
     Notes
     -----
     Raw sections are used in place: the factory's params are a read-only view of
-    the mapped library, never copied.
+    the mapped library, never copied. A WebAssembly module (``.wasm``, starting with
+    ``\0asm``) runs through wasmtime instead (:mod:`.wasm_module`, docs/wasm.md): the
+    root is then a factory whose executors run in the module.
     """
+    if _is_wasm(path):
+        from .wasm_module import load_wasm  # wasmtime only for a .wasm
+
+        return load_wasm(path, verify, trusted_keys, signature)
     if trusted_keys is not None:
         return _load_trusted(path, verify, trusted_keys, signature)
     if signature is not None:  # fail closed: a caller must not believe it was checked

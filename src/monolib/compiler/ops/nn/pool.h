@@ -548,14 +548,14 @@ static inline int ml_pool_nan8(const float* x, int64_t n) {
  * and an odd shuffle, the lane order (0 1 4 5 2 3 6 7) fixed once per result. No scalar
  * border columns, no masked stores (the last vector overlaps the one before). A NaN is
  * looked for as the rows are read and sends the plane to the direct NaN-aware path.
- * 3x3/2, 1 thread, C harness, direct or separable -> this: 192x56x56 pads 0,1 202 ->
- * 96-100 us, 64x112x112 200 -> 95, 256x54x54 230 -> 133, 512x27x27 152 -> 96, 96x54x54
- * 88 -> 50, 320x28x28 pads 1 140 -> 64. Exact: the direct path's taps, and a max does
- * not depend on their order. */
+ * 3x3/2, 1 thread, C harness (loaded machine), direct or separable -> this: 192x56x56
+ * pads 0,1 ~200 -> 87-91 us, 64x112x112 ~200 -> 97-104, 512x27x27 ~150 -> 75, 96x54x54
+ * ~80 -> 41-48, 320x28x28 pads 1 ~135 -> 45-52, 256x26x26 ~66 -> 30. Exact: the direct
+ * path's taps, and a max does not depend on their order. */
 static inline int ml_pool2d_s2_ok(const ml_pool2d_args* a) {
     const int64_t OWv = (a->OW + 7) & ~(int64_t)7, len = 2 * OWv + a->KW + 16;
     return a->is_max && a->SW == 2 && a->SH >= 2 && a->KW >= 3 && a->KW <= 8 && a->W >= 8 &&
-           a->PL < a->KW && a->PT < a->KH && a->PL + a->W <= len && len <= ML_POOL_SEP_ROW &&
+           a->PL < a->KW && a->PT < a->KH && a->PL + a->W <= len && 2 * len <= ML_POOL_SEP_ROW &&
            (a->OH - 1) * a->SH - a->PT < a->H && (a->OW - 1) * 2 - a->PL < a->W;
 }
 
@@ -571,46 +571,55 @@ static inline __m256 ml_pool_s2_row8(const float* p, int64_t KW) {
     return m;
 }
 
-/* The row buffer's -inf columns (before PL and from PL + W), once a task: the planes
- * write only the columns between. */
+/* The row buffers' -inf columns (before PL and from PL + W), once a task: the planes
+ * write only the columns between. Two buffers of ML_POOL_SEP_ROW / 2 floats. */
 static inline void ml_pool2d_s2_pad(const ml_pool2d_args* a, float* vb) {
     const int64_t len = 2 * ((a->OW + 7) & ~(int64_t)7) + a->KW + 16;
-    for (int64_t c = 0; c < a->PL; ++c) vb[c] = -INFINITY;
-    for (int64_t c = a->PL + a->W; c < len; ++c) vb[c] = -INFINITY;
+    for (float* b = vb; b < vb + ML_POOL_SEP_ROW; b += ML_POOL_SEP_ROW / 2) {
+        for (int64_t c = 0; c < a->PL; ++c) b[c] = -INFINITY;
+        for (int64_t c = a->PL + a->W; c < len; ++c) b[c] = -INFINITY;
+    }
 }
 
 static inline int ml_pool2d_s2(const ml_pool2d_args* a, const float* x, float* y, float* vb) {
     const int64_t H = a->H, W = a->W, OW = a->OW, KH = a->KH, KW = a->KW;
-    const int64_t OWv = (OW + 7) & ~(int64_t)7;
-    float* v = vb + a->PL;
+    const int64_t OWv = (OW + 7) & ~(int64_t)7, half = ML_POOL_SEP_ROW / 2;
     __m256 bad = _mm256_setzero_ps();
     int bads = 0;
     int64_t seen = 0; /* rows [0, seen) were checked for NaN */
-    for (int64_t oh = 0; oh < a->OH; ++oh) {
-        int64_t h0 = oh * a->SH - a->PT, r0 = h0 < 0 ? 0 : h0, r1 = h0 + KH > H ? H : h0 + KH;
-        const float* xr = x + r0 * W;
-        const int64_t nr = r1 - r0;
-        /* the window's last two rows are checked as they are read (one unordered compare
-         * of the two); rows new to this window above them (the first window's) apart */
-        for (int64_t r = seen > r0 ? seen : r0; r < r1 - 2; ++r) bads |= ml_pool_nan8(x + r * W, W);
-        seen = r1 > seen ? r1 : seen;
-        /* the last vector overlaps the one before (W >= 8): same values stored twice, no
-         * masked load or store (a masked store costs ~10x a plain one on some CPUs) */
-        for (int64_t j = 0; j < W; j += 8) {
-            if (j + 8 > W) j = W - 8;
-            __m256 m = _mm256_loadu_ps(xr + j), t = m;
-            for (int64_t r = 1; r < nr - 1; ++r) {
-                t = _mm256_loadu_ps(xr + r * W + j);
-                m = _mm256_max_ps(t, m);
+    /* row oh's column maxima go to one buffer while row oh - 1's outputs read the other:
+     * a load spanning two stores just made waits for them to reach the cache (narrow
+     * rows: 256x26x26 44 -> 35 us, 512x27x27 96 -> 77, 256x13x13 24 -> 16) */
+    for (int64_t oh = 0; oh <= a->OH; ++oh) {
+        if (oh < a->OH) {
+            int64_t h0 = oh * a->SH - a->PT, r0 = h0 < 0 ? 0 : h0, r1 = h0 + KH > H ? H : h0 + KH;
+            const float* xr = x + r0 * W;
+            const int64_t nr = r1 - r0;
+            float* v = vb + (oh & 1) * half + a->PL;
+            /* the window's last two rows are checked as they are read (one unordered
+             * compare of the two); rows new to it above them (the first window's) apart */
+            for (int64_t r = seen > r0 ? seen : r0; r < r1 - 2; ++r) bads |= ml_pool_nan8(x + r * W, W);
+            seen = r1 > seen ? r1 : seen;
+            /* the last vector overlaps the one before (W >= 8): same values stored twice,
+             * no masked load or store (a masked store costs ~10x a plain one on some CPUs) */
+            for (int64_t j = 0; j < W; j += 8) {
+                if (j + 8 > W) j = W - 8;
+                __m256 m = _mm256_loadu_ps(xr + j), t = m;
+                for (int64_t r = 1; r < nr - 1; ++r) {
+                    t = _mm256_loadu_ps(xr + r * W + j);
+                    m = _mm256_max_ps(t, m);
+                }
+                __m256 u = nr > 1 ? _mm256_loadu_ps(xr + (nr - 1) * W + j) : m;
+                bad = _mm256_or_ps(bad, _mm256_cmp_ps(t, u, _CMP_UNORD_Q));
+                _mm256_storeu_ps(v + j, _mm256_max_ps(u, m));
             }
-            __m256 u = nr > 1 ? _mm256_loadu_ps(xr + (nr - 1) * W + j) : m;
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(t, u, _CMP_UNORD_Q));
-            _mm256_storeu_ps(v + j, _mm256_max_ps(u, m));
         }
-        float* yr = y + oh * OW;
+        if (oh == 0) continue;
+        const float* vr = vb + ((oh - 1) & 1) * half;
+        float* yr = y + (oh - 1) * OW;
         for (int64_t ow = 0; ow < OWv; ow += 8) {
             int64_t o = OW >= 8 && ow + 8 > OW ? OW - 8 : ow;
-            __m256 m = KW == 3 ? ml_pool_s2_row8(vb + 2 * o, 3) : ml_pool_s2_row8(vb + 2 * o, KW);
+            __m256 m = KW == 3 ? ml_pool_s2_row8(vr + 2 * o, 3) : ml_pool_s2_row8(vr + 2 * o, KW);
             m = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m), 0xD8));
             if (o + 8 <= OW) _mm256_storeu_ps(yr + o, m);
             else { /* a row under eight wide */
@@ -636,7 +645,7 @@ static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
     flat = ml_pool2d_flat_ok(a);
     s2 = !flat && ml_pool2d_s2_ok(a);
     sep = !flat && !s2 && ml_pool2d_sep_ok(a);
-    if (s2) ml_pool2d_s2_pad(a, cw); /* cw: the stride-2 path's row buffer */
+    if (s2) ml_pool2d_s2_pad(a, cw); /* cw: the stride-2 path's two row buffers */
     if (flat) ml_pool2d_flat_tables(a, mask, cnt);
     if (sep && !a->is_max) ml_pool2d_sep_counts(a, cw);
 #endif

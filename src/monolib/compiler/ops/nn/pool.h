@@ -621,8 +621,10 @@ static inline int ml_pool2d_s2(const ml_pool2d_args* a, const float* x, float* y
             int64_t o = OW >= 8 && ow + 8 > OW ? OW - 8 : ow;
             __m256 m = KW == 3 ? ml_pool_s2_row8(vr + 2 * o, 3) : ml_pool_s2_row8(vr + 2 * o, KW);
             m = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m), 0xD8));
-            if (o + 8 <= OW) _mm256_storeu_ps(yr + o, m);
-            else { /* a row under eight wide */
+            /* a row under eight wide spills into the next row, written after it; the
+             * plane's last row does not leave the plane */
+            if (o + 8 <= OW || oh < a->OH) _mm256_storeu_ps(yr + o, m);
+            else {
                 float t[8];
                 _mm256_storeu_ps(t, m);
                 for (int64_t i = 0; i < OW; ++i) yr[i] = t[i];

@@ -209,8 +209,14 @@ class WasmModule(Module):
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
+    """What went wrong, in one line: a trap's cause (wasmtime puts the backtrace first
+    and "wasm trap: ..." last), else the message's first line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    cause = [ln for ln in lines if "wasm trap:" in ln]
+    return cause[-1].split(": ", 1)[-1] if cause and cause[-1][0].isdigit() else (
+        cause[-1] if cause else lines[0])
 
 
 class WasmFactory(GraphExecutorFactoryModule):
@@ -339,8 +345,7 @@ class WasmExecutor:
     def set_input_checked(self, key: Any, value: Any) -> None:
         """Copy an input in through the C API (``monolib_set_input_shaped``: its checks
         of rank, static dims, bounds and step, and its messages), as a C or JavaScript
-        host does; :meth:`run` then uses that shape. Static graphs only (a graph with
-        run-time dims takes its shapes from ``GraphModule.set_input``).
+        host does; :meth:`run` then uses that shape.
 
         Raises
         ------
@@ -352,7 +357,7 @@ class WasmExecutor:
             (k for k, t in enumerate(self.inputs) if t.name == key), None)
         if i is None:
             raise InputError(f"{self.lib.shown}: the model has no input named {key!r}")
-        arr = np.ascontiguousarray(value)
+        arr = np.ascontiguousarray(value, dtype=self.inputs[i].dtype)
         shape = np.asarray(arr.shape, dtype=np.int64)
         nbytes = arr.nbytes + shape.nbytes
         ptr = self.lib.call("malloc", max(nbytes, 1))
@@ -368,6 +373,8 @@ class WasmExecutor:
             self.lib.call("free", ptr)
         if rc != 0:
             raise InputError(f"{self.lib.shown}: {self.lib.last_error()}")
+        if self.shapes is not None:  # the run binds the dims from the Python side
+            self.set_input_shape(i, tuple(arr.shape))
 
     def num_ops(self) -> int:
         """Number of fused ops."""

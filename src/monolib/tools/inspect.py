@@ -209,7 +209,23 @@ def read_library(path: str, verify: bool = False) -> tuple[dict[str, Any], dict[
         "exports": _exports(path, info["elf"]),
         "isa": isa_report,
     }
+    if elf is not None and elf.format == "wasm":
+        report["wasm"] = _wasm_report(path, elf, graphs)
     return report, graphs
+
+
+def _wasm_report(path: str, info: Any, graphs: dict) -> dict[str, Any]:
+    """A ``.wasm``'s imports and linear memory: its initial size (stack and data, the
+    container included) and what ``monolib_open`` adds (the arena, one growth)."""
+    from ..abi.binfmt.wasm import memory_limits, wasm_imports
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        limits = memory_limits(mm, info, path)
+        imports = [f"{m}.{n}" for m, n, _ in wasm_imports(mm, info, path)]
+    initial = None if limits is None else limits[0] * 65536
+    arena = sum(int(g.get("arena_bytes", 0)) for g in graphs.values())
+    return {"imports": imports, "initial_memory": initial, "arena_bytes": arena,
+            "memory_after_open": None if initial is None else initial + arena}
 
 
 def _inspect_tvm(path: str) -> dict[str, Any] | None:
@@ -258,7 +274,7 @@ def _inspect_tvm(path: str) -> dict[str, Any] | None:
 def _exports(path: str, elf: Any) -> dict[str, Any] | None:
     """The library's exported ``monolib_*`` symbols (ELF ``.dynsym``, read from the
     file) and whether the whole ABI of ``docs/ARCHITECTURE.md`` is there."""
-    if elf is None or elf.format != "ELF":
+    if elf is None or elf.format not in ("ELF", "wasm"):
         return None
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         names = exported_symbols(mm, elf) or []
@@ -375,7 +391,16 @@ def render_report(report: dict, console: Any = None) -> None:
         rows,
     )
     code = report.get("code_digest")
-    if code is not None:
+    wasm = report.get("wasm")
+    if wasm is not None:  # no trailer: a host validates the code when it compiles it
+        at = wasm["initial_memory"]
+        console.print(
+            f"WebAssembly: code validated by the host when it compiles the module (no code "
+            f"digest); imports: {', '.join(wasm['imports']) or 'none'}; linear memory "
+            + (f"{_size(at)} at instantiation, about {_size(wasm['memory_after_open'])} after "
+               "monolib_open (the arena: one growth)" if at is not None else "imported"),
+            markup=False)
+    elif code is not None:
         console.print(_code_digest_line(code), markup=False)
     exports = report.get("exports")
     if exports is not None:

@@ -36,6 +36,7 @@ __all__ = [
     "read_leb",
     "wasm_exports",
     "wasm_globals",
+    "wasm_imports",
 ]
 
 logger = logging.getLogger(__name__)
@@ -193,30 +194,38 @@ def wasm_exports(buf, info: ElfInfo, path: str = "<memory>") -> dict[str, tuple[
     return out
 
 
+def wasm_imports(buf, info: ElfInfo, path: str = "<memory>") -> list[tuple[str, str, str]]:
+    """``[(module, name, kind)]`` of the module's imports, in order."""
+    sec = _known(info, 2)
+    if sec is None:
+        return []
+    pos, end = sec.offset, sec.offset + sec.size
+    count, pos = read_leb(buf, pos, end, path, "the import count")
+    out = []
+    for _ in range(count):
+        mod, pos = _name(buf, pos, end, path, "an import's module")
+        name, pos = _name(buf, pos, end, path, "an import's name")
+        kind = buf[pos] if pos < end else -1
+        pos += 1
+        if kind == 0:
+            _, pos = read_leb(buf, pos, end, path, "an imported function")
+        elif kind == 1:
+            pos = _limits(buf, pos + 1, end, path)
+        elif kind == 2:
+            pos = _limits(buf, pos, end, path)
+        elif kind == 3:
+            pos += 2
+        else:
+            raise fail(path, f"malformed {_KIND} module: import kind {kind}")
+        out.append((mod, name, EXPORT_KINDS.get(kind, str(kind))))
+    return out
+
+
 def wasm_globals(buf, info: ElfInfo, path: str = "<memory>") -> dict[int, int | None]:
     """``{global index: i32 constant initial value or None}`` of the module's own
     globals (indices after the imported ones)."""
-    first = 0
-    imp = _known(info, 2)
-    if imp is not None:  # imported globals come first in the index space
-        pos, end = imp.offset, imp.offset + imp.size
-        count, pos = read_leb(buf, pos, end, path, "the import count")
-        for _ in range(count):
-            _, pos = _name(buf, pos, end, path, "an import's module")
-            _, pos = _name(buf, pos, end, path, "an import's name")
-            kind = buf[pos] if pos < end else -1
-            pos += 1
-            if kind == 0:  # function: type index
-                _, pos = read_leb(buf, pos, end, path, "an imported function")
-            elif kind == 1:  # table: reftype, limits
-                pos = _limits(buf, pos + 1, end, path)
-            elif kind == 2:  # memory: limits
-                pos = _limits(buf, pos, end, path)
-            elif kind == 3:  # global: valtype, mutability
-                pos += 2
-                first += 1
-            else:
-                raise fail(path, f"malformed {_KIND} module: import kind {kind}")
+    # imported globals come first in the index space
+    first = sum(1 for _, _, kind in wasm_imports(buf, info, path) if kind == "global")
     sec = _known(info, 6)
     if sec is None:
         return {}

@@ -137,6 +137,20 @@ def test_a_trap_is_an_error_and_the_module_still_runs(wasm_lib):
     assert lib["monolib_set_num_threads"](4) == 1  # single-threaded build
 
 
+def test_close_keeps_views_readable_and_refuses_calls(wasm_lib):
+    from monolib.errors import ModuleClosedError
+
+    mod = monolib.load_module(str(wasm_lib("cls")))
+    gm = monolib.GraphModule(mod)
+    gm.run(x=np.ones((1, 3, 48, 192), np.float32))
+    out = gm.get_output(0).numpy()
+    want = out.copy()
+    mod.close()
+    np.testing.assert_array_equal(out, want)  # the memory stays mapped under the view
+    with pytest.raises(ModuleClosedError):
+        gm.run()
+
+
 def test_arena_past_the_memory_limit_is_the_c_api_out_of_memory(wasm_lib):
     from monolib.runtime.wasm_module import load_wasm
     from monolib.tools.inspect import inspect_library

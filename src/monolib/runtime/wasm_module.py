@@ -175,11 +175,16 @@ class WasmModule(Module):
             return int(self._exports[name].value(self._store))
 
     def buffer(self) -> np.ndarray:
-        """Linear memory as a writable uint8 array (of its size now; it never moves)."""
+        """Linear memory as a writable uint8 array (of its size now; it never moves).
+        The array (and every view of it) keeps the store, so the memory stays mapped
+        while an array points into it, even after :meth:`close`."""
+        self._check_open()
         with self._lock:
             n = self.memory.data_len(self._store)
             base = ctypes.cast(self.memory.data_ptr(self._store), ctypes.c_void_p).value
-        return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(base))
+            raw = (ctypes.c_uint8 * n).from_address(base)
+            raw.keep = (self._store, self._instance)
+        return np.ctypeslib.as_array(raw)
 
     def memory_bytes(self) -> int:
         """Linear memory's size now."""
@@ -190,11 +195,9 @@ class WasmModule(Module):
         """The NUL-terminated UTF-8 string at address ``ptr``."""
         if not ptr:
             return ""
-        mem = self.buffer()
-        end = ptr
-        while end < len(mem) and mem[end]:
-            end += 1
-        return bytes(mem[ptr:end]).decode("utf-8", "replace")
+        tail = self.buffer()[ptr:]
+        nul = np.flatnonzero(tail == 0)
+        return bytes(tail[: nul[0] if len(nul) else len(tail)]).decode("utf-8", "replace")
 
     def _get_own_function(self, name: str) -> Callable | None:
         if name not in self._exports or name in ("memory",):

@@ -3,7 +3,8 @@
 Building a library again (the same model, or a variant whose translation units are the
 same text) reuses the object files of the first build instead of running the compiler.
 The key is the SHA-256 of the unit's text, the compiler's identity (its command and
-``--version`` output) and the flags; an entry is the object's bytes followed by their
+``--version`` output) and the flags (a portable build's levels each have theirs, so
+each level of a unit is an entry of its own); an entry is the object's bytes followed by their
 SHA-256, so a damaged entry is noticed, dropped and rebuilt. Entries are written to a
 temporary file and renamed (atomic: a concurrent build sees a whole entry or none).
 The oldest entries (by last use) go when the cache is over its size cap.

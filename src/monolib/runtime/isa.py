@@ -341,7 +341,8 @@ def check(record: dict | None, shown: str, host: Iterable[str] | None = None) ->
         raise CPUFeatureError(
             f"{shown}: built for {level} ({flags}), needs CPU feature(s) "
             f"{', '.join(missing)} that this CPU lacks; rebuild it for this machine or "
-            f"for an older level (target='c -mcpu=x86-64-v2')"
+            f"for an older level (target='c -mcpu=x86-64-v2'), or portable "
+            f"(target='c -mcpu=portable': every level, the best picked at load)"
         )
 
 

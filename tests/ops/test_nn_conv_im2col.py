@@ -137,3 +137,23 @@ def test_rule_keeps_the_gemm_that_is_measured_faster() -> None:
     assert {c.label for c in cands} == {"gemm", "pixel_rows"}
     times = measure(sig, cands, repeats=15, budget_s=2.0)
     assert times["gemm"] <= 1.1 * times["pixel_rows"], times
+
+
+def test_pixel_rows_copies_split_same_bits() -> None:
+    """Pixels as rows on a 14x14 map of 320 channels: the gather (196 x 2880 floats) is
+    large enough to split over the pool; 1 and 2 threads give the same bits."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="pr"),
+        helper.make_node("Relu", ["c1"], ["y"]),
+    ]
+    weights = {"w1": r(40, 320, 3, 3, scale=0.05), "b1": r(40)}
+    model = make_model(nodes, [("x", F32, [1, 320, 14, 14])], [("y", F32, [1, 40, 14, 14])],
+                       weights)
+    feeds = {"x": np.random.default_rng(6).standard_normal((1, 320, 14, 14), np.float32)}
+    with selecting(Selection(forced={"pr": "pixel_rows"})):
+        source, _, _ = lower(model, None, None)
+        assert "ml_pack_a_im2col(" in source and "ml_transpose_pm(" in source
+        want = ort_run(model, feeds)[0]
+        one, two = run_threads(model, feeds)
+    assert np.abs(one[0] - want).max() <= 2e-5 * np.abs(want).max()
+    np.testing.assert_array_equal(one[0], two[0])

@@ -401,16 +401,17 @@ ML_UNUSED static void ml_col2im_exact_epi(int64_t CO, int64_t KH, int64_t KW, in
  * straight from an already padded [C][Hp][Wp] image (every read in range): row p = oh*OW +
  * ow, column k = (ci*KH + ky)*KW + kx holds x[ci][oh*SH + ky*DH][ow*SW + kx*DW]; rows past
  * OH*OW are zero. One gather of ML_MR pixels per k through offsets found once per panel
- * (no im2col matrix, no second copy). dst: ceil(OH*OW / ML_MR) * ML_MR * C*KH*KW floats. */
-ML_UNUSED static void ml_pack_a_im2col(const float* restrict x, int64_t C, int64_t Hp,
-                                       int64_t Wp, int64_t KH, int64_t KW, int64_t SH,
-                                       int64_t SW, int64_t DH, int64_t DW, int64_t OH,
-                                       int64_t OW, float* restrict dst) {
-    const int64_t P = OH * OW, K = C * KH * KW;
-    for (int64_t p0 = 0; p0 < P; p0 += ML_MR) {
+ * (no im2col matrix, no second copy). dst: ceil(OH*OW / ML_MR) * ML_MR * C*KH*KW floats.
+ * This one packs the panels of rows [p0, p1) (p0 a multiple of ML_MR). */
+static void ml_pack_a_im2col_rows(const float* restrict x, int64_t C, int64_t Hp, int64_t Wp,
+                                  int64_t KH, int64_t KW, int64_t SH, int64_t SW, int64_t DH,
+                                  int64_t DW, int64_t OH, int64_t OW, int64_t p0, int64_t p1,
+                                  float* restrict dst) {
+    const int64_t K = C * KH * KW;
+    for (; p0 < p1; p0 += ML_MR) {
         float* d = dst + (p0 / ML_MR) * K * ML_MR;
         int64_t off[ML_MR];
-        int n = (int)ML_MIN(ML_MR, P - p0);
+        int n = (int)ML_MIN(ML_MR, OH * OW - p0);
         for (int r = 0; r < ML_MR; ++r) {
             int64_t q = p0 + (r < n ? r : 0);
             off[r] = (q / OW) * SH * Wp + (q % OW) * SW;
@@ -427,15 +428,76 @@ ML_UNUSED static void ml_pack_a_im2col(const float* restrict x, int64_t C, int64
     }
 }
 
-/* y[m][p] = t[p][m] (P x M -> M x P) in 16 x 16 blocks: both sides stay in cache lines. */
+/* y[m][p] = t[p][m] (P x M -> M x P) for m in [m0, m1), in 16 x 16 blocks: both sides
+ * stay in cache lines. */
+static void ml_transpose_pm_cols(int64_t P, int64_t M, int64_t m0, int64_t m1,
+                                 const float* restrict t, float* restrict y) {
+    (void)M;
+    for (int64_t p0 = 0; p0 < P; p0 += 16)
+        for (int64_t mb = m0; mb < m1; mb += 16) {
+            int64_t pe = ML_MIN(P, p0 + 16), me = ML_MIN(m1, mb + 16);
+            for (int64_t m = mb; m < me; ++m)
+                for (int64_t p = p0; p < pe; ++p) y[m * P + p] = t[p * M + m];
+        }
+}
+
+/* The two copies of the pixels-as-rows path split over the thread pool when large
+ * (memory-bound: a float counts as a few multiply-adds): the gather by panels, the
+ * transpose by 16-channel blocks. Serial, they were what kept a 7x7 map's 3x3 conv
+ * from halving on 2 threads (the GEMM between them splits). Copies: same bits at any
+ * split. kind 0: gather, 1: transpose. */
+typedef struct {
+    int kind;
+    const float* x;
+    int64_t C, Hp, Wp, KH, KW, SH, SW, DH, DW, OH, OW, M, chunk;
+    float* dst;
+} ml_pixrows_job;
+
+static void ml_pixrows_task(void* ctx, int64_t t, void* scratch) {
+    const ml_pixrows_job* j = (const ml_pixrows_job*)ctx;
+    (void)scratch;
+    if (j->kind == 0) {
+        int64_t P = j->OH * j->OW, p0 = t * j->chunk, p1 = ML_MIN(P, p0 + j->chunk);
+        ml_pack_a_im2col_rows(j->x, j->C, j->Hp, j->Wp, j->KH, j->KW, j->SH, j->SW, j->DH,
+                              j->DW, j->OH, j->OW, p0, p1, j->dst);
+    } else {
+        int64_t m0 = t * j->chunk, m1 = ML_MIN(j->M, m0 + j->chunk);
+        ml_transpose_pm_cols(j->OH, j->M, m0, m1, j->x, j->dst);
+    }
+}
+
+/* Run j over `units` units of `unit` items each (the chunk a multiple of it). */
+static void ml_pixrows_run(ml_pixrows_job* j, int64_t units, int64_t unit, double floats) {
+    int64_t tasks = 1;
+#ifdef MONOLIB_THREADPOOL_H
+    tasks = ml_par_tasks(4.0 * floats, units);
+#endif
+    j->chunk = (units + tasks - 1) / tasks * unit;
+    int64_t n = (units * unit + j->chunk - 1) / j->chunk;
+#ifdef MONOLIB_THREADPOOL_H
+    if (n > 1) {
+        ml_parallel_for(n, ml_pixrows_task, j, 0, 0);
+        return;
+    }
+#endif
+    for (int64_t t = 0; t < n; ++t) ml_pixrows_task(j, t, 0);
+}
+
+ML_UNUSED static void ml_pack_a_im2col(const float* restrict x, int64_t C, int64_t Hp,
+                                       int64_t Wp, int64_t KH, int64_t KW, int64_t SH,
+                                       int64_t SW, int64_t DH, int64_t DW, int64_t OH,
+                                       int64_t OW, float* restrict dst) {
+    ml_pixrows_job j = {0, x, C, Hp, Wp, KH, KW, SH, SW, DH, DW, OH, OW, 0, 0, dst};
+    int64_t panels = (OH * OW + ML_MR - 1) / ML_MR;
+    ml_pixrows_run(&j, panels, ML_MR, (double)panels * ML_MR * C * KH * KW);
+}
+
+/* y[m][p] = t[p][m] (P x M -> M x P). */
 ML_UNUSED static void ml_transpose_pm(int64_t P, int64_t M, const float* restrict t,
                                       float* restrict y) {
-    for (int64_t p0 = 0; p0 < P; p0 += 16)
-        for (int64_t m0 = 0; m0 < M; m0 += 16) {
-            int64_t p1 = ML_MIN(P, p0 + 16), m1 = ML_MIN(M, m0 + 16);
-            for (int64_t m = m0; m < m1; ++m)
-                for (int64_t p = p0; p < p1; ++p) y[m * P + p] = t[p * M + m];
-        }
+    /* OH carries P; the units are 16-channel blocks */
+    ml_pixrows_job j = {1, t, 0, 0, 0, 0, 0, 0, 0, 0, 0, P, 1, M, 0, y};
+    ml_pixrows_run(&j, (M + 15) / 16, 16, (double)P * M);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

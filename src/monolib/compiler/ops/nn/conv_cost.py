@@ -171,10 +171,11 @@ def winograd_cost(plan: Any, d: dict[str, int], c_in: int, c_out: int,
     xi = plan.th.alpha * plan.tw.alpha
     lanes = winograd_lanes(plan, d, host_vector_width())
     mp = _up(c_out, MR)
-    tiles = xi * (mp // MR) * (lanes // NR) * plan.co_split
+    tiles = xi * (mp // MR) * (lanes // NR)
     gemm = xi * mp * c_in * lanes * NS_MAC_WINO + tiles * NS_TILE
-    # a task per channel range repeats its block's input transform
-    trans = xi * lanes * (c_in * plan.co_split * NS_WINO_IN + c_out * NS_WINO_OUT)
+    # one thread runs one channel range a block (winograd.h ml_wino_parts): the input
+    # transform once per block; more ranges, where threads need them, repeat it
+    trans = xi * lanes * (c_in * NS_WINO_IN + c_out * NS_WINO_OUT)
     if getattr(plan, "raw", False):  # every block transforms all the raw weights again
         big_th, big_tw = plan.tiles(d)
         bh, bw = plan.block

@@ -233,50 +233,41 @@ static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, i
 
 #if ML_VW == 16
 typedef int32_t ml_vi16 __attribute__((vector_size(64)));
+/* Two-source lane shuffle with constant indices: gcc's __builtin_shuffle takes them as
+ * a vector, clang's __builtin_shufflevector (zig cc cross builds) as a list. */
+#ifdef __clang__
+#define ML_GSHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define ML_GSHUF(a, b, ...) __builtin_shuffle(a, b, (ml_vi16){__VA_ARGS__})
+#endif
 
 /* r[i][j] -> r[j][i] for a 16 x 16 block in 16 vectors: four stages, each swapping the
  * off-diagonal h x h blocks of every 2h x 2h block (two-source lane shuffles). */
 ML_INLINE void ml_transpose16(ml_vf r[16]) {
-    { /* h = 8 */
-        const ml_vi16 lo = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-        const ml_vi16 hi = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-        for (int i = 0; i < 16; ++i)
-            if (!(i & 8)) {
-                ml_vf a = r[i], b = r[i + 8];
-                r[i] = __builtin_shuffle(a, b, lo);
-                r[i + 8] = __builtin_shuffle(a, b, hi);
-            }
-    }
-    { /* h = 4 */
-        const ml_vi16 lo = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-        const ml_vi16 hi = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-        for (int i = 0; i < 16; ++i)
-            if (!(i & 4)) {
-                ml_vf a = r[i], b = r[i + 4];
-                r[i] = __builtin_shuffle(a, b, lo);
-                r[i + 4] = __builtin_shuffle(a, b, hi);
-            }
-    }
-    { /* h = 2 */
-        const ml_vi16 lo = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-        const ml_vi16 hi = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-        for (int i = 0; i < 16; ++i)
-            if (!(i & 2)) {
-                ml_vf a = r[i], b = r[i + 2];
-                r[i] = __builtin_shuffle(a, b, lo);
-                r[i + 2] = __builtin_shuffle(a, b, hi);
-            }
-    }
-    { /* h = 1 */
-        const ml_vi16 lo = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
-        const ml_vi16 hi = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
-        for (int i = 0; i < 16; ++i)
-            if (!(i & 1)) {
-                ml_vf a = r[i], b = r[i + 1];
-                r[i] = __builtin_shuffle(a, b, lo);
-                r[i + 1] = __builtin_shuffle(a, b, hi);
-            }
-    }
+    for (int i = 0; i < 16; ++i) /* h = 8 */
+        if (!(i & 8)) {
+            ml_vf a = r[i], b = r[i + 8];
+            r[i] = ML_GSHUF(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+            r[i + 8] = ML_GSHUF(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        }
+    for (int i = 0; i < 16; ++i) /* h = 4 */
+        if (!(i & 4)) {
+            ml_vf a = r[i], b = r[i + 4];
+            r[i] = ML_GSHUF(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+            r[i + 4] = ML_GSHUF(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+        }
+    for (int i = 0; i < 16; ++i) /* h = 2 */
+        if (!(i & 2)) {
+            ml_vf a = r[i], b = r[i + 2];
+            r[i] = ML_GSHUF(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+            r[i + 2] = ML_GSHUF(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+        }
+    for (int i = 0; i < 16; ++i) /* h = 1 */
+        if (!(i & 1)) {
+            ml_vf a = r[i], b = r[i + 1];
+            r[i] = ML_GSHUF(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+            r[i + 1] = ML_GSHUF(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+        }
 }
 #endif
 

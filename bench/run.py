@@ -584,6 +584,11 @@ def write_markdown(results: Sequence[Result], info: dict, args, path: Path,
     errors = [r for r in results if r.error]
     if errors:
         lines += ["", "## Failures", ""] + [f"- {r.name}: `{r.error[:600]}`" for r in errors]
+    # keep bench/build_time.py's build table (between its markers) as it is
+    old = path.read_text() if path.exists() else ""
+    a, b = old.find("<!-- build-table -->"), old.find("<!-- /build-table -->")
+    if 0 <= a < b:
+        lines += ["", old[a:b + len("<!-- /build-table -->")]]
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -152,7 +152,7 @@ def test_replaced_library_rolls_out_without_failed_requests(ray_serve, cls_lib, 
     _, port = ray_serve
     lib = tmp_path / "m.so"
     shutil.copy(cls_lib, lib)
-    options = {"max_batch": 4, "num_cpus": 0.25}  # old and new replicas fit meanwhile
+    options = {"max_batch": 4, "num_cpus": 0.25}
     run({"cls": str(lib)}, port=port, name="redeploy", route_prefix="/re", **options)
     old = serve.get_app_handle("redeploy").info.remote().result()
     assert old["digest"] == file_digest(str(lib))
@@ -183,7 +183,8 @@ def test_replaced_library_rolls_out_without_failed_requests(ray_serve, cls_lib, 
             if info["digest"] == digest:
                 break
             time.sleep(0.5)
-        assert info["digest"] == digest and info["pid"] != old["pid"]
+        assert info["digest"] == digest, serve.status().applications["redeploy"]
+        assert info["pid"] != old["pid"]
         time.sleep(1.0)  # some traffic on the new version
     finally:
         done.set()

@@ -42,8 +42,6 @@ logger = logging.getLogger(__name__)
 #: a request body above this is refused with 413 before it is read whole
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 _JSON = {"content-type": "application/json"}
-#: extra replicas (percent, at least one) a rollout starts before stopping old ones
-SURGE_PERCENT = 25
 
 
 def file_digest(path: str) -> str:
@@ -336,8 +334,11 @@ def deployment(path_or_paths: Any, *, replicas: int = 1, threads: int = 1,
     ray.serve.Application
         Give it to ``serve.run`` or :func:`monolib.serve.run`; deploying it again under
         the same name after a library changed rolls out new replicas (the file's
-        SHA-256 is part of the deployment): they start before the old ones stop
-        (``max_surge_percent``), and the old ones finish their requests.
+        SHA-256 is part of the deployment) in Ray Serve's rolling update: an old
+        replica finishes its requests before it stops, and requests arriving
+        meanwhile wait in the proxy's queue. (Ray 2.60's ``max_surge_percent``, which
+        would start new replicas first, asks them for 1 CPU whatever ``num_cpus``
+        says: not used.)
     """
     models = model_paths(path_or_paths, name)
     keys = [k if isinstance(k, bytes) else Path(k).read_bytes() for k in trusted_keys or ()]
@@ -349,8 +350,6 @@ def deployment(path_or_paths: Any, *, replicas: int = 1, threads: int = 1,
             ray_actor_options={"num_cpus": threads if num_cpus is None else num_cpus},
             max_ongoing_requests=max_ongoing_requests or max(16, 2 * limit),
             max_queued_requests=max_queued_requests,
-            # a new version's replicas start before the old ones stop: no downtime
-            max_surge_percent=SURGE_PERCENT,
         )
         bound.append(opts.bind(n, p, backend=backend, threads=threads, max_batch=max_batch,
                                batch_wait_ms=batch_wait_ms, trusted_keys=keys or None,

@@ -105,6 +105,22 @@ def test_inspect_reads_the_wasm_without_running_it(wasm_lib):
     assert "WebAssembly: code validated by the host" in text and "imports: none" in text
 
 
+def test_without_wasmtime_a_load_says_what_to_install(wasm_lib):
+    code = ("import sys\n"
+            "sys.modules['wasmtime'] = None  # not installed\n"
+            "import monolib\n"
+            "from monolib.tools.inspect import inspect_library\n"
+            f"p = {str(wasm_lib('cls'))!r}\n"
+            "assert inspect_library(p)['graphs']  # reading needs no wasmtime\n"
+            "try:\n"
+            "    monolib.load_module(p)\n"
+            "except monolib.errors.LibraryLoadError as e:\n"
+            "    print('ERROR', e)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "ERROR" in res.stdout and "pip install monolib[wasm]" in res.stdout
+
+
 def test_bad_input_shape_is_an_error_with_the_c_api_message(wasm_lib):
     gm = _gm(wasm_lib("cls"))
     bad = np.zeros((1, 3, 48, 100), np.float32)

@@ -432,10 +432,18 @@ static void ml_pack_a_im2col_rows(const float* restrict x, int64_t C, int64_t Hp
  * stay in cache lines. */
 static void ml_transpose_pm_cols(int64_t P, int64_t M, int64_t m0, int64_t m1,
                                  const float* restrict t, float* restrict y) {
-    (void)M;
     for (int64_t p0 = 0; p0 < P; p0 += 16)
         for (int64_t mb = m0; mb < m1; mb += 16) {
             int64_t pe = ML_MIN(P, p0 + 16), me = ML_MIN(m1, mb + 16);
+#if ML_VW == 16
+            if (pe - p0 == 16 && me - mb == 16) { /* in registers: 4x the scalar copy */
+                ml_vf r[16];
+                for (int i = 0; i < 16; ++i) r[i] = *(const ml_vf*)(t + (p0 + i) * M + mb);
+                ml_transpose16(r);
+                for (int i = 0; i < 16; ++i) *(ml_vf*)(y + (mb + i) * P + p0) = r[i];
+                continue;
+            }
+#endif
             for (int64_t m = mb; m < me; ++m)
                 for (int64_t p = p0; p < pe; ++p) y[m * P + p] = t[p * M + m];
         }

@@ -251,3 +251,21 @@ def test_run_batched_equals_one_by_one():
             np.testing.assert_array_equal(g[k], want[k])
     bad = run_batched(run, [_feeds(7), _feeds(1, w=96)], BatchDim("batch", 8))
     assert isinstance(bad[0], ValueError) and isinstance(bad[1], dict)
+
+
+# -- the command line, refusals before Ray starts ----------------------------------------
+def test_serve_command_refuses_bad_arguments_before_starting_ray(tmp_path, capsys):
+    import sys
+
+    from monolib.cli import main
+
+    assert main(["serve", str(tmp_path / "none.so")]) == 1
+    assert "model 'none': no such file" in capsys.readouterr().err
+    lib = tmp_path / "m.so"
+    lib.write_bytes(b"")
+    assert main(["serve", f"a={lib}", f"a={lib}"]) == 1
+    assert "model name 'a' given twice" in capsys.readouterr().err
+    assert main(["serve", str(lib), "--threads", "0"]) == 1
+    assert "--threads must be >= 1" in capsys.readouterr().err
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+    assert "monolib.serve.app" not in sys.modules or "ray" in sys.modules  # no Ray import

@@ -146,7 +146,7 @@ def test_replaced_library_rolls_out_without_failed_requests(ray_serve, cls_lib, 
                                                             reference, compile_cls, tmp_path):
     from ray import serve
 
-    from monolib.serve.app import file_digest
+    from monolib.serve.paths import file_digest
     from monolib.serve.runner import run, serve_forever
 
     _, port = ray_serve

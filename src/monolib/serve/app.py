@@ -13,7 +13,6 @@ deployment queues ``max_queued_requests`` more; past that Ray Serve answers 503.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from ..errors import InputError, MonolibError, RequestError
 from . import protocol
 from .backend import open_backend
 from .batching import find_batch_dim, plan, run_batched
+from .paths import file_digest, model_paths
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ModelServer", "Router", "deployment", "file_digest",
            "model_paths"]
@@ -42,53 +42,6 @@ logger = logging.getLogger(__name__)
 #: a request body above this is refused with 413 before it is read whole
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 _JSON = {"content-type": "application/json"}
-
-
-def file_digest(path: str) -> str:
-    """SHA-256 of a file's bytes (hex): a replaced library is a new version."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def model_paths(path_or_paths: Any, name: str | None = None) -> dict[str, str]:
-    """``{model name: absolute path}`` from a path, ``"name=path"`` strings, a list of
-    them, or a mapping; a bare path's name is its file stem (``name`` for a single one).
-
-    Raises
-    ------
-    InputError
-        No path, a name given twice, or a file that does not exist.
-    """
-    if isinstance(path_or_paths, Mapping):
-        items = [(str(k), str(v)) for k, v in path_or_paths.items()]
-    else:
-        paths = ([path_or_paths] if isinstance(path_or_paths, (str, os.PathLike))
-                 else list(path_or_paths))
-        items = []
-        for p in paths:
-            text = os.fspath(p)
-            n, sep, rest = text.partition("=")
-            if sep and n and "/" not in n:
-                items.append((n, rest))
-            else:
-                items.append((Path(text).name.split(".")[0], text))
-    if name is not None:
-        if len(items) != 1:
-            raise InputError(f"name={name!r} names one model, {len(items)} paths were given")
-        items = [(name, items[0][1])]
-    if not items:
-        raise InputError("serve: no library given")
-    out: dict[str, str] = {}
-    for n, p in items:
-        if n in out:
-            raise InputError(f"serve: model name {n!r} given twice ({out[n]}, {p})")
-        if not os.path.isfile(p):
-            raise InputError(f"serve: model {n!r}: no such file {p!r}")
-        out[n] = os.path.abspath(p)
-    return out
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

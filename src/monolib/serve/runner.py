@@ -77,7 +77,8 @@ def run(app_or_paths: Any, host: str = "127.0.0.1", port: int = 8000, *,
     from ray import serve
     from ray.serve.deployment import Application
 
-    from .app import deployment, model_paths
+    from .app import deployment
+    from .paths import model_paths
 
     started = _connect(address, num_cpus)
     serve.start(http_options={"host": host, "port": int(port)})
@@ -162,23 +163,24 @@ def main(libraries: Sequence[str], *, host: str, port: int, replicas: int, threa
     Raises
     ------
     InputError
-        Bad counts (``replicas``, ``threads`` < 1) or a missing file.
+        Bad counts (``replicas``, ``threads``, ``max_batch`` < 1) or a missing file,
+        before Ray is started.
     """
     if replicas < 1 or threads < 1:
         raise InputError(f"serve: --replicas and --threads must be >= 1, got {replicas}, "
                          f"{threads}")
-    t0 = time.perf_counter()
-    num_cpus = max(os.cpu_count() or 1, replicas * threads * len(libraries))
-    run(list(libraries), host, port, name=name, address=address, num_cpus=num_cpus,
-        blocking=False, replicas=replicas, threads=threads, max_batch=max_batch,
-        batch_wait_ms=batch_wait_ms, trusted_keys=trusted_keys, backend=backend)
-    print(f"monolib serve: {', '.join(libraries)} at http://{host}:{port}/v2 "
-          f"(ready in {time.perf_counter() - t0:.1f} s; Ctrl-C stops)", flush=True)
-    from .app import model_paths
+    if max_batch is not None and max_batch < 1:
+        raise InputError(f"serve: --max-batch must be >= 1, got {max_batch}")
+    from .paths import model_paths
 
-    paths = model_paths(list(libraries))
+    paths = model_paths(list(libraries))  # a missing file fails here, before Ray starts
+    t0 = time.perf_counter()
+    num_cpus = max(os.cpu_count() or 1, replicas * threads * len(paths))
     options = {"replicas": replicas, "threads": threads, "max_batch": max_batch,
                "batch_wait_ms": batch_wait_ms, "trusted_keys": trusted_keys,
                "backend": backend}
+    run(paths, host, port, name=name, address=address, num_cpus=num_cpus, **options)
+    print(f"monolib serve: {', '.join(paths)} at http://{host}:{port}/v2 "
+          f"(ready in {time.perf_counter() - t0:.1f} s; Ctrl-C stops)", flush=True)
     serve_forever(name, paths, options, started=address is None)
     return 0

@@ -15,6 +15,7 @@
     monolib sign model.so --key key [--password-env VAR]   # writes model.so.sig
     monolib verify model.so --key key.pub [--sig model.so.sig]
     monolib header > monolib.h   # the C API of exported libraries (docs/c_api.md)
+    monolib js > monolib.mjs     # the ES module that runs a .wasm in browsers and Node
 
 ``run`` and ``inspect`` need the runtime only (NumPy); ``compile`` imports the
 compiler; ``keygen``/``sign``/``verify`` (and ``run --trusted-key``) need
@@ -350,6 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_view_parser(sub)
     sub.add_parser("header", help="print monolib.h, the C API of exported libraries")
+    sub.add_parser("js", help="print monolib.mjs, the ES module that runs a .wasm (browser, Node)")
     _add_serve_parser(sub)
     return parser
 
@@ -662,6 +664,14 @@ def cmd_header(args: argparse.Namespace, console: Any) -> int:
     return 0
 
 
+def cmd_js(args: argparse.Namespace, console: Any) -> int:
+    """Print ``monolib.mjs`` (loads a model's ``.wasm`` in a browser or Node) byte for byte."""
+    from importlib import resources
+
+    sys.stdout.write(resources.files("monolib").joinpath("js/monolib.mjs").read_text("utf-8"))
+    return 0
+
+
 def cmd_tune(args: argparse.Namespace, console: Any) -> int:
     """``monolib tune show|export FILE|import FILE``: this CPU's tuning cache
     (``compiler/tuning/cache.py``); import takes a file measured on the same CPU model
@@ -700,6 +710,7 @@ def cmd_serve(args: argparse.Namespace, console: Any) -> int:
 COMMANDS = {
     "tune": cmd_tune,
     "header": cmd_header,
+    "js": cmd_js,
     "compile": cmd_compile,
     "view": cmd_view,
     "run": cmd_run,

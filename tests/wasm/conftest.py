@@ -80,3 +80,89 @@ def text_line() -> np.ndarray:
     from monolib.models import ocr
 
     return ocr.render_line(TEXT)
+
+
+# ------------------------------------------------------------ JavaScript hosts (test_wasm_js)
+HERE = Path(__file__).resolve().parent
+#: monolib.mjs as the package ships it (``monolib js`` prints it)
+MJS = HERE.parents[1] / "src" / "monolib" / "js" / "monolib.mjs"
+#: the flags Chromium runs headless with, here and in bench/wasm.py
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage"]
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """The ``node`` executable (Node >= 18), else the test is skipped."""
+    import shutil
+
+    exe = shutil.which("node")
+    if exe is None:
+        pytest.skip("no node")
+    ver = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout
+    if int(ver.strip().lstrip("v").split(".")[0]) < 18:
+        pytest.skip(f"node {ver.strip()} < 18")
+    return exe
+
+
+def serve_dir(root: Path, on_post):
+    """A ``ThreadingHTTPServer`` on 127.0.0.1 (a free port) serving ``root``, cross-origin
+    isolated (COOP/COEP, as a page using wasm threads would be), no caching; a POST's body
+    goes to ``on_post(path, body)``, whose bytes (if any) are the answer. Started in a daemon thread; call ``.shutdown()``."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(SimpleHTTPRequestHandler):
+        def end_headers(self):
+            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+            self.send_header("Cache-Control", "no-store")
+            super().end_headers()
+
+        def do_POST(self):  # noqa: N802  (http.server's spelling)
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            answer = on_post(self.path, body) or b""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def run_chromium(url: str, done, timeout: float, profile: Path) -> None:
+    """Open ``url`` in a headless Chromium (own process group) until ``done`` (a
+    ``threading.Event``) is set or ``timeout`` s pass, then end that group."""
+    import signal
+
+    exe = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    proc = subprocess.Popen([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        if not done.wait(timeout):
+            proc.poll()
+            raise TimeoutError(f"chromium gave no report within {timeout} s (exit {proc.returncode})")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the group this call started
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Path of headless Chromium, else the test is skipped."""
+    exe = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    if not os.access(exe, os.X_OK):
+        pytest.skip(f"no chromium at {exe}")
+    return exe

@@ -11,8 +11,8 @@ library / weights (the constants of the prepared graph, what the budget counts: 
 light models build theirs with ConstantOfShape), the bound, how many Convs keep stored
 Winograd transforms, then the time of both
 libraries and of ONNX Runtime, interleaved in one process: at 1 thread CPU time
-(``time.thread_time``), at 2 threads wall time, each the least over ``--rounds`` of the
-median of ``--runs``. Writes nothing; the figures go to ``conv_budget``'s docstring and
+(``time.thread_time``), at 2 threads wall time, each the least of ``--rounds`` rounds of
+``--runs`` runs (on a shared machine the least is the steadiest figure). Writes nothing; the figures go to ``conv_budget``'s docstring and
 bench/RESULTS.md.
 """
 
@@ -22,7 +22,6 @@ import argparse
 import functools
 import logging
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -65,13 +64,13 @@ def _budget(model, shapes, constants):
     return plan_budget(prepare(model, shapes, constants or None)[0], DEFAULT_FRACTION)
 
 
-def _median(fn, runs: int, clock) -> float:
+def _least(fn, runs: int, clock) -> float:
     ts = []
     for _ in range(runs):
         t = clock()
         fn()
         ts.append(clock() - t)
-    return statistics.median(ts)
+    return min(ts)
 
 
 def main() -> None:
@@ -119,7 +118,7 @@ def main() -> None:
                 best = {name: float("inf") for name in fns}
                 for _ in range(args.rounds):  # interleaved: load changes hit all alike
                     for name, fn in fns.items():
-                        best[name] = min(best[name], _median(fn, args.runs, clock))
+                        best[name] = min(best[name], _least(fn, args.runs, clock))
                 ms = {k: 1e3 * v for k, v in best.items()}
                 row.append(f"@{threads}: budget {ms['budget']:.2f} ms, none {ms['none']:.2f}"
                            f" ms ({ms['budget'] / ms['none']:.3f}x), ORT {ms['ort']:.2f} ms "

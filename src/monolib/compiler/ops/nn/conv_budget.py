@@ -1,26 +1,32 @@
-"""The size budget of re-laid-out Conv weights: which convolutions may use Winograd.
+"""The size budget of re-laid-out Conv weights: which Convs may store Winograd's transforms.
 
-Winograd stores its weights pre-transformed: ``alpha^2`` floats per 3x3 kernel of 9
-(F(4x4, 3x3): 36, 4x the raw weights; F(2x2, 3x3): 16), so a model whose 3x3 convs all
-take it nearly doubles its library (ResNet-50: 102 MB of weights, 134 MB). Every other
-layout only pads the output channels to whole micro-tiles (``_gemm.pack_a``).
+Winograd's fastest form stores its weights pre-transformed: ``alpha^2`` floats per 3x3
+kernel of 9 (F(4x4, 3x3): 36, 4x the raw weights; F(2x2, 3x3): 16), so a model whose 3x3
+convs all take it nearly doubles its library (ResNet-50: 102 MB of weights, 134 MB).
+``winograd_raw`` stores the raw taps instead (``winograd.pack_raw``: only the output
+channels padded to whole micro-tiles, like every other layout) and transforms them per
+pass of output channels, in task scratch, at run time: a few percent slower.
 
 :func:`winograd_budget` runs once per compile, before any Conv is emitted: the extra
 bytes of every stored Conv weight (over the raw weights) may total at most ``fraction``
 of the model's weight bytes plus :data:`SLACK_BYTES`, so that a library weighs at most
-``1 + fraction`` times its weights plus 1 MB (code included). Each Conv first counts its best
-non-Winograd layout; the rest of the budget goes to the Winograd options (F(2) or
-F(4)) with the most estimated time saved per extra byte (``conv_cost``'s times of the
-Winograd plan and of the best other algorithm), one upgrade at a time along each node's
-convex hull of (extra bytes, time saved). The answer is a ``select.Restriction``: the
-rule (``conv._rule``) and a tuned table (``select.choose``) never pick an excluded
-Winograd candidate.
+``1 + fraction`` times its weights plus 1 MB (code included). Each Conv first counts its
+best layout without stored transforms (direct, GEMM or raw Winograd); the rest of the
+budget goes to the stored-transform options (F(2) or F(4)) with the most estimated time
+saved per extra byte (``conv_cost``'s times of the stored plan and of that best layout),
+one upgrade at a time along each node's convex hull of (extra bytes, time saved). The
+answer is a ``select.Restriction``: the rule (``conv._rule``) and a tuned table
+(``select.choose``) never pick an excluded stored-transform candidate; raw Winograd stays
+open to them.
 
-Measured at 1 thread (library / weights, time vs no budget): ResNet-50 1.16x -> 1.14x,
-+0.6%; PP-OCRv4 det 1.34x -> 1.30x, -1.5%; Inception v2 1.33x -> 1.17x, +8%; VGG-19
-1.97x -> 1.14x, +43% (still 0.88x ONNX Runtime): where 3x3 convs are most of the
-weights, the 15% cannot hold their transforms, and only transforming weight blocks at
-run time from the raw ones would keep both (not done).
+Measured (``bench/size_budget.py``, ``bench/SIZE.md``; library / weights without -> with
+the default budget, then its 1-thread CPU time against no budget, one process,
+interleaved, the least of 6 rounds on the loaded 2-core VM): VGG-19 1.97x -> 1.14x,
+0.98x; Inception v2 1.33x -> 1.17x, 1.02x; ResNet-50 1.16x -> 1.15x, 1.01x; PP-OCRv4
+det 1.34x -> 1.29x (its bound is 1.37x with the 1 MB), 1.03x (0.99x in another run: ops
+that are the same code in both libraries differ by up to 7% there); PP-OCRv6 det 1.07x
+either way. Before raw Winograd the layers left out of the budget ran direct or GEMM:
+VGG-19 1.43x, Inception v2 1.08x slower.
 """
 
 from __future__ import annotations

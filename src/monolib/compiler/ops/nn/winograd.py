@@ -37,7 +37,7 @@ from ...ir import Node
 from ...symbolic import size_hint
 from ..base import EmitContext
 from ._gemm import MR, NR, pack_a
-from .conv_cost import host_vector_width
+from .conv_cost import host_vector_width, winograd_cost
 
 __all__ = [
     "ENABLED",
@@ -402,15 +402,17 @@ MIN_TASKS = 4
 VW_MAX = 16
 #: Most lanes (tiles) of a packed block (``_packed_block``): about BLOCK_TILES.
 PACK_LANES = 96
-#: Raw-weight mode: tiles a 2-D block grows to where the rule's blocks are smaller
-#: (at least 2 blocks, not 8; output channel ranges make the other tasks), and the most
-#: lanes of a packed block, so that each transform of the raw weights serves enough
-#: GEMM columns (measured here, 1 thread: VGG's 256 x 56 x 56 layer in blocks of 16
-#: tiles runs 1.12x slower raw than stored, in blocks of 96 tiles 0.88-0.92x (faster
-#: than the stored path's 16); larger blocks do not pay where C is small: 64 x 224 x 224
-#: in blocks of 144 or 196 tiles runs 1.07x slower than in the rule's 96).
-RAW_TILES = 96
-RAW_PACK_LANES = 2 * PACK_LANES
+#: Raw-weight mode: each block transforms the raw weights again, so larger blocks than
+#: the rule's (``_block``'s 8 or more) serve more GEMM columns per transform; the plan
+#: is the cheapest by ``conv_cost`` among the rule's blocks and these many rows of
+#: blocks (2-D) or times the packed lanes (packed), the tasks' balance on two threads
+#: counted (:func:`_raw_plan`). Measured here, 1 thread: VGG's 256 x 56 x 56 layer in
+#: blocks of 16 tiles runs 1.12x slower raw than stored, in blocks of 96-112 tiles
+#: 0.88-1.0x; 64 x 224 x 224 in blocks of 144 or 196 tiles 1.07x slower than in 96 (the
+#: cost model does not see that: ``RAW_MAX_TILES`` bounds the blocks tried).
+RAW_BLOCKS = (2, 4, 6, 8)
+RAW_MAX_TILES = 128
+RAW_PACK_SCALES = (2, 4)
 
 
 @dataclass(frozen=True)
@@ -445,7 +447,7 @@ def _enabled() -> bool:
     return ENABLED and os.environ.get("MONOLIB_WINOGRAD", "1") != "0"
 
 
-def _block(grid: tuple[int, int], per_tile: int, raw: bool = False) -> tuple[int, int]:
+def _block(grid: tuple[int, int], per_tile: int, rows: int | None = None) -> tuple[int, int]:
     """Tiles per block (rows, columns).
 
     One row of tiles (1-D): columns while V (``per_tile`` bytes a tile) stays within
@@ -453,19 +455,18 @@ def _block(grid: tuple[int, int], per_tile: int, raw: bool = False) -> tuple[int
     tiles on AVX2), about ``BLOCK_TILES`` tiles but at least 8 blocks (two threads
     balance), rows times columns a multiple of 16 (one GEMM panel) where possible.
     Measured on PP-OCR det's 3x3 convs: blocks of 16 tiles run 20-30% slower than 80
-    (per-block overheads: a V bigger than L2 costs less). ``raw``: at least
-    ``RAW_TILES`` where 2 blocks allow it.
+    (per-block overheads: a V bigger than L2 costs less). ``rows``: that many rows of
+    tiles instead (2-D).
     """
     big_th, big_tw = grid
     if big_th == 1:
         cols = max(16, min(V_BYTES // per_tile // 16 * 16, -(-big_tw // 16) * 16))
         return 1, cols
     cols = min(-(-big_tw // 8) * 8, 48)
-    rows = max(1, min(-(-BLOCK_TILES // cols), big_th // 8))
-    if raw:
-        rows = max(rows, min(-(-RAW_TILES // cols), big_th // 2))
-    if rows * cols % 16:
-        rows += 1
+    if rows is None:
+        rows = max(1, min(-(-BLOCK_TILES // cols), big_th // 8))
+        if rows * cols % 16:
+            rows += 1
     return min(rows, big_th), cols
 
 
@@ -537,20 +538,54 @@ def plan_winograd(
     grid = -(-d["OH"] // th.m), -(-d["OW"] // tw.m)
     if grid[0] * grid[1] < MIN_TILES:
         return None
-    block = _block(grid, 4 * th.alpha * tw.alpha * c_in, raw)
-    blocks = -(-grid[0] // block[0]) * -(-grid[1] // block[1])
-    # few blocks (a short 1-D input): tasks also split the output channels, each part
-    # at least CO_BLOCK rows; their input transforms repeat, a small cost beside the GEMMs
     cob = CO_BLOCK if co_block is None else co_block
     if cob <= 0 or cob % MR:
         return None
     pack = _pack_wins(grid, tw)
-    if pack:  # lanes across rows of tiles: fewer GEMM columns than rows padded to vectors
-        block = _packed_block(grid, grid[1] + (tw.alpha - 1) // tw.m,
-                              RAW_PACK_LANES if raw else PACK_LANES)
-        blocks = -(-grid[0] // block[0])
-    co_split = max(1, min(MIN_TASKS // blocks, c_out // cob))
-    return WinogradPlan(th, tw, block, min(cob, -(-c_out // MR) * MR), co_split, pack, raw)
+    per_tile = 4 * th.alpha * tw.alpha * c_in
+    ls = grid[1] + (tw.alpha - 1) // tw.m
+
+    def plan(arg: int | None) -> WinogradPlan:
+        if pack:  # lanes across rows of tiles: fewer GEMM columns than rows padded
+            block = _packed_block(grid, ls, PACK_LANES * (arg or 1))
+            blocks = -(-grid[0] // block[0])
+        else:
+            block = _block(grid, per_tile, arg)
+            blocks = -(-grid[0] // block[0]) * -(-grid[1] // block[1])
+        # few blocks (a short 1-D input): tasks also split the output channels, each part
+        # at least CO_BLOCK rows; their input transforms repeat, small beside the GEMMs
+        co_split = max(1, min(MIN_TASKS // blocks, c_out // cob))
+        return WinogradPlan(th, tw, block, min(cob, -(-c_out // MR) * MR), co_split, pack,
+                            raw)
+
+    rule = plan(None)
+    if not raw or grid[0] == 1:
+        return rule
+    return _raw_plan(rule, plan, d, c_in, c_out)
+
+
+def _raw_plan(rule: WinogradPlan, plan, d: dict[str, int], c_in: int,
+              c_out: int) -> WinogradPlan:
+    """The raw-weight mode's blocks: the rule's, or ``RAW_BLOCKS`` rows of blocks (2-D;
+    only larger blocks, up to ``RAW_MAX_TILES`` tiles), or ``RAW_PACK_SCALES`` times the
+    packed lanes, whichever has the least ``conv_cost`` time averaged over one thread
+    and two (tasks of equal work: an odd count leaves a thread idle for one)."""
+    big_th, big_tw = rule.tiles(d)
+    if rule.pack:
+        args = RAW_PACK_SCALES
+    else:
+        cols = rule.block[1]
+        args = tuple(r for r in {-(-big_th // nb) for nb in RAW_BLOCKS}
+                     if rule.block[0] < r and r * cols <= RAW_MAX_TILES)
+
+    def score(p: WinogradPlan) -> float:
+        tasks = -(-big_th // p.block[0]) * -(-big_tw // p.block[1]) * p.co_split
+        if p.pack:
+            tasks = -(-big_th // p.block[0]) * p.co_split
+        two = (-(-tasks // 2)) / (tasks / 2)  # two threads: the busier one's share
+        return winograd_cost(p, d, c_in, c_out) * (1 + two) / 2
+
+    return min([rule, *(plan(a) for a in sorted(args))], key=score)
 
 
 def _pack_wins(grid: tuple[int, int], tw: Transforms) -> bool:

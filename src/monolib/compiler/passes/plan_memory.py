@@ -24,7 +24,9 @@ Liveness runs over the fused ops in order (see :mod:`.fuse_elementwise`):
   ``node_eval.MAX_FOLD_BYTES``) get their outputs in regions of their own, never
   reused, and an ``int32`` flag (``init_offset``, zero in a fresh arena): ``monolib_run``
   runs them while the flag is 0, then sets it, so later runs skip them (ONNX Runtime
-  computes such constant subgraphs once at session creation).
+  computes such constant subgraphs once at session creation). An op that reads their
+  outputs may ask for a kept region (``FusedOp.keep_bytes``, ``plan.keep``) to derive
+  data from them once per arena (a GEMM packs such a weight on the first run).
 
 Run-time dims (issue 12): every region is sized at the upper bounds
 (:func:`~..ir.nbytes_at_bounds`), so the offsets are static and valid for every
@@ -87,6 +89,14 @@ class MemoryPlan:
     init_offset : int or None
         Arena offset of the ``int32`` flag saying the init ops have run (None
         without init ops).
+    init_made : set of int
+        ``Value.uid`` of every value the run-once ops make (their outputs, and aliases
+        and in-place concats of them): an op reading one may derive data from it once
+        per arena (e.g. pack a weight) into a kept region.
+    keep : dict
+        Index of the fused op -> byte offset of its kept region (``keep_bytes`` of the
+        op, set when its scratch was measured): never reused, so what the op writes
+        there on the first run (the init flag still 0) is there on later runs.
     """
 
     offsets: dict[int, int] = field(default_factory=dict)
@@ -100,6 +110,8 @@ class MemoryPlan:
     state: dict[str, int] = field(default_factory=dict)
     init_ops: set[int] = field(default_factory=set)
     init_offset: int | None = None
+    init_made: set[int] = field(default_factory=set)
+    keep: dict[int, int] = field(default_factory=dict)
 
     def root(self, v: Value) -> Value:
         """The value whose storage ``v`` shares."""
@@ -223,6 +235,11 @@ def init_ops(fusion: Fusion) -> set[int]:
     Such ops are what folding left because their outputs were too large to store
     (``node_eval.MAX_FOLD_BYTES``); their results do not depend on the inputs.
     """
+    return _init_split(fusion)[0]
+
+
+def _init_split(fusion: Fusion) -> tuple[set[int], set[int]]:
+    """(:func:`init_ops`, the uids of every value they make)."""
     owner = _Owners(fusion, _roots(fusion))
     banned: set[int] = set()
     while True:  # drop the members of mixed concats until none is left
@@ -230,7 +247,7 @@ def init_ops(fusion: Fusion) -> set[int]:
         mixed = {t for t in out for v in fusion.ops[t].writes()
                  if v.uid in owner.member and owner(v)[0].uid not in made}
         if not mixed:
-            return out
+            return out, made
         banned |= mixed
 
 
@@ -304,9 +321,12 @@ def plan_memory(
         if r.is_const or r.uid in root_off:
             continue
         root_off[r.uid] = alloc.alloc(nbytes_at_bounds(r))
-    plan.init_ops = init_ops(fusion) if init else set()
+    plan.init_ops, plan.init_made = _init_split(fusion) if init else (set(), set())
     if plan.init_ops:
         plan.init_offset = alloc.alloc(4)
+        for t, f in enumerate(fusion.ops):  # data derived once from init values
+            if getattr(f, "keep_bytes", 0) > 0:
+                plan.keep[t] = alloc.alloc(f.keep_bytes)
         for t in sorted(plan.init_ops):
             for v in fusion.ops[t].writes():
                 r, _ = owner(v)  # an in-place concat's member: the concat's region

@@ -210,6 +210,12 @@ class CEmitContext:
         self.source = source
         self.scratch_base = scratch_base
         self.scratch_used = 0
+        #: arena offset of this op's kept region (``plan.keep``; None while sizing)
+        self.keep_base: int | None = None
+        #: bytes of kept region asked for (:meth:`once_buffer`)
+        self.keep_used = 0
+        #: this op is itself run-once (``plan.init_ops``): nothing to keep
+        self.is_init = False
         self._tile: dict[str, str] = {}
         self._value_fn: str | None = None
         #: the emitter asked for the epilogue (tile function or output expression)
@@ -274,6 +280,23 @@ class CEmitContext:
         n = nbytes.hi if isinstance(nbytes, Dim) else int(nbytes)
         self.scratch_used = align(self.scratch_used + max(n, 1))
         return f"((uint8_t*)(arena + {off}))"
+
+    def once_buffer(self, value: Value, nbytes: int) -> tuple[str, str] | None:
+        """(pointer to a 64-aligned region of ``nbytes`` kept across runs, C expression
+        that is nonzero once the run-once ops have run) when ``value`` is made by
+        run-once ops (``plan.init_made``) and this op is not one: data derived from it
+        there while the flag is 0 (the first whole run of an arena, or after new params)
+        stays valid for every later run. None otherwise (derive it on every run)."""
+        if (self.is_init or self.plan.init_offset is None
+                or self.plan.root(value).uid not in self.plan.init_made
+                and value.uid not in self.plan.init_made
+                or not isinstance(nbytes, int)):
+            return None
+        base = self.plan.arena_bytes if self.keep_base is None else self.keep_base
+        off = base + self.keep_used
+        self.keep_used = align(self.keep_used + max(int(nbytes), 1))
+        return (f"((uint8_t*)(arena + {off}))",
+                f"(*(const int32_t*)(arena + {self.plan.init_offset}))")
 
     # -- top-level code ------------------------------------------------------------
     def helper(self, code: str) -> None:
@@ -587,8 +610,10 @@ def scratch_sizes(fusion: Fusion, plan: MemoryPlan) -> dict[int, int]:
             continue
         ctx = CEmitContext(fused, plan, params, source, plan.arena_bytes)
         ctx.plan_symbols = fusion.symbols
+        ctx.is_init = t in plan.init_ops
         _emit_checked(fused, ctx)
-        if ctx.scratch_used:
+        fused.keep_bytes = ctx.keep_used  # plan_memory gives it a kept region
+        if ctx.scratch_used or ctx.keep_used:  # 0: no scratch, but re-plan for keep
             sizes[t] = ctx.scratch_used
     return sizes
 
@@ -623,7 +648,11 @@ def emit_ops(
             base = plan.scratch.get(t, plan.arena_bytes)
             ctx = CEmitContext(fused, plan, params, source, base)
             ctx.plan_symbols = fusion.symbols
+            ctx.keep_base, ctx.is_init = plan.keep.get(t), t in plan.init_ops
             body = _emit_checked(fused, ctx)
+            if ctx.keep_used and t not in plan.keep:
+                raise CompileError(f"node {fused.name!r} ({fused.op_type}) asked for a kept "
+                                   "region the plan has not placed")
             if t in plan.scratch and ctx.scratch_used > align(plan.scratch_sizes[t]):
                 raise CompileError(
                     f"node {fused.name!r} ({fused.op_type}) asked for {ctx.scratch_used} bytes "
@@ -642,6 +671,8 @@ def emit_ops(
             nodes.append(node_json(fused, plan))
             if t in plan.init_ops:  # run once per arena (plan_memory.init_ops)
                 nodes[-1]["init"] = True
+            if ctx.keep_used:  # data it derives once per arena (plan.keep): [offset, bytes]
+                nodes[-1]["keep"] = [plan.keep[t], ctx.keep_used]
             for k in range(first, len(source.functions)) if top else ():
                 source.owner.setdefault(k, f"{prefix}{i}")
     finally:

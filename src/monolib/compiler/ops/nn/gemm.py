@@ -23,7 +23,7 @@ from ...symbolic import is_dim, is_one, same
 from ..base import EmitContext, OpDef, OutType, register
 from ..tensor.loops import broadcast_shape, broadcast_strides
 from ._common import epi_call, f32, require_float32
-from ._gemm import MR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
+from ._gemm import MR, NR, bbuf_floats, gemm_call, include_gemm, pack_a, pack_b
 from ...tuning.select import Candidate, active, choose
 
 if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
@@ -86,14 +86,30 @@ def a_operand(
     ctx: EmitContext, v: Value, m: int, k: int, ldm: int, ldk: int, offset: int = 0, name: str = "A"
 ) -> tuple[str, str]:
     """(packed-A pointer, C that packs it at run time or ""): ``A[i][j] = v[offset + i*ldm +
-    j*ldk]``; packed at compile time when ``v`` is constant."""
+    j*ldk]``; packed at compile time when ``v`` is constant, once per arena when run-once
+    ops make it (:func:`_once`)."""
     if v.const is not None:
         packed = packed_const(v, ("A", offset, m, k, ldm, ldk),
                               lambda: pack_a(const_matrix(v, offset, m, k, ldm, ldk)))
         return ctx.param(packed, f"{name}.packed"), ""
-    buf = ctx.scratch(4 * -(-m // MR) * MR * k)
+    nbytes = 4 * -(-m // MR) * MR * k
+    kept = _once(ctx, v, nbytes)
+    buf = ctx.scratch(nbytes) if kept is None else kept[0]
     code = f"ml_pack_a_par({m}, {k}, {ctx.ptr(v)} + {offset}, {ldm}, {ldk}, (float*){buf});\n"
+    if kept is not None:
+        code = f"if (!{kept[1]}) {{ {code}}}\n"
     return f"((const float*){buf})", code
+
+
+def _once(ctx: EmitContext, v: Value, nbytes: Any) -> tuple[str, str] | None:
+    """The C backend's kept region for data derived from ``v`` when run-once ops make
+    ``v`` (``CEmitContext.once_buffer``: (pointer, flag expression)), else None. A
+    weight built by such ops (a ``ConstantOfShape`` too large to fold) is then packed
+    on the first run of an arena, not on every run."""
+    once = getattr(ctx, "once_buffer", None)
+    if once is None or not all(isinstance(d, (int, np.integer)) for d in v.shape):
+        return None
+    return once(v, int(nbytes)) if isinstance(nbytes, (int, np.integer)) else None
 
 
 def a_fields(
@@ -122,11 +138,21 @@ def b_operand(
     name: str = "B",
 ) -> dict[str, str]:
     """``ml_bsrc`` fields for ``B[i][j] = v[offset + i*ldk + j*ldn]``: prepacked at compile
-    time when ``v`` is constant (``const_offset`` then locates the matrix), else strided."""
+    time when ``v`` is constant (``const_offset`` then locates the matrix), packed on the
+    first run of an arena when run-once ops make ``v`` (:func:`_once`: ``p`` is then a
+    call of ``ml_b_once``, which packs while the init flag is 0), else strided."""
     if v.const is not None:
         packed = packed_const(v, ("B", const_offset, k, n, ldk, ldn),
                               lambda: pack_b(const_matrix(v, const_offset, k, n, ldk, ldn)))
         p = ctx.param(packed, f"{name}.packed")
+        return {"kind": "ML_B_PACKED", "p": p, "k_total": str(k)}
+    kept = None
+    if all(isinstance(d, (int, np.integer)) for d in (k, n)):
+        kept = _once(ctx, v, 4 * int(k) * -(-int(n) // NR) * NR)
+    if kept is not None:
+        ctx.helper(_B_ONCE)
+        p = (f"ml_b_once({kept[1]}, {ctx.ptr(v)} + {offset}, {ldk}, {ldn}, {k}, {n}, "
+             f"(float*){kept[0]})")
         return {"kind": "ML_B_PACKED", "p": p, "k_total": str(k)}
     return {
         "kind": "ML_B_STRIDED",
@@ -134,6 +160,22 @@ def b_operand(
         "ldk": str(ldk),
         "ldn": str(ldn),
     }
+
+
+#: Packs a B made by run-once ops into full-K panels while the init flag is 0; the
+#: panels stay in the op's kept region (plan.keep) for the arena's later runs.
+_B_ONCE = """
+ML_UNUSED static const float* ml_b_once(int32_t done, const float* src, int64_t ldk,
+                                        int64_t ldn, int64_t K, int64_t N, float* dst) {
+    if (!done) {
+        ml_bsrc s;
+        memset(&s, 0, sizeof s);
+        s.kind = ML_B_STRIDED; s.p = src; s.ldk = ldk; s.ldn = ldn;
+        ml_pack_b_full(&s, K, N, dst);
+    }
+    return dst;
+}
+"""
 
 
 @register

@@ -28,6 +28,7 @@ import argparse
 import base64
 import gzip
 import json
+import logging
 import os
 import platform
 import shutil
@@ -44,6 +45,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "wasm"))
 from conftest import CHROMIUM_FLAGS, MJS, TEXT, serve_dir  # noqa: E402
+
+__all__ = ["MODELS", "build", "main", "ort_dist", "run_jobs", "summarize", "write_md"]
+
+logger = logging.getLogger(__name__)
 
 #: name -> (model key, input shape)
 MODELS = {"cls": ("ppocr_cls", (1, 3, 48, 192)), "rec": ("ppocr_rec", (1, 3, 48, 320)),
@@ -137,6 +142,7 @@ def make_input(name: str) -> np.ndarray:
 
 
 def gz(path: Path) -> int:
+    """Bytes of ``path`` after gzip -6 (what a server sending it compressed would send)."""
     return len(gzip.compress(path.read_bytes(), 6))
 
 
@@ -177,6 +183,7 @@ def run_jobs(root: Path, jobs: list[dict], timeout: float) -> list[dict]:
 
 
 def main(argv=None) -> int:
+    """Build, serve, run every job in one Chromium, write ``--out``; exit status."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="cls,rec,det")
     ap.add_argument("--rounds", type=int, default=3)
@@ -256,6 +263,7 @@ def summarize(names, results, work, dist) -> list[dict]:
 
 
 def write_md(out, rows, args, seconds) -> None:
+    """Write the latency / first-result and size tables of ``rows`` to ``out``."""
     ver = subprocess.run([os.environ.get("CHROMIUM", "/usr/bin/chromium"), "--version"],
                          capture_output=True, text=True).stdout.strip()
     load = os.getloadavg()

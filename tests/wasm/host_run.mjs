@@ -46,6 +46,8 @@ export async function runSpec(spec, read) {
         model.run({ [spec.input.name]: { data: new Float32Array(dims.reduce((a, b) => a * b, 1)), dims } });
       } else if (check === "wrong_type") {
         model.run({ [spec.input.name]: { data: new Int32Array(x.length), dims: spec.input.dims } });
+      } else if (check === "short_data") {
+        model.run({ [spec.input.name]: { data: x.subarray(1), dims: spec.input.dims } });
       } else if (check === "trap") {
         model.call("monolib_run", 0xffffff00 | 0, 0xffffff00 | 0); // params, arena past memory
       }

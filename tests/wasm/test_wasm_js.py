@@ -136,7 +136,7 @@ def test_monolib_js_prints_the_module(node, tmp_path):
 def test_node_cls_matches_onnxruntime_and_errors_are_js_errors(node, wasm_lib, cls_input, tmp_path):
     (up, up_file), (rot, rot_file) = cls_input
     report = _node(node, _spec(wasm_lib("cls"), up_file, up.shape,
-                               checks=["bad_shape", "wrong_type", "trap"]), tmp_path)
+                               checks=["bad_shape", "wrong_type", "short_data", "trap"]), tmp_path)
     assert report["inputs"][0] | {"name": "x", "type": "float32", "dims": [1, 3, 48, 192]} \
         == report["inputs"][0]
     _check_cls(report, up, upright=True)
@@ -144,6 +144,8 @@ def test_node_cls_matches_onnxruntime_and_errors_are_js_errors(node, wasm_lib, c
     assert bad["isError"] and bad["name"] == "MonolibError"
     assert bad["message"] == BAD_SHAPE.format(192)
     assert "is float32: give a Float32Array, got Int32Array" in report["checks"]["wrong_type"]["message"]
+    assert report["checks"]["short_data"]["message"] == (
+        'run: input "x": 110588 bytes of data for shape [1, 3, 48, 192] (110592 bytes of float32)')
     trap = report["checks"]["trap"]
     assert trap["isError"] and trap["ctor"] == "MonolibError"  # not a WebAssembly.RuntimeError
     assert trap["message"].startswith("monolib_run trapped: ") and "out of bounds" in trap["message"]
@@ -234,3 +236,27 @@ def test_chromium_cls_and_rec_match_onnxruntime(chromium, wasm_lib, cls_input, r
     rec = _chromium(files, {**_spec("rec.wasm", "rec.bin", x.shape), "mjs": "./monolib.mjs",
                             "publicKey": open(pub).read()}, tmp_path / "rec")
     _check_rec(rec, x)
+
+
+def test_node_gives_the_wasi_imports_a_module_asks_for(node, cls_input, tmp_path):
+    """A module importing fd_write, environ_*, random_get, clock_time_get, proc_exit...
+    (wasi_probe.c, built with zig like a model) runs on monolib.mjs's WASI shim: its
+    stderr reaches the console, an empty environment, random bytes, a ticking clock."""
+    pytest.importorskip("ziglang")
+    (up, up_file), _ = cls_input
+    lib = tmp_path / "probe.wasm"
+    exports = [f"-Wl,--export={s}" for s in ("monolib_open", "monolib_last_error",
+                                              "monolib_run_model", "malloc", "free")]
+    subprocess.run([sys.executable, "-m", "ziglang", "cc", "-target", "wasm32-wasi", "-O3",
+                    "-mexec-model=reactor", "-Wl,--strip-all", *exports, "-o", str(lib),
+                    str(HERE / "wasi_probe.c")], check=True, capture_output=True, timeout=600)
+    probe = ("const m = await import(process.argv[1]); const fs = await import('node:fs');"
+             "const mod = new WebAssembly.Module(fs.readFileSync(process.argv[2]));"
+             "console.log(WebAssembly.Module.imports(mod).map((i) => i.name).sort().join(' '));"
+             "try { await m.loadModel(process.argv[2]); } catch (e) { console.log(e.name, e.message); }")
+    res = subprocess.run([node, "--input-type=module", "-e", probe, str(MJS), str(lib)],
+                         capture_output=True, text=True, timeout=120, check=True)
+    imported, thrown = res.stdout.strip().split("\n")
+    assert {"fd_write", "random_get", "clock_time_get", "environ_get"} <= set(imported.split())
+    assert thrown == "MonolibError monolib_open: probe (HOME unset, random ok, clock ticks)"
+    assert "wasi_probe: opening" in res.stderr

@@ -441,6 +441,11 @@ class Model {
       }
       if (dims.length > 64) throw new MonolibError(`run: input "${inp.name}" has ${dims.length} dims`);
       const bytes = data.byteLength;
+      const elems = dims.reduce((a, b) => a * b, 1);
+      if (elems * inp.bytesPerElement !== bytes) {
+        throw new MonolibError(`run: input "${inp.name}": ${bytes} bytes of data for shape [${dims.join(", ")}] `
+          + `(${elems * inp.bytesPerElement} bytes of ${inp.type})`);
+      }
       const buf = this.buffers[i];
       if (buf.size < bytes) {
         if (buf.ptr) this.call("free", buf.ptr);
@@ -453,11 +458,6 @@ class Model {
       const shape = this.scratch + TENSOR_INFO_BYTES;
       const dv = new DataView(this.memory.buffer);
       dims.forEach((d, k) => dv.setBigInt64(shape + 8 * k, BigInt(d), true));
-      const elems = dims.reduce((a, b) => a * b, 1);
-      if (elems * inp.bytesPerElement !== bytes) {
-        throw new MonolibError(`run: input "${inp.name}": ${bytes} bytes of data for shape [${dims.join(", ")}] `
-          + `(${elems * inp.bytesPerElement} bytes of ${inp.type})`);
-      }
       this.check("monolib_set_input_shaped", this.handle, i, buf.ptr, shape, dims.length);
     });
     this.check("monolib_run_model", this.handle);

@@ -12,12 +12,10 @@ deployment queues ``max_queued_requests`` more; past that Ray Serve answers 503.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +120,6 @@ class ModelServer:
         self.digest = digest
         self.max_body_bytes = max_body_bytes
         self.batch = find_batch_dim(self.backend.inputs, self.backend.outputs, max_batch)
-        # one slot: one run at a time per replica; the next batch gathers meanwhile
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"monolib-{name}")
         # the batch queue per instance (@serve.batch on the class keeps one queue in the
         # class, shared by every instance of a process and unpicklable once used)
         self._infer_batch = serve.batch(
@@ -139,9 +135,10 @@ class ModelServer:
         """A batch of requests' feeds -> their outputs (or exceptions), in order."""
         self.stats["requests"] += len(requests)
         self.stats["runs"] += len(plan(requests, self.batch))
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, run_batched, self.backend.run,
-                                          requests, self.batch)
+        # on the event loop's thread: one batch runs at a time per replica anyway, and a
+        # hop to a worker thread cost 0.3 ms of CPU and 0.8 ms of latency per request
+        # (PP-OCR cls, batch 1: 1.0 vs 1.3 ms of CPU, the run itself 0.65)
+        return run_batched(self.backend.run, requests, self.batch)
 
     async def __call__(self, request: Request) -> Response:
         """HTTP entry when this deployment is the application's ingress."""
@@ -151,7 +148,9 @@ class ModelServer:
         """The model's metadata, this replica's pid and Ray node id, library digest and
         counts of requests and runs (for tests, tools)."""
         return {"metadata": protocol.model_metadata(self.model), "pid": os.getpid(),
-                "node": ray.get_runtime_context().get_node_id(),
+                # outside a replica (tests calling the class) asking would start Ray
+                "node": ray.get_runtime_context().get_node_id() if ray.is_initialized()
+                else None,
                 "digest": self.digest, **self.stats,
                 "batch": None if self.batch is None else self.batch.limit}
 

@@ -260,3 +260,42 @@ def test_node_gives_the_wasi_imports_a_module_asks_for(node, cls_input, tmp_path
     assert {"fd_write", "random_get", "clock_time_get", "environ_get"} <= set(imported.split())
     assert thrown == "MonolibError monolib_open: probe (HOME unset, random ok, clock ticks)"
     assert "wasi_probe: opening" in res.stderr
+
+
+def _width_model(path) -> str:
+    """Conv 1 -> 2 channels (3x3, pad 1) + Relu on x[1, 1, 4, W], W a run-time dim."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(5).standard_normal((2, 1, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "width",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, "W"])],
+        [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return str(path)
+
+
+def test_node_runs_run_time_shapes(node, tmp_path):
+    """A width bounded to [8, 64] step 8: inputs report -1 with the bounds, each run's
+    output has that run's shape, and a width off the bounds is the C API's error."""
+    pytest.importorskip("ziglang")
+    import monolib
+    from monolib.compiler.testing import ort_run
+
+    model = _width_model(tmp_path / "width.onnx")
+    lib = monolib.compile(model, target="c -mtriple=wasm32-wasi",
+                          shapes={"x": (1, 1, 4, (8, 64, 8))}).export_library(str(tmp_path / "w"))
+    for width in (16, 40):
+        x = np.random.default_rng(width).standard_normal((1, 1, 4, width)).astype(np.float32)
+        (tmp_path / "x.bin").write_bytes(x.tobytes())
+        report = _node(node, _spec(lib, tmp_path / "x.bin", x.shape, checks=["bad_shape"]),
+                       tmp_path, f"w{width}")
+        inp = report["inputs"][0]
+        assert (inp["dims"], inp["lo"][3], inp["hi"][3], inp["step"][3]) == ([1, 1, 4, -1], 8, 64, 8)
+        (got,) = _outputs(report)
+        assert got.shape == (1, 2, 4, width)
+        np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+        assert "outside its bounds [8, 64] step 8" in report["checks"]["bad_shape"]["message"]

@@ -39,11 +39,12 @@
  * layout at u + t*u_stride, and each pass of mb output channels transforms its taps,
  * one row k of the ah x aw elements at a time, into the task's scratch U (u_floats:
  * aw matrices, small enough for L2) with the generated
- *   wt(g, ts, u, xs, k): loads tap t of ML_VW consecutive packed floats at g + t*ts and
- *       stores element (k, l) of their transforms at u + l*xs,
+ *   wt(g, ts, u, xs, k, n): for j < n in steps of ML_VW, loads tap t of the ML_VW packed
+ *       floats at g + j + t*ts and stores element (k, l) of their transforms at
+ *       u + j + l*xs (one call per row: a call per vector cost 3-8% of a 64-channel conv),
  * then runs the same GEMMs on them: aw stores per vector of (channel, row) pairs and
- * row, against aw * (block lanes) multiply-adds per pair in the GEMMs; blocks are
- * larger in this mode (winograd.py RAW_SCALE) to serve more lanes per transform.
+ * row, against aw * (block lanes) multiply-adds per pair in the GEMMs; blocks may be
+ * larger in this mode (winograd.py _raw_plan) to serve more lanes per transform.
  */
 #ifndef MONOLIB_WINOGRAD_H
 #define MONOLIB_WINOGRAD_H
@@ -52,7 +53,8 @@
 
 typedef void (*ml_wino_in_fn)(const float* b, int64_t rs, int64_t ps, float* v, int64_t xs);
 typedef void (*ml_wino_out_fn)(const float* m, int64_t xs, float bias, ml_vf* y);
-typedef void (*ml_wino_w_fn)(const float* g, int64_t ts, float* u, int64_t xs, int64_t k);
+typedef void (*ml_wino_w_fn)(const float* g, int64_t ts, float* u, int64_t xs, int64_t k,
+                             int64_t n);
 
 /* One Winograd convolution of one image. A block is bh x bw tiles of the grid (fewer at
  * the bottom and right edges); its tiles are GEMM columns r*bwp + c, each block row
@@ -361,8 +363,7 @@ static void ml_wino_task(void* ctx, int64_t task, void* scratch) {
             int64_t u0 = 0;
             if (a->wt) {
                 if (xi % a->aw == 0) /* the next row of U */
-                    for (int64_t j = 0; j < n; j += ML_VW)
-                        a->wt(a->u + cb * C + j, a->u_stride, Ut + j, uxs, xi / a->aw);
+                    a->wt(a->u + cb * C, a->u_stride, Ut, uxs, xi / a->aw, n);
                 u = Ut + (xi % a->aw) * uxs;
                 u0 = cb;
             }

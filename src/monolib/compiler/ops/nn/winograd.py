@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -326,9 +326,10 @@ def weight_function(ctx: EmitContext, th: Transforms, tw: Transforms) -> str:
     ``winograd.h``) as a helper: row ``k`` of ``U = G_h g G_w^T`` (elements ``xi = k *
     alpha_w + l``) of ML_VW kernels side by side.
 
-    It loads tap ``(i, j)`` of the ML_VW kernels as one vector at ``g + (i*r_w + j)*ts``
-    (:func:`pack_raw`'s layout; only the taps row ``k`` of G_h needs) and stores element
-    ``(k, l)`` of their transforms at ``u + l*xs``: a pass holds one row of U at a time
+    For ``q < n`` in steps of ML_VW it loads tap ``(i, j)`` of ML_VW kernels as one vector
+    at ``g + q + (i*r_w + j)*ts`` (:func:`pack_raw`'s layout; only the taps row ``k`` of
+    G_h needs) and stores element ``(k, l)`` of their transforms at ``u + q + l*xs``, the
+    loop inside each case of ``k``: a pass holds one row of U at a time
     (``alpha_w`` of ``alpha_h * alpha_w`` matrices), small enough for L2. G's fractions
     are float32 constants (the stored-transform path computes them in float64: the two
     differ by an ulp or so of U).
@@ -343,22 +344,23 @@ def weight_function(ctx: EmitContext, th: Transforms, tw: Transforms) -> str:
     body = [
         f"/* F({th.m}x{tw.m}, {rh}x{rw}) weight transform: row k of U = G_h g G_w^T */",
         f"static void {name}(const float* restrict g, int64_t ts, float* restrict u,",
-        "                    int64_t xs, int64_t k) {",
+        "                    int64_t xs, int64_t k, int64_t n) {",
         "  switch (k) {",
     ]
     for k, row in enumerate(th.g):
-        body.append(f"  case {k}: {{")
+        body.append(f"  case {k}:")
+        body.append("    for (int64_t q = 0; q < n; q += ML_VW) {")
         taps = [i for i in range(rh) if row[i] != 0]
         for i in taps:
-            body += [f"    const ml_vf g{i}_{j} = *(const ml_vf*)(g + {i * rw + j} * ts);"
+            body += [f"      const ml_vf g{i}_{j} = *(const ml_vf*)(g + q + {i * rw + j} * ts);"
                      for j in range(rw)]
         for j in range(rw):  # G_h row k down each column of taps
             names = [f"g{i}_{j}" if i in taps else "0" for i in range(rh)]
-            body.append(f"    const ml_vf t{j} = {_combination(list(row), names, False)};")
-        outs = [f"*(ml_vf*)(u + {l} * xs)" for l in range(aw)]
-        body += ["    " + x for x in _apply_1d(tw.g, [f"t{j}" for j in range(rw)], outs, "r",
-                                               exact=False)]
-        body += ["    break;", "  }"]
+            body.append(f"      const ml_vf t{j} = {_combination(list(row), names, False)};")
+        outs = [f"*(ml_vf*)(u + q + {l} * xs)" for l in range(aw)]
+        body += ["      " + x for x in _apply_1d(tw.g, [f"t{j}" for j in range(rw)], outs, "r",
+                                                 exact=False)]
+        body += ["    }", "    break;"]
     body += ["  }", "}"]
     ctx.helper("\n".join(body))
     return name
@@ -411,7 +413,7 @@ PACK_LANES = 96
 #: 0.88-1.0x; 64 x 224 x 224 in blocks of 144 or 196 tiles 1.07x slower than in 96 (the
 #: cost model does not see that: ``RAW_MAX_TILES`` bounds the blocks tried).
 RAW_BLOCKS = (2, 4, 6, 8)
-RAW_MAX_TILES = 128
+RAW_MAX_TILES = 64
 RAW_PACK_SCALES = (2, 4)
 
 
@@ -569,7 +571,10 @@ def _raw_plan(rule: WinogradPlan, plan, d: dict[str, int], c_in: int,
     """The raw-weight mode's blocks: the rule's, or ``RAW_BLOCKS`` rows of blocks (2-D;
     only larger blocks, up to ``RAW_MAX_TILES`` tiles), or ``RAW_PACK_SCALES`` times the
     packed lanes, whichever has the least ``conv_cost`` time averaged over one thread
-    and two (tasks of equal work: an odd count leaves a thread idle for one)."""
+    and two, with winograd.h's split (``ml_wino_parts``): one task per block on one
+    thread; on two, two output-channel ranges per block where the blocks are fewer than
+    8 and odd (each repeating its block's input transform), and an odd task count
+    leaves a thread idle for one task."""
     big_th, big_tw = rule.tiles(d)
     if rule.pack:
         args = RAW_PACK_SCALES
@@ -579,11 +584,12 @@ def _raw_plan(rule: WinogradPlan, plan, d: dict[str, int], c_in: int,
                      if rule.block[0] < r and r * cols <= RAW_MAX_TILES)
 
     def score(p: WinogradPlan) -> float:
-        tasks = -(-big_th // p.block[0]) * -(-big_tw // p.block[1]) * p.co_split
-        if p.pack:
-            tasks = -(-big_th // p.block[0]) * p.co_split
-        two = (-(-tasks // 2)) / (tasks / 2)  # two threads: the busier one's share
-        return winograd_cost(p, d, c_in, c_out) * (1 + two) / 2
+        blocks = -(-big_th // p.block[0]) * (1 if p.pack else -(-big_tw // p.block[1]))
+        parts = 1 if blocks % 2 == 0 or blocks >= 8 else min(2, p.co_split)
+        one = winograd_cost(replace(p, co_split=1), d, c_in, c_out)
+        tasks = blocks * parts
+        two = winograd_cost(replace(p, co_split=parts), d, c_in, c_out)
+        return (one + two * -(-tasks // 2) / (tasks / 2)) / 2  # the busier thread's share
 
     return min([rule, *(plan(a) for a in sorted(args))], key=score)
 

@@ -67,6 +67,8 @@ EPI = (0.5, 1.0)  # the affine test epilogue: v * 0.5 + 1
 TILINGS = {
     "avx512_tiling": ("-DML_VW=8", "-DML_NP=2"),
     "sse_width": ("-DML_VW=4", "-DML_NP=1"),
+    # the WebAssembly micro-kernel: 2 rows a pass over the B panel (gemm.h, ML_UK_ROWS)
+    "wasm_rows": ("-DML_VW=4", "-DML_NP=1", "-DML_UK_ROWS=2"),
 }
 #: The vector widths the conv kernels do not get on an AVX2 machine: AVX-512's and SSE's.
 VECTOR_WIDTHS = {

@@ -383,9 +383,18 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
     ml_store_part(t, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
 }
 
-/* The micro-kernel: a rows x np*NR tile (rows <= MR, the first rows of an A panel) over
- * kc; b points at np panels bps floats apart. */
-ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t kc,
+/* WebAssembly engines give 16 128-bit registers (V8 on x86-64): a 6 x 16 tile is 24
+ * accumulators and spilled, as did the 4 k steps of B an unrolled k loop keeps in flight.
+ * There the micro-kernel computes a tile ML_UK_ROWS rows a pass over the B panel (which
+ * stays in L1), k not unrolled: 8 accumulators + 4 of B + a broadcast. PP-OCR rec's
+ * 480 x 480 x 480 1x1 conv in Node 20: 11-20 -> ~30 GFLOP/s. */
+#if defined(__wasm__) && !defined(ML_UK_ROWS)
+#define ML_UK_ROWS 2
+#endif
+
+/* One pass of the micro-kernel: a rows x np*NR tile (rows <= MR, the first rows of an A
+ * panel) over kc; b points at np panels bps floats apart. */
+ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int64_t kc,
                           const float* restrict a, int64_t lda, const float* restrict b,
                           int64_t bps, float* restrict c, int64_t ldc, int mr, int nr,
                           float alpha, int load_c, const float* bias_m, const float* bias_n) {
@@ -396,7 +405,11 @@ ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t 
         for (int r = 0; r < rows; ++r) ar[r] = a + (r < mr ? r : mr - 1) * lda;
     for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) acc[r][j] = (ml_vf){0};
+#if defined(ML_UK_ROWS) && defined(__clang__)
+#pragma clang loop unroll(disable)
+#elif !defined(ML_UK_ROWS)
 #pragma GCC unroll 4
+#endif
     for (int64_t k = 0; k < kc; ++k) {
         ml_vf bv[ML_NP * ML_NV];
         for (int p = 0; p < np; ++p)
@@ -409,6 +422,25 @@ ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t 
         }
     }
     ml_store_tile(np, rows, acc, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
+}
+
+/* The micro-kernel: a rows x np*NR tile, in passes of ML_UK_ROWS rows where defined
+ * (passes wholly past mr skipped: their rows are not stored). */
+ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t kc,
+                          const float* restrict a, int64_t lda, const float* restrict b,
+                          int64_t bps, float* restrict c, int64_t ldc, int mr, int nr,
+                          float alpha, int load_c, const float* bias_m, const float* bias_n) {
+#ifdef ML_UK_ROWS
+    if (rows > ML_UK_ROWS) {
+        for (int r0 = 0; r0 < rows && r0 < mr; r0 += ML_UK_ROWS)
+            ml_ukernel_pass(np, ML_UK_ROWS, araw, kc, araw ? a + r0 * lda : a + r0, lda, b, bps,
+                            c + r0 * ldc, ldc, ML_MIN(mr - r0, ML_UK_ROWS), nr, alpha, load_c,
+                            bias_m ? bias_m + r0 : bias_m, bias_n);
+        return;
+    }
+#endif
+    ml_ukernel_pass(np, rows, araw, kc, a, lda, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m,
+                    bias_n);
 }
 
 /* The micro-kernel specialised for the row count of the tile (short last panels do not

@@ -1,13 +1,14 @@
 """monolib's ``.wasm`` vs onnxruntime-web in one headless Chromium (issue 17).
 
     python bench/wasm.py [--models cls,rec,det] [--rounds 3] [--reps 20]
-                         [--ort-version 1.23.2] [--work ~/.cache/monolib/wasm-bench]
+                         [--ort-version 1.23.2] [--work ~/.cache/monolib/wasm-bench] [--reuse]
                          [--out bench/WASM.md]
 
 PP-OCR's classifier (1x3x48x192), recognizer (1x3x48x320) and detector (1x3x320x320),
-each compiled once with ``monolib compile --target "c -mtriple=wasm32-wasi"`` (kept in
-``--work``), against the same ``.onnx`` in onnxruntime-web (npm, installed with ``npm
-install`` into ``~/.cache/monolib/npm``, never committed; its wasm execution provider:
+each compiled with ``monolib compile --target "c -mtriple=wasm32-wasi"`` into ``--work``
+(``--reuse``: the files already there), against the same ``.onnx`` in onnxruntime-web
+(npm, installed with ``npm install`` into ``~/.cache/monolib/npm``, never committed; its
+wasm execution provider:
 SIMD, ``numThreads = 1``, graph optimization "all"). One Chromium (the flags of the tests)
 opens a page per job from a localhost ``http.server``; each job is a fresh document (no
 HTTP cache: ``no-store``), so its first result is cold: import of the JavaScript (monolib.mjs
@@ -44,7 +45,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "wasm"))
-from conftest import CHROMIUM_FLAGS, MJS, TEXT, serve_dir  # noqa: E402
+from conftest import CHROMIUM_FLAGS, MJS, TEXT, serve_dir
 
 __all__ = ["MODELS", "build", "main", "ort_dist", "run_jobs", "summarize", "write_md"]
 
@@ -116,13 +117,14 @@ def ort_dist(version: str) -> Path:
     return pkg / "dist"
 
 
-def build(name: str, work: Path) -> Path:
-    """The ``.wasm`` of MODELS[name] (built once into ``work`` by the CLI)."""
+def build(name: str, work: Path, reuse: bool = False) -> Path:
+    """The ``.wasm`` of MODELS[name], built into ``work`` by the CLI (unchanged units come
+    from monolib's object cache); ``reuse``: keep a file already there."""
     from monolib.models import fetch_model
 
     key, shape = MODELS[name]
     out = work / f"{name}.wasm"
-    if not out.exists():
+    if not (reuse and out.exists()):
         cmd = [sys.executable, "-m", "monolib.cli", "compile", str(fetch_model(key)), "-o",
                str(out.with_suffix("")), "--shape", "x=" + ",".join(map(str, shape)),
                "--target", "c -mtriple=wasm32-wasi"]
@@ -191,6 +193,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ort-version", default="1.23.2")
     ap.add_argument("--work", default=str(Path.home() / ".cache" / "monolib" / "wasm-bench"))
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--reuse", action="store_true", help="keep the .wasm files in --work")
     ap.add_argument("--out", default=str(ROOT / "bench" / "WASM.md"))
     args = ap.parse_args(argv)
     from monolib.models import fetch_model
@@ -207,7 +210,7 @@ def main(argv=None) -> int:
     (www / "bench.html").write_text(PAGE)
     inputs = {}
     for n in names:
-        (www / f"{n}.wasm").symlink_to(build(n, work))
+        (www / f"{n}.wasm").symlink_to(build(n, work, args.reuse))
         (www / f"{n}.onnx").symlink_to(fetch_model(MODELS[n][0]))
         inputs[n] = make_input(n)
         (www / f"{n}.bin").write_bytes(inputs[n].tobytes())
@@ -265,11 +268,11 @@ def summarize(names, results, work, dist) -> list[dict]:
 def write_md(out, rows, args, seconds) -> None:
     """Write the latency / first-result and size tables of ``rows`` to ``out``."""
     ver = subprocess.run([os.environ.get("CHROMIUM", "/usr/bin/chromium"), "--version"],
-                         capture_output=True, text=True).stdout.strip()
+                         capture_output=True, text=True, check=False).stdout.strip()
     load = os.getloadavg()
     lines = [
         "# WebAssembly: monolib's `.wasm` vs onnxruntime-web (issue 17)", "",
-        f"`python bench/wasm.py --rounds {args.rounds} --reps {args.reps}` "
+        (f"`python bench/wasm.py --rounds {args.rounds} --reps {args.reps}` "
         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}): {ver}, headless, one "
         f"process; onnxruntime-web {args.ort_version} (wasm EP, SIMD, numThreads 1); "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
@@ -277,9 +280,9 @@ def write_md(out, rows, args, seconds) -> None:
         "the rounds' median run (min: the fastest run of all rounds, what a loaded machine "
         "disturbs least); first result: fresh page, JS import + fetch + compile + "
         "instantiate (+ ORT session) + first run, median of the rounds. Targets: latency "
-        "<= 1.0x, first result <= 0.5x.", "",
-        "| model | input | monolib ms | ORT-web ms | ratio | min: monolib | ORT-web | ratio | "
-        "first result monolib ms | ORT-web ms | ratio | max abs diff |",
+        "<= 1.0x, first result <= 0.5x."), "",
+        ("| model | input | monolib ms | ORT-web ms | ratio | min: monolib | ORT-web | ratio | "
+         "first result monolib ms | ORT-web ms | ratio | max abs diff |"),
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(
@@ -289,8 +292,8 @@ def write_md(out, rows, args, seconds) -> None:
             f"{r['monolib_first']:.0f} | "
             f"{r['ort_first']:.0f} | {r['monolib_first'] / r['ort_first']:.2f}x | "
             f"{r['maxdiff']:.1e} |")
-    lines += ["", "Sizes (bytes; gzip -6 in parentheses). ORT-web: ort-wasm-simd-threaded.wasm "
-              "+ ort.wasm.min.mjs + ort-wasm-simd-threaded.mjs + the .onnx.", "",
+    lines += ["", ("Sizes (bytes; gzip -6 in parentheses). ORT-web: ort-wasm-simd-threaded.wasm "
+                   "+ ort.wasm.min.mjs + ort-wasm-simd-threaded.mjs + the .onnx."), "",
               "| model | .onnx | monolib .wasm | ORT-web total | ratio |",
               "|---|---:|---:|---:|---:|"]
     for r in rows:

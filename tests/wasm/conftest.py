@@ -121,7 +121,7 @@ def serve_dir(root: Path, on_post):
             self.send_header("Cache-Control", "no-store")
             super().end_headers()
 
-        def do_POST(self):  # noqa: N802  (http.server's spelling)
+        def do_POST(self):  # http.server's spelling
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             answer = on_post(self.path, body) or b""
             self.send_response(200)

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,14 +170,14 @@ def test_node_checks_the_signature_before_compiling(node, wasm_lib, cls_input, t
     _, pub = generate_keypair(str(tmp_path / "key"))
     _, other = generate_keypair(str(tmp_path / "other"))
     sig = sign_file(str(lib), str(tmp_path / "key"))
-    pem = open(pub).read()
+    pem = Path(pub).read_text()
     # default signature: model path + ".sig"; a PEM public key as `monolib keygen` writes
     _check_cls(_node(node, _spec(lib, up_file, up.shape, publicKey=pem), tmp_path, "ok"), up, True)
-    doc = json.loads(open(sig).read())
+    doc = json.loads(Path(sig).read_text())
     raw_hex = doc["public_key"]  # the 32 raw bytes, hex, work too
     _check_cls(_node(node, _spec(lib, up_file, up.shape, publicKey=raw_hex, signature=sig),
                      tmp_path, "raw"), up, True)
-    refused = _node(node, _spec(lib, up_file, up.shape, publicKey=open(other).read()), tmp_path,
+    refused = _node(node, _spec(lib, up_file, up.shape, publicKey=Path(other).read_text()), tmp_path,
                     "other")["loadError"]
     assert "which is not the trusted key" in refused["message"]
     forged = dict(doc, signature=base64.b64encode(bytes(64)).decode())
@@ -234,16 +235,15 @@ def test_chromium_cls_and_rec_match_onnxruntime(chromium, wasm_lib, cls_input, r
     assert cls["afterTrap"] is True
     # the recognizer, its signature checked by the browser's WebCrypto Ed25519 first
     rec = _chromium(files, {**_spec("rec.wasm", "rec.bin", x.shape), "mjs": "./monolib.mjs",
-                            "publicKey": open(pub).read()}, tmp_path / "rec")
+                            "publicKey": Path(pub).read_text()}, tmp_path / "rec")
     _check_rec(rec, x)
 
 
-def test_node_gives_the_wasi_imports_a_module_asks_for(node, cls_input, tmp_path):
+def test_node_gives_the_wasi_imports_a_module_asks_for(node, tmp_path):
     """A module importing fd_write, environ_*, random_get, clock_time_get, proc_exit...
     (wasi_probe.c, built with zig like a model) runs on monolib.mjs's WASI shim: its
     stderr reaches the console, an empty environment, random bytes, a ticking clock."""
     pytest.importorskip("ziglang")
-    (up, up_file), _ = cls_input
     lib = tmp_path / "probe.wasm"
     exports = [f"-Wl,--export={s}" for s in ("monolib_open", "monolib_last_error",
                                               "monolib_run_model", "malloc", "free")]

@@ -149,8 +149,11 @@ def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
     for key, val in bsrc.items():
         lines.append(f"  ga_.b.{key} = {val};")
     n = _int_literal(fields["N"])
-    if "a_raw" not in fields and fields.get("a", "0") != "0" and (n is None or 0 < n % NR <= GEMV_NMAX):
-        lines.append("  ga_.tail = ml_gemm_tail_cols;")  # only libraries with such a tail compile it
+    # only libraries with such a tail compile it; never for a run-time N (a batch folded
+    # into the columns): its sums run in another order than the micro-kernel's, so a
+    # column's bits would change with the batch size that makes it part of the tail
+    if "a_raw" not in fields and fields.get("a", "0") != "0" and n is not None and 0 < n % NR <= GEMV_NMAX:
+        lines.append("  ga_.tail = ml_gemm_tail_cols;")
     # ml_sgemm_par: on the library's thread pool when the GEMM is large (gemm.h);
     # ml_sgemv_pa for a GEMV-shaped product, instantiated only where one occurs
     if gemv_shaped(fields, bsrc):

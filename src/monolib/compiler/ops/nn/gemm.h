@@ -705,12 +705,24 @@ static void ml_sgemm_impl(const ml_gemm_args* g, int small_ok) {
     }
     /* few rows against prepacked weights (a batch-1 FC layer) are memory-bound: each
      * pair of panels streams over the whole K in one pass (KC blocks read 16 KB pieces
-     * K*64 bytes apart, which the prefetcher follows poorly: 4096 x 4096 2.5 -> 2.0 ms) */
-    const int64_t kcs = small_ok && g->M < ML_MR && g->b.kind == ML_B_PACKED ? g->K : ML_KC;
+     * K*64 bytes apart, which the prefetcher follows poorly: 4096 x 4096 2.5 -> 2.0 ms),
+     * still summed in KC blocks into C: the same bits as the loop below for any M, so a
+     * row's result does not depend on the batch it came in */
+    if (small_ok && g->M < ML_MR && g->b.kind == ML_B_PACKED && g->K > ML_KC) {
+        const int64_t bps = g->b.k_total * ML_NR;
+        for (int64_t jc = g->n_begin; jc < g->n_end; jc += ML_NP * ML_NR) {
+            int64_t nc = ML_MIN(ML_NP * ML_NR, g->n_end - jc);
+            for (int64_t pc = 0; pc < g->K; pc += ML_KC)
+                ml_gemm_block(g, 0, g->M, pc, ML_MIN(ML_KC, g->K - pc), jc, nc,
+                              g->b.p + (jc / ML_NR) * bps + pc * ML_NR, bps);
+            if (g->epi) ml_gemm_epilogue(g, 0, g->M, jc, jc + nc);
+        }
+        return;
+    }
     for (int64_t jc = g->n_begin; jc < g->n_end; jc += ML_NC) {
         int64_t nc = ML_MIN(ML_NC, g->n_end - jc);
-        for (int64_t pc = 0; pc < g->K; pc += kcs) {
-            int64_t kc = ML_MIN(kcs, g->K - pc);
+        for (int64_t pc = 0; pc < g->K; pc += ML_KC) {
+            int64_t kc = ML_MIN(ML_KC, g->K - pc);
             const float* bp;
             int64_t bps;
             if (g->b.kind == ML_B_PACKED) {

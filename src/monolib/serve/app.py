@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 #: a request body above this is refused with 413 before it is read whole
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 _JSON = {"content-type": "application/json"}
+#: requests a multi-model application's router holds at once (it only forwards them)
+ROUTER_MAX_ONGOING = 1024
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -308,7 +310,9 @@ def deployment(path_or_paths: Any, *, replicas: int = 1, threads: int = 1,
                                digest=file_digest(p), max_body_bytes=max_body_bytes))
     if len(bound) == 1:
         return bound[0]
+    # the router only forwards: the models' bounds are the ones that hold (503 with the
+    # protocol's error body from the router when a model's queue is full)
     router = Router.options(name="router", ray_actor_options={"num_cpus": 0},
-                            max_ongoing_requests=max(64, 2 * len(bound) * 16),
-                            max_queued_requests=max_queued_requests)
+                            max_ongoing_requests=ROUTER_MAX_ONGOING,
+                            max_queued_requests=max(128, max_queued_requests))
     return router.bind(list(models), *bound, max_body_bytes=max_body_bytes)

@@ -26,6 +26,7 @@ _LAZY = {"deployment": ".app", "run": ".runner", "Predictor": ".predictor"}
 
 
 def __getattr__(name: str) -> Any:
+    """``deployment``, ``run`` and ``Predictor``, imported (with Ray) on first use."""
     where = _LAZY.get(name)
     if where is None:
         raise AttributeError(f"module 'monolib.serve' has no attribute {name!r}")

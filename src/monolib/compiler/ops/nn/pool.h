@@ -68,6 +68,8 @@ ML_AVX_FN __m256 _mm256_castsi256_ps(__m256i a) { return (__m256)a; }
     ((__m256d)__builtin_ia32_permdf256((__v4df)(__m256d)(X), (int)(M)))
 #elif defined(__AVX__)
 #include <immintrin.h>
+#elif defined(__wasm_simd128__)
+#include <wasm_simd128.h>
 #endif
 
 #define ML_POOL_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -272,6 +274,28 @@ static inline void ml_pool2d_interior(const ml_pool2d_args* a, const float* x, f
             ML_POOL_BLOCKS(_mm256_max_ps, _mm256_set1_ps(-INFINITY))
         } else {
             ML_POOL_BLOCKS(_mm256_add_ps, _mm256_setzero_ps())
+        }
+        return;
+    }
+#elif defined(__wasm_simd128__)
+    /* 4 outputs at a time (the last 4 overlap the ones before), taps summed in
+     * ml_pool2d_one's order; stride 2 takes the even taps of p[0..6] (two loads, one
+     * shuffle). Scalar, PP-OCR cls's 2x2/2 max pool took 7% of the model in V8. */
+    const float* xi = x - a->PL;
+    if ((s == 1 || s == 2) && hi - lo >= 4) {
+        const int mx = a->is_max;
+        for (; ow < hi; ow += 4) {
+            if (ow + 4 > hi) ow = hi - 4;
+            v128_t c = wasm_f32x4_splat(mx ? -INFINITY : 0.0f);
+            for (int64_t r = r0; r < r1; ++r)
+                for (int64_t k = 0; k < KW; ++k) {
+                    const float* p = xi + r * W + ow * s + k;
+                    v128_t v = s == 1 ? wasm_v128_load(p)
+                                      : wasm_i32x4_shuffle(wasm_v128_load(p), wasm_v128_load(p + 3),
+                                                           0, 2, 5, 7);
+                    c = mx ? wasm_f32x4_pmax(v, c) : wasm_f32x4_add(c, v);
+                }
+            wasm_v128_store(y + ow, c);
         }
         return;
     }

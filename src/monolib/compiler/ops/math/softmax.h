@@ -3,9 +3,10 @@
  *
  * Each row of n elements: m = max(x); Softmax y = exp(x - m) / sum(exp(x - m)),
  * LogSoftmax y = (x - m) - log(sum(exp(x - m))) (the ONNX operator specs, computed the
- * stable way). The exp loop calls ml_expf (vmath.h) on a contiguous row with no aliasing
- * question left to the compiler (restrict, or one pointer when the output overwrites the
- * input), so gcc vectorizes it.
+ * stable way). The exp loop (ml_expf's method for x <= 0 with one scaling, subnormal
+ * results flushed to 0) also sums the row, so a row is read three times, not four; it
+ * vectorizes in place too (the output may overwrite the input). 1 thread, Zen 4, one
+ * C harness (before -> after): 40 rows of 18710 423 -> 236 us, 6144 rows of 64 366 -> 304.
  */
 #ifndef MONOLIB_SOFTMAX_H
 #define MONOLIB_SOFTMAX_H
@@ -20,29 +21,90 @@ typedef struct {
     int log;
 } ml_softmax_args;
 
+/* the ISA's vector (wider ones are split badly: 4.4x slower than scalar code on AVX2) */
+#if defined(__AVX512F__)
+#define ML_SM_VL 16
+#elif defined(__AVX__)
+#define ML_SM_VL 8
+#else
+#define ML_SM_VL 4
+#endif
+typedef float ml_sm_vf __attribute__((vector_size(ML_SM_VL * 4), aligned(4)));
+typedef int32_t ml_sm_vi __attribute__((vector_size(ML_SM_VL * 4), aligned(4)));
+
 /* max of x[0..n), -INFINITY for n == 0. NaNs are skipped (a plain compare-select that
    vectorizes; math_reduce.h's ml_rmax_f32 keeps them at ~3x the cost): a NaN in a row
    still makes the whole row NaN, through exp(NaN - m) in the sum. */
 static inline float ml_sm_max_f32(const float* x, int64_t n) {
-    float acc[ML_RED_LANES];
-    for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = -INFINITY;
+    /* a long row in explicit vectors, four chains: gcc left the lane loop of the array
+     * form unvectorized there, and one chain waits on each compare-select (40 rows of
+     * 18710: 103 us, 78 with one vector chain, 42 with four) */
+    if (n < 16 * ML_SM_VL) {  /* a short row: the fold of four chains would cost more */
+        float a1[ML_RED_LANES];
+        for (int j = 0; j < ML_RED_LANES; ++j) a1[j] = -INFINITY;
+        int64_t i = 0;
+        for (; i + ML_RED_LANES <= n; i += ML_RED_LANES)
+            for (int j = 0; j < ML_RED_LANES; ++j) a1[j] = x[i + j] > a1[j] ? x[i + j] : a1[j];
+        float m = -INFINITY;
+        for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+        for (int j = 0; j < ML_RED_LANES; ++j) m = a1[j] > m ? a1[j] : m;
+        return m;
+    }
+    ml_sm_vf acc[4];
+    for (int c = 0; c < 4; ++c)
+        for (int j = 0; j < ML_SM_VL; ++j) acc[c][j] = -INFINITY;
     int64_t i = 0;
-    for (; i + ML_RED_LANES <= n; i += ML_RED_LANES)
-        for (int j = 0; j < ML_RED_LANES; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    for (; i + 4 * ML_SM_VL <= n; i += 4 * ML_SM_VL)
+        for (int c = 0; c < 4; ++c) {
+            const ml_sm_vf v = *(const ml_sm_vf*)(x + i + c * ML_SM_VL);
+            const ml_sm_vi gt = v > acc[c];
+            acc[c] = (ml_sm_vf)(((ml_sm_vi)v & gt) | ((ml_sm_vi)acc[c] & ~gt));
+        }
     float m = -INFINITY;
     for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-    for (int j = 0; j < ML_RED_LANES; ++j) m = acc[j] > m ? acc[j] : m;
+    for (int c = 0; c < 4; ++c)
+        for (int j = 0; j < ML_SM_VL; ++j) m = acc[c][j] > m ? acc[c][j] : m;
     return m;
 }
 
-/* dst[j] = exp(src[j] - m) */
-static inline void ml_sm_exp_f32(float* restrict dst, const float* restrict src, int64_t n,
-                                 float m) {
-    for (int64_t j = 0; j < n; ++j) dst[j] = ml_expf(src[j] - m);
+/* exp(x) for x <= 0 (an element minus its row's max): ml_expf's reduction and
+ * polynomial with one power-of-two scaling (n in [-126, 0]), the same bits as ml_expf
+ * down to -87.33; below, where exp is subnormal (< 1.2e-38), 0. NaN stays NaN. */
+static inline float ml_sm_expneg(float x) {
+    const float xc = x < -87.33f ? -87.33f : x;
+    const float k = xc * 1.44269504f + 12582912.0f;
+    const float nf = k - 12582912.0f;
+    float r = xc - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    float p = 0.0013811662793159485f;
+    p = p * r + 0.008370134979486465f;
+    p = p * r + 0.04166852682828903f;
+    p = p * r + 0.16666509211063385f;
+    p = p * r + 0.4999999403953552f;
+    p = 1.0f + (r + r * r * p);
+    const int32_t ni = (int32_t)(ml_bits_from_f32(k) - 0x4B400000u);
+    const float e = p * ml_f32_from_bits((uint32_t)(ni + 127) << 23);
+    return x < -87.33f ? 0.0f : e;
 }
 
-static inline void ml_sm_exp_inplace_f32(float* y, int64_t n, float m) {
-    for (int64_t j = 0; j < n; ++j) y[j] = ml_expf(y[j] - m);
+/* dst[j] = exp(src[j] - m); returns their sum, added in ml_rsum_f32's order (lanes,
+ * tail, then the lanes into the tail) so the result is the same as a separate pass */
+static inline float ml_sm_exp_f32(float* dst, const float* src, int64_t n, float m) {
+    float acc[ML_RED_LANES] = {0};
+    int64_t i = 0;
+    for (; i + ML_RED_LANES <= n; i += ML_RED_LANES)
+        for (int j = 0; j < ML_RED_LANES; ++j) {
+            const float e = ml_sm_expneg(src[i + j] - m);
+            dst[i + j] = e;
+            acc[j] += e;
+        }
+    float s = 0.0f;
+    for (; i < n; ++i) {
+        dst[i] = ml_sm_expneg(src[i] - m);
+        s += dst[i];
+    }
+    for (int j = 0; j < ML_RED_LANES; ++j) s += acc[j];
+    return s;
 }
 
 static inline void ml_sm_scale_f32(float* y, int64_t n, float s) {
@@ -71,15 +133,11 @@ static void ml_softmax_task_f32(void* args, int64_t t, void* scratch) {
         float* y = a->y + r * n;
         const float m = ml_sm_max_f32(x, n);
         if (a->log) {
-            float* e = (float*)scratch;
-            ml_sm_exp_f32(e, x, n, m);
-            const float ls = logf(ml_rsum_f32(e, n));
+            const float ls = logf(ml_sm_exp_f32((float*)scratch, x, n, m));
             if (y == x) ml_sm_shift_inplace_f32(y, n, m, ls);
             else ml_sm_shift_f32(y, x, n, m, ls);
         } else {
-            if (y == x) ml_sm_exp_inplace_f32(y, n, m);
-            else ml_sm_exp_f32(y, x, n, m);
-            ml_sm_scale_f32(y, n, 1.0f / ml_rsum_f32(y, n));
+            ml_sm_scale_f32(y, n, 1.0f / ml_sm_exp_f32(y, x, n, m));
         }
     }
 }

@@ -62,8 +62,9 @@ NS_WINO_OUT = 0.476
 #: per transformed element and (output, input) channel pair of the raw-weight mode's
 #: weight transform, once per block of tiles (measured on this 2-core AVX-512 EPYC: raw
 #: minus stored time of 3x3 convs of 64-512 channels, 7 to 224 pixels a side, where
-#: both use the same blocks: 0.01-0.08 on a loaded machine, median about 0.04)
-NS_WINO_W = 0.04
+#: both use the same blocks: 0.06 with the rule's 16-tile blocks of 56 x 56 images,
+#: 0.01-0.04 with blocks of 64 tiles and more, on a loaded machine)
+NS_WINO_W = 0.06
 #: columns a GEMM's tail of 1 to GEMV_NMAX columns past its panels costs like: the tail
 #: kernel streams all of A again for them (0.3-0.7 ns per float of A, timed on the 1x1
 #: convs of 7x7 and 14x14 maps of 256-2048 channels, Zen 4: 49 columns ran like 68,

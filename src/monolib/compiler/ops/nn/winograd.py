@@ -414,6 +414,10 @@ PACK_LANES = 96
 #: cost model does not see that: ``RAW_MAX_TILES`` bounds the blocks tried).
 RAW_BLOCKS = (2, 4, 6, 8)
 RAW_MAX_TILES = 64
+#: Input channels from which raw blocks may take twice ``RAW_MAX_TILES``: there the
+#: stored path streams a U larger than L2 for every block, and fewer, larger blocks win
+#: (256 -> 256 at 56x56 in two blocks of 112 tiles: 0.76-0.92x the stored time).
+RAW_WIDE_CIN = 128
 RAW_PACK_SCALES = (2, 4)
 
 
@@ -573,25 +577,42 @@ def _raw_plan(rule: WinogradPlan, plan, d: dict[str, int], c_in: int,
     packed lanes, whichever has the least ``conv_cost`` time averaged over one thread
     and two, with winograd.h's split (``ml_wino_parts``): one task per block on one
     thread; on two, two output-channel ranges per block where the blocks are fewer than
-    8 and odd (each repeating its block's input transform), and an odd task count
-    leaves a thread idle for one task."""
+    8 and odd (each repeating its block's input transform), the tasks taken in order by
+    whichever thread is free (a short last block, or an odd count, idles one)."""
     big_th, big_tw = rule.tiles(d)
     if rule.pack:
         args = RAW_PACK_SCALES
     else:
         cols = rule.block[1]
+        most = RAW_MAX_TILES * (2 if c_in >= RAW_WIDE_CIN else 1)
         args = tuple(r for r in {-(-big_th // nb) for nb in RAW_BLOCKS}
-                     if rule.block[0] < r and r * cols <= RAW_MAX_TILES)
+                     if rule.block[0] < r and r * cols <= most)
 
     def score(p: WinogradPlan) -> float:
-        blocks = -(-big_th // p.block[0]) * (1 if p.pack else -(-big_tw // p.block[1]))
+        rows = _sizes(big_th, p.block[0])
+        widths = [1] if p.pack else _sizes(big_tw, p.block[1])
+        blocks = len(rows) * len(widths)
         parts = 1 if blocks % 2 == 0 or blocks >= 8 else min(2, p.co_split)
         one = winograd_cost(replace(p, co_split=1), d, c_in, c_out)
-        tasks = blocks * parts
         two = winograd_cost(replace(p, co_split=parts), d, c_in, c_out)
-        return (one + two * -(-tasks // 2) / (tasks / 2)) / 2  # the busier thread's share
+        tasks = [r * c / parts for r in rows for c in widths for _ in range(parts)]
+        return (one + two * _busier_share(tasks)) / 2
 
     return min([rule, *(plan(a) for a in sorted(args))], key=score)
+
+
+def _sizes(n: int, step: int) -> list[int]:
+    """Lengths of the pieces of ``n`` cut every ``step``."""
+    return [min(step, n - i) for i in range(0, n, step)]
+
+
+def _busier_share(tasks: list[float]) -> float:
+    """The busier of two threads' work, taking ``tasks`` in order as each frees, over
+    half the total (1.0: balanced)."""
+    t = [0.0, 0.0]
+    for w in tasks:
+        t[t.index(min(t))] += w
+    return max(t) / (sum(tasks) / 2)
 
 
 def _pack_wins(grid: tuple[int, int], tw: Transforms) -> bool:

@@ -231,6 +231,8 @@ def main(argv=None) -> int:
         for e in errors:
             print("error:", e["job"]["runtime"], e["job"]["name_"], e["error"], file=sys.stderr)
         return 1
+    (work / "results.json").write_text(json.dumps(
+        [{k: v for k, v in r.items() if k != "out"} for r in results]))  # raw times, not committed
     rows = summarize(names, results, work, dist)
     write_md(args.out, rows, args, time.time() - t0)
     print(Path(args.out).read_text())
@@ -254,11 +256,17 @@ def summarize(names, results, work, dist) -> list[dict]:
                        "lat_min": float(min(min(r["times"]) for r in rs)),
                        "first": float(np.median([r["firstMs"] for r in rs]))}
             outs[rt] = np.frombuffer(base64.b64decode(rs[0]["out"]), np.float32)
+        # each round's two jobs ran next to each other: the ratio of their medians is the
+        # estimate least moved by load that comes and goes between rounds
+        med = {(r["job"]["runtime"], r["job"]["round"]): np.median(r["times"])
+               for r in results if r["job"]["name_"] == n}
+        rounds = sorted({k[1] for k in med})
+        paired = float(np.median([med["monolib", i] / med["ort", i] for i in rounds]))
         onnx = Path(fetch_model(MODELS[n][0]))
         wasm = work / f"{n}.wasm"
         rows.append({"name": n, "shape": "x".join(map(str, MODELS[n][1])), **{
             f"{rt}_{k}": v for rt, d in per.items() for k, v in d.items()},
-            "maxdiff": float(np.abs(outs["monolib"] - outs["ort"]).max()),
+            "paired": paired, "maxdiff": float(np.abs(outs["monolib"] - outs["ort"]).max()),
             "wasm": wasm.stat().st_size, "wasm_gz": gz(wasm),
             "ort_total": ort_js + onnx.stat().st_size, "ort_total_gz": ort_js_gz + gz(onnx),
             "onnx": onnx.stat().st_size})
@@ -277,17 +285,19 @@ def write_md(out, rows, args, seconds) -> None:
         f"process; onnxruntime-web {args.ort_version} (wasm EP, SIMD, numThreads 1); "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
         f"{load[0]:.0f}-{load[2]:.0f} while it ran ({seconds:.0f} s). Latency: median of "
-        "the rounds' median run (min: the fastest run of all rounds, what a loaded machine "
-        "disturbs least); first result: fresh page, JS import + fetch + compile + "
+        "the rounds' median run; paired ratio: median over rounds of monolib's median / "
+        "ORT-web's median in that round (the two jobs ran back to back); min: the fastest "
+        "run of all rounds; first result: fresh page, JS import + fetch + compile + "
         "instantiate (+ ORT session) + first run, median of the rounds. Targets: latency "
         "<= 1.0x, first result <= 0.5x."), "",
-        ("| model | input | monolib ms | ORT-web ms | ratio | min: monolib | ORT-web | ratio | "
-         "first result monolib ms | ORT-web ms | ratio | max abs diff |"),
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        ("| model | input | monolib ms | ORT-web ms | ratio | paired ratio | min: monolib | "
+         "ORT-web | ratio | first result monolib ms | ORT-web ms | ratio | max abs diff |"),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(
             f"| {r['name']} | {r['shape']} | {r['monolib_lat']:.2f} | {r['ort_lat']:.2f} | "
-            f"{r['monolib_lat'] / r['ort_lat']:.2f}x | {r['monolib_lat_min']:.2f} | "
+            f"{r['monolib_lat'] / r['ort_lat']:.2f}x | {r['paired']:.2f}x | "
+            f"{r['monolib_lat_min']:.2f} | "
             f"{r['ort_lat_min']:.2f} | {r['monolib_lat_min'] / r['ort_lat_min']:.2f}x | "
             f"{r['monolib_first']:.0f} | "
             f"{r['ort_first']:.0f} | {r['monolib_first'] / r['ort_first']:.2f}x | "

@@ -47,6 +47,16 @@ class WasiExit extends Error {
   }
 }
 
+// WebCrypto: the global in browsers and Node >= 19; node:crypto's in Node 18 (there the
+// global needs --experimental-global-webcrypto). null without it (an insecure page).
+let webcrypto = null;
+async function getCrypto() {
+  if (webcrypto) return webcrypto;
+  if (globalThis.crypto && globalThis.crypto.subtle) webcrypto = globalThis.crypto;
+  else if (isNode) webcrypto = (await import("node:crypto")).webcrypto;
+  return webcrypto;
+}
+
 // ------------------------------------------------------------------------ bytes in
 async function readBytes(src) {
   if (src instanceof ArrayBuffer) return new Uint8Array(src);
@@ -103,7 +113,8 @@ function b64decode(s) {
 // PEM (SubjectPublicKeyInfo, what `monolib keygen` writes to key.pub), 32 raw bytes, or
 // a CryptoKey -> a WebCrypto Ed25519 verify key and its raw bytes.
 async function importPublicKey(key) {
-  const subtle = globalThis.crypto && globalThis.crypto.subtle;
+  const wc = await getCrypto();
+  const subtle = wc && wc.subtle;
   if (!subtle) throw new MonolibError("signature check needs WebCrypto (crypto.subtle): a secure context");
   const alg = { name: "Ed25519" };
   let ck;
@@ -154,7 +165,7 @@ export async function verifySignature(bytes, signature, publicKey, where = "<byt
   if (doc.format !== SIG_FORMAT || doc.version !== 1 || doc.algorithm !== "ed25519") {
     throw new MonolibError(`${where}.sig: not a monolib ed25519 signature (format ${doc.format}, version ${doc.version})`);
   }
-  const subtle = globalThis.crypto.subtle;
+  const subtle = (await getCrypto()).subtle;
   const digest = new Uint8Array(await subtle.digest("SHA-256", bytes));
   if (doc.size !== bytes.length || hex(digest) !== String(doc.sha256).toLowerCase()) {
     throw new MonolibError(`${where}: the library does not match its signature: it was modified after signing `
@@ -238,7 +249,7 @@ function wasiImports(getMemory, names) {
     },
     random_get(p, len) {
       for (let off = 0; off < len; off += 65536) { // getRandomValues' limit per call
-        globalThis.crypto.getRandomValues(new Uint8Array(getMemory().buffer, p + off, Math.min(65536, len - off)));
+        webcrypto.getRandomValues(new Uint8Array(getMemory().buffer, p + off, Math.min(65536, len - off)));
       }
       return ESUCCESS;
     },
@@ -267,8 +278,11 @@ function wasiImports(getMemory, names) {
 }
 
 // the import object of exactly what `module` imports; anything else is refused at load
-function imports(module, getMemory) {
+async function imports(module, getMemory) {
   const wanted = WebAssembly.Module.imports(module);
+  if (wanted.some((i) => i.name === "random_get") && !(await getCrypto())) {
+    throw new MonolibError("the module imports random_get: it needs WebCrypto (crypto.getRandomValues)");
+  }
   const bad = wanted.filter((i) => i.module !== WASI || i.kind !== "function");
   if (bad.length) {
     throw new MonolibError("the module imports what monolib.mjs does not provide: "
@@ -341,7 +355,7 @@ class Model {
     m.module = module;
     let inst;
     try {
-      inst = await WebAssembly.instantiate(module, imports(module, () => m.memory));
+      inst = await WebAssembly.instantiate(module, await imports(module, () => m.memory));
     } catch (e) {
       if (e instanceof MonolibError) throw e;
       throw new MonolibError(`${where}: cannot instantiate: ${e.message}`);

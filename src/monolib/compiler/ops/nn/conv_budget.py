@@ -22,11 +22,11 @@ open to them.
 Measured (``bench/size_budget.py``, ``bench/SIZE.md``; library / weights without -> with
 the default budget, then its 1-thread CPU time against no budget, one process,
 interleaved, the least of 6 rounds on the loaded 2-core VM): VGG-19 1.97x -> 1.14x,
-0.98x; Inception v2 1.33x -> 1.17x, 1.02x; ResNet-50 1.16x -> 1.15x, 1.01x; PP-OCRv4
-det 1.34x -> 1.29x (its bound is 1.37x with the 1 MB), 1.03x (0.99x in another run: ops
-that are the same code in both libraries differ by up to 7% there); PP-OCRv6 det 1.07x
-either way. Before raw Winograd the layers left out of the budget ran direct or GEMM:
-VGG-19 1.43x, Inception v2 1.08x slower.
+0.985x; Inception v2 1.33x -> 1.17x, 1.02x; ResNet-50 1.16x -> 1.15x, 0.99x; PP-OCRv4
+det 1.34x -> 1.29x (its bound is 1.37x with the 1 MB), 0.99x; PP-OCRv6 det 1.06x either
+way, 0.98x (the same library but for one Conv: the noise). Before raw Winograd the
+layers left out of the budget ran direct or GEMM: VGG-19 1.43x, Inception v2 1.08x
+slower.
 """
 
 from __future__ import annotations

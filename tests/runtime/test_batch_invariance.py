@@ -8,7 +8,8 @@ map, N = batch) summed a few columns past the last 16-column panel with the GEMV
 (``ml_gemm_tail_cols``: 8 partial sums per row) but whole panels with the micro-kernel
 (one running sum), so a column changed bits with the batch size that put it in the tail;
 and fewer than MR rows against prepacked weights summed K in one block where more rows
-sum it in KC blocks. Each test here fails on those paths.
+sum it in KC blocks, and against a run-time B summed 8 k a pass in two partial sums.
+Each test here fails on those paths.
 """
 
 from __future__ import annotations
@@ -69,12 +70,12 @@ def _module(model, shape: tuple, tmp_path, name: str) -> monolib.GraphModule:
     return monolib.GraphModule(monolib.load_module(lib))
 
 
-def _outputs(gm: monolib.GraphModule, x: np.ndarray) -> list[np.ndarray]:
-    gm.run(x=x)
+def _outputs(gm: monolib.GraphModule, x: np.ndarray, **other) -> list[np.ndarray]:
+    gm.run(x=x, **other)
     return [gm.get_output(i).numpy().copy() for i in range(gm.get_num_outputs())]
 
 
-def _check_rows(gm: monolib.GraphModule, pool: np.ndarray, seed: int) -> None:
+def _check_rows(gm: monolib.GraphModule, pool: np.ndarray, seed: int, **other) -> None:
     """Every batch size 1..MAX_B, rows drawn at random from ``pool`` with random
     companions, at 1 and 2 threads: each output row equals that row run alone,
     bit for bit."""
@@ -83,10 +84,10 @@ def _check_rows(gm: monolib.GraphModule, pool: np.ndarray, seed: int) -> None:
     try:
         for threads in (1, 2):
             set_num_threads(threads)
-            alone = [_outputs(gm, pool[i : i + 1]) for i in range(len(pool))]
+            alone = [_outputs(gm, pool[i : i + 1], **other) for i in range(len(pool))]
             for b in range(1, MAX_B + 1):
                 idx = rng.choice(len(pool), size=b, replace=b > len(pool))
-                got = _outputs(gm, pool[idx])
+                got = _outputs(gm, pool[idx], **other)
                 for row, i in enumerate(idx):
                     for o, (g, a) in enumerate(zip(got, alone[i])):
                         assert np.array_equal(g[row], a[0]), (
@@ -103,6 +104,26 @@ def test_synthetic_graph_rows_bit_identical(tmp_path):
     # not vacuous: the batch changes the output, rows differ from each other
     y = _outputs(gm, pool[:4])[0]
     assert not np.array_equal(y[0], y[1])
+
+
+def test_rows_against_a_run_time_b_bit_identical(tmp_path):
+    """x [N, 40] @ w [40, 24], w an input: fewer than MR rows of a run-time B took the
+    few-row path (8 k a pass, two partial sums), six and more the micro-kernel."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "mm_rt",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 40]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [40, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 24])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lib = monolib.compile(model, shapes={"x": ((1, MAX_B), 40), "w": (40, 24)}).export_library(
+        str(tmp_path / "mm.so"))
+    gm = monolib.GraphModule(monolib.load_module(lib))
+    rng = np.random.default_rng(4)
+    pool = rng.standard_normal((10, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 24)).astype(np.float32)
+    _check_rows(gm, pool, seed=3, w=w)
+    np.testing.assert_allclose(_outputs(gm, pool[:MAX_B], w=w)[0], pool[:MAX_B] @ w, rtol=1e-5,
+                               atol=1e-5)
 
 
 @pytest.mark.parametrize("key,shape", [("ppocr_cls", (3, 48, 192)), ("ppocr_rec", (3, 48, 320))])

@@ -154,6 +154,8 @@ def gemm_call(fields: dict[str, str], bsrc: dict[str, str]) -> str:
     # column's bits would change with the batch size that makes it part of the tail
     if "a_raw" not in fields and fields.get("a", "0") != "0" and n is not None and 0 < n % NR <= GEMV_NMAX:
         lines.append("  ga_.tail = ml_gemm_tail_cols;")
+    if _int_literal(fields["M"]) is None and bsrc.get("kind") != "ML_B_PACKED":
+        lines.append("  ga_.fixed_order = 1;")  # rows are a batch: one order for any count
     # ml_sgemm_par: on the library's thread pool when the GEMM is large (gemm.h);
     # ml_sgemv_pa for a GEMV-shaped product, instantiated only where one occurs
     if gemv_shaped(fields, bsrc):
@@ -211,5 +213,7 @@ def batch_call(fields: dict[str, str], bsrc: dict[str, str], batch: dict[str, st
         lines.append(f"  gb_.g.b.{key} = {val};")
     for key, val in batch.items():
         lines.append(f"  gb_.{key} = {val};")
+    if _int_literal(fields["M"]) is None and bsrc.get("kind") != "ML_B_PACKED":
+        lines.append("  gb_.g.fixed_order = 1;")  # as in gemm_call
     lines += [f"  ml_sgemm_batch(&gb_, (float*){scratch});", "}"]
     return "\n".join(lines)

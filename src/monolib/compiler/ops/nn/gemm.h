@@ -119,6 +119,10 @@ typedef struct ml_gemm_args_s {
      * gemm_call where N % 16 <= 4 so that only those libraries compile it) or NULL. */
     void (*tail)(const struct ml_gemm_args_s* g, int64_t ic, int64_t mc, int64_t pc,
                  int64_t kc, int64_t n0, int rem, const float* b, int load_c);
+    /* 1 (gemm_call, M a run-time size such as a batch): never the few-row path for a
+     * run-time B, whose sums run in another order, so a row's bits do not depend on
+     * how many rows came with it */
+    int fixed_order;
 } ml_gemm_args;
 
 /* Pack rows m0..m0+M-1 of a strided A (A[m][k] = a[m*ldm + k*ldk]) into full-K panels,
@@ -699,7 +703,7 @@ static void ml_sgemm_impl(const ml_gemm_args* g, int small_ok) {
         ml_gemm_k0(g);
         return;
     }
-    if (small_ok && g->M < ML_MR && g->b.kind == ML_B_STRIDED && g->b.ldn == 1) {
+    if (small_ok && !g->fixed_order && g->M < ML_MR && g->b.kind == ML_B_STRIDED && g->b.ldn == 1) {
         ml_gemm_small_m(g);
         return;
     }

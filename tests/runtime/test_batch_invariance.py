@@ -106,6 +106,47 @@ def test_synthetic_graph_rows_bit_identical(tmp_path):
     assert not np.array_equal(y[0], y[1])
 
 
+def test_other_batched_ops_rows_bit_identical(tmp_path):
+    """A guard for the other kernels a batch runs through: depthwise Conv,
+    ConvTranspose, AveragePool, InstanceNormalization, ReduceMean / ReduceSum over an
+    inner axis, LSTM over the batch, a 3x3 Conv of 16 -> 64 channels."""
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)
+
+    def ints(name, *v):
+        return numpy_helper.from_array(np.array(v, np.int64), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "wd"], ["dw"], group=16, pads=[1, 1, 1, 1]),
+        helper.make_node("ConvTranspose", ["dw", "wt"], ["ct"], strides=[2, 2]),
+        helper.make_node("AveragePool", ["ct"], ["ap"], kernel_shape=[3, 3], strides=[2, 2]),
+        helper.make_node("InstanceNormalization", ["ap", "s", "bb"], ["inn"]),
+        helper.make_node("Reshape", ["inn", "shp"], ["r"]),
+        helper.make_node("ReduceMean", ["r", "ax2"], ["rm"], keepdims=0),
+        helper.make_node("ReduceSum", ["r", "ax1"], ["rs"], keepdims=0),
+        helper.make_node("Transpose", ["r"], ["rt"], perm=[2, 0, 1]),
+        helper.make_node("LSTM", ["rt", "W", "R", "B"], ["", "hy"], hidden_size=20),
+        helper.make_node("Transpose", ["hy"], ["h"], perm=[1, 0, 2]),
+        helper.make_node("Conv", ["x", "w3"], ["c3"], pads=[1, 1, 1, 1]),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes, "ops",
+        [helper.make_tensor_value_info("x", f, ["N", 16, 12, 12])],
+        [helper.make_tensor_value_info("rm", f, ["N", 8]),
+         helper.make_tensor_value_info("rs", f, ["N", 121]),
+         helper.make_tensor_value_info("h", f, ["N", 1, 20]),
+         helper.make_tensor_value_info("c3", f, ["N", 64, 12, 12])],
+        [w("wd", 16, 1, 3, 3), w("wt", 16, 8, 2, 2), w("s", 8), w("bb", 8),
+         ints("shp", 0, 8, -1), ints("ax2", 2), ints("ax1", 1), w("W", 1, 80, 8),
+         w("R", 1, 80, 20), w("B", 1, 160), w("w3", 64, 16, 3, 3)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    gm = _module(model, ((1, MAX_B), 16, 12, 12), tmp_path, "ops")
+    _check_rows(gm, rng.standard_normal((9, 16, 12, 12)).astype(np.float32), seed=6)
+
+
 def test_rows_against_a_run_time_b_bit_identical(tmp_path):
     """x [N, 40] @ w [40, 24], w an input: fewer than MR rows of a run-time B took the
     few-row path (8 k a pass, two partial sums), six and more the micro-kernel."""

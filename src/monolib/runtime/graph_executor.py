@@ -139,7 +139,7 @@ class GraphExecutor:
         subgraphs too big to fold) have run on this executor's params, so that
         ``monolib_run`` skips them; False before the first run and after
         ``load_params``/``share_params``. Always True for a graph without them."""
-        off = self._init_at
+        off = getattr(self, "_init_at", None)  # device executors: no run-once ops
         return off is None or bool(self.arena[off : off + 4].view(np.int32)[0])
 
     def _set_initialized(self, done: bool) -> None:
@@ -149,7 +149,7 @@ class GraphExecutor:
 
     def init_ops(self) -> list[int]:
         """Indices of the run-once fused ops (graph JSON nodes marked ``"init"``)."""
-        if self._init_at is None:
+        if getattr(self, "_init_at", None) is None:
             return []
         return [i for i, n in enumerate(self.factory.graph_json.get("nodes", [])) if n.get("init")]
 

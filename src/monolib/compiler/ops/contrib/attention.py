@@ -124,6 +124,9 @@ def _reference_core(q, k, v, pk, pv, add, scale: float):
     if pk is not None:
         k, v = np.concatenate([pk, k], axis=2), np.concatenate([pv, v], axis=2)
     x = scale * (q.astype(np.float64) @ np.swapaxes(k, 2, 3).astype(np.float64)) + add
+    # scores rounded to float32 as the kernels (and ORT) hold them: a fully masked row sits
+    # near the -10000 filter, where float32's spacing (~1e-3) is the answer's error
+    x = x.astype(np.float32).astype(np.float64)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     y = (e / e.sum(axis=-1, keepdims=True)) @ v.astype(np.float64)
     b, n, s, hv = y.shape

@@ -72,17 +72,8 @@ static inline float ml_sm_max_f32(const float* x, int64_t n) {
  * down to -87.33; below, where exp is subnormal (< 1.2e-38), 0. NaN stays NaN. */
 static inline float ml_sm_expneg(float x) {
     const float xc = x < -87.33f ? -87.33f : x;
-    const float k = xc * 1.44269504f + 12582912.0f;
-    const float nf = k - 12582912.0f;
-    float r = xc - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    float p = 0.0013811662793159485f;
-    p = p * r + 0.008370134979486465f;
-    p = p * r + 0.04166852682828903f;
-    p = p * r + 0.16666509211063385f;
-    p = p * r + 0.4999999403953552f;
-    p = 1.0f + (r + r * r * p);
-    const int32_t ni = (int32_t)(ml_bits_from_f32(k) - 0x4B400000u);
+    int32_t ni;
+    const float p = ml_exp_poly(xc, &ni);
     const float e = p * ml_f32_from_bits((uint32_t)(ni + 127) << 23);
     return x < -87.33f ? 0.0f : e;
 }

@@ -36,23 +36,31 @@ static inline uint32_t ml_bits_from_f32(float f) {
     return u;
 }
 
-static inline float ml_expf(float x) {
-    /* compare-selects (not fminf/fmaxf) so a NaN stays NaN */
-    x = x > 88.8f ? 88.8f : x;
-    x = x < -104.0f ? -104.0f : x;
+/* exp's range reduction and polynomial, shared by ml_expf and softmax's ml_sm_expneg:
+ * returns p ~ exp(x - n ln 2) for n = round(x / ln 2), which it leaves in *n (x within
+ * [-104, 88.8]; the callers clamp and scale by 2^n as their ranges need). */
+static inline __attribute__((always_inline)) float ml_exp_poly(float x, int32_t* n) {
     /* 0x1.8p23: adding it rounds x / ln 2 to an integer held in the low mantissa bits */
     const float k = x * 1.44269504f + 12582912.0f;
-    const float n = k - 12582912.0f;
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
+    const float nf = k - 12582912.0f;
+    float r = x - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
     float p = 0.0013811662793159485f;
     p = p * r + 0.008370134979486465f;
     p = p * r + 0.04166852682828903f;
     p = p * r + 0.16666509211063385f;
     p = p * r + 0.4999999403953552f;
-    p = 1.0f + (r + r * r * p);
+    *n = (int32_t)(ml_bits_from_f32(k) - 0x4B400000u);
+    return 1.0f + (r + r * r * p);
+}
+
+static inline float ml_expf(float x) {
+    /* compare-selects (not fminf/fmaxf) so a NaN stays NaN */
+    x = x > 88.8f ? 88.8f : x;
+    x = x < -104.0f ? -104.0f : x;
+    int32_t ni;
+    const float p = ml_exp_poly(x, &ni);
     /* n in [-150, 128]: each half within a normal float's exponent range */
-    const int32_t ni = (int32_t)(ml_bits_from_f32(k) - 0x4B400000u);
     const int32_t n1 = ni / 2, n2 = ni - n1;
     const float s1 = ml_f32_from_bits((uint32_t)(n1 + 127) << 23);
     const float s2 = ml_f32_from_bits((uint32_t)(n2 + 127) << 23);

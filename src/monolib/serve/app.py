@@ -40,6 +40,18 @@ logger = logging.getLogger(__name__)
 #: a request body above this is refused with 413 before it is read whole
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 _JSON = {"content-type": "application/json"}
+
+
+def _server_route(r: Any) -> tuple[int, dict, bytes] | None:
+    """The answer to a server-level route (health, server metadata), the same from a
+    model's replica and from the router; None for a model route."""
+    if r.kind in ("live", "ready"):
+        return 200, {}, b""
+    if r.kind == "server":
+        return 200, dict(_JSON), json.dumps(protocol.server_metadata(__version__)).encode()
+    return None
+
+
 #: requests a multi-model application's router holds at once (it only forwards them)
 ROUTER_MAX_ONGOING = 1024
 
@@ -161,10 +173,9 @@ class ModelServer:
         """Answer one protocol request: ``(status, headers, body)``; never raises."""
         try:
             r = protocol.route(method, path)
-            if r.kind in ("live", "ready"):
-                return 200, {}, b""
-            if r.kind == "server":
-                return 200, dict(_JSON), json.dumps(protocol.server_metadata(__version__)).encode()
+            answer = _server_route(r)
+            if answer is not None:
+                return answer
             if r.model != self.model.name or r.version not in (None, self.model.version):
                 version = f" version {r.version!r}" if r.version else ""
                 raise RequestError(f"unknown model {r.model!r}{version}: this server has "
@@ -223,10 +234,9 @@ class Router:
         """Answer or forward one protocol request: ``(status, headers, body)``."""
         try:
             r = protocol.route(method, path)
-            if r.kind in ("live", "ready"):
-                return 200, {}, b""
-            if r.kind == "server":
-                return 200, dict(_JSON), json.dumps(protocol.server_metadata(__version__)).encode()
+            answer = _server_route(r)
+            if answer is not None:
+                return answer
             handle = self.models.get(r.model)
             if handle is None:
                 raise RequestError(f"unknown model {r.model!r}: this server has "

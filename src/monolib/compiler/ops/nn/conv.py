@@ -48,6 +48,7 @@ from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, gemv_shaped, include_gemm, pack_a
 from .conv_cost import conv_costs
+from .conv_dw_blocked import dw_blocked_valid, dw_costs, emit_dw_blocked
 from .conv_pixel_rows import emit_pixel_rows, pixel_rows_valid
 from .winograd import CO_BLOCK, emit_winograd, plan_winograd
 
@@ -220,6 +221,8 @@ class Conv(OpDef):
             pick = _rule(node, d, group)
         if pick.algo == "depthwise":
             return _emit_depthwise(node, ctx, d, epi, pick.param("rows"))
+        if pick.algo == "depthwise_cb":
+            return emit_dw_blocked(node, ctx, d, epi)
         if pick.algo in ("winograd", "winograd_raw"):  # a run-time image: at its bounds
             plan = plan_winograd(node, d, group, pick.param("m"), pick.param("cob"),
                                  raw=pick.algo == "winograd_raw")
@@ -663,6 +666,11 @@ def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:
     (``conv_budget``, ``select.excluded``)."""
     x, w = node.inputs[0], node.inputs[1]
     if group == x.shape[1] == w.shape[0] and _dw_decidable(d):
+        # vectorised along W or over channels: the cheaper by dw_costs
+        if dw_blocked_valid(node, d):
+            cost = dw_costs(d, int(x.shape[1]), _dw_fast(d))
+            if cost["depthwise_cb"] < cost["depthwise"]:
+                return Candidate("depthwise_cb")
         return Candidate("depthwise", (("rows", _dw_rows(d)),) if _dw_fast(d) else ())
     costs = rule_costs(node, d, group)
     if costs is None:
@@ -742,6 +750,7 @@ def conv_candidates(
         cands += [Candidate("depthwise", (("rows", r),)) for r in (3, 4)] if fast else [
             Candidate("depthwise")
         ]
+        cands += [Candidate("depthwise_cb")] if dw_blocked_valid(node, d) else []
     for m in (2, 4):
         if plan_winograd(node, d, group, m) is not None:
             cands += [Candidate("winograd", (("m", m),)), Candidate("winograd_raw", (("m", m),))]

@@ -408,6 +408,264 @@ ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, i
     j.units(&j, 0, C * j.nb, scratch);
 }
 
+/* ---- channel-blocked depthwise convolution (ml_dwcb_conv2d) ----
+ * Vectorised over channels instead of W: for each block of ML_VW channels, a band of input
+ * rows is transposed into zero-padded scratch [rows][Wa][ML_VW] (one pixel's channels per
+ * vector; register transposes of ML_VW pixels at a time, taken over the band's rows as one
+ * flat run of pixels, so maps narrower than a vector transpose at full width), tiles of
+ * ML_DWCB_P output pixels x ML_VW channels are summed in registers (P independent sums
+ * hide the FMA latency; each tap is one weight vector times input vectors read as memory
+ * operands, the taps in run-time loops: one kernel for every window, stride, dilation),
+ * and the band's outputs are transposed back into the NCHW planes, where the epilogue
+ * runs on them. Every lane does useful work whatever the image width (a 7-wide row leaves
+ * 9 of 16 lanes idle along W) and stride 2 needs no shuffles; the transposes in and out
+ * are the price, so conv.py picks this path per signature by cost or measurement.
+ * Weights: packed by conv.py as [ceil(C/16)][KH*KW][16] (zeros past C), so any ML_VW
+ * (4, 8, 16) reads its block's taps as one vector. Channels past C in the last block read
+ * a real channel (clamped) and are never stored. */
+#define ML_DWCB_G 16     /* channels per packed weight group (a multiple of any ML_VW) */
+#define ML_DWCB_P 8      /* output pixels per tile */
+#define ML_DWCB_IN 2048  /* pixel slots of a band's transposed input rows (128 KiB at 16) */
+#define ML_DWCB_ROWS 4   /* fewest output rows of a band split for threads */
+
+typedef struct {
+    int64_t C, H, W, OH, OW, PT, PL, Wa, OWa, band, nb, chunk, epi_b;
+    int KH, KW, SH, SW, DH, DW;
+    const float *x, *wp, *bias;
+    float* y;
+    ml_epi_fn epi;
+    void* epi_out;
+} ml_dwcb_job;
+
+/* r[i][j] -> r[j][i] for an ML_VW x ML_VW block of vectors (ml_transpose16 at 16). */
+ML_INLINE void ml_dwcb_transpose(ml_vf r[ML_VW]) {
+#if ML_VW == 16
+    ml_transpose16(r);
+#elif ML_VW == 8
+    for (int i = 0; i < 4; ++i) {
+        ml_vf a = r[i], b = r[i + 4];
+        r[i] = ML_DW_SHUF2(a, b, 0, 1, 2, 3, 8, 9, 10, 11);
+        r[i + 4] = ML_DW_SHUF2(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    for (int i = 0; i < 8; ++i)
+        if (!(i & 2)) {
+            ml_vf a = r[i], b = r[i + 2];
+            r[i] = ML_DW_SHUF2(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
+            r[i + 2] = ML_DW_SHUF2(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    for (int i = 0; i < 8; i += 2) {
+        ml_vf a = r[i], b = r[i + 1];
+        r[i] = ML_DW_SHUF2(a, b, 0, 8, 2, 10, 4, 12, 6, 14);
+        r[i + 1] = ML_DW_SHUF2(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
+    }
+#else
+    for (int i = 0; i < 2; ++i) {
+        ml_vf a = r[i], b = r[i + 2];
+        r[i] = ML_DW_SHUF2(a, b, 0, 1, 4, 5);
+        r[i + 2] = ML_DW_SHUF2(a, b, 2, 3, 6, 7);
+    }
+    for (int i = 0; i < 4; i += 2) {
+        ml_vf a = r[i], b = r[i + 1];
+        r[i] = ML_DW_SHUF2(a, b, 0, 4, 2, 6);
+        r[i + 1] = ML_DW_SHUF2(a, b, 1, 5, 3, 7);
+    }
+#endif
+}
+
+/* Padded input row width (pixels) and tile-rounded output width. */
+static inline int64_t ml_dwcb_owa(int64_t OW) {
+    return (OW + ML_DWCB_P - 1) / ML_DWCB_P * ML_DWCB_P;
+}
+static inline int64_t ml_dwcb_wa(int64_t W, int64_t OW, int KW, int SW, int64_t PL, int DW) {
+    int64_t need = (ml_dwcb_owa(OW) - 1) * SW + (int64_t)(KW - 1) * DW + 1;
+    return ML_DW_MAX(need, PL + W);
+}
+/* Output rows per band: as many as keep the band's input rows within ML_DWCB_IN slots. */
+static inline int64_t ml_dwcb_band_rows(int64_t OH, int64_t Wa, int KH, int SH, int DH) {
+    int64_t rows = ML_DWCB_IN / Wa, span = (int64_t)(KH - 1) * DH + 1;
+    int64_t b = rows > span ? (rows - span) / SH + 1 : 1;
+    return ML_MIN(b, OH);
+}
+/* Floats of scratch per thread at ML_VW = 16 (the most): a band's input rows and outputs
+ * (conv.py's _dwcb_scratch_floats mirrors it). */
+static inline int64_t ml_dwcb_scratch_floats(int64_t W, int64_t OH, int64_t OW, int KH,
+                                             int KW, int SH, int SW, int64_t PL, int DH,
+                                             int DW) {
+    int64_t wa = ml_dwcb_wa(W, OW, KW, SW, PL, DW), band = ml_dwcb_band_rows(OH, wa, KH, SH, DH);
+    return (((band - 1) * SH + (int64_t)(KH - 1) * DH + 1) * wa + band * ml_dwcb_owa(OW)) *
+           ML_DWCB_G;
+}
+
+/* Input rows r0..r1-1 of channels c0.. (clamped to C) into d (row r0's padded row), pixel
+ * (ih, iw) at ((ih - r0) * Wa + PL + iw) * ML_VW. */
+static void ml_dwcb_fill(const ml_dwcb_job* j, int64_t c0, int64_t r0, int64_t r1,
+                         float* restrict d) {
+    const int64_t W = j->W, Wa = j->Wa, PL = j->PL, n = (r1 - r0) * W;
+    const float* xs[ML_VW];
+    for (int i = 0; i < ML_VW; ++i)
+        xs[i] = j->x + ML_MIN(c0 + i, j->C - 1) * j->H * W + r0 * W;
+    if (n < ML_VW) {
+        for (int64_t p = 0; p < n; ++p)
+            for (int i = 0; i < ML_VW; ++i) d[((p / W) * Wa + PL + p % W) * ML_VW + i] = xs[i][p];
+        return;
+    }
+    for (int64_t s = 0; s < n; s += ML_VW) {
+        int64_t s0 = ML_MIN(s, n - ML_VW), ih = s0 / W, iw = s0 % W; /* last moved back */
+        ml_vf r[ML_VW];
+        for (int i = 0; i < ML_VW; ++i) r[i] = *(const ml_vf*)(xs[i] + s0);
+        ml_dwcb_transpose(r);
+        for (int k = 0; k < ML_VW; ++k) {
+            *(ml_vf*)(d + (ih * Wa + PL + iw) * ML_VW) = r[k];
+            if (++iw == W) iw = 0, ++ih;
+        }
+    }
+}
+
+/* Output rows oh0..oh1-1 (o: rows OWa pixels apart) into channels c0..c0+nc-1 of y. */
+static void ml_dwcb_store(const ml_dwcb_job* j, int64_t c0, int64_t nc, int64_t oh0,
+                          int64_t oh1, const float* restrict o) {
+    const int64_t OW = j->OW, OWa = j->OWa, n = (oh1 - oh0) * OW;
+    float* ys = j->y + c0 * j->OH * OW + oh0 * OW;
+    const int64_t plane = j->OH * OW;
+    if (n < ML_VW) {
+        for (int64_t p = 0; p < n; ++p)
+            for (int64_t i = 0; i < nc; ++i)
+                ys[i * plane + p] = o[((p / OW) * OWa + p % OW) * ML_VW + i];
+        return;
+    }
+    for (int64_t s = 0; s < n; s += ML_VW) {
+        int64_t s0 = ML_MIN(s, n - ML_VW), oh = s0 / OW, ow = s0 % OW;
+        ml_vf r[ML_VW];
+        for (int k = 0; k < ML_VW; ++k) {
+            r[k] = *(const ml_vf*)(o + (oh * OWa + ow) * ML_VW);
+            if (++ow == OW) ow = 0, ++oh;
+        }
+        ml_dwcb_transpose(r);
+        if (nc == ML_VW)
+            for (int i = 0; i < ML_VW; ++i) *(ml_vf*)(ys + i * plane + s0) = r[i];
+        else
+            for (int64_t i = 0; i < nc; ++i) *(ml_vf*)(ys + i * plane + s0) = r[i];
+    }
+}
+
+/* Output rows oh0..oh1-1 of the block at in (the band's padded input rows, the first at
+ * input row oh0 * SH - PT) into o: ML_DWCB_P pixels per tile, SW a constant where the
+ * caller makes it one. w: the block's taps, ML_DWCB_G floats apart. */
+ML_INLINE void ml_dwcb_sums(const int SW, const ml_dwcb_job* j, int64_t rows,
+                            const float* restrict in, const float* restrict w, ml_vf b,
+                            float* restrict o) {
+    const int KH = j->KH, KW = j->KW, DH = j->DH, DW = j->DW;
+    const int64_t rs = j->Wa * ML_VW, OWa = j->OWa, ostep = (int64_t)j->SH * rs;
+    for (int64_t r = 0; r < rows; ++r, in += ostep, o += OWa * ML_VW)
+        for (int64_t ow = 0; ow < OWa; ow += ML_DWCB_P) {
+            ml_vf acc[ML_DWCB_P];
+#pragma GCC unroll 8
+            for (int q = 0; q < ML_DWCB_P; ++q) acc[q] = b;
+            const float* base = in + ow * SW * ML_VW;
+            for (int ky = 0; ky < KH; ++ky) {
+                const float* row = base + (int64_t)ky * DH * rs;
+                const float* wk = w + (int64_t)ky * KW * ML_DWCB_G;
+                for (int kx = 0; kx < KW; ++kx) {
+                    ml_vf t = *(const ml_vf*)(wk + kx * ML_DWCB_G);
+                    const float* p = row + (int64_t)kx * DW * ML_VW;
+#pragma GCC unroll 8
+                    for (int q = 0; q < ML_DWCB_P; ++q)
+                        acc[q] += t * *(const ml_vf*)(p + q * SW * ML_VW);
+                }
+            }
+#pragma GCC unroll 8
+            for (int q = 0; q < ML_DWCB_P; ++q) *(ml_vf*)(o + (ow + q) * ML_VW) = acc[q];
+        }
+}
+
+/* Unit u: channel block u / nb, output rows band u % nb. Scratch: the band's padded
+ * input rows, then its outputs. */
+ML_INLINE void ml_dwcb_unit(const int SW, const ml_dwcb_job* j, int64_t u,
+                            float* restrict scratch) {
+    const int64_t cb = u / j->nb, oh0 = (u % j->nb) * j->band;
+    const int64_t oh1 = ML_MIN(j->OH, oh0 + j->band);
+    if (oh0 >= oh1) return;
+    const int64_t c0 = cb * ML_VW, nc = ML_MIN(ML_VW, j->C - c0), Wa = j->Wa;
+    const int64_t lo = oh0 * j->SH - j->PT;
+    const int64_t rows = (oh1 - oh0 - 1) * j->SH + (int64_t)(j->KH - 1) * j->DH + 1;
+    float* in = scratch;
+    float* out = in + ((j->band - 1) * j->SH + (int64_t)(j->KH - 1) * j->DH + 1) * Wa * ML_VW;
+    const ml_vf z = {0};
+    for (int64_t i = 0; i < rows; ++i) { /* the zero padding around the rows */
+        float* d = in + i * Wa * ML_VW;
+        int64_t ih = lo + i;
+        if (ih < 0 || ih >= j->H) {
+            for (int64_t k = 0; k < Wa; ++k) *(ml_vf*)(d + k * ML_VW) = z;
+        } else {
+            for (int64_t k = 0; k < j->PL; ++k) *(ml_vf*)(d + k * ML_VW) = z;
+            for (int64_t k = j->PL + j->W; k < Wa; ++k) *(ml_vf*)(d + k * ML_VW) = z;
+        }
+    }
+    int64_t r0 = ML_DW_MAX(lo, 0), r1 = ML_MIN(lo + rows, j->H);
+    if (r1 > r0) ml_dwcb_fill(j, c0, r0, r1, in + (r0 - lo) * Wa * ML_VW);
+    ml_vf b = z;
+    if (j->bias)
+        for (int64_t i = 0; i < nc; ++i) b[i] = j->bias[c0 + i];
+    const float* w = j->wp + (c0 / ML_DWCB_G) * j->KH * j->KW * ML_DWCB_G + c0 % ML_DWCB_G;
+    ml_dwcb_sums(SW, j, oh1 - oh0, in, w, b, out);
+    ml_dwcb_store(j, c0, nc, oh0, oh1, out);
+    if (j->epi) j->epi(j->epi_out, j->epi_b, c0, c0 + nc, oh0 * j->OW, oh1 * j->OW);
+}
+
+/* Units u0..u1-1: strides 1 and 2 along W as constants, others at run time. */
+static void ml_dwcb_units(const ml_dwcb_job* j, int64_t u0, int64_t u1, float* scratch) {
+    for (int64_t u = u0; u < u1; ++u) {
+        if (j->SW == 1)
+            ml_dwcb_unit(1, j, u, scratch);
+        else if (j->SW == 2)
+            ml_dwcb_unit(2, j, u, scratch);
+        else
+            ml_dwcb_unit(j->SW, j, u, scratch);
+    }
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+static void ml_dwcb_task(void* ctx, int64_t t, void* scratch) {
+    const ml_dwcb_job* j = (const ml_dwcb_job*)ctx;
+    int64_t u0 = t * j->chunk, nu = (j->C + ML_VW - 1) / ML_VW * j->nb;
+    ml_dwcb_units(j, u0, ML_MIN(nu, u0 + j->chunk), (float*)scratch);
+}
+#endif
+
+/* Depthwise conv of one NCHW image, vectorised over channels (same sums as ml_dwconv2d;
+ * see above). wp: the packed weights; scratch: ml_dwcb_scratch_floats(...) floats. Channel
+ * blocks (and bands of rows when the blocks are few) are split over the thread pool from
+ * ML_PAR_MIN_MEM: a unit repeats no set-up but its halo rows. */
+ML_UNUSED static void ml_dwcb_conv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                     int KH, int KW, int SH, int SW, int64_t PT, int64_t PL,
+                                     int DH, int DW, const float* restrict x,
+                                     const float* restrict wp, const float* restrict bias,
+                                     float* restrict y, float* restrict scratch,
+                                     ml_epi_fn epi, void* epi_out, int64_t epi_b) {
+    int64_t Wa = ml_dwcb_wa(W, OW, KW, SW, PL, DW), band = ml_dwcb_band_rows(OH, Wa, KH, SH, DH);
+    ml_dwcb_job j = {C, H, W, OH, OW, PT, PL, Wa, ml_dwcb_owa(OW), band, (OH + band - 1) / band,
+                     1, epi_b, KH, KW, SH, SW, DH, DW, x, wp, bias, y, epi, epi_out};
+    int64_t nblk = (C + ML_VW - 1) / ML_VW;
+#ifdef MONOLIB_THREADPOOL_H
+    int64_t want = (int64_t)ml_num_threads() * 4;
+    if (want > 4 && nblk * j.nb < want) { /* few blocks: more bands, of a few rows each */
+        int64_t nb = ML_MIN((want + nblk - 1) / nblk, (OH + ML_DWCB_ROWS - 1) / ML_DWCB_ROWS);
+        if (nb > j.nb) j.band = (OH + nb - 1) / nb, j.nb = (OH + j.band - 1) / j.band;
+    }
+    /* multiply-adds plus the floats moved (transposed in and out, 4 each) */
+    double work = (double)C * (OH * OW * KH * KW + 4 * (H * W + 2 * OH * OW));
+    int64_t tasks = ml_par_tasks_mem(work, nblk * j.nb);
+    if (tasks > 1) {
+        j.chunk = (nblk * j.nb + tasks - 1) / tasks;
+        size_t bytes = sizeof(float) * (size_t)ml_dwcb_scratch_floats(W, OH, OW, KH, KW, SH,
+                                                                       SW, PL, DH, DW);
+        ml_parallel_for((nblk * j.nb + j.chunk - 1) / j.chunk, ml_dwcb_task, &j, scratch, bytes);
+        return;
+    }
+#endif
+    ml_dwcb_units(&j, 0, nblk * j.nb, scratch);
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

@@ -1,0 +1,142 @@
+"""Depthwise Conv vectorised over channels (the ``depthwise_cb`` candidate of ``conv.py``).
+
+``ml_dwcb_conv2d`` of ``conv_depthwise.h``: per block of ``ML_VW`` channels a band of
+input rows is transposed into ``[rows][Wa][ML_VW]`` scratch, tiles of ``ML_DWCB_P``
+output pixels x ``ML_VW`` channels are summed in registers and transposed back to NCHW.
+The weights are packed here at compile time as ``[ceil(C/16)][KH*KW][16]`` (zeros past
+C), which any vector width reads one block at a time.
+
+Which of the two depthwise kernels runs is decided per signature by :func:`dw_costs`
+(a cost model fitted to both kernels' measured times on an AMD EPYC Zen 4 with 16-float
+vectors, in nanoseconds) unless ``--tune`` measures both.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ...ir import Node
+from ...symbolic import is_dim
+from .._constants import include_checked
+from ..base import EmitContext
+
+__all__ = ["dw_blocked_valid", "dw_costs", "dwcb_scratch_floats", "emit_dw_blocked",
+           "pack_dw_weights"]
+
+logger = logging.getLogger(__name__)
+
+#: conv_depthwise.h's ML_DWCB_G (channels per packed weight group), ML_DWCB_P (output
+#: pixels per tile), ML_DWCB_IN (pixel slots of a band's transposed input rows)
+DWCB_G = 16
+DWCB_P = 8
+DWCB_IN = 2048
+
+
+def dw_blocked_valid(node: Node, d: dict) -> bool:
+    """Whether ``depthwise_cb`` applies: constant weights (packed at compile time) and
+    every size known at compile time."""
+    w = node.inputs[1]
+    return w.const is not None and not any(is_dim(v) for v in (*node.inputs[0].shape,
+                                                                 *d.values()))
+
+
+def _owa(ow: int) -> int:
+    return -(-ow // DWCB_P) * DWCB_P
+
+
+def _wa(d: dict[str, int]) -> int:
+    need = (_owa(d["OW"]) - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
+    return max(need, d["PL"] + d["W"])
+
+
+def _band(d: dict[str, int], wa: int) -> int:
+    rows, span = DWCB_IN // wa, (d["KH"] - 1) * d["DH"] + 1
+    b = (rows - span) // d["SH"] + 1 if rows > span else 1
+    return min(b, d["OH"])
+
+
+def dwcb_scratch_floats(d: dict[str, int]) -> int:
+    """``ml_dwcb_scratch_floats`` of ``conv_depthwise.h`` (at 16-float vectors, the most)."""
+    wa = _wa(d)
+    band = _band(d, wa)
+    rows = (band - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
+    return (rows * wa + band * _owa(d["OW"])) * DWCB_G
+
+
+def pack_dw_weights(w: np.ndarray) -> np.ndarray:
+    """``[C, 1, KH, KW]`` weights as ``[ceil(C/16)][KH*KW][16]`` floats (zeros past C)."""
+    c = w.shape[0]
+    kk = int(np.prod(w.shape[2:]))
+    g = -(-c // DWCB_G)
+    flat = np.zeros((g * DWCB_G, kk), np.float32)
+    flat[:c] = w.reshape(c, kk)
+    return np.ascontiguousarray(flat.reshape(g, DWCB_G, kk).transpose(0, 2, 1))
+
+
+# Cost model (ns), fitted on Zen 4 with 16-float vectors (see dw_costs):
+# W-vectorised: per vector of outputs per tap, by path; per padded input float.
+_W_TAP = {"fast1": 0.115, "fast2": 0.2, "any": 0.55}
+_W_PAD = 0.02
+# channel-blocked: per tile-pixel vector per tap; per pixel vector transposed in / out.
+_CB_TAP = 0.21
+_CB_MOVE = 0.45
+_CALL = 300.0  # per call (both): set-up, epilogue calls
+
+
+def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int = 16) -> dict[str, float]:
+    """Estimated nanoseconds of the two depthwise kernels on one image.
+
+    Parameters
+    ----------
+    d : dict
+        The conv's 2-D view (static sizes).
+    c : int
+        Channels.
+    fast : bool
+        Whether the W-vectorised kernel takes its unrolled path (``_dw_fast``).
+    vw : int
+        Floats per vector.
+
+    Returns
+    -------
+    dict
+        ``{"depthwise": ns, "depthwise_cb": ns}``. The W-vectorised kernel pays for each
+        output row rounded up to whole vectors (a 7-wide row fills 7 of 16 lanes) and
+        for its padded copy of every input row; the channel-blocked one for the channels
+        rounded up to whole vectors, the output rows to whole tiles, and the transposes
+        of every input and output pixel.
+    """
+    taps = d["KH"] * d["KW"]
+    oh, ow, h, w = d["OH"], d["OW"], d["H"], d["W"]
+    wvec = oh * max(-(-ow // vw), 1)  # vectors of outputs per channel
+    path = "any" if not fast else ("fast2" if d["SW"] == 2 else "fast1")
+    w_ns = c * (wvec * taps * _W_TAP[path] + (h + d["KH"]) * (w + 2 * vw) * _W_PAD)
+    blocks = -(-c // vw)
+    rows = -(-oh // max(_band(d, _wa(d)), 1))  # bands: each re-transposes its halo rows
+    halo = (rows - 1) * max((d["KH"] - 1) * d["DH"] + 1 - d["SH"], 0) * w
+    cb_ns = blocks * (oh * _owa(ow) * taps * _CB_TAP + (h * w + halo + oh * ow) * _CB_MOVE)
+    return {"depthwise": w_ns + _CALL, "depthwise_cb": cb_ns + _CALL}
+
+
+def emit_dw_blocked(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
+    """``ml_dwcb_conv2d`` per image, the weights packed at compile time."""
+    ctx.include("conv.h")
+    include_checked(
+        ctx, "conv_depthwise.h",
+        {"ML_DWCB_G": DWCB_G, "ML_DWCB_P": DWCB_P, "ML_DWCB_IN": DWCB_IN}, __name__,
+    )
+    x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
+    n, c = x.shape[:2]
+    wp = ctx.param(pack_dw_weights(np.asarray(w.const, np.float32)), f"{node.name}.dwcb_w")
+    scratch = ctx.scratch(4 * dwcb_scratch_floats(d))
+    bias = ctx.ptr(b) if b is not None else "0"
+    yp = ctx.ptr(y)
+    args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
+    return (
+        f"for (int64_t n = 0; n < {n}; ++n)\n"
+        f"  ml_dwcb_conv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args},\n"
+        f"    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {wp}, {bias},\n"
+        f"    {yp} + n * {c * d['OH'] * d['OW']}, (float*){scratch}, {epi}, {yp}, n);"
+    )

@@ -1,0 +1,158 @@
+"""Channel-blocked depthwise convolution (``ml_dwcb_conv2d`` of ops/nn/conv_depthwise.h,
+``conv_dw_blocked.py``).
+
+The kernel matches the NumPy reference on odd shapes: channels not a multiple of a
+vector (1, 7, 17, 40), 3x3 / 5x5 / 7x7 / 1x5 windows, strides 1-3 each way, symmetric,
+asymmetric and large pads, dilation, maps narrower than a vector (one flat transpose over
+several rows) and of fewer pixels than a vector (the scalar transposes), rows wider than
+a band (several bands, halo rows), with and without bias, with the harness's
+non-idempotent epilogue; also at 4, 8 and 16 floats per vector. A compiled model gives
+the same bits on 1 and 2 threads and matches ONNX Runtime; the scratch conv.py reserves is
+the C formula; the weight packing is [ceil(C/16)][KH*KW][16]; and the rule picks, on
+synthetic signatures, the kernel that measures faster.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from frontend.onnx_util import F32, make_model
+from harness import EPI, NodeContext, make_node, run_c, run_threads
+from onnx import helper
+
+from monolib.compiler.backends.c.headers import kernel_header
+from monolib.compiler.build import lower
+from monolib.compiler.ops import op_of
+from monolib.compiler.ops.nn import conv, conv_dw_blocked
+from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
+from monolib.compiler.testing import build_shared, ort_run
+from monolib.compiler.tuning.select import Selection, selecting
+
+RNG = np.random.default_rng(5)
+
+
+def r(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (scale * RNG.standard_normal(shape)).astype(np.float32)
+
+
+# name: (x shape, kernel (KH, KW), attrs (group added))
+CASES = {
+    "3x3_s1_p1_c17": ((1, 17, 13, 29), (3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3_s2_p1_c40_batch2": ((2, 40, 15, 22), (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "5x5_s1_p2_7x7_map": ((1, 33, 7, 7), (5, 5), {"pads": [2, 2, 2, 2]}),
+    "5x5_s2_p2_c7": ((1, 7, 14, 14), (5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    "7x7_p3_c16": ((1, 16, 11, 19), (7, 7), {"pads": [3, 3, 3, 3]}),
+    "3x3_dilated_c20": ((1, 20, 12, 17), (3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    "3x3_s3_asym_c1": ((1, 1, 16, 23), (3, 3), {"pads": [0, 1, 2, 0], "strides": [3, 3]}),
+    "3x3_s21_c24": ((1, 24, 10, 31), (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}),
+    "1x5_c18": ((1, 18, 3, 40), (1, 5), {"pads": [0, 2, 0, 2]}),
+    "5x5_big_pads_3x3_map": ((1, 9, 3, 3), (5, 5), {"pads": [4, 4, 4, 4]}),
+    "3x3_tiny_2x2_map": ((1, 16, 2, 2), (3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3_wide_rows_many_bands": ((1, 19, 9, 700), (3, 3), {"pads": [1, 1, 1, 1]}),
+}
+
+
+def _node(name: str, bias: bool = True):
+    xs, (kh, kw), attrs = CASES[name]
+    c = xs[1]
+    attrs = {**attrs, "group": c}
+    ins = [r(*xs), r(c, 1, kh, kw, scale=0.3), r(c) if bias else None]
+    node = make_node("Conv", ins, attrs, const=[1, 2] if bias else [1], opset=11)
+    return (ins if bias else ins[:2]), node
+
+
+def _run_blocked(node, ins, epilogue="affine", options=()):
+    with selecting(Selection(forced={node.name: "depthwise_cb"})):
+        return run_c(node, ins, epilogue, options)[0]
+
+
+def _check(ins, node, options=(), epilogue=True) -> None:
+    with selecting(Selection(forced={node.name: "depthwise_cb"})):
+        src = op_of(node).emit(node, NodeContext(node, "affine"))
+    assert "ml_dwcb_conv2d(" in src, src
+    ref = op_of(node).reference(node, list(ins))[0]
+    want = ref * EPI[0] + EPI[1] if epilogue else ref
+    got = _run_blocked(node, ins, "affine" if epilogue else None, options)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_blocked_matches_reference(name: str) -> None:
+    ins, node = _node(name)
+    _check(ins, node)
+
+
+def test_blocked_without_bias_or_epilogue() -> None:
+    for name in ("3x3_s1_p1_c17", "5x5_s1_p2_7x7_map"):
+        ins, node = _node(name, bias=False)
+        _check(ins, node, epilogue=False)
+
+
+@pytest.mark.parametrize("vw", [4, 8, 16])
+@pytest.mark.parametrize("name", ["3x3_s2_p1_c40_batch2", "5x5_s1_p2_7x7_map", "3x3_s3_asym_c1"])
+def test_blocked_vector_widths(name: str, vw: int) -> None:
+    ins, node = _node(name)
+    _check(ins, node, (f"-DML_VW={vw}", f"-DML_NP={2 if vw == 16 else 1}"))
+
+
+def test_packed_weights_layout() -> None:
+    w = r(20, 1, 3, 3)
+    p = conv_dw_blocked.pack_dw_weights(w)
+    assert p.shape == (2, 9, 16)
+    assert p[1, 4, 3] == w[19, 0, 1, 1] and p[0, 8, 0] == w[0, 0, 2, 2]
+    assert not p[1, :, 4:].any()  # channels past C are zero
+
+
+def test_scratch_is_the_kernels_formula() -> None:
+    dims = [as_2d(list(CASES[n][0][2:]), conv_geometry(_node(n)[1])) for n in sorted(CASES)]
+    keys = ("W", "OH", "OW", "KH", "KW", "SH", "SW", "PL", "DH", "DW")
+    table = ", ".join(str(d[k]) for d in dims for k in keys)
+    src = (
+        "#include <stdint.h>\n#include <string.h>\n"
+        + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_depthwise.h")
+        + f"static const int64_t T[] = {{{table}}};\n"
+        "void scratch(int64_t* out, int n) { for (int i = 0; i < n; ++i) { const int64_t* t = "
+        "T + 10 * i; out[i] = ml_dwcb_scratch_floats(t[0], t[1], t[2], (int)t[3], (int)t[4], "
+        "(int)t[5], (int)t[6], t[7], (int)t[8], (int)t[9]); } }\n"
+    )
+    lib = build_shared(src, ["-DML_VW=16", "-DML_NP=2"])
+    out = (ctypes.c_int64 * len(dims))()
+    lib.scratch(out, len(dims))
+    assert list(out) == [conv_dw_blocked.dwcb_scratch_floats(d) for d in dims]
+
+
+def _model():
+    """dw 5x5 on a 7x7 map (40 channels: 3 blocks, the last short) + HardSwish; dw 3x3
+    stride 2 on 24 channels (few blocks: split in bands of rows) + Relu."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], group=40, pads=[2, 2, 2, 2]),
+        helper.make_node("HardSwish", ["c1"], ["y1"]),
+        helper.make_node("Conv", ["s", "w2"], ["c2"], group=24, pads=[1, 1, 1, 1],
+                         strides=[2, 2]),
+        helper.make_node("Relu", ["c2"], ["y2"]),
+    ]
+    weights = {"w1": r(40, 1, 5, 5, scale=0.3), "b1": r(40), "w2": r(24, 1, 3, 3, scale=0.3)}
+    return make_model(
+        nodes,
+        [("x", F32, [1, 40, 7, 7]), ("s", F32, [1, 24, 150, 131])],
+        [("y1", F32, [1, 40, 7, 7]), ("y2", F32, [1, 24, 75, 66])],
+        weights, opset=14,
+    )
+
+
+def test_compiled_blocked_on_one_and_two_threads(monkeypatch) -> None:
+    model = _model()
+    forced = {n.name or f"Conv_{i}": "depthwise_cb" for i, n in enumerate(model.graph.node)}
+    monkeypatch.setattr(conv, "dw_costs", lambda d, c, fast, vw=16: {
+        "depthwise": 2.0, "depthwise_cb": 1.0})
+    source, _, _ = lower(model, None, None)
+    assert source.count("ml_dwcb_conv2d(") == 3, forced  # the definition and two calls
+    feeds = {"x": r(1, 40, 7, 7), "s": r(1, 24, 150, 131)}
+    want = ort_run(model, feeds)
+    one, two = run_threads(model, feeds)
+    for got, ref in zip(one, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    for a, b in zip(one, two):  # units own whole rows of a block: the same sums
+        np.testing.assert_array_equal(a, b)

@@ -7,6 +7,10 @@ ONNX spec (and its reference evaluator, in float32): ``min = minimum(0, min(x))`
 every ``y`` is then 0), ``y_zero_point = round(saturate(0 - min / y_scale))``,
 ``y = saturate(round(x / y_scale) + y_zero_point)``, rounding half to even. NaN inputs
 are ignored by min/max (as ``fminf``/``fmaxf``) and quantize to 0.
+
+Lowering: ``ml_dynamic_quantize`` of ``dql.h``: a vectorised min/max pass, then a
+vectorised quantize pass (division by the scale kept, so ``y`` equals ONNX Runtime's),
+each split over the thread pool when large.
 """
 
 from __future__ import annotations
@@ -52,22 +56,5 @@ class DynamicQuantizeLinear(OpDef):
 
     def emit(self, node: Node, ctx: EmitContext) -> str:
         x, (y, ys, yz) = node.inputs[0], node.outputs
-        n = x.size
-        xp, yp = ctx.ptr(x), ctx.ptr(y)
-        i = ctx.unique("i")
-        return (
-            "{\n"
-            "  float mn_ = 0.0f, mx_ = 0.0f;\n"
-            f"  for (int64_t {i} = 0; {i} < {n}; ++{i}) {{ mn_ = fminf(mn_, {xp}[{i}]); "
-            f"mx_ = fmaxf(mx_, {xp}[{i}]); }}\n"
-            "  float s_ = (mx_ == mn_ ? 1.0f : mx_ - mn_) / 255.0f;\n"
-            "  float z_ = 0.0f - mn_ / s_;\n"
-            "  z_ = nearbyintf(z_ < 0.0f ? 0.0f : (z_ > 255.0f ? 255.0f : z_));\n"
-            f"  {ctx.ptr(ys)}[0] = s_;\n"
-            f"  {ctx.ptr(yz)}[0] = (uint8_t)z_;\n"
-            f"  for (int64_t {i} = 0; {i} < {n}; ++{i}) {{\n"
-            f"    float q_ = nearbyintf({xp}[{i}] / s_) + z_;\n"
-            f"    {yp}[{i}] = (uint8_t)(q_ >= 255.0f ? 255.0f : (q_ > 0.0f ? q_ : 0.0f)); /* NaN -> 0 */\n"
-            "  }\n"
-            "}"
-        )
+        ctx.include("dql.h")
+        return f"ml_dynamic_quantize({ctx.ptr(x)}, {x.size}, {ctx.ptr(y)}, {ctx.ptr(ys)}, {ctx.ptr(yz)});"

@@ -150,35 +150,60 @@ ML_QUNUSED static void ml_qpad_image(int64_t C, int64_t H, int64_t W, int64_t Hp
         }
 }
 
-/* Pack B columns n0..n0+nc-1, all rows, into panels of QNR (panel stride Kp*QNR). */
+/* Row k of B, columns n0..n0+nc-1, as int16 into r[0..nc) (zeros past K). */
+static void ml_qb_row(const ml_qbsrc* s, int64_t K, int64_t k, int64_t n0, int64_t nc,
+                      int16_t* restrict r) {
+    if (k >= K) {
+        memset(r, 0, (size_t)nc * sizeof(int16_t));
+    } else if (s->kind == ML_QB_STRIDED) {
+        const int64_t o = k * s->ldk + n0 * s->ldn;
+        if (s->zp_n || s->ldn != 1) {
+            for (int64_t j = 0; j < nc; ++j)
+                r[j] = (int16_t)(ml_q8(s->p8, s->is_signed, o + j * s->ldn) -
+                                 (s->zp_n ? s->zp_n[n0 + j] : s->zp0));
+        } else if (s->is_signed) { /* contiguous: plain loops gcc vectorises */
+            const int8_t* p = (const int8_t*)s->p8 + o;
+            for (int64_t j = 0; j < nc; ++j) r[j] = (int16_t)(p[j] - s->zp0);
+        } else {
+            const uint8_t* p = (const uint8_t*)s->p8 + o;
+            for (int64_t j = 0; j < nc; ++j) r[j] = (int16_t)(p[j] - s->zp0);
+        }
+    } else { /* implicit im2col: runs along one output row */
+        int64_t kx = k % s->KW, ky = (k / s->KW) % s->KH, ci = k / (s->KW * s->KH);
+        const int16_t* x = s->p16 + ci * s->H * s->W + ky * s->DH * s->W + kx * s->DW;
+        int64_t oh = n0 / s->OW, ow = n0 % s->OW;
+        for (int64_t j = 0; j < nc; ++oh, ow = 0) {
+            const int16_t* src = x + oh * s->SH * s->W + ow * s->SW;
+            int64_t run = ML_QMIN(s->OW - ow, nc - j);
+            if (s->SW == 1) memcpy(r + j, src, (size_t)run * sizeof(int16_t));
+            else
+                for (int64_t t = 0; t < run; ++t) r[j + t] = src[t * s->SW];
+            j += run;
+        }
+    }
+}
+
+/* Pack B columns n0..n0+nc-1, all rows, into panels of QNR (panel stride Kp*QNR): each
+ * pair of rows is gathered contiguous, then interleaved a whole panel row at a time
+ * (element by element, the 2-byte scattered stores cost as much as a small GEMM). */
 static void ml_qpack_b(const ml_qbsrc* s, int64_t K, int64_t n0, int64_t nc,
                        int16_t* restrict dst) {
     int64_t kp = (K + 1) & ~(int64_t)1, ps = kp * ML_QNR;
     int64_t ncp = (nc + ML_QNR - 1) / ML_QNR * ML_QNR;
-    for (int64_t k = 0; k < kp; ++k) {
-        int16_t* d = dst + (k >> 1) * ML_QNR * 2 + (k & 1);
-        int64_t j = 0;
-        if (k < K && s->kind == ML_QB_STRIDED) {
-            for (; j < nc; ++j) {
-                int64_t n = n0 + j;
-                int32_t z = s->zp_n ? s->zp_n[n] : s->zp0;
-                d[(j / ML_QNR) * ps + (j % ML_QNR) * 2] =
-                    (int16_t)(ml_q8(s->p8, s->is_signed, k * s->ldk + n * s->ldn) - z);
-            }
-        } else if (k < K) { /* implicit im2col: runs along one output row */
-            int64_t kx = k % s->KW, ky = (k / s->KW) % s->KH, ci = k / (s->KW * s->KH);
-            const int16_t* x = s->p16 + ci * s->H * s->W + ky * s->DH * s->W + kx * s->DW;
-            int64_t oh = n0 / s->OW, ow = n0 % s->OW;
-            while (j < nc) {
-                const int16_t* src = x + oh * s->SH * s->W + ow * s->SW;
-                int64_t run = ML_QMIN(s->OW - ow, nc - j);
-                for (int64_t t = 0; t < run; ++t, ++j)
-                    d[(j / ML_QNR) * ps + (j % ML_QNR) * 2] = src[t * s->SW];
-                ow = 0;
-                ++oh;
-            }
+    int16_t r0[1024 + ML_QNR], r1[1024 + ML_QNR];
+    for (int64_t c0 = 0; c0 < nc; c0 += 1024) { /* ml_qgemm_nc: nc <= 1024 */
+        int64_t cn = ML_QMIN(1024, nc - c0), cnp = ML_QMIN(ncp - c0, 1024);
+        for (int64_t k = 0; k < kp; k += 2) {
+            ml_qb_row(s, K, k, n0 + c0, cn, r0);
+            ml_qb_row(s, K, k + 1, n0 + c0, cn, r1);
+            for (int64_t j = cn; j < cnp; ++j) r0[j] = r1[j] = 0;
+            int16_t* d = dst + (c0 / ML_QNR) * ps + (k >> 1) * ML_QNR * 2;
+            for (int64_t j = 0; j < cnp; j += ML_QNR, d += ps)
+                for (int c = 0; c < ML_QNR; ++c) {
+                    d[2 * c] = r0[j + c];
+                    d[2 * c + 1] = r1[j + c];
+                }
         }
-        for (; j < ncp; ++j) d[(j / ML_QNR) * ps + (j % ML_QNR) * 2] = 0;
     }
 }
 

@@ -21,6 +21,7 @@ from ...ir import Node
 from ...symbolic import is_dim
 from .._constants import include_checked
 from ..base import EmitContext
+from .conv_cost import host_vector_width
 
 __all__ = ["dw_blocked_valid", "dw_costs", "dwcb_scratch_floats", "emit_dw_blocked",
            "pack_dw_weights"]
@@ -75,17 +76,21 @@ def pack_dw_weights(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(flat.reshape(g, DWCB_G, kk).transpose(0, 2, 1))
 
 
-# Cost model (ns), fitted on Zen 4 with 16-float vectors (see dw_costs):
-# W-vectorised: per vector of outputs per tap, by path; per padded input float.
-_W_TAP = {"fast1": 0.115, "fast2": 0.2, "any": 0.55}
-_W_PAD = 0.02
-# channel-blocked: per tile-pixel vector per tap; per pixel vector transposed in / out.
-_CB_TAP = 0.21
-_CB_MOVE = 0.45
-_CALL = 300.0  # per call (both): set-up, epilogue calls
+# Cost model (ns): least squares (relative error) over both kernels' times on the 59
+# depthwise signatures of PP-LCNet, PP-OCR v4/v6 det/cls/rec and ShuffleNet (Zen 4, 16
+# floats per vector, 1 thread, tuning.measure): it picks the faster kernel on 54 of them,
+# the other 5 within 12% of each other. W-vectorised: per vector of outputs per tap on the
+# unrolled stride-1 / stride-2 / run-time-loop paths, and per float of padded input rows;
+# channel-blocked: per vector of a tile pixel per tap, and per pixel vector transposed in or
+# out; both: per output float through the fused epilogue (the same on both, for the fit).
+_W_TAP = {"fast1": 0.29, "fast2": 0.44, "any": 1.87}
+_W_PAD = 0.106
+_CB_TAP = 0.395
+_CB_MOVE = 1.64
+_CB_CALL = 1300.0
 
 
-def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int = 16) -> dict[str, float]:
+def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int | None = None) -> dict[str, float]:
     """Estimated nanoseconds of the two depthwise kernels on one image.
 
     Parameters
@@ -96,28 +101,31 @@ def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int = 16) -> dict[str, f
         Channels.
     fast : bool
         Whether the W-vectorised kernel takes its unrolled path (``_dw_fast``).
-    vw : int
-        Floats per vector.
+    vw : int, optional
+        Floats per vector (default: the host's, ``conv_cost.host_vector_width``).
 
     Returns
     -------
     dict
-        ``{"depthwise": ns, "depthwise_cb": ns}``. The W-vectorised kernel pays for each
-        output row rounded up to whole vectors (a 7-wide row fills 7 of 16 lanes) and
-        for its padded copy of every input row; the channel-blocked one for the channels
-        rounded up to whole vectors, the output rows to whole tiles, and the transposes
-        of every input and output pixel.
+        ``{"depthwise": ns, "depthwise_cb": ns}``, without the epilogue's share (the
+        same for both). The W-vectorised kernel pays for each output row rounded up to
+        whole vectors (a 7-wide row fills 7 of 16 lanes) and for its padded copy of every
+        input row; the channel-blocked one for the channels rounded up to whole vectors,
+        the output rows to whole tiles, and the transposes of every input pixel (halo
+        rows once per band) and output pixel.
     """
+    vw = vw or host_vector_width()
     taps = d["KH"] * d["KW"]
     oh, ow, h, w = d["OH"], d["OW"], d["H"], d["W"]
     wvec = oh * max(-(-ow // vw), 1)  # vectors of outputs per channel
     path = "any" if not fast else ("fast2" if d["SW"] == 2 else "fast1")
     w_ns = c * (wvec * taps * _W_TAP[path] + (h + d["KH"]) * (w + 2 * vw) * _W_PAD)
     blocks = -(-c // vw)
-    rows = -(-oh // max(_band(d, _wa(d)), 1))  # bands: each re-transposes its halo rows
-    halo = (rows - 1) * max((d["KH"] - 1) * d["DH"] + 1 - d["SH"], 0) * w
-    cb_ns = blocks * (oh * _owa(ow) * taps * _CB_TAP + (h * w + halo + oh * ow) * _CB_MOVE)
-    return {"depthwise": w_ns + _CALL, "depthwise_cb": cb_ns + _CALL}
+    bands = -(-oh // _band(d, _wa(d)))  # each re-transposes its halo rows
+    halo = (bands - 1) * max((d["KH"] - 1) * d["DH"] + 1 - d["SH"], 0) * w
+    moved = h * w + halo + oh * ow
+    cb_ns = blocks * (oh * _owa(ow) * taps * _CB_TAP + moved * _CB_MOVE) + _CB_CALL
+    return {"depthwise": w_ns, "depthwise_cb": cb_ns}
 
 
 def emit_dw_blocked(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:

@@ -27,6 +27,7 @@ from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
 from monolib.compiler.ops.nn import conv, conv_dw_blocked
 from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
+from monolib.compiler.ops.nn.conv_cost import host_vector_width
 from monolib.compiler.testing import build_shared, ort_run
 from monolib.compiler.tuning.select import Selection, selecting
 
@@ -156,3 +157,39 @@ def test_compiled_blocked_on_one_and_two_threads(monkeypatch) -> None:
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     for a, b in zip(one, two):  # units own whole rows of a block: the same sums
         np.testing.assert_array_equal(a, b)
+
+
+def _dw_node(xs, k, pads, strides):
+    ins = [r(*xs), r(xs[1], 1, k, k), r(xs[1])]
+    return make_node("Conv", ins, {"group": xs[1], "pads": pads, "strides": strides},
+                     const=[1, 2], opset=11)
+
+
+@pytest.mark.parametrize(
+    "xs, k, s, want",
+    [  # measured on Zen 4 (1 thread, us): W-vectorised vs channel-blocked
+        ((1, 512, 7, 7), 5, 1, "depthwise_cb"),  # 75 vs 27: 7 of 16 lanes along W
+        ((1, 256, 14, 14), 5, 2, "depthwise_cb"),  # 59 vs 18: stride-2 shuffles
+        ((1, 96, 20, 20), 7, 1, "depthwise_cb"),  # 353 vs 60: run-time-loop path
+        ((1, 16, 112, 112), 3, 1, "depthwise"),  # 81 vs 101: full vectors, no transposes
+        ((1, 64, 24, 160), 3, 1, "depthwise"),  # 76 vs 111
+        ((1, 8, 24, 96), 3, 1, "depthwise"),  # 4.7 vs 9.5: half a channel block
+    ],
+)
+def test_rule_picks_the_measured_faster_kernel(xs, k, s, want) -> None:
+    node = _dw_node(xs, k, [k // 2] * 4, [s, s])
+    d = as_2d(list(xs[2:]), conv_geometry(node))
+    costs = conv_dw_blocked.dw_costs(d, xs[1], conv._dw_fast(d), vw=16)
+    assert min(costs, key=costs.get) == want, costs
+    if host_vector_width() == 16:
+        assert conv._rule(node, d, xs[1]).algo == want
+    _, cands, _ = conv.conv_candidates(node, d, xs[1], True)
+    assert {"depthwise_cb", "depthwise"} <= {c.algo for c in cands}  # the tuner times both
+
+
+def test_no_blocked_candidate_for_runtime_weights() -> None:
+    ins = [r(1, 16, 9, 9), r(16, 1, 3, 3)]
+    node = make_node("Conv", ins, {"group": 16, "pads": [1] * 4}, opset=11)
+    d = as_2d([9, 9], conv_geometry(node))
+    assert not conv_dw_blocked.dw_blocked_valid(node, d)
+    assert conv._rule(node, d, 16).algo == "depthwise"

@@ -32,6 +32,14 @@ from monolib.compiler.testing import build_shared, ort_run
 RNG = np.random.default_rng(3)
 
 
+@pytest.fixture(autouse=True)
+def _w_vectorised(monkeypatch):
+    """These tests are ml_dwconv2d's: the rule keeps it over the channel-blocked kernel
+    (test_depthwise_blocked.py)."""
+    monkeypatch.setattr(conv, "dw_costs", lambda d, c, fast, vw=None: {
+        "depthwise": 0.0, "depthwise_cb": 1.0})
+
+
 def r(*shape: int, scale: float = 1.0) -> np.ndarray:
     return (scale * RNG.standard_normal(shape)).astype(np.float32)
 

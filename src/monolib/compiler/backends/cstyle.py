@@ -295,6 +295,7 @@ typedef uchar uint8_t;
 #define INT64_C(x) ((long)(x))
 /* C99 float names -> OpenCL's overloaded built-ins */
 #define ml_expf exp
+#define ml_erff erf
 #define expf exp
 #define logf log
 #define sqrtf sqrt
@@ -339,6 +340,7 @@ typedef unsigned char uint8_t;
 #define INFINITY __int_as_float(0x7f800000)
 #define NAN __int_as_float(0x7fffffff)
 #define ml_expf expf
+#define ml_erff erff
 """
 
 HOST_C = Language(

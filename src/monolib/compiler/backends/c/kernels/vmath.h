@@ -1,4 +1,4 @@
-/* vmath.h -- float32 exp as branch-free C that the compiler vectorizes inside any loop
+/* vmath.h -- float32 exp and erf as branch-free C that the compiler vectorizes inside any loop
  * (monolib kernel library; in every generated C file, after the prelude: the ops call
  * ml_expf by name, and the OpenCL/CUDA preludes map that name onto their own exp).
  *
@@ -18,10 +18,15 @@
  * to [-104, 88.8] first (exp is 0 resp. inf beyond); NaN passes through.
  * Accuracy, checked against double exp over all 2^32 inputs: max error 0.998 ulp,
  * mean 0.034 ulp; exp(0) = 1, exp(-inf) = 0, exp(inf) = inf, exp(NaN) = NaN.
+ *
+ * ml_erff (float32 erf; the exact GELU's 0.5 x (1 + erf(x / sqrt 2)) runs it in conv and
+ * GEMM epilogues): libmvec's _ZGVeN16v_erff took 0.68 ns per element on Zen 4 inside a
+ * GELU loop, this 0.28 (one division and 11 FMAs per vector, no exp, no table).
  */
 #ifndef MONOLIB_VMATH_H
 #define MONOLIB_VMATH_H
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 static inline float ml_f32_from_bits(uint32_t u) {
@@ -65,6 +70,32 @@ static inline float ml_expf(float x) {
     const float s1 = ml_f32_from_bits((uint32_t)(n1 + 127) << 23);
     const float s2 = ml_f32_from_bits((uint32_t)(n2 + 127) << 23);
     return p * s1 * s2;
+}
+
+/* erf(x) = x P(x^2) / Q(x^2) on |x| < 3.92, P of degree 6 and Q of degree 4: a
+ * rational fit of erf(x) / x weighted for relative error (linearized least squares with
+ * Lawson reweighting against 30-digit erf, float64 fit error 0.95 ulp), and +-1 beyond
+ * (1 - erf(3.92) = 2.96e-8 is below half of float32's spacing under 1). Checked against
+ * double erf over all 2^32 inputs: max error 6 ulp with FMA contraction, 7 without
+ * (float32 rounding of P and Q near |x| = 3.2), mean 0.33 ulp; erf(+-0) = +-0, erf(+-inf) = +-1, erf(NaN) = NaN. */
+static inline float ml_erff(float x) {
+    const float a = fabsf(x);
+    const float b = a > 3.92f ? 3.92f : a; /* NaN stays NaN */
+    const float t = b * b;
+    float p = 1.99242471e-08f;
+    p = p * t + -1.95783173e-06f;
+    p = p * t + 0.000141849712f;
+    p = p * t + 0.00370158092f;
+    p = p * t + 0.050573241f;
+    p = p * t + 0.199923858f;
+    p = p * t + 1.12837911f;
+    float q = 0.000956031843f;
+    q = q * t + 0.0143531477f;
+    q = q * t + 0.114998139f;
+    q = q * t + 0.510509551f;
+    q = q * t + 1.0f;
+    const float r = a >= 3.92f ? 1.0f : b * p / q;
+    return copysignf(r, x);
 }
 
 #endif /* MONOLIB_VMATH_H */

@@ -46,3 +46,61 @@ def test_dynamic_quantize_nan_and_all_positive():
             np.testing.assert_array_equal(a, b)
             np.testing.assert_array_equal(a, w)
     assert one[2] == 0 and one[0].max() == 255
+
+
+# -- few-row products with byte-packed weights (q8gemv.h) ---------------------------------
+
+def _exact(a, b, za, zb):
+    return (a.astype(np.int64) - np.int64(za)) @ (b.astype(np.int64) - np.asarray(zb, np.int64))
+
+
+def _q8_model(m, k, n, wtype, per_col):
+    a = R.integers(0, 256, (m, k)).astype(np.uint8)
+    info = np.iinfo(wtype)
+    b = R.integers(info.min, info.max + 1, (k, n)).astype(wtype)
+    # zero points at the ends of their range: |a - za| and |b - zb| reach 255
+    za = np.array(255, np.uint8)
+    zb = (R.integers(info.min, info.max + 1, n) if per_col else np.array(info.min)).astype(wtype)
+    ins = {"a": a, "b": b, "za": za, "zb": zb}
+    model = make_node_model("MatMulInteger", ins, opset=13, constant_inputs=["b", "zb"])
+    return model, {"a": a, "za": za}, _exact(a, b, za, zb).astype(np.int32)
+
+
+Q8_CASES = [(1, 1, 1, np.uint8, False), (1, 37, 17, np.uint8, True), (2, 5, 33, np.int8, True),
+            (3, 1030, 19, np.uint8, False), (4, 64, 16, np.int8, False)]
+
+
+def test_q8_products_exact_and_chosen():
+    """1 to 4 rows of a run-time uint8 A times constant uint8/int8 weights (K off the
+    quads of 4, N off the 16-column panels, zero points per tensor and per column): the
+    exact int32 sums, through the byte-packed kernel where the CPU has AVX-512 VNNI
+    (the generated C calls it), else through qgemm.h."""
+    import monolib
+    from monolib.compiler.ops.quant._q8 import use_q8
+    from monolib.compiler.testing import run_model
+
+    for m, k, n, wt, per_col in Q8_CASES:
+        model, feeds, want = _q8_model(m, k, n, wt, per_col)
+        src = monolib.compile(model).imported_modules[0].get_source()
+        assert ("ml_q8gemv_par(&q8_)" in src) == use_q8(m), (m, k, n)
+        np.testing.assert_array_equal(run_model(model, feeds)[0], want, err_msg=str((m, k, n, wt)))
+
+
+def test_q8_portable_and_avx2_kernels_exact():
+    """The int16 pmaddwd form (no AVX-512 VNNI: taken where the compiling CPU has it and
+    the target not) and the portable one: the same sums."""
+    from monolib.compiler.testing import run_model
+
+    for m, k, n, wt, per_col in Q8_CASES[1:4]:
+        model, feeds, want = _q8_model(m, k, n, wt, per_col)
+        for target in ("c -mattr=-avx512f", "c -mattr=-avx2,-avx512f"):
+            np.testing.assert_array_equal(run_model(model, feeds, target=target)[0], want, err_msg=target)
+
+
+def test_q8_split_equal():
+    """A batch-1 product large enough to be split over 2 threads by column chunks: the
+    exact sums at 1 and 2 threads."""
+    model, feeds, want = _q8_model(1, 1024, 4100, np.uint8, True)
+    one, two = run_threads(model, feeds)
+    np.testing.assert_array_equal(one[0], want)
+    np.testing.assert_array_equal(two[0], want)

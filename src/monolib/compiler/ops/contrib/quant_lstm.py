@@ -12,11 +12,13 @@ ONNX Runtime's kernel (``deep_cpu_lstm`` with quantized ``GemmWeights``) and thi
 per direction, X of all T*B rows is quantized once to uint8 the way DynamicQuantizeLinear
 does (min/max over the whole operand including 0), multiplied exactly in int32 with W
 (``ops/quant/qgemm.h``) and scaled ``acc * (x_scale * w_scale[n])``; at each step the
-previous hidden state ``[B, H]`` is quantized the same way and multiplied with R. The
+previous hidden state ``[B, H]`` is quantized the same way and multiplied with R (kept
+as bytes, ``ops/quant/q8gemv.h``, where ``_q8.use_q8``: a step reads all of R for a few
+rows, and int16 packing doubled what it read). The
 gates add both projections and ``Wb + Rb``, then ``i, o, f = sigmoid``, ``c~ = tanh``,
 ``c = f * c + i * c~``, ``h = o * tanh(c)`` (``clip`` bounds the pre-activations).
-Float sums are taken in another order than ORT's and ORT's sigmoid/tanh are MLAS
-polynomials: values agree to float32 rounding until a state value sits at a rounding tie
+Float sums are taken in another order than ORT's, and sigmoid/tanh are built on vmath.h's
+``ml_expf`` (ORT's are MLAS polynomials): values agree to float32 rounding until a state value sits at a rounding tie
 of the next step's quantization, which moves it one step (tests: within 2e-3).
 
 Refused (UnsupportedOpError naming the node): other activations, ``input_forget=1``,
@@ -33,6 +35,7 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ..base import EmitContext, OpDef, OutType, register
+from ..quant._q8 import include_q8, pack_b8, q8_call, use_q8
 from ..quant._qcommon import QMR, include_qgemm, out_fields, pack_b16, qgemm_call
 from ..quant.dynamic_quantize import DynamicQuantizeLinear
 
@@ -43,22 +46,12 @@ logger = logging.getLogger(__name__)
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 _ACTS = ["sigmoid", "tanh", "tanh"]
 
-# C: quantize n floats of x to uint8 in q as DynamicQuantizeLinear (ORT's
-# GetQuantizationParameter + MlasQuantizeLinear); returns the scale, zero point in *zp
-_DQ_HELPER = """
-static float ml_dq_u8(const float* x, int64_t n, uint8_t* q, int32_t* zp) {
-    float mn = 0.0f, mx = 0.0f;
-    for (int64_t i = 0; i < n; ++i) { mn = fminf(mn, x[i]); mx = fmaxf(mx, x[i]); }
-    float s = (mx == mn ? 1.0f : mx - mn) / 255.0f;
-    float z = 0.0f - mn / s;
-    z = nearbyintf(z < 0.0f ? 0.0f : (z > 255.0f ? 255.0f : z));
-    for (int64_t i = 0; i < n; ++i) {
-        float v = nearbyintf(x[i] / s) + z;
-        q[i] = (uint8_t)(v >= 255.0f ? 255.0f : (v > 0.0f ? v : 0.0f));
-    }
-    *zp = (int32_t)z;
-    return s;
-}
+# C: the gate activations as branch-free C on vmath.h's ml_expf, vectorised with the
+# cell's loop (libm's expf/tanhf are a call per element: most of a step's time at H 512);
+# tanh(x) = 2 sigmoid(2x) - 1, within a few ulp of 1 of libm's
+_GATES = """
+static inline float ml_qsigmoidf(float x) { return 1.0f / (1.0f + ml_expf(-x)); }
+static inline float ml_qtanhf(float x) { return 2.0f / (1.0f + ml_expf(-2.0f * x)) - 1.0f; }
 """
 
 
@@ -211,7 +204,8 @@ class DynamicQuantizeLSTM(OpDef):
         t, b, i, h, d = self._dims(node)
         g4 = 4 * h
         include_qgemm(ctx)
-        ctx.helper(_DQ_HELPER)
+        ctx.include("dql.h")  # ml_dynamic_quantize: DynamicQuantizeLinear's arithmetic
+        ctx.helper(_GATES)
         x = node.inputs[0]
         w, r = node.inputs[1].const, node.inputs[2].const
         ws, wz, rs, rz = (self._per_col(node.inputs[k].const, d, g4) for k in (8, 9, 10, 11))
@@ -225,14 +219,19 @@ class DynamicQuantizeLSTM(OpDef):
         bias = node.input(3)
         clip = self.attr(node, "clip")
         outs = list(node.outputs)
-        lines = ["{", "  int32_t zp_; float sc_;"]
+        lines = ["{", "  int32_t zp_; float sc_; uint8_t zq_;"]
         for k in range(d):
-            wp = ctx.param(
-                pack_b16(w[k].astype(np.int32) - wz[k].astype(np.int32)), f"{node.name}.w{k}"
-            )
-            rp = ctx.param(
-                pack_b16(r[k].astype(np.int32) - rz[k].astype(np.int32)), f"{node.name}.r{k}"
-            )
+            if not use_q8(t * b):
+                wp = ctx.param(
+                    pack_b16(w[k].astype(np.int32) - wz[k].astype(np.int32)), f"{node.name}.w{k}"
+                )
+            if use_q8(b):  # a step's product is bound by reading R: keep it as bytes
+                include_q8(ctx)
+                r8 = pack_b8(r[k], rz[k])
+            else:
+                rp = ctx.param(
+                    pack_b16(r[k].astype(np.int32) - rz[k].astype(np.int32)), f"{node.name}.r{k}"
+                )
             wsp = ctx.param(np.ascontiguousarray(ws[k], np.float32), f"{node.name}.ws{k}")
             rsp = ctx.param(np.ascontiguousarray(rs[k], np.float32), f"{node.name}.rs{k}")
             bsum = "0.0f"
@@ -243,19 +242,26 @@ class DynamicQuantizeLSTM(OpDef):
             lines += [
                 "  {",
                 # X of all steps: quantized once, one integer GEMM with W
-                f"  sc_ = ml_dq_u8({ctx.ptr(x)}, {t * b * i}, (uint8_t*){xq}, &zp_);",
+                f"  ml_dynamic_quantize({ctx.ptr(x)}, {t * b * i}, (uint8_t*){xq}, &sc_, &zq_); zp_ = zq_;",
                 f"  for (int64_t j_ = 0; j_ < {g4}; ++j_) ((float*){mult})[j_] = sc_ * {wsp}[j_];",
-                f"  ml_qpack_a({t * b}, {i}, (const uint8_t*){xq}, 0, {i}, 1, 0, zp_, (int16_t*){xa});",
-                self._gemm(
-                    ctx,
-                    t * b,
-                    i,
-                    g4,
-                    f"(const int16_t*){xa}",
-                    wp,
-                    f"(const float*){mult}",
-                    per_w,
-                    f"(float*){gx}",
+                (
+                    q8_call(ctx, f"{node.name}.w{k}", t * b, i, g4, f"(const uint8_t*){xq}", str(i), "zp_",
+                            pack_b8(w[k], wz[k]),
+                            out_fields(np.float32, f"(float*){gx}", str(g4), f"(const float*){mult}",
+                                       "ML_QMULT_COL" if per_w else "ML_QMULT_TENSOR"))
+                    if use_q8(t * b)
+                    else f"  ml_qpack_a({t * b}, {i}, (const uint8_t*){xq}, 0, {i}, 1, 0, zp_, (int16_t*){xa});\n"
+                    + self._gemm(
+                        ctx,
+                        t * b,
+                        i,
+                        g4,
+                        f"(const int16_t*){xa}",
+                        wp,
+                        f"(const float*){mult}",
+                        per_w,
+                        f"(float*){gx}",
+                    )
                 ),
                 f"  for (int64_t j_ = 0; j_ < {b * h}; ++j_) {{",
                 f"    ((float*){hst})[j_] = {f'{ctx.ptr(init_h)}[{k * b * h} + j_]' if init_h is not None else '0.0f'};",
@@ -263,20 +269,25 @@ class DynamicQuantizeLSTM(OpDef):
                 "  }",
                 f"  for (int64_t s_ = 0; s_ < {t}; ++s_) {{",
                 f"    const int64_t t_ = {f'{t - 1} - s_' if reverse else 's_'};",
-                f"    sc_ = ml_dq_u8((const float*){hst}, {b * h}, (uint8_t*){hq}, &zp_);",
+                f"    ml_dynamic_quantize((const float*){hst}, {b * h}, (uint8_t*){hq}, &sc_, &zq_); zp_ = zq_;",
                 f"    for (int64_t j_ = 0; j_ < {g4}; ++j_) ((float*){mult})[j_] = sc_ * {rsp}[j_];",
-                f"    ml_qpack_a({b}, {h}, (const uint8_t*){hq}, 0, {h}, 1, 0, zp_, (int16_t*){ha});",
-                "  "
-                + self._gemm(
-                    ctx,
-                    b,
-                    h,
-                    g4,
-                    f"(const int16_t*){ha}",
-                    rp,
-                    f"(const float*){mult}",
-                    per_r,
-                    f"(float*){gh}",
+                (
+                    q8_call(ctx, f"{node.name}.r{k}", b, h, g4, f"(const uint8_t*){hq}", str(h), "zp_", r8,
+                            out_fields(np.float32, f"(float*){gh}", str(g4), f"(const float*){mult}",
+                                       "ML_QMULT_COL" if per_r else "ML_QMULT_TENSOR"))
+                    if use_q8(b)
+                    else f"    ml_qpack_a({b}, {h}, (const uint8_t*){hq}, 0, {h}, 1, 0, zp_, (int16_t*){ha});\n  "
+                    + self._gemm(
+                        ctx,
+                        b,
+                        h,
+                        g4,
+                        f"(const int16_t*){ha}",
+                        rp,
+                        f"(const float*){mult}",
+                        per_r,
+                        f"(float*){gh}",
+                    )
                 ),
                 f"    for (int64_t b_ = 0; b_ < {b}; ++b_) {{",
                 f"      float* g_ = (float*){gh} + b_ * {g4};",
@@ -291,13 +302,13 @@ class DynamicQuantizeLSTM(OpDef):
                 "        g_[j_] = v_;",
                 "      }",
                 f"      for (int64_t j_ = 0; j_ < {h}; ++j_) {{",
-                "        float gi_ = 1.0f / (1.0f + expf(-g_[j_]));",
-                f"        float go_ = 1.0f / (1.0f + expf(-g_[{h} + j_]));",
-                f"        float gf_ = 1.0f / (1.0f + expf(-g_[{2 * h} + j_]));",
-                f"        float gc_ = tanhf(g_[{3 * h} + j_]);",
+                "        float gi_ = ml_qsigmoidf(g_[j_]);",
+                f"        float go_ = ml_qsigmoidf(g_[{h} + j_]);",
+                f"        float gf_ = ml_qsigmoidf(g_[{2 * h} + j_]);",
+                f"        float gc_ = ml_qtanhf(g_[{3 * h} + j_]);",
                 f"        float* c_ = (float*){cst} + b_ * {h} + j_;",
                 "        *c_ = gf_ * *c_ + gi_ * gc_;",
-                "        float hv_ = go_ * tanhf(*c_);",
+                "        float hv_ = go_ * ml_qtanhf(*c_);",
                 f"        ((float*){hst})[b_ * {h} + j_] = hv_;",
                 (
                     f"        {ctx.ptr(outs[0])}[((t_ * {d} + {k}) * {b} + b_) * {h} + j_] = hv_;"

@@ -9,7 +9,9 @@ column) to ``y_zero_point``'s type. Zero points that differ per batch are not su
 
 Lowering: per batch one ``ml_qgemm`` of ``kernels/qgemm.h``; a constant operand (the
 weights) is packed at compile time with its zero point subtracted, a runtime A is packed
-per batch into scratch, a runtime B is packed per block of columns by the kernel.
+per batch into scratch, a runtime B is packed per block of columns by the kernel. A
+run-time uint8 A times a constant B keeps B as bytes (``q8gemv.h``) where the CPU has
+AVX-512 VNNI (``_q8.use_q8``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ._qcommon import (
     zp_c,
     zp_ref,
 )
+from ._q8 import include_q8, pack_b8, q8_call, use_q8
 from ._qop import QuantOp, check_float_scales, requantized_out
 
 __all__ = ["MatMulInteger", "QLinearMatMul"]
@@ -132,6 +135,9 @@ class _QMatMul(QuantOp):
                 f"{node.op_type} node {node.name!r}: a run-time batch {batch} is taken only "
                 f"by A against a 2-D B"
             )
+        q8 = self._emit_q8(node, ctx, out, code, nb, a_at, bsh, m, k, n)
+        if q8 is not None:
+            return q8
         kp = k + k % 2  # K rounded up to even (a Dim too)
         per_a = -(-m // QMR) * QMR * kp
         per_b = kp * (-(-n // 16) * 16)
@@ -176,6 +182,32 @@ class _QMatMul(QuantOp):
         fields = {"M": str(m), "N": str(n), "K": str(k), "a": a_expr, "bbuf": bbuf}
         body = pack_a + qgemm_call(fields, bsrc, out)
         lines.append(f"for (int64_t bt = 0; bt < {nb}; ++bt) {{\n{body}\n}}")
+        return "\n".join(x for x in lines if x)
+
+    def _emit_q8(self, node: Node, ctx: EmitContext, out, code, nb, a_at, bsh, m, k, n) -> str | None:
+        """The product through ``q8gemv.h`` (weights kept as bytes) for a run-time uint8
+        A with one zero point against one constant 2-D B where ``_q8.use_q8``; else None."""
+        a, b, bz = node.inputs[self.A], node.inputs[self.B], node.input(self.BZP)
+        if not (
+            all(type(v) is int for v in (m, k, n))
+            and use_q8(m)
+            and a.const is None
+            and len(bsh) == 2
+            and b.const is not None
+            and (bz is None or bz.const is not None)
+        ):
+            return None
+        zcode, a_ptr, a_signed, azp_arr, azp0 = self._a_source(node, ctx, m)
+        if a_signed != "0" or azp_arr != "0":
+            return None
+        include_q8(ctx)
+        zb = zp_ref(None if bz is None else bz.const, n)
+        packed = pack_b8(b.const.reshape(k, n), zb)
+        out = dict(out)
+        out["y"] = f"(void*)({ctx.ptr(node.outputs[0])} + bt * {m * n})"
+        out["ld"] = str(n)
+        call = q8_call(ctx, node.name, m, k, n, f"{a_ptr} + {a_at} * {m * k}", str(k), azp0, packed, out)
+        lines = [self._prologue(node, ctx), code, zcode, f"for (int64_t bt = 0; bt < {nb}; ++bt) {{\n{call}\n}}"]
         return "\n".join(x for x in lines if x)
 
     def _prologue(self, node: Node, ctx: EmitContext) -> str:

@@ -17,8 +17,8 @@ as bytes, ``ops/quant/q8gemv.h``, where ``_q8.use_q8``: a step reads all of R fo
 rows, and int16 packing doubled what it read). The
 gates add both projections and ``Wb + Rb``, then ``i, o, f = sigmoid``, ``c~ = tanh``,
 ``c = f * c + i * c~``, ``h = o * tanh(c)`` (``clip`` bounds the pre-activations).
-Float sums are taken in another order than ORT's, and sigmoid/tanh are built on vmath.h's
-``ml_expf`` (ORT's are MLAS polynomials): values agree to float32 rounding until a state value sits at a rounding tie
+Float sums are taken in another order than ORT's and ORT's sigmoid/tanh are MLAS
+polynomials: values agree to float32 rounding until a state value sits at a rounding tie
 of the next step's quantization, which moves it one step (tests: within 2e-3).
 
 Refused (UnsupportedOpError naming the node): other activations, ``input_forget=1``,
@@ -45,15 +45,6 @@ logger = logging.getLogger(__name__)
 
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 _ACTS = ["sigmoid", "tanh", "tanh"]
-
-# C: the gate activations as branch-free C on vmath.h's ml_expf, vectorised with the
-# cell's loop (libm's expf/tanhf are a call per element: most of a step's time at H 512);
-# tanh(x) = 2 sigmoid(2x) - 1, within a few ulp of 1 of libm's
-_GATES = """
-static inline float ml_qsigmoidf(float x) { return 1.0f / (1.0f + ml_expf(-x)); }
-static inline float ml_qtanhf(float x) { return 2.0f / (1.0f + ml_expf(-2.0f * x)) - 1.0f; }
-"""
-
 
 def _sigmoid(x):
     return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)
@@ -205,7 +196,6 @@ class DynamicQuantizeLSTM(OpDef):
         g4 = 4 * h
         include_qgemm(ctx)
         ctx.include("dql.h")  # ml_dynamic_quantize: DynamicQuantizeLinear's arithmetic
-        ctx.helper(_GATES)
         x = node.inputs[0]
         w, r = node.inputs[1].const, node.inputs[2].const
         ws, wz, rs, rz = (self._per_col(node.inputs[k].const, d, g4) for k in (8, 9, 10, 11))
@@ -302,13 +292,13 @@ class DynamicQuantizeLSTM(OpDef):
                 "        g_[j_] = v_;",
                 "      }",
                 f"      for (int64_t j_ = 0; j_ < {h}; ++j_) {{",
-                "        float gi_ = ml_qsigmoidf(g_[j_]);",
-                f"        float go_ = ml_qsigmoidf(g_[{h} + j_]);",
-                f"        float gf_ = ml_qsigmoidf(g_[{2 * h} + j_]);",
-                f"        float gc_ = ml_qtanhf(g_[{3 * h} + j_]);",
+                "        float gi_ = 1.0f / (1.0f + expf(-g_[j_]));",
+                f"        float go_ = 1.0f / (1.0f + expf(-g_[{h} + j_]));",
+                f"        float gf_ = 1.0f / (1.0f + expf(-g_[{2 * h} + j_]));",
+                f"        float gc_ = tanhf(g_[{3 * h} + j_]);",
                 f"        float* c_ = (float*){cst} + b_ * {h} + j_;",
                 "        *c_ = gf_ * *c_ + gi_ * gc_;",
-                "        float hv_ = go_ * ml_qtanhf(*c_);",
+                "        float hv_ = go_ * tanhf(*c_);",
                 f"        ((float*){hst})[b_ * {h} + j_] = hv_;",
                 (
                     f"        {ctx.ptr(outs[0])}[((t_ * {d} + {k}) * {b} + b_) * {h} + j_] = hv_;"

@@ -6,6 +6,8 @@ bit-identical; equal to ONNX Runtime and to the NumPy reference."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import pytest
 from harness import run_threads
 
 from monolib.compiler.ops.quant.dynamic_quantize import DynamicQuantizeLinear
@@ -104,3 +106,61 @@ def test_q8_split_equal():
     one, two = run_threads(model, feeds)
     np.testing.assert_array_equal(one[0], want)
     np.testing.assert_array_equal(two[0], want)
+
+
+# -- whole quantize_dynamic graphs ---------------------------------------------------------
+
+def _float_model(tmp_path):
+    """Float Conv (odd sizes, padding, stride, groups) -> Sigmoid*x -> Conv 1x1 -> MatMul
+    -> LSTM (T 12, batch 1), as ``quantize_dynamic`` then rewrites."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    f = lambda *s: (R.standard_normal(s) * 0.3).astype(np.float32)
+    inits = [numpy_helper.from_array(v, k) for k, v in {
+        "w1": f(10, 3, 3, 3), "b1": f(10), "w2": f(12, 5, 3, 3), "w3": f(7, 12, 1, 1),
+        "wm": f(7 * 9 * 11, 40), "wl": f(1, 64, 40), "rl": f(1, 64, 16), "bl": f(1, 128),
+        "shape": np.array([1, -1], np.int64), "shape3": np.array([1, 1, 40], np.int64)}.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 0, 1, 2], strides=[2, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["s1"]),
+        helper.make_node("Mul", ["c1", "s1"], ["m1"]),
+        helper.make_node("Conv", ["m1", "w2"], ["c2"], group=2, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w3"], ["c3"]),
+        helper.make_node("Reshape", ["c3", "shape"], ["r"]),
+        helper.make_node("MatMul", ["r", "wm"], ["mm"]),
+        helper.make_node("Reshape", ["mm", "shape3"], ["seq"]),
+        helper.make_node("Concat", ["seq"] * 12, ["seq12"], axis=0),
+        helper.make_node("LSTM", ["seq12", "wl", "rl", "bl"], ["y", "yh"], hidden_size=16),
+    ]
+    graph = helper.make_graph(
+        nodes, "qd", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 11])],
+        [helper.make_tensor_value_info("mm", TensorProto.FLOAT, [1, 40]),
+         helper.make_tensor_value_info("yh", TensorProto.FLOAT, [1, 1, 16])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    path = tmp_path / "f.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_quantize_dynamic_graph_matches_ort(tmp_path):
+    """A float model quantized by ``onnxruntime.quantization.quantize_dynamic`` (uint8
+    and int8 weights: DynamicQuantizeLinear, ConvInteger with padding, stride and groups,
+    MatMulInteger, DynamicQuantizeLSTM): ORT's outputs within float rounding (the
+    integer sums are exact; the float chains around them round in another order), and
+    1 and 2 threads bit-identical."""
+    pytest.importorskip("onnxruntime.quantization")
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = _float_model(tmp_path)
+    x = R.uniform(-1, 1, (1, 3, 17, 11)).astype(np.float32)
+    for wt in (QuantType.QUInt8, QuantType.QInt8):
+        dst = tmp_path / f"q{wt.name}.onnx"
+        quantize_dynamic(src, dst, weight_type=wt)
+        model = onnx.load(dst)
+        ops = {n.op_type for n in model.graph.node}
+        assert {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"} <= ops, ops
+        one, two = run_threads(model, {"x": x})
+        want = ort_run(model, {"x": x})
+        for a, b, w in zip(one, two, want):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, w, rtol=0, atol=2e-5 * max(1.0, float(np.abs(w).max())))

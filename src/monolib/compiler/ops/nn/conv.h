@@ -164,7 +164,8 @@ ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict
                                      ml_epi_fn epi, void* epi_out, int64_t epi_b,
                                      int64_t epi_m0) {
 #ifdef MONOLIB_THREADPOOL_H
-    int64_t tasks = ml_par_tasks((double)M * K * OH * OW, OH);
+    /* rows share no set-up (the weights are read in place): a task costs its rows */
+    int64_t tasks = ml_par_split((double)M * K * OH * OW, OH, ML_PAR_TASK_COST);
     if (tasks > 1) {
         int64_t chunk = (OH + tasks - 1) / tasks;
         ml_direct_job j = {M, K, SH, SW, Wq, OH, OW, epi_b, epi_m0, chunk, a, koff, x,
@@ -210,8 +211,9 @@ static void ml_conv_groups_task(void* ctx, int64_t t, void* scratch) {
 
 ML_UNUSED static void ml_conv_groups(const ml_conv_groups_job* j) {
 #ifdef MONOLIB_THREADPOOL_H
-    double work = (double)j->groups * j->g.M * j->g.N * j->g.K;
-    if (ml_par_tasks(work, j->groups) > 1) {
+    /* a group a task: its GEMM whole on one thread (ml_gemm_task_cost) */
+    double each = ml_gemm_task_cost(&j->g, j->g.M, j->g.N);
+    if (ml_par_split(each * j->groups, j->groups, ML_PAR_TASK_COST) > 1) {
         ml_parallel_for(j->groups, ml_conv_groups_task, (void*)j, j->g.bbuf,
                         (size_t)ml_gemm_bbuf_floats(j->g.K, j->g.N) * sizeof(float));
         return;
@@ -322,7 +324,7 @@ static void ml_pad_task(void* ctx, int64_t t, void* scratch) {
 static void ml_pad_run(ml_pad_job* j) {
     int64_t tasks = 1;
 #ifdef MONOLIB_THREADPOOL_H
-    tasks = ml_par_tasks(4.0 * j->C * j->plane, j->C);
+    tasks = ml_par_split(ML_PAR_FLOAT_COST * j->C * j->plane, j->C, ML_PAR_TASK_COST);
 #endif
     j->chunk = (j->C + tasks - 1) / tasks;
 #ifdef MONOLIB_THREADPOOL_H
@@ -382,8 +384,9 @@ ML_UNUSED static void ml_col2im_exact_epi(int64_t CO, int64_t KH, int64_t KW, in
                                           int64_t epi_m0) {
     int64_t pieces = 1;
 #ifdef MONOLIB_THREADPOOL_H
-    /* memory-bound: count each output float as a few multiply-adds of work */
-    int64_t tasks = ml_par_tasks(8.0 * CO * H * KH * W * KW, CO * H);
+    /* memory-bound: each output float read from col and written (epilogue aside) */
+    int64_t tasks = ml_par_split(ML_PAR_FLOAT_COST * CO * H * KH * W * KW, CO * H,
+                                 ML_PAR_TASK_COST);
     if (tasks > CO) pieces = (tasks + CO - 1) / CO;
 #endif
     ml_col2im_job j = {CO, KH, KW, H, W, pieces, (H + pieces - 1) / pieces, epi_b, epi_m0,
@@ -478,7 +481,7 @@ static void ml_pixrows_task(void* ctx, int64_t t, void* scratch) {
 static void ml_pixrows_run(ml_pixrows_job* j, int64_t units, int64_t unit, double floats) {
     int64_t tasks = 1;
 #ifdef MONOLIB_THREADPOOL_H
-    tasks = ml_par_tasks(4.0 * floats, units);
+    tasks = ml_par_split(ML_PAR_FLOAT_COST * floats, units, ML_PAR_TASK_COST);
 #endif
     j->chunk = (units + tasks - 1) / tasks * unit;
     int64_t n = (units * unit + j->chunk - 1) / j->chunk;

@@ -161,7 +161,7 @@ ML_UNUSED static void ml_pack_a_par(int64_t M, int64_t K, const float* a, int64_
                                     int64_t ldk, float* restrict dst) {
 #ifdef MONOLIB_THREADPOOL_H
     int64_t panels = (M + ML_MR - 1) / ML_MR;
-    int64_t tasks = ml_par_tasks(4.0 * (double)M * K, panels);
+    int64_t tasks = ml_par_split(ML_PAR_FLOAT_COST * (double)M * K, panels, ML_PAR_TASK_COST);
     if (tasks > 1) {
         ml_pack_a_job j = {M, K, ldm, ldk, (panels + tasks - 1) / tasks, a, dst};
         ml_parallel_for((panels + j.panels_per_task - 1) / j.panels_per_task, ml_pack_a_task,
@@ -790,7 +790,6 @@ static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
 #ifndef ML_SPLIT_MODEL
 #define ML_SPLIT_MODEL 1
 #endif
-#if ML_SPLIT_MODEL
 /* Multiply-adds a thread-pool task costs beyond its sums (handing it out, its first
  * cache misses), and per float of A it reads and of B it packs. With them the split
  * ran ResNet-50's 1x1 GEMMs on 2 cores (Xeon) 1024x196x256 in 0.42 ms (ORT 0.45) where
@@ -819,16 +818,36 @@ static inline double ml_gemm_task_cost(const ml_gemm_args* g, int64_t rows, int6
     return c;
 }
 
-#ifdef MONOLIB_THREADPOOL_H
+#if ML_SPLIT_MODEL && defined(MONOLIB_THREADPOOL_H)
+/* Modelled finish time of g split into column chunks of cn by row blocks of cm on the
+ * pool's threads: tasks handed out in order to the first free thread, plus the job's
+ * overhead (threadpool.h's ML_PAR_JOB_COST). */
+static double ml_gemm_span(const ml_gemm_args* g, int64_t cn, int64_t cm) {
+    const int64_t n = g->n_end - g->n_begin;
+    const int nt = ml_num_threads() < 64 ? ml_num_threads() : 64;
+    const int64_t tasks_n = (n + cn - 1) / cn, tasks_m = (g->M + cm - 1) / cm;
+    double fin[64] = {0};
+    for (int64_t t = 0; t < tasks_n * tasks_m; ++t) {
+        int64_t i = t / tasks_n, jn = t % tasks_n;
+        int64_t rows = ML_MIN(cm, g->M - i * cm), cols = ML_MIN(cn, n - jn * cn);
+        int f = 0;
+        for (int u = 1; u < nt; ++u)
+            if (fin[u] < fin[f]) f = u;
+        fin[f] += ml_gemm_task_cost(g, rows, cols);
+    }
+    double span = 0.0;
+    for (int u = 0; u < nt; ++u) span = fin[u] > span ? fin[u] : span;
+    return span + ML_PAR_JOB_COST;
+}
+
 /* The split of g into column chunks (multiples of 32) by row blocks (multiples of MR),
  * at most max_tasks tasks, with the least estimated finish time on the pool's threads
- * (tasks handed out in order to the first free thread; among near ties, fewer tasks).
- * Returns chunk_n, chunk_m. */
-static void ml_gemm_split(const ml_gemm_args* g, int64_t max_tasks, int64_t* chunk_n,
-                          int64_t* chunk_m) {
+ * (ml_gemm_span; among near ties, fewer tasks). Returns chunk_n, chunk_m and that
+ * finish time. */
+static double ml_gemm_split(const ml_gemm_args* g, int64_t max_tasks, int64_t* chunk_n,
+                            int64_t* chunk_m) {
     const int64_t n = g->n_end - g->n_begin, un = (n + 31) / 32;
     const int64_t um = (g->M + ML_MR - 1) / ML_MR;
-    const int nt = ml_num_threads() < 64 ? ml_num_threads() : 64;
     double best = -1.0;
     int64_t best_tasks = 0;
     for (int64_t tn = 1; tn <= ML_MIN(un, max_tasks); ++tn)
@@ -836,17 +855,7 @@ static void ml_gemm_split(const ml_gemm_args* g, int64_t max_tasks, int64_t* chu
             int64_t cn = (un + tn - 1) / tn * 32, cm = (um + tm - 1) / tm * ML_MR;
             int64_t tasks_n = (n + cn - 1) / cn, tasks_m = (g->M + cm - 1) / cm;
             if ((tn > 1 && tasks_n != tn) || (tm > 1 && tasks_m != tm)) continue; /* same split as a smaller tn/tm */
-            double fin[64] = {0};
-            for (int64_t t = 0; t < tasks_n * tasks_m; ++t) {
-                int64_t i = t / tasks_n, jn = t % tasks_n;
-                int64_t rows = ML_MIN(cm, g->M - i * cm), cols = ML_MIN(cn, n - jn * cn);
-                int f = 0;
-                for (int u = 1; u < nt; ++u)
-                    if (fin[u] < fin[f]) f = u;
-                fin[f] += ml_gemm_task_cost(g, rows, cols);
-            }
-            double span = 0.0;
-            for (int u = 0; u < nt; ++u) span = fin[u] > span ? fin[u] : span;
+            double span = ml_gemm_span(g, cn, cm);
             int64_t tasks = tasks_n * tasks_m;
             if (best < 0 || span < 0.98 * best || (span < 1.02 * best && tasks < best_tasks)) {
                 best = span;
@@ -855,24 +864,33 @@ static void ml_gemm_split(const ml_gemm_args* g, int64_t max_tasks, int64_t* chu
                 *chunk_m = cm;
             }
         }
+    return best;
 }
-#endif /* MONOLIB_THREADPOOL_H */
-#endif /* ML_SPLIT_MODEL */
+#endif /* ML_SPLIT_MODEL && MONOLIB_THREADPOOL_H */
 
 /* ml_sgemm on the thread pool (threadpool.h, when included before): the columns are
  * split into chunks of a multiple of 32 and the rows into blocks of a multiple of MR, the
  * grid ml_gemm_split estimates finishes first (fewer than MR rows: column chunks of at
  * least 64); each block is computed (and its epilogue applied) by one thread with its
- * own B block buffer. Small GEMMs stay on the calling thread. */
+ * own B block buffer. The split runs when its modelled finish time (ml_gemm_span, the
+ * job's overhead in it) beats the GEMM's on one thread (ml_gemm_task_cost of all of it),
+ * not above a fixed size: a column split against packed weights repeats no packing, so
+ * a 56x96x216 GEMM (20 us) ran 1.86x faster on 2 threads, where a row split that
+ * repacks B in each task is modelled (and measured) to lose on small GEMMs. */
 ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
 #ifdef MONOLIB_THREADPOOL_H
     int64_t n = g->n_end - g->n_begin;
     int64_t units_n = (n + 31) / 32;
     int64_t units_m = (g->M + ML_MR - 1) / ML_MR;
+#if ML_SPLIT_MODEL
+    double serial = ml_gemm_task_cost(g, g->M, n);
+    int64_t tasks = g->K > 0 && n > 0 ? ml_par_most(serial, units_n * units_m) : 1;
+#else
     /* B's floats count 4 each when there are fewer rows (a GEMV streams B: 2048 x 1000
      * weights, 2M multiply-adds, ran 1.6x faster on 2 threads) */
     double work = (double)(g->M < 4 ? 4 : g->M) * n * g->K;
     int64_t tasks = g->K > 0 ? ml_par_tasks(work, units_n * units_m) : 1;
+#endif
     /* the few-row path streams B: one wide column range per thread (narrow ranges
      * read each row of B in short pieces, which the prefetcher follows poorly) */
     if (g->M < ML_MR && g->b.kind == ML_B_STRIDED && g->b.ldn == 1 && tasks > ml_num_threads())
@@ -880,8 +898,12 @@ ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
     if (tasks > 1) {
         ml_sgemm_job j = {g, 0, 0, 0};
 #if ML_SPLIT_MODEL
-        if (g->M >= ML_MR) ml_gemm_split(g, tasks, &j.chunk_n, &j.chunk_m);
-        else
+        if (g->M >= ML_MR) {
+            if (!ml_par_pays(serial, ml_gemm_split(g, tasks, &j.chunk_n, &j.chunk_m))) {
+                ml_sgemm(g);
+                return;
+            }
+        } else
 #endif
         {
         /* column chunks of at least 64 (a lone 32-column chunk beside a full one halves
@@ -890,6 +912,12 @@ ML_UNUSED static void ml_sgemm_par(const ml_gemm_args* g) {
         int64_t cm = ML_MIN(units_m, (tasks + cn - 1) / cn);
         j.chunk_n = (((n + cn - 1) / cn) + 31) / 32 * 32;
         j.chunk_m = (((g->M + cm - 1) / cm) + ML_MR - 1) / ML_MR * ML_MR;
+#if ML_SPLIT_MODEL
+            if (!ml_par_pays(serial, ml_gemm_span(g, j.chunk_n, j.chunk_m))) {
+                ml_sgemm(g);
+                return;
+            }
+#endif
         }
         j.tasks_n = (n + j.chunk_n - 1) / j.chunk_n;
         int64_t tasks_m = (g->M + j.chunk_m - 1) / j.chunk_m;
@@ -960,7 +988,9 @@ ML_UNUSED static void ml_sgemm_t_par(const ml_gemm_args* g) {
     }
 #ifdef MONOLIB_THREADPOOL_H
     int64_t n = g->n_end - g->n_begin;
-    int64_t tasks = ml_par_tasks(4.0 * (double)n * g->K, (n + 31) / 32);
+    /* streams B: each float of it read once, a multiply-add per row */
+    double cost = (ML_PAR_FLOAT_COST + (double)g->M) * (double)n * g->K;
+    int64_t tasks = ml_par_split(cost, (n + 31) / 32, ML_PAR_TASK_COST);
     if (tasks > 1) {
         ml_sgemm_job j = {g, ((n + tasks - 1) / tasks + 31) / 32 * 32, 0, 0};
         ml_parallel_for((n + j.chunk_n - 1) / j.chunk_n, ml_sgemm_t_task, &j, 0, 0);
@@ -1035,7 +1065,9 @@ ML_UNUSED static void ml_sgemv_pa(const ml_gemm_args* g, void (*task)(void*, int
     }
     int64_t panels = (g->M + ML_MR - 1) / ML_MR, tasks = 1;
 #ifdef MONOLIB_THREADPOOL_H
-    tasks = ml_par_tasks(4.0 * (double)panels * ML_MR * K, panels);
+    /* streams A: each float of it read once for up to ML_GEMV_NMAX columns */
+    tasks = ml_par_split((ML_PAR_FLOAT_COST + (double)nc) * panels * ML_MR * K, panels,
+                         ML_PAR_TASK_COST);
 #endif
     ml_gemv_job j = {g, xe, (panels + tasks - 1) / tasks};
     tasks = (panels + j.panels_per_task - 1) / j.panels_per_task;
@@ -1106,8 +1138,11 @@ static void ml_sgemm_batch_task(void* ctx, int64_t t, void* scratch) {
  * splits one GEMM. */
 ML_UNUSED static void ml_sgemm_batch(const ml_gemm_batch* j, float* scratch) {
 #ifdef MONOLIB_THREADPOOL_H
-    double work = (double)j->nb * j->g.M * (j->g.n_end - j->g.n_begin) * j->g.K;
-    if (j->nb >= ml_num_threads() && ml_par_tasks(work, j->nb) > 1) {
+    /* whole batches a task: each batch one GEMM on its thread (its A packed there) */
+    double each = ml_gemm_task_cost(&j->g, j->g.M, j->g.n_end - j->g.n_begin);
+    if (j->a_src) each += ML_PAR_FLOAT_COST * (double)j->g.M * j->g.K;
+    if (j->nb >= ml_num_threads() && ml_par_most(each * j->nb, j->nb) > 1 &&
+        ml_par_pays(each * j->nb, ml_par_span(j->nb, each, each, ml_num_threads()))) {
         ml_parallel_for(j->nb, ml_sgemm_batch_task, (void*)j, scratch,
                         (size_t)ml_gemm_batch_floats(j) * sizeof(float));
         return;

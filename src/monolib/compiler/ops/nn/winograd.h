@@ -423,10 +423,16 @@ ML_UNUSED static void ml_winograd(const ml_wino_args* a, void* scratch) {
     ml_wino_args r = *a;
     r.co_split = 1;
 #ifdef MONOLIB_THREADPOOL_H
-    /* the GEMMs plus the transforms (some 16 operations per element and channel) */
-    double work = (double)a->ah * a->aw * a->TH * a->TW * (a->C * a->M + 16 * (a->C + a->M));
-    if (ml_par_tasks(work, blocks * a->co_split) > 1) {
-        r.co_split = ml_wino_parts(blocks, a->co_split, ml_num_threads());
+    /* the GEMMs plus the transforms (some 16 operations per element and channel); a
+     * task does its block's input transform whole, its range's share of the rest */
+    double xt = (double)a->ah * a->aw * a->TH * a->TW / blocks; /* per block */
+    double in_t = xt * 16 * a->C, rest = xt * (a->C * a->M + 16 * a->M);
+    double work = blocks * (in_t + rest);
+    int64_t parts = ml_wino_parts(blocks, a->co_split, ml_num_threads());
+    double task = in_t + rest / parts + ML_PAR_TASK_COST;
+    if (ml_par_most(work, blocks * parts) > 1 &&
+        ml_par_pays(work, ml_par_span(blocks * parts, task, task, ml_num_threads()))) {
+        r.co_split = parts;
         size_t bytes = 4 * (size_t)(a->v_floats + a->m_floats + a->p_floats + a->u_floats);
         ml_parallel_for(blocks * r.co_split, ml_wino_task, &r, scratch, bytes);
         return;

@@ -450,4 +450,84 @@ static inline int64_t ml_par_tasks_mem(double work, int64_t units) {
 static inline int64_t ml_par_tasks(double work, int64_t units) {
     return ml_par_tasks_over(work, units, ML_PAR_MIN_WORK);
 }
+
+/* Split by modelled cost (ml_par_split, ml_par_pays, gemm.h's ml_gemm_split): an op
+ * splits when its longest thread's modelled time plus the job's overhead beats its time
+ * on the calling thread, not above a fixed size. One unit throughout: a multiply-add at
+ * the GEMM micro-kernel's rate (gemm.h's ml_gemm_task_cost counts in it; on the 2-core
+ * Zen 4 of bench/, 1 thread, ml_sgemm of 24x64x72 .. 200x40x480: 0.012-0.018 ns a
+ * unit, some 60 a nanosecond). Measured there (gcc -O3 -march=native, 2 threads,
+ * workers spinning, each job's input rewritten by the caller first, quartile of 301
+ * interleaved runs):
+ *   ML_PAR_JOB_COST: a split's cost beyond its tasks' modelled share. The bare round trip
+ *     (ml_parallel_for of 2 empty tasks) took 90-120 ns, but the first touches of the
+ *     other core's data cost more: GEMMs split in 2 ran 0-950 ns (median ~400) over their
+ *     modelled span (16x256x32: 2.96 us split, 3.35 serial; 24x64x72: 2.14 vs 2.73;
+ *     56x96x216 against packed weights: 10.8 vs 20.1), so 0.5 us: 30000.
+ *   ML_PAR_TASK_COST: each further task (a CAS on the shared ticket, the done count, the
+ *     task's own first misses): splits of 4-8 tasks of those GEMMs ran 5-15% slower
+ *     than of 2, 0.2-1 us: 12000 (gemm.h's ML_TASK_COST, its GEMM tasks', is larger).
+ *   ML_PAR_FLOAT_COST: a float a memory-bound kernel (padding, im2col gathers,
+ *     transposes, packing) reads and writes in cache: conv.h's padding took 0.10-0.43 ns
+ *     a float (16x112x112 .. 48x34x16 channels x rows x columns; 1.4 on 4-float rows),
+ *     its pixel transpose 0.13-0.18: 0.2 ns, 12.
+ * Waking sleeping workers is kept apart (ML_PAR_WAKE_WORK: only an op that large wakes
+ * them), as is the back-off from late workers. */
+#ifndef ML_PAR_JOB_COST
+#define ML_PAR_JOB_COST 30000.0
+#endif
+#ifndef ML_PAR_TASK_COST
+#define ML_PAR_TASK_COST 12000.0
+#endif
+#ifndef ML_PAR_FLOAT_COST
+#define ML_PAR_FLOAT_COST 12.0
+#endif
+
+/* The most tasks an op of modelled `cost` over `units` pieces may split into now:
+ * 1 (serial) on one thread, while the pool backs off, or while every worker sleeps and
+ * the op is below ML_PAR_WAKE_WORK; else up to 4 a thread. */
+static inline int64_t ml_par_most(double cost, int64_t units) {
+    int32_t nt = ml_num_threads();
+    if (nt <= 1 || units < 2 || ml_pool_backing_off()) return 1;
+    if (cost < ML_PAR_WAKE_WORK && ml_pool_asleep()) return 1;
+    int64_t t = (int64_t)nt * 4;
+    return t < units ? t : units;
+}
+
+/* Modelled finish time of n tasks of cost `each` (the last one `last`) on nt threads, each
+ * task taken in order by the first thread free, plus the job's overhead. */
+static inline double ml_par_span(int64_t n, double each, double last, int32_t nt) {
+    int64_t rounds = n / nt, rest = n % nt;
+    if (rest == 0) return (double)(rounds - 1) * each + (last > each ? last : each) + ML_PAR_JOB_COST;
+    /* the last task lands on a thread that ran `rounds` tasks */
+    double t = (double)rounds * each + (rest > 1 || rounds == 0 ? each : 0.0);
+    double l = (double)rounds * each + last;
+    return (t > l ? t : l) + ML_PAR_JOB_COST;
+}
+
+/* Whether a split whose longest thread's modelled time is `span` (ML_PAR_JOB_COST
+ * included) beats `serial`, the op's modelled time on the calling thread. */
+static inline int ml_par_pays(double serial, double span) { return span < serial; }
+
+/* Tasks (1: serial) for `units` equal pieces of `cost` in all, each task adding
+ * `task_cost` (ML_PAR_TASK_COST plus what a task repeats): of the counts up to
+ * ml_par_most, the one with the least modelled finish time (among those within 3% of it,
+ * the most tasks: they cover a thread another process delays), when it beats the
+ * serial cost. */
+static inline int64_t ml_par_split(double cost, int64_t units, double task_cost) {
+    int64_t most = ml_par_most(cost, units);
+    if (most <= 1) return 1;
+    int32_t nt = ml_num_threads();
+    double per = cost / (double)units, best = 0.0;
+    int64_t bt = 1;
+    for (int64_t t = 2; t <= most; ++t) {
+        int64_t chunk = (units + t - 1) / t, n = (units + chunk - 1) / chunk;
+        if (n != t) continue; /* the same split as fewer tasks */
+        double span = ml_par_span(n, chunk * per + task_cost,
+                                  (units - (n - 1) * chunk) * per + task_cost, nt);
+        if (bt == 1 || span < 0.97 * best) { best = span; bt = t; }
+        else if (span <= 1.03 * best) bt = t;
+    }
+    return bt > 1 && ml_par_pays(cost, best) ? bt : 1;
+}
 #endif /* MONOLIB_THREADPOOL_H */

@@ -164,3 +164,76 @@ def test_quantize_dynamic_graph_matches_ort(tmp_path):
         for a, b, w in zip(one, two, want):
             np.testing.assert_array_equal(a, b)
             np.testing.assert_allclose(a, w, rtol=0, atol=2e-5 * max(1.0, float(np.abs(w).max())))
+
+
+# -- convolutions with byte-packed weights (q8gemv.h's ml_q8conv) --------------------------
+
+def _conv_exact(x, w, xz, wz, strides, pads, dil, group):
+    """ConvInteger's int32 sums by NumPy (NCHW, 2-D)."""
+    xi = np.pad(x.astype(np.int64) - int(xz), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    wi = w.astype(np.int64) - np.asarray(wz, np.int64).reshape(-1, 1, 1, 1)
+    n, c, h, wd = xi.shape
+    m, cg, kh, kw = wi.shape
+    oh = (h - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wd - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    y = np.zeros((n, m, oh, ow), np.int64)
+    mg = m // group
+    for g in range(group):
+        xs = xi[:, g * cg : (g + 1) * cg]
+        for ky in range(kh):
+            for kx in range(kw):
+                patch = xs[:, :, ky * dil[0] : ky * dil[0] + strides[0] * (oh - 1) + 1 : strides[0],
+                           kx * dil[1] : kx * dil[1] + strides[1] * (ow - 1) + 1 : strides[1]]
+                y[:, g * mg : (g + 1) * mg] += np.einsum("nchw,mc->nmhw", patch, wi[g * mg : (g + 1) * mg, :, ky, kx])
+    return y.astype(np.int32)
+
+
+CONV_CASES = [  # x shape, w shape, strides, pads (t, l, b, r), dilations, group, weight type, per-channel
+    ((1, 3, 9, 13), (5, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.uint8, False),
+    ((2, 4, 11, 7), (6, 2, 3, 2), (2, 1), (0, 1, 2, 0), (1, 2), 2, np.int8, True),
+    ((1, 7, 5, 21), (13, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, np.uint8, True),
+    ((1, 5, 17, 6), (7, 5, 2, 3), (3, 2), (1, 0, 1, 1), (2, 1), 1, np.int8, False),
+]
+
+
+def _conv_model(xs, ws, strides, pads, dil, group, wt, per_col):
+    x = R.integers(0, 256, xs).astype(np.uint8)
+    info = np.iinfo(wt)
+    w = R.integers(info.min, info.max + 1, ws).astype(wt)
+    xz = np.array(255, np.uint8)  # |x - xz| reaches 255; padding must be xz
+    wz = (R.integers(info.min, info.max + 1, ws[0]) if per_col else np.array(info.min)).astype(wt)
+    model = make_node_model("ConvInteger", {"x": x, "w": w, "xz": xz, "wz": wz},
+                            {"strides": list(strides), "pads": list(pads), "dilations": list(dil),
+                             "group": group}, opset=13, constant_inputs=["w", "wz"])
+    return model, {"x": x, "xz": xz}, _conv_exact(x, w, xz, wz, strides, pads, dil, group)
+
+
+def test_q8_conv_exact_chosen_and_threads():
+    """uint8 images against constant uint8/int8 weights (odd sizes, K off the quads,
+    padding filled with the zero point, stride, dilation, groups, per-channel zero
+    points): the exact sums, through ml_q8conv where the CPU has AVX-512 VNNI, at 1 and
+    2 threads; the int16-widened (AVX2) and portable builds give the same."""
+    import monolib
+    from monolib.compiler.ops.quant._q8 import use_q8
+    from monolib.compiler.testing import run_model
+
+    for case in CONV_CASES:
+        model, feeds, want = _conv_model(*case)
+        src = monolib.compile(model).imported_modules[0].get_source()
+        assert ("ml_q8conv_par(&qc_)" in src) == use_q8(1), case
+        for got in run_threads(model, feeds):
+            np.testing.assert_array_equal(got[0], want, err_msg=str(case))
+    for case in CONV_CASES[:2]:
+        model, feeds, want = _conv_model(*case)
+        for target in ("c -mattr=-avx512f", "c -mattr=-avx2,-avx512f"):
+            np.testing.assert_array_equal(run_model(model, feeds, target=target)[0], want, err_msg=target)
+
+
+def test_q8_conv_split_equal():
+    """A convolution large enough to be split over 2 threads by column chunks (each
+    packs its own B blocks and column sums): the exact sums at 1 and 2 threads."""
+    model, feeds, want = _conv_model((1, 32, 40, 40), (64, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+                                     1, np.uint8, True)
+    one, two = run_threads(model, feeds)
+    np.testing.assert_array_equal(one[0], want)
+    np.testing.assert_array_equal(two[0], want)

@@ -14,7 +14,7 @@ from ....runtime import isa
 from ..base import EmitContext
 from ._qcommon import QMR, QNR, include_qgemm
 
-__all__ = ["include_q8", "pack_b8", "q8_a_bytes", "q8_call", "q8_kq", "use_q8"]
+__all__ = ["include_q8", "pack_a8", "pack_b8", "q8_a_bytes", "q8_call", "q8_conv_bbuf_bytes", "q8_kq", "use_q8"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,43 @@ def pack_b8(b: np.ndarray, zb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     colsum = bp.sum(axis=0).astype(np.int32)
     beta = (ob - np.asarray(zb).astype(np.int32).reshape(n)).astype(np.int32)
     return np.ascontiguousarray(packed).ravel(), colsum, beta
+
+
+def pack_a8(w: np.ndarray, zw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pack 8-bit ``[M, K]`` convolution weights (uint8 or int8) as the broadcast side
+    of ``ml_q8conv``.
+
+    Parameters
+    ----------
+    w : numpy.ndarray
+        ``[M, K]`` uint8 or int8.
+    zw : numpy.ndarray
+        The zero point per row, ``[M]``.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(packed int8, alpha int32 [M], rowsum int32 [M])``: ``a' = w - oa`` (``oa``
+        128 for uint8, 0 for int8) in panels of QMR rows and quads of K, ``oa - zw`` and
+        the row sums of ``a'``.
+    """
+    m, k = w.shape
+    oa = 128 if w.dtype == np.uint8 else 0
+    ap = w.astype(np.int32) - oa
+    mp, kq = -(-m // QMR) * QMR, q8_kq(k)
+    padded = np.zeros((mp, kq), np.int8)
+    padded[:m, :k] = ap
+    # [panel, r, k/4, k%4] -> [panel, k/4, r, k%4]
+    packed = padded.reshape(mp // QMR, QMR, kq // 4, 4).transpose(0, 2, 1, 3)
+    alpha = (oa - np.asarray(zw).astype(np.int32).reshape(m)).astype(np.int32)
+    return np.ascontiguousarray(packed).ravel(), alpha, ap.sum(axis=1).astype(np.int32)
+
+
+def q8_conv_bbuf_bytes(k: int) -> int:
+    """Bytes of one thread's B block in ``ml_q8conv`` (mirrors ``ml_q8c_bbuf_bytes``)."""
+    kq = q8_kq(k)
+    nc = min(max((2**18 // kq) // QNR * QNR, QNR), 1024)
+    return nc * kq + 4 * (nc + 64) + 4 * nc + 64
 
 
 def q8_call(

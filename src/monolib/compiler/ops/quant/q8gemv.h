@@ -58,9 +58,9 @@ ML_QUNUSED static void ml_q8_prep_a(int64_t M, int64_t K, int64_t Kq, const uint
     memset(dst + M * Kq, 0, (size_t)((mp - M) * Kq));
 }
 
+typedef int32_t ml_q8z __attribute__((vector_size(64), aligned(4)));
 #if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__GNUC__) && \
     !defined(ML_QGEMM_PORTABLE)
-typedef int32_t ml_q8z __attribute__((vector_size(64), aligned(4)));
 ML_QINLINE ml_q8z ml_q8dp(ml_q8z acc, const uint8_t* a, const int8_t* b) {
     int32_t quad;
     ml_q8z bv;
@@ -172,6 +172,204 @@ ML_QUNUSED static void ml_q8gemv_par(const ml_q8_args* g) {
     }
 #endif
     ml_q8gemv(g);
+}
+
+/* ---- Convolutions: Y[M, N] = W[M, K] (weights, the broadcast side: int8 bytes
+ * a' = W - oa, oa 128 for uint8 weights) times the columns of a uint8 image (the vector
+ * side, raw bytes, the spatial padding its zero point zb); the same sums,
+ *   C = D + alpha[m] * colsum[n] + beta * rowsum[m] + K * alpha[m] * beta,
+ *   alpha[m] = oa - zw[m] and rowsum[m] = sum_k a'[m,k] (compile time), beta = -zb,
+ *   colsum[n] = sum_k B[k,n] (with the padding's zb), taken while packing B.
+ * Packed A: panel p (rows p*QMR..) at p*Kq*QMR, element (r, k) at
+ * [(k/4)*QMR*4 + r*4 + k%4], rows past M zero. B is packed per block of columns into
+ * panels of 16 as b' above (uint8), its column sums after the block. */
+typedef struct {
+    int64_t M, N, K, Kq;
+    const int8_t* a;
+    const int32_t* alpha;  /* [M] */
+    const int32_t* rowsum; /* [M] */
+    int32_t zb;
+    int im2col;            /* 0: B[k][n] = p8[k*ldk + n] (1x1, stride 1); 1: implicit im2col */
+    const uint8_t* p8;     /* the image, zero-point padded when im2col (ml_q8pad_image) */
+    int64_t ldk, H, W, KH, KW, SH, SW, DH, DW, OH, OW;
+    ml_qout out;
+    const int32_t* bias_m;
+    uint8_t* bbuf; /* ml_q8c_bbuf_bytes per thread */
+    int64_t n_begin, n_end;
+} ml_q8c_args;
+
+/* Columns per B block (its Kq bytes each near 256 KiB: half of L2). */
+static inline int64_t ml_q8c_nc(int64_t Kq) {
+    int64_t nc = ((int64_t)1 << 18) / (Kq > 0 ? Kq : 1) / ML_QNR * ML_QNR;
+    return nc < ML_QNR ? ML_QNR : (nc > 1024 ? 1024 : nc);
+}
+
+/* Bytes of one thread's B block: the packed panels, 4 gathered rows, the column sums. */
+static inline int64_t ml_q8c_bbuf_bytes(int64_t Kq) {
+    int64_t nc = ml_q8c_nc(Kq);
+    return nc * Kq + 4 * (nc + 64) + 4 * nc + 64;
+}
+
+/* A uint8 [C][H][W] image into [C][Hp][Wp] padded with its zero point (PT rows above,
+ * PL columns left). */
+ML_QUNUSED static void ml_q8pad_image(int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp,
+                                      int64_t PT, int64_t PL, const uint8_t* x, int32_t zp,
+                                      uint8_t* restrict dst) {
+    memset(dst, zp, (size_t)(C * Hp * Wp));
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t h = 0; h < H && h + PT < Hp; ++h)
+            memcpy(dst + (c * Hp + h + PT) * Wp + PL, x + (c * H + h) * W,
+                   (size_t)ML_QMIN(W, Wp - PL));
+}
+
+/* Row k of B, columns n0..n0+nc-1, into r (zeros past K). */
+static void ml_q8c_row(const ml_q8c_args* g, int64_t k, int64_t n0, int64_t nc,
+                       uint8_t* restrict r) {
+    if (k >= g->K) {
+        memset(r, 0, (size_t)nc);
+    } else if (!g->im2col) {
+        memcpy(r, g->p8 + k * g->ldk + n0, (size_t)nc);
+    } else {
+        int64_t kx = k % g->KW, ky = (k / g->KW) % g->KH, ci = k / (g->KW * g->KH);
+        const uint8_t* x = g->p8 + ci * g->H * g->W + ky * g->DH * g->W + kx * g->DW;
+        int64_t oh = n0 / g->OW, ow = n0 % g->OW;
+        for (int64_t j = 0; j < nc; ++oh, ow = 0) {
+            const uint8_t* src = x + oh * g->SH * g->W + ow * g->SW;
+            int64_t run = ML_QMIN(g->OW - ow, nc - j);
+            if (g->SW == 1) memcpy(r + j, src, (size_t)run);
+            else
+                for (int64_t t = 0; t < run; ++t) r[j + t] = src[t * g->SW];
+            j += run;
+        }
+    }
+}
+
+/* Pack B columns n0..n0+nc-1 (all Kq rows) into panels of 16 at buf and their column
+ * sums at *colsum (after the panels). */
+static void ml_q8c_pack(const ml_q8c_args* g, int64_t n0, int64_t nc, uint8_t* restrict buf,
+                        int32_t** colsum) {
+    const int64_t ncb = ml_q8c_nc(g->Kq), ncp = (nc + ML_QNR - 1) / ML_QNR * ML_QNR;
+    uint8_t* rows = buf + ncb * g->Kq; /* 4 rows of ncb + 64 */
+    int32_t* cs = (int32_t*)(rows + 4 * (ncb + 64));
+    for (int64_t j = 0; j < ncp; ++j) cs[j] = 0;
+    for (int64_t k = 0; k < g->Kq; k += 4) {
+        uint8_t* r[4];
+        for (int e = 0; e < 4; ++e) {
+            r[e] = rows + e * (ncb + 64);
+            ml_q8c_row(g, k + e, n0, nc, r[e]);
+            memset(r[e] + nc, 0, (size_t)(ncp - nc));
+        }
+        uint8_t* d = buf + k * ML_QNR;
+        for (int64_t j = 0; j < ncp; j += ML_QNR, d += g->Kq * ML_QNR)
+            for (int c = 0; c < ML_QNR; ++c) {
+                d[4 * c] = r[0][j + c];
+                d[4 * c + 1] = r[1][j + c];
+                d[4 * c + 2] = r[2][j + c];
+                d[4 * c + 3] = r[3][j + c];
+            }
+        for (int64_t j = 0; j < ncp; ++j) cs[j] += (r[0][j] + r[1][j]) + (r[2][j] + r[3][j]);
+    }
+    *colsum = cs;
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__GNUC__) && \
+    !defined(ML_QGEMM_PORTABLE)
+/* rows x 16 tile: vpdpbusd(acc, the B quad's 64 bytes (unsigned), the weight row's 4
+ * bytes broadcast (signed)) */
+ML_QINLINE void ml_q8cuk(const int rows, int64_t kq4, const int8_t* restrict a,
+                         const uint8_t* restrict b, int32_t t[ML_QMR][ML_QNR]) {
+    ml_q8z acc[ML_QMR];
+    for (int r = 0; r < rows; ++r) acc[r] = (ml_q8z){0};
+    for (int64_t q = 0; q < kq4; ++q) {
+        ml_q8z bv;
+        memcpy(&bv, b + q * 64, sizeof bv);
+        for (int r = 0; r < rows; ++r) {
+            int32_t quad;
+            memcpy(&quad, a + q * ML_QMR * 4 + r * 4, 4);
+#if defined(__clang__)
+            acc[r] = (ml_q8z)__builtin_ia32_vpdpbusd512(acc[r], bv, (ml_q8z){0} + quad);
+#else
+            acc[r] = (ml_q8z)__builtin_ia32_vpdpbusd_v16si(acc[r], bv, (ml_q8z){0} + quad);
+#endif
+        }
+    }
+    for (int r = 0; r < rows; ++r) memcpy(&t[r][0], &acc[r], sizeof acc[r]);
+}
+#else
+ML_QINLINE void ml_q8cuk(const int rows, int64_t kq4, const int8_t* restrict a,
+                         const uint8_t* restrict b, int32_t t[ML_QMR][ML_QNR]) {
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < ML_QNR; ++c) {
+            int32_t s = 0;
+            for (int64_t q = 0; q < kq4; ++q)
+                for (int e = 0; e < 4; ++e)
+                    s += (int32_t)b[q * 64 + c * 4 + e] * a[q * ML_QMR * 4 + r * 4 + e];
+            t[r][c] = s;
+        }
+}
+#endif
+
+/* Columns n_begin..n_end-1 of the convolution's product described by g. */
+ML_QUNUSED static void ml_q8conv(const ml_q8c_args* g) {
+    int32_t t[ML_QMR][ML_QNR] __attribute__((aligned(64)));
+    const int64_t kq4 = g->Kq / 4, ncb = ml_q8c_nc(g->Kq);
+    const int32_t beta = -g->zb;
+    for (int64_t jc = g->n_begin; jc < g->n_end; jc += ncb) {
+        const int64_t nc = ML_QMIN(ncb, g->n_end - jc);
+        int32_t* cs;
+        ml_q8c_pack(g, jc, nc, g->bbuf, &cs);
+        for (int64_t jr = 0; jr < nc; jr += ML_QNR) {
+            const int nr = (int)ML_QMIN(ML_QNR, nc - jr);
+            const uint8_t* b = g->bbuf + (jr / ML_QNR) * g->Kq * ML_QNR;
+            for (int64_t m = 0; m < g->M; m += ML_QMR) {
+                const int mr = (int)ML_QMIN(ML_QMR, g->M - m);
+                const int8_t* a = g->a + (m / ML_QMR) * g->Kq * ML_QMR;
+                if (mr <= 2) ml_q8cuk(2, kq4, a, b, t); /* rows past M: zero weights */
+                else if (mr <= 4) ml_q8cuk(4, kq4, a, b, t);
+                else ml_q8cuk(ML_QMR, kq4, a, b, t);
+                for (int r = 0; r < mr; ++r) {
+                    const int64_t al = g->alpha[m + r];
+                    const int64_t base = (int64_t)beta * g->rowsum[m + r] + g->K * al * beta;
+                    for (int j = 0; j < nr; ++j)
+                        t[r][j] = (int32_t)((int64_t)t[r][j] + al * cs[jr + j] + base);
+                }
+                ml_qstore(&g->out, m, jc + jr, mr, nr, t, g->bias_m);
+            }
+        }
+    }
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+typedef struct {
+    const ml_q8c_args* g;
+    int64_t chunk;
+} ml_q8c_job;
+
+static void ml_q8c_task(void* ctx, int64_t t, void* scratch) {
+    const ml_q8c_job* j = (const ml_q8c_job*)ctx;
+    ml_q8c_args a = *j->g;
+    a.n_begin = j->g->n_begin + t * j->chunk;
+    a.n_end = ML_QMIN(j->g->n_end, a.n_begin + j->chunk);
+    a.bbuf = (uint8_t*)scratch;
+    ml_q8conv(&a);
+}
+#endif
+
+/* ml_q8conv split over column chunks (multiples of 16) on the thread pool when large;
+ * each chunk packs its B blocks into its own buffer. */
+ML_QUNUSED static void ml_q8conv_par(const ml_q8c_args* g) {
+#ifdef MONOLIB_THREADPOOL_H
+    int64_t n = g->n_end - g->n_begin, units = (n + ML_QNR - 1) / ML_QNR;
+    /* a byte multiply-add (64 an instruction) costs about a quarter of a float one */
+    int64_t tasks = ml_par_tasks(0.25 * (double)g->M * n * g->K, units);
+    if (tasks > 1) {
+        ml_q8c_job j = {g, (units + tasks - 1) / tasks * ML_QNR};
+        ml_parallel_for((n + j.chunk - 1) / j.chunk, ml_q8c_task, &j, g->bbuf,
+                        (size_t)ml_q8c_bbuf_bytes(g->Kq));
+        return;
+    }
+#endif
+    ml_q8conv(g);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -40,6 +40,7 @@ from ._qcommon import (
     zp_c,
     zp_ref,
 )
+from ._q8 import include_q8, pack_a8, q8_conv_bbuf_bytes, q8_kq, use_q8
 from ._qop import QuantOp, check_float_scales, requantized_out
 
 __all__ = ["ConvInteger", "QLinearConv", "int_conv"]
@@ -185,6 +186,10 @@ class _QConv(QuantOp):
         cg, mg = c // group, m // group
         k = cg * d["KH"] * d["KW"]
         hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+        wz = node.input(self.WZP)
+        if (x.dtype == np.uint8 and w.const is not None and (wz is None or wz.const is not None)
+                and use_q8(mg)):
+            return self._emit_q8(node, ctx, d, out, group, per_channel)
         ap, per_group, code = self._weights(node, ctx, group, mg, k)
         xzp, _, _ = zp_c(ctx, node, self.XZP, 1)
         signed = int(x.dtype == np.int8)
@@ -238,6 +243,61 @@ class _QConv(QuantOp):
             code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad}"
             f"for (int64_t g = 0; g < {group}; ++g)\n{qgemm_call(fields, bsrc, out)}\n}}"
         )
+
+
+    def _emit_q8(self, node: Node, ctx: EmitContext, d, out, group: int, per_channel: bool) -> str:
+        """The groups' products through ``ml_q8conv`` (``q8gemv.h``): constant weights
+        as int8 bytes against the uint8 image's bytes, zero points through row and
+        column sums (where ``_q8.use_q8``: AVX-512 VNNI's vpdpbusd)."""
+        x, w, y = node.inputs[self.X], node.inputs[self.W], node.outputs[0]
+        n, c = x.shape[:2]
+        m = w.shape[0]
+        cg, mg = c // group, m // group
+        k = cg * d["KH"] * d["KW"]
+        hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+        include_q8(ctx)
+        wz = node.input(self.WZP)
+        zw = zp_ref(None if wz is None else wz.const, m)
+        wg = w.const.reshape(group, mg, k)
+        parts = [pack_a8(wg[g], zw[g * mg : (g + 1) * mg]) for g in range(group)]
+        ap = ctx.param(np.concatenate([p[0] for p in parts]), f"{node.name}.packed_w8")
+        alpha = ctx.param(np.concatenate([p[1] for p in parts]), f"{node.name}.alpha8")
+        rowsum = ctx.param(np.concatenate([p[2] for p in parts]), f"{node.name}.rowsum8")
+        per_group = parts[0][0].size
+        xzp, _, _ = zp_c(ctx, node, self.XZP, 1)
+        fields = {"M": str(mg), "N": str(ohw), "K": str(k), "Kq": str(q8_kq(k)), "zb": xzp,
+                  "a": f"{ap} + g * {per_group}", "alpha": f"{alpha} + g * {mg}",
+                  "rowsum": f"{rowsum} + g * {mg}",
+                  "bbuf": f"(uint8_t*){ctx.scratch(q8_conv_bbuf_bytes(k))}"}
+        pad = ""
+        if (d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1 and d["PT"] == d["PL"] == 0
+                and (d["OH"], d["OW"]) == (d["H"], d["W"])):
+            fields.update({"p8": f"(const uint8_t*){ctx.ptr(x)} + (n * {c} + g * {cg}) * {hw}", "ldk": str(hw)})
+        else:
+            hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
+            wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
+            img = ctx.scratch(c * hp * wp)
+            pad = (
+                f"  ml_q8pad_image({c}, {d['H']}, {d['W']}, {hp}, {wp}, {d['PT']}, {d['PL']}, "
+                f"(const uint8_t*){ctx.ptr(x)} + n * {c * hw}, {xzp}, (uint8_t*){img});\n"
+            )
+            fields.update({"im2col": "1", "p8": f"(const uint8_t*){img} + g * {cg * hp * wp}",
+                           "H": str(hp), "W": str(wp)})
+            fields.update({key: str(d[key]) for key in ("KH", "KW", "SH", "SW", "DH", "DW", "OH", "OW")})
+        bias = self._bias(node, ctx)
+        if bias != "0":
+            fields["bias_m"] = f"{bias} + g * {mg}"
+        out = dict(out)
+        out["y"] = f"(void*)({ctx.ptr(y)} + (n * {m} + g * {mg}) * {ohw})"
+        out["ld"] = str(ohw)
+        if per_channel:
+            out["mult"] = f"{out['mult']} + g * {mg}"
+        lines = ["{", "  ml_q8c_args qc_;", "  memset(&qc_, 0, sizeof qc_);"]
+        lines += [f"  qc_.{key} = {val};" for key, val in fields.items()]
+        lines += [f"  qc_.n_end = {ohw};"] + [f"  qc_.out.{key} = {val};" for key, val in out.items()]
+        lines += ["  ml_q8conv_par(&qc_);", "}"]
+        body = "\n".join(lines)
+        return f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad}for (int64_t g = 0; g < {group}; ++g)\n{body}\n}}"
 
 
 @register

@@ -101,6 +101,8 @@ def explain_rule(sig: dict[str, Any], label: str) -> str:
                  and not any(attrs.get("pads", [])))
     by_shape = {
         "depthwise": "group == C_in == C_out",
+        "depthwise_cb": "group == C_in == C_out, vectorised over channels: less modelled "
+                        "time than along W (conv_dw_blocked.dw_costs)",
         "gemm_folded": "a batch of small images: one GEMM over every image's columns",
     }
     if algo in by_shape:

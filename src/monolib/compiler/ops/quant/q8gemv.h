@@ -1,6 +1,8 @@
-/* q8gemv.h -- integer matrix products with few rows whose constant 8-bit B (the
- * weights) stays one byte per value (monolib kernel library; include qgemm.h first:
- * the tiles are stored by its ml_qstore).
+/* q8gemv.h -- integer products whose constant 8-bit weights stay one byte per value
+ * (monolib kernel library; include qgemm.h first: the tiles are stored by its
+ * ml_qstore): ml_q8gemv for a run-time uint8 A times weights B (MatMulInteger after
+ * DynamicQuantizeLinear, an LSTM's projections), ml_q8conv for weights times the
+ * columns of a uint8 image (ConvInteger, QLinearConv; below).
  *
  * C[m,n] = sum_k (A[m,k] - za) * (B[k,n] - zb[n]), exact in int32, for A uint8 (a
  * DynamicQuantizeLinear output) and B uint8 or int8. qgemm.h packs B as int16 with the

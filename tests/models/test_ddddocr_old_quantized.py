@@ -30,14 +30,17 @@ from monolib.runtime import set_num_threads
 pytestmark = pytest.mark.slow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_inputs import MODEL_INPUTS  # noqa: E402  (the bench's meaningful inputs)
+from bench_inputs import MODEL_INPUTS  # the bench's meaningful inputs
 
 
 def test_old_crnn_reads_like_onnxruntime(ort_session):
     bm = MODEL_INPUTS["ddddocr_old"]
     feeds = bm.make()[0]
-    gm = monolib.GraphModule(monolib.compile(str(fetch_model("ddddocr_old")),
-                                             shapes={k: v.shape for k, v in feeds.items()})["default"](monolib.cpu()))
+    gm = monolib.GraphModule(
+        monolib.compile(
+            str(fetch_model("ddddocr_old")), shapes={k: v.shape for k, v in feeds.items()}
+        )["default"](monolib.cpu())
+    )
     want = ort_session("ddddocr_old").run(None, feeds)[0]
     runs = []
     try:

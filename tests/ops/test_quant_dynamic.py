@@ -52,6 +52,7 @@ def test_dynamic_quantize_nan_and_all_positive():
 
 # -- few-row products with byte-packed weights (q8gemv.h) ---------------------------------
 
+
 def _exact(a, b, za, zb):
     return (a.astype(np.int64) - np.int64(za)) @ (b.astype(np.int64) - np.asarray(zb, np.int64))
 
@@ -68,8 +69,13 @@ def _q8_model(m, k, n, wtype, per_col):
     return model, {"a": a, "za": za}, _exact(a, b, za, zb).astype(np.int32)
 
 
-Q8_CASES = [(1, 1, 1, np.uint8, False), (1, 37, 17, np.uint8, True), (2, 5, 33, np.int8, True),
-            (3, 1030, 19, np.uint8, False), (4, 64, 16, np.int8, False)]
+Q8_CASES = [
+    (1, 1, 1, np.uint8, False),
+    (1, 37, 17, np.uint8, True),
+    (2, 5, 33, np.int8, True),
+    (3, 1030, 19, np.uint8, False),
+    (4, 64, 16, np.int8, False),
+]
 
 
 def test_q8_products_exact_and_chosen():
@@ -96,7 +102,9 @@ def test_q8_portable_and_avx2_kernels_exact():
     for m, k, n, wt, per_col in Q8_CASES[1:4]:
         model, feeds, want = _q8_model(m, k, n, wt, per_col)
         for target in ("c -mattr=-avx512f", "c -mattr=-avx2,-avx512f"):
-            np.testing.assert_array_equal(run_model(model, feeds, target=target)[0], want, err_msg=target)
+            np.testing.assert_array_equal(
+                run_model(model, feeds, target=target)[0], want, err_msg=target
+            )
 
 
 def test_q8_split_equal():
@@ -110,16 +118,28 @@ def test_q8_split_equal():
 
 # -- whole quantize_dynamic graphs ---------------------------------------------------------
 
+
 def _float_model(tmp_path):
     """Float Conv (odd sizes, padding, stride, groups) -> Sigmoid*x -> Conv 1x1 -> MatMul
     -> LSTM (T 12, batch 1), as ``quantize_dynamic`` then rewrites."""
     from onnx import TensorProto, helper, numpy_helper
 
     f = lambda *s: (R.standard_normal(s) * 0.3).astype(np.float32)
-    inits = [numpy_helper.from_array(v, k) for k, v in {
-        "w1": f(10, 3, 3, 3), "b1": f(10), "w2": f(12, 5, 3, 3), "w3": f(7, 12, 1, 1),
-        "wm": f(7 * 9 * 11, 40), "wl": f(1, 64, 40), "rl": f(1, 64, 16), "bl": f(1, 128),
-        "shape": np.array([1, -1], np.int64), "shape3": np.array([1, 1, 40], np.int64)}.items()]
+    inits = [
+        numpy_helper.from_array(v, k)
+        for k, v in {
+            "w1": f(10, 3, 3, 3),
+            "b1": f(10),
+            "w2": f(12, 5, 3, 3),
+            "w3": f(7, 12, 1, 1),
+            "wm": f(7 * 9 * 11, 40),
+            "wl": f(1, 64, 40),
+            "rl": f(1, 64, 16),
+            "bl": f(1, 128),
+            "shape": np.array([1, -1], np.int64),
+            "shape3": np.array([1, 1, 40], np.int64),
+        }.items()
+    ]
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 0, 1, 2], strides=[2, 1]),
         helper.make_node("Sigmoid", ["c1"], ["s1"]),
@@ -133,9 +153,15 @@ def _float_model(tmp_path):
         helper.make_node("LSTM", ["seq12", "wl", "rl", "bl"], ["y", "yh"], hidden_size=16),
     ]
     graph = helper.make_graph(
-        nodes, "qd", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 11])],
-        [helper.make_tensor_value_info("mm", TensorProto.FLOAT, [1, 40]),
-         helper.make_tensor_value_info("yh", TensorProto.FLOAT, [1, 1, 16])], initializer=inits)
+        nodes,
+        "qd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 11])],
+        [
+            helper.make_tensor_value_info("mm", TensorProto.FLOAT, [1, 40]),
+            helper.make_tensor_value_info("yh", TensorProto.FLOAT, [1, 1, 16]),
+        ],
+        initializer=inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     path = tmp_path / "f.onnx"
     onnx.save(model, path)
@@ -158,7 +184,12 @@ def test_quantize_dynamic_graph_matches_ort(tmp_path):
         quantize_dynamic(src, dst, weight_type=wt)
         model = onnx.load(dst)
         ops = {n.op_type for n in model.graph.node}
-        assert {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"} <= ops, ops
+        assert {
+            "DynamicQuantizeLinear",
+            "ConvInteger",
+            "MatMulInteger",
+            "DynamicQuantizeLSTM",
+        } <= ops, ops
         one, two = run_threads(model, {"x": x})
         want = ort_run(model, {"x": x})
         for a, b, w in zip(one, two, want):
@@ -168,11 +199,14 @@ def test_quantize_dynamic_graph_matches_ort(tmp_path):
 
 # -- convolutions with byte-packed weights (q8gemv.h's ml_q8conv) --------------------------
 
+
 def _conv_exact(x, w, xz, wz, strides, pads, dil, group):
     """ConvInteger's int32 sums by NumPy (NCHW, 2-D)."""
-    xi = np.pad(x.astype(np.int64) - int(xz), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    xi = np.pad(
+        x.astype(np.int64) - int(xz), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3]))
+    )
     wi = w.astype(np.int64) - np.asarray(wz, np.int64).reshape(-1, 1, 1, 1)
-    n, c, h, wd = xi.shape
+    n, _, h, wd = xi.shape
     m, cg, kh, kw = wi.shape
     oh = (h - dil[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wd - dil[1] * (kw - 1) - 1) // strides[1] + 1
@@ -182,9 +216,15 @@ def _conv_exact(x, w, xz, wz, strides, pads, dil, group):
         xs = xi[:, g * cg : (g + 1) * cg]
         for ky in range(kh):
             for kx in range(kw):
-                patch = xs[:, :, ky * dil[0] : ky * dil[0] + strides[0] * (oh - 1) + 1 : strides[0],
-                           kx * dil[1] : kx * dil[1] + strides[1] * (ow - 1) + 1 : strides[1]]
-                y[:, g * mg : (g + 1) * mg] += np.einsum("nchw,mc->nmhw", patch, wi[g * mg : (g + 1) * mg, :, ky, kx])
+                patch = xs[
+                    :,
+                    :,
+                    ky * dil[0] : ky * dil[0] + strides[0] * (oh - 1) + 1 : strides[0],
+                    kx * dil[1] : kx * dil[1] + strides[1] * (ow - 1) + 1 : strides[1],
+                ]
+                y[:, g * mg : (g + 1) * mg] += np.einsum(
+                    "nchw,mc->nmhw", patch, wi[g * mg : (g + 1) * mg, :, ky, kx]
+                )
     return y.astype(np.int32)
 
 
@@ -202,9 +242,13 @@ def _conv_model(xs, ws, strides, pads, dil, group, wt, per_col):
     w = R.integers(info.min, info.max + 1, ws).astype(wt)
     xz = np.array(255, np.uint8)  # |x - xz| reaches 255; padding must be xz
     wz = (R.integers(info.min, info.max + 1, ws[0]) if per_col else np.array(info.min)).astype(wt)
-    model = make_node_model("ConvInteger", {"x": x, "w": w, "xz": xz, "wz": wz},
-                            {"strides": list(strides), "pads": list(pads), "dilations": list(dil),
-                             "group": group}, opset=13, constant_inputs=["w", "wz"])
+    model = make_node_model(
+        "ConvInteger",
+        {"x": x, "w": w, "xz": xz, "wz": wz},
+        {"strides": list(strides), "pads": list(pads), "dilations": list(dil), "group": group},
+        opset=13,
+        constant_inputs=["w", "wz"],
+    )
     return model, {"x": x, "xz": xz}, _conv_exact(x, w, xz, wz, strides, pads, dil, group)
 
 
@@ -226,14 +270,17 @@ def test_q8_conv_exact_chosen_and_threads():
     for case in CONV_CASES[:2]:
         model, feeds, want = _conv_model(*case)
         for target in ("c -mattr=-avx512f", "c -mattr=-avx2,-avx512f"):
-            np.testing.assert_array_equal(run_model(model, feeds, target=target)[0], want, err_msg=target)
+            np.testing.assert_array_equal(
+                run_model(model, feeds, target=target)[0], want, err_msg=target
+            )
 
 
 def test_q8_conv_split_equal():
     """A convolution large enough to be split over 2 threads by column chunks (each
     packs its own B blocks and column sums): the exact sums at 1 and 2 threads."""
-    model, feeds, want = _conv_model((1, 32, 40, 40), (64, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
-                                     1, np.uint8, True)
+    model, feeds, want = _conv_model(
+        (1, 32, 40, 40), (64, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.uint8, True
+    )
     one, two = run_threads(model, feeds)
     np.testing.assert_array_equal(one[0], want)
     np.testing.assert_array_equal(two[0], want)

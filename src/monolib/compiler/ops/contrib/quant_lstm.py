@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 _ACTS = ["sigmoid", "tanh", "tanh"]
 
+
 def _sigmoid(x):
     return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)
 
@@ -235,10 +236,24 @@ class DynamicQuantizeLSTM(OpDef):
                 f"  ml_dynamic_quantize({ctx.ptr(x)}, {t * b * i}, (uint8_t*){xq}, &sc_, &zq_); zp_ = zq_;",
                 f"  for (int64_t j_ = 0; j_ < {g4}; ++j_) ((float*){mult})[j_] = sc_ * {wsp}[j_];",
                 (
-                    q8_call(ctx, f"{node.name}.w{k}", t * b, i, g4, f"(const uint8_t*){xq}", str(i), "zp_",
-                            pack_b8(w[k], wz[k]),
-                            out_fields(np.float32, f"(float*){gx}", str(g4), f"(const float*){mult}",
-                                       "ML_QMULT_COL" if per_w else "ML_QMULT_TENSOR"))
+                    q8_call(
+                        ctx,
+                        f"{node.name}.w{k}",
+                        t * b,
+                        i,
+                        g4,
+                        f"(const uint8_t*){xq}",
+                        str(i),
+                        "zp_",
+                        pack_b8(w[k], wz[k]),
+                        out_fields(
+                            np.float32,
+                            f"(float*){gx}",
+                            str(g4),
+                            f"(const float*){mult}",
+                            "ML_QMULT_COL" if per_w else "ML_QMULT_TENSOR",
+                        ),
+                    )
                     if use_q8(t * b)
                     else f"  ml_qpack_a({t * b}, {i}, (const uint8_t*){xq}, 0, {i}, 1, 0, zp_, (int16_t*){xa});\n"
                     + self._gemm(
@@ -262,9 +277,24 @@ class DynamicQuantizeLSTM(OpDef):
                 f"    ml_dynamic_quantize((const float*){hst}, {b * h}, (uint8_t*){hq}, &sc_, &zq_); zp_ = zq_;",
                 f"    for (int64_t j_ = 0; j_ < {g4}; ++j_) ((float*){mult})[j_] = sc_ * {rsp}[j_];",
                 (
-                    q8_call(ctx, f"{node.name}.r{k}", b, h, g4, f"(const uint8_t*){hq}", str(h), "zp_", r8,
-                            out_fields(np.float32, f"(float*){gh}", str(g4), f"(const float*){mult}",
-                                       "ML_QMULT_COL" if per_r else "ML_QMULT_TENSOR"))
+                    q8_call(
+                        ctx,
+                        f"{node.name}.r{k}",
+                        b,
+                        h,
+                        g4,
+                        f"(const uint8_t*){hq}",
+                        str(h),
+                        "zp_",
+                        r8,
+                        out_fields(
+                            np.float32,
+                            f"(float*){gh}",
+                            str(g4),
+                            f"(const float*){mult}",
+                            "ML_QMULT_COL" if per_r else "ML_QMULT_TENSOR",
+                        ),
+                    )
                     if use_q8(b)
                     else f"    ml_qpack_a({b}, {h}, (const uint8_t*){hq}, 0, {h}, 1, 0, zp_, (int16_t*){ha});\n  "
                     + self._gemm(

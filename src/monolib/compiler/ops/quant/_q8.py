@@ -14,9 +14,19 @@ from ....runtime import isa
 from ..base import EmitContext
 from ._qcommon import QMR, QNR, include_qgemm
 
-__all__ = ["include_q8", "pack_a8", "pack_b8", "q8_a_bytes", "q8_call", "q8_conv_bbuf_bytes", "q8_kq", "use_q8"]
+__all__ = [
+    "include_q8",
+    "pack_a8",
+    "pack_b8",
+    "q8_a_bytes",
+    "q8_call",
+    "q8_conv_bbuf_bytes",
+    "q8_kq",
+    "use_q8",
+]
 
 logger = logging.getLogger(__name__)
+
 
 def _host_has_vnni() -> bool:
     feats = isa.host_features()

@@ -27,6 +27,7 @@ from ...ir import Node
 from ..base import EmitContext, OutType, register
 from ..nn._common import Geometry
 from ..nn.conv import as_2d, conv_geometry, grouped_conv
+from ._q8 import include_q8, pack_a8, q8_conv_bbuf_bytes, q8_kq, use_q8
 from ._qcommon import (
     QMR,
     check_vector,
@@ -40,7 +41,6 @@ from ._qcommon import (
     zp_c,
     zp_ref,
 )
-from ._q8 import include_q8, pack_a8, q8_conv_bbuf_bytes, q8_kq, use_q8
 from ._qop import QuantOp, check_float_scales, requantized_out
 
 __all__ = ["ConvInteger", "QLinearConv", "int_conv"]

@@ -22,8 +22,9 @@ import numpy as np
 
 from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
 from ...ir import Node, max_shape, shape_size
-from ..tensor.loops import broadcast_shape
 from ..base import EmitContext, OutType, register
+from ..tensor.loops import broadcast_shape
+from ._q8 import include_q8, pack_b8, q8_call, use_q8
 from ._qcommon import (
     Q8,
     QMR,
@@ -39,7 +40,6 @@ from ._qcommon import (
     zp_c,
     zp_ref,
 )
-from ._q8 import include_q8, pack_b8, q8_call, use_q8
 from ._qop import QuantOp, check_float_scales, requantized_out
 
 __all__ = ["MatMulInteger", "QLinearMatMul"]

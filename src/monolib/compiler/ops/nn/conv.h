@@ -156,7 +156,8 @@ static void ml_direct_task(void* ctx, int64_t t, void* scratch) {
 #endif
 
 /* ml_conv_direct_rows over all OH output rows, split over rows on the thread pool when
- * threadpool.h is included and the work is large. */
+ * threadpool.h is included and the split's modelled time beats one thread's
+ * (ml_par_split: a row block repeats no set-up). */
 ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict a,
                                      const int32_t* restrict koff, const float* restrict x,
                                      int64_t SH, int64_t SW, int64_t Wq, int64_t OH, int64_t OW,
@@ -180,8 +181,8 @@ ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict
 
 /* A grouped convolution's GEMMs, one per group: group t is g with A, B, C, the row bias
  * and the epilogue's channel moved t strides on. Each group's GEMM alone is too small to
- * split (ShuffleNet's group-4 1x1 convs: some 1M multiply-adds each), so when the whole
- * op is large the groups themselves are the pool's tasks, each packing B into its own
+ * split (ShuffleNet's group-4 1x1 convs: some 1M multiply-adds each), so when that pays
+ * (ml_par_split) the groups themselves are the pool's tasks, each packing B into its own
  * thread's scratch (ml_gemm_bbuf_floats); otherwise the groups run in order, each as
  * ml_sgemm_par would. Group results do not depend on the split: bit-identical at any
  * thread count. */

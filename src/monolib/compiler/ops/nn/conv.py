@@ -49,6 +49,7 @@ from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, w
 from ._gemm import MR, bbuf_floats, gemm_call, gemv_shaped, include_gemm, pack_a
 from .conv_cost import conv_costs
 from .conv_dw_blocked import dw_blocked_valid, dw_costs, emit_dw_blocked
+from .conv_ocv import OCV_MARGIN, emit_ocv, ocv_cost, ocv_valid
 from .conv_pixel_rows import emit_pixel_rows, pixel_rows_valid
 from .winograd import CO_BLOCK, emit_winograd, plan_winograd
 
@@ -229,6 +230,8 @@ class Conv(OpDef):
             return emit_winograd(node, ctx, d, epi, plan)
         if pick.algo == "pixel_rows":
             return emit_pixel_rows(node, ctx, d, epi, _pointwise(d))
+        if pick.algo == "direct_ocv":
+            return emit_ocv(node, ctx, d, epi)
         return _emit_gemm(node, ctx, d, epi, group, pick.algo)
 
     def emit_device(self, node: Node, ctx: Any) -> Kernel:
@@ -707,6 +710,8 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
                        pixel_rows_valid(node, d, group))
     if "direct" in costs and not _direct_fits(d, c // group):
         del costs["direct"]
+    if ocv_valid(node, d, group) and not _pointwise(d):  # 1x1 s1: the GEMM reads in place
+        costs["direct_ocv"] = ocv_cost(d, n, c, w.shape[0]) * OCV_MARGIN
     return costs
 
 
@@ -764,6 +769,8 @@ def conv_candidates(
             ]
     if not _pointwise(d) and _direct_fits(d, cg):
         cands.append(Candidate("direct"))
+    if ocv_valid(node, d, group) and not _pointwise(d):
+        cands.append(Candidate("direct_ocv"))
     cands.append(Candidate("gemm"))
     if pixel_rows_valid(node, d, group):
         cands.append(Candidate("pixel_rows"))

@@ -1,0 +1,302 @@
+/* conv_ocv.h -- direct convolution vectorised over output channels (monolib kernel library).
+ *
+ * Needs gemm.h (ml_vf, ML_VW, ml_epi_fn, ml_transpose16) before it.
+ *
+ * ml_ocv_conv2d: one NCHW image, groups == 1, any window, stride, dilation and padding.
+ * The accumulators of a tile are OB vectors of output channels (ML_VW each) x P output
+ * pixels of one output row, the bias preloaded. Per input channel, per window row that
+ * falls inside the image (rows outside are skipped: no vertical padding) and per window
+ * column, the tile loads OB weight vectors and broadcasts P input floats straight from
+ * the NCHW image: no im2col packing, no padded copy, and rows never padded to a tile
+ * width. The columns whose windows lie wholly inside the image (the interior) run as
+ * whole tiles, the last one moved back over pixels already done (the same sums, stored
+ * again); the few border columns run one pixel at a time over their valid window columns.
+ * Tiles are written pixel-major to per-thread staging ([OB][band pixels][ML_VW]) and a
+ * band of rows is transposed into the NCHW planes (16 x 16 register transposes at 16
+ * floats a vector), where the fused epilogue then runs.
+ *
+ * Weights: packed by conv_ocv.py as [M groups][C][KH][KW][G*16] (G blocks of 16 output
+ * channels a group, zeros past M), bias as [groups*G*16] (zeros past M, or all zero), so
+ * any ML_VW reads a tap of a group as OB = G*16/ML_VW consecutive vectors.
+ *
+ * Threads: units are (channel group, band of output rows), group-major so a task keeps
+ * its group's weights in cache; a unit repeats no set-up, so the bands may be a few rows.
+ * Every output is the same sum in the same order whatever the split: bit-identical at any
+ * thread count.
+ *
+ * Compile cost: one row function per (G, SW) the model uses (ml_ocv_row_<G>_<S>, S = 0
+ * for strides other than 1 and 2), each with two unrolled tiles (P pixels and 1).
+ */
+#ifndef MONOLIB_CONV_OCV_H
+#define MONOLIB_CONV_OCV_H
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
+#endif
+#include <stdint.h>
+#include <string.h>
+
+#define ML_OCV_G 16        /* output channels per packed block (a multiple of any ML_VW) */
+#define ML_OCV_STAGE 16384 /* floats of a band's staged outputs (64 KiB: in L2) */
+#define ML_OCV_ROWS 2      /* fewest output rows of a band split for threads */
+/* accumulators of a tile: 24 of the 32 AVX-512 registers, 12 of 16 elsewhere (the rest
+ * hold the weight vectors and a broadcast) */
+#if ML_VW == 16
+#define ML_OCV_ACC 24
+#else
+#define ML_OCV_ACC 12
+#endif
+/* output-channel vectors of a G-block group, and pixels of its tile */
+#define ML_OCV_OB(G) ((G) * ML_OCV_G / ML_VW)
+#define ML_OCV_P(G) (ML_OCV_OB(G) >= ML_OCV_ACC ? 1 : ML_OCV_ACC / ML_OCV_OB(G))
+/* sizes of the register arrays: constant, so that gcc keeps them in registers (an array
+ * sized by the inlined OB and P would be a VLA, kept in memory) */
+#define ML_OCV_NACC (ML_OCV_OB(4) > ML_OCV_ACC ? ML_OCV_OB(4) : ML_OCV_ACC)
+
+typedef struct ml_ocv_job_s ml_ocv_job;
+/* Output row oh of channel group g into staging st (vector o's pixels at st + o * ss). */
+typedef void (*ml_ocv_row_fn)(const ml_ocv_job* j, int64_t g, int64_t oh, float* st,
+                              int64_t ss);
+
+struct ml_ocv_job_s {
+    int64_t C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, ngroups, band, nb, chunk, epi_b;
+    int KH, KW, SH, SW, DH, DW;
+    const float *x, *wp, *bias;
+    float* y;
+    ml_epi_fn epi;
+    void* epi_out;
+    ml_ocv_row_fn row;
+};
+
+/* Sums of P pixels (SW apart) x OB channel vectors over every input channel and the
+ * window rows ky0..ky0+nky-1, columns kx0..kx0+nkx-1, from the bias b: xs is channel 0's
+ * input at (ky0, kx0) of the first pixel, w the group's weights at that tap of channel 0.
+ * (Chunks of input channels whose weights fit L1, the sums carried in memory, measured
+ * 3-15% slower on Zen 4: the weights stream from L2 fast enough.) */
+ML_INLINE void ml_ocv_tile(const int OB, const int P, const int SW, const ml_ocv_job* j,
+                           const float* restrict xs, const float* restrict w, int nky,
+                           int nkx, const float* restrict b, float* restrict st, int64_t ss) {
+    ml_vf acc[ML_OCV_NACC];
+#pragma GCC unroll 16
+    for (int o = 0; o < OB; ++o) {
+        ml_vf bv = *(const ml_vf*)(b + o * ML_VW);
+#pragma GCC unroll 32
+        for (int p = 0; p < P; ++p) acc[o * P + p] = bv;
+    }
+    const int64_t plane = j->H * j->W, xrow = (int64_t)j->DH * j->W;
+    const int64_t wc = (int64_t)j->KH * j->KW * OB * ML_VW, wrow = (int64_t)j->KW * OB * ML_VW;
+    const int DW = j->DW;
+    for (int64_t c = 0; c < j->C; ++c, xs += plane, w += wc) {
+        const float* xk = xs;
+        const float* wk = w;
+        for (int ky = 0; ky < nky; ++ky, xk += xrow, wk += wrow) {
+            const float* xp = xk;
+            const float* wt = wk;
+            for (int kx = 0; kx < nkx; ++kx, xp += DW, wt += OB * ML_VW) {
+                /* the weight vectors read in the FMAs (an array of them was kept in
+                 * memory): gcc loads each once per tap where registers are free */
+                const ml_vf* wv = (const ml_vf*)wt;
+#pragma GCC unroll 32
+                for (int p = 0; p < P; ++p) {
+                    ml_vf xv = xp[p * SW] - (ml_vf){0}; /* a splat (x - 0 is x, folded) */
+#pragma GCC unroll 16
+                    for (int o = 0; o < OB; ++o) acc[o * P + p] += wv[o] * xv;
+                }
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int o = 0; o < OB; ++o)
+#pragma GCC unroll 32
+        for (int p = 0; p < P; ++p) *(ml_vf*)(st + o * ss + p * ML_VW) = acc[o * P + p];
+}
+
+/* A tile instance (see ML_OCV_ROW_FN): out of line, so that its accumulators get the
+ * registers (inlined into the row loop, gcc kept the bias vectors live across tiles and
+ * spilled a weight vector on every tap). */
+typedef void (*ml_ocv_tile_fn)(const ml_ocv_job* j, const float* xs, const float* w, int nky,
+                               int nkx, const float* b, float* st, int64_t ss);
+
+/* An edge pixel ow: its valid window columns only, by the one-pixel tile. */
+ML_INLINE void ml_ocv_edge(const int SW, ml_ocv_tile_fn one, const ml_ocv_job* j,
+                           const float* restrict xr, const float* restrict w, int nky,
+                           int64_t ow, const float* restrict b, float* restrict st, int64_t ss) {
+    const int64_t iw = ow * SW - j->PL;
+    int kx0 = 0, kx1 = j->KW;
+    while (kx0 < kx1 && iw + (int64_t)kx0 * j->DW < 0) ++kx0;
+    while (kx1 > kx0 && iw + (int64_t)(kx1 - 1) * j->DW >= j->W) --kx1;
+    one(j, xr + (iw + (int64_t)kx0 * j->DW), w + kx0 * j->gsz, nky, kx1 - kx0, b,
+        st + ow * ML_VW, ss);
+}
+
+/* Output row oh of group g: the edge pixels by `one`, the interior i0..i1-1 by `tile` (P
+ * pixels), then its remainder r < P by cost (pixels computed, a one-pixel tile counting
+ * about 2: its loads equal its FMAs): r >= H + 2 by `tile` moved back over pixels
+ * already done (the same sums, stored again), else `half` (H = P / 2 pixels) where it
+ * fits, moved back for r < H, and `one` for what is left. */
+ML_INLINE void ml_ocv_row_k(const int P, const int SW, ml_ocv_tile_fn tile,
+                            ml_ocv_tile_fn half, ml_ocv_tile_fn one, const ml_ocv_job* j,
+                            int64_t g, int64_t oh, float* restrict st, int64_t ss) {
+    const int H = P / 2;
+    const int64_t ih = oh * j->SH - j->PT;
+    int ky0 = 0, ky1 = j->KH;
+    while (ky0 < ky1 && ih + (int64_t)ky0 * j->DH < 0) ++ky0;
+    while (ky1 > ky0 && ih + (int64_t)(ky1 - 1) * j->DH >= j->H) --ky1;
+    const int64_t gsz = j->gsz;
+    const float* b = j->bias + g * gsz;
+    const float* w = j->wp + g * j->C * j->KH * j->KW * gsz + ky0 * j->KW * gsz;
+    const int nky = ky1 - ky0, KW = j->KW;
+    if (nky == 0) { /* the window misses the image: the bias alone */
+        for (int64_t ow = 0; ow < j->OW; ++ow)
+            for (int64_t o = 0; o < gsz / ML_VW; ++o)
+                *(ml_vf*)(st + o * ss + ow * ML_VW) = *(const ml_vf*)(b + o * ML_VW);
+        return;
+    }
+    const float* xr = j->x + (ih + (int64_t)ky0 * j->DH) * j->W;
+    const float* xi = xr - j->PL;
+    const int64_t i0 = j->i0, i1 = j->i1;
+    for (int64_t ow = 0; ow < i0; ++ow) ml_ocv_edge(SW, one, j, xr, w, nky, ow, b, st, ss);
+    int64_t ow = i0;
+    for (; ow + P <= i1; ow += P) tile(j, xi + ow * SW, w, nky, KW, b, st + ow * ML_VW, ss);
+    int64_t r = i1 - ow;
+    if (r >= H + 2 && i1 - i0 >= P) {
+        tile(j, xi + (i1 - P) * SW, w, nky, KW, b, st + (i1 - P) * ML_VW, ss);
+        ow = i1;
+    } else if (H > 1 && r >= H) {
+        half(j, xi + ow * SW, w, nky, KW, b, st + ow * ML_VW, ss);
+        ow += H;
+    } else if (H > 1 && r >= 2 && i1 - i0 >= H) {
+        half(j, xi + (i1 - H) * SW, w, nky, KW, b, st + (i1 - H) * ML_VW, ss);
+        ow = i1;
+    }
+    for (; ow < i1; ++ow) one(j, xi + ow * SW, w, nky, KW, b, st + ow * ML_VW, ss);
+    for (ow = i1; ow < j->OW; ++ow) ml_ocv_edge(SW, one, j, xr, w, nky, ow, b, st, ss);
+}
+
+/* ml_ocv_row_<G>_<S>: G blocks of 16 channels, column stride S (0: any, read at run
+ * time), with its two tiles; only those a model names are compiled. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define ML_OCV_NOINLINE __attribute__((noinline, noipa, unused))
+#else
+#define ML_OCV_NOINLINE __attribute__((noinline, unused))
+#endif
+#define ML_OCV_TILE_FN(NAME, G, S, P)                                                       \
+    ML_OCV_NOINLINE static void NAME(const ml_ocv_job* j, const float* xs, const float* w,     \
+                                     int nky, int nkx, const float* b, float* st, int64_t ss) { \
+        ml_ocv_tile(ML_OCV_OB(G), P, (S) ? (S) : j->SW, j, xs, w, nky, nkx, b, st, ss);        \
+    }
+#define ML_OCV_HALF(G) (ML_OCV_P(G) / 2 > 1 ? ML_OCV_P(G) / 2 : 1)
+#define ML_OCV_ROW_FN(G, S)                                                                   \
+    ML_OCV_TILE_FN(ml_ocv_tile_##G##_##S, G, S, ML_OCV_P(G))                                  \
+    ML_OCV_TILE_FN(ml_ocv_half_##G##_##S, G, S, ML_OCV_HALF(G))                               \
+    ML_UNUSED static void ml_ocv_row_##G##_##S(const ml_ocv_job* j, int64_t g, int64_t oh,   \
+                                               float* st, int64_t ss) {                      \
+        ml_ocv_row_k(ML_OCV_P(G), (S) ? (S) : j->SW, ml_ocv_tile_##G##_##S,                   \
+                     ml_ocv_half_##G##_##S, ml_ocv_one_##G, j, g, oh, st, ss);                \
+    }
+ML_OCV_TILE_FN(ml_ocv_one_1, 1, 1, 1) ML_OCV_TILE_FN(ml_ocv_one_2, 2, 1, 1)
+ML_OCV_TILE_FN(ml_ocv_one_3, 3, 1, 1) ML_OCV_TILE_FN(ml_ocv_one_4, 4, 1, 1)
+ML_OCV_ROW_FN(1, 1) ML_OCV_ROW_FN(1, 2) ML_OCV_ROW_FN(1, 0)
+ML_OCV_ROW_FN(2, 1) ML_OCV_ROW_FN(2, 2) ML_OCV_ROW_FN(2, 0)
+ML_OCV_ROW_FN(3, 1) ML_OCV_ROW_FN(3, 2) ML_OCV_ROW_FN(3, 0)
+ML_OCV_ROW_FN(4, 1) ML_OCV_ROW_FN(4, 2) ML_OCV_ROW_FN(4, 0)
+
+/* n staged pixels of one channel vector (src: [n][ML_VW]) into nc channel planes of y
+ * (ys: channel c0's first pixel, planes `plane` floats apart). */
+static void ml_ocv_store(const float* restrict src, int64_t n, int64_t nc, float* restrict ys,
+                         int64_t plane) {
+#if ML_VW == 16
+    if (n >= ML_VW) {
+        for (int64_t s = 0; s < n; s += ML_VW) {
+            int64_t s0 = ML_MIN(s, n - ML_VW); /* the last block moved back */
+            ml_vf r[16];
+            for (int k = 0; k < 16; ++k) r[k] = *(const ml_vf*)(src + (s0 + k) * ML_VW);
+            ml_transpose16(r);
+            for (int64_t i = 0; i < nc; ++i) *(ml_vf*)(ys + i * plane + s0) = r[i];
+        }
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < nc; ++i)
+        for (int64_t p = 0; p < n; ++p) ys[i * plane + p] = src[p * ML_VW + i];
+}
+
+/* Unit u: channel group u / nb, band of rows u % nb, staged in st. */
+static void ml_ocv_unit(const ml_ocv_job* j, int64_t u, float* restrict st) {
+    const int64_t g = u / j->nb, oh0 = (u % j->nb) * j->band;
+    const int64_t oh1 = ML_MIN(j->OH, oh0 + j->band);
+    if (oh0 >= oh1) return;
+    const int64_t OW = j->OW, n = (oh1 - oh0) * OW, ss = n * ML_VW;
+    for (int64_t oh = oh0; oh < oh1; ++oh) j->row(j, g, oh, st + (oh - oh0) * OW * ML_VW, ss);
+    const int64_t c0 = g * j->gsz, c1 = ML_MIN(j->M, c0 + j->gsz), plane = j->OH * OW;
+    for (int64_t v = 0; c0 + v * ML_VW < c1; ++v) {
+        int64_t cv = c0 + v * ML_VW;
+        ml_ocv_store(st + v * ss, n, ML_MIN(ML_VW, c1 - cv), j->y + cv * plane + oh0 * OW,
+                     plane);
+    }
+    if (j->epi) j->epi(j->epi_out, j->epi_b, c0, c1, oh0 * OW, oh1 * OW);
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+static void ml_ocv_task(void* ctx, int64_t t, void* scratch) {
+    const ml_ocv_job* j = (const ml_ocv_job*)ctx;
+    int64_t u0 = t * j->chunk, u1 = ML_MIN(j->ngroups * j->nb, u0 + j->chunk);
+    for (int64_t u = u0; u < u1; ++u) ml_ocv_unit(j, u, (float*)scratch);
+}
+#endif
+
+/* Output rows per band: as many as keep the staged outputs within ML_OCV_STAGE floats. */
+static inline int64_t ml_ocv_band_rows(int64_t OH, int64_t OW, int64_t gsz) {
+    int64_t b = ML_OCV_STAGE / (gsz * OW);
+    return b < 1 ? 1 : ML_MIN(b, OH);
+}
+
+/* Floats of staging per thread (conv_ocv.py's ocv_scratch_floats mirrors it). */
+static inline int64_t ml_ocv_scratch_floats(int64_t OH, int64_t OW, int64_t gsz) {
+    return ml_ocv_band_rows(OH, OW, gsz) * OW * gsz;
+}
+
+/* Conv of one NCHW image x [C][H][W] into y [M][OH][OW] (see above); wp, bias: packed by
+ * conv_ocv.py for groups of gsz = G*16 channels; row: ml_ocv_row_<G>_<S>; scratch:
+ * ml_ocv_scratch_floats floats. Units split over the pool from ML_PAR_MIN_WORK. */
+ML_UNUSED static void ml_ocv_conv2d(int64_t C, int64_t H, int64_t W, int64_t M, int64_t OH,
+                                    int64_t OW, int KH, int KW, int SH, int SW, int64_t PT,
+                                    int64_t PL, int DH, int DW, int64_t gsz,
+                                    const float* restrict x, const float* restrict wp,
+                                    const float* restrict bias, float* restrict y,
+                                    float* restrict scratch, ml_ocv_row_fn row, ml_epi_fn epi,
+                                    void* epi_out, int64_t epi_b) {
+    /* interior columns: every window column inside the image */
+    int64_t i0 = (PL + SW - 1) / SW, last = W - 1 - (int64_t)(KW - 1) * DW + PL;
+    int64_t i1 = last < 0 ? 0 : last / SW + 1;
+    i0 = ML_MIN(i0, OW);
+    i1 = ML_MIN(i1, OW);
+    if (i1 < i0) i1 = i0;
+    int64_t band = ml_ocv_band_rows(OH, OW, gsz), ngroups = (M + gsz - 1) / gsz;
+    ml_ocv_job j = {C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, ngroups, band,
+                    (OH + band - 1) / band, 1, epi_b, KH, KW, SH, SW, DH, DW,
+                    x, wp, bias, y, epi, epi_out, row};
+#ifdef MONOLIB_THREADPOOL_H
+    double work = (double)M * C * KH * KW * OH * OW;
+    int64_t want = (int64_t)ml_num_threads() * 4;
+    if (ml_num_threads() > 1 && ngroups * j.nb < want) { /* few units: thinner bands */
+        int64_t nb = ML_MIN((want + ngroups - 1) / ngroups, (OH + ML_OCV_ROWS - 1) / ML_OCV_ROWS);
+        if (nb > j.nb) j.band = (OH + nb - 1) / nb, j.nb = (OH + j.band - 1) / j.band;
+    }
+    int64_t units = ngroups * j.nb, tasks = ml_par_tasks(work, units);
+    if (tasks > 1) {
+        j.chunk = (units + tasks - 1) / tasks;
+        size_t bytes = sizeof(float) * (size_t)ml_ocv_scratch_floats(OH, OW, gsz);
+        ml_parallel_for((units + j.chunk - 1) / j.chunk, ml_ocv_task, &j, scratch, bytes);
+        return;
+    }
+    /* one task: the bands as planned for staging */
+    j.band = band, j.nb = (OH + band - 1) / band;
+#endif
+    for (int64_t u = 0; u < ngroups * j.nb; ++u) ml_ocv_unit(&j, u, scratch);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif /* MONOLIB_CONV_OCV_H */

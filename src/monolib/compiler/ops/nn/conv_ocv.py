@@ -1,0 +1,187 @@
+"""Direct Conv vectorised over output channels (the ``direct_ocv`` candidate of ``conv.py``).
+
+``ml_ocv_conv2d`` of ``conv_ocv.h``: tiles of ``OB`` output-channel vectors x ``P``
+output pixels of one row summed in registers, each tap's weights loaded as vectors and
+each input pixel broadcast from the NCHW image (no im2col packing, no padded copy, rows
+not rounded up to a tile width), then a band of rows transposed into the NCHW planes.
+It is the kernel for convs with few input channels or a stride (a first layer's 3
+channels, strided 3x3s), where the implicit GEMM spends a fifth of its time packing B and
+pads short rows to 32-column tiles.
+
+The weights are packed here at compile time as ``[groups][C][KH][KW][G*16]`` (``G``
+blocks of 16 output channels a group, zeros past ``C_out``), which any vector width reads
+as consecutive vectors; ``G`` (1 to 4) is chosen per signature by :func:`ocv_cost`, the
+channels padded to whole groups against the tiles' pixels per row.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ...ir import Node
+from ...symbolic import is_dim
+from .._constants import include_checked
+from ..base import EmitContext
+from .conv_cost import host_vector_width
+
+__all__ = [
+    "OCV_G", "OCV_MARGIN", "emit_ocv", "ocv_blocks", "ocv_cost", "ocv_scratch_floats", "ocv_tile",
+    "ocv_valid", "pack_ocv_bias", "pack_ocv_weights",
+]
+
+logger = logging.getLogger(__name__)
+
+#: conv_ocv.h's ML_OCV_G (output channels per packed block) and ML_OCV_STAGE (floats of
+#: a band's staged outputs)
+OCV_G = 16
+OCV_STAGE = 16384
+
+# Cost model (ns): least squares on relative error over 22 Conv+Relu shapes timed on one
+# Zen 4 core with 16-float vectors (1 thread CPU time, in the model: C_in 3-256, C_out
+# 16-256, 7-320 pixels a side, 1x1/3x3/5x5/7x7, strides 1-2; fit within -9%..+15%).
+#: per multiply-add of an interior tile (24 accumulators, one weight load per P FMAs)
+NS_MAC = 0.0153
+#: per multiply-add of an edge pixel or a short interior's (one-pixel tiles: as many
+#: loads as FMAs)
+NS_MAC_EDGE = 0.0221
+#: per tile (accumulators set and stored, loop set-up), per input channel and window row
+NS_TILE_ROW = 1.14
+#: per output float staged, transposed into NCHW and passed to the epilogue
+NS_OUT = 0.27
+#: per call (the fit puts it near 0 on these shapes; kept for tiny ones)
+NS_CALL = 500.0
+#: factor on the estimate where the rule compares it with the other algorithms' (their
+#: models err by 10-30% on these shapes, Winograd's the most): at 1.1 the rule took the
+#: measured-faster kernel on all 22 shapes, at 1.0 it took direct_ocv on 3x3 stride-1
+#: convs that Winograd ran 13-20% faster (16 -> 16 at 112 x 112, 256 -> 64 at 14 x 14)
+OCV_MARGIN = 1.1
+
+
+def ocv_valid(node: Node, d: dict, group: int) -> bool:
+    """Whether ``direct_ocv`` applies: one group, constant weights and bias (packed at
+    compile time) and every size known at compile time."""
+    x, w, b = node.inputs[0], node.inputs[1], node.input(2)
+    return (
+        group == 1
+        and w.const is not None
+        and (b is None or b.const is not None)
+        and not any(is_dim(v) for v in (*x.shape, *d.values()))
+    )
+
+
+def ocv_tile(g: int, vw: int) -> tuple[int, int]:
+    """``(OB, P)``: output-channel vectors and pixels of the tile of ``g`` blocks of 16
+    channels at ``vw`` floats a vector (conv_ocv.h's ML_OCV_OB / ML_OCV_P)."""
+    acc = 24 if vw == 16 else 12
+    ob = g * OCV_G // vw
+    return ob, (1 if ob >= acc else acc // ob)
+
+
+def _row_pixels(d: dict[str, int], p: int) -> tuple[int, int]:
+    """(pixels the interior tiles compute, edge pixels) of one output row."""
+    ow, sw = d["OW"], d["SW"]
+    i0 = min(-(-d["PL"] // sw), ow)
+    last = d["W"] - 1 - (d["KW"] - 1) * d["DW"] + d["PL"]
+    i1 = max(min(last // sw + 1 if last >= 0 else 0, ow), i0)
+    inner = i1 - i0
+    if inner < p:  # a short interior runs as one-pixel tiles, at the edge's rate
+        return 0, ow
+    return -(-inner // p) * p, ow - inner
+
+
+def _valid_rows(d: dict[str, int]) -> int:
+    """Window rows summed over all output rows (rows outside the image are skipped)."""
+    total = 0
+    for oh in range(d["OH"]):
+        ih = oh * d["SH"] - d["PT"]
+        total += sum(0 <= ih + ky * d["DH"] < d["H"] for ky in range(d["KH"]))
+    return total
+
+
+def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int) -> float:
+    _, p = ocv_tile(g, vw)
+    groups = -(-m // (g * OCV_G))
+    chans = groups * g * OCV_G
+    inner, edge = _row_pixels(d, p)
+    rows = _valid_rows(d)
+    macs = chans * c * rows * d["KW"]  # per pixel of a row
+    tiles = groups * rows * c * (inner // p + edge)
+    return (macs * (inner * NS_MAC + edge * NS_MAC_EDGE) + tiles * NS_TILE_ROW
+            + m * d["OH"] * d["OW"] * NS_OUT)
+
+
+def ocv_blocks(d: dict[str, int], c: int, m: int, vw: int | None = None) -> int:
+    """Blocks of 16 output channels per group (1 to 4) with the least modelled time: more
+    blocks share each broadcast among more vectors but pad ``C_out`` to a larger multiple
+    and leave fewer pixels a tile (a longer moved-back last tile per row)."""
+    vw = vw or host_vector_width()
+    return min(range(1, 5), key=lambda g: (_cost_g(d, c, m, g, vw), g))
+
+
+def ocv_cost(d: dict[str, int], n: int, c: int, m: int, vw: int | None = None) -> float:
+    """Estimated nanoseconds of ``direct_ocv`` on a batch of ``n`` images, ``c`` -> ``m``
+    channels, 2-D view ``d`` (static sizes).
+
+    The interior tiles cost per multiply-add actually computed (channels padded to whole
+    groups, each row's interior to whole tiles, window rows outside the image skipped),
+    the edge pixels at a one-pixel tile's rate, each tile's set-up per window row, the
+    transposes of the outputs and a per-call term.
+    """
+    vw = vw or host_vector_width()
+    g = ocv_blocks(d, c, m, vw)
+    return n * (_cost_g(d, c, m, g, vw) + NS_CALL)
+
+
+def pack_ocv_weights(w: np.ndarray, g: int) -> np.ndarray:
+    """``[M, C, KH, KW]`` weights as ``[ceil(M/(16g))][C][KH][KW][16g]`` floats (zeros
+    past ``M``)."""
+    m, c, kh, kw = w.shape
+    gsz = g * OCV_G
+    groups = -(-m // gsz)
+    full = np.zeros((groups * gsz, c, kh, kw), np.float32)
+    full[:m] = w
+    return np.ascontiguousarray(full.reshape(groups, gsz, c, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def pack_ocv_bias(b: np.ndarray | None, m: int, g: int) -> np.ndarray:
+    """The bias padded with zeros to whole groups of ``16g`` (all zero without one)."""
+    gsz = g * OCV_G
+    out = np.zeros(-(-m // gsz) * gsz, np.float32)
+    if b is not None:
+        out[:m] = b
+    return out
+
+
+def ocv_scratch_floats(d: dict[str, int], gsz: int) -> int:
+    """``ml_ocv_scratch_floats`` of ``conv_ocv.h``: one band's staged outputs."""
+    band = max(1, min(OCV_STAGE // (gsz * d["OW"]), d["OH"]))
+    return band * d["OW"] * gsz
+
+
+def emit_ocv(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
+    """``ml_ocv_conv2d`` per image, the weights and bias packed at compile time."""
+    ctx.include("conv.h")
+    include_checked(ctx, "conv_ocv.h", {"ML_OCV_G": OCV_G, "ML_OCV_STAGE": OCV_STAGE},
+                    __name__)
+    x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    wc = np.asarray(w.const, np.float32).reshape(m, c, d["KH"], d["KW"])
+    g = ocv_blocks(d, c, m)
+    wp = ctx.param(pack_ocv_weights(wc, g), f"{node.name}.ocv_w")
+    bias = None if b is None else np.asarray(b.const, np.float32)
+    bp = ctx.param(pack_ocv_bias(bias, m, g), f"{node.name}.ocv_b")
+    scratch = ctx.scratch(4 * ocv_scratch_floats(d, g * OCV_G))
+    s = d["SW"] if d["SW"] in (1, 2) else 0
+    yp = ctx.ptr(y)
+    ohw = d["OH"] * d["OW"]
+    args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
+    code = (
+        f"for (int64_t n = 0; n < {n}; ++n)\n"
+        f"  ml_ocv_conv2d({c}, {d['H']}, {d['W']}, {m}, {d['OH']}, {d['OW']}, {args}, "
+        f"{g * OCV_G},\n    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {wp}, {bp}, "
+        f"{yp} + n * {m * ohw}, (float*){scratch}, ml_ocv_row_{g}_{s}, "
+    )
+    return code + f"{epi}, {yp}, n);"

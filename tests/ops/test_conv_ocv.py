@@ -1,0 +1,195 @@
+"""Direct conv vectorised over output channels (``ml_ocv_conv2d`` of ops/nn/conv_ocv.h,
+``conv_ocv.py``, the ``direct_ocv`` candidate of ``conv.py``).
+
+The kernel matches the NumPy reference on odd shapes: output channels not a multiple of
+16 (the last group's vectors partly past C_out), 1, 3 and odd input channels, strides 1-3
+(stride 3: the run-time-stride row function), symmetric and asymmetric pads (edge pixels
+on either side, rows whose window misses the image), dilation 2, 1x1 to 7x7 windows and
+1-D ones (1x1 with stride 2: a 1x1 stride-1 conv is the GEMM's, read in place), output rows shorter than a tile (one-pixel interior tiles) and interiors that
+need a moved-back last tile, maps of fewer pixels than a vector (scalar stores), batch 2,
+with and without bias and epilogue; also at 4, 8 and 16 floats per vector and with each
+of the 1-4 block groups. A compiled model gives the same bits on 1 and 2 threads and
+matches ONNX Runtime; the scratch is the C formula; the rule picks ``direct_ocv`` where
+its modelled cost is least, and the tuner lists and measures it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from frontend.onnx_util import F32, make_model
+from harness import EPI, NodeContext, make_node, run_c, run_threads
+from onnx import helper
+
+from monolib.compiler.backends.c.headers import kernel_header
+from monolib.compiler.build import lower
+from monolib.compiler.ops import op_of
+from monolib.compiler.ops.nn import conv, conv_ocv
+from monolib.compiler.ops.nn.conv import as_2d, conv_candidates, conv_geometry
+from monolib.compiler.testing import build_shared, ort_run
+from monolib.compiler.tuning.select import Candidate, Selection, selecting
+
+RNG = np.random.default_rng(7)
+
+
+def r(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (scale * RNG.standard_normal(shape)).astype(np.float32)
+
+
+# name: (x shape, C_out, kernel, attrs)
+CASES = {
+    "3x3_s2_p1_c3_m16": ((1, 3, 21, 26), 16, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "3x3_s1_p1_c5_m20": ((1, 5, 9, 37), 20, (3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3_s2_p1_c16_m40_batch2": ((2, 16, 15, 22), 40, (3, 3),
+                                 {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "1x1_s2_c7_m33": ((1, 7, 6, 13), 33, (1, 1), {"strides": [2, 2]}),
+    "5x5_s1_p2_c1_m64": ((1, 1, 12, 30), 64, (5, 5), {"pads": [2, 2, 2, 2]}),
+    "7x7_s2_p3_c3_m24": ((1, 3, 23, 29), 24, (7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    "3x3_s3_asym_c4_m17": ((1, 4, 16, 23), 17, (3, 3), {"pads": [0, 2, 2, 0], "strides": [3, 3]}),
+    "3x3_dil2_c6_m48": ((1, 6, 12, 17), 48, (3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    "3x3_s21_c9_m70": ((1, 9, 10, 31), 70, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}),
+    "5x5_big_pads_tiny_map": ((1, 3, 3, 3), 16, (5, 5), {"pads": [4, 4, 4, 4]}),
+    "3x3_short_rows_c2_m8": ((1, 2, 5, 4), 8, (3, 3), {"pads": [1, 1, 1, 1]}),
+    "1d_k5_s2_c3_m36": ((1, 3, 41), 36, (5,), {"pads": [2, 1], "strides": [2]}),
+}
+
+
+def _node(name: str, bias: bool = True):
+    xs, m, k, attrs = CASES[name]
+    c = xs[1]
+    ins = [r(*xs), r(m, c, *k, scale=0.3), r(m) if bias else None]
+    node = make_node("Conv", ins, attrs, const=[1, 2] if bias else [1], opset=11)
+    return (ins if bias else ins[:2]), node
+
+
+def _check(ins, node, options=(), epilogue=True) -> None:
+    with selecting(Selection(forced={node.name: "direct_ocv"})):
+        src = op_of(node).emit(node, NodeContext(node, "affine"))
+        assert "ml_ocv_conv2d(" in src, src
+        got = run_c(node, ins, "affine" if epilogue else None, options)[0]
+    ref = op_of(node).reference(node, list(ins))[0]
+    want = ref * EPI[0] + EPI[1] if epilogue else ref
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_ocv_matches_reference(name: str) -> None:
+    ins, node = _node(name)
+    _check(ins, node)
+
+
+def test_ocv_without_bias_or_epilogue() -> None:
+    for name in ("3x3_s2_p1_c3_m16", "3x3_s3_asym_c4_m17"):
+        ins, node = _node(name, bias=False)
+        _check(ins, node, epilogue=False)
+
+
+@pytest.mark.parametrize("vw", [4, 8, 16])
+@pytest.mark.parametrize("name", ["3x3_s2_p1_c16_m40_batch2", "7x7_s2_p3_c3_m24",
+                                  "3x3_s21_c9_m70"])
+def test_ocv_vector_widths(name: str, vw: int) -> None:
+    ins, node = _node(name)
+    _check(ins, node, (f"-DML_VW={vw}", f"-DML_NP={2 if vw == 16 else 1}"))
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 3, 4])
+def test_ocv_every_block_group(blocks: int, monkeypatch) -> None:
+    """Each row function G = 1..4 (tiles of 24/G pixels at 16 floats a vector)."""
+    monkeypatch.setattr(conv_ocv, "ocv_blocks", lambda d, c, m, vw=None: blocks)
+    ins, node = _node("3x3_s2_p1_c16_m40_batch2")
+    _check(ins, node)
+    ins, node = _node("3x3_s1_p1_c5_m20")
+    _check(ins, node)
+
+
+def test_packed_weights_layout() -> None:
+    w = r(20, 3, 3, 3)
+    p = conv_ocv.pack_ocv_weights(w, 1)
+    assert p.shape == (2, 3, 3, 3, 16)
+    assert p[1, 2, 1, 0, 3] == w[19, 2, 1, 0] and p[0, 0, 2, 2, 0] == w[0, 0, 2, 2]
+    assert not p[1, ..., 4:].any()  # channels past C_out are zero
+    q = conv_ocv.pack_ocv_weights(w, 2)
+    assert q.shape == (1, 3, 3, 3, 32) and q[0, 1, 0, 2, 17] == w[17, 1, 0, 2]
+    b = conv_ocv.pack_ocv_bias(np.arange(20, dtype=np.float32), 20, 1)
+    assert b.shape == (32,) and b[19] == 19 and not b[20:].any()
+
+
+def test_scratch_is_the_kernels_formula() -> None:
+    dims = [as_2d(list(CASES[n][0][2:]), conv_geometry(_node(n)[1])) for n in sorted(CASES)]
+    dims.append({**dims[0], "OH": 300, "OW": 700})  # one row past the stage: a band of 1
+    rows = [(d["OH"], d["OW"], g * 16) for d in dims for g in (1, 2, 3, 4)]
+    table = ", ".join(str(v) for row in rows for v in row)
+    src = (
+        "#include <stdint.h>\n#include <string.h>\n"
+        + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_ocv.h")
+        + f"static const int64_t T[] = {{{table}}};\n"
+        "void scratch(int64_t* out, int n) { for (int i = 0; i < n; ++i) "
+        "out[i] = ml_ocv_scratch_floats(T[3 * i], T[3 * i + 1], T[3 * i + 2]); }\n"
+    )
+    lib = build_shared(src, ["-DML_VW=16", "-DML_NP=2"])
+    out = (ctypes.c_int64 * len(rows))()
+    lib.scratch(out, len(rows))
+    want = [conv_ocv.ocv_scratch_floats({"OH": oh, "OW": ow}, gsz) for oh, ow, gsz in rows]
+    assert list(out) == want
+
+
+def test_blocks_follow_the_channels() -> None:
+    """16 channels take one block (a 24-pixel tile), 64 take four (no padding), 48 three."""
+    d = as_2d([160, 160], conv_geometry(make_node(
+        "Conv", [r(1, 3, 160, 160), r(16, 3, 3, 3)], {"pads": [1, 1, 1, 1]}, const=[1])))
+    assert [conv_ocv.ocv_blocks(d, 3, m, 16) for m in (16, 48, 64)] == [1, 3, 4]
+
+
+def _model():
+    """A first-layer conv (3 -> 16, 3x3/2) + Relu, then 16 -> 40 3x3/2 + HardSwish."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["y1"]),
+        helper.make_node("Conv", ["y1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("HardSwish", ["c2"], ["y2"]),
+    ]
+    weights = {"w1": r(16, 3, 3, 3, scale=0.3), "b1": r(16), "w2": r(40, 16, 3, 3, scale=0.2)}
+    return make_model(nodes, [("x", F32, [1, 3, 96, 130])], [("y2", F32, [1, 40, 24, 33])],
+                      weights, opset=14)
+
+
+def test_compiled_ocv_on_one_and_two_threads(monkeypatch) -> None:
+    model = _model()
+    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m: 1.0)  # the rule picks it
+    source, _, _ = lower(model, None, None)
+    assert source.count("ml_ocv_conv2d(") == 3  # the definition and two calls
+    feeds = {"x": r(1, 3, 96, 130)}
+    want = ort_run(model, feeds)
+    one, two = run_threads(model, feeds)
+    for got, ref in zip(one, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    for a, b in zip(one, two):  # every output the same sum whatever the split
+        np.testing.assert_array_equal(a, b)
+
+
+def test_rule_takes_the_least_cost(monkeypatch) -> None:
+    _, node = _node("3x3_s2_p1_c3_m16")
+    d = as_2d(list(node.inputs[0].shape[2:]), conv_geometry(node))
+    costs = conv.rule_costs(node, d, 1)
+    assert "direct_ocv" in costs and "gemm" in costs
+    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m: 0.0)
+    assert conv._rule(node, d, 1) == Candidate("direct_ocv")
+    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m: 1e12)
+    assert conv._rule(node, d, 1) != Candidate("direct_ocv")
+
+
+def test_tuner_lists_it_only_where_valid() -> None:
+    _, node = _node("3x3_s2_p1_c3_m16")
+    d = as_2d(list(node.inputs[0].shape[2:]), conv_geometry(node))
+    _, cands, _ = conv_candidates(node, d, 1, False)
+    assert Candidate("direct_ocv") in cands
+    grouped = make_node("Conv", [r(1, 4, 8, 8), r(4, 2, 3, 3)], {"group": 2}, const=[1])
+    dg = as_2d([8, 8], conv_geometry(grouped))
+    assert Candidate("direct_ocv") not in conv_candidates(grouped, dg, 2, False)[1]
+    runtime_w = make_node("Conv", [r(1, 4, 8, 8), r(4, 4, 3, 3)], {})
+    assert Candidate("direct_ocv") not in conv_candidates(runtime_w, dg, 1, False)[1]
+    pointwise = make_node("Conv", [r(1, 4, 8, 8), r(4, 4, 1, 1)], {}, const=[1])
+    dp = as_2d([8, 8], conv_geometry(pointwise))
+    assert Candidate("direct_ocv") not in conv_candidates(pointwise, dp, 1, False)[1]

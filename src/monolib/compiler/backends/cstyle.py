@@ -296,6 +296,7 @@ typedef uchar uint8_t;
 /* C99 float names -> OpenCL's overloaded built-ins */
 #define ml_expf exp
 #define ml_erff erf
+#define ml_logisticf(x) (1.0f / (1.0f + exp(-(x))))
 #define expf exp
 #define logf log
 #define sqrtf sqrt
@@ -341,6 +342,7 @@ typedef unsigned char uint8_t;
 #define NAN __int_as_float(0x7fffffff)
 #define ml_expf expf
 #define ml_erff erff
+#define ml_logisticf(x) (1.0f / (1.0f + expf(-(x))))
 """
 
 HOST_C = Language(

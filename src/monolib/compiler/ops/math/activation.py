@@ -113,6 +113,8 @@ class Sigmoid(Elementwise):
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
+        if dt == np.float32:  # vmath.h: one scaling instead of ml_expf's two
+            return f"ml_logisticf({args[0]})"
         one = _lit(1, node)
         return f"({one} / ({one} + {cfn('exp', dt)}(-{args[0]})))"
 

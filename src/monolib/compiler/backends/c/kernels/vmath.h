@@ -1,4 +1,4 @@
-/* vmath.h -- float32 exp and erf as branch-free C that the compiler vectorizes inside any loop
+/* vmath.h -- float32 exp, sigmoid and erf as branch-free C that the compiler vectorizes inside any loop
  * (monolib kernel library; in every generated C file, after the prelude: the ops call
  * ml_expf by name, and the OpenCL/CUDA preludes map that name onto their own exp).
  *
@@ -70,6 +70,21 @@ static inline float ml_expf(float x) {
     const float s1 = ml_f32_from_bits((uint32_t)(n1 + 127) << 23);
     const float s2 = ml_f32_from_bits((uint32_t)(n2 + 127) << 23);
     return p * s1 * s2;
+}
+
+/* 1 / (1 + exp(-x)): ml_expf's reduction and polynomial with one power-of-two scaling
+ * (ml_expf scales twice, for its subnormal results): -x is clamped to [-87, 88.7], where
+ * 2^n stays a normal float up to n = 128 (2^128 = inf). The same bits as
+ * 1 / (1 + ml_expf(-x)) except where the result is below FLT_MIN: 0 for x < -88.38
+ * (exp(-x) = inf) instead of a subnormal; x > 87 gives 1 either way (1 + e rounds to 1).
+ * A SiLU epilogue (x * sigmoid(x)) took 0.33 instead of 0.39 ns per element on Zen 4. */
+static inline float ml_logisticf(float x) {
+    float t = -x;
+    t = t > 88.7f ? 88.7f : t; /* compare-selects: a NaN stays NaN */
+    t = t < -87.0f ? -87.0f : t;
+    int32_t n;
+    const float p = ml_exp_poly(t, &n);
+    return 1.0f / (1.0f + p * ml_f32_from_bits((uint32_t)(n + 127) << 23));
 }
 
 /* erf(x) = x P(x^2) / Q(x^2) on |x| < 3.92, P of degree 6 and Q of degree 4: a

@@ -193,3 +193,37 @@ def test_no_blocked_candidate_for_runtime_weights() -> None:
     d = as_2d([9, 9], conv_geometry(node))
     assert not conv_dw_blocked.dw_blocked_valid(node, d)
     assert conv._rule(node, d, 16).algo == "depthwise"
+
+
+@pytest.mark.parametrize("name", ["5x5_s1_p2_7x7_map", "3x3_s21_c24", "3x3_wide_rows_many_bands"])
+def test_split_over_the_pool_gives_the_same_bits(name: str) -> None:
+    """ml_dwcb_conv2d on the thread pool, the split forced (no work threshold, workers
+    never judged late): channel blocks and the bands of rows added when the blocks are
+    few give the same bits at 1, 2 and 3 threads, and the NumPy reference's values."""
+    ins, node = _node(name)
+    x, w, b = ins
+    d = as_2d(list(x.shape[2:]), conv_geometry(node))
+    c = x.shape[1]
+    args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
+    src = (
+        "#include <stdint.h>\n#include <string.h>\n" + kernel_header("threadpool.h")
+        + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_depthwise.h")
+        + "void conv(int nt, const float* x, const float* w, const float* b, float* y, "
+        "float* s) { ml_set_num_threads(nt);\n"
+        f"  ml_dwcb_conv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args}, x, w, b, y, "
+        "s, 0, 0, 0); }\n"
+    )
+    lib = build_shared(src, ["-DML_PAR_MIN_MEM=0", "-DML_PAR_WAKE_WORK=0",
+                             "-DML_LATE_NS=1000000000000"])
+    wp = conv_dw_blocked.pack_dw_weights(w)
+    scratch = np.zeros(conv_dw_blocked.dwcb_scratch_floats(d) + 16, np.float32)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    outs = []
+    for nt in (1, 2, 3):
+        y = np.full((c, d["OH"], d["OW"]), np.nan, np.float32)
+        lib.conv(nt, ptr(np.ascontiguousarray(x[0])), ptr(wp), ptr(b), ptr(y), ptr(scratch))
+        outs.append(y)
+    ref = op_of(node).reference(node, list(ins))[0][0]
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+    for y in outs[1:]:
+        np.testing.assert_array_equal(y, outs[0])

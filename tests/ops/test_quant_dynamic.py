@@ -284,3 +284,35 @@ def test_q8_conv_split_equal():
     one, two = run_threads(model, feeds)
     np.testing.assert_array_equal(one[0], want)
     np.testing.assert_array_equal(two[0], want)
+
+
+def test_depthwise_float_sums_exact():
+    """Depthwise ConvInteger (qgemm.h's ml_qdwconv): sums taken in float, exact while
+    a channel's taps keep them below 2^24 (here |x - xz| and |w - wz| reach 255: 9 and
+    25 taps, stride 1 over the plane as one vector, stride 2, dilation, uneven padding),
+    and the int32 form past ML_QDW_FTAPS taps (17x17 = 289); int8 and uint8 images; 1
+    and 2 threads."""
+    cases = [
+        ((1, 16, 14, 14), 5, (1, 1), (2, 2, 2, 2), (1, 1), np.uint8),
+        ((1, 8, 13, 17), 3, (2, 2), (1, 0, 1, 2), (1, 1), np.int8),
+        ((2, 5, 9, 11), 3, (1, 2), (2, 1, 0, 2), (2, 1), np.uint8),
+        ((1, 3, 20, 19), 17, (1, 1), (8, 8, 8, 8), (1, 1), np.int8),
+    ]
+    for xs, k, strides, pads, dil, xt in cases:
+        c = xs[1]
+        xi, wi = np.iinfo(xt), np.iinfo(np.int8)
+        x = R.integers(xi.min, xi.max + 1, xs).astype(xt)
+        w = R.integers(wi.min, wi.max + 1, (c, 1, k, k)).astype(np.int8)
+        xz = np.array(xi.max, xt)
+        wz = np.full(c, wi.min, np.int8)
+        attrs = {"strides": list(strides), "pads": list(pads), "dilations": list(dil), "group": c}
+        model = make_node_model(
+            "ConvInteger",
+            {"x": x, "w": w, "xz": xz, "wz": wz},
+            attrs,
+            opset=13,
+            constant_inputs=["w", "wz"],
+        )
+        want = _conv_exact(x, w, xz, wz, strides, pads, dil, c)
+        for got in run_threads(model, {"x": x, "xz": xz}):
+            np.testing.assert_array_equal(got[0], want, err_msg=str((xs, k, strides)))

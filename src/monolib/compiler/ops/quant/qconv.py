@@ -6,7 +6,8 @@ type with ``x_scale * w_scale / y_scale`` (see ``_qcommon``). ``x_zero_point`` i
 tensor; ``w_zero_point`` and ``w_scale`` per tensor or per output channel.
 
 Lowering, like the float ``Conv`` (``nn/conv.py``): depthwise (``group == C_in ==
-C_out``) is ``ml_qdwconv`` of ``kernels/qgemm.h``, a direct kernel over int16 planes;
+C_out``) is ``ml_qdwconv`` of ``kernels/qgemm.h``, a direct kernel over float planes
+(exact: the sums stay below 2^24);
 everything else is per image and group ``Y[Cout_g, OH*OW] = W[Cout_g, K] @ cols`` with
 the weights packed at compile time (int16, zero points subtracted) and the columns
 packed per block by ``ml_qgemm``: straight from X for a 1x1 stride-1 convolution, else
@@ -136,7 +137,9 @@ class _QConv(QuantOp):
             wp = f"((const int16_t*){buf})"
         hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
         wpad = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
-        scratch = ctx.scratch(2 * hp * wpad + 4 * d["OW"] + 192)
+        # ml_qdw_scratch_bytes: the float plane, the sums (and the int32 form's smaller needs)
+        wrow = wpad + d["SW"] - 1  # rows hold SW column phases: up to SW - 1 floats more
+        scratch = ctx.scratch(-(-4 * hp * wrow // 64) * 64 + 4 * (hp * wrow + d["OW"]) + 64)
         hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
         dims = {k: d[k] for k in ("H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW")}
         dims.update({"C": c, "Hp": hp, "Wp": wpad})

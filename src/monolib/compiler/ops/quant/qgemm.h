@@ -262,6 +262,27 @@ ML_QINLINE void ml_qstore(const ml_qout* o, int64_t m, int64_t n, int mr, int nr
     }
 }
 
+/* Store n values v of row m from column n0 as ml_qstore would (no bias_n): one call per
+ * run of a row (the depthwise kernel's output rows), not per 16 columns. */
+ML_QUNUSED static void ml_qstore_run(const ml_qout* o, int64_t m, int64_t n0, int64_t n,
+                                     const int32_t* restrict v) {
+    const int step = o->mult_mode == ML_QMULT_COL;
+    const float* mu = o->mult + (o->mult_mode == ML_QMULT_ROW ? m : 0) + (step ? n0 : 0);
+    if (o->kind == ML_QOUT_I32) {
+        memcpy((int32_t*)o->y + m * o->ld + n0, v, (size_t)n * sizeof(int32_t));
+    } else if (o->kind == ML_QOUT_F32) {
+        float* c = (float*)o->y + m * o->ld + n0;
+        for (int64_t j = 0; j < n; ++j) c[j] = (float)v[j] * mu[step * j];
+        if (o->fbias)
+            for (int64_t j = 0; j < n; ++j) c[j] += o->fbias[n0 + j];
+    } else {
+        uint8_t* y = (uint8_t*)o->y + m * o->ld + n0; /* one byte per element */
+        for (int64_t j = 0; j < n; j += 1024) /* ml_qrequant_row takes an int count */
+            ml_qrequant_row(v + j, (int)ML_QMIN(1024, n - j), 0, mu + step * j, step, o->zp,
+                            o->kind == ML_QOUT_U8, y + j);
+    }
+}
+
 /* The micro-kernel: a rows x QNR tile (rows <= QMR) over kp2 pairs of K. With AVX-512
  * VNNI one vpdpwssd per row and pair of K: the 16 columns' int16 pairs of a packed B row
  * are one 512-bit register, multiplied, pair-summed and accumulated in one instruction
@@ -380,7 +401,15 @@ ML_QUNUSED static void ml_qgemm_par(const ml_qgemm_args* g) {
 /* Depthwise convolution (group == C_in == C_out) of an 8-bit [C][H][W] image: channel c
  * is sum over taps of (x - xzp) * w16[c][tap] (+ bias[c]), w16 the int16 weights with
  * their zero points subtracted; output channel c stored as by ml_qstore with row c.
- * plane: int16 scratch of Hp*Wp (the padded channel), row: int32 scratch of OW. */
+ * The sums are taken in float: each product is an integer of at most 255 * 255 and a
+ * channel has KH*KW <= ML_QDW_FTAPS of them, so every partial sum stays below 2^24 and
+ * is exact (one FMA per 16 outputs where the int32 multiply-add was a widening
+ * sequence). With stride 1 the taps run over the padded plane as one vector: outputs
+ * at every column of the plane's rows (the Wp - OW extra ones are discarded), so a
+ * 14x14 map is one loop of 248 lanes per tap instead of 14 of 14. More taps: the int32
+ * path. Scratch (ml_qdw_scratch_bytes): the plane, then the sums. */
+#define ML_QDW_FTAPS 258
+typedef float ml_qdwv __attribute__((vector_size(64)));
 typedef struct {
     int64_t C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, Hp, Wp;
     const void* x;
@@ -391,62 +420,175 @@ typedef struct {
     ml_qout out;
 } ml_qdw_args;
 
-static void ml_qdw_channel(const ml_qdw_args* d, int64_t c, int16_t* plane, int32_t* row) {
+/* Bytes of scratch ml_qdwconv needs per thread (Wp: the padded width + SW - 1). */
+static inline int64_t ml_qdw_scratch_bytes(int64_t Hp, int64_t Wp, int64_t OW) {
+    return ((4 * Hp * Wp + 63) / 64) * 64 + 4 * (Hp * Wp + OW) + 64;
+}
+
+static void ml_qdw_channel(const ml_qdw_args* d, int64_t c, void* scratch) {
+    const int64_t ohw = d->OH * d->OW, hw = d->Hp * (d->Wp + d->SW - 1), taps = d->KH * d->KW;
+    float* plane = (float*)scratch;
+    float* acc = (float*)((uint8_t*)scratch + ((4 * hw + 63) / 64) * 64);
+    const int16_t* w = d->w + c * taps;
+    int32_t b = d->bias ? d->bias[c] : 0;
+    ml_qout o = d->out;
+    o.ld = ohw;
+    /* rows of Wr floats; with a column stride SW > 1 each row holds its SW column phases
+     * one after the other (padded column j at (j % SW) * Wq + j / SW), so a tap's inputs
+     * along an output row are contiguous */
+    const int64_t Wq = (d->Wp + d->SW - 1) / d->SW, Wr = Wq * d->SW;
+    { /* the channel minus its zero point, zero-padded (the zero point's value) */
+        const int64_t h_end = ML_QMIN(d->H, d->Hp - d->PT), w_end = ML_QMIN(d->W, d->Wp - d->PL);
+        const uint8_t* xu = (const uint8_t*)d->x + c * d->H * d->W;
+        const int8_t* xs = (const int8_t*)d->x + c * d->H * d->W;
+        /* zeros where no input lands: rows above and below, and each row's borders
+         * (the whole row with column phases); zeroing the whole plane first was a
+         * quarter of a 112x112 channel's time */
+        for (int64_t i = 0; i < ML_QMIN(d->PT, d->Hp) * Wr; ++i) plane[i] = 0.0f;
+        for (int64_t i = (d->PT + h_end) * Wr; i < d->Hp * Wr; ++i) plane[i] = 0.0f;
+        for (int64_t h = 0; h < h_end; ++h) {
+            float* p = plane + (h + d->PT) * Wr;
+            if (d->SW == 1) {
+                for (int64_t j = 0; j < d->PL; ++j) p[j] = 0.0f;
+                for (int64_t j = d->PL + w_end; j < Wr; ++j) p[j] = 0.0f;
+                p += d->PL;
+                if (d->is_signed)
+                    for (int64_t j = 0; j < w_end; ++j) p[j] = (float)(xs[h * d->W + j] - d->xzp);
+                else
+                    for (int64_t j = 0; j < w_end; ++j) p[j] = (float)(xu[h * d->W + j] - d->xzp);
+                continue;
+            }
+            for (int64_t j = 0; j < Wr; ++j) p[j] = 0.0f;
+            if (d->SW == 2 && !d->is_signed) {
+                /* even and odd input columns to their phases in one pass gcc vectorises
+                 * (loads deinterleaved; the strided loop below was most of the time) */
+                const int64_t e = d->PL & 1, half = w_end / 2;
+                float* q0 = p + e * Wq + d->PL / 2;
+                float* q1 = p + (1 - e) * Wq + (d->PL + 1) / 2;
+                const uint8_t* xr = xu + h * d->W;
+                for (int64_t i = 0; i < half; ++i) {
+                    q0[i] = (float)(xr[2 * i] - d->xzp);
+                    q1[i] = (float)(xr[2 * i + 1] - d->xzp);
+                }
+                if (w_end & 1) q0[half] = (float)(xr[w_end - 1] - d->xzp);
+            } else {
+                for (int64_t ph = 0; ph < d->SW; ++ph) { /* input columns j, j + SW, ... */
+                    const int64_t j0 = ((ph - d->PL) % d->SW + d->SW) % d->SW;
+                    float* q = p + ph * Wq + (d->PL + j0) / d->SW;
+                    if (d->is_signed)
+                        for (int64_t j = j0; j < w_end; j += d->SW, ++q)
+                            *q = (float)(xs[h * d->W + j] - d->xzp);
+                    else
+                        for (int64_t j = j0; j < w_end; j += d->SW, ++q)
+                            *q = (float)(xu[h * d->W + j] - d->xzp);
+                }
+            }
+        }
+    }
+    /* sums for outputs (oh, ow) at acc[oh * ldr + ow] */
+    int64_t ldr = d->OW;
+    if (d->SH == 1 && d->SW == 1) {
+        /* 64 outputs at a time held in 4 vectors over all taps (no sum to memory and
+         * back per tap), the last few by the scalar loop */
+        const int64_t len = (d->OH - 1) * d->Wp + d->OW;
+        int64_t i0 = 0;
+        ldr = d->Wp;
+        for (; i0 + 64 <= len; i0 += 64) {
+            ml_qdwv v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
+            for (int64_t ky = 0; ky < d->KH; ++ky)
+                for (int64_t kx = 0; kx < d->KW; ++kx) {
+                    ml_qdwv wv = {0}, s0, s1, s2, s3;
+                    wv += (float)w[ky * d->KW + kx];
+                    const float* src = plane + ky * d->DH * d->Wp + kx * d->DW + i0;
+                    memcpy(&s0, src, 64);
+                    memcpy(&s1, src + 16, 64);
+                    memcpy(&s2, src + 32, 64);
+                    memcpy(&s3, src + 48, 64);
+                    v0 += wv * s0;
+                    v1 += wv * s1;
+                    v2 += wv * s2;
+                    v3 += wv * s3;
+                }
+            memcpy(acc + i0, &v0, 64);
+            memcpy(acc + i0 + 16, &v1, 64);
+            memcpy(acc + i0 + 32, &v2, 64);
+            memcpy(acc + i0 + 48, &v3, 64);
+        }
+        for (int64_t i = i0; i < len; ++i) acc[i] = 0.0f;
+        for (int64_t ky = 0; ky < d->KH; ++ky)
+            for (int64_t kx = 0; kx < d->KW; ++kx) {
+                const float wv = (float)w[ky * d->KW + kx];
+                const float* src = plane + ky * d->DH * d->Wp + kx * d->DW;
+                for (int64_t i = i0; i < len; ++i) acc[i] += wv * src[i];
+            }
+    } else {
+        for (int64_t oh = 0; oh < d->OH; ++oh) {
+            float* row = acc + oh * d->OW;
+            for (int64_t ow = 0; ow < d->OW; ++ow) row[ow] = 0.0f;
+            for (int64_t ky = 0; ky < d->KH; ++ky)
+                for (int64_t kx = 0; kx < d->KW; ++kx) {
+                    const float wv = (float)w[ky * d->KW + kx];
+                    const int64_t col = kx * d->DW;
+                    const float* src = plane + (oh * d->SH + ky * d->DH) * Wr +
+                                       (col % d->SW) * Wq + col / d->SW;
+                    for (int64_t ow = 0; ow < d->OW; ++ow) row[ow] += wv * src[ow];
+                }
+        }
+    }
+    (void)taps;
+    int32_t* row = (int32_t*)(acc + hw);
+    for (int64_t oh = 0; oh < d->OH; ++oh) {
+        const float* a = acc + oh * ldr;
+        for (int64_t j = 0; j < d->OW; ++j) row[j] = (int32_t)a[j] + b;
+        /* the row's "tile" row is channel c: ROW multipliers index by c */
+        ml_qstore_run(&o, c, oh * d->OW, d->OW, row);
+    }
+}
+
+/* The int32 form for more than ML_QDW_FTAPS taps (scratch: the int16 plane, a row). */
+static void ml_qdw_channel_i32(const ml_qdw_args* d, int64_t c, void* scratch) {
     const int64_t ohw = d->OH * d->OW;
+    int16_t* plane = (int16_t*)scratch;
+    int32_t* row = (int32_t*)((uint8_t*)scratch + ((2 * d->Hp * d->Wp + 63) / 64) * 64);
     ml_qpad_image(1, d->H, d->W, d->Hp, d->Wp, d->PT, d->PL,
                   (const uint8_t*)d->x + c * d->H * d->W, d->is_signed, d->xzp, plane);
     const int16_t* w = d->w + c * d->KH * d->KW;
     int32_t b = d->bias ? d->bias[c] : 0;
+    ml_qout o = d->out;
+    o.ld = ohw;
     for (int64_t oh = 0; oh < d->OH; ++oh) {
         for (int64_t ow = 0; ow < d->OW; ++ow) row[ow] = b;
         for (int64_t ky = 0; ky < d->KH; ++ky)
             for (int64_t kx = 0; kx < d->KW; ++kx) {
                 const int16_t* src = plane + (oh * d->SH + ky * d->DH) * d->Wp + kx * d->DW;
                 int32_t wv = w[ky * d->KW + kx];
-                if (d->SW == 1)
-                    for (int64_t ow = 0; ow < d->OW; ++ow) row[ow] += wv * src[ow];
-                else
-                    for (int64_t ow = 0; ow < d->OW; ++ow) row[ow] += wv * src[ow * d->SW];
+                for (int64_t ow = 0; ow < d->OW; ++ow) row[ow] += wv * src[ow * d->SW];
             }
-        /* one output row = a 1 x OW "tile" of the [C, OH*OW] result, fed in QNR pieces */
-        for (int64_t j = 0; j < d->OW; j += ML_QNR) {
-            int32_t t[ML_QMR][ML_QNR];
-            int nr = (int)ML_QMIN(ML_QNR, d->OW - j);
-            memcpy(t[0], row + j, (size_t)nr * 4);
-            ml_qout o = d->out;
-            o.ld = ohw;
-            /* the tile's row is channel c: ROW multipliers index by c, stored at c*ohw */
-            ml_qstore(&o, c, oh * d->OW + j, 1, nr, t, 0);
-        }
+        ml_qstore_run(&o, c, oh * d->OW, d->OW, row);
     }
+}
+
+static void ml_qdw_any(const ml_qdw_args* d, int64_t c, void* scratch) {
+    if (d->KH * d->KW <= ML_QDW_FTAPS) ml_qdw_channel(d, c, scratch);
+    else ml_qdw_channel_i32(d, c, scratch);
 }
 
 #ifdef MONOLIB_THREADPOOL_H
 static void ml_qdw_task(void* ctx, int64_t t, void* scratch) {
-    const ml_qdw_args* d = (const ml_qdw_args*)ctx;
-    int16_t* plane = (int16_t*)scratch;
-    int32_t* row = (int32_t*)((uint8_t*)scratch + ((2 * d->Hp * d->Wp + 63) / 64) * 64);
-    ml_qdw_channel(d, t, plane, row);
+    ml_qdw_any((const ml_qdw_args*)ctx, t, scratch);
 }
 #endif
 
-/* Bytes of scratch ml_qdwconv needs per thread. */
-static inline int64_t ml_qdw_scratch_bytes(int64_t Hp, int64_t Wp, int64_t OW) {
-    return ((2 * Hp * Wp + 63) / 64) * 64 + 4 * OW + 64;
-}
-
 ML_QUNUSED static void ml_qdwconv(const ml_qdw_args* d, void* scratch) {
 #ifdef MONOLIB_THREADPOOL_H
-    size_t bytes = (size_t)ml_qdw_scratch_bytes(d->Hp, d->Wp, d->OW);
+    size_t bytes = (size_t)ml_qdw_scratch_bytes(d->Hp, d->Wp + d->SW - 1, d->OW);
     double work = 0.5 * (double)d->C * d->OH * d->OW * d->KH * d->KW * 4;
     if (ml_par_tasks(work, d->C) > 1) {
         ml_parallel_for(d->C, ml_qdw_task, (void*)d, scratch, bytes);
         return;
     }
 #endif
-    int16_t* plane = (int16_t*)scratch;
-    int32_t* row = (int32_t*)((uint8_t*)scratch + ((2 * d->Hp * d->Wp + 63) / 64) * 64);
-    for (int64_t c = 0; c < d->C; ++c) ml_qdw_channel(d, c, plane, row);
+    for (int64_t c = 0; c < d->C; ++c) ml_qdw_any(d, c, scratch);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

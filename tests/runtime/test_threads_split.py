@@ -108,6 +108,32 @@ double par_span(int nt, int64_t n, double each, double last) {
 }
 
 double job_cost(void) { return ML_PAR_JOB_COST; }
+
+static void nop(void* c, int64_t t, void* s) { (void)c; (void)t; (void)s; }
+static int wait_asleep(int want) { /* up to 2 s */
+    for (int i = 0; i < 2000 && ml_pool_asleep() != want; ++i) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, 0);
+    }
+    return ml_pool_asleep() == want;
+}
+
+/* Workers asleep, a small op that would pay off split: out = [asleep after 50 ms
+ * with no op, that op's verdict, awake after it, the next op's verdict] */
+void kick(int* out) {
+    ml_set_num_threads(2);
+    ml_set_spin(0);
+    ml_parallel_for(2, nop, 0, 0, 0); /* starts the worker, which sleeps at once */
+    wait_asleep(1);
+    ml_set_spin(1000000);
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, 0);
+    out[0] = ml_pool_asleep();
+    out[1] = ml_par_pays(1e6, 6e5);
+    out[2] = wait_asleep(0);
+    out[3] = ml_par_pays(1e6, 6e5);
+    ml_set_spin(ML_SPIN_NS / 1000);
+}
 """
 
 
@@ -130,6 +156,7 @@ def lib():
     dll.par_span.restype = dbl
     dll.par_span.argtypes = [ctypes.c_int, i64, dbl, dbl]
     dll.job_cost.restype = dbl
+    dll.kick.argtypes = [ctypes.c_void_p]
     yield dll
     dll.gemm_plan(1, 6, 32, 16, 1, (i64 * 2)(), (dbl * 3)())  # leave the pool at 1
 
@@ -218,6 +245,18 @@ def test_par_span_is_in_order_hand_out(lib):
             f = min(range(nt), key=lambda u: fin[u])
             fin[f] += last if i == n - 1 else each
         assert lib.par_span(nt, n, each, last) == pytest.approx(max(fin)), (nt, n, each, last)
+
+
+def test_small_op_kicks_sleeping_workers_awake(lib):
+    # a small op that would pay off split, while every worker sleeps, runs serially and
+    # wakes them; the next one splits (else a model of small ops never split again)
+    out = (ctypes.c_int * 4)()
+    lib.kick(out)
+    asleep, first, woke, second = got = list(out)
+    assert asleep == 1, f"the worker did not fall asleep with no spin {got}"
+    assert first == 0, f"a small op split while every worker slept {got}"
+    assert woke == 1, f"the kick did not wake the worker {got}"
+    assert second == 1, f"the op after the kick did not split {got}"
 
 
 @pytest.mark.parametrize("packed", [True, False])

@@ -80,6 +80,7 @@ static inline int32_t ml_set_num_threads(int32_t n) { (void)n; return 1; }
 static inline int32_t ml_set_spin(int32_t us) { (void)us; return 0; }
 static inline void ml_pool_stop(void) {}
 static inline int ml_pool_asleep(void) { return 1; }
+static inline void ml_pool_kick(void) {}
 static inline int ml_pool_backing_off(void) { return 0; }
 static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scratch0,
                                    size_t scratch_bytes) {
@@ -145,6 +146,8 @@ typedef struct {
     int64_t backoff_until; /* ml_now_ns() before which jobs run serially (0: none) */
     int64_t backoff_ns;    /* the current back-off */
     int64_t spin_ns;       /* a worker's spin after a job (ml_set_spin) */
+    uint64_t kick;         /* under mu: a change wakes sleeping workers with no job */
+    int32_t kicked;        /* under mu: a kick is on its way (no second one) */
 } ml_pool_t;
 
 /* A build split into translation units (export/csource.py): the glue unit
@@ -211,6 +214,21 @@ static inline int ml_pool_backing_off(void) {
     return until != 0 && ml_now_ns() < until;
 }
 
+/* Wake the sleeping workers with no job: they spin again (ML_SPIN_NS) and take the
+ * splits of the ops that follow. One kick at a time (until a worker wakes or falls
+ * asleep again): a worker another process keeps off its core is not kicked over and
+ * over. Costs the caller a futex wake (~6 us) only while workers sleep. */
+static inline void ml_pool_kick(void) {
+    if (__atomic_load_n(&ml_pool.kicked, __ATOMIC_RELAXED)) return;
+    pthread_mutex_lock(&ml_pool.mu);
+    if (!ml_pool.kicked && ml_pool.sleepers > 0) {
+        ml_pool.kicked = 1;
+        ++ml_pool.kick;
+        pthread_cond_broadcast(&ml_pool.wake);
+    }
+    pthread_mutex_unlock(&ml_pool.mu);
+}
+
 #if !defined(ML_SPLIT_UNIT)
 static void* ml_pool_worker(void* arg) {
     int t = (int)(intptr_t)arg;
@@ -231,11 +249,16 @@ static void* ml_pool_worker(void* arg) {
             }
             pthread_mutex_lock(&ml_pool.mu);
             __atomic_fetch_add(&ml_pool.sleepers, 1, __ATOMIC_SEQ_CST);
-            while (__atomic_load_n(&ml_pool.go[t], __ATOMIC_SEQ_CST) == seen)
+            /* a kick sent while this worker still spun is spent: the next may come */
+            __atomic_store_n(&ml_pool.kicked, 0, __ATOMIC_RELAXED);
+            uint64_t kick = ml_pool.kick;
+            while (__atomic_load_n(&ml_pool.go[t], __ATOMIC_SEQ_CST) == seen &&
+                   ml_pool.kick == kick)
                 pthread_cond_wait(&ml_pool.wake, &ml_pool.mu);
             __atomic_fetch_sub(&ml_pool.sleepers, 1, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&ml_pool.kicked, 0, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&ml_pool.mu);
-            spin_from = 0;
+            spin_from = 0; /* woken by a job or a kick: spin again before sleeping */
         }
         seen = g;
         if (g == ML_STOP) return 0;
@@ -471,8 +494,9 @@ static inline int64_t ml_par_tasks(double work, int64_t units) {
  *     transposes, packing) reads and writes in cache: conv.h's padding took 0.10-0.43 ns
  *     a float (16x112x112 .. 48x34x16 channels x rows x columns; 1.4 on 4-float rows),
  *     its pixel transpose 0.13-0.18: 0.2 ns, 12.
- * Waking sleeping workers is kept apart (ML_PAR_WAKE_WORK: only an op that large wakes
- * them), as is the back-off from late workers. */
+ * Waking sleeping workers is kept apart (ML_PAR_WAKE_WORK: only an op that large waits
+ * for them; a smaller one that would pay off split kicks them awake and runs serially,
+ * ml_par_pays), as is the back-off from late workers. */
 #ifndef ML_PAR_JOB_COST
 #define ML_PAR_JOB_COST 30000.0
 #endif
@@ -483,13 +507,12 @@ static inline int64_t ml_par_tasks(double work, int64_t units) {
 #define ML_PAR_FLOAT_COST 12.0
 #endif
 
-/* The most tasks an op of modelled `cost` over `units` pieces may split into now:
- * 1 (serial) on one thread, while the pool backs off, or while every worker sleeps and
- * the op is below ML_PAR_WAKE_WORK; else up to 4 a thread. */
+/* The most tasks an op over `units` pieces may split into now: 1 (serial) on one
+ * thread or while the pool backs off; else up to 4 a thread. */
 static inline int64_t ml_par_most(double cost, int64_t units) {
+    (void)cost;
     int32_t nt = ml_num_threads();
     if (nt <= 1 || units < 2 || ml_pool_backing_off()) return 1;
-    if (cost < ML_PAR_WAKE_WORK && ml_pool_asleep()) return 1;
     int64_t t = (int64_t)nt * 4;
     return t < units ? t : units;
 }
@@ -505,9 +528,18 @@ static inline double ml_par_span(int64_t n, double each, double last, int32_t nt
     return (t > l ? t : l) + ML_PAR_JOB_COST;
 }
 
-/* Whether a split whose longest thread's modelled time is `span` (ML_PAR_JOB_COST
- * included) beats `serial`, the op's modelled time on the calling thread. */
-static inline int ml_par_pays(double serial, double span) { return span < serial; }
+/* Whether to split now: the split's longest thread's modelled time `span`
+ * (ML_PAR_JOB_COST included) beats `serial`, the op's on the calling thread, and the
+ * workers are awake, or the op is large enough to wake them (ML_PAR_WAKE_WORK). A
+ * smaller op runs serially and kicks sleeping workers awake for the ops after it:
+ * waiting for the op that wakes them, a model of small ops (PP-OCR's classifier: none
+ * over 1.4M multiply-adds) never split again once its workers had fallen asleep. */
+static inline int ml_par_pays(double serial, double span) {
+    if (span >= serial) return 0;
+    if (serial >= ML_PAR_WAKE_WORK || !ml_pool_asleep()) return 1;
+    ml_pool_kick();
+    return 0;
+}
 
 /* Tasks (1: serial) for `units` equal pieces of `cost` in all, each task adding
  * `task_cost` (ML_PAR_TASK_COST plus what a task repeats): of the counts up to

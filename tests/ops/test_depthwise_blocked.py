@@ -217,7 +217,7 @@ def test_split_over_the_pool_gives_the_same_bits(name: str) -> None:
                              "-DML_LATE_NS=1000000000000"])
     wp = conv_dw_blocked.pack_dw_weights(w)
     scratch = np.zeros(conv_dw_blocked.dwcb_scratch_floats(d) + 16, np.float32)
-    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)
     outs = []
     for nt in (1, 2, 3):
         y = np.full((c, d["OH"], d["OW"]), np.nan, np.float32)

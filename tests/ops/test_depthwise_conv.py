@@ -18,11 +18,11 @@ import ctypes
 import numpy as np
 import onnx
 import pytest
-from monolib.compiler.backends.c.headers import kernel_header
 from frontend.onnx_util import F32, make_model
 from harness import EPI, VECTOR_WIDTHS, NodeContext, make_node, run_c, run_threads
 from onnx import helper
 
+from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
 from monolib.compiler.ops.nn import conv

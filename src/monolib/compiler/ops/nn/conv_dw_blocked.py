@@ -8,7 +8,22 @@ C), which any vector width reads one block at a time.
 
 Which of the two depthwise kernels runs is decided per signature by :func:`dw_costs`
 (a cost model fitted to both kernels' measured times on an AMD EPYC Zen 4 with 16-float
-vectors, in nanoseconds) unless ``--tune`` measures both.
+vectors, in nanoseconds) unless ``--tune`` measures both. Measured (``tuning.measure``,
+1 thread, us, W-vectorised -> channel-blocked, fused HardSwish where PP-LCNet has it):
+
+=====================  ======  =====  =====
+shape (C@HxW, window)  stride  along  over
+                               W      C
+=====================  ======  =====  =====
+512@7x7 5x5            1       74.5   26.9
+256@14x14 5x5          1       83.3   47.6
+256@14x14 5x5          2       59.3   17.8
+128@28x28 3x3          2       35.2   21.1
+32@112x112 3x3         2       86.4   74.1
+96@20x20 7x7           1       352.6  59.8
+64@56x56 3x3           1       75.1   87.3
+16@112x112 3x3         1       81.0   101.5
+=====================  ======  =====  =====
 """
 
 from __future__ import annotations

@@ -52,16 +52,6 @@ def _model():
                       inits, opset=13)
 
 
-@pytest.fixture(autouse=True)
-def winograd_shapes(monkeypatch):
-    """The three convs' rule costs as among direct, GEMM and Winograd: direct_ocv
-    (conv_ocv.py) estimates within 1-10% of Winograd on these small 3x3 s1 shapes (it
-    measured within 5% of it) and would take them from the budget's comparison."""
-    from monolib.compiler.ops.nn import conv
-
-    monkeypatch.setattr(conv, "ocv_valid", lambda node, d, group: False)
-
-
 @pytest.fixture
 def no_slack(monkeypatch):
     """The 1 MB allowance off: the model's few kB of weights decide alone."""

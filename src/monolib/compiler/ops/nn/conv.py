@@ -710,7 +710,8 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
                        pixel_rows_valid(node, d, group))
     if "direct" in costs and not _direct_fits(d, c // group):
         del costs["direct"]
-    if ocv_valid(node, d, group) and not _pointwise(d):  # 1x1 s1: the GEMM reads in place
+    # not on 1x1 s1 (GEMM in place) nor where Winograd applies (faster on 15 of 20 shapes)
+    if ocv_valid(node, d, group) and not _pointwise(d) and not plans:
         costs["direct_ocv"] = ocv_cost(d, n, c, w.shape[0]) * OCV_MARGIN
     return costs
 

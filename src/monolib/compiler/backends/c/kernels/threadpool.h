@@ -454,12 +454,16 @@ __attribute__((destructor)) static void ml_pool_fini(void) {
 #endif /* threads */
 
 /* Tasks for `work` units split into pieces of at most `units` blocks: one (serial) below
- * `least`, or below ML_PAR_WAKE_WORK while the workers sleep, or while the pool backs
- * off; else about 4 per thread so a delayed thread is covered by the others. */
+ * `least`, or below ML_PAR_WAKE_WORK while the workers sleep (then kicked awake for the
+ * ops that follow, ml_pool_kick), or while the pool backs off; else about 4 per thread
+ * so a delayed thread is covered by the others. */
 static inline int64_t ml_par_tasks_over(double work, int64_t units, double least) {
     int32_t nt = ml_num_threads();
     if (nt <= 1 || work < least || units < 2 || ml_pool_backing_off()) return 1;
-    if (work < ML_PAR_WAKE_WORK && ml_pool_asleep()) return 1;
+    if (work < ML_PAR_WAKE_WORK && ml_pool_asleep()) {
+        ml_pool_kick();
+        return 1;
+    }
     int64_t t = (int64_t)nt * 4;
     return t < units ? t : units;
 }

@@ -34,6 +34,29 @@ def test_kernel_hash_follows_sources(tmp_path):
     assert len(kernel_hash()) == 16  # the real kernel sources
 
 
+def test_every_candidate_source_is_hashed():
+    """Each module conv.py emits a candidate through (its ``from .x import``) and each
+    header those modules include is in KERNEL_SOURCES: a change to any of them re-measures
+    (direct_ocv's conv_ocv.py / conv_ocv.h were missing). conv_cost decides the rule only,
+    _common holds no kernel."""
+    import re
+    from pathlib import Path
+
+    from monolib.compiler.tuning.cache import KERNEL_SOURCES
+
+    nn = Path(__file__).resolve().parents[2] / "src/monolib/compiler/ops/nn"
+    mods = set(re.findall(r"^from \.(\w+) import", (nn / "conv.py").read_text(), re.M))
+    mods -= {"conv_cost", "_common"}
+    need = {"nn/conv.py"} | {f"nn/{m}.py" for m in mods}
+    for py in sorted(need):
+        text = (nn.parent / py).read_text()
+        need |= {f"nn/{h}" for h in re.findall(r'include(?:_checked)?\((?:ctx, )?"(\w+\.h)"', text)
+                 if (nn / h).exists()}
+    assert len(need) > 8
+    assert need <= set(KERNEL_SOURCES), sorted(need - set(KERNEL_SOURCES))
+    assert all((nn.parent / f).exists() for f in KERNEL_SOURCES)
+
+
 def test_keyed_by_cpu_and_invalidated_by_kernels(tuning_dir):
     c = TuningCache(cpu="cpu A", kernels="k1")
     c.put("sig", "gemm", "direct", {"gemm": 1.0, "direct": 2.0})

@@ -39,6 +39,7 @@ VERSION = 1
 KERNEL_SOURCES: tuple[str, ...] = (
     "nn/conv.py", "nn/conv.h", "nn/conv_depthwise.h", "nn/winograd.py", "nn/winograd.h",
     "nn/conv_pixel_rows.py", "nn/conv_dw_blocked.py", "nn/_gemm.py", "nn/gemm.h",
+    "nn/conv_ocv.py", "nn/conv_ocv.h",
 )
 
 #: ``/proc/cpuinfo`` flags that change the code ``-march=native`` builds.

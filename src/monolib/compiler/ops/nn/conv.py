@@ -49,7 +49,7 @@ from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, w
 from ._gemm import MR, bbuf_floats, gemm_call, gemv_shaped, include_gemm, pack_a
 from .conv_cost import conv_costs
 from .conv_dw_blocked import dw_blocked_valid, dw_costs, emit_dw_blocked
-from .conv_ocv import OCV_MARGIN, emit_ocv, ocv_cost, ocv_valid
+from .conv_ocv import OCV_MARGIN, emit_ocv, ocv_cost, ocv_in_rule, ocv_valid
 from .conv_pixel_rows import emit_pixel_rows, pixel_rows_valid
 from .winograd import CO_BLOCK, emit_winograd, plan_winograd
 
@@ -710,8 +710,8 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
                        pixel_rows_valid(node, d, group))
     if "direct" in costs and not _direct_fits(d, c // group):
         del costs["direct"]
-    # not on 1x1 s1 (GEMM in place) nor where Winograd applies (faster on 15 of 20 shapes)
-    if ocv_valid(node, d, group) and not _pointwise(d) and not plans:
+    # not where Winograd applies (faster on 15 of 20 shapes); ocv_in_rule: 1x1, big weights
+    if ocv_valid(node, d, group) and not plans and ocv_in_rule(d, c, w.shape[0]):
         costs["direct_ocv"] = ocv_cost(d, n, c, w.shape[0]) * OCV_MARGIN
     return costs
 

@@ -27,8 +27,18 @@ from ..base import EmitContext
 from .conv_cost import host_vector_width
 
 __all__ = [
-    "OCV_G", "OCV_MARGIN", "emit_ocv", "ocv_blocks", "ocv_cost", "ocv_scratch_floats", "ocv_tile",
-    "ocv_valid", "pack_ocv_bias", "pack_ocv_weights",
+    "OCV_G",
+    "OCV_MARGIN",
+    "RULE_MAX_W",
+    "emit_ocv",
+    "ocv_blocks",
+    "ocv_cost",
+    "ocv_in_rule",
+    "ocv_scratch_floats",
+    "ocv_tile",
+    "ocv_valid",
+    "pack_ocv_bias",
+    "pack_ocv_weights",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,6 +65,9 @@ NS_CALL = 500.0
 #: factor on the estimate where the rule compares it with the other algorithms': their
 #: models estimate 1.0-1.17x (median 1.1x) their measured times on these shapes
 OCV_MARGIN = 1.1
+#: most floats of a group's packed weights where the rule offers the kernel (768 KiB of
+#: a 1 MiB L2: 256 -> 256 3x3/2 at 14 x 14, 576 KiB a group, still ran 9% faster)
+RULE_MAX_W = 196608
 
 
 def ocv_valid(node: Node, d: dict, group: int) -> bool:
@@ -67,6 +80,16 @@ def ocv_valid(node: Node, d: dict, group: int) -> bool:
         and (b is None or b.const is not None)
         and not any(is_dim(v) for v in (*x.shape, *d.values()))
     )
+
+
+def ocv_in_rule(d: dict[str, int], c: int, m: int) -> bool:
+    """Whether the fixed rule compares ``direct_ocv`` (``--tune`` measures it anyway):
+    not for 1x1 windows (one tap per input channel: the loop over channels dominates;
+    ResNet-50's 1x1/2 convs ran 5-15% slower than GEMM or pixels-as-rows) nor where a
+    group's weights exceed :data:`RULE_MAX_W` floats (every tile streams them again from
+    L3: ResNet-50's 512 -> 512 3x3/2 at 7 x 7, 1.18 MB a group, ran 30% slower)."""
+    kk = d["KH"] * d["KW"]
+    return kk > 1 and c * kk * min(4 * OCV_G, -(-m // OCV_G) * OCV_G) <= RULE_MAX_W
 
 
 def ocv_tile(g: int, vw: int) -> tuple[int, int]:

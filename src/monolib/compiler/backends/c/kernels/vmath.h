@@ -1,6 +1,7 @@
-/* vmath.h -- float32 exp, sigmoid and erf as branch-free C that the compiler vectorizes inside any loop
- * (monolib kernel library; in every generated C file, after the prelude: the ops call
- * ml_expf by name, and the OpenCL/CUDA preludes map that name onto their own exp).
+/* vmath.h -- float32 exp, sigmoid and erf as branch-free C that the compiler vectorizes
+ * inside any loop (monolib kernel library; in every generated C file, after the prelude:
+ * the ops call ml_expf, ml_logisticf and ml_erff by name, and the OpenCL/CUDA preludes
+ * map those names onto their own exp and erf).
  *
  * Why not libm's expf: gcc does vectorize loops calling it, through glibc's libmvec
  * (_ZGVdN8v_expf), but only on x86-64 glibc >= 2.22, and libmvec sends a whole vector
@@ -92,7 +93,8 @@ static inline float ml_logisticf(float x) {
  * Lawson reweighting against 30-digit erf, float64 fit error 0.95 ulp), and +-1 beyond
  * (1 - erf(3.92) = 2.96e-8 is below half of float32's spacing under 1). Checked against
  * double erf over all 2^32 inputs: max error 6 ulp with FMA contraction, 7 without
- * (float32 rounding of P and Q near |x| = 3.2), mean 0.33 ulp; erf(+-0) = +-0, erf(+-inf) = +-1, erf(NaN) = NaN. */
+ * (float32 rounding of P and Q near |x| = 3.2), mean 0.33 ulp; erf(+-0) = +-0,
+ * erf(+-inf) = +-1, erf(NaN) = NaN. */
 static inline float ml_erff(float x) {
     const float a = fabsf(x);
     const float b = a > 3.92f ? 3.92f : a; /* NaN stays NaN */

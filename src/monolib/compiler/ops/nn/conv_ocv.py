@@ -24,6 +24,7 @@ from ...ir import Node
 from ...symbolic import is_dim
 from .._constants import include_checked
 from ..base import EmitContext
+from . import conv_cost
 from .conv_cost import host_vector_width
 
 __all__ = [
@@ -60,8 +61,10 @@ NS_MAC = 0.0163
 NS_MAC_EDGE = 0.0273
 #: per output float staged, transposed into NCHW and passed to the epilogue
 NS_OUT = 0.226
-#: per call (kept for tiny convs)
-NS_CALL = 500.0
+#: per call: conv_cost's, as the other kernels' estimates carry it (the fit, on shapes of
+#: 50 us and more, could not tell it from 0; with 500, small convs of 15-100 us on 2 to
+#: 30 pixel-wide maps took this kernel and ran 7-40% slower: oww_embedding, PP-OCR cls)
+NS_CALL = conv_cost.NS_CALL
 #: factor on the estimate where the rule compares it with the other algorithms': their
 #: models estimate 1.0-1.17x (median 1.1x) their measured times on these shapes
 OCV_MARGIN = 1.1
@@ -84,12 +87,13 @@ def ocv_valid(node: Node, d: dict, group: int) -> bool:
 
 def ocv_in_rule(d: dict[str, int], c: int, m: int) -> bool:
     """Whether the fixed rule compares ``direct_ocv`` (``--tune`` measures it anyway):
-    not for 1x1 windows (one tap per input channel: the loop over channels dominates;
-    ResNet-50's 1x1/2 convs ran 5-15% slower than GEMM or pixels-as-rows) nor where a
-    group's weights exceed :data:`RULE_MAX_W` floats (every tile streams them again from
-    L3: ResNet-50's 512 -> 512 3x3/2 at 7 x 7, 1.18 MB a group, ran 30% slower)."""
+    not for windows one column wide (one tap per input channel and window row: the loops
+    dominate; ResNet-50's 1x1/2 convs ran 5-15% slower than GEMM or pixels-as-rows,
+    oww_embedding's 72 -> 72 3x1 ones 13%) nor where a group's weights exceed
+    :data:`RULE_MAX_W` floats (every tile streams them again from L3: ResNet-50's 512 ->
+    512 3x3/2 at 7 x 7, 1.18 MB a group, ran 30% slower)."""
     kk = d["KH"] * d["KW"]
-    return kk > 1 and c * kk * min(4 * OCV_G, -(-m // OCV_G) * OCV_G) <= RULE_MAX_W
+    return d["KW"] > 1 and c * kk * min(4 * OCV_G, -(-m // OCV_G) * OCV_G) <= RULE_MAX_W
 
 
 def ocv_tile(g: int, vw: int) -> tuple[int, int]:

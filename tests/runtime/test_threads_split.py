@@ -22,9 +22,9 @@ from onnx import TensorProto, helper, numpy_helper
 from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.testing import build_shared, ort_run
 
-# ml_parallel_for records its task count; the pool never backs off (a loaded machine's
-# late worker would make it run serially and hide the splits) and its workers spin for
-# a second (the asleep rule keeps small ops serial while every worker sleeps)
+# ml_parallel_for records its task count; the harness clears any back-off before a
+# traced call (a loaded machine's late worker would make it run serially and hide the
+# splits) and its workers spin for a second (small ops stay serial while they sleep)
 _TRACE_HEAD = "static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scratch0,"
 _TRACE = """
 static int64_t ml_trace_tasks, ml_trace_jobs;
@@ -37,7 +37,12 @@ static void ml_trace(int64_t n_tasks) {
 _TRACE_BODY = "    int32_t nt = ml_num_threads();\n    if (nt > n_tasks)"
 
 _HARNESS = r"""
-static void set_threads(int nt) { ml_set_num_threads(nt); ml_set_spin(1000000); }
+/* no back-off left from a late or absent worker (a loaded machine): splits are seen */
+static void no_backoff(void) {
+    ml_pool.backoff_until = ml_pool.backoff_ns = 0;
+    ml_pool.absent = 0;
+}
+static void set_threads(int nt) { ml_set_num_threads(nt); ml_set_spin(1000000); no_backoff(); }
 
 /* B [K][N] row-major into full-K panels of ML_NR columns (zero past N) */
 static void pack_b(int64_t K, int64_t N, const float* b, float* d) {
@@ -70,6 +75,7 @@ int64_t gemm_run(int nt, int64_t M, int64_t N, int64_t K, int packed, const floa
     if (packed) pack_b(K, N, b, pb);
     ml_gemm_args g = make(M, N, K, packed, pa, packed ? pb : b, c, bbuf);
     ml_sgemm_par(&g); /* starts the workers */
+    no_backoff();
     ml_trace_tasks = 0;
     ml_sgemm_par(&g);
     free(pa); free(pb); free(bbuf);
@@ -118,15 +124,38 @@ static int wait_asleep(int want) { /* up to 2 s */
     return ml_pool_asleep() == want;
 }
 
+/* The pool's book-keeping after jobs the workers took no task of (absent) and one they
+ * took part in: out = [backing off after 1, 2, 3 absent jobs; after a 4th following a
+ * job they took part in] */
+void absent(int* out) {
+    no_backoff();
+    for (int i = 0; i < 3; ++i) {
+        ml_pool_after_job(0, 1);
+        out[i] = ml_pool_backing_off();
+    }
+    no_backoff();
+    ml_pool_after_job(0, 1);
+    ml_pool_after_job(0, 1);
+    ml_pool_after_job(0, 0); /* a worker took a task: the count starts again */
+    ml_pool_after_job(0, 1);
+    out[3] = ml_pool_backing_off();
+    no_backoff();
+}
+
 /* Workers asleep, a small op that would pay off split: out = [asleep after 50 ms
  * with no op, that op's verdict, awake after it, the next op's verdict] */
 void kick(int* out) {
     ml_set_num_threads(2);
     ml_set_spin(0);
-    ml_parallel_for(2, nop, 0, 0, 0); /* starts the worker, which sleeps at once */
-    wait_asleep(1);
-    ml_set_spin(1000000);
+    no_backoff();
     struct timespec ts = {0, 50000000};
+    for (int i = 0; i < 20; ++i) { /* the worker sleeps at once, and stays asleep */
+        ml_parallel_for(2, nop, 0, 0, 0);
+        wait_asleep(1);
+        nanosleep(&ts, 0);
+        if (ml_pool_asleep()) break;
+    }
+    ml_set_spin(1000000);
     nanosleep(&ts, 0);
     out[0] = ml_pool_asleep();
     out[1] = ml_par_pays(1e6, 6e5);
@@ -143,7 +172,7 @@ def lib():
     assert _TRACE_HEAD in tp and _TRACE_BODY in tp
     tp = tp.replace(_TRACE_HEAD, _TRACE + _TRACE_HEAD, 1)
     tp = tp.replace(_TRACE_BODY, "    ml_trace(n_tasks);\n" + _TRACE_BODY, 1)
-    src = ("#define ML_LATE_NS (1LL << 62)\n#include <stdlib.h>\n" + tp
+    src = ("#include <stdlib.h>\n" + tp
            + kernel_header("gemm.h") + _HARNESS)
     dll = build_shared(src)
     i64, dbl = ctypes.c_int64, ctypes.c_double
@@ -157,6 +186,7 @@ def lib():
     dll.par_span.argtypes = [ctypes.c_int, i64, dbl, dbl]
     dll.job_cost.restype = dbl
     dll.kick.argtypes = [ctypes.c_void_p]
+    dll.absent.argtypes = [ctypes.c_void_p]
     yield dll
     dll.gemm_plan(1, 6, 32, 16, 1, (i64 * 2)(), (dbl * 3)())  # leave the pool at 1
 
@@ -245,6 +275,15 @@ def test_par_span_is_in_order_hand_out(lib):
             f = min(range(nt), key=lambda u: fin[u])
             fin[f] += last if i == n - 1 else each
         assert lib.par_span(nt, n, each, last) == pytest.approx(max(fin)), (nt, n, each, last)
+
+
+def test_absent_workers_make_the_pool_back_off(lib):
+    # workers that take no task of ML_ABSENT_JOBS (3) jobs in a row (another process
+    # holds their core) make the pool run serially for a while: each split only cost
+    # overhead; a job a worker took part in starts the count again
+    out = (ctypes.c_int * 4)()
+    lib.absent(out)
+    assert list(out) == [0, 0, 1, 0]
 
 
 def test_small_op_kicks_sleeping_workers_awake(lib):

@@ -117,10 +117,18 @@ static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, vo
  * that core. Splitting then loses (Silero's sequence model beside a compiler on the
  * other core: 0.87 ms at 1 thread, 1.29 at 2), so ops run on the caller for a back-off
  * that doubles with each late job (ML_BACKOFF_MIN..MAX) and shrinks by 1/8 with each
- * job on time; the workers, given nothing, sleep and leave the core to the other
+ * job on time that a worker took part in; the workers, given nothing, sleep and leave the core to the other
  * process. A quiet machine never waits that long (a wake-up: tens of us). */
 #ifndef ML_LATE_NS
 #define ML_LATE_NS 200000
+#endif
+/* The same back-off when the workers took no task of ML_ABSENT_JOBS jobs in a row: they
+ * are awake (spinning) but another process holds their core, so each split only added
+ * its overhead to the caller's serial work (PP-OCR cls on 2 threads beside another
+ * session's tests: 0.60 ms split, 0.51 serial). ML_LATE_NS out of reach (tests that
+ * must see splits) turns both off. */
+#ifndef ML_ABSENT_JOBS
+#define ML_ABSENT_JOBS 3
 #endif
 #define ML_BACKOFF_MIN 2000000
 #define ML_BACKOFF_MAX 256000000
@@ -145,6 +153,7 @@ typedef struct {
     size_t scratch_size[ML_MAX_THREADS];
     int64_t backoff_until; /* ml_now_ns() before which jobs run serially (0: none) */
     int64_t backoff_ns;    /* the current back-off */
+    int32_t absent;        /* jobs in a row the workers took no task of */
     int64_t spin_ns;       /* a worker's spin after a job (ml_set_spin) */
     uint64_t kick;         /* under mu: a change wakes sleeping workers with no job */
     int32_t kicked;        /* under mu: a kick is on its way (no second one) */
@@ -307,6 +316,28 @@ static int32_t ml_pool_prepare(int32_t nt, size_t scratch_bytes) {
     return nt;
 }
 
+/* Under busy, after a job: `late` (a worker held it up) or `absent` (the caller ran every
+ * task, ML_ABSENT_JOBS jobs in a row) starts or doubles the back-off; a job on time that a
+ * worker took part in shrinks it. */
+static void ml_pool_after_job(int late, int absent) {
+    if (!absent) ml_pool.absent = 0;
+    else if (++ml_pool.absent >= ML_ABSENT_JOBS && ML_LATE_NS < (1LL << 40)) late = 1;
+    if (late) {
+        ml_pool.absent = 0;
+        int64_t b = ml_pool.backoff_ns * 2;
+        ml_pool.backoff_ns = b < ML_BACKOFF_MIN ? ML_BACKOFF_MIN
+                             : b > ML_BACKOFF_MAX ? ML_BACKOFF_MAX : b;
+        __atomic_store_n(&ml_pool.backoff_until, ml_now_ns() + ml_pool.backoff_ns,
+                         __ATOMIC_RELAXED);
+    } else if (!absent && ml_pool.backoff_ns) {
+        ml_pool.backoff_ns -= ml_pool.backoff_ns / 8;
+        if (ml_pool.backoff_ns < ML_BACKOFF_MIN / 2) {
+            ml_pool.backoff_ns = 0;
+            __atomic_store_n(&ml_pool.backoff_until, 0, __ATOMIC_RELAXED);
+        }
+    }
+}
+
 static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scratch0,
                             size_t scratch_bytes) {
     int32_t nt = ml_num_threads();
@@ -336,19 +367,7 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
         /* own share: the caller's time per task it ran (all of it when it ran none) */
         late = wait > ML_LATE_NS && wait > 2 * ((t1 - t0) / (own > 0 ? own : 1));
     }
-    if (late) {
-        int64_t b = ml_pool.backoff_ns * 2;
-        ml_pool.backoff_ns = b < ML_BACKOFF_MIN ? ML_BACKOFF_MIN
-                             : b > ML_BACKOFF_MAX ? ML_BACKOFF_MAX : b;
-        __atomic_store_n(&ml_pool.backoff_until, ml_now_ns() + ml_pool.backoff_ns,
-                         __ATOMIC_RELAXED);
-    } else if (ml_pool.backoff_ns) {
-        ml_pool.backoff_ns -= ml_pool.backoff_ns / 8;
-        if (ml_pool.backoff_ns < ML_BACKOFF_MIN / 2) {
-            ml_pool.backoff_ns = 0;
-            __atomic_store_n(&ml_pool.backoff_until, 0, __ATOMIC_RELAXED);
-        }
-    }
+    ml_pool_after_job(late, own >= n_tasks);
     pthread_mutex_unlock(&ml_pool.busy);
 }
 
@@ -482,7 +501,7 @@ static inline int64_t ml_par_tasks(double work, int64_t units) {
  * splits when its longest thread's modelled time plus the job's overhead beats its time
  * on the calling thread, not above a fixed size. One unit throughout: a multiply-add at
  * the GEMM micro-kernel's rate (gemm.h's ml_gemm_task_cost counts in it; on the 2-core
- * Zen 4 of bench/, 1 thread, ml_sgemm of 24x64x72 .. 200x40x480: 0.012-0.018 ns a
+ * Zen 4 of bench/, 1 thread, GEMMs of 24x64x72 .. 200x40x480: 0.012-0.018 ns a
  * unit, some 60 a nanosecond). Measured there (gcc -O3 -march=native, 2 threads,
  * workers spinning, each job's input rewritten by the caller first, quartile of 301
  * interleaved runs):

@@ -4,13 +4,15 @@
 The kernel matches the NumPy reference on odd shapes: output channels not a multiple of
 16 (the last group's vectors partly past C_out), 1, 3 and odd input channels, strides 1-3
 (stride 3: the run-time-stride row function), symmetric and asymmetric pads (edge pixels
-on either side, rows whose window misses the image), dilation 2, 1x1 to 7x7 windows and
-1-D ones (1x1 with stride 2: a 1x1 stride-1 conv is the GEMM's, read in place), output rows shorter than a tile (one-pixel interior tiles) and interiors that
-need a moved-back last tile, maps of fewer pixels than a vector (scalar stores), batch 2,
-with and without bias and epilogue; also at 4, 8 and 16 floats per vector and with each
-of the 1-4 block groups. A compiled model gives the same bits on 1 and 2 threads and
-matches ONNX Runtime; the scratch is the C formula; the rule picks ``direct_ocv`` where
-its modelled cost is least, and the tuner lists and measures it.
+on either side), outputs whose window lies wholly in the padding (the bias alone),
+dilation 2, 1x1 (stride 2: a 1x1 stride-1 conv is the GEMM's, read in place) to 7x7
+windows and 1-D ones, output rows shorter than a tile (one-pixel interior tiles) and
+interiors that need a half or a moved-back last tile, maps of fewer pixels than a vector
+(scalar stores), batch 2, with and without bias and epilogue; also at 4, 8 and 16 floats
+per vector and with each of the 1-4 block groups. A compiled model gives the same bits
+on 1 and 2 threads and matches ONNX Runtime; the scratch is the C formula; the rule
+picks ``direct_ocv`` where its modelled cost is least (and measures faster on a
+synthetic strided conv), leaves Winograd shapes to the tuner, and the tuner lists it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ CASES = {
     "5x5_big_pads_tiny_map": ((1, 3, 3, 3), 16, (5, 5), {"pads": [4, 4, 4, 4]}),
     "3x3_short_rows_c2_m8": ((1, 2, 5, 4), 8, (3, 3), {"pads": [1, 1, 1, 1]}),
     "1d_k5_s2_c3_m36": ((1, 3, 41), 36, (5,), {"pads": [2, 1], "strides": [2]}),
+    # rows and columns wholly in the padding: the bias alone (no window row / column)
+    "1x1_pads_only_c3_m17": ((1, 3, 3, 4), 17, (1, 1), {"pads": [2, 1, 2, 1]}),
 }
 
 

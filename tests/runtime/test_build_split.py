@@ -130,6 +130,19 @@ def test_kernel_entry_points_are_pointer_only():
     assert sig("static void ml_j(void) {", "ml_j") is None
 
 
+def test_kernel_calling_an_entry_point_compiled_elsewhere_places_its_ops():
+    """A kernel (ml_helper) that calls another unit's entry point (ml_entry) is grouped
+    with the ops that reach it, and the entry point pins nobody (it raised KeyError)."""
+    common = ("/* ---- threadpool.h ---- */\nint x;\n/* ---- k.h ---- */\n"
+              "static void ml_entry(float* a) {\n  a[0] = 1;\n}\n"
+              "static void ml_helper(float* a) {\n  ml_entry(a);\n}\n")
+    texts = {"op_0": "static void op_0(void) {\n ml_helper(0);\n}\n",
+             "op_1": "static void op_1(void) {\n ml_entry(0);\n}\n",
+             "op_2": "static void op_2(void) {\n ml_helper(0);\n}\n"}
+    unit = csource._share_out(common, texts, 2, frozenset({"ml_entry"}))
+    assert unit["op_0"] == unit["op_2"] != unit["op_1"], unit
+
+
 def test_kernel_unit_is_the_same_text_for_two_models(always_split):
     """The gemm kernel unit holds no model's helpers: two models share its object."""
     def units_of(model):

@@ -181,7 +181,10 @@ def _share_out(common: str, texts: dict[str, str], parts: int,
     unit; these groups are then placed largest first on the least loaded unit, a
     group's load its ops' text plus the kernels it reaches (not those compiled
     ``elsewhere``: the kernel units' entry points)."""
-    graph = {k: v for k, v in _kernel_graph(common).items() if k not in elsewhere}
+    # a kernel that calls an entry point compiled elsewhere reaches it through the kernel
+    # unit's symbol: not a dependency that pins it to this op's unit
+    graph = {k: (n, refs - elsewhere) for k, (n, refs) in _kernel_graph(common).items()
+             if k not in elsewhere}
     group: dict[str, str] = {}  # union-find over op and kernel names
 
     def find(x: str) -> str:

@@ -283,7 +283,9 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t C, int64_t H, int64_t W, int64_t M, 
         int64_t nb = ML_MIN((want + ngroups - 1) / ngroups, (OH + ML_OCV_ROWS - 1) / ML_OCV_ROWS);
         if (nb > j.nb) j.band = (OH + nb - 1) / nb, j.nb = (OH + j.band - 1) / j.band;
     }
-    int64_t units = ngroups * j.nb, tasks = ml_par_tasks(work, units);
+    /* units repeat no set-up (weights packed at compile time, input read in place): the
+     * split pays by threadpool.h's span model, as conv.h's direct rows do */
+    int64_t units = ngroups * j.nb, tasks = ml_par_split(work, units, ML_PAR_TASK_COST);
     if (tasks > 1) {
         j.chunk = (units + tasks - 1) / tasks;
         size_t bytes = sizeof(float) * (size_t)ml_ocv_scratch_floats(OH, OW, gsz);

@@ -152,6 +152,12 @@ def test_rule_picks_the_measured_faster_candidate(name) -> None:
     times = measure(sig, cands, repeats=9, budget_s=1.5)
     best = min(times, key=times.get)
     assert max(times.values()) >= 1.3 * times[best], times  # the case discriminates
+    if times[pick.label] > 1.25 * times[best]:
+        # a burst of load can inflate one candidate's rounds: time the two again, each
+        # keeping its better figure (a real misprediction stays slower)
+        pair = [c for c in cands if c.label in (pick.label, best)]
+        again = measure(sig, pair, repeats=9, budget_s=1.5)
+        times = {k: min(times[k], again.get(k, times[k])) for k in times}
     assert times[pick.label] <= 1.25 * times[best], (pick.label, times)
 
 

@@ -68,6 +68,23 @@ def _compile_export(build: Build, lib: Path) -> str:
     return f"compile {t1 - t0:.2f} s, export {t2 - t1:.2f} s, {lib.stat().st_size} bytes"
 
 
+def shared_library(shared_dir: Path, name: str, key: str, shapes: dict) -> Path:
+    """``shared_dir/name.so``: model ``key`` compiled at ``shapes`` and exported, once per
+    test session (the xdist workers share it through a file lock; a finished library is
+    renamed into place, so no worker loads half a file)."""
+    import monolib
+
+    path = shared_dir / f"{name}.so"
+    with open(shared_dir / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            tmp = shared_dir / f"{name}.tmp.so"
+            monolib.compile(str(fetch_model(key)), target="c",
+                            shapes=shapes).export_library(str(tmp))
+            tmp.rename(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def model_lib(shared_dir):
     """``model_lib(name) -> Path`` of the exported library of ``BUILDS[name]``,

@@ -14,7 +14,6 @@ checked for meaning where the model has one on our inputs:
 ``bench/run.py`` times them beside the other models (``bench/bench_inputs.py``).
 """
 
-import fcntl
 import sys
 from pathlib import Path
 
@@ -22,12 +21,13 @@ import numpy as np
 import pytest
 
 import monolib
-from monolib.models import fetch_model
+
+from .conftest import shared_library
 
 pytestmark = pytest.mark.slow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_inputs import MODEL_INPUTS  # noqa: E402  (the bench's meaningful inputs)
+from bench_inputs import MODEL_INPUTS
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +40,7 @@ def lib(shared_dir):
         tag = "_".join(str(d) for s in shapes.values() for d in s)
         name = f"gen_{key}_{tag}"
         if name not in loaded:
-            path = shared_dir / f"{name}.so"
-            with open(shared_dir / f"{name}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if not path.exists():
-                    tmp = shared_dir / f"{name}.tmp.so"
-                    monolib.compile(str(fetch_model(key)), target="c",
-                                    shapes=shapes).export_library(str(tmp))
-                    tmp.rename(path)
+            path = shared_library(shared_dir, name, key, shapes)
             loaded[name] = monolib.GraphModule(
                 monolib.load_module(str(path))["default"](monolib.cpu()))
         gm = loaded[name]

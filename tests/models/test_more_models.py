@@ -11,7 +11,6 @@ within the model tests' bound, and checked for meaning on real inputs:
   over speech from espeak-ng: "alexa" scores high, another phrase low, as with ORT.
 """
 
-import fcntl
 import os
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 import monolib
 from monolib.models import captcha, fetch_model, ocr, ppocrv6, vad, wakeword
 
-from .conftest import PAGE, TEXT
+from .conftest import PAGE, TEXT, shared_library
 
 pytestmark = pytest.mark.slow
 
@@ -60,15 +59,7 @@ def lib(shared_dir):
         if (key, dynamic) in loaded:
             return loaded[key, dynamic]
         shapes = {"input1": (1, 1, 64, (32, 512))} if dynamic else SHAPES[key]
-        name = f"more_{key}{'_dyn' if dynamic else ''}"
-        path = shared_dir / f"{name}.so"
-        with open(shared_dir / f"{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not path.exists():
-                tmp = shared_dir / f"{name}.tmp.so"
-                monolib.compile(str(fetch_model(key)), target="c",
-                                shapes=shapes).export_library(str(tmp))
-                tmp.rename(path)
+        path = shared_library(shared_dir, f"more_{key}{'_dyn' if dynamic else ''}", key, shapes)
         loaded[key, dynamic] = _Lib(path, next(iter(shapes)))
         return loaded[key, dynamic]
 

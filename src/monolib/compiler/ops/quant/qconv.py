@@ -116,6 +116,20 @@ class _QConv(QuantOp):
         b = node.input(self.BIAS) if self.BIAS >= 0 else None
         return f"(const int32_t*){ctx.ptr(b)}" if b is not None else "0"
 
+    def _group_out(self, node: Node, ctx: EmitContext, out, fields: dict, m: int, mg: int,
+                   ohw: int, per_channel: bool) -> dict:
+        """Group ``g``'s bias (into ``fields``) and output store of image ``n``: ``out``
+        with its destination, row stride and per-channel multipliers moved to the group."""
+        bias = self._bias(node, ctx)
+        if bias != "0":
+            fields["bias_m"] = f"{bias} + g * {mg}"
+        out = dict(out)
+        out["y"] = f"(void*)({ctx.ptr(node.outputs[0])} + (n * {m} + g * {mg}) * {ohw})"
+        out["ld"] = str(ohw)
+        if per_channel:
+            out["mult"] = f"{out['mult']} + g * {mg}"
+        return out
+
     def _emit_depthwise(self, node: Node, ctx: EmitContext, d: dict[str, int], out) -> str:
         x, w, y = node.inputs[self.X], node.inputs[self.W], node.outputs[0]
         n, c = x.shape[:2]
@@ -183,7 +197,7 @@ class _QConv(QuantOp):
         return f"((const int16_t*){buf})", per_group, code
 
     def _emit_gemm(self, node: Node, ctx: EmitContext, d, out, group: int, per_channel: bool) -> str:
-        x, w, y = node.inputs[self.X], node.inputs[self.W], node.outputs[0]
+        x, w = node.inputs[self.X], node.inputs[self.W]
         n, c = x.shape[:2]
         m = w.shape[0]
         cg, mg = c // group, m // group
@@ -234,14 +248,7 @@ class _QConv(QuantOp):
             "a": f"{ap} + g * {per_group}",
             "bbuf": f"(int16_t*){bbuf}",
         }
-        bias = self._bias(node, ctx)
-        if bias != "0":
-            fields["bias_m"] = f"{bias} + g * {mg}"
-        out = dict(out)
-        out["y"] = f"(void*)({ctx.ptr(y)} + (n * {m} + g * {mg}) * {ohw})"
-        out["ld"] = str(ohw)
-        if per_channel:
-            out["mult"] = f"{out['mult']} + g * {mg}"
+        out = self._group_out(node, ctx, out, fields, m, mg, ohw, per_channel)
         return (
             code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad}"
             f"for (int64_t g = 0; g < {group}; ++g)\n{qgemm_call(fields, bsrc, out)}\n}}"
@@ -252,7 +259,7 @@ class _QConv(QuantOp):
         """The groups' products through ``ml_q8conv`` (``q8gemv.h``): constant weights
         as int8 bytes against the uint8 image's bytes, zero points through row and
         column sums (where ``_q8.use_q8``: AVX-512 VNNI's vpdpbusd)."""
-        x, w, y = node.inputs[self.X], node.inputs[self.W], node.outputs[0]
+        x, w = node.inputs[self.X], node.inputs[self.W]
         n, c = x.shape[:2]
         m = w.shape[0]
         cg, mg = c // group, m // group
@@ -287,14 +294,7 @@ class _QConv(QuantOp):
             fields.update({"im2col": "1", "p8": f"(const uint8_t*){img} + g * {cg * hp * wp}",
                            "H": str(hp), "W": str(wp)})
             fields.update({key: str(d[key]) for key in ("KH", "KW", "SH", "SW", "DH", "DW", "OH", "OW")})
-        bias = self._bias(node, ctx)
-        if bias != "0":
-            fields["bias_m"] = f"{bias} + g * {mg}"
-        out = dict(out)
-        out["y"] = f"(void*)({ctx.ptr(y)} + (n * {m} + g * {mg}) * {ohw})"
-        out["ld"] = str(ohw)
-        if per_channel:
-            out["mult"] = f"{out['mult']} + g * {mg}"
+        out = self._group_out(node, ctx, out, fields, m, mg, ohw, per_channel)
         lines = ["{", "  ml_q8c_args qc_;", "  memset(&qc_, 0, sizeof qc_);"]
         lines += [f"  qc_.{key} = {val};" for key, val in fields.items()]
         lines += [f"  qc_.n_end = {ohw};"] + [f"  qc_.out.{key} = {val};" for key, val in out.items()]

@@ -56,6 +56,24 @@
 #define ML_KC 256
 #define ML_MC 144
 #define ML_NC 1024
+/* B read in place where it is row-major (ml_sgemm_impl), for K within one KC block and at
+ * most ML_B_INPLACE_MAXM rows of A. Measured on Zen 4, 1 thread: 1x1 convs of 16-256
+ * input channels into 32-256 outputs (K <= 256) 3-14% faster, 512 -> 512 at 7x7 the same;
+ * but over several KC blocks a tile reads 256 rows far apart each pass, which the
+ * prefetchers do not follow: [256,512]x[512,2048] 6% and [32,1024]x[1024,8210] 22% slower,
+ * 1024^3 12% (there the copy into panels is what keeps B streaming). */
+#ifndef ML_B_INPLACE
+#define ML_B_INPLACE 1
+#endif
+#ifndef ML_B_INPLACE_MAXM
+#define ML_B_INPLACE_MAXM 256
+#endif
+/* ... and not where B's rows are a multiple of this many bytes apart: a tile's rows then
+ * share a few L1 sets and evict each other (a 64x64 map's 1x1 conv 4%, 128x128 and
+ * 160x160 20% slower in place; 80x80, 56x56, 40x40, 28x28 1x1 convs 6-14% faster) */
+#ifndef ML_B_INPLACE_ALIAS
+#define ML_B_INPLACE_ALIAS 2048
+#endif
 #define ML_GEMV_NMAX 4 /* most columns ml_sgemv_pa takes */
 #define ML_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define ML_INLINE static inline __attribute__((always_inline))
@@ -397,10 +415,11 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
 #endif
 
 /* One pass of the micro-kernel: a rows x np*NR tile (rows <= MR, the first rows of an A
- * panel) over kc; b points at np panels bps floats apart. */
+ * panel) over kc; b points at np panels bps floats apart, whose rows are bks floats apart
+ * (NR in a packed panel; a row stride of B itself when it is read in place). */
 ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int64_t kc,
                           const float* restrict a, int64_t lda, const float* restrict b,
-                          int64_t bps, float* restrict c, int64_t ldc, int mr, int nr,
+                          int64_t bps, int64_t bks, float* restrict c, int64_t ldc, int mr, int nr,
                           float alpha, int load_c, const float* bias_m, const float* bias_n) {
     ml_vf acc[ML_MR][ML_NP * ML_NV];
     /* unpacked A: rows past mr re-read row mr-1 (in bounds; their sums are not stored) */
@@ -418,7 +437,7 @@ ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int
         ml_vf bv[ML_NP * ML_NV];
         for (int p = 0; p < np; ++p)
             for (int v = 0; v < ML_NV; ++v)
-                bv[p * ML_NV + v] = *(const ml_vf*)(b + p * bps + k * ML_NR + v * ML_VW);
+                bv[p * ML_NV + v] = *(const ml_vf*)(b + p * bps + k * bks + v * ML_VW);
         for (int r = 0; r < rows; ++r) {
             /* x - 0.0f folds to a plain broadcast (x + 0.0f would not: -0.0f). */
             ml_vf av = (araw ? ar[r][k] : a[k * ML_MR + r]) - (ml_vf){0};
@@ -432,28 +451,28 @@ ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int
  * (passes wholly past mr skipped: their rows are not stored). */
 ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t kc,
                           const float* restrict a, int64_t lda, const float* restrict b,
-                          int64_t bps, float* restrict c, int64_t ldc, int mr, int nr,
+                          int64_t bps, int64_t bks, float* restrict c, int64_t ldc, int mr, int nr,
                           float alpha, int load_c, const float* bias_m, const float* bias_n) {
 #ifdef ML_UK_ROWS
     if (rows > ML_UK_ROWS) {
         for (int r0 = 0; r0 < rows && r0 < mr; r0 += ML_UK_ROWS)
-            ml_ukernel_pass(np, ML_UK_ROWS, araw, kc, araw ? a + r0 * lda : a + r0, lda, b, bps,
+            ml_ukernel_pass(np, ML_UK_ROWS, araw, kc, araw ? a + r0 * lda : a + r0, lda, b, bps, bks,
                             c + r0 * ldc, ldc, ML_MIN(mr - r0, ML_UK_ROWS), nr, alpha, load_c,
                             bias_m ? bias_m + r0 : bias_m, bias_n);
         return;
     }
 #endif
-    ml_ukernel_pass(np, rows, araw, kc, a, lda, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m,
+    ml_ukernel_pass(np, rows, araw, kc, a, lda, b, bps, bks, c, ldc, mr, nr, alpha, load_c, bias_m,
                     bias_n);
 }
 
 /* The micro-kernel specialised for the row count of the tile (short last panels do not
  * pay for MR rows: M = 1 is a GEMV at full width). */
 ML_INLINE void ml_ukernel_rows_a(const int np, const int araw, int64_t kc, const float* restrict a,
-                                 int64_t lda, const float* restrict b, int64_t bps,
+                                 int64_t lda, const float* restrict b, int64_t bps, int64_t bks,
                                  float* restrict c, int64_t ldc, int mr, int nr, float alpha,
                                  int load_c, const float* bias_m, const float* bias_n) {
-#define ML_UK_(rows) ml_ukernel(np, rows, araw, kc, a, lda, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
+#define ML_UK_(rows) ml_ukernel(np, rows, araw, kc, a, lda, b, bps, bks, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
     /* 1, 2, 4 or MR rows: enough for GEMV-like shapes, few instances to compile */
     if (mr == 1) ML_UK_(1);
     else if (mr == 2) ML_UK_(2);
@@ -467,7 +486,7 @@ ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a
                                const float* restrict b, int64_t bps, float* restrict c,
                                int64_t ldc, int mr, int nr, float alpha, int load_c,
                                const float* bias_m, const float* bias_n) {
-    ml_ukernel_rows_a(np, 0, kc, a, 0, b, bps, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
+    ml_ukernel_rows_a(np, 0, kc, a, 0, b, bps, ML_NR, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
 }
 
 /* Call the epilogue on rows m0..m1 (GEMM rows), columns n0..n1, splitting folded batches. */
@@ -569,10 +588,12 @@ ML_UNUSED static void ml_gemm_tail_cols(const ml_gemm_args* g, int64_t ic, int64
     }
 }
 
-/* The macro-kernel over one packed MC x KC block of A and KC x NC block of B. */
-static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, int64_t pc,
-                                 int64_t kc, int64_t jc, int64_t nc, const float* bp,
-                                 int64_t bps) {
+/* The macro-kernel over one packed MC x KC block of A and KC x NC block of B: packed
+ * panels bps floats apart (bks = NR), or B read in place (bps = NR, bks its row stride;
+ * nc a multiple of NP*NR then: no tail reads past the rows). */
+static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc, int64_t pc,
+                                   int64_t kc, int64_t jc, int64_t nc, const float* bp,
+                                   int64_t bps, int64_t bks) {
     int first = pc == 0;
     int load_c = g->accumulate || !first;
     int rem = (int)(nc % ML_NR);
@@ -592,7 +613,7 @@ static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, 
             float* c = g->c + m * g->ldc + jc + jr;
             const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
 #define ML_UKR_(np, araw, a, lda) \
-    ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn)
+    ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, bks, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn)
             if (g->a_raw) {
                 const float* a = g->a_raw + m * g->lda + pc;
                 if (nr > ML_NR) ML_UKR_(ML_NP, 1, a, g->lda);
@@ -605,6 +626,13 @@ static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, 
 #undef ML_UKR_
         }
     }
+}
+
+/* ml_gemm_block_s on packed panels. */
+static inline void ml_gemm_block(const ml_gemm_args* g, int64_t ic, int64_t mc, int64_t pc,
+                                 int64_t kc, int64_t jc, int64_t nc, const float* bp,
+                                 int64_t bps) {
+    ml_gemm_block_s(g, ic, mc, pc, kc, jc, nc, bp, bps, ML_NR);
 }
 
 /* K == 0: C = bias (or unchanged when accumulating). */
@@ -729,6 +757,34 @@ static void ml_sgemm_impl(const ml_gemm_args* g, int small_ok) {
             int64_t kc = ML_MIN(ML_KC, g->K - pc);
             const float* bp;
             int64_t bps;
+            /* B row-major in memory (a pointwise conv's input, an activation MatMul):
+             * its whole tiles are read in place, the packing copy saved (one float
+             * copied per M multiply-adds: 5-20% of a conv of 16-64 output channels);
+             * the same sums in the same order, so the same bits */
+            int64_t full = ML_B_INPLACE && g->b.kind == ML_B_STRIDED && g->b.ldn == 1 &&
+                                   g->M <= ML_B_INPLACE_MAXM && g->K <= ML_KC &&
+                                   (g->b.ldk * 4) % ML_B_INPLACE_ALIAS != 0
+                               ? nc / (ML_NP * ML_NR) * (ML_NP * ML_NR)
+                               : 0;
+            if (full) {
+                const float* src = g->b.p + pc * g->b.ldk + jc;
+                for (int64_t ic = 0; ic < g->M; ic += ML_MC) {
+                    int64_t mc = ML_MIN(ML_MC, g->M - ic);
+                    ml_gemm_block_s(g, ic, mc, pc, kc, jc, full, src, ML_NR, g->b.ldk);
+                    if (full == nc && g->epi && pc + kc == g->K)
+                        ml_gemm_epilogue(g, ic, ic + mc, jc, jc + nc);
+                }
+                if (full == nc) continue;
+            }
+            if (full) {
+                ml_pack_b(&g->b, pc, kc, jc + full, nc - full, g->bbuf);
+                for (int64_t ic = 0; ic < g->M; ic += ML_MC) {
+                    int64_t mc = ML_MIN(ML_MC, g->M - ic);
+                    ml_gemm_block(g, ic, mc, pc, kc, jc + full, nc - full, g->bbuf, kc * ML_NR);
+                    if (g->epi && pc + kc == g->K) ml_gemm_epilogue(g, ic, ic + mc, jc, jc + nc);
+                }
+                continue;
+            }
             if (g->b.kind == ML_B_PACKED) {
                 bps = g->b.k_total * ML_NR;
                 bp = g->b.p + (jc / ML_NR) * bps + pc * ML_NR;

@@ -116,6 +116,14 @@ class _QConv(QuantOp):
         b = node.input(self.BIAS) if self.BIAS >= 0 else None
         return f"(const int32_t*){ctx.ptr(b)}" if b is not None else "0"
 
+    def _sizes(self, node: Node, d, group: int) -> tuple[int, ...]:
+        """(batch, C_in, C_out, C_in and C_out per group, K per group, input and output
+        pixels per image) of the GEMM paths."""
+        n, c = node.inputs[self.X].shape[:2]
+        m = node.inputs[self.W].shape[0]
+        cg, mg = c // group, m // group
+        return (n, c, m, cg, mg, cg * d["KH"] * d["KW"], d["H"] * d["W"], d["OH"] * d["OW"])
+
     def _group_out(self, node: Node, ctx: EmitContext, out, fields: dict, m: int, mg: int,
                    ohw: int, per_channel: bool) -> dict:
         """Group ``g``'s bias (into ``fields``) and output store of image ``n``: ``out``
@@ -198,11 +206,7 @@ class _QConv(QuantOp):
 
     def _emit_gemm(self, node: Node, ctx: EmitContext, d, out, group: int, per_channel: bool) -> str:
         x, w = node.inputs[self.X], node.inputs[self.W]
-        n, c = x.shape[:2]
-        m = w.shape[0]
-        cg, mg = c // group, m // group
-        k = cg * d["KH"] * d["KW"]
-        hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+        n, c, m, cg, mg, k, hw, ohw = self._sizes(node, d, group)
         wz = node.input(self.WZP)
         if (x.dtype == np.uint8 and w.const is not None and (wz is None or wz.const is not None)
                 and use_q8(mg)):
@@ -260,11 +264,7 @@ class _QConv(QuantOp):
         as int8 bytes against the uint8 image's bytes, zero points through row and
         column sums (where ``_q8.use_q8``: AVX-512 VNNI's vpdpbusd)."""
         x, w = node.inputs[self.X], node.inputs[self.W]
-        n, c = x.shape[:2]
-        m = w.shape[0]
-        cg, mg = c // group, m // group
-        k = cg * d["KH"] * d["KW"]
-        hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
+        n, c, m, cg, mg, k, hw, ohw = self._sizes(node, d, group)
         include_q8(ctx)
         wz = node.input(self.WZP)
         zw = zp_ref(None if wz is None else wz.const, m)

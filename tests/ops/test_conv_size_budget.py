@@ -35,8 +35,9 @@ CONVS = ("c48", "c24", "c12")  # by image side: time saved per extra byte falls 
 
 
 def _model():
-    """x [1,16,48,48] -> 3x3 16->16 -> pool -> 3x3 16->32 -> pool -> 3x3 32->48."""
-    chans = [(16, 16), (16, 32), (32, 48)]
+    """x [1,32,48,48] -> 3x3 32->32 -> pool -> 3x3 32->64 -> pool -> 3x3 64->96: shapes
+    where Winograd measures 1.2-1.7x faster than the rest (Zen 4)."""
+    chans = [(32, 32), (32, 64), (64, 96)]
     inits, nodes, cur = {}, [], "x"
     for i, (name, (ci, co)) in enumerate(zip(CONVS, chans)):
         inits[f"w{i}"] = (0.2 * RNG.standard_normal((co, ci, 3, 3))).astype(np.float32)
@@ -48,7 +49,7 @@ def _model():
             nodes.append(helper.make_node("MaxPool", [cur], [f"p{i}"], kernel_shape=[2, 2],
                                           strides=[2, 2]))
             cur = f"p{i}"
-    return make_model(nodes, [("x", F32, (1, 16, 48, 48))], [(cur, F32, (1, 48, 12, 12))],
+    return make_model(nodes, [("x", F32, (1, 32, 48, 48))], [(cur, F32, (1, 96, 12, 12))],
                       inits, opset=13)
 
 
@@ -79,8 +80,8 @@ def test_budget_limits_bytes_and_picks_best_gain_per_byte(no_slack):
     top = max(ratio, key=ratio.get)
     weights = conv_budget.plan_budget(graph, 1.0).weight_bytes
     base = sum(plain - raw for raw, plain, _ in opts.values())
-    # room for the top node's cheapest Winograd step and nothing more
-    step = min(b - opts[top][1] for _, b, _ in opts[top][2])
+    # room for the top node's first step (its best gain per byte) and nothing more
+    step = max(opts[top][2], key=lambda o: o[2] / (o[1] - opts[top][1]))[1] - opts[top][1]
     frac = (base + step) / weights
     rep = conv_budget.plan_budget(graph, frac)
     assert set(rep.winograd) == {top}
@@ -110,13 +111,13 @@ def test_lifted_budget_transforms_all_and_tight_one_bounds_the_blob(no_slack):
     assert n_none == raw_none  # no room: Winograd only from the raw weights
     transformed = sum(max(b for _, b, _ in o[2]) - o[1] for o in opts.values())
     # the direct kernel's tap tables (int32, 9 per input channel) are all that differs
-    assert transformed - 4 * 9 * (16 + 16 + 32) <= bytes_all - bytes_none <= transformed
+    assert transformed - 4 * 9 * (32 + 32 + 64) <= bytes_all - bytes_none <= transformed
     assert bytes_none <= 1.15 * weights + 64 * 1024  # packing only: a few rows of padding
 
 
 def test_outputs_match_ort_at_any_budget(no_slack):
     model = _model()
-    feeds = {"x": RNG.standard_normal((1, 16, 48, 48)).astype(np.float32)}
+    feeds = {"x": RNG.standard_normal((1, 32, 48, 48)).astype(np.float32)}
     want = ort_run(model, feeds)[0]
     for budget in (None, 0.0, 0.5):
         got = run_model(model, feeds, size_budget=budget)[0]

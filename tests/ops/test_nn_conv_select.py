@@ -166,10 +166,11 @@ def test_cost_model_counts_padded_work(monkeypatch) -> None:
     times their multiply-adds, while the implicit GEMM rounds the whole 48-pixel image."""
     monkeypatch.setattr(conv_cost, "host_vector_width", lambda: 16)
     d = {"OH": 12, "OW": 4}
-    narrow = conv_cost.direct_cost(96, 288, d, 0) - conv_cost.NS_CALL
-    assert narrow == pytest.approx(96 * 288 * 12 * 16 * conv_cost.NS_MAC_DIRECT
-                                   + 16 * 12 * 3 * conv_cost.NS_TILE)
-    gemm = conv_cost.gemm_cost(96, 288, 48) - conv_cost.NS_CALL
+    k = conv_cost.COSTS["direct"]
+    narrow = conv_cost.direct_cost(96, 288, d, 0) - k["call"]
+    assert narrow == pytest.approx(96 * 288 * 12 * 16 * k["mac"] + 16 * 12 * 3 * k["tile"]
+                                   + 96 * 12 * 4 * k["out"])
+    gemm = conv_cost.gemm_cost(96, 288, 48) - conv_cost.COSTS["gemm"]["call"]
     assert gemm < 0.5 * narrow
 
 

@@ -47,9 +47,9 @@ from .._constants import include_checked
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, gemv_shaped, include_gemm, pack_a
-from .conv_cost import conv_costs
+from .conv_cost import conv_costs, row_window
 from .conv_dw_blocked import dw_blocked_valid, dw_costs, emit_dw_blocked
-from .conv_ocv import OCV_MARGIN, emit_ocv, ocv_cost, ocv_in_rule, ocv_valid
+from .conv_ocv import emit_ocv, ocv_cost, ocv_in_rule, ocv_valid
 from .conv_pixel_rows import emit_pixel_rows, pixel_rows_valid
 from .winograd import CO_BLOCK, emit_winograd, plan_winograd
 
@@ -701,7 +701,7 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
         return None
     # a run-time image: the plans and costs are made at its upper bounds
     plans = {m: plan_winograd(node, d, group, m) for m in (2, 4)}
-    if not any(plans.values()):
+    if not any(plans.values()) or row_window(d):
         plans = {}
     labels = {f"winograd(m={m})": plan for m, plan in plans.items()}
     labels.update({f"winograd_raw(m={m})": plan_winograd(node, d, group, m, raw=True)
@@ -710,9 +710,9 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
                        pixel_rows_valid(node, d, group))
     if "direct" in costs and not _direct_fits(d, c // group):
         del costs["direct"]
-    # not where Winograd applies (faster on 15 of 20 shapes); ocv_in_rule: 1x1, big weights
-    if ocv_valid(node, d, group) and not plans and ocv_in_rule(d, c, w.shape[0]):
-        costs["direct_ocv"] = ocv_cost(d, n, c, w.shape[0]) * OCV_MARGIN
+    # ocv_in_rule: not 1x1 windows nor big weights (what its model does not see)
+    if ocv_valid(node, d, group) and ocv_in_rule(d, c, w.shape[0]):
+        costs["direct_ocv"] = ocv_cost(d, n, c, w.shape[0])
     return costs
 
 

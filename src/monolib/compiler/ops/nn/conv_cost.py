@@ -15,12 +15,12 @@ width, not from the ideal multiply-add count:
   floats with AVX-512), so a narrow image computes mostly padding; plus the input and
   output transforms per lane.
 
-The constants are throughputs measured on an AVX-512 Zen 4 core (``bench/peak.py``'s
-machine) by timing every candidate of 36 conv shapes (3x3, 1x3, 3x1, 1x1, strided 3x3,
-5x5, 7x7 and 11x11 kernels, 1 to 1024 channels, 2 to 224 pixels a side (``compiler/tuning``'s micro-benchmark), and fitting
-each algorithm's terms; the ratios between algorithms are what the rule uses, and the
-vector width and tiles follow the host's ISA. ``monolib compile --tune`` measures instead
-of estimating.
+The constants (:data:`COSTS`) are fitted per algorithm by ``bench/calibrate_conv.py`` to
+every candidate's measured time on the distinct Conv signatures of the benchmark models
+(``compiler/tuning``'s micro-benchmark, one AVX-512 Zen 4 core); the ratios between
+algorithms are what the rule uses, and the vector width and tiles follow the host's ISA.
+A user calibrates them on another CPU with that script, or lets ``monolib compile
+--tune`` measure instead of estimating.
 """
 
 from __future__ import annotations
@@ -34,44 +34,55 @@ from typing import Any
 from ...symbolic import size_hint
 from ._gemm import GEMV_NMAX, MR, NR
 
-__all__ = ["conv_costs", "direct_cost", "gemm_cost", "host_vector_width", "winograd_cost"]
+__all__ = ["COSTS", "conv_costs", "direct_cost", "gemm_cost", "host_vector_width", "row_window",
+           "winograd_cost"]
 
 logger = logging.getLogger(__name__)
 
-# nanoseconds per unit of work, fitted (least squares on log time, plus the cost of a
-# wrong pick) to every candidate of 36 conv shapes timed on one Zen 4 core
-#: per multiply-add of a full micro-tile (gemm.h's 6 x 32 tile: ~50 GMAC/s)
-NS_MAC = 0.0198
-#: per multiply-add of the direct kernel (the same tile reading B through a tap table)
-NS_MAC_DIRECT = 0.0203
-#: per multiply-add of Winograd's per-element GEMMs
-NS_MAC_WINO = 0.0243
-#: per float of B packed by the implicit im2col (a strided copy)
-NS_PACK = 0.200
-#: per run of the im2col copy (one tap row of one output row: short rows cost set-up)
-NS_RUN = 3.15
-#: per float of pixel_rows' output transposed to NCHW (16 x 16 blocks, scalar)
-NS_TRANSPOSE = 0.8
-#: per float written by image padding (memory-bound copies)
-NS_PAD = 0.121
-#: per micro-tile call (C tile load/store, loop set-up)
-NS_TILE = 0.74
-#: per lane, transformed element and channel of Winograd's input and output transforms
-NS_WINO_IN = 0.286
-NS_WINO_OUT = 0.476
-#: per transformed element and (output, input) channel pair of the raw-weight mode's
-#: weight transform, once per block of tiles (measured on this 2-core AVX-512 EPYC: raw
-#: minus stored time of 3x3 convs of 64-512 channels, 7 to 224 pixels a side, where
-#: both use the same blocks: 0.06 with the rule's 16-tile blocks of 56 x 56 images,
-#: 0.01-0.04 with blocks of 64 tiles and more, on a loaded machine)
-NS_WINO_W = 0.06
+#: Nanoseconds per unit of work, per algorithm: ``bench/calibrate_conv.py``'s fit to every
+#: candidate's measured time on 302 distinct Conv signatures (the 26 models of
+#: ``bench/run.py``, tuned by ``compiler/tuning`` on one Zen 4 core, AVX-512): non-negative
+#: least squares on the relative error, weighted by the square root of the time (so that
+#: microsecond convs do not outvote millisecond ones), each algorithm its own constants.
+#: With them the modelled-cheapest candidate costs 2.1% more than the fastest, summed over
+#: the signatures (60 of 302 picks over 5% slower); fitted on random halves, 1.8-2.5% on
+#: the halves held out. The rule as a whole (depthwise, folded batches and the exclusions
+#: of ``conv.rule_costs`` included) lost 2.8% over 369 signatures, 3.7% with the previous
+#: constants (fitted by hand on 36 shapes, shared between algorithms): e.g. DenseNet-121's
+#: convs 6.3% -> 0.6%, SqueezeNet's 8.4% -> 5.1%, a PP-OCR detector's 10.5% -> 5.7%.
+#:
+#: * ``mac``: per multiply-add computed (padded tiles included);
+#: * ``pack``: per float of B (or pixel_rows' A) gathered by the implicit im2col;
+#: * ``run``: per run of that copy (one tap row of one output row);
+#: * ``pad``: per float written by padding the image;
+#: * ``tile``: per micro-tile call (C tile load and store, tap table, loop set-up);
+#: * ``out``: per output float (stores, the fused epilogue's pass);
+#: * ``transpose``: per float of pixel_rows' output transposed to NCHW;
+#: * ``in`` / ``t_out``: per lane, transformed element and channel of Winograd's input and
+#:   output transforms; ``w``: per transformed element and channel pair of the raw-weight
+#:   mode's weight transform, once per block of tiles;
+#: * ``edge``: per multiply-add of direct_ocv's one-pixel tiles (edges, short rows);
+#:   ``mac_l2``: per multiply-add of its tiles where the input rows they read outgrow L1;
+#:   ``out`` there: per output float staged, transposed and passed to the epilogue;
+#: * ``call``: per call (set-up, scratch, dispatch), one value for all: the fit cannot
+#:   tell it from zero (fitted per algorithm, Winograd's took 43 us to mend its 2-D
+#:   misfit and then lost every 1-D conv: 48 -> 40 5-tap at 301 ran 33 us, direct 56).
+COSTS: dict[str, dict[str, float]] = {
+    "gemm": {"mac": 0.0167, "pack": 0.222, "run": 8.68, "pad": 0.536, "tile": 0.0,
+             "out": 0.269, "call": 0.0},
+    "pixel_rows": {"mac": 0.0196, "pack": 0.433, "transpose": 0.199, "pad": 0.328,
+                   "tile": 0.0, "call": 0.0},
+    "direct": {"mac": 0.0146, "pad": 0.229, "tile": 127.0, "out": 0.0, "call": 0.0},
+    "winograd": {"mac": 0.0209, "tile": 0.0, "in": 0.253, "t_out": 0.219, "w": 0.103,
+                 "out": 0.436, "block": 5464.0, "call": 0.0},
+    "direct_ocv": {"mac": 0.0173, "mac_l2": 0.0187, "edge": 0.0452, "out": 0.415,
+                   "call": 0.0},
+}
 #: columns a GEMM's tail of 1 to GEMV_NMAX columns past its panels costs like: the tail
 #: kernel streams all of A again for them (0.3-0.7 ns per float of A, timed on the 1x1
 #: convs of 7x7 and 14x14 maps of 256-2048 channels, Zen 4: 49 columns ran like 68,
 #: 196 like 212, where counting them at their width put the GEMM 10-15% too low)
 TAIL_COLS = 20
-#: per call of a kernel (set-up, scratch, task dispatch)
-NS_CALL = 5040.0
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,22 +129,28 @@ def _tile_cols(cols: int) -> int:
 
 
 def gemm_cost(m: int, k: int, cols: int, pad_floats: int = 0, calls: int = 1,
-              runs: int = 0, packs_b: bool = True) -> float:
+              runs: int = 0, packs_b: bool = True, c: dict[str, float] | None = None) -> float:
     """Nanoseconds of ``calls`` GEMMs of ``m x k`` packed weights by a ``k x cols``
     implicit im2col of ``runs`` copied runs per call (``pad_floats`` written by padding
     first, over all calls); ``packs_b`` False: B was packed at compile time. Columns
-    count as the micro-kernel computes them (:func:`_tile_cols`)."""
+    count as the micro-kernel computes them (:func:`_tile_cols`); ``c``: the constants
+    (default ``COSTS["gemm"]``)."""
+    c = c or COSTS["gemm"]
     tile = _panel_cols()
     mp, np_ = _up(m, MR), _tile_cols(cols)
     k_blocks = -(-k // 256)
     tiles = -(-mp // MR) * -(-np_ // tile) * k_blocks
-    one = mp * k * np_ * NS_MAC + k * np_ * NS_PACK * packs_b + tiles * NS_TILE + runs * NS_RUN
-    return calls * (one + NS_CALL) + pad_floats * NS_PAD
+    one = (mp * k * np_ * c["mac"] + k * np_ * c.get("pack", 0.0) * packs_b
+           + tiles * c["tile"] + runs * c.get("run", 0.0) + m * cols * c.get("out", 0.0))
+    return calls * (one + c["call"]) + pad_floats * c["pad"]
 
 
-def direct_cost(m: int, k: int, d: dict[str, int], plane_floats: int, calls: int = 1) -> float:
+def direct_cost(m: int, k: int, d: dict[str, int], plane_floats: int, calls: int = 1,
+                c: dict[str, float] | None = None) -> float:
     """Nanoseconds of ``calls`` direct convolutions (``ml_conv_direct``) of ``m`` output
-    channels, depth ``k``, output ``OH x OW`` of ``d``; ``plane_floats`` padded."""
+    channels, depth ``k``, output ``OH x OW`` of ``d``; ``plane_floats`` padded; ``c``:
+    the constants (default ``COSTS["direct"]``)."""
+    c = c or COSTS["direct"]
     tile = _panel_cols()
     oh, ow = d["OH"], d["OW"]
     # per output row: whole tiles of `tile` columns, the last one of NR when it fits
@@ -143,8 +160,8 @@ def direct_cost(m: int, k: int, d: dict[str, int], plane_floats: int, calls: int
     mp = _up(m, MR)
     k_blocks = -(-k // 128)
     tiles = (mp // MR) * row_tiles * oh * k_blocks
-    one = mp * k * oh * row_cols * NS_MAC_DIRECT + tiles * NS_TILE
-    return calls * (one + NS_CALL) + plane_floats * NS_PAD
+    one = mp * k * oh * row_cols * c["mac"] + tiles * c["tile"] + m * oh * ow * c["out"]
+    return calls * (one + c["call"]) + plane_floats * c["pad"]
 
 
 def winograd_lanes(plan: Any, d: dict[str, int], vw: int) -> int:
@@ -166,28 +183,41 @@ def winograd_lanes(plan: Any, d: dict[str, int], vw: int) -> int:
 
 
 def winograd_cost(plan: Any, d: dict[str, int], c_in: int, c_out: int,
-                  calls: int = 1) -> float:
+                  calls: int = 1, c: dict[str, float] | None = None) -> float:
     """Nanoseconds of ``calls`` Winograd convolutions (``ml_winograd``) by ``plan`` (a
-    ``winograd.WinogradPlan``)."""
+    ``winograd.WinogradPlan``); ``c``: the constants (default ``COSTS["winograd"]``)."""
+    c = c or COSTS["winograd"]
     xi = plan.th.alpha * plan.tw.alpha
     lanes = winograd_lanes(plan, d, host_vector_width())
     mp = _up(c_out, MR)
     tiles = xi * (mp // MR) * (lanes // NR)
-    gemm = xi * mp * c_in * lanes * NS_MAC_WINO + tiles * NS_TILE
+    gemm = xi * mp * c_in * lanes * c["mac"] + tiles * c["tile"]
     # one thread runs one channel range a block (winograd.h ml_wino_parts): the input
     # transform once per block; more ranges, where threads need them, repeat it
-    trans = xi * lanes * (c_in * NS_WINO_IN + c_out * NS_WINO_OUT)
+    trans = xi * lanes * (c_in * c["in"] + c_out * c["t_out"])
+    big_th, big_tw = plan.tiles(d)
+    bh, bw = plan.block
+    blocks = -(-big_th // bh) * (1 if plan.pack else -(-big_tw // bw))
     if getattr(plan, "raw", False):  # every block transforms all the raw weights again
-        big_th, big_tw = plan.tiles(d)
-        bh, bw = plan.block
-        blocks = -(-big_th // bh) * (1 if plan.pack else -(-big_tw // bw))
-        trans += blocks * xi * mp * c_in * NS_WINO_W
-    return calls * (gemm + trans + NS_CALL)
+        trans += blocks * xi * mp * c_in * c["w"]
+    out = c_out * d["OH"] * d["OW"] * c["out"]
+    return calls * (gemm + trans + out + blocks * c["block"] + c["call"])
+
+
+def row_window(d: dict[str, int]) -> bool:
+    """A window one tap tall or wide on an image more than one pixel both ways (1x3 and
+    3x1 convs on 2-D maps): Winograd ran 1.4-2.3x slower than the best other algorithm on
+    all five such shapes measured (24-72 channels, 8-74 pixels wide, Zen 4), twice its
+    modelled time, so the rule (``conv.rule_costs``) leaves it to ``--tune``; on a 1-D signal (a 5-tap conv
+    over 301 samples, 33 vs 56 us) it stays in the comparison."""
+    one_d = (d["KH"] == 1) != (d["KW"] == 1)
+    return one_d and size_hint(d["H"]) > 1 and size_hint(d["W"]) > 1
 
 
 def conv_costs(
     d: dict[str, int], n: int, c: int, m: int, group: int, pointwise: bool,
     plans: dict[str, Any] | None = None, pixel_rows: bool = False,
+    table: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, float]:
     """Estimated nanoseconds of the ``gemm``, ``direct`` and Winograd algorithms of a
     Conv (batch ``n``, ``c`` -> ``m`` channels, ``group`` groups, 2-D view ``d``).
@@ -204,6 +234,9 @@ def conv_costs(
         Winograd candidate to estimate.
     pixel_rows : bool
         Also estimate the pixels-as-rows GEMM (``conv_pixel_rows``).
+    table : dict, optional
+        Algorithm -> constants (default :data:`COSTS`; ``bench/calibrate_conv.py`` passes
+        unit vectors to read off each constant's work).
 
     Returns
     -------
@@ -221,14 +254,17 @@ def conv_costs(
     padded = bool(d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"])
     pad = n * c * hp * wp if padded and not pointwise else 0
     runs = 0 if pointwise else k * d["OH"]
-    out = {"gemm": gemm_cost(mg, k, ohw, pad, n * group, runs)}
+    t = table or COSTS
+    out = {"gemm": gemm_cost(mg, k, ohw, pad, n * group, runs, c=t["gemm"])}
     if not pointwise:
         wq = -(-wp // d["SW"])
-        out["direct"] = direct_cost(mg, k, d, n * c * hp * d["SW"] * wq, n * group)
+        out["direct"] = direct_cost(mg, k, d, n * c * hp * d["SW"] * wq, n * group,
+                                    c=t["direct"])
     if pixel_rows:  # A gathered from the image, the output transposed
-        copies = k * ohw * NS_PACK + ohw * mg * NS_TRANSPOSE
-        out["pixel_rows"] = gemm_cost(ohw, k, mg, pad, n, 0, False) + n * copies
+        pr = t["pixel_rows"]
+        copies = k * ohw * pr["pack"] + ohw * mg * pr["transpose"]
+        out["pixel_rows"] = gemm_cost(ohw, k, mg, pad, n, 0, False, c=pr) + n * copies
     for label, plan in (plans or {}).items():
         if plan is not None:
-            out[label] = winograd_cost(plan, d, c, m, n)
+            out[label] = winograd_cost(plan, d, c, m, n, c=t["winograd"])
     return out

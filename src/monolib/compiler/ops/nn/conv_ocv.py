@@ -29,7 +29,6 @@ from .conv_cost import host_vector_width
 
 __all__ = [
     "OCV_G",
-    "OCV_MARGIN",
     "RULE_MAX_W",
     "emit_ocv",
     "ocv_blocks",
@@ -49,25 +48,14 @@ logger = logging.getLogger(__name__)
 OCV_G = 16
 OCV_STAGE = 16384
 
-# Cost model (ns): least squares on relative error over 39 Conv+Relu shapes, the op's own
-# time in the executor's profile, one Zen 4 core with 16-float vectors (C_in 3-256, C_out
-# 16-384, 7-320 pixels a side, 1x1/3x3/5x5/7x7, strides 1-2): within -9%..+16% but for
-# one outlier (48 -> 48 3x3 at 104 x 104 ran at half the rate: a Winograd shape, where the
-# rule does not offer this kernel). A per-tile and a per-call term fitted to zero.
-#: per multiply-add of an interior tile (24 accumulators, one weight load per P FMAs)
-NS_MAC = 0.0163
-#: per multiply-add of an edge pixel or a short interior's (one-pixel tiles: as many
-#: loads as FMAs)
-NS_MAC_EDGE = 0.0273
-#: per output float staged, transposed into NCHW and passed to the epilogue
-NS_OUT = 0.226
-#: per call: conv_cost's, as the other kernels' estimates carry it (the fit, on shapes of
-#: 50 us and more, could not tell it from 0; with 500, small convs of 15-100 us on 2 to
-#: 30 pixel-wide maps took this kernel and ran 7-40% slower: oww_embedding, PP-OCR cls)
-NS_CALL = conv_cost.NS_CALL
-#: factor on the estimate where the rule compares it with the other algorithms': their
-#: models estimate 1.0-1.17x (median 1.1x) their measured times on these shapes
-OCV_MARGIN = 1.1
+# Cost model: ``conv_cost.COSTS["direct_ocv"]`` (fitted with the other algorithms' by
+# ``bench/calibrate_conv.py``): per multiply-add of an interior tile (24 accumulators, one
+# weight load per P FMAs), per multiply-add of an edge pixel or a short interior's
+# (one-pixel tiles: as many loads as FMAs), per output float staged, transposed into NCHW
+# and passed to the epilogue, and per call.
+#: L1 data cache bytes the rows a tile reads are judged against (32 KiB on Zen 4, most
+#: x86 and Arm cores)
+L1_BYTES = 32768
 #: most floats of a group's packed weights where the rule offers the kernel (768 KiB of
 #: a 1 MiB L2: 256 -> 256 3x3/2 at 14 x 14, 576 KiB a group, still ran 9% faster)
 RULE_MAX_W = 196608
@@ -87,13 +75,13 @@ def ocv_valid(node: Node, d: dict, group: int) -> bool:
 
 def ocv_in_rule(d: dict[str, int], c: int, m: int) -> bool:
     """Whether the fixed rule compares ``direct_ocv`` (``--tune`` measures it anyway):
-    not for windows one column wide (one tap per input channel and window row: the loops
-    dominate; ResNet-50's 1x1/2 convs ran 5-15% slower than GEMM or pixels-as-rows,
-    oww_embedding's 72 -> 72 3x1 ones 13%) nor where a group's weights exceed
+    not for 1x1 windows (one tap per input channel: the loops dominate; ResNet-50's 1x1/2
+    convs ran 5-15% slower than GEMM or pixels-as-rows; 3x1 ones are modelled, within 7%
+    of GEMM on 72 -> 72 and 96 -> 96, 17% faster on 48 -> 48) nor where a group's weights exceed
     :data:`RULE_MAX_W` floats (every tile streams them again from L3: ResNet-50's 512 ->
     512 3x3/2 at 7 x 7, 1.18 MB a group, ran 30% slower)."""
     kk = d["KH"] * d["KW"]
-    return d["KW"] > 1 and c * kk * min(4 * OCV_G, -(-m // OCV_G) * OCV_G) <= RULE_MAX_W
+    return kk > 1 and c * kk * min(4 * OCV_G, -(-m // OCV_G) * OCV_G) <= RULE_MAX_W
 
 
 def ocv_tile(g: int, vw: int) -> tuple[int, int]:
@@ -125,14 +113,20 @@ def _valid_rows(d: dict[str, int]) -> int:
     return total
 
 
-def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int) -> float:
+def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
+            k: dict[str, float] | None = None) -> float:
+    k = k or conv_cost.COSTS["direct_ocv"]
     _, p = ocv_tile(g, vw)
     groups = -(-m // (g * OCV_G))
     chans = groups * g * OCV_G
     inner, edge = _row_pixels(d, p)
     rows = _valid_rows(d)
     macs = chans * c * rows * d["KW"]  # per pixel of a row
-    return macs * (inner * NS_MAC + edge * NS_MAC_EDGE) + m * d["OH"] * d["OW"] * NS_OUT
+    # the input rows a row of tiles broadcasts from (every channel's window rows): past
+    # L1, each broadcast comes from L2 (24 -> 48 3x3/2 at 208 px: 60 KiB, 1.4x slower)
+    span = c * ((d["KH"] - 1) * d["DH"] + 1) * d["W"] * 4
+    rate = k["mac"] if span <= L1_BYTES else k["mac_l2"]
+    return macs * (inner * rate + edge * k["edge"]) + m * d["OH"] * d["OW"] * k["out"]
 
 
 def ocv_blocks(d: dict[str, int], c: int, m: int, vw: int | None = None) -> int:
@@ -146,18 +140,21 @@ def ocv_blocks(d: dict[str, int], c: int, m: int, vw: int | None = None) -> int:
     return max(g for g in cost if cost[g] <= 1.03 * min(cost.values()))
 
 
-def ocv_cost(d: dict[str, int], n: int, c: int, m: int, vw: int | None = None) -> float:
+def ocv_cost(d: dict[str, int], n: int, c: int, m: int, vw: int | None = None,
+             k: dict[str, float] | None = None) -> float:
     """Estimated nanoseconds of ``direct_ocv`` on a batch of ``n`` images, ``c`` -> ``m``
     channels, 2-D view ``d`` (static sizes).
 
     The interior tiles cost per multiply-add actually computed (channels padded to whole
     groups, each row's interior to whole tiles, window rows outside the image skipped),
     the edge pixels at a one-pixel tile's rate, the transposes of the outputs and a
-    per-call term.
+    per-call term; ``k``: the constants (default ``conv_cost.COSTS["direct_ocv"]``; the
+    blocks per group are chosen with the defaults either way).
     """
     vw = vw or host_vector_width()
     g = ocv_blocks(d, c, m, vw)
-    return n * (_cost_g(d, c, m, g, vw) + NS_CALL)
+    k = k or conv_cost.COSTS["direct_ocv"]
+    return n * (_cost_g(d, c, m, g, vw, k) + k["call"])
 
 
 def pack_ocv_weights(w: np.ndarray, g: int) -> np.ndarray:

@@ -103,6 +103,15 @@ _W_PAD = 0.106
 _CB_TAP = 0.395
 _CB_MOVE = 1.64
 _CB_CALL = 1300.0
+#: per float in and out where they outgrow L2 (L2_BYTES): the passes then stream from L3
+#: or memory. Fitted (the terms above kept) on the 10 depthwise signatures of the 26
+#: models of bench/run.py past 1 MiB (16-48 channels of 160-320 px), where both models
+#: had run 0.3-0.8x the measured times and picked the slower kernel on 7: over all 59,
+#: picking by the model went from 6.3% to 5.0% over the faster kernel's summed time.
+_W_BIG = 0.0528
+_CB_BIG = 0.0407
+#: L2 bytes per core the maps are judged against (1 MiB on Zen 4)
+L2_BYTES = 1 << 20
 
 
 def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int | None = None) -> dict[str, float]:
@@ -140,6 +149,9 @@ def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int | None = None) -> di
     halo = (bands - 1) * max((d["KH"] - 1) * d["DH"] + 1 - d["SH"], 0) * w
     moved = h * w + halo + oh * ow
     cb_ns = blocks * (oh * _owa(ow) * taps * _CB_TAP + moved * _CB_MOVE) + _CB_CALL
+    if c * (h * w + oh * ow) * 4 > L2_BYTES:  # streamed from L3 or memory
+        w_ns += c * (h * w + oh * ow) * _W_BIG
+        cb_ns += c * (h * w + oh * ow) * _CB_BIG
     return {"depthwise": w_ns, "depthwise_cb": cb_ns}
 
 

@@ -175,7 +175,6 @@ def _dw_node(xs, k, pads, strides):
         ((1, 64, 24, 160), 3, 1, "depthwise"),  # 76 vs 111
         ((1, 8, 24, 96), 3, 1, "depthwise"),  # 4.7 vs 9.5: half a channel block
         ((1, 48, 160, 160), 3, 2, "depthwise_cb"),  # 593 vs 397: 4.9 MB, past L2
-        ((1, 16, 320, 320), 3, 1, "depthwise_cb"),  # 1567 vs 1425: 6.6 MB, past L2
     ],
 )
 def test_rule_picks_the_measured_faster_kernel(xs, k, s, want) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 from ...symbolic import size_hint
 from ._gemm import GEMV_NMAX, MR, NR
 
-__all__ = ["COSTS", "conv_costs", "direct_cost", "gemm_cost", "host_vector_width", "row_window",
+__all__ = ["COSTS", "conv_costs", "direct_cost", "folded_cost", "gemm_cost", "host_vector_width", "row_window",
            "winograd_cost"]
 
 logger = logging.getLogger(__name__)
@@ -214,6 +214,28 @@ def row_window(d: dict[str, int]) -> bool:
     return one_d and size_hint(d["H"]) > 1 and size_hint(d["W"]) > 1
 
 
+def _im2col(d: dict[str, int], n: int, c: int, group: int,
+            pointwise: bool) -> tuple[int, int, int, int, int, int]:
+    """(GEMM depth, output pixels, padded rows, padded columns, floats written by padding
+    the batch, im2col runs per image) of a Conv's implicit GEMM."""
+    k = c // group * d["KH"] * d["KW"]
+    hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
+    wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
+    padded = bool(d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"])
+    pad = n * c * hp * wp if padded and not pointwise else 0
+    return k, d["OH"] * d["OW"], hp, wp, pad, 0 if pointwise else k * d["OH"]
+
+
+def folded_cost(d: dict[str, int], n: int, c: int, m: int, group: int,
+                pointwise: bool) -> float:
+    """Estimated nanoseconds of ``gemm_folded`` (``conv.py``): the batch of ``n`` small
+    images as one GEMM per group whose columns run over every image."""
+    d = {k: size_hint(v) for k, v in d.items()}
+    n = size_hint(n)
+    k, ohw, _, _, pad, runs = _im2col(d, n, c, group, pointwise)
+    return gemm_cost(m // group, k, n * ohw, pad, group, n * runs)
+
+
 def conv_costs(
     d: dict[str, int], n: int, c: int, m: int, group: int, pointwise: bool,
     plans: dict[str, Any] | None = None, pixel_rows: bool = False,
@@ -246,14 +268,8 @@ def conv_costs(
     """
     d = {k: size_hint(v) for k, v in d.items()}
     n = size_hint(n)
-    cg, mg = c // group, m // group
-    k = cg * d["KH"] * d["KW"]
-    ohw = d["OH"] * d["OW"]
-    hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
-    wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
-    padded = bool(d["PT"] or d["PL"] or hp > d["H"] or wp > d["W"])
-    pad = n * c * hp * wp if padded and not pointwise else 0
-    runs = 0 if pointwise else k * d["OH"]
+    mg = m // group
+    k, ohw, hp, wp, pad, runs = _im2col(d, n, c, group, pointwise)
     t = table or COSTS
     out = {"gemm": gemm_cost(mg, k, ohw, pad, n * group, runs, c=t["gemm"])}
     if not pointwise:

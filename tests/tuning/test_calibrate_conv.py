@@ -24,6 +24,7 @@ SIGS = [
     ((1, 32, 14, 14), (48, 32, 1, 1), [0, 0, 0, 0], [1, 1]),
     ((1, 24, 60), (24, 24, 5), [0, 0], [1]),
     ((1, 8, 20, 20), (24, 8, 3, 3), [1, 1, 1, 1], [1, 1]),
+    ((1, 3, 224, 224), (16, 3, 3, 3), [1, 1, 1, 1], [2, 2]),  # 1.4 MB in and out: past L2
 ]
 
 
@@ -111,3 +112,9 @@ def test_rule_leaves_row_windows_on_2d_maps_to_the_tuner() -> None:
     sig1d, d1 = _node((1, 48, 301), (40, 48, 5), [0, 0])
     assert not conv_cost.row_window(d1)
     assert "winograd(m=4)" in conv.rule_costs(sig1d, d1, 1)
+
+
+def test_streamed_floats_count_only_past_l2() -> None:
+    d = {"H": 224, "W": 224, "OH": 112, "OW": 112}
+    assert conv_cost.streamed_floats(d, 1, 3, 16) == 3 * 224 * 224 + 16 * 112 * 112
+    assert conv_cost.streamed_floats(d, 1, 3, 4) == 0  # 0.8 MB: within L2

@@ -34,8 +34,8 @@ from typing import Any
 from ...symbolic import size_hint
 from ._gemm import GEMV_NMAX, MR, NR
 
-__all__ = ["COSTS", "conv_costs", "direct_cost", "folded_cost", "gemm_cost", "host_vector_width", "row_window",
-           "winograd_cost"]
+__all__ = ["COSTS", "L2_BYTES", "conv_costs", "direct_cost", "folded_cost", "gemm_cost",
+           "host_vector_width", "row_window", "streamed_floats", "winograd_cost"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +44,12 @@ logger = logging.getLogger(__name__)
 #: ``bench/run.py``, tuned by ``compiler/tuning`` on one Zen 4 core, AVX-512): non-negative
 #: least squares on the relative error, weighted by the square root of the time (so that
 #: microsecond convs do not outvote millisecond ones), each algorithm its own constants.
-#: With them the modelled-cheapest candidate costs 2.1% more than the fastest, summed over
-#: the signatures (60 of 302 picks over 5% slower); fitted on random halves, 1.8-2.5% on
+#: With them the modelled-cheapest candidate costs 2.0% more than the fastest, summed over
+#: the signatures (57 of 302 picks over 5% slower); fitted on random halves, 1.9-2.5% on
 #: the halves held out. The rule as a whole (depthwise, folded batches and the exclusions
-#: of ``conv.rule_costs`` included) lost 2.8% over 369 signatures, 3.7% with the previous
+#: of ``conv.rule_costs`` included) lost 2.6% over 369 signatures, 3.7% with the previous
 #: constants (fitted by hand on 36 shapes, shared between algorithms): e.g. DenseNet-121's
-#: convs 6.3% -> 0.6%, SqueezeNet's 8.4% -> 5.1%, a PP-OCR detector's 10.5% -> 5.7%.
+#: convs 6.3% -> 0.6%, SqueezeNet's 8.4% -> 2.3%, a PP-OCR detector's 10.5% -> 4.8%.
 #:
 #: * ``mac``: per multiply-add computed (padded tiles included);
 #: * ``pack``: per float of B (or pixel_rows' A) gathered by the implicit im2col;
@@ -64,20 +64,24 @@ logger = logging.getLogger(__name__)
 #: * ``edge``: per multiply-add of direct_ocv's one-pixel tiles (edges, short rows);
 #:   ``mac_l2``: per multiply-add of its tiles where the input rows they read outgrow L1;
 #:   ``out`` there: per output float staged, transposed and passed to the epilogue;
+#: * ``big``: per float of input and output where they outgrow L2 (:func:`streamed_floats`);
 #: * ``call``: per call (set-up, scratch, dispatch), one value for all: the fit cannot
 #:   tell it from zero (fitted per algorithm, Winograd's took 43 us to mend its 2-D
 #:   misfit and then lost every 1-D conv: 48 -> 40 5-tap at 301 ran 33 us, direct 56).
 COSTS: dict[str, dict[str, float]] = {
-    "gemm": {"mac": 0.0167, "pack": 0.222, "run": 8.68, "pad": 0.536, "tile": 0.0,
-             "out": 0.269, "call": 0.0},
-    "pixel_rows": {"mac": 0.0196, "pack": 0.433, "transpose": 0.199, "pad": 0.328,
-                   "tile": 0.0, "call": 0.0},
-    "direct": {"mac": 0.0146, "pad": 0.229, "tile": 127.0, "out": 0.0, "call": 0.0},
+    "gemm": {"mac": 0.0166, "pack": 0.216, "run": 10.1, "pad": 0.226, "tile": 0.0,
+             "out": 0.0, "big": 0.304, "call": 0.0},
+    "pixel_rows": {"mac": 0.0194, "pack": 0.465, "transpose": 0.139, "pad": 0.387,
+                   "tile": 0.0, "big": 0.310, "call": 0.0},
+    "direct": {"mac": 0.0146, "pad": 0.229, "tile": 127.0, "out": 0.0, "big": 0.0, "call": 0.0},
     "winograd": {"mac": 0.0209, "tile": 0.0, "in": 0.253, "t_out": 0.219, "w": 0.103,
-                 "out": 0.436, "block": 5464.0, "call": 0.0},
-    "direct_ocv": {"mac": 0.0173, "mac_l2": 0.0187, "edge": 0.0452, "out": 0.415,
-                   "call": 0.0},
+                 "out": 0.436, "block": 5464.0, "big": 0.0, "call": 0.0},
+    "direct_ocv": {"mac": 0.0173, "mac_l2": 0.0182, "edge": 0.0469, "out": 0.0,
+                   "big": 0.324, "call": 0.0},
 }
+#: L2 bytes per core that a Conv's input and output are judged against (``big``; 1 MiB
+#: on Zen 4)
+L2_BYTES = 1 << 20
 #: columns a GEMM's tail of 1 to GEMV_NMAX columns past its panels costs like: the tail
 #: kernel streams all of A again for them (0.3-0.7 ns per float of A, timed on the 1x1
 #: convs of 7x7 and 14x14 maps of 256-2048 channels, Zen 4: 49 columns ran like 68,
@@ -226,6 +230,13 @@ def _im2col(d: dict[str, int], n: int, c: int, group: int,
     return k, d["OH"] * d["OW"], hp, wp, pad, 0 if pointwise else k * d["OH"]
 
 
+def streamed_floats(d: dict[str, int], n: int, c: int, m: int) -> int:
+    """Floats of a Conv's input and output where together they outgrow :data:`L2_BYTES`
+    (every pass over them then streams from L3 or memory), else 0."""
+    floats = n * (c * d["H"] * d["W"] + m * d["OH"] * d["OW"])
+    return floats if 4 * floats > L2_BYTES else 0
+
+
 def folded_cost(d: dict[str, int], n: int, c: int, m: int, group: int,
                 pointwise: bool) -> float:
     """Estimated nanoseconds of ``gemm_folded`` (``conv.py``): the batch of ``n`` small
@@ -283,4 +294,6 @@ def conv_costs(
     for label, plan in (plans or {}).items():
         if plan is not None:
             out[label] = winograd_cost(plan, d, c, m, n, c=t["winograd"])
-    return out
+    big = streamed_floats(d, n, c, m)
+    return {k: v + big * t["winograd" if k.startswith("winograd") else k]["big"]
+            for k, v in out.items()}

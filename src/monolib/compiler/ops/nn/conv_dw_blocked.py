@@ -36,7 +36,7 @@ from ...ir import Node
 from ...symbolic import is_dim
 from .._constants import include_checked
 from ..base import EmitContext
-from .conv_cost import host_vector_width
+from .conv_cost import L2_BYTES, host_vector_width
 
 __all__ = ["dw_blocked_valid", "dw_costs", "dwcb_scratch_floats", "emit_dw_blocked",
            "pack_dw_weights"]
@@ -110,8 +110,6 @@ _CB_CALL = 1300.0
 #: picking by the model went from 6.3% to 5.0% over the faster kernel's summed time.
 _W_BIG = 0.0528
 _CB_BIG = 0.0407
-#: L2 bytes per core the maps are judged against (1 MiB on Zen 4)
-L2_BYTES = 1 << 20
 
 
 def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int | None = None) -> dict[str, float]:

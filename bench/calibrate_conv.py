@@ -15,12 +15,15 @@ script calibrates those constants on this CPU:
    of its time (so that the 1-us convs of a 1x1 map do not outvote the milliseconds),
    rows under ``--min-us`` left out of the fit.
 4. It prints the rule's regret (time of the model's pick over the best measured, summed
-   over signatures) with the current constants and the fitted ones, on ``--folds``
+   over signatures) with the shipped constants and the fitted ones, on ``--folds``
    random halves held out of the fit, and the fitted table to paste into ``COSTS``.
+5. ``--write`` stores the fitted table in this CPU's tuning cache (``conv_costs``): from
+   then on every compile on this CPU prices candidates with it (``conv_cost.
+   current_costs``), and ``monolib tune export`` carries it to machines with the same CPU.
 
 Usage::
 
-    python bench/calibrate_conv.py --tune all
+    python bench/calibrate_conv.py --tune all --write
     python bench/calibrate_conv.py --tune light_resnet50 cls --folds 3
     python bench/calibrate_conv.py --cache ~/.cache/monolib/tuning/<cpu>.json
 
@@ -186,7 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, help="tuning cache file (default: this CPU's)")
     ap.add_argument("--folds", type=int, default=3, help="random halves held out")
     ap.add_argument("--min-us", type=float, default=5.0, help="shortest time fitted")
+    ap.add_argument("--write", action="store_true",
+                    help="store the fitted constants in this CPU's tuning cache: later "
+                         "compiles here price candidates with them")
     args = ap.parse_args(argv)
+    if args.write and args.cache is not None:
+        ap.error("--write stores this CPU's fit: leave out --cache")
     if args.tune:
         _tune(args.tune)
     cache = args.cache or TuningCache().path
@@ -217,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         body = ", ".join(f'"{k}": {v:.4g}' for k, v in ks.items())
         print(f'    "{a}": {{{body}}},')
     print("}")
+    if args.write:
+        tc = TuningCache()
+        tc.conv_costs = fitted
+        print(f"stored in {tc.save()}: compiles on this CPU use them")
     return 0
 
 

@@ -118,3 +118,62 @@ def test_streamed_floats_count_only_past_l2() -> None:
     d = {"H": 224, "W": 224, "OH": 112, "OW": 112}
     assert conv_cost.streamed_floats(d, 1, 3, 16) == 3 * 224 * 224 + 16 * 112 * 112
     assert conv_cost.streamed_floats(d, 1, 3, 4) == 0  # 0.8 MB: within L2
+
+
+def _scaled(alg: str, factor: float) -> dict:
+    return {a: {k: v * (factor if a == alg else 1.0) for k, v in ks.items()}
+            for a, ks in conv_cost.COSTS.items()}
+
+
+def test_cache_keeps_this_cpus_cost_table(tuning_dir) -> None:
+    from monolib.compiler.tuning.cache import TuningCache
+
+    table = _scaled("direct_ocv", 2.0)
+    cache = TuningCache()
+    cache.conv_costs = table
+    cache.save()
+    assert TuningCache().conv_costs == table
+    assert TuningCache(kernels="other").conv_costs == {}  # a kernel change drops it
+    doc = json.loads(cache.path.read_text())
+    doc["conv_costs"]["gemm"].pop("mac")  # fitted for another cost model
+    cache.path.write_text(json.dumps(doc))
+    assert TuningCache().conv_costs == {}
+
+
+def test_compiles_price_candidates_with_this_cpus_costs(tuning_dir) -> None:
+    """A stored table replaces the shipped constants for the fixed rule (no measured
+    choice needed): with direct_ocv priced 1000x its shipped cost, a first-layer conv the
+    shipped table gives it goes to another algorithm."""
+    from monolib.compiler.tuning.cache import TuningCache
+    from monolib.compiler.tuning.select import selecting
+    from monolib.compiler.tuning.tuner import selection_for
+
+    node, d = _tool()._node(_sig((1, 3, 224, 224), (64, 3, 3, 3), [1, 1, 1, 1], [2, 2]))
+    assert conv._rule(node, d, 1).algo == "direct_ocv"
+    assert selection_for(lambda: None, "c", False) is None  # nothing cached yet
+    cache = TuningCache()
+    cache.conv_costs = _scaled("direct_ocv", 1000.0)
+    cache.save()
+    sel = selection_for(lambda: None, "c", False)
+    assert sel is not None and sel.costs and not sel.table
+    with selecting(sel):
+        assert conv_cost.current_costs()["direct_ocv"]["mac"] == pytest.approx(
+            1000 * conv_cost.COSTS["direct_ocv"]["mac"])
+        assert conv._rule(node, d, 1).algo != "direct_ocv"
+    assert conv._rule(node, d, 1).algo == "direct_ocv"  # outside the compile: shipped
+
+
+def test_write_stores_the_fit_in_this_cpus_cache(tuning_dir, capsys) -> None:
+    from monolib.compiler.tuning.cache import TuningCache
+
+    cc = _tool()
+    cache = TuningCache()
+    for sig, times in _data(_scaled("gemm", 0.5)):
+        cache.put(json.dumps(sig, sort_keys=True), "gemm", "gemm", times)
+    cache.save()
+    assert cc.main(["--write", "--folds", "0", "--min-us", "0"]) == 0
+    assert "stored in" in capsys.readouterr().out
+    stored = TuningCache().conv_costs
+    assert set(stored) == set(conv_cost.COSTS)
+    with pytest.raises(SystemExit):
+        cc.main(["--write", "--cache", str(cache.path)])

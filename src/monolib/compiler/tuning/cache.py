@@ -5,7 +5,12 @@ overrides), named for the CPU key's hash::
 
     {"version": 1, "cpu": "<model name> | <ISA flags>", "kernels": "<hash>",
      "entries": {"<signature key>": {"choice": "winograd(m=4)", "default": "gemm",
-                                     "times_ms": {"gemm": 1.9, ...}}}}
+                                     "times_ms": {"gemm": 1.9, ...}}},
+     "conv_costs": {"gemm": {"mac": 0.0166, ...}, ...}}
+
+``conv_costs`` (optional) is this CPU's calibration of the Conv cost model
+(``bench/calibrate_conv.py --write``): the fixed rule prices candidates with it on
+signatures that have no measured choice.
 
 The CPU key is ``/proc/cpuinfo``'s model name plus the ISA flags that ``-march=native``
 builds use; ``kernels`` hashes the kernel headers and emitters the candidates run
@@ -112,9 +117,12 @@ class TuningCache:
         self.cpu = cpu if cpu is not None else cpu_key()
         self.kernels = kernels if kernels is not None else kernel_hash()
         self.entries: dict[str, dict[str, Any]] = {}
+        #: this CPU's Conv cost constants (``bench/calibrate_conv.py --write``), or {}
+        self.conv_costs: dict[str, dict[str, float]] = {}
         data = self._read(self.path)
         if data is not None and data.get("kernels") == self.kernels:
             self.entries = dict(data.get("entries", {}))
+            self.conv_costs = _valid_costs(data.get("conv_costs"), self.path)
         elif data is not None:
             logger.info("tuning cache %s: kernels changed (%s -> %s), entries dropped",
                         self.path, data.get("kernels"), self.kernels)
@@ -148,8 +156,11 @@ class TuningCache:
 
     def document(self) -> dict[str, Any]:
         """The JSON document of this cache."""
-        return {"version": VERSION, "cpu": self.cpu, "kernels": self.kernels,
-                "entries": self.entries}
+        doc = {"version": VERSION, "cpu": self.cpu, "kernels": self.kernels,
+               "entries": self.entries}
+        if self.conv_costs:
+            doc["conv_costs"] = self.conv_costs
+        return doc
 
     def save(self) -> Path:
         """Write the file atomically (a rename); returns its path."""
@@ -178,4 +189,22 @@ class TuningCache:
                     f"{mine!r}: its choices do not apply here"
                 )
         self.entries.update(data.get("entries", {}))
+        self.conv_costs = _valid_costs(data.get("conv_costs"), Path(path)) or self.conv_costs
         return len(data.get("entries", {}))
+
+
+def _valid_costs(costs: Any, path: Path) -> dict[str, dict[str, float]]:
+    """``costs`` if it has exactly the algorithms and constants of ``conv_cost.COSTS``
+    (a table fitted for another version of the cost model does not apply), else {}."""
+    from ..ops.nn.conv_cost import COSTS
+
+    if not costs:
+        return {}
+    ok = isinstance(costs, dict) and set(costs) == set(COSTS) and all(
+        isinstance(costs[a], dict) and set(costs[a]) == set(COSTS[a])
+        and all(isinstance(v, (int, float)) and v >= 0 for v in costs[a].values())
+        for a in COSTS)
+    if not ok:
+        logger.info("tuning cache %s: conv_costs fitted for another cost model: ignored", path)
+        return {}
+    return {a: {k: float(v) for k, v in costs[a].items()} for a in COSTS}

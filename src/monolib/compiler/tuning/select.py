@@ -83,11 +83,15 @@ class Selection:
         Node name -> candidate label (the micro-benchmark's builds).
     seen : dict
         Filled while emitting: signature key -> :class:`Seen` (what a tuner measures).
+    costs : dict
+        Algorithm -> {constant: ns}: this CPU's calibrated Conv cost constants (the cache's
+        ``conv_costs``), laid over ``ops/nn/conv_cost.COSTS`` for the fixed rule.
     """
 
     table: dict[str, str] = field(default_factory=dict)
     forced: dict[str, str] = field(default_factory=dict)
     seen: dict[str, Seen] = field(default_factory=dict)
+    costs: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 _ACTIVE: contextvars.ContextVar[Selection | None] = contextvars.ContextVar(

@@ -167,8 +167,9 @@ def selection_for(
     Returns
     -------
     Selection or None
-        None (the fixed rules) for other targets, without cached choices, or inside a
-        benchmark's own compile (whose forced Selection is already active).
+        None (the fixed rules) for other targets, without cached choices or calibrated
+        cost constants, or inside a benchmark's own compile (whose forced Selection is
+        already active).
     """
     if kind != "c" or active() is not None:
         return active()
@@ -180,5 +181,5 @@ def selection_for(
         report = tune(probe.seen, cache, timer=timer, budget_s=budget_s)
         print("\n".join([f"monolib {report.summary()} ({cache.path})", *report.lines()]),
               file=sys.stderr)
-    table = cache.choices()
-    return Selection(table=table) if table else None
+    table, costs = cache.choices(), cache.conv_costs
+    return Selection(table=table, costs=costs) if table or costs else None

@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from ...symbolic import size_hint
+from ...tuning.select import active
 from ._gemm import GEMV_NMAX, MR, NR
 
-__all__ = ["COSTS", "L2_BYTES", "conv_costs", "direct_cost", "folded_cost", "gemm_cost",
-           "host_vector_width", "row_window", "streamed_floats", "winograd_cost"]
+__all__ = ["COSTS", "L2_BYTES", "conv_costs", "current_costs", "direct_cost", "folded_cost",
+           "gemm_cost", "host_vector_width", "row_window", "streamed_floats", "winograd_cost"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,16 @@ L2_BYTES = 1 << 20
 TAIL_COLS = 20
 
 
+def current_costs() -> dict[str, dict[str, float]]:
+    """:data:`COSTS` with this CPU's calibrated constants over them, where the compile's
+    ``tuning.select.Selection`` carries some (the tuning cache's ``conv_costs``, written
+    by ``bench/calibrate_conv.py --write``)."""
+    sel = active()
+    if sel is None or not sel.costs:
+        return COSTS
+    return {a: {**COSTS[a], **sel.costs.get(a, {})} for a in COSTS}
+
+
 @functools.lru_cache(maxsize=1)
 def host_vector_width() -> int:
     """Floats per vector of a ``-march=native`` build here (``ML_VW`` of gemm.h): 16
@@ -139,7 +150,7 @@ def gemm_cost(m: int, k: int, cols: int, pad_floats: int = 0, calls: int = 1,
     first, over all calls); ``packs_b`` False: B was packed at compile time. Columns
     count as the micro-kernel computes them (:func:`_tile_cols`); ``c``: the constants
     (default ``COSTS["gemm"]``)."""
-    c = c or COSTS["gemm"]
+    c = c or current_costs()["gemm"]
     tile = _panel_cols()
     mp, np_ = _up(m, MR), _tile_cols(cols)
     k_blocks = -(-k // 256)
@@ -154,7 +165,7 @@ def direct_cost(m: int, k: int, d: dict[str, int], plane_floats: int, calls: int
     """Nanoseconds of ``calls`` direct convolutions (``ml_conv_direct``) of ``m`` output
     channels, depth ``k``, output ``OH x OW`` of ``d``; ``plane_floats`` padded; ``c``:
     the constants (default ``COSTS["direct"]``)."""
-    c = c or COSTS["direct"]
+    c = c or current_costs()["direct"]
     tile = _panel_cols()
     oh, ow = d["OH"], d["OW"]
     # per output row: whole tiles of `tile` columns, the last one of NR when it fits
@@ -190,7 +201,7 @@ def winograd_cost(plan: Any, d: dict[str, int], c_in: int, c_out: int,
                   calls: int = 1, c: dict[str, float] | None = None) -> float:
     """Nanoseconds of ``calls`` Winograd convolutions (``ml_winograd``) by ``plan`` (a
     ``winograd.WinogradPlan``); ``c``: the constants (default ``COSTS["winograd"]``)."""
-    c = c or COSTS["winograd"]
+    c = c or current_costs()["winograd"]
     xi = plan.th.alpha * plan.tw.alpha
     lanes = winograd_lanes(plan, d, host_vector_width())
     mp = _up(c_out, MR)
@@ -281,7 +292,7 @@ def conv_costs(
     n = size_hint(n)
     mg = m // group
     k, ohw, hp, wp, pad, runs = _im2col(d, n, c, group, pointwise)
-    t = table or COSTS
+    t = table or current_costs()
     out = {"gemm": gemm_cost(mg, k, ohw, pad, n * group, runs, c=t["gemm"])}
     if not pointwise:
         wq = -(-wp // d["SW"])

@@ -115,7 +115,7 @@ def _valid_rows(d: dict[str, int]) -> int:
 
 def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
             k: dict[str, float] | None = None) -> float:
-    k = k or conv_cost.COSTS["direct_ocv"]
+    k = k or conv_cost.current_costs()["direct_ocv"]
     _, p = ocv_tile(g, vw)
     groups = -(-m // (g * OCV_G))
     chans = groups * g * OCV_G
@@ -153,7 +153,7 @@ def ocv_cost(d: dict[str, int], n: int, c: int, m: int, vw: int | None = None,
     """
     vw = vw or host_vector_width()
     g = ocv_blocks(d, c, m, vw)
-    k = k or conv_cost.COSTS["direct_ocv"]
+    k = k or conv_cost.current_costs()["direct_ocv"]
     big = conv_cost.streamed_floats(d, n, c, m) * k["big"]
     return n * (_cost_g(d, c, m, g, vw, k) + k["call"]) + big
 

@@ -681,9 +681,13 @@ def cmd_tune(args: argparse.Namespace, console: Any) -> int:
     cache = TuningCache()
     if args.action == "show":
         console.print(f"{cache.path}: cpu {cache.cpu!r}, kernels {cache.kernels}, "
-                      f"{len(cache.entries)} entries")
+                      f"{len(cache.entries)} entries, conv cost constants "
+                      f"{'calibrated here' if cache.conv_costs else 'shipped'}")
         for key, e in sorted(cache.entries.items()):
             console.print(f"  {e['choice']:<20} (rule {e['default']}) {key}")
+        for algo, consts in sorted(cache.conv_costs.items()):
+            body = ", ".join(f"{k} {v:.4g}" for k, v in consts.items())
+            console.print(f"  conv cost {algo}: {body} (ns)")
         return 0
     if not args.file:
         raise CompileError(f"monolib tune {args.action}: a FILE is needed")

@@ -177,3 +177,17 @@ def test_write_stores_the_fit_in_this_cpus_cache(tuning_dir, capsys) -> None:
     assert set(stored) == set(conv_cost.COSTS)
     with pytest.raises(SystemExit):
         cc.main(["--write", "--cache", str(cache.path)])
+
+
+def test_tune_show_lists_the_calibrated_constants(tuning_dir, capsys) -> None:
+    from monolib.cli import main
+    from monolib.compiler.tuning.cache import TuningCache
+
+    assert main(["tune", "show"]) == 0
+    assert "conv cost constants shipped" in " ".join(capsys.readouterr().out.split())
+    cache = TuningCache()
+    cache.conv_costs = _scaled("gemm", 2.0)
+    cache.save()
+    assert main(["tune", "show"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "calibrated here" in out and "conv cost gemm:" in out and "mac 0.0332" in out

@@ -48,6 +48,7 @@ __all__ = [
     "NodeContext",
     "add_inputs",
     "apply_test_epilogue",
+    "check_forced",
     "assert_close",
     "attr_value",
     "check_node",
@@ -475,3 +476,19 @@ def run_threads(model, feeds: dict[str, np.ndarray], threads: Sequence[int] = (1
     finally:
         set_num_threads(len(os.sched_getaffinity(0)))
     return runs
+
+
+def check_forced(node: Node, ins: Sequence[np.ndarray], label: str, c_call: str,
+                 options: Sequence[str] = (), epilogue: bool = True) -> None:
+    """Emit ``node`` with the tuning candidate ``label`` forced: its C calls ``c_call``, and
+    the built library's output matches the op's reference (through the test affine
+    epilogue when ``epilogue``) within 1e-5 relative."""
+    from monolib.compiler.tuning.select import Selection, selecting
+
+    with selecting(Selection(forced={node.name: label})):
+        src = op_of(node).emit(node, NodeContext(node, "affine"))
+        assert c_call in src, src
+        got = run_c(node, ins, "affine" if epilogue else None, options)[0]
+    ref = op_of(node).reference(node, list(ins))[0]
+    want = ref * EPI[0] + EPI[1] if epilogue else ref
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))

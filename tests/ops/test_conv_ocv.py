@@ -22,16 +22,15 @@ import ctypes
 import numpy as np
 import pytest
 from frontend.onnx_util import F32, make_model
-from harness import EPI, NodeContext, make_node, run_c, run_threads
+from harness import check_forced, make_node, run_threads
 from onnx import helper
 
 from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.build import lower
-from monolib.compiler.ops import op_of
 from monolib.compiler.ops.nn import conv, conv_ocv
 from monolib.compiler.ops.nn.conv import as_2d, conv_candidates, conv_geometry
 from monolib.compiler.testing import build_shared, ort_run
-from monolib.compiler.tuning.select import Candidate, Selection, selecting
+from monolib.compiler.tuning.select import Candidate
 
 RNG = np.random.default_rng(7)
 
@@ -69,13 +68,7 @@ def _node(name: str, bias: bool = True):
 
 
 def _check(ins, node, options=(), epilogue=True) -> None:
-    with selecting(Selection(forced={node.name: "direct_ocv"})):
-        src = op_of(node).emit(node, NodeContext(node, "affine"))
-        assert "ml_ocv_conv2d(" in src, src
-        got = run_c(node, ins, "affine" if epilogue else None, options)[0]
-    ref = op_of(node).reference(node, list(ins))[0]
-    want = ref * EPI[0] + EPI[1] if epilogue else ref
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+    check_forced(node, ins, "direct_ocv", "ml_ocv_conv2d(", options, epilogue)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -19,7 +19,7 @@ import ctypes
 import numpy as np
 import pytest
 from frontend.onnx_util import F32, make_model
-from harness import EPI, NodeContext, make_node, run_c, run_threads
+from harness import check_forced, make_node, run_c, run_threads
 from onnx import helper
 
 from monolib.compiler.backends.c.headers import kernel_header
@@ -70,13 +70,7 @@ def _run_blocked(node, ins, epilogue="affine", options=()):
 
 
 def _check(ins, node, options=(), epilogue=True) -> None:
-    with selecting(Selection(forced={node.name: "depthwise_cb"})):
-        src = op_of(node).emit(node, NodeContext(node, "affine"))
-    assert "ml_dwcb_conv2d(" in src, src
-    ref = op_of(node).reference(node, list(ins))[0]
-    want = ref * EPI[0] + EPI[1] if epilogue else ref
-    got = _run_blocked(node, ins, "affine" if epilogue else None, options)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+    check_forced(node, ins, "depthwise_cb", "ml_dwcb_conv2d(", options, epilogue)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

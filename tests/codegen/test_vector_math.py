@@ -159,3 +159,54 @@ def test_tanh_gelu_as_sigmoid_is_accurate_on_wide_inputs():
     assert np.isnan(got[np.isnan(x)]).all()
     assert got[np.isposinf(x)][0] == np.inf  # x * 1
     assert np.isnan(got[np.isneginf(x)]).all()  # -inf * 0, as the tanh form gives
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Elementwise: the same float32 bits (-0 and 0 differ), or NaN in both."""
+    want = want.astype(np.float32)
+    return (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+
+
+def test_clamps_keep_nan_and_signed_zero_bit_for_bit():
+    # Relu, Clip, HardSigmoid and HardSwish clamp through vmath.h's ml_atleastf /
+    # ml_atmostf (selects on the comparison's bits, which gcc vectorizes without
+    # distributing HardSwish's product over the clamp's cases): the same bits as NumPy's
+    # maximum / minimum, NaN kept, -0 kept where the ternary x < lo ? lo : x keeps it
+    x = np.concatenate([SPECIAL, np.linspace(-9, 9, 10_001, dtype=np.float32),
+                        RNG.standard_normal(5_003).astype(np.float32) * 4])  # fmt: skip
+    inits = {"lo": np.array(-0.5, np.float32), "hi": np.array(2.5, np.float32)}
+    nodes = [
+        helper.make_node("Relu", ["x"], ["relu"]),
+        helper.make_node("Clip", ["x", "lo", "hi"], ["clip"]),
+        helper.make_node("HardSigmoid", ["x"], ["hsig"], alpha=0.2, beta=0.5),
+        helper.make_node("HardSwish", ["x"], ["hswish"]),
+    ]
+    model = _model(nodes, x.size, ["relu", "clip", "hsig", "hswish"], inits)
+    ops = lower(model)[0].split("/* ---- threadpool.h ---- */")[1]
+    assert "ml_atleastf(" in ops and "ml_atmostf(" in ops
+    relu, clip, hsig, hswish = run_model(model, {"x": x})
+    f = np.float32
+
+    def at_least(v, lo):  # the ternary v < lo ? lo : v
+        return np.where(v < lo, lo, v).astype(np.float32)
+
+    def at_most(v, hi):
+        return np.where(v > hi, hi, v).astype(np.float32)
+
+    with np.errstate(invalid="ignore"):
+        want = {"relu": at_least(x, f(0)), "clip": at_most(at_least(x, f(-0.5)), f(2.5))}
+        # gcc contracts x * a + b into one fma (NumPy rounds twice): the ramp may differ
+        # by an ulp, the clamped ends and the NaNs may not
+        ramp = (x.astype(np.float64) * f(0.2) + 0.5).astype(np.float32)
+        want["hsig"] = at_most(at_least(ramp, f(0)), f(1))
+        ramp = (x.astype(np.float64) * f(1 / 6) + 0.5).astype(np.float32)
+        want["hswish"] = x * at_most(at_least(ramp, f(0)), f(1))
+    for name, got in zip(want, [relu, clip, hsig, hswish]):
+        ok = _same_bits(got, want[name])
+        if name in ("hsig", "hswish"):
+            with np.errstate(invalid="ignore"):
+                near = np.abs(got - want[name]) <= 2.5e-7 * np.abs(want[name])
+            ok |= near & ~np.isin(want[name], [0, 1]) & (np.signbit(got) == np.signbit(want[name]))
+        assert ok.all(), (name, x[~ok][:5], got[~ok][:5], want[name][~ok][:5])
+    assert np.signbit(relu[x == 0]).tolist() == np.signbit(x[x == 0]).tolist()
+    assert np.isnan(hswish[np.isnan(x)]).all() and np.isnan(hsig[np.isnan(x)]).all()

@@ -297,6 +297,8 @@ typedef uchar uint8_t;
 #define ml_expf exp
 #define ml_erff erf
 #define ml_logisticf(x) (1.0f / (1.0f + exp(-(x))))
+#define ml_atleastf(x, lo) ((x) < (lo) ? (lo) : (x))
+#define ml_atmostf(x, hi) ((x) > (hi) ? (hi) : (x))
 #define expf exp
 #define logf log
 #define sqrtf sqrt
@@ -343,6 +345,8 @@ typedef unsigned char uint8_t;
 #define ml_expf expf
 #define ml_erff erff
 #define ml_logisticf(x) (1.0f / (1.0f + expf(-(x))))
+#define ml_atleastf(x, lo) ((x) < (lo) ? (lo) : (x))
+#define ml_atmostf(x, hi) ((x) > (hi) ? (hi) : (x))
 """
 
 HOST_C = Language(

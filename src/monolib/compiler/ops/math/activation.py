@@ -15,7 +15,7 @@ import numpy as np
 from ...ir import Node
 from ..base import register
 from ...backends.cstyle import c_literal
-from .elementwise import Elementwise, bind, cast_expr, cfn, is_float
+from .elementwise import Elementwise, at_least, at_most, bind, cast_expr, cfn, is_float
 
 __all__ = [
     "Elu",
@@ -49,7 +49,7 @@ def _clamp01(e: str, node: Node) -> str:
     """``min(max(e, 0), 1)`` in C, evaluating ``e`` once."""
     dt = node.outputs[0].dtype
     zero, one = _lit(0, node), _lit(1, node)
-    return bind([e], [dt], lambda t: f"({t} < {zero} ? {zero} : ({t} > {one} ? {one} : {t}))")
+    return bind([e], [dt], lambda t: at_most(at_least(t, zero, dt), one, dt))
 
 
 @register
@@ -65,7 +65,7 @@ class Relu(Elementwise):
         dt = node.outputs[0].dtype
         zero = _lit(0, node)
         # x < 0 ? 0 : x keeps a NaN (np.maximum does); x > 0 ? x : 0 would make it 0
-        out = bind(args, [dt], lambda x: f"({x} < {zero} ? {zero} : {x})")
+        out = bind(args, [dt], lambda x: at_least(x, zero, dt))
         return out if is_float(dt) else cast_expr(out, dt)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from ...ir import Node
 from ..base import register
 from ...backends.cstyle import c_literal
-from .elementwise import Elementwise, bind
+from .elementwise import Elementwise, at_least, at_most, bind
 
 __all__ = ["Clip6", "Clip11"]
 
@@ -28,9 +28,9 @@ def _clamp(x: str, lo: str, hi: str, dt) -> str:
     def body(t: str) -> str:
         e = t
         if lo:
-            e = f"({e} < {lo} ? {lo} : {e})"
+            e = at_least(e, lo, dt)
         if hi:
-            e = bind([e], [dt], lambda u: f"({u} > {hi} ? {hi} : {u})")
+            e = bind([e], [dt], lambda u: at_most(u, hi, dt))
         return e
 
     return bind([x], [dt], body)

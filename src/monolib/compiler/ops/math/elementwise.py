@@ -34,6 +34,8 @@ from ..tensor.loops import (
 
 __all__ = [
     "Elementwise",
+    "at_least",
+    "at_most",
     "bind",
     "cast_expr",
     "cfn",
@@ -69,6 +71,18 @@ def cfn(name: str, dtype: np.dtype) -> str:
     if dt == np.float64:
         return name
     raise UnsupportedOpError(f"math function {name} is not defined for dtype {dt}")
+
+
+def at_least(x: str, lo: str, dt: np.dtype) -> str:
+    """C ``x < lo ? lo : x`` (a NaN ``x`` stays NaN), ``x`` a bound name or simple
+    expression: ``ml_atleastf`` for float32 (vmath.h: a select gcc vectorizes as a compare
+    and a masked move, where nested ternaries inside a product cost 1.7x more)."""
+    return f"ml_atleastf({x}, {lo})" if np.dtype(dt) == np.float32 else f"({x} < {lo} ? {lo} : {x})"
+
+
+def at_most(x: str, hi: str, dt: np.dtype) -> str:
+    """C ``x > hi ? hi : x`` (see :func:`at_least`; ``ml_atmostf`` for float32)."""
+    return f"ml_atmostf({x}, {hi})" if np.dtype(dt) == np.float32 else f"({x} > {hi} ? {hi} : {x})"
 
 
 def cast_expr(expr: str, dtype: np.dtype) -> str:

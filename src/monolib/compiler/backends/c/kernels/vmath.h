@@ -42,6 +42,22 @@ static inline uint32_t ml_bits_from_f32(float f) {
     return u;
 }
 
+/* x < lo ? lo : x and x > hi ? hi : x (a NaN x stays NaN, -0 stays -0: the same bits as
+ * those ternaries), as a select on the comparison's bits. Written as ternaries, gcc 12
+ * if-converts a clamp nested in a product (HardSwish's x * clamp(x / 6 + 0.5, 0, 1)) into
+ * three masked products and mask logic: 49 us per 401K floats on Zen 4, against 29 as a
+ * compare and a masked move per bound (and 17 with fast-math's min/max, which turn a NaN
+ * into the bound). Activations, Clip and the clamps below call these. */
+static inline float ml_atleastf(float x, float lo) {
+    const uint32_t m = 0u - (uint32_t)(x < lo);
+    return ml_f32_from_bits((m & ml_bits_from_f32(lo)) | (~m & ml_bits_from_f32(x)));
+}
+
+static inline float ml_atmostf(float x, float hi) {
+    const uint32_t m = 0u - (uint32_t)(x > hi);
+    return ml_f32_from_bits((m & ml_bits_from_f32(hi)) | (~m & ml_bits_from_f32(x)));
+}
+
 /* exp's range reduction and polynomial, shared by ml_expf and softmax's ml_sm_expneg:
  * returns p ~ exp(x - n ln 2) for n = round(x / ln 2), which it leaves in *n (x within
  * [-104, 88.8]; the callers clamp and scale by 2^n as their ranges need). */
@@ -61,9 +77,9 @@ static inline __attribute__((always_inline)) float ml_exp_poly(float x, int32_t*
 }
 
 static inline float ml_expf(float x) {
-    /* compare-selects (not fminf/fmaxf) so a NaN stays NaN */
-    x = x > 88.8f ? 88.8f : x;
-    x = x < -104.0f ? -104.0f : x;
+    /* selects (not fminf/fmaxf) so a NaN stays NaN */
+    x = ml_atmostf(x, 88.8f);
+    x = ml_atleastf(x, -104.0f);
     int32_t ni;
     const float p = ml_exp_poly(x, &ni);
     /* n in [-150, 128]: each half within a normal float's exponent range */
@@ -81,8 +97,8 @@ static inline float ml_expf(float x) {
  * A SiLU epilogue (x * sigmoid(x)) took 0.33 instead of 0.39 ns per element on Zen 4. */
 static inline float ml_logisticf(float x) {
     float t = -x;
-    t = t > 88.7f ? 88.7f : t; /* compare-selects: a NaN stays NaN */
-    t = t < -87.0f ? -87.0f : t;
+    t = ml_atmostf(t, 88.7f); /* selects: a NaN stays NaN */
+    t = ml_atleastf(t, -87.0f);
     int32_t n;
     const float p = ml_exp_poly(t, &n);
     return 1.0f / (1.0f + p * ml_f32_from_bits((uint32_t)(n + 127) << 23));

@@ -120,13 +120,25 @@ def median_time(fn: Callable[[], object], repeat: int,
     return statistics.median(walls), statistics.median(cpus)
 
 
+#: Seconds each side's round waits before it starts (paired_time), so that the other
+#: engine's thread pool is idle first. ORT's intra-op workers spin on after its runs and
+#: on 2 cores took a core from monolib's worker: monolib's first ~13 runs at 2 threads
+#: after 10 of ORT's took 3-4 ms (PP-LCNet), then 2.2 ms; with ORT's
+#: session.intra_op.allow_spinning off they took 2.4-2.9 from the first. Each round
+#: therefore starts alike on both sides: the other engine's threads quiet, its own
+#: asleep, and one untimed call.
+SETTLE_S = 0.1
+
+
 def paired_time(fa: Callable[[], object], fb: Callable[[], object], repeat: int,
-                rounds: int = 3, budget_s: float = 2.0) -> tuple[tuple[float, float], ...]:
+                rounds: int = 3, budget_s: float = 2.0,
+                settle_s: float = SETTLE_S) -> tuple[tuple[float, float], ...]:
     """``((wall, cpu) of fa, (wall, cpu) of fb)``: ``rounds`` rounds, each timing ``fa``
     then ``fb`` (:func:`median_time`), so that a burst of load on this shared machine
-    hits both sides; per side the smallest median over the rounds. The calls per round
-    are ``repeat`` at most and fewer for a slow model (about ``budget_s`` seconds per
-    side in all, at least 3 calls)."""
+    hits both sides; per side the smallest median over the rounds. Each side's round
+    starts ``settle_s`` seconds after the other's ended, with one untimed call
+    (:data:`SETTLE_S`). The calls per round are ``repeat`` at most and fewer for a slow
+    model (about ``budget_s`` seconds per side in all, at least 3 calls)."""
     for f in (fa, fb):  # warm up; the slower side sets the count for both
         f()
     t0 = time.perf_counter()
@@ -136,7 +148,8 @@ def paired_time(fa: Callable[[], object], fb: Callable[[], object], repeat: int,
     best = [(float("inf"), float("inf"))] * 2
     for _ in range(rounds):
         for i, f in enumerate((fa, fb)):
-            wall, cpu = median_time(f, n, warmup=0)
+            time.sleep(settle_s)
+            wall, cpu = median_time(f, n, warmup=1)
             best[i] = (min(best[i][0], wall), min(best[i][1], cpu))
     return tuple(best)
 

@@ -268,6 +268,7 @@ def bench_model(name: str, args, work: Path, threads: tuple[int, ...]) -> Result
             res.latency.update({f"ml{t}": ml, f"ort{t}": ort})
             if t == 1:
                 res.latency.update({"ml1_cpu": ml_cpu, "ort1_cpu": ort_cpu})
+            time.sleep(SETTLE_S)  # ORT's round ran last: its workers go idle first
             profiles[t] = profile_ops(gm, args.profile_repeat,
                                       time.thread_time if t == 1 else time.perf_counter)
             res.op_total[t] = sum(r["time_ms"] for r in profiles[t]) * 1e-3

@@ -130,6 +130,16 @@ static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, vo
 #ifndef ML_ABSENT_JOBS
 #define ML_ABSENT_JOBS 3
 #endif
+/* A job counts as absent only when the caller ran every task for at least this long: a
+ * spinning worker claims a task within a few microseconds, so a job the caller finished
+ * sooner says nothing of the worker. Counting those too, tiny jobs (an LSTM step's gate
+ * GEMM, 1-2 us tasks) that the caller finished before the worker's claim arrived set off
+ * back-off after back-off, doubling to ML_BACKOFF_MAX: oww_embedding and g2p_encoder
+ * then ran serially through whole benchmark rounds at 2 threads (1.15 ms instead of
+ * 0.77, 0.31 instead of 0.19). */
+#ifndef ML_ABSENT_NS
+#define ML_ABSENT_NS 30000
+#endif
 #define ML_BACKOFF_MIN 2000000
 #define ML_BACKOFF_MAX 256000000
 #define ML_STOP UINT64_MAX
@@ -317,11 +327,15 @@ static int32_t ml_pool_prepare(int32_t nt, size_t scratch_bytes) {
 }
 
 /* Under busy, after a job: `late` (a worker held it up) or `absent` (the caller ran every
- * task, ML_ABSENT_JOBS jobs in a row) starts or doubles the back-off; a job on time that a
- * worker took part in shrinks it. */
-static void ml_pool_after_job(int late, int absent) {
-    if (!absent) ml_pool.absent = 0;
-    else if (++ml_pool.absent >= ML_ABSENT_JOBS && ML_LATE_NS < (1LL << 40)) late = 1;
+ * task, for ML_ABSENT_NS or more, ML_ABSENT_JOBS jobs in a row) starts or doubles the
+ * back-off; a job on time that a worker took part in (`shared`) shrinks it; a short job
+ * the caller ran alone changes nothing. */
+static void ml_pool_after_job(int late, int absent, int shared) {
+    if (absent) {
+        if (++ml_pool.absent >= ML_ABSENT_JOBS && ML_LATE_NS < (1LL << 40)) late = 1;
+    } else if (shared) {
+        ml_pool.absent = 0;
+    }
     if (late) {
         ml_pool.absent = 0;
         int64_t b = ml_pool.backoff_ns * 2;
@@ -329,7 +343,7 @@ static void ml_pool_after_job(int late, int absent) {
                              : b > ML_BACKOFF_MAX ? ML_BACKOFF_MAX : b;
         __atomic_store_n(&ml_pool.backoff_until, ml_now_ns() + ml_pool.backoff_ns,
                          __ATOMIC_RELAXED);
-    } else if (!absent && ml_pool.backoff_ns) {
+    } else if (shared && ml_pool.backoff_ns) {
         ml_pool.backoff_ns -= ml_pool.backoff_ns / 8;
         if (ml_pool.backoff_ns < ML_BACKOFF_MIN / 2) {
             ml_pool.backoff_ns = 0;
@@ -358,8 +372,8 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
     ml_pool_signal(nt, gen);
     int64_t own = ml_pool_run_tasks(gen, scratch0);
     int late = 0;
+    int64_t t1 = ml_now_ns();
     if (__atomic_load_n(&ml_pool.done, __ATOMIC_ACQUIRE) < n_tasks) {
-        int64_t t1 = ml_now_ns();
         for (int spins = 0; __atomic_load_n(&ml_pool.done, __ATOMIC_ACQUIRE) < n_tasks;)
             if (++spins < ML_SPIN_CALLER) ML_PAUSE();
             else sched_yield();
@@ -367,7 +381,7 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
         /* own share: the caller's time per task it ran (all of it when it ran none) */
         late = wait > ML_LATE_NS && wait > 2 * ((t1 - t0) / (own > 0 ? own : 1));
     }
-    ml_pool_after_job(late, own >= n_tasks);
+    ml_pool_after_job(late, own >= n_tasks && t1 - t0 >= ML_ABSENT_NS, own < n_tasks);
     pthread_mutex_unlock(&ml_pool.busy);
 }
 

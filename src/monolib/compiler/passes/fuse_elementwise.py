@@ -87,9 +87,12 @@ class FusedOp:
 
     Attributes
     ----------
-    kind : {"op", "elementwise", "alias", "concat", "copy"}
+    kind : {"op", "elementwise", "alias", "concat", "copy", "band"}
+        ``band``: ops of kind ``op`` run together by bands of rows (``parts``; made by
+        :func:`~.conv_bands.fuse_conv_bands` for the C backend), the first's output
+        never stored.
     anchor : Node or None
-        The first node (``None`` for ``copy``).
+        The first node (``None`` for ``copy``; a band's first part's anchor).
     steps : list of ChainStep
         The elementwise nodes; for ``elementwise`` ``steps[0]`` is the anchor itself.
     out : Value
@@ -97,6 +100,8 @@ class FusedOp:
         destination).
     src : Value or None
         The source of an ``alias`` or ``copy``.
+    parts : list of FusedOp
+        A band's ops in run order (its ``out`` is the last one's).
     """
 
     kind: str
@@ -104,6 +109,7 @@ class FusedOp:
     steps: list[ChainStep] = field(default_factory=list)
     out: Value | None = None
     src: Value | None = None
+    parts: list[FusedOp] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -116,12 +122,16 @@ class FusedOp:
     @property
     def fused_types(self) -> list[str]:
         """Op types of the chain nodes after the anchor."""
+        if self.kind == "band":
+            return [t for p in self.parts for t in [p.op_type, *p.fused_types]][1:]
         steps = self.steps[1:] if self.kind == "elementwise" else self.steps
         return [s.node.op_type for s in steps]
 
     @property
     def nodes(self) -> list[Node]:
         """Every graph node of the group, in order."""
+        if self.kind == "band":
+            return [n for p in self.parts for n in p.nodes]
         head = [] if self.kind in ("elementwise", "copy") else [self.anchor]
         return head + [s.node for s in self.steps]
 
@@ -132,6 +142,9 @@ class FusedOp:
 
     def reads(self) -> list[Value]:
         """Values the op reads (distinct, in order)."""
+        if self.kind == "band":  # not what one part makes for the next
+            made = {v.uid for p in self.parts for v in p.writes()}
+            return _distinct(v for p in self.parts for v in p.reads() if v.uid not in made)
         if self.kind in ("alias", "copy"):
             vals = [self.src]
         elif self.kind == "concat":
@@ -143,6 +156,8 @@ class FusedOp:
 
     def writes(self) -> list[Value]:
         """Values the op writes: the final value, then the anchor's other outputs."""
+        if self.kind == "band":
+            return self.parts[-1].writes()
         rest = list(self.anchor.outputs[1:]) if self.kind == "op" else []
         return [self.out, *rest]
 

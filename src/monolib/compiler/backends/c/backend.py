@@ -13,6 +13,7 @@ import logging
 
 from ....export.targets import Target
 from ...ir import Graph
+from ...passes.conv_bands import fuse_conv_bands
 from ...passes.fuse_elementwise import Fusion
 from ...passes.plan_memory import MemoryPlan, plan_memory
 from ..base import Backend, Generated
@@ -21,6 +22,13 @@ from . import generate as c_source
 __all__ = ["CBackend"]
 
 logger = logging.getLogger(__name__)
+
+
+def _banded(fusion: Fusion, plan: MemoryPlan) -> tuple[Fusion, MemoryPlan]:
+    """``fusion`` with its 1x1 + depthwise pairs run by bands (``passes/conv_bands``),
+    planned again when there are any."""
+    banded = fuse_conv_bands(fusion)
+    return (fusion, plan) if banded is fusion else (banded, plan_memory(banded))
 
 
 def _with_scratch(fusion: Fusion, plan: MemoryPlan) -> MemoryPlan:
@@ -41,10 +49,13 @@ class CBackend(Backend):
         self, graph: Graph, fusion: Fusion, plan: MemoryPlan, target: Target, *, constants=None
     ) -> Generated:
         # looked up at call time: a test's stand-in for the generator is the one run
+        fusion, plan = _banded(fusion, plan)
         plan = _with_scratch(fusion, plan)
         if graph.specialized:  # opt_shapes: static paths in the same library
-            variants = [(sp.values, sp.fusion, _with_scratch(sp.fusion, sp.plan))
-                        for sp in graph.specialized]
+            variants = []
+            for sp in graph.specialized:
+                f, p = _banded(sp.fusion, sp.plan)
+                variants.append((sp.values, f, _with_scratch(f, p)))
             source, graph_json, params = c_source.generate(
                 graph, fusion, plan, constants=constants, variants=variants
             )

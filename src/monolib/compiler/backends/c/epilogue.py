@@ -37,6 +37,7 @@ from ...symbolic import is_one, same
 from ..cstyle import c_literal, ctype
 
 __all__ = [
+    "band_fits",
     "coalesce",
     "compose",
     "elementwise_loop",
@@ -231,6 +232,7 @@ def tile_epilogue_function(
     out_offset: int,
     pointer: Pointer,
     prologue: str = "",
+    band_ld: int | None = None,
 ) -> str:
     """A C function applying the chain in place on a tile of the ``[B, M, N]`` view.
 
@@ -239,30 +241,41 @@ def tile_epilogue_function(
     kernel passes output 0's base, which is ``arena + out_offset``), so ``pointer`` may
     return ``arena``-relative expressions for side inputs in the arena.
 
+    With ``band_ld`` the tile is a band of rows in scratch (``conv_band.h``): ``out`` is
+    row ``b`` of the band, rows ``band_ld`` elements apart, ``n`` counts from the band's
+    start; every side input must be a constant or scalar that does not vary along ``N``
+    or ``B`` (:func:`band_fits`).
+
     Raises
     ------
     CompileError
         When a side input does not fit ``groups`` (the emitter asked for a view the
-        fusion pass did not check).
+        fusion pass did not check), or does not fit a band.
     """
     shape = out.shape
     _, M, N = _bmn(shape, groups)
     leaves = leaves_of(steps)
     T = ctype(out.dtype)
+    if band_ld is not None and not band_fits(steps, out, groups):
+        raise CompileError(f"epilogue of {out.name!r} reads data that varies along a band")
+    base = (f"({T}*)out_ - b * {band_ld}" if band_ld is not None
+            else f"({T}*)out_ + b * {M * N}")
     head = [
         f"static void {name}(void* out_, int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {{",
         f"  uint8_t* arena = (uint8_t*)out_ - {out_offset};",
         "  (void)arena;",
         *([prologue] if prologue else []),
-        f"  {T}* restrict out = ({T}*)out_ + b * {M * N};",
+        f"  {T}* restrict out = {base};",
     ]
+    if band_ld is not None:
+        N = band_ld
     rows, names, row_strides = [], {}, []
     for j, v in enumerate(leaves):
         gs = group_strides(broadcast_strides(v.shape, shape), shape, groups)
         if gs is None:
             raise CompileError(f"side input {v.name!r} does not fit epilogue groups {list(groups)}")
         Tj = ctype(v.dtype)
-        head.append(f"  const {Tj}* restrict s{j} = {pointer(v)} + b * {gs[0]};")
+        head.append(f"  const {Tj}* restrict s{j} = {pointer(v)} + b * {0 if band_ld else gs[0]};")
         rows.append(f"    const {Tj}* restrict r{j} = s{j} + m * {gs[1]};")
         row_strides.append(gs[1])
         names[v.uid] = (
@@ -298,6 +311,17 @@ def tile_epilogue_function(
         "}",
     ]
     return "\n".join(lines)
+
+
+def band_fits(steps: Sequence[ChainStep], out: Value, groups) -> bool:
+    """Whether a chain can run on a band of rows in scratch (``tile_epilogue_function``'s
+    ``band_ld``): every side input a constant (nothing read from the arena) that is the
+    same for every image and every column of the ``[B, M, N]`` view."""
+    for v in leaves_of(steps):
+        gs = group_strides(broadcast_strides(v.shape, out.shape), out.shape, groups)
+        if not v.is_const or v.is_symbolic_const or gs is None or gs[0] or gs[2]:
+            return False
+    return True
 
 
 def value_function(

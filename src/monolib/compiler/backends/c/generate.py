@@ -54,10 +54,10 @@ from .headers import kernel_header
 __all__ = [
     "CEmitContext",
     "ParamsBuilder",
+    "emit_ops",
     "generate",
     "host_prelude",
     "scratch_sizes",
-    "emit_ops",
     "sym_prologue",
 ]
 
@@ -338,23 +338,27 @@ class CEmitContext:
             return self._const_pointer(v if v.is_const else root)
         return f"(({HOST_C.pointer(ctype(v.dtype), True)})(arena + {self.plan.offset(v)}))"
 
-    def tile_epilogue(self, groups: Sequence[Sequence[int]]) -> str:
+    def tile_epilogue(self, groups: Sequence[Sequence[int]], part: FusedOp | None = None,
+                      band_ld: int | None = None) -> str:
         """Name of the in-place tile epilogue function for ``groups``; ``"0"`` if none.
 
         The kernel must pass ``ctx.ptr(node.outputs[0])`` itself (the output's base, not
         a tile pointer) as the function's ``out``: the function finds the arena, and so
-        the side inputs, at a fixed offset from it.
+        the side inputs, at a fixed offset from it. ``part``: the epilogue of that part of
+        a ``band`` op instead of this op's; with ``band_ld`` it runs on a band of rows in
+        scratch (``epilogue.tile_epilogue_function``).
         """
-        f = self.fused
+        f = part or self.fused
         if f.kind != "op" or not f.steps:
             return "0"
         self.epilogue_used = True
-        key = repr([list(g) for g in groups])
+        key = repr([id(f), band_ld, [list(g) for g in groups]])
         if key not in self._tile:
             name = self.unique("epi_")
             code = epilogue.tile_epilogue_function(
-                name, f.steps, f.out, groups, self.plan.offset(f.out), self._epilogue_pointer,
-                sym_prologue(self.plan),
+                name, f.steps, f.out, groups,
+                0 if band_ld is not None else self.plan.offset(f.out),
+                self._epilogue_pointer, sym_prologue(self.plan), band_ld,
             )
             self.source.functions.append(code)
             self._tile[key] = name
@@ -419,6 +423,10 @@ def _emit_body(fused: FusedOp, ctx: CEmitContext) -> str:
     """The statements of one fused op."""
     if fused.kind == "copy":
         return f"  memcpy({ctx.ptr(fused.out)}, {ctx.ptr(fused.src)}, {fused.out.nbytes});"
+    if fused.kind == "band":
+        from ...ops.nn.conv_band import emit_band
+
+        return emit_band(fused, ctx)
     if fused.kind == "elementwise":
         out_off = ctx.plan.offset(fused.out)
         in_place = frozenset(

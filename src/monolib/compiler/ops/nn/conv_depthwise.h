@@ -83,6 +83,12 @@ struct ml_dw_job {
     ml_epi_fn epi;
     void* epi_out;
     ml_dw_units_fn units;
+    /* where the input rows are: channel c's input row ih (r0 <= ih < H) at
+     * x + (c - xc0) * xs + (ih - r0) * W. ml_dwconv2d: the whole image (H * W, 0, 0);
+     * conv_band.h: a band of rows r0..H-1 of channels xc0.. in scratch. */
+    int64_t xs, xc0, r0;
+    /* output rows of the units: unit u is rows ob + (u % nb) * band.., below oe */
+    int64_t ob, oe;
 };
 
 /* R x V vectors of outputs: output rows yr[0..R-1], columns yo.. . `in` is padded column
@@ -211,7 +217,7 @@ ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const int R,
     float* junk = plane + ((ML_DW_MAX(j->blk, R) - 1) * SH + K) * Wq;
     float* tr[ML_DW_R];
     for (int r = 0; r < R; ++r) tr[r] = junk + OW + r * ML_VW;
-    const float* x = j->x + c * j->H * j->W;
+    const float* x = j->x + (c - j->xc0) * j->xs;
     const float* w = j->w + c * K * K;
     float b = j->bias ? j->bias[c] : 0.0f;
     float* y = j->y + c * j->OH * OW;
@@ -222,7 +228,7 @@ ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const int R,
         int64_t ob = oh0 + (oh1 - oh0) * k / nblk, oe = oh0 + (oh1 - oh0) * (k + 1) / nblk;
         int64_t lo = ob * SH - j->PT, rows = (ML_DW_MAX(oe - ob, R) - 1) * SH + K;
         for (int64_t i = 0; i < rows; ++i)
-            ml_dw_pad_row(x, j->H, j->W, lo + i, j->PL, Wq, plane + i * Wq);
+            ml_dw_pad_row(x, j->H - j->r0, j->W, lo + i - j->r0, j->PL, Wq, plane + i * Wq);
         for (int64_t oh = ob; oh < oe;) {
             int64_t g = oh + R > oe && oe - ob >= R ? oe - R : oh;
             for (int r = 0; r < R; ++r) yr[r] = g + r < oe ? y + (g + r) * OW : junk;
@@ -244,7 +250,8 @@ ML_INLINE void ml_dw_units_k(const int K, const int SH, const int SW, const int 
                              const ml_dw_job* j, int64_t u0, int64_t u1,
                              float* restrict scratch) {
     for (int64_t u = u0; u < u1; ++u) {
-        int64_t c = u / j->nb, oh0 = (u % j->nb) * j->band, oh1 = ML_MIN(j->OH, oh0 + j->band);
+        int64_t c = u / j->nb, oh0 = j->ob + (u % j->nb) * j->band;
+        int64_t oh1 = ML_MIN(j->oe, oh0 + j->band);
         if (oh0 < oh1) ml_dw_band(K, SH, SW, R, j, c, oh0, oh1, scratch);
     }
 }
@@ -277,7 +284,7 @@ static void ml_dw_band_any(const ml_dw_job* j, int64_t c, int64_t oh0, int64_t o
     const int64_t rs = SW * j->Wq, OW = j->OW, nring = j->ring, need = (KH - 1) * DH + 1;
     float* ring = scratch;
     const float** rp = (const float**)(ring + (nring * rs + 1) / 2 * 2);
-    const float* x = j->x + c * j->H * j->W;
+    const float* x = j->x + (c - j->xc0) * j->xs;
     const float* w = j->w + c * KH * KW;
     float b = j->bias ? j->bias[c] : 0.0f;
     int64_t lo = oh0 * SH - j->PT, filled = lo, head = 0, e0 = oh0;
@@ -287,7 +294,7 @@ static void ml_dw_band_any(const ml_dw_job* j, int64_t c, int64_t oh0, int64_t o
         lo = nlo;
         if (filled < lo) filled = lo;
         for (; filled < lo + need; ++filled)
-            ml_dw_fill_row(SW, x, j->H, j->W, filled, j->Wp, j->Wq, j->PL,
+            ml_dw_fill_row(SW, x, j->H - j->r0, j->W, filled - j->r0, j->Wp, j->Wq, j->PL,
                            ring + ((head + filled - lo) % nring) * rs);
         for (int64_t i = 0; i < need; ++i) rp[i] = ring + ((head + i) % nring) * rs;
         float* y = j->y + (c * j->OH + oh) * OW;
@@ -312,7 +319,8 @@ static void ml_dw_band_any(const ml_dw_job* j, int64_t c, int64_t oh0, int64_t o
 /* Work units u0..u1-1 of any depthwise conv (see ml_dw_units_k). */
 static void ml_dw_units_any(const ml_dw_job* j, int64_t u0, int64_t u1, float* scratch) {
     for (int64_t u = u0; u < u1; ++u) {
-        int64_t c = u / j->nb, oh0 = (u % j->nb) * j->band, oh1 = ML_MIN(j->OH, oh0 + j->band);
+        int64_t c = u / j->nb, oh0 = j->ob + (u % j->nb) * j->band;
+        int64_t oh1 = ML_MIN(j->oe, oh0 + j->band);
         if (oh0 < oh1) ml_dw_band_any(j, c, oh0, oh1, scratch);
     }
 }
@@ -385,7 +393,8 @@ ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, i
                    fast ? ml_dw_row_floats(OW, KW, SW) : (Wp + SW - 1) / SW + 2 * ML_VW,
                    ML_MIN(hp, (KH - 1) * DH + 1), OH, 1, C, epi_b,
                    fast ? ml_dw_block_rows(OH, OW, KW, SH, SW) : 0, KH, KW, SH, SW, DH, DW,
-                   x, w, bias, y, epi, epi_out, fast ? units : ml_dw_units_any};
+                   x, w, bias, y, epi, epi_out, fast ? units : ml_dw_units_any, H * W, 0, 0,
+                   0, OH};
 #ifdef MONOLIB_THREADPOOL_H
     int64_t want = (int64_t)ml_num_threads() * 4;
     if (C < want) { /* few channels: bands of at least 8 output rows as well */

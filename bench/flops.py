@@ -138,30 +138,44 @@ def model_work(model: Any, shapes: Mapping | None = None,
         As for ``monolib.compile``; the shapes must be static (an op with a run-time
         dim is left out: its work is not known).
     """
+    from monolib.compiler.passes.conv_bands import fuse_conv_bands
     from monolib.compiler.pipeline import prepare
-    from monolib.compiler.symbolic import is_dim
 
     _, fusion, _ = prepare(model, dict(shapes) if shapes else None,
                            dict(constants) if constants else None)
     out = []
-    for fop in fusion.ops:
-        node = fop.anchor
-        if fop.kind != "op" or node is None or node.op_type not in COUNTED:
+    for fop in fuse_conv_bands(fusion).ops:  # as the C backend runs them
+        if fop.kind == "band":  # a 1x1 + depthwise pair: one op in the profile
+            parts = [w for p in fop.parts if (w := _work(p)) is not None]
+            if len(parts) == len(fop.parts):
+                out.append(OpWork(fop.name, "Conv", " then ".join(w.signature for w in parts),
+                                  "+".join(w.cls for w in parts), sum(w.flops for w in parts)))
             continue
-        ins = [None if v is None else tuple(v.shape) for v in node.inputs]
-        y = tuple(node.outputs[0].shape)
-        if any(is_dim(d) for s in [*ins[:2], y] if s is not None for d in s):
-            logger.info("%s: run-time dims, not counted", fop.name)
-            continue
-        attrs = dict(node.attrs)
-        const_b = len(node.inputs) > 1 and node.inputs[1].const is not None
-        sig = signature_text(node.op_type, ins, y, attrs, fop.fused_types,
-                             const_b and node.op_type not in ("Conv", "ConvTranspose"))
-        cls = (op_class(node.op_type, ins[0], ins[1], int(attrs.get("group", 1)))
-               if node.op_type in ("Conv", "ConvTranspose") else op_class(node.op_type, (), (), 1))
-        out.append(OpWork(fop.name, node.op_type, sig, cls,
-                          node_flops(node.op_type, ins, y, attrs)))
+        work = _work(fop)
+        if work is not None:
+            out.append(work)
     return out
+
+
+def _work(fop: Any) -> OpWork | None:
+    """The OpWork of one fused op of kind ``op`` with a counted anchor, else None."""
+    from monolib.compiler.symbolic import is_dim
+
+    node = fop.anchor
+    if fop.kind != "op" or node is None or node.op_type not in COUNTED:
+        return None
+    ins = [None if v is None else tuple(v.shape) for v in node.inputs]
+    y = tuple(node.outputs[0].shape)
+    if any(is_dim(d) for s in [*ins[:2], y] if s is not None for d in s):
+        logger.info("%s: run-time dims, not counted", fop.name)
+        return None
+    attrs = dict(node.attrs)
+    const_b = len(node.inputs) > 1 and node.inputs[1].const is not None
+    sig = signature_text(node.op_type, ins, y, attrs, fop.fused_types,
+                         const_b and node.op_type not in ("Conv", "ConvTranspose"))
+    cls = (op_class(node.op_type, ins[0], ins[1], int(attrs.get("group", 1)))
+           if node.op_type in ("Conv", "ConvTranspose") else op_class(node.op_type, (), (), 1))
+    return OpWork(fop.name, node.op_type, sig, cls, node_flops(node.op_type, ins, y, attrs))
 
 
 @dataclass
@@ -195,7 +209,8 @@ def by_signature(works: Sequence[OpWork], profiles: Mapping[int, Sequence[Mappin
         Thread count -> ``gm.executor.profile()`` rows (``name``, ``time_ms``).
     choices : sequence
         ``NodeChoice`` s (``node``, ``choice``, ``why``); ops without one show
-        ``"fixed"`` (a single way: MatMul, a Gemm with a constant A).
+        ``"fixed"`` (a single way: MatMul, a Gemm with a constant A), a band op
+        (a 1x1 + depthwise pair, class ``conv1x1+dw3x3``...) ``"band"``.
     """
     by_node = {c.node: c for c in choices}
     times = {t: {r["name"]: r["time_ms"] * 1e-3 for r in rows} for t, rows in profiles.items()}
@@ -212,6 +227,8 @@ def by_signature(works: Sequence[OpWork], profiles: Mapping[int, Sequence[Mappin
                 untimed.add((w.signature, t))
         c = by_node.get(w.name)
         algo, why = (c.choice, c.why) if c is not None else ("fixed", "single way")
+        if "+" in w.cls:  # a band op (model_work): no per-node choice
+            algo, why = "band", "1x1 + depthwise by bands of rows (intermediate >= 4x L2)"
         if algo not in row.algos:
             row.algos.append(algo)
             row.why.append(why)

@@ -1,10 +1,11 @@
-"""Pair a 1x1 convolution with the depthwise convolution that reads it into one ``band``
-fused op (C backend only): the two run together by bands of rows, so the tensor between
-them stays in the caches (``ops/nn/conv_band.py`` decides which pairs qualify).
+"""Chain a depthwise convolution with the 1x1 convolution before it and/or after it into
+one ``band`` fused op (C backend only): they run together by bands of rows, so the
+tensors between them stay in the caches (``ops/nn/conv_band.py`` decides which chains
+qualify).
 
-A pair is two fused ops next to each other in run order where the second reads the
-first's output and nothing else does (not another op, not a graph output): that output
-is then never stored. The memory plan is made again from the result.
+A chain is fused ops next to each other in run order where each reads the last one's
+output and nothing else does (not another op, not a graph output): those outputs are
+then never stored. The memory plan is made again from the result.
 """
 
 from __future__ import annotations
@@ -20,25 +21,35 @@ logger = logging.getLogger(__name__)
 
 
 def fuse_conv_bands(fusion: Fusion) -> Fusion:
-    """``fusion`` with each qualifying 1x1 + depthwise pair made one ``band`` op; the
-    same object when there is none."""
-    from ..ops.nn.conv_band import band_rows
+    """``fusion`` with each qualifying chain made one ``band`` op; the same object when
+    there is none."""
+    from ..ops.nn.conv_band import band_chain
 
     readers = Counter(v.uid for f in fusion.ops for v in f.reads())
     readers.update(v.uid for v in fusion.outputs)
     ops: list[FusedOp] = []
     i = 0
+    def alone(v) -> bool:
+        return readers[v.uid] == 1
+
+    def saved(chain) -> int:  # bytes of the tensors a chain keeps in its bands
+        return sum(4 * f.out.size for f in chain[:-1])
+
     while i < len(fusion.ops):
-        f = fusion.ops[i]
-        nxt = fusion.ops[i + 1] if i + 1 < len(fusion.ops) else None
-        if (nxt is not None and f.kind == "op" and readers[f.out.uid] == 1
-                and band_rows(f, nxt) is not None):
-            ops.append(FusedOp("band", f.anchor, out=nxt.out, parts=[f, nxt]))
-            i += 2
+        chain = band_chain(fusion.ops, i, alone)
+        # a depthwise + projection chain whose projection would rather start the next
+        # chain (as its expansion) leaves it that when that keeps more bytes
+        nxt = band_chain(fusion.ops, i + 1, alone) if chain else None
+        if chain and nxt and nxt[0] is chain[-1] and saved(nxt) > saved(chain):
+            chain = None
+        if chain:
+            ops.append(FusedOp("band", chain[0].anchor, out=chain[-1].out, parts=chain))
+            i += len(chain)
             continue
-        ops.append(f)
+        ops.append(fusion.ops[i])
         i += 1
     if len(ops) == len(fusion.ops):
         return fusion
-    logger.info("%d 1x1 + depthwise pairs run by bands", len(fusion.ops) - len(ops))
+    logger.info("%d ops in %d band chains", len(fusion.ops) - len(ops) + sum(
+        1 for f in ops if f.kind == "band"), sum(1 for f in ops if f.kind == "band"))
     return Fusion(ops, fusion.inputs, fusion.outputs, fusion.symbols)

@@ -1,131 +1,168 @@
-/* conv_band.h -- a 1x1 convolution and the depthwise convolution that reads it, run
- * together by bands of rows (monolib kernel library).
+/* conv_band.h -- a depthwise convolution with the 1x1 convolution before it and/or the one
+ * after it, run together by bands of rows (monolib kernel library).
  *
  * Needs gemm.h, conv.h and conv_depthwise.h before it (threadpool.h too, to split).
  *
- * The 1x1 "expansion" of an inverted residual block (MobileNetV2/V3, PP-LCNet, EfficientNet)
- * writes many channels at full resolution that only the depthwise conv after it reads:
- * run one after the other, that tensor (4.8 MB at MobileNetV2's 112 px) leaves the caches
- * and is read back from memory. Here each task takes a run of bands of output rows, every
- * channel, and sweeps them in order: the GEMM computes the input rows the band's windows need
- * into a scratch band (the rows the band shares with the last one are moved to its front,
- * not computed again), the 1x1's epilogue runs on them, and the depthwise kernel
- * (ml_dw_units_*) reads them from there while they are in L2 and writes its output rows
- * into the full output, where its own epilogue runs. The expanded tensor never exists in
- * full, and a thread reads only expanded rows it wrote. The same idea is
- * XNNPACK's and TVM's fused "inverted residual" schedules (facts carry over, code does
- * not). conv_band.py decides which pairs run so and the band height. */
+ * An inverted residual block (MobileNetV2/V3, PP-LCNet, EfficientNet) is a 1x1
+ * "expansion" to many channels, a depthwise conv, and a 1x1 "projection" back. Run one
+ * after the other, the two tensors between them (4.8 MB each at MobileNetV2's 112 px)
+ * leave the caches and are read back from memory. Here each task takes a run of output
+ * rows, every channel, and sweeps it by bands: the expansion's GEMM computes the input
+ * rows the band's windows need into scratch (the rows the band shares with the last one
+ * are moved to the front, not computed again) and its epilogue runs there; the depthwise
+ * kernel (ml_dw_units_*) reads them while they are in L2 and writes its output rows,
+ * into the output or, with a projection, into scratch, where its epilogue runs and the
+ * projection's GEMM reads them and writes its output rows (its epilogue on them: a
+ * residual Add too). Neither intermediate exists in full, and a thread reads only rows it
+ * wrote. The same idea is XNNPACK's and TVM's fused inverted-residual schedules (facts
+ * carry over, code does not). conv_band.py decides which ops chain and the band height. */
 #ifndef MONOLIB_CONV_BAND_H
 #define MONOLIB_CONV_BAND_H
 #include <stdint.h>
 #include <string.h>
 
+/* One image's chain. Band epilogues (the expansion's, and the depthwise conv's when a
+ * projection follows) run on rows in scratch: out = the band's channel-0 row 0, b = 0,
+ * channel rows ((rows - 1) * SH + KH) * W (expansion) or rows * OW (depthwise) floats
+ * apart, columns from the band's first row. */
 typedef struct {
-    ml_gemm_args g;   /* the 1x1: K, M = C, packed A, B strided [K][H][W], epi, ldc */
-    ml_dw_job dw;     /* the depthwise conv over the whole output (x set per band) */
-    const float* x;   /* the 1x1's input [K][H][W] */
-    int64_t H, W, rows, tasks, mid_floats, bbuf_floats;
-} ml_pwdw_job;
+    const float* x; /* the chain's input: [K][H][W] (expansion) or [C][H][W] */
+    /* the expansion, C x K (a: packed full-K as gemm.h's A; NULL: none) */
+    int64_t K;
+    const float *a, *a_bias;
+    ml_epi_fn a_epi;
+    /* the depthwise conv: ml_dwconv2d's arguments (fast shapes: units is
+     * ml_dw_units_<K>_<SH><SW>); dw_epi is a band epilogue when a projection follows */
+    int64_t C, H, W, OH, OW, PT, PL;
+    int KH, SH, SW;
+    const float *dw_w, *dw_bias;
+    ml_epi_fn dw_epi;
+    ml_dw_units_fn units;
+    /* the projection, M x C (q: packed full-K; NULL: none) */
+    int64_t M;
+    const float *q, *q_bias;
+    ml_epi_fn q_epi;
+    /* the chain's output [M or C][OH][OW], the last op's epilogue given epi_out, image n */
+    float* y;
+    void* epi_out;
+    int64_t n;
+    int64_t rows;       /* output rows per band, a multiple of ML_DW_R */
+    int64_t per_thread; /* floats of scratch a thread needs: ml_band_scratch_floats */
+} ml_band_args;
+
+typedef struct {
+    const ml_band_args* b;
+    ml_dw_job dw;
+    int64_t tasks, mid_floats, out_floats, bbuf_floats;
+} ml_band_job;
 
 /* Task t of tasks: output rows [OH * t / tasks, OH * (t + 1) / tasks) (ends on multiples
  * of ML_DW_R) of every channel, by bands of `rows`. Its first band computes its halo
- * rows again (its own scratch: no thread reads another's). Scratch: the band of
- * expanded rows [C][mid_rows][W], the GEMM's B buffer, the depthwise scratch. */
-static void ml_pwdw_task(void* ctx, int64_t t, void* scratch) {
-    const ml_pwdw_job* j = (const ml_pwdw_job*)ctx;
-    const int64_t W = j->W, SH = j->dw.SH, PT = j->dw.PT, KH = j->dw.KH, rows = j->rows;
-    const int64_t ld = j->g.ldc, C = j->dw.C;
+ * rows again (its own scratch). Scratch: the expanded rows [C][mid rows][W], the
+ * depthwise output rows [C][rows][OW], a GEMM B buffer, the depthwise scratch. */
+static void ml_band_task(void* ctx, int64_t t, void* scratch) {
+    const ml_band_job* j = (const ml_band_job*)ctx;
+    const ml_band_args* b = j->b;
+    const int64_t W = b->W, OW = b->OW, SH = b->SH, KH = b->KH, C = b->C, rows = b->rows;
+    const int64_t ld = ((rows - 1) * SH + KH) * W, lo = rows * OW;
     float* mid = (float*)scratch;
+    float* dout = mid + j->mid_floats;
+    float* bbuf = dout + j->out_floats;
+    float* dws = bbuf + j->bbuf_floats;
     ml_dw_job d = j->dw;
-    d.x = mid;
-    d.xs = ld;
-    ml_gemm_args g = j->g;
-    g.bbuf = mid + j->mid_floats;
-    float* dws = g.bbuf + j->bbuf_floats;
-    int64_t have0 = 0, have1 = 0; /* input rows in mid */
-    const int64_t q = (d.OH + ML_DW_R - 1) / ML_DW_R; /* whole tiles */
-    const int64_t r0 = q * t / j->tasks * ML_DW_R, r1 = ML_MIN(d.OH, q * (t + 1) / j->tasks * ML_DW_R);
-    d.nb = 1;
+    if (b->a) d.x = mid, d.xs = ld;
+    if (b->q) d.y = dout, d.ys = lo, d.epi_out = dout, d.epi_b = 0;
+    ml_gemm_args ga = ml_gemm_defaults(C, 0, b->K, b->a, 0);
+    ga.b.kind = ML_B_STRIDED, ga.b.ldk = b->H * W, ga.b.ldn = 1;
+    ga.bias_m = b->a_bias, ga.ldc = ld, ga.epi = b->a_epi, ga.bbuf = bbuf;
+    ml_gemm_args gq = ml_gemm_defaults(b->M, 0, C, b->q, 0);
+    gq.b.kind = ML_B_STRIDED, gq.b.p = dout, gq.b.ldk = lo, gq.b.ldn = 1;
+    gq.bias_m = b->q_bias, gq.ldc = b->OH * OW, gq.epi = b->q_epi, gq.bbuf = bbuf;
+    gq.epi_out = b->epi_out, gq.epi_b = b->n;
+    int64_t have0 = 0, have1 = 0; /* expanded input rows in mid */
+    const int64_t q4 = (b->OH + ML_DW_R - 1) / ML_DW_R; /* whole tiles */
+    const int64_t r0 = q4 * t / j->tasks * ML_DW_R;
+    const int64_t r1 = ML_MIN(b->OH, q4 * (t + 1) / j->tasks * ML_DW_R);
     for (int64_t o0 = r0; o0 < r1; o0 += rows) {
-        int64_t o1 = ML_MIN(r1, o0 + rows);
-        int64_t i0 = ML_DW_MAX(0, o0 * SH - PT), i1 = ML_MIN(j->H, (o1 - 1) * SH - PT + KH);
-        int64_t k0 = ML_DW_MAX(i0, have0), k1 = ML_MIN(i1, have1); /* rows kept */
-        if (k1 <= k0) k0 = k1 = i0;
-        else if (k0 > have0) /* to the front: rows i0.. at row 0 */
-            for (int64_t c = 0; c < C; ++c)
-                memmove(mid + c * ld, mid + c * ld + (k0 - have0) * W,
-                        sizeof(float) * (size_t)((k1 - k0) * W));
-        if (i1 > k1) { /* the new rows: one GEMM, the 1x1's epilogue on its blocks */
-            g.N = g.n_end = (i1 - k1) * W;
-            g.b.p = j->x + k1 * W;
-            g.c = mid + (k1 - i0) * W;
-            g.epi_out = g.c;
-            ml_sgemm(&g);
+        const int64_t o1 = ML_MIN(r1, o0 + rows);
+        const int64_t i0 = ML_DW_MAX(0, o0 * SH - b->PT);
+        const int64_t i1 = ML_MIN(b->H, (o1 - 1) * SH - b->PT + KH);
+        if (b->a) {
+            int64_t k0 = ML_DW_MAX(i0, have0), k1 = ML_MIN(i1, have1); /* rows kept */
+            if (k1 <= k0) k0 = k1 = i0;
+            else if (k0 > have0) /* to the front: row i0 at row 0 */
+                for (int64_t c = 0; c < C; ++c)
+                    memmove(mid + c * ld, mid + c * ld + (k0 - have0) * W,
+                            sizeof(float) * (size_t)((k1 - k0) * W));
+            if (i1 > k1) { /* the new rows: one GEMM, its epilogue on each block */
+                ga.N = ga.n_end = (i1 - k1) * W;
+                ga.b.p = b->x + k1 * W;
+                ga.c = ga.epi_out = mid + (k1 - i0) * W;
+                ml_sgemm(&ga);
+            }
+            have0 = i0, have1 = i1;
+            d.r0 = i0, d.H = i1;
         }
-        have0 = i0, have1 = i1;
-        d.r0 = i0, d.H = i1, d.ob = o0, d.oe = o1;
+        d.ob = o0, d.oe = o1;
+        if (b->q) d.yr0 = o0;
         for (int64_t c = 0; c < C; ++c) d.units(&d, c, c + 1, dws);
+        if (b->q) { /* the projection of the band's output rows */
+            gq.N = gq.n_end = (o1 - o0) * OW;
+            gq.c = b->y + o0 * OW;
+            gq.epi_n0 = o0 * OW;
+            ml_sgemm(&gq);
+        }
     }
 }
 
-/* One image: y = dw(epi_pw(conv1x1(x))) with the depthwise conv's epilogue on y.
- *   x [K][H][W]; a: the 1x1's weights [C][K] packed (gemm.h full-K); pw_bias [C] or NULL;
- *   pw_epi: the 1x1's epilogue on a band (out = the band's row 0, b = 0, rows
- *   ((rows - 1) * SH + KH) * W floats apart) or NULL; the depthwise conv as ml_dwconv2d's
- *   arguments (fast shapes only: units is ml_dw_units_<K>_<SH><SW>), its output y
- *   [C][OH][OW]; rows: output rows per band (a multiple of ML_DW_R); per_thread: floats
- *   of scratch a thread needs (ml_pwdw_scratch_floats), scratch: the calling thread's.
- * Threads split the bands, not the channels: split by channels, each thread packed the
- * 1x1's B for its own rows of A (2 threads: no faster than 1). */
-ML_UNUSED static void ml_pwdw(int64_t K, int64_t C, int64_t H, int64_t W, const float* x,
-                              const float* a, const float* pw_bias, ml_epi_fn pw_epi,
-                              int64_t OH, int64_t OW, int KH, int SH, int SW, int64_t PT,
-                              int64_t PL, const float* dw_w, const float* dw_bias, float* y,
-                              ml_epi_fn dw_epi, void* dw_epi_out, int64_t n,
-                              ml_dw_units_fn units, int64_t rows, int64_t per_thread,
-                              float* scratch) {
-    ml_pwdw_job j;
+/* Floats of the parts of a thread's scratch (ml_band_task). */
+static inline void ml_band_parts(const ml_band_args* b, int64_t* mid, int64_t* out,
+                                 int64_t* bbuf) {
+    const int64_t mid_rows = (b->rows - 1) * b->SH + b->KH;
+    *mid = b->a ? (b->C * mid_rows * b->W + 15) / 16 * 16 : 0;
+    *out = b->q ? (b->C * b->rows * b->OW + 15) / 16 * 16 : 0;
+    int64_t fa = b->a ? ml_gemm_bbuf_floats(b->K, mid_rows * b->W) : 0;
+    int64_t fq = b->q ? ml_gemm_bbuf_floats(b->C, b->rows * b->OW) : 0;
+    *bbuf = (ML_DW_MAX(fa, fq) + 15) / 16 * 16;
+}
+
+/* Floats of scratch per thread of ml_conv_band (conv_band.py mirrors it at the widest
+ * vectors): the parts, then the depthwise scratch. */
+static inline int64_t ml_band_scratch_floats(const ml_band_args* b) {
+    int64_t mid, out, bbuf;
+    ml_band_parts(b, &mid, &out, &bbuf);
+    return mid + out + bbuf +
+           ml_dw_scratch_floats(b->W, b->OH, b->OW, b->KH, b->KH, b->SH, b->SW, b->PL, 1, 1);
+}
+
+/* Run the chain on one image; scratch: the calling thread's b->per_thread floats. Threads
+ * split the rows, not the channels: split by channels, each thread packed the expansion's
+ * B for its own rows of A (2 threads: no faster than 1). */
+ML_UNUSED static void ml_conv_band(const ml_band_args* b, float* scratch) {
+    ml_band_job j;
     memset(&j, 0, sizeof j);
-    const int64_t mid_rows = (rows - 1) * SH + KH;
-    j.g = ml_gemm_defaults(C, 0, K, a, 0);
-    j.g.b.kind = ML_B_STRIDED;
-    j.g.b.ldk = H * W;
-    j.g.b.ldn = 1;
-    j.g.bias_m = pw_bias;
-    j.g.ldc = mid_rows * W;
-    j.g.epi = pw_epi;
-    int64_t Wp = (OW - 1) * SW + KH;
-    ml_dw_job d = {C, H, W, OH, OW, PT, PL, Wp, ml_dw_row_floats(OW, KH, SW), 0, rows, 1, 0,
-                   n, ml_dw_block_rows(OH, OW, KH, SH, SW), KH, KH, SH, SW, 1, 1, 0, dw_w,
-                   dw_bias, y, dw_epi, dw_epi_out, units, 0, 0, 0, 0, OH};
+    j.b = b;
+    ml_dw_job d = {b->C, b->H, b->W, b->OH, b->OW, b->PT, b->PL, (b->OW - 1) * b->SW + b->KH,
+                   ml_dw_row_floats(b->OW, b->KH, b->SW), 0, b->rows, 1, 0, b->n,
+                   ml_dw_block_rows(b->OH, b->OW, b->KH, b->SH, b->SW), b->KH, b->KH, b->SH,
+                   b->SW, 1, 1, b->x, b->dw_w, b->dw_bias, b->y, b->dw_epi, b->epi_out,
+                   b->units, b->H * b->W, 0, 0, 0, b->OH, b->OH * b->OW, 0};
     j.dw = d;
-    j.x = x;
-    j.H = H, j.W = W, j.rows = rows, j.tasks = 1;
-    j.mid_floats = (C * mid_rows * W + 15) / 16 * 16;
-    j.bbuf_floats = (ml_gemm_bbuf_floats(K, mid_rows * W) + 15) / 16 * 16;
+    j.tasks = 1;
+    ml_band_parts(b, &j.mid_floats, &j.out_floats, &j.bbuf_floats);
 #ifdef MONOLIB_THREADPOOL_H
-    /* the 1x1's multiply-adds and the depthwise conv's, in equal runs of rows; one per
-     * thread at most (each computes its first band's halo rows again) */
-    double work = (double)C * (H * W * K + OH * OW * KH * KH);
-    int64_t tasks = ML_MIN(ml_par_tasks(work, (OH + ML_DW_R - 1) / ML_DW_R), ml_num_threads());
+    /* the multiply-adds, in equal runs of rows; one per thread at most (each computes
+     * its first band's halo rows again) */
+    double work = (double)b->C * (b->OH * b->OW * (b->KH * b->KH + (b->q ? b->M : 0)) +
+                                  (b->a ? b->H * b->W * b->K : 0));
+    int64_t tasks = ML_MIN(ml_par_tasks(work, (b->OH + ML_DW_R - 1) / ML_DW_R),
+                           ml_num_threads());
     if (tasks > 1) {
         j.tasks = tasks;
-        ml_parallel_for(tasks, ml_pwdw_task, &j, scratch, sizeof(float) * (size_t)per_thread);
+        ml_parallel_for(tasks, ml_band_task, &j, scratch, sizeof(float) * (size_t)b->per_thread);
         return;
     }
 #endif
-    (void)per_thread;
-    ml_pwdw_task(&j, 0, scratch);
-}
-
-/* Floats of scratch per thread of ml_pwdw (conv_band.py mirrors it at the widest vectors):
- * the band, the B buffer, the depthwise scratch. */
-static inline int64_t ml_pwdw_scratch_floats(int64_t K, int64_t C, int64_t W, int64_t OH,
-                                             int64_t OW, int KH, int SH, int SW, int64_t PL,
-                                             int64_t rows) {
-    int64_t mid_rows = (rows - 1) * SH + KH;
-    return (C * mid_rows * W + 15) / 16 * 16 +
-           (ml_gemm_bbuf_floats(K, mid_rows * W) + 15) / 16 * 16 +
-           ml_dw_scratch_floats(W, OH, OW, KH, KH, SH, SW, PL, 1, 1);
+    ml_band_task(&j, 0, scratch);
 }
 #endif

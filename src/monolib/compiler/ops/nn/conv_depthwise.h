@@ -89,6 +89,10 @@ struct ml_dw_job {
     int64_t xs, xc0, r0;
     /* output rows of the units: unit u is rows ob + (u % nb) * band.., below oe */
     int64_t ob, oe;
+    /* where the output rows go: channel c's row oh at y + c * ys + (oh - yr0) * OW, the
+     * epilogue given columns from row yr0 (ml_dwconv2d: OH * OW, 0; conv_band.h: a band
+     * of rows in scratch, yr0 its first) */
+    int64_t ys, yr0;
 };
 
 /* R x V vectors of outputs: output rows yr[0..R-1], columns yo.. . `in` is padded column
@@ -220,7 +224,7 @@ ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const int R,
     const float* x = j->x + (c - j->xc0) * j->xs;
     const float* w = j->w + c * K * K;
     float b = j->bias ? j->bias[c] : 0.0f;
-    float* y = j->y + c * j->OH * OW;
+    float* y = j->y + c * j->ys; /* row oh at y + (oh - yr0) * OW */
     float* yr[ML_DW_R];
     int64_t nblk = (oh1 - oh0 + j->blk - 1) / j->blk, e0 = oh0;
     for (int64_t k = 0; k < nblk; ++k) {
@@ -231,13 +235,13 @@ ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const int R,
             ml_dw_pad_row(x, j->H - j->r0, j->W, lo + i - j->r0, j->PL, Wq, plane + i * Wq);
         for (int64_t oh = ob; oh < oe;) {
             int64_t g = oh + R > oe && oe - ob >= R ? oe - R : oh;
-            for (int r = 0; r < R; ++r) yr[r] = g + r < oe ? y + (g + r) * OW : junk;
+            for (int r = 0; r < R; ++r) yr[r] = g + r < oe ? y + (g + r - j->yr0) * OW : junk;
             ml_dw_rows(K, SH, SW, R, ML_DW_V, plane + (g - ob) * SH * Wq, Wq, OW, w, b,
                        yr, tr);
             if (g < e0) e0 = g;
             oh = ML_MIN(g + R, oe);
             if (j->epi && ((oh - e0) * OW >= ML_DW_EPI_FLOATS || oh == oh1)) {
-                j->epi(j->epi_out, j->epi_b, c, c + 1, e0 * OW, oh * OW);
+                j->epi(j->epi_out, j->epi_b, c, c + 1, (e0 - j->yr0) * OW, (oh - j->yr0) * OW);
                 e0 = oh;
             }
         }
@@ -297,7 +301,7 @@ static void ml_dw_band_any(const ml_dw_job* j, int64_t c, int64_t oh0, int64_t o
             ml_dw_fill_row(SW, x, j->H - j->r0, j->W, filled - j->r0, j->Wp, j->Wq, j->PL,
                            ring + ((head + filled - lo) % nring) * rs);
         for (int64_t i = 0; i < need; ++i) rp[i] = ring + ((head + i) % nring) * rs;
-        float* y = j->y + (c * j->OH + oh) * OW;
+        float* y = j->y + c * j->ys + (oh - j->yr0) * OW;
         for (int64_t ow0 = 0; ow0 < OW; ow0 += ML_VW) {
             int64_t ow = ML_MIN(ow0, OW - ML_VW), n = ML_VW;
             if (ow < 0) ow = 0, n = OW; /* narrower than a vector: the row's slack is read */
@@ -310,7 +314,7 @@ static void ml_dw_band_any(const ml_dw_job* j, int64_t c, int64_t oh0, int64_t o
             for (int64_t i = 0; i < n; ++i) y[ow + i] = acc[i];
         }
         if (j->epi && ((oh + 1 - e0) * OW >= ML_DW_EPI_FLOATS || oh + 1 == oh1)) {
-            j->epi(j->epi_out, j->epi_b, c, c + 1, e0 * OW, (oh + 1) * OW);
+            j->epi(j->epi_out, j->epi_b, c, c + 1, (e0 - j->yr0) * OW, (oh + 1 - j->yr0) * OW);
             e0 = oh + 1;
         }
     }
@@ -394,7 +398,7 @@ ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, i
                    ML_MIN(hp, (KH - 1) * DH + 1), OH, 1, C, epi_b,
                    fast ? ml_dw_block_rows(OH, OW, KW, SH, SW) : 0, KH, KW, SH, SW, DH, DW,
                    x, w, bias, y, epi, epi_out, fast ? units : ml_dw_units_any, H * W, 0, 0,
-                   0, OH};
+                   0, OH, OH * OW, 0};
 #ifdef MONOLIB_THREADPOOL_H
     int64_t want = (int64_t)ml_num_threads() * 4;
     if (C < want) { /* few channels: bands of at least 8 output rows as well */

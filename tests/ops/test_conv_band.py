@@ -25,9 +25,8 @@ from onnx import TensorProto, helper, numpy_helper
 import monolib
 from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.ops.nn import conv_band
-from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
-from monolib.compiler.pipeline import prepare
 from monolib.compiler.passes.conv_bands import fuse_conv_bands
+from monolib.compiler.pipeline import prepare
 from monolib.compiler.testing import build_shared, ort_run
 from monolib.runtime import set_num_threads
 
@@ -185,8 +184,6 @@ def test_what_does_not_chain(case, small_bands, monkeypatch):
 def test_a_projection_that_would_rather_expand_starts_the_next_chain(small_bands):
     """dw -> 1x1 -> dw: the 1x1 goes with the second depthwise conv when the tensor it
     would keep is the larger (here 4x: 32 channels from 8)."""
-    from monolib.compiler.frontend.onnx import import_model  # noqa: F401  (the pipeline)
-
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), nm)
              for nm, s in (("w0", (8, 1, 3, 3)), ("w1", (32, 8, 1, 1)), ("w2", (32, 1, 3, 3)))]

@@ -149,7 +149,7 @@ def band_scratch_floats(band: FusedOp, vw: int) -> int:
     dd, rows = _geometry(d), band_rows(band)
     c = d.out.shape[1]
     mid_rows = (rows - 1) * dd["SH"] + dd["KH"]
-    up16 = lambda n: -(-n // 16) * 16  # noqa: E731
+    up16 = lambda n: -(-n // 16) * 16
     mid = up16(c * mid_rows * dd["W"]) if p else 0
     out = up16(c * rows * dd["OW"]) if q else 0
     fa = bbuf_floats(p.anchor.inputs[0].shape[1], mid_rows * dd["W"]) if p else 0

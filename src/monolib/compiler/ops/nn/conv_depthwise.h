@@ -52,14 +52,9 @@
 #define ML_DW_ODD_IDX 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31
 #define ML_DW_FIX_IDX 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15
 #endif
-#ifdef __clang__
-#define ML_DW_SHUF2(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define ML_DW_SHUF2(a, b, ...) __builtin_shuffle(a, b, (ml_dw_vi){__VA_ARGS__})
-#endif
+#define ML_DW_SHUF2(a, b, ...) ML_GSHUF(a, b, __VA_ARGS__) /* gemm.h's */
 /* expands the index list first, then passes it on as several arguments */
 #define ML_DW_SHUF2_(a, b, idx) ML_DW_SHUF2(a, b, idx)
-typedef int32_t ml_dw_vi __attribute__((vector_size(ML_VW * 4)));
 /* ML_DW_KEEP(v): v goes through a register, opaque to gcc. Without it gcc folds the input
  * loads into the FMAs (reloading a vector for each output row that uses it) and keeps
  * the taps in registers, spilled: twice the loads, load-bound (5x5: 27 -> 40 GMAC/s with
@@ -454,42 +449,6 @@ typedef struct {
     void* epi_out;
 } ml_dwcb_job;
 
-/* r[i][j] -> r[j][i] for an ML_VW x ML_VW block of vectors (ml_transpose16 at 16: an
- * in-lane unpack formulation measured no faster; big maps are bound by reading the
- * input planes, not by the shuffles). */
-ML_INLINE void ml_dwcb_transpose(ml_vf r[ML_VW]) {
-#if ML_VW == 16
-    ml_transpose16(r);
-#elif ML_VW == 8
-    for (int i = 0; i < 4; ++i) {
-        ml_vf a = r[i], b = r[i + 4];
-        r[i] = ML_DW_SHUF2(a, b, 0, 1, 2, 3, 8, 9, 10, 11);
-        r[i + 4] = ML_DW_SHUF2(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
-    }
-    for (int i = 0; i < 8; ++i)
-        if (!(i & 2)) {
-            ml_vf a = r[i], b = r[i + 2];
-            r[i] = ML_DW_SHUF2(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
-            r[i + 2] = ML_DW_SHUF2(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
-        }
-    for (int i = 0; i < 8; i += 2) {
-        ml_vf a = r[i], b = r[i + 1];
-        r[i] = ML_DW_SHUF2(a, b, 0, 8, 2, 10, 4, 12, 6, 14);
-        r[i + 1] = ML_DW_SHUF2(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
-    }
-#else
-    for (int i = 0; i < 2; ++i) {
-        ml_vf a = r[i], b = r[i + 2];
-        r[i] = ML_DW_SHUF2(a, b, 0, 1, 4, 5);
-        r[i + 2] = ML_DW_SHUF2(a, b, 2, 3, 6, 7);
-    }
-    for (int i = 0; i < 4; i += 2) {
-        ml_vf a = r[i], b = r[i + 1];
-        r[i] = ML_DW_SHUF2(a, b, 0, 4, 2, 6);
-        r[i + 1] = ML_DW_SHUF2(a, b, 1, 5, 3, 7);
-    }
-#endif
-}
 
 /* Padded input row width (pixels) and tile-rounded output width. */
 static inline int64_t ml_dwcb_owa(int64_t OW) {
@@ -532,7 +491,7 @@ static void ml_dwcb_fill(const ml_dwcb_job* j, int64_t c0, int64_t r0, int64_t r
         int64_t s0 = ML_MIN(s, n - ML_VW), ih = s0 / W, iw = s0 % W; /* last moved back */
         ml_vf r[ML_VW];
         for (int i = 0; i < ML_VW; ++i) r[i] = *(const ml_vf*)(xs[i] + s0);
-        ml_dwcb_transpose(r);
+        ml_transpose_vw(r);
         for (int k = 0; k < ML_VW; ++k) {
             *(ml_vf*)(d + (ih * Wa + PL + iw) * ML_VW) = r[k];
             if (++iw == W) iw = 0, ++ih;
@@ -559,7 +518,7 @@ static void ml_dwcb_store(const ml_dwcb_job* j, int64_t c0, int64_t nc, int64_t 
             r[k] = *(const ml_vf*)(o + (oh * OWa + ow) * ML_VW);
             if (++ow == OW) ow = 0, ++oh;
         }
-        ml_dwcb_transpose(r);
+        ml_transpose_vw(r);
         if (nc == ML_VW)
             for (int i = 0; i < ML_VW; ++i) *(ml_vf*)(ys + i * plane + s0) = r[i];
         else

@@ -253,16 +253,16 @@ static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, i
     }
 }
 
-#if ML_VW == 16
-typedef int32_t ml_vi16 __attribute__((vector_size(64)));
 /* Two-source lane shuffle with constant indices: gcc's __builtin_shuffle takes them as
  * a vector, clang's __builtin_shufflevector (zig cc cross builds) as a list. */
+typedef int32_t ml_vi __attribute__((vector_size(ML_VW * 4)));
 #ifdef __clang__
 #define ML_GSHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 #else
-#define ML_GSHUF(a, b, ...) __builtin_shuffle(a, b, (ml_vi16){__VA_ARGS__})
+#define ML_GSHUF(a, b, ...) __builtin_shuffle(a, b, (ml_vi){__VA_ARGS__})
 #endif
 
+#if ML_VW == 16
 /* r[i][j] -> r[j][i] for a 16 x 16 block in 16 vectors: four stages, each swapping the
  * off-diagonal h x h blocks of every 2h x 2h block (two-source lane shuffles). */
 ML_INLINE void ml_transpose16(ml_vf r[16]) {
@@ -292,6 +292,42 @@ ML_INLINE void ml_transpose16(ml_vf r[16]) {
         }
 }
 #endif
+
+/* r[i][j] -> r[j][i] for an ML_VW x ML_VW block of vectors, any vector width (at 16,
+ * ml_transpose16; an in-lane unpack formulation measured no faster there). */
+ML_INLINE void ml_transpose_vw(ml_vf r[ML_VW]) {
+#if ML_VW == 16
+    ml_transpose16(r);
+#elif ML_VW == 8
+    for (int i = 0; i < 4; ++i) {
+        ml_vf a = r[i], b = r[i + 4];
+        r[i] = ML_GSHUF(a, b, 0, 1, 2, 3, 8, 9, 10, 11);
+        r[i + 4] = ML_GSHUF(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    for (int i = 0; i < 8; ++i)
+        if (!(i & 2)) {
+            ml_vf a = r[i], b = r[i + 2];
+            r[i] = ML_GSHUF(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
+            r[i + 2] = ML_GSHUF(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    for (int i = 0; i < 8; i += 2) {
+        ml_vf a = r[i], b = r[i + 1];
+        r[i] = ML_GSHUF(a, b, 0, 8, 2, 10, 4, 12, 6, 14);
+        r[i + 1] = ML_GSHUF(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
+    }
+#else
+    for (int i = 0; i < 2; ++i) {
+        ml_vf a = r[i], b = r[i + 2];
+        r[i] = ML_GSHUF(a, b, 0, 1, 4, 5);
+        r[i + 2] = ML_GSHUF(a, b, 2, 3, 6, 7);
+    }
+    for (int i = 0; i < 4; i += 2) {
+        ml_vf a = r[i], b = r[i + 1];
+        r[i] = ML_GSHUF(a, b, 0, 4, 2, 6);
+        r[i + 1] = ML_GSHUF(a, b, 1, 5, 3, 7);
+    }
+#endif
+}
 
 /* Pack B rows k0..k0+kc-1, columns n0..n0+nc-1 into panels of NR (stride kc*NR). */
 static inline void ml_pack_b(const ml_bsrc* s, int64_t k0, int64_t kc, int64_t n0, int64_t nc,

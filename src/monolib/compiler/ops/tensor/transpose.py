@@ -30,6 +30,28 @@ __all__ = ["Transpose", "transpose_perm"]
 logger = logging.getLogger(__name__)
 
 _TILE = 16
+#: Rows of the contiguously read dim per task of a 2-D ``ml_transpose2d`` (a multiple of
+#: every vector width).
+_ROW_BLOCK = 64
+#: Fewest elements along each of the two dims for the register-block path (below, a
+#: short dim keeps its lines in L1 and the element loop does as well).
+_REGISTER_MIN = 8
+
+
+def _register_blocks(shape, dst, src) -> tuple[int, int] | None:
+    """``(p, last)`` when ``ml_transpose2d`` applies to a collapsed transpose: static
+    sizes, the innermost output dim ``last`` read with a stride, another dim ``p`` read
+    contiguously, both at least :data:`_REGISTER_MIN` long; else None."""
+    if len(shape) < 2 or any(is_dim(v) for v in (*shape, *dst, *src)):
+        return None
+    last = len(shape) - 1
+    unit = [d for d in range(last) if src[d] == 1]
+    if src[last] == 1 or dst[last] != 1 or not unit:
+        return None
+    p = unit[0]
+    if min(int(shape[p]), int(shape[last])) < _REGISTER_MIN:
+        return None
+    return p, last
 
 
 def transpose_perm(node: Node) -> list[int]:
@@ -81,6 +103,8 @@ class Transpose(OpDef):
                 ctx, y.shape, ctx.ptr(y), dst_op, ctx.ptr(x), (src_strides, 0), lambda idx: idx
             )
         shape, (dst, src) = collapse_dims(y.shape, [dst_op, (src_strides, 0)])
+        if x.dtype.itemsize == 4 and (plan := _register_blocks(shape, dst, src)) is not None:
+            return self._registers(ctx, ctx.ptr(y), ctx.ptr(x), shape, dst, src, *plan)
         # tiles help when both walked dims are long; a short inner dim (<= 64) already
         # keeps its source lines in L1 across consecutive outer iterations
         # (run-time strides and sizes: structural tests, the size at its upper bound)
@@ -88,6 +112,32 @@ class Transpose(OpDef):
         if len(shape) >= 2 and not unit[-1] and any(unit[:-1]) and size_hint(shape[-1]) > 64:
             return self._blocked(ctx, ctx.ptr(y), ctx.ptr(x), shape, dst, src)
         return parallel_copy(ctx, shape, ctx.ptr(y), (dst, 0), ctx.ptr(x), (src, 0))
+
+    def _registers(self, ctx, out: str, inp: str, shape, dst, src, p: int, last: int) -> str:
+        """``ml_transpose2d`` (transpose.h) on each 2-D slice of dims ``p`` (read
+        contiguously) and ``last`` (written contiguously); the other dims, else row
+        blocks of ``p``, over the thread pool."""
+        from ..nn._gemm import include_gemm  # nn imports tensor ops: here, not at the top
+
+        include_gemm(ctx)
+        ctx.include("transpose.h")
+        others = [d for d in range(len(shape)) if d not in (p, last)]
+        var = {d: ctx.unique("i") for d in others}
+        off_x = " + ".join([f"{var[d]} * {src[d]}" for d in others] or ["0"])
+        off_y = " + ".join([f"{var[d]} * {dst[d]}" for d in others] or ["0"])
+        work = shape_size(list(shape)) * COPY_WORK
+        if others:
+            loops = "".join(f"for (int64_t {var[d]} = 0; {var[d]} < {shape[d]}; ++{var[d]})\n"
+                            for d in others[1:])
+            body = (f"{loops}ml_transpose2d({shape[p]}, {shape[last]}, {inp} + {off_x}, "
+                    f"{src[last]}, {out} + {off_y}, {dst[p]});")
+            return ctx.parallel_for(var[others[0]], shape[others[0]], "{\n" + body + "\n}", work)
+        rows, blk = int(shape[p]), ctx.unique("rb")
+        step = _ROW_BLOCK
+        body = (f"const int64_t r0_ = {blk} * {step};\n"
+                f"ml_transpose2d(r0_ + {step} < {rows} ? {step} : {rows} - r0_, {shape[last]}, "
+                f"{inp} + r0_, {src[last]}, {out} + r0_ * {dst[p]}, {dst[p]});")
+        return ctx.parallel_for(blk, -(-rows // step), "{\n" + body + "\n}", work)
 
     def _blocked(self, ctx, out: str, inp: str, shape, dst, src) -> str:
         """Tile the innermost output dim ``l`` and the dim ``p`` that reads contiguously."""

@@ -124,7 +124,14 @@ static inline uint8_t ml_to_float4_e2m1fn(float x, int sat) {
   return (uint8_t)ml_fenc(x, 2, 1, 1, ML_FK_NONE, sat);
 }
 
-static inline float ml_from_float8_e8m0fnu(uint8_t b) { return b == 0xFFu ? NAN : ldexpf(1.0f, (int)b - 127); }
+/* 2^(b-127) built from its bits (b = 0: the subnormal 2^-127), not computed: a run
+   flushes subnormal results to zero (threadpool.h ml_fp_enter) */
+static inline float ml_from_float8_e8m0fnu(uint8_t b) {
+  uint32_t u = b ? (uint32_t)b << 23 : 0x400000u;
+  float v;
+  memcpy(&v, &u, 4);
+  return b == 0xFFu ? NAN : v;
+}
 /* round_mode: 0 up, 1 down, 2 nearest (ONNX Cast 24); the sign is ignored (negative
    values are undefined behaviour in the spec); NaN and Inf become 0xFF */
 static inline uint8_t ml_to_float8_e8m0fnu_r(float x, int sat, int round_mode) {

@@ -7,6 +7,10 @@
  * results flushed to 0) also sums the row, so a row is read three times, not four; it
  * vectorizes in place too (the output may overwrite the input). 1 thread, Zen 4, one
  * C harness (before -> after): 40 rows of 18710 423 -> 236 us, 6144 rows of 64 366 -> 304.
+ * Short rows (attention's 64-512) are dominated by each row's reductions and tails:
+ * with the lanes reduced pairwise and the last partial block as a whole vector, rows in
+ * L1 take 0.64 / 0.46 / 0.57 / 0.35 ns an element at 64 / 128 / 197 / 1000 (were 0.79 /
+ * 0.67 / 0.65 / 0.39).
  */
 #ifndef MONOLIB_SOFTMAX_H
 #define MONOLIB_SOFTMAX_H
@@ -36,18 +40,14 @@ typedef int32_t ml_sm_vi __attribute__((vector_size(ML_SM_VL * 4), aligned(4)));
    vectorizes; math_reduce.h's ml_rmax_f32 keeps them at ~3x the cost): a NaN in a row
    still makes the whole row NaN, through exp(NaN - m) in the sum. */
 static inline float ml_sm_max_f32(const float* x, int64_t n) {
-    /* a long row in explicit vectors, four chains: gcc left the lane loop of the array
-     * form unvectorized there, and one chain waits on each compare-select (40 rows of
-     * 18710: 103 us, 78 with one vector chain, 42 with four) */
-    if (n < 16 * ML_SM_VL) {  /* a short row: the fold of four chains would cost more */
-        float a1[ML_RED_LANES];
-        for (int j = 0; j < ML_RED_LANES; ++j) a1[j] = -INFINITY;
-        int64_t i = 0;
-        for (; i + ML_RED_LANES <= n; i += ML_RED_LANES)
-            for (int j = 0; j < ML_RED_LANES; ++j) a1[j] = x[i + j] > a1[j] ? x[i + j] : a1[j];
+    /* in explicit vectors, up to four chains: gcc left the lane loop of the array form
+     * unvectorized, and one chain waits on each compare-select (40 rows of 18710: 103
+     * us, 78 with one vector chain, 42 with four); a row's last partial vector is the
+     * one that ends at n, overlapping (a max does not mind). Shorter than a vector:
+     * scalar. */
+    if (n < ML_SM_VL) {
         float m = -INFINITY;
-        for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-        for (int j = 0; j < ML_RED_LANES; ++j) m = a1[j] > m ? a1[j] : m;
+        for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
         return m;
     }
     ml_sm_vf acc[4];
@@ -60,11 +60,23 @@ static inline float ml_sm_max_f32(const float* x, int64_t n) {
             const ml_sm_vi gt = v > acc[c];
             acc[c] = (ml_sm_vf)(((ml_sm_vi)v & gt) | ((ml_sm_vi)acc[c] & ~gt));
         }
-    float m = -INFINITY;
-    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-    for (int c = 0; c < 4; ++c)
-        for (int j = 0; j < ML_SM_VL; ++j) m = acc[c][j] > m ? acc[c][j] : m;
-    return m;
+    for (; i < n; i += ML_SM_VL) {
+        const ml_sm_vf v = *(const ml_sm_vf*)(x + (i + ML_SM_VL <= n ? i : n - ML_SM_VL));
+        const ml_sm_vi gt = v > acc[0];
+        acc[0] = (ml_sm_vf)(((ml_sm_vi)v & gt) | ((ml_sm_vi)acc[0] & ~gt));
+    }
+    /* the chains into one, then its lanes pairwise: 4 levels, not a chain of 64
+     * dependent compares (rows of 64-197 floats: 9-30% faster; in-register shuffles
+     * measured slower than this) */
+    float t[ML_SM_VL];
+    for (int j = 0; j < ML_SM_VL; ++j) {
+        const float a = acc[1][j] > acc[0][j] ? acc[1][j] : acc[0][j];
+        const float b = acc[3][j] > acc[2][j] ? acc[3][j] : acc[2][j];
+        t[j] = b > a ? b : a;
+    }
+    for (int w = ML_SM_VL / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) t[j] = t[j + w] > t[j] ? t[j + w] : t[j];
+    return t[0];
 }
 
 /* exp(x) for x <= 0 (an element minus its row's max): ml_expf's reduction and
@@ -78,8 +90,10 @@ static inline float ml_sm_expneg(float x) {
     return x < -87.33f ? 0.0f : e;
 }
 
-/* dst[j] = exp(src[j] - m); returns their sum, added in ml_rsum_f32's order (lanes,
- * tail, then the lanes into the tail) so the result is the same as a separate pass */
+/* dst[j] = exp(src[j] - m); returns their sum (lane sums, then the lanes in order). A
+ * row's last partial block is the block that ends at n, its lanes already done computed
+ * and stored again (the same values) and left out of the sums, so it runs the same
+ * vector code (a row of 197 spent a third of its time on its 5 scalar exps). */
 static inline float ml_sm_exp_f32(float* dst, const float* src, int64_t n, float m) {
     float acc[ML_RED_LANES] = {0};
     int64_t i = 0;
@@ -89,13 +103,21 @@ static inline float ml_sm_exp_f32(float* dst, const float* src, int64_t n, float
             dst[i + j] = e;
             acc[j] += e;
         }
-    float s = 0.0f;
-    for (; i < n; ++i) {
-        dst[i] = ml_sm_expneg(src[i] - m);
-        s += dst[i];
-    }
-    for (int j = 0; j < ML_RED_LANES; ++j) s += acc[j];
-    return s;
+    if (i < n && n >= ML_RED_LANES) {
+        const int64_t b = n - ML_RED_LANES;
+        for (int j = 0; j < ML_RED_LANES; ++j) {
+            const float e = ml_sm_expneg(src[b + j] - m);
+            dst[b + j] = e;
+            acc[j] += b + j >= i ? e : 0.0f;
+        }
+    } else
+        for (int j = 0; i + j < n; ++j) {
+            dst[i + j] = ml_sm_expneg(src[i + j] - m);
+            acc[j] += dst[i + j];
+        }
+    for (int w = ML_RED_LANES / 2; w >= 1; w /= 2) /* pairwise: 4 levels, not 16 adds */
+        for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+    return acc[0];
 }
 
 static inline void ml_sm_scale_f32(float* y, int64_t n, float s) {

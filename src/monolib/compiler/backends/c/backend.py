@@ -14,8 +14,9 @@ import logging
 from ....export.targets import Target
 from ...ir import Graph
 from ...passes.conv_bands import fuse_conv_bands
-from ...passes.fuse_elementwise import Fusion
+from ...passes.fuse_elementwise import Fusion, fuse_elementwise
 from ...passes.plan_memory import MemoryPlan, plan_memory
+from ...passes.tconv_subpixel import ConvTransposeToSubpixel
 from ..base import Backend, Generated
 from . import generate as c_source
 
@@ -24,11 +25,18 @@ __all__ = ["CBackend"]
 logger = logging.getLogger(__name__)
 
 
-def _banded(fusion: Fusion, plan: MemoryPlan) -> tuple[Fusion, MemoryPlan]:
-    """``fusion`` with its 1x1 + depthwise pairs run by bands (``passes/conv_bands``),
-    planned again when there are any."""
+def _host_passes(graph: Graph, fusion: Fusion, plan: MemoryPlan) -> tuple[Fusion, MemoryPlan]:
+    """The host-only rewrites: overlapping ConvTransposes as sub-pixel Convs
+    (``passes/tconv_subpixel``, which rewrites ``graph`` and fuses it again), then the
+    depthwise chains run by bands (``passes/conv_bands``); the arena planned again when
+    either changed anything."""
+    changed = ConvTransposeToSubpixel()(graph).modified
+    if changed:
+        fusion = fuse_elementwise(graph)
     banded = fuse_conv_bands(fusion)
-    return (fusion, plan) if banded is fusion else (banded, plan_memory(banded))
+    if banded is fusion and not changed:
+        return fusion, plan
+    return banded, plan_memory(banded)
 
 
 def _with_scratch(fusion: Fusion, plan: MemoryPlan) -> MemoryPlan:
@@ -49,12 +57,12 @@ class CBackend(Backend):
         self, graph: Graph, fusion: Fusion, plan: MemoryPlan, target: Target, *, constants=None
     ) -> Generated:
         # looked up at call time: a test's stand-in for the generator is the one run
-        fusion, plan = _banded(fusion, plan)
+        fusion, plan = _host_passes(graph, fusion, plan)
         plan = _with_scratch(fusion, plan)
         if graph.specialized:  # opt_shapes: static paths in the same library
             variants = []
             for sp in graph.specialized:
-                f, p = _banded(sp.fusion, sp.plan)
+                f, p = _host_passes(sp.graph, sp.fusion, sp.plan)
                 variants.append((sp.values, f, _with_scratch(f, p)))
             source, graph_json, params = c_source.generate(
                 graph, fusion, plan, constants=constants, variants=variants

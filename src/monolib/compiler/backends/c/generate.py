@@ -564,15 +564,8 @@ def _assemble(
         "MONOLIB_EXPORT int32_t monolib_set_num_threads(int32_t n) { return ml_set_num_threads(n); }",
         "MONOLIB_EXPORT int32_t monolib_set_spin(int32_t us) { return ml_set_spin(us); }",
         "MONOLIB_EXPORT int32_t monolib_stop_threads(void) { ml_pool_stop(); return 0; }",
-        # the entry points flush subnormals while they run (threadpool.h ml_fp_enter)
-        f"static int32_t ml_run_op(int32_t i, const uint8_t* params, uint8_t* arena) {{\n{run_op}\n}}",
-        f"static int32_t ml_run(const uint8_t* params, uint8_t* arena) {{\n{run}\n}}",
-        "MONOLIB_EXPORT int32_t monolib_run_op(int32_t i, const uint8_t* params, uint8_t* arena) {\n"
-        "  ml_fp_state s_ = ml_fp_enter();\n  int32_t r_ = ml_run_op(i, params, arena);\n"
-        "  ml_fp_leave(s_);\n  return r_;\n}",
-        "MONOLIB_EXPORT int32_t monolib_run(const uint8_t* params, uint8_t* arena) {\n"
-        "  ml_fp_state s_ = ml_fp_enter();\n  int32_t r_ = ml_run(params, arena);\n"
-        "  ml_fp_leave(s_);\n  return r_;\n}",
+        f"MONOLIB_EXPORT int32_t monolib_run_op(int32_t i, const uint8_t* params, uint8_t* arena) {{\n{run_op}\n}}",
+        f"MONOLIB_EXPORT int32_t monolib_run(const uint8_t* params, uint8_t* arena) {{\n{run}\n}}",
     ]
     return "\n\n".join(p.strip("\n") for p in parts) + "\n"
 

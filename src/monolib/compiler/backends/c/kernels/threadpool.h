@@ -58,31 +58,6 @@
 
 typedef void (*ml_task_fn)(void* ctx, int64_t task, void* scratch);
 
-/* Subnormal floats flushed to zero while the library runs (x86: MXCSR's FTZ and DAZ;
- * monolib_run / monolib_run_op set them on the calling thread and restore the caller's
- * state, pool workers keep them set). A multiply or FMA with a subnormal operand or
- * result takes a microcode assist on many x86 cores, some 100 cycles: PP-OCRv6 det (its
- * activations underflow) ran 4x slower on a Xeon than on a Zen 4 core, ONNX Runtime as
- * well (both ~0.4 s); on Zen 4 it is 6% faster flushed. What it changes: a result
- * below 1.2e-38 in magnitude (2.2e-308 in double) is 0, as TensorFlow's runtime has it.
- * -DML_KEEP_SUBNORMALS at build keeps IEEE behaviour; elsewhere (Arm, WebAssembly) it is
- * a no-op. */
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__SSE__) && \
-    !defined(ML_KEEP_SUBNORMALS)
-#include <xmmintrin.h>
-typedef unsigned int ml_fp_state;
-static inline ml_fp_state ml_fp_enter(void) {
-    ml_fp_state s = _mm_getcsr();
-    _mm_setcsr(s | 0x8040u); /* FTZ (bit 15) | DAZ (bit 6) */
-    return s;
-}
-static inline void ml_fp_leave(ml_fp_state s) { _mm_setcsr(s); }
-#else
-typedef int ml_fp_state;
-static inline ml_fp_state ml_fp_enter(void) { return 0; }
-static inline void ml_fp_leave(ml_fp_state s) { (void)s; }
-#endif
-
 /* The context of a generated elementwise task (codegen/c.py): an op's base pointers and
  * the block of its outermost loop each task computes. */
 typedef struct {
@@ -277,7 +252,6 @@ static inline void ml_pool_kick(void) {
 static void* ml_pool_worker(void* arg) {
     int t = (int)(intptr_t)arg;
     uint64_t seen = 0;
-    (void)ml_fp_enter(); /* runs library tasks only: subnormals flushed for good */
     for (;;) {
         uint64_t g;
         int spins = 0;

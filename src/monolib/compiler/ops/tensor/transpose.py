@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 _TILE = 16
 #: Rows of the contiguously read dim per task of a 2-D ``ml_transpose2d`` (a multiple of
 #: every vector width).
-_ROW_BLOCK = 64
+_ROW_BLOCK = 16
 #: Fewest elements along each of the two dims for the register-block path (below, a
 #: short dim keeps its lines in L1 and the element loop does as well).
 _REGISTER_MIN = 8

@@ -1,8 +1,9 @@
 """FLOP counts of a model's Conv / ConvTranspose / Gemm / MatMul ops, from their shapes,
 and their achieved GFLOP/s against the machine's peak (issue 14's tables).
 
-:func:`model_work` imports the model through monolib's own pipeline (``prepare``: the
-graph a compile generates, fused ops named as the library's profile names them) and
+:func:`model_work` imports the model through monolib's own pipeline (``prepare`` and the
+C backend's ``host_passes``: the fused ops a compile generates, named as the library's
+profile names them) and
 returns one :class:`OpWork` per fused op whose anchor is one of :data:`COUNTED`:
 its signature text, its class (``conv3x3``, ``conv1x1``, ``dw3x3``, ``gemm``...) and its
 flops (:func:`node_flops`: a multiply and an add per term, the direct algorithm's count:
@@ -138,13 +139,14 @@ def model_work(model: Any, shapes: Mapping | None = None,
         As for ``monolib.compile``; the shapes must be static (an op with a run-time
         dim is left out: its work is not known).
     """
-    from monolib.compiler.passes.conv_bands import fuse_conv_bands
+    from monolib.compiler.backends.c.backend import host_passes
     from monolib.compiler.pipeline import prepare
 
-    _, fusion, _ = prepare(model, dict(shapes) if shapes else None,
-                           dict(constants) if constants else None)
+    graph, fusion, plan = prepare(model, dict(shapes) if shapes else None,
+                                  dict(constants) if constants else None)
+    fusion, _ = host_passes(graph, fusion, plan)  # the fused ops the C backend runs
     out = []
-    for fop in fuse_conv_bands(fusion).ops:  # as the C backend runs them
+    for fop in fusion.ops:
         if fop.kind == "band":  # a 1x1 + depthwise pair: one op in the profile
             parts = [w for p in fop.parts if (w := _work(p)) is not None]
             if len(parts) == len(fop.parts):

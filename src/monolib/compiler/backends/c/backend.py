@@ -20,16 +20,17 @@ from ...passes.tconv_subpixel import ConvTransposeToSubpixel
 from ..base import Backend, Generated
 from . import generate as c_source
 
-__all__ = ["CBackend"]
+__all__ = ["CBackend", "host_passes"]
 
 logger = logging.getLogger(__name__)
 
 
-def _host_passes(graph: Graph, fusion: Fusion, plan: MemoryPlan) -> tuple[Fusion, MemoryPlan]:
+def host_passes(graph: Graph, fusion: Fusion, plan: MemoryPlan) -> tuple[Fusion, MemoryPlan]:
     """The host-only rewrites: overlapping ConvTransposes as sub-pixel Convs
     (``passes/tconv_subpixel``, which rewrites ``graph`` and fuses it again), then the
     depthwise chains run by bands (``passes/conv_bands``); the arena planned again when
-    either changed anything."""
+    either changed anything. ``bench/flops.py`` calls it too, to count the ops a
+    library runs."""
     changed = ConvTransposeToSubpixel()(graph).modified
     if changed:
         fusion = fuse_elementwise(graph)
@@ -57,12 +58,12 @@ class CBackend(Backend):
         self, graph: Graph, fusion: Fusion, plan: MemoryPlan, target: Target, *, constants=None
     ) -> Generated:
         # looked up at call time: a test's stand-in for the generator is the one run
-        fusion, plan = _host_passes(graph, fusion, plan)
+        fusion, plan = host_passes(graph, fusion, plan)
         plan = _with_scratch(fusion, plan)
         if graph.specialized:  # opt_shapes: static paths in the same library
             variants = []
             for sp in graph.specialized:
-                f, p = _host_passes(sp.graph, sp.fusion, sp.plan)
+                f, p = host_passes(sp.graph, sp.fusion, sp.plan)
                 variants.append((sp.values, f, _with_scratch(f, p)))
             source, graph_json, params = c_source.generate(
                 graph, fusion, plan, constants=constants, variants=variants

@@ -79,9 +79,16 @@ def _qualifies(node: Node) -> bool:
 
 
 class ConvTransposeToSubpixel(Pass):
-    """Each qualifying ConvTranspose (2-D, group 1, constant weights, equal strides of 2
-    or more, no dilation, windows that overlap or pads) -> Conv + DepthToSpace (+ Slice);
-    see the module doc."""
+    """Each qualifying ConvTranspose (float32 NCHW, 2-D, static shapes, group 1, constant
+    weights, equal strides of 2 or more, no dilation, windows that overlap or pads, at
+    most :data:`MAX_WORK_RATIO` the multiply-adds) -> Conv + DepthToSpace (+ Slice); see
+    the module doc. The replacement's last node writes the ConvTranspose's output value.
+
+    Raises
+    ------
+    ShapeError
+        From ``tconv_geometry`` on a ConvTranspose whose attributes and shapes disagree.
+    """
 
     def call(self, graph: Graph) -> PassResult:
         _, _, _, names = graph_index(graph)

@@ -158,7 +158,15 @@ def band_scratch_floats(band: FusedOp, vw: int) -> int:
 
 
 def emit_band(fused: FusedOp, ctx: EmitContext) -> str:
-    """C of a ``band`` fused op: an ``ml_band_args`` and ``ml_conv_band`` per image."""
+    """C of a ``band`` fused op (float32 NCHW, static shapes): an ``ml_band_args`` and
+    ``ml_conv_band`` per image, with one thread's scratch of
+    :func:`band_scratch_floats` floats (the most over the vector widths).
+
+    Raises
+    ------
+    CompileError
+        When a link's epilogue cannot run on a band (:func:`band_chain` rules that out).
+    """
     p, d, q = _parts(fused)
     dn = d.anchor
     x = (p or d).anchor.inputs[0]

@@ -53,8 +53,21 @@ int main(void) {
     ml_set_num_threads(2);
     int split = 0;
     for (int r = 0; r < 2000 && !split; ++r) split = job() > 0;
+#ifdef ASLEEP /* the worker sleeps after each job: every stalled job must wake it */
+    ml_set_spin(0);
+#else /* ... else it spins on (a wake-up's lateness is not counted) */
+    ml_set_spin(1000000);
+#endif
     stall = 1;
-    for (int r = 0; r < 2000 && stall; ++r) job();
+    for (int r = 0; r < 2000 && stall; ++r) {
+#ifdef ASLEEP
+        for (int w = 0; w < 1000000 && !ml_pool_asleep(); ++w) sched_yield();
+#else /* awake (it may have slept through a back-off the first jobs started) */
+        ml_pool_kick();
+        for (int w = 0; w < 1000000 && ml_pool.sleepers > 0; ++w) sched_yield();
+#endif
+        job();
+    }
     int backing = ml_pool_backing_off();
     int tasks = (int)ml_par_tasks(1e9, 100);
     int during = job();
@@ -68,20 +81,36 @@ int main(void) {
 """
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_late_worker_makes_the_pool_back_off(tmp_path):
+def _run_harness(tmp_path, *defines: str) -> list[int]:
     src = tmp_path / "h.c"
     src.write_text(_HARNESS)
     exe = tmp_path / "h"
-    subprocess.run(["gcc", "-O2", f"-I{KERNELS}", str(src), "-o", str(exe), "-lpthread"],
-                   check=True, capture_output=True)
+    subprocess.run(["gcc", "-O2", *(f"-D{d}" for d in defines), f"-I{KERNELS}", str(src),
+                    "-o", str(exe), "-lpthread"], check=True, capture_output=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=60)
-    split, backing, tasks, during, after = map(int, out.stdout.split())
+    return list(map(int, out.stdout.split()))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_late_worker_makes_the_pool_back_off(tmp_path):
+    split, backing, tasks, during, after = _run_harness(tmp_path)
     assert split == 1, "the worker never took a task"
     assert backing == 1, "a 5 ms stall did not start a back-off"
     assert tasks == 1, "ml_par_tasks split while backing off"
     assert during == 0, "a job ran on the worker while backing off"
     assert after == 1, "jobs did not split again after the back-off"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_worker_woken_from_sleep_is_not_counted_late(tmp_path):
+    # a sleeping worker is late by its wake-up, which says nothing of another process:
+    # counted, each back-off let the worker fall asleep and the next split after it was
+    # late again, so a model ran serially through whole rounds at 2 threads
+    split, backing, tasks, during, after = _run_harness(tmp_path, "ASLEEP")
+    assert split == 1, "the worker never took a task"
+    assert backing == 0, "a job that had to wake the worker started a back-off"
+    assert tasks > 1, "ml_par_tasks kept a large op on one thread"
+    assert after == 1, "jobs stopped splitting"
 
 
 def _define(header: Path, name: str) -> int:

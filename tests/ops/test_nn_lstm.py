@@ -238,9 +238,10 @@ def _kernel_lib():
     return lib
 
 
-def test_lstm_tanh_within_two_ulp() -> None:
-    """lstm.h's ml_tanhf (a polynomial below 0.625, ml_expf above) against float64 tanh:
-    at most 2 ulp over [-12, 12], odd, exact for tiny inputs, +-1 at +-inf, NaN kept."""
+def test_lstm_tanh_within_six_ulp() -> None:
+    """The cells' ml_tanhf (vmath.h's rational tanh, built here with lstm.h as a model's
+    library builds it) against float64 tanh: at most 6 ulp over [-12, 12] (5.5 over all
+    float32), odd, exact for tiny inputs, +-1 at +-inf, NaN kept."""
     x = np.concatenate([
         np.linspace(-12, 12, 400001, dtype=np.float32),
         np.nextafter(np.float32(0.625), np.float32([0, 1])), np.float32([0.625, -0.625]),
@@ -250,7 +251,7 @@ def test_lstm_tanh_within_two_ulp() -> None:
     _kernel_lib().tanh_all(x.ctypes.data, y.ctypes.data, x.size)
     want = np.tanh(x.astype(np.float64))
     ulp = np.abs(y - want) / np.spacing(np.abs(want).astype(np.float32).clip(1e-38))
-    assert ulp.max() <= 2.0, x[np.argmax(ulp)]
+    assert ulp.max() <= 6.0, x[np.argmax(ulp)]
     np.testing.assert_array_equal(y[x == 0], x[x == 0])
     special = np.float32([np.inf, -np.inf, np.nan])
     out = np.empty_like(special)

@@ -303,6 +303,7 @@ typedef uchar uint8_t;
 /* C99 float names -> OpenCL's overloaded built-ins */
 #define ml_expf exp
 #define ml_erff erf
+#define ml_tanhf tanh
 #define ml_logisticf(x) (1.0f / (1.0f + exp(-(x))))
 """ + _DEVICE_CLAMPS + """\
 #define expf exp
@@ -350,6 +351,7 @@ typedef unsigned char uint8_t;
 #define NAN __int_as_float(0x7fffffff)
 #define ml_expf expf
 #define ml_erff erff
+#define ml_tanhf tanhf
 #define ml_logisticf(x) (1.0f / (1.0f + expf(-(x))))
 """ + _DEVICE_CLAMPS + """\
 """

@@ -325,10 +325,10 @@ class DynamicQuantizeLSTM(OpDef):
                 "        float gi_ = 1.0f / (1.0f + expf(-g_[j_]));",
                 f"        float go_ = 1.0f / (1.0f + expf(-g_[{h} + j_]));",
                 f"        float gf_ = 1.0f / (1.0f + expf(-g_[{2 * h} + j_]));",
-                f"        float gc_ = tanhf(g_[{3 * h} + j_]);",
+                f"        float gc_ = ml_tanhf(g_[{3 * h} + j_]);",
                 f"        float* c_ = (float*){cst} + b_ * {h} + j_;",
                 "        *c_ = gf_ * *c_ + gi_ * gc_;",
-                "        float hv_ = go_ * tanhf(*c_);",
+                "        float hv_ = go_ * ml_tanhf(*c_);",
                 f"        ((float*){hst})[b_ * {h} + j_] = hv_;",
                 (
                     f"        {ctx.ptr(outs[0])}[((t_ * {d} + {k}) * {b} + b_) * {h} + j_] = hv_;"

@@ -169,7 +169,7 @@ static inline void ml_attn_row(const ml_attn_args* a, int64_t b, int64_t h, int6
     ml_attn_range(a, b, i, &lo, &hi);
     if (a->cap > 0.0f) {
         const float cap = a->cap;
-        for (int64_t j = c0; j < c1; ++j) x[j] = cap * tanhf(x[j] / cap);
+        for (int64_t j = c0; j < c1; ++j) x[j] = cap * ml_tanhf(x[j] / cap);
     }
     float* qk = a->qk ? a->qk + ((b * a->Hq + h) * a->S + i) * T : 0;
     if (qk && a->qk_mode <= 1) memcpy(qk, x, (size_t)T * sizeof(float));

@@ -24,7 +24,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
 #endif
-#include <math.h>
+#include <math.h> /* ml_tanhf, ml_expf: vmath.h, before this header */
 #include <stdint.h>
 #include <string.h>
 
@@ -41,22 +41,8 @@
 
 static inline float ml_sigmoidf(float x) { return 1.0f / (1.0f + ml_expf(-x)); }
 
-/* tanh as branch-free C that vectorises with the cell's other loops (libm's tanhf is a
- * call per element: it took half of a step at H = 256). |x| < 0.625: x + x^3 P(x^2), P a
- * least-squares fit of degree 4 (max error 0.9 ulp); beyond, 1 - 2 / (e^2|x| + 1) with
- * ml_expf (1.3 ulp). NaN stays NaN, +-inf gives +-1. */
-static inline float ml_tanhf(float x) {
-    float a = x < 0.0f ? -x : x, z = x * x;
-    float p = -0.005691935773938894f;
-    p = p * z + 0.02062624879181385f;
-    p = p * z - 0.05373530462384224f;
-    p = p * z + 0.13331380486488342f;
-    p = p * z - 0.3333328068256378f;
-    float small = x + x * z * p;
-    float big = 1.0f - 2.0f / (ml_expf(2.0f * a) + 1.0f);
-    big = x < 0.0f ? -big : big;
-    return a < 0.625f ? small : big;
-}
+/* tanh: vmath.h's ml_tanhf (branch-free, it vectorises with the cell's other loops;
+ * libm's tanhf is a call per element: it took half of a step at H = 256). */
 
 static inline float ml_clipf(float x, float clip) {
     if (clip > 0.0f) x = x < -clip ? -clip : (x > clip ? clip : x);

@@ -58,7 +58,7 @@ _KINDS = {"RNN": (1, ["tanh"]), "GRU": (3, ["sigmoid", "tanh"]),
 #: activation -> (C expression of x, default alpha, default beta); a/b: alpha/beta
 _ACTS = {
     "relu": ("x > 0 ? x : 0", None, None),
-    "tanh": ("ml_tanhf(x)", None, None),  # lstm.h's: vectorises, unlike libm's
+    "tanh": ("ml_tanhf(x)", None, None),  # vmath.h's: vectorises, unlike libm's
     "sigmoid": ("1 / (1 + ml_expf(-x))", None, None),
     "affine": ("a * x + b", 1.0, 0.0),
     "leakyrelu": ("x >= 0 ? x : a * x", 0.01, None),
@@ -414,7 +414,7 @@ def emit_recurrence(node: Node, ctx: EmitContext) -> str:
     outs = list(node.outputs) + [None] * 3
     y, yh, yc = outs[0], outs[1], outs[2] if kind == "LSTM" else None
     include_gemm(ctx)
-    ctx.include("lstm.h")  # ml_tanhf
+    ctx.include("lstm.h")  # ml_sigmoidf, ml_clipf
     x = node.inputs[0]
     ap, code = a_operand(ctx, x, t * nb, i, i, 1, name=node.name + ".X")
     gx = f"((float*){ctx.scratch(4 * t * nb * gn)})"

@@ -1,6 +1,6 @@
-/* vmath.h -- float32 exp, sigmoid and erf as branch-free C that the compiler vectorizes
+/* vmath.h -- float32 exp, sigmoid, erf and tanh as branch-free C that the compiler vectorizes
  * inside any loop (monolib kernel library; in every generated C file, after the prelude:
- * the ops call ml_expf, ml_logisticf and ml_erff by name, and the OpenCL/CUDA preludes
+ * the ops call ml_expf, ml_logisticf, ml_erff and ml_tanhf by name, and the OpenCL/CUDA preludes
  * map those names onto their own exp and erf).
  *
  * Why not libm's expf: gcc does vectorize loops calling it, through glibc's libmvec
@@ -129,6 +129,34 @@ static inline float ml_erff(float x) {
     q = q * t + 1.0f;
     const float r = a >= 3.92f ? 1.0f : b * p / q;
     return copysignf(r, x);
+}
+
+/* tanh(x) = x P(x^2) / Q(x^2) on |x| <= 9, P and Q of degree 4: a rational fit of
+ * tanh(x) / x for relative error (P(0) = Q(0) = 1; linearized least squares, Loeb's
+ * division by the last Q and Lawson reweighting, against 40-digit tanh; float64 fit
+ * error 0.36 ulp); beyond, the value at +-9 (1 - tanh(9) = 3e-8 is half of float32's
+ * spacing under 1). Checked against double tanh over all 2^32 inputs: max error 5.5 ulp
+ * (near |x| = 7, where the result is within 2e-6 of 1: float32 rounding of P, Q and the
+ * division), mean 0.04 ulp.
+ * tanh(+-0) = +-0 and subnormals stay themselves (P = Q = 1 there), +-inf gives +-1,
+ * NaN stays NaN, |result| <= 1 everywhere. libm's tanhf (libmvec's vector variant) took
+ * 0.40 ns per element on Zen 4 (ORT 0.36); this, 9 FMAs, a division
+ * and four selects, 0.32 (ORT 0.36-0.38 in the same run). */
+static inline float ml_tanhf(float x) {
+    const float c = ml_atleastf(ml_atmostf(x, 9.0f), -9.0f); /* selects: NaN stays */
+    const float t = c * c;
+    float p = 1.3419796829339248e-08f;
+    p = p * t + 2.066125307464972e-05f;
+    p = p * t + 0.0034989959094673395f;
+    p = p * t + 0.13383980095386505f;
+    p = p * t + 1.0f;
+    float q = 7.804721349202737e-07f;
+    q = q * t + 0.0003291037864983082f;
+    q = q * t + 0.025890206918120384f;
+    q = q * t + 0.4671730101108551f;
+    q = q * t + 1.0f;
+    /* rounded, x P / Q passes 1 near |x| = 9 (by 1 ulp): the result is clamped too */
+    return ml_atleastf(ml_atmostf(c * p / q, 1.0f), -1.0f);
 }
 
 #endif /* MONOLIB_VMATH_H */

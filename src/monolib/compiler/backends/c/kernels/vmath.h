@@ -83,7 +83,7 @@ static inline float ml_expf(float x) {
     int32_t ni;
     const float p = ml_exp_poly(x, &ni);
     /* n in [-150, 128]: each half within a normal float's exponent range */
-    const int32_t n1 = ni / 2, n2 = ni - n1;
+    const int32_t n1 = ni >> 1, n2 = ni - n1; /* floor: one shift (ni / 2 took three) */
     const float s1 = ml_f32_from_bits((uint32_t)(n1 + 127) << 23);
     const float s2 = ml_f32_from_bits((uint32_t)(n2 + 127) << 23);
     return p * s1 * s2;

@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+from vmath_helpers import onnx_model as _model
+from vmath_helpers import ulps as _ulps
 
 from monolib.compiler.build import lower
 from monolib.compiler.testing import run_model
@@ -15,20 +17,6 @@ from monolib.compiler.testing import run_model
 F32 = TensorProto.FLOAT
 RNG = np.random.default_rng(5)
 _erf64 = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """|got - want| in float32 spacings at ``want`` (float64)."""
-    spacing = np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
-    return np.abs(got.astype(np.float64) - want) / spacing
-
-
-def _model(nodes, inputs, outputs, inits=None):
-    graph = helper.make_graph(
-        nodes, "m", inputs, outputs,
-        [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def test_erf_within_six_ulps_and_special_values():

@@ -9,6 +9,7 @@ import math
 import numpy as np
 from onnx import TensorProto, helper
 from vmath_helpers import onnx_model as _model
+from vmath_helpers import run_unary
 from vmath_helpers import ulps as _ulps
 
 from monolib.compiler.build import lower
@@ -25,14 +26,7 @@ def test_erf_within_six_ulps_and_special_values():
     sweep = np.linspace(-5, 5, 100_003, dtype=np.float32)  # odd length: vector tails
     mags = np.exp(RNG.uniform(np.log(1e-40), np.log(10.0), 50_000)).astype(np.float32)
     x = np.concatenate([special, sweep, mags, -mags])
-    model = _model([helper.make_node("Erf", ["x"], ["y"])],
-                   [helper.make_tensor_value_info("x", F32, [x.size])],
-                   [helper.make_tensor_value_info("y", F32, [x.size])])
-    src = lower(model)[0]
-    ops = src.split("/* ---- threadpool.h ---- */")[1]  # the op, after the kernels
-    assert "static inline float ml_erff(float x)" in src and "ml_erff(" in ops
-    assert "erff(" not in ops.replace("ml_erff(", "")  # not libm's
-    got = run_model(model, {"x": x})[0]
+    got = run_unary("Erf", x, "ml_erff")
     ok = ~np.isnan(x)
     err = _ulps(got[ok], _erf64(x[ok].astype(np.float64)))
     # 0.95 ulp of fit, the rest float32 rounding of P(x^2) and Q(x^2) (exhaustively: 6)

@@ -1,7 +1,7 @@
-/* vmath.h -- float32 exp, sigmoid, erf and tanh as branch-free C that the compiler vectorizes
- * inside any loop (monolib kernel library; in every generated C file, after the prelude:
- * the ops call ml_expf, ml_logisticf, ml_erff and ml_tanhf by name, and the OpenCL/CUDA preludes
- * map those names onto their own exp and erf).
+/* vmath.h -- float32 exp, sigmoid, erf and tanh as branch-free C that the compiler
+ * vectorizes inside any loop (monolib kernel library; in every generated C file, after
+ * the prelude: the ops call ml_expf, ml_logisticf, ml_erff and ml_tanhf by name, and the
+ * OpenCL/CUDA preludes map those names onto their own exp, erf and tanh).
  *
  * Why not libm's expf: gcc does vectorize loops calling it, through glibc's libmvec
  * (_ZGVdN8v_expf), but only on x86-64 glibc >= 2.22, and libmvec sends a whole vector

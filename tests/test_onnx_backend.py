@@ -5,7 +5,8 @@ conformance suite: ALL of its node cases (1,884 in onnx 1.23) run through
 A case listed in ``src/monolib/conformance_unsupported.txt`` (with its reason: an
 operator or element type monolib does not implement, a sequence value...) is a STRICT
 expected failure: when it starts passing the test fails until the line is removed, so
-the list only shrinks. Every other case must pass. ``tests/conftest.py`` prints the
+the list only shrinks (not strict where the model draws random values without a seed:
+those match the expected values now and then by chance). Every other case must pass. ``tests/conftest.py`` prints the
 pass count over all cases at the end of the run. ``bench/conformance.py`` does the
 same sweep in restartable worker processes and writes the per-operator report
 ``bench/CONFORMANCE.md`` (``--write-unsupported`` regenerates the list).
@@ -23,10 +24,24 @@ UNSUPPORTED = read_unsupported()
 CASES = load_cases()
 
 
+#: ops whose outputs are random draws
+_RANDOM_OPS = {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
+               "RandomUniformLike"}
+
+
+def _draws_unseeded(case) -> bool:
+    """Whether the case's model draws without a ``seed``: its output is random, so a
+    listed case may match the expected values by chance (test_bernoulli's ten draws do
+    in about 0.6 % of runs) and its expected failure cannot be strict."""
+    return any(n.op_type in _RANDOM_OPS and not any(a.name == "seed" for a in n.attribute)
+               for n in case.model.graph.node)
+
+
 def _all_cases():
     for case in CASES:
         reason = UNSUPPORTED.get(case.name)
-        marks = pytest.mark.xfail(reason=reason, strict=True) if reason else ()
+        strict = not _draws_unseeded(case)
+        marks = pytest.mark.xfail(reason=reason, strict=strict) if reason else ()
         yield pytest.param(case, id=case.name, marks=marks)
 
 

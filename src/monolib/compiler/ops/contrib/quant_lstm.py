@@ -322,9 +322,9 @@ class DynamicQuantizeLSTM(OpDef):
                 "        g_[j_] = v_;",
                 "      }",
                 f"      for (int64_t j_ = 0; j_ < {h}; ++j_) {{",
-                "        float gi_ = 1.0f / (1.0f + expf(-g_[j_]));",
-                f"        float go_ = 1.0f / (1.0f + expf(-g_[{h} + j_]));",
-                f"        float gf_ = 1.0f / (1.0f + expf(-g_[{2 * h} + j_]));",
+                "        float gi_ = ml_logisticf(g_[j_]);",  # vmath.h: vectorizes
+                f"        float go_ = ml_logisticf(g_[{h} + j_]);",
+                f"        float gf_ = ml_logisticf(g_[{2 * h} + j_]);",
                 f"        float gc_ = ml_tanhf(g_[{3 * h} + j_]);",
                 f"        float* c_ = (float*){cst} + b_ * {h} + j_;",
                 "        *c_ = gf_ * *c_ + gi_ * gc_;",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import platform
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from ...tuning.select import active
 from ._gemm import GEMV_NMAX, MR, NR
 
 __all__ = ["COSTS", "L2_BYTES", "conv_costs", "current_costs", "direct_cost", "folded_cost",
-           "gemm_cost", "host_vector_width", "row_window", "streamed_floats", "winograd_cost"]
+           "gemm_cost", "host_vector_width", "row_window", "phase_dims", "phase_period", "streamed_floats", "winograd_cost"]
 
 logger = logging.getLogger(__name__)
 
@@ -197,11 +198,39 @@ def winograd_lanes(plan: Any, d: dict[str, int], vw: int) -> int:
     return lanes
 
 
+def phase_period(size: int, out: int, pad: int, k: int, p: int) -> tuple[int, int]:
+    """(period, zeros before the data) of one axis of a dilated stride-1 conv's phases
+    laid side by side (``winograd.h`` ``ml_winograd_phases``): ``p`` phases of the
+    axis, each the largest phase's ``size`` (input) with the pad before it divided by
+    ``p`` (a multiple of it) and after it the zeros its ``out`` outputs' ``k``-tap
+    windows read."""
+    n, o, before = -(-size // p), -(-out // p), pad // p
+    return before + n + max(0, o + k - 1 - before - n), before
+
+
+def phase_dims(d: dict[str, int], ph: int, pw: int) -> dict[str, int]:
+    """The 2-D view of the undilated, unpadded conv a dilated stride-1 conv runs as:
+    its ``ph x pw`` phases side by side (:func:`phase_period` rows and columns each,
+    their pads within), dilation 1."""
+    h = ph * phase_period(d["H"], d["OH"], d["PT"], d["KH"], ph)[0]
+    w = pw * phase_period(d["W"], d["OW"], d["PL"], d["KW"], pw)[0]
+    return {**d, "H": h, "W": w, "OH": h - d["KH"] + 1, "OW": w - d["KW"] + 1, "PT": 0,
+            "PB": 0, "PL": 0, "PR": 0, "DH": 1, "DW": 1}
+
+
 def winograd_cost(plan: Any, d: dict[str, int], c_in: int, c_out: int,
                   calls: int = 1, c: dict[str, float] | None = None) -> float:
     """Nanoseconds of ``calls`` Winograd convolutions (``ml_winograd``) by ``plan`` (a
-    ``winograd.WinogradPlan``); ``c``: the constants (default ``COSTS["winograd"]``)."""
+    ``winograd.WinogradPlan``); ``c``: the constants (default ``COSTS["winograd"]``).
+    A dilated conv's plan (``plan.phases``): the conv of its phases side by side
+    (:func:`phase_dims`) plus the gather and scatter (each input and output float
+    moved once, priced as an output store)."""
     c = c or current_costs()["winograd"]
+    ph, pw = getattr(plan, "phases", (1, 1))
+    if ph * pw > 1:
+        moved = c_in * d["H"] * d["W"] + c_out * d["OH"] * d["OW"]
+        return (winograd_cost(replace(plan, phases=(1, 1)), phase_dims(d, ph, pw), c_in,
+                              c_out, calls, c) + calls * moved * c["out"])
     xi = plan.th.alpha * plan.tw.alpha
     lanes = winograd_lanes(plan, d, host_vector_width())
     mp = _up(c_out, MR)

@@ -442,4 +442,121 @@ ML_UNUSED static void ml_winograd(const ml_wino_args* a, void* scratch) {
     for (int64_t t = 0; t < blocks; ++t) ml_wino_task(&r, t, scratch);
 }
 
+/* A dilated convolution (dilations ph x pw, stride 1) as one undilated one
+ * (space-to-batch, the standard way to run atrous convolutions): output pixel
+ * (r + i*ph, s + j*pw) reads only inputs (r + i'*ph, s + j'*pw), so phase (r, s) of the
+ * output is the undilated conv of phase (r, s) of the input, pads top and left divided
+ * by the dilations (winograd.py asks them multiples). The ph x pw input phases are
+ * gathered side by side into one image `a->x` ([C][ph*pr][pw*pc]): phase (r, s) at rows
+ * r*pr.. and columns s*pc.., with its pads (pt rows, pl columns) before it and zeros
+ * after it to the period: the windows of a phase's outputs never reach the next, and
+ * the image keeps about the shape of the input (Winograd's rows of tiles stay as
+ * wide). One ml_winograd call convolves it unpadded (blocks and threads as for any
+ * image); its output `a->y` ([M][a->OH][a->OW], phase (r, s) at rows r*pr.. and columns
+ * s*pc..) is scattered into y, each channel's fused epilogue right after its plane. The
+ * copies move each float once, in tasks over channels on the thread pool. */
+typedef struct {
+    const ml_wino_args* a;
+    const float* x;
+    float* y;
+    int64_t H, W, OH, OW, ph, pw, pr, pt, pc, pl;
+    ml_epi_fn epi;
+    void* epi_out;
+    int64_t epi_b;
+} ml_wino_phase_job;
+
+/* Input channel c into the phases' image: per row, the pw column phases of one input
+ * row (two: an even/odd split gcc vectorises) with zeros around each. */
+static void ml_wino_gather(void* ctx, int64_t c, void* scratch) {
+    const ml_wino_phase_job* j = (const ml_wino_phase_job*)ctx;
+    const ml_wino_args* a = j->a;
+    const int64_t SW = a->W, W = j->W, pw = j->pw, pc = j->pc, pl = j->pl;
+    const float* xc = j->x + c * j->H * W;
+    float* dc = (float*)a->x + c * a->H * SW;
+    (void)scratch;
+    for (int64_t r = 0; r < j->ph; ++r) {
+        const int64_t Hr = (j->H - r + j->ph - 1) / j->ph;
+        for (int64_t i = 0; i < j->pr; ++i) {
+            float* d = dc + (r * j->pr + i) * SW;
+            const int64_t ih = i - j->pt;
+            if (ih < 0 || ih >= Hr) {
+                memset(d, 0, SW * sizeof(float));
+                continue;
+            }
+            const float* restrict src = xc + (r + ih * j->ph) * W;
+            if (pw == 2) {
+                float* restrict d0 = d + pl;
+                float* restrict d1 = d + pc + pl;
+                const int64_t h = W / 2;
+                for (int64_t q = 0; q < h; ++q) d0[q] = src[2 * q], d1[q] = src[2 * q + 1];
+                if (W & 1) d0[h] = src[W - 1];
+            } else {
+                for (int64_t s = 0; s < pw; ++s)
+                    for (int64_t q = 0; q * pw + s < W; ++q) d[s * pc + pl + q] = src[q * pw + s];
+            }
+            for (int64_t s = 0; s < pw; ++s) { /* the zeros around phase s */
+                float* ds = d + s * pc;
+                const int64_t n = pl + (W - s + pw - 1) / pw;
+                for (int64_t q = 0; q < pl; ++q) ds[q] = 0.0f;
+                for (int64_t q = n; q < pc; ++q) ds[q] = 0.0f;
+            }
+        }
+    }
+}
+
+/* Output channel m from the phases' output into y (the inverse interleave), then its
+ * epilogue while the plane is in cache. */
+static void ml_wino_scatter(void* ctx, int64_t m, void* scratch) {
+    const ml_wino_phase_job* j = (const ml_wino_phase_job*)ctx;
+    const ml_wino_args* a = j->a;
+    const int64_t SW = a->OW, OW = j->OW, pw = j->pw, pc = j->pc;
+    const float* sc = a->y + m * a->OH * SW;
+    float* yc = j->y + m * j->OH * OW;
+    (void)scratch;
+    for (int64_t r = 0; r < j->ph; ++r) {
+        const int64_t OHr = (j->OH - r + j->ph - 1) / j->ph;
+        for (int64_t i = 0; i < OHr; ++i) {
+            const float* restrict src = sc + (r * j->pr + i) * SW;
+            float* restrict d = yc + (r + i * j->ph) * OW;
+            if (pw == 2) {
+                const float* restrict s1 = src + pc;
+                const int64_t h = OW / 2;
+                for (int64_t q = 0; q < h; ++q) d[2 * q] = src[q], d[2 * q + 1] = s1[q];
+                if (OW & 1) d[OW - 1] = src[h];
+            } else {
+                for (int64_t s = 0; s < pw; ++s)
+                    for (int64_t q = 0; q * pw + s < OW; ++q) d[q * pw + s] = src[s * pc + q];
+            }
+        }
+    }
+    if (j->epi) j->epi(j->epi_out, j->epi_b, m, m + 1, 0, j->OH * OW);
+}
+
+/* Per channel of n, `fn` on the thread pool where the floats moved make it pay. */
+static void ml_wino_channels(void (*fn)(void*, int64_t, void*), ml_wino_phase_job* j,
+                             int64_t n, double floats) {
+#ifdef MONOLIB_THREADPOOL_H
+    if (ml_par_tasks_mem(floats, n) > 1) {
+        ml_parallel_for(n, fn, j, 0, 0);
+        return;
+    }
+#endif
+    (void)floats;
+    for (int64_t c = 0; c < n; ++c) fn(j, c, 0);
+}
+
+/* x [C][H][W] -> y [M][OH][OW] by its phases (above): `a` is the phases' conv
+ * (x, y: its buffers in scratch; no epilogue), epi the fused one of y. */
+ML_UNUSED static void ml_winograd_phases(const ml_wino_args* a, const float* x, float* y,
+                                         int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                         int64_t ph, int64_t pw, int64_t pr, int64_t pt,
+                                         int64_t pc, int64_t pl, ml_epi_fn epi,
+                                         void* epi_out, int64_t epi_b, void* scratch) {
+    ml_wino_phase_job j = {a, x, y, H, W, OH, OW, ph, pw, pr, pt, pc, pl,
+                           epi, epi_out, epi_b};
+    ml_wino_channels(ml_wino_gather, &j, a->C, (double)a->C * (a->H * a->W + H * W));
+    ml_winograd(a, scratch);
+    ml_wino_channels(ml_wino_scatter, &j, a->M, 2.0 * a->M * OH * OW);
+}
+
 #endif /* MONOLIB_WINOGRAD_H */

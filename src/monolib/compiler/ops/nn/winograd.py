@@ -19,6 +19,13 @@ The convolution becomes, per element ``xi`` of the transformed tile, a GEMM
 ``M[xi] = U[xi] V[xi]`` over channels, with ``U = G g G^T`` packed at compile time
 (:func:`transform_weights`). The generated C holds the two transforms as straight-line
 vector code with the matrices as constants (:func:`transform_functions`).
+
+A dilated conv (DeepLab's and U^2-Net's atrous 3x3 convs) runs as the undilated conv of
+its phases laid side by side (space-to-batch, as TensorFlow's ``atrous_conv2d``): with
+dilation ``d`` output pixel ``(r + i d, s + j d)`` reads only inputs of the same phase
+``(r, s)``, so each phase is an ordinary stride-1 conv (``WinogradPlan.phases``,
+``winograd.h`` ``ml_winograd_phases``). ONNX Runtime has no fast path for them (its
+direct NCHWc kernel); here they get Winograd's 2-4x fewer multiplies.
 """
 
 from __future__ import annotations
@@ -34,10 +41,10 @@ import numpy as np
 from ....errors import CompileError
 from ...backends.cstyle import c_literal
 from ...ir import Node
-from ...symbolic import size_hint
+from ...symbolic import is_dim, size_hint
 from ..base import EmitContext
 from ._gemm import MR, NR, pack_a
-from .conv_cost import host_vector_width, winograd_cost
+from .conv_cost import host_vector_width, phase_dims, phase_period, winograd_cost
 
 __all__ = [
     "ENABLED",
@@ -429,7 +436,8 @@ class WinogradPlan:
     lanes run across rows of tiles (``pack``: narrow images; blocks are then whole rows
     of tiles); ``raw``: the library stores the raw weights and each task transforms
     those of its ``co_block`` output channels per pass (no stored U: the size budget's
-    choice where U does not fit)."""
+    choice where U does not fit); ``phases``: a dilated conv's phases (rows, columns),
+    the plan made for them side by side (``conv_cost.phase_dims``; (1, 1): undilated)."""
 
     th: Transforms
     tw: Transforms
@@ -438,6 +446,7 @@ class WinogradPlan:
     co_split: int
     pack: bool = False
     raw: bool = False
+    phases: tuple[int, int] = (1, 1)
 
     def lane_stride(self, d: dict[str, int]) -> int:
         """Lanes per row of tiles in pack mode: the row's tiles and the columns its last
@@ -505,7 +514,9 @@ def plan_winograd(
 ) -> WinogradPlan | None:
     """The Winograd plan of a Conv, or None where the existing paths are used.
 
-    Applies to float32, ``group == 1``, constant weights, stride and dilation 1, and
+    Applies to float32, ``group == 1``, constant weights, stride 1, any dilation whose
+    pads top and left are multiples of it (:func:`dilation_phases`; planned for the
+    phases side by side), and
     kernels 3x3 (F(4x4, 3x3), or F(2x2, 3x3) on narrow outputs where F(4x4) would leave
     vector lanes idle) or 1 x r with r in {3, 5} along W (1-D convolutions, F(4, r)),
     with enough channels and tiles that the transforms pay off (``MIN_*``,
@@ -520,6 +531,11 @@ def plan_winograd(
     x, w = node.inputs[0], node.inputs[1]
     if not _enabled() or group != 1 or w.const is None:
         return None
+    phases = dilation_phases(d)
+    if phases is None:
+        return None
+    if phases != (1, 1):  # planned for the phases side by side
+        d = phase_dims(d, *phases)
     # a run-time image: the plan (a speed choice) is made at the upper bounds; the tile
     # grid itself is computed when the op runs (emit_winograd), any size fits the plan
     d = {k: size_hint(v) for k, v in d.items()}
@@ -565,9 +581,25 @@ def plan_winograd(
                             raw)
 
     rule = plan(None)
-    if not raw or grid[0] == 1:
-        return rule
-    return _raw_plan(rule, plan, d, c_in, c_out)
+    if raw and grid[0] > 1:
+        rule = _raw_plan(rule, plan, d, c_in, c_out)
+    return replace(rule, phases=phases)
+
+
+def dilation_phases(d: dict[str, int]) -> tuple[int, int] | None:
+    """The phases (rows, columns) a stride-1 conv runs as (``winograd.h``
+    ``ml_winograd_phases``): (1, 1) undilated; its dilations along each axis whose
+    window is wider than one tap; None where phases cannot run it: a stride, a pad top
+    or left not a multiple of the dilation, or a size known only at run time."""
+    ph = d["DH"] if d["KH"] > 1 else 1
+    pw = d["DW"] if d["KW"] > 1 else 1
+    if (ph, pw) == (1, 1):
+        return 1, 1
+    if any(is_dim(v) for v in d.values()) or d["SH"] != 1 or d["SW"] != 1:
+        return None
+    if d["PT"] % ph or d["PL"] % pw:
+        return None
+    return ph, pw
 
 
 def _raw_plan(rule: WinogradPlan, plan, d: dict[str, int], c_in: int,
@@ -643,7 +675,9 @@ def emit_winograd(
     c_out = w.shape[0]
     th, tw = plan.th, plan.tw
     ah, aw = th.alpha, tw.alpha
-    big_th, big_tw = plan.tiles(d)  # Dims for a run-time image
+    ph, pw = plan.phases
+    pd = phase_dims(d, ph, pw) if ph * pw > 1 else d  # a dilated conv: its largest phase
+    big_th, big_tw = plan.tiles(pd)  # Dims for a run-time image
     # scratch at the upper bounds: every size below needs no more (winograd.h takes
     # v/m/p_floats as lower bounds of the buffers it is given)
     top_th, top_tw = size_hint(big_th), size_hint(big_tw)
@@ -674,7 +708,11 @@ def emit_winograd(
         )
     v_floats = ah * aw * _stride(c_in * ntp)
     m_floats = ah * aw * _stride(plan.co_block * ntp)
-    scratch = ctx.scratch(4 * (v_floats + m_floats + p_floats + u_floats))
+    floats = v_floats + m_floats + p_floats + u_floats
+    if ph * pw > 1:  # then the phases' input and output side by side (64-byte aligned)
+        xp_floats = _round(c_in * pd["H"] * pd["W"], 16)
+        floats += xp_floats + _round(c_out * pd["OH"] * pd["OW"], 16)
+    scratch = ctx.scratch(4 * floats)
     hw, ohw = d["H"] * d["W"], d["OH"] * d["OW"]
     yp = ctx.ptr(y)
     fields = {
@@ -713,11 +751,21 @@ def emit_winograd(
         "epi_out": yp,
         "epi_b": "n",
     }
+    call = f"ml_winograd(&wa_, {scratch});"
+    if ph * pw > 1:  # the phases' conv (no epilogue), gathered from x, scattered to y
+        xs = f"(float*){scratch} + {v_floats + m_floats + p_floats + u_floats}"
+        pr, pt = phase_period(d["H"], d["OH"], d["PT"], d["KH"], ph)
+        pc, pl = phase_period(d["W"], d["OW"], d["PL"], d["KW"], pw)
+        call = (f"ml_winograd_phases(&wa_, {fields['x']}, {fields['y']}, {d['H']}, "
+                f"{d['W']}, {d['OH']}, {d['OW']}, {ph}, {pw}, {pr}, {pt}, {pc}, {pl}, "
+                f"{epi}, {yp}, n, {scratch});")
+        fields.update({k: pd[k] for k in ("H", "W", "OH", "OW", "PT", "PL")})
+        fields.update(x=xs, y=f"{xs} + {xp_floats}", epi="(ml_epi_fn)0")
     init = ", ".join(f".{k} = {v}" for k, v in fields.items())
     return (
         f"for (int64_t n = 0; n < {n}; ++n) {{\n"
         f"  const ml_wino_args wa_ = {{{init}}};\n"
-        f"  ml_winograd(&wa_, {scratch});\n}}"
+        f"  {call}\n}}"
     )
 
 

@@ -8,7 +8,8 @@ on either side), outputs whose window lies wholly in the padding (the bias alone
 dilation 2, 1x1 (stride 2: a 1x1 stride-1 conv is the GEMM's, read in place) to 7x7
 windows and 1-D ones, output rows shorter than a tile (one-pixel interior tiles) and
 interiors that need a half or a moved-back last tile, maps of fewer pixels than a vector
-(scalar stores), batch 2, with and without bias and epilogue; also at 4, 8 and 16 floats
+(scalar stores), batch 2, groups of whole 16-channel blocks, with and without bias and
+epilogue; also at 4, 8 and 16 floats
 per vector and with each of the 1-4 block groups. A compiled model gives the same bits
 on 1 and 2 threads and matches ONNX Runtime; the scratch is the C formula; the rule
 picks ``direct_ocv`` where its modelled cost is least (and measures faster on a
@@ -56,12 +57,18 @@ CASES = {
     "1d_k5_s2_c3_m36": ((1, 3, 41), 36, (5,), {"pads": [2, 1], "strides": [2]}),
     # rows and columns wholly in the padding: the bias alone (no window row / column)
     "1x1_pads_only_c3_m17": ((1, 3, 3, 4), 17, (1, 1), {"pads": [2, 1, 2, 1]}),
+    # groups of whole 16-channel blocks: each block reads its own group's inputs
+    "3x3_g4_c64_m64": ((1, 64, 13, 30), 64, (3, 3), {"pads": [1, 1, 1, 1], "group": 4}),
+    "3x3_s2_g2_c24_m64_batch2": ((2, 24, 15, 22), 64, (3, 3),
+                                 {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 2}),
+    "5x5_dil2_g3_c9_m48": ((1, 9, 17, 19), 48, (5, 5),
+                           {"pads": [4, 4, 4, 4], "dilations": [2, 2], "group": 3}),
 }
 
 
 def _node(name: str, bias: bool = True):
     xs, m, k, attrs = CASES[name]
-    c = xs[1]
+    c = xs[1] // attrs.get("group", 1)
     ins = [r(*xs), r(m, c, *k, scale=0.3), r(m) if bias else None]
     node = make_node("Conv", ins, attrs, const=[1, 2] if bias else [1], opset=11)
     return (ins if bias else ins[:2]), node
@@ -85,7 +92,7 @@ def test_ocv_without_bias_or_epilogue() -> None:
 
 @pytest.mark.parametrize("vw", [4, 8, 16])
 @pytest.mark.parametrize("name", ["3x3_s2_p1_c16_m40_batch2", "7x7_s2_p3_c3_m24",
-                                  "3x3_s21_c9_m70"])
+                                  "3x3_s21_c9_m70", "3x3_g4_c64_m64"])
 def test_ocv_vector_widths(name: str, vw: int) -> None:
     ins, node = _node(name)
     _check(ins, node, (f"-DML_VW={vw}", f"-DML_NP={2 if vw == 16 else 1}"))
@@ -94,7 +101,7 @@ def test_ocv_vector_widths(name: str, vw: int) -> None:
 @pytest.mark.parametrize("blocks", [1, 2, 3, 4])
 def test_ocv_every_block_group(blocks: int, monkeypatch) -> None:
     """Each row function G = 1..4 (tiles of 24/G pixels at 16 floats a vector)."""
-    monkeypatch.setattr(conv_ocv, "ocv_blocks", lambda d, c, m, vw=None: blocks)
+    monkeypatch.setattr(conv_ocv, "ocv_blocks", lambda d, c, m, vw=None, group=1: blocks)
     ins, node = _node("3x3_s2_p1_c16_m40_batch2")
     _check(ins, node)
     ins, node = _node("3x3_s1_p1_c5_m20")
@@ -154,7 +161,7 @@ def _model():
 
 def test_compiled_ocv_on_one_and_two_threads(monkeypatch) -> None:
     model = _model()
-    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m: 1.0)  # the rule picks it
+    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m, group=1: 1.0)  # the rule's pick
     source, _, _ = lower(model, None, None)
     assert source.count("ml_ocv_conv2d(") == 3  # the definition and two calls
     feeds = {"x": r(1, 3, 96, 130)}
@@ -171,9 +178,9 @@ def test_rule_takes_the_least_cost(monkeypatch) -> None:
     d = as_2d(list(node.inputs[0].shape[2:]), conv_geometry(node))
     costs = conv.rule_costs(node, d, 1)
     assert "direct_ocv" in costs and "gemm" in costs
-    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m: 0.0)
+    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m, group=1: 0.0)
     assert conv._rule(node, d, 1) == Candidate("direct_ocv")
-    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m: 1e12)
+    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m, group=1: 1e12)
     assert conv._rule(node, d, 1) != Candidate("direct_ocv")
 
 
@@ -185,6 +192,8 @@ def test_tuner_lists_it_only_where_valid() -> None:
     grouped = make_node("Conv", [r(1, 4, 8, 8), r(4, 2, 3, 3)], {"group": 2}, const=[1])
     dg = as_2d([8, 8], conv_geometry(grouped))
     assert Candidate("direct_ocv") not in conv_candidates(grouped, dg, 2, False)[1]
+    blocks = make_node("Conv", [r(1, 8, 8, 8), r(32, 4, 3, 3)], {"group": 2}, const=[1])
+    assert Candidate("direct_ocv") in conv_candidates(blocks, dg, 2, False)[1]
     runtime_w = make_node("Conv", [r(1, 4, 8, 8), r(4, 4, 3, 3)], {})
     assert Candidate("direct_ocv") not in conv_candidates(runtime_w, dg, 1, False)[1]
     pointwise = make_node("Conv", [r(1, 4, 8, 8), r(4, 4, 1, 1)], {}, const=[1])

@@ -697,9 +697,9 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
     # a run-time batch folds too (at 1 the fold only costs a copy); a run-time image is
     # judged (plans and costs) at its upper bound
     if (is_dim(n) or n > 1) and size_hint(d["OH"] * d["OW"]) < FOLD_BATCH_BELOW:
-        ocv = ocv_valid(node, d, group) and ocv_in_rule(d, c, w.shape[0])
+        ocv = ocv_valid(node, d, group) and ocv_in_rule(d, c, w.shape[0], group)
         return {"gemm_folded": folded_cost(d, n, c, w.shape[0], group, _pointwise(d)),
-                "direct_ocv": ocv_cost(d, n, c, w.shape[0])} if ocv else None
+                "direct_ocv": ocv_cost(d, n, c, w.shape[0], group=group)} if ocv else None
     plans = {m: plan_winograd(node, d, group, m) for m in (2, 4)}
     if not any(plans.values()) or row_window(d):
         plans = {}
@@ -711,8 +711,8 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
     if "direct" in costs and not _direct_fits(d, c // group):
         del costs["direct"]
     # ocv_in_rule: not 1x1 windows nor big weights (what its model does not see)
-    if ocv_valid(node, d, group) and ocv_in_rule(d, c, w.shape[0]):
-        costs["direct_ocv"] = ocv_cost(d, n, c, w.shape[0])
+    if ocv_valid(node, d, group) and ocv_in_rule(d, c, w.shape[0], group):
+        costs["direct_ocv"] = ocv_cost(d, n, c, w.shape[0], group=group)
     return costs
 
 

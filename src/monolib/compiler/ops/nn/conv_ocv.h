@@ -2,7 +2,8 @@
  *
  * Needs gemm.h (ml_vf, ML_VW, ml_epi_fn, ml_transpose16) before it.
  *
- * ml_ocv_conv2d: one NCHW image, groups == 1, any window, stride, dilation and padding.
+ * ml_ocv_conv2d: one NCHW image, any window, stride, dilation and padding; groups whose
+ * outputs are whole blocks of 16 channels (each block reads its group's inputs).
  * The accumulators of a tile are OB vectors of output channels (ML_VW each) x P output
  * pixels of one output row, the bias preloaded. Per input channel, per window row that
  * falls inside the image (rows outside are skipped: no vertical padding) and per window
@@ -59,7 +60,7 @@ typedef void (*ml_ocv_row_fn)(const ml_ocv_job* j, int64_t g, int64_t oh, float*
                               int64_t ss);
 
 struct ml_ocv_job_s {
-    int64_t C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, ngroups, band, nb, chunk, epi_b;
+    int64_t C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, bpg, ngroups, band, nb, chunk, epi_b;
     int KH, KW, SH, SW, DH, DW;
     const float *x, *wp, *bias;
     float* y;
@@ -152,7 +153,8 @@ ML_INLINE void ml_ocv_row_k(const int P, const int SW, ml_ocv_tile_fn tile,
                 *(ml_vf*)(st + o * ss + ow * ML_VW) = *(const ml_vf*)(b + o * ML_VW);
         return;
     }
-    const float* xr = j->x + (ih + (int64_t)ky0 * j->DH) * j->W;
+    const float* xr = j->x + (g / j->bpg) * j->C * j->H * j->W /* its conv group's input */
+                      + (ih + (int64_t)ky0 * j->DH) * j->W;
     const float* xi = xr - j->PL;
     const int64_t i0 = j->i0, i1 = j->i1;
     for (int64_t ow = 0; ow < i0; ++ow) ml_ocv_edge(SW, one, j, xr, w, nky, ow, b, st, ss);
@@ -256,12 +258,14 @@ static inline int64_t ml_ocv_scratch_floats(int64_t OH, int64_t OW, int64_t gsz)
     return ml_ocv_band_rows(OH, OW, gsz) * OW * gsz;
 }
 
-/* Conv of one NCHW image x [C][H][W] into y [M][OH][OW] (see above); wp, bias: packed by
+/* Conv of one NCHW image x into y [M][OH][OW] (see above); wp, bias: packed by
  * conv_ocv.py for groups of gsz = G*16 channels; row: ml_ocv_row_<G>_<S>; scratch:
- * ml_ocv_scratch_floats floats. Units split over the pool from ML_PAR_MIN_WORK. */
+ * ml_ocv_scratch_floats floats. A grouped conv: C input channels per conv group, each
+ * group's outputs bpg whole blocks; one group: C all of them, bpg >= the blocks. Units
+ * split over the pool from ML_PAR_MIN_WORK. */
 ML_UNUSED static void ml_ocv_conv2d(int64_t C, int64_t H, int64_t W, int64_t M, int64_t OH,
                                     int64_t OW, int KH, int KW, int SH, int SW, int64_t PT,
-                                    int64_t PL, int DH, int DW, int64_t gsz,
+                                    int64_t PL, int DH, int DW, int64_t gsz, int64_t bpg,
                                     const float* restrict x, const float* restrict wp,
                                     const float* restrict bias, float* restrict y,
                                     float* restrict scratch, ml_ocv_row_fn row, ml_epi_fn epi,
@@ -273,7 +277,7 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t C, int64_t H, int64_t W, int64_t M, 
     i1 = ML_MIN(i1, OW);
     if (i1 < i0) i1 = i0;
     int64_t band = ml_ocv_band_rows(OH, OW, gsz), ngroups = (M + gsz - 1) / gsz;
-    ml_ocv_job j = {C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, ngroups, band,
+    ml_ocv_job j = {C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, bpg, ngroups, band,
                     (OH + band - 1) / band, 1, epi_b, KH, KW, SH, SW, DH, DW,
                     x, wp, bias, y, epi, epi_out, row};
 #ifdef MONOLIB_THREADPOOL_H

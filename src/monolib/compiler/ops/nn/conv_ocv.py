@@ -62,26 +62,29 @@ RULE_MAX_W = 196608
 
 
 def ocv_valid(node: Node, d: dict, group: int) -> bool:
-    """Whether ``direct_ocv`` applies: one group, constant weights and bias (packed at
+    """Whether ``direct_ocv`` applies: one group or groups of whole blocks of 16 output
+    channels (RegNet's and ResNeXt's wider groups), constant weights and bias (packed at
     compile time) and every size known at compile time."""
     x, w, b = node.inputs[0], node.inputs[1], node.input(2)
     return (
-        group == 1
+        (group == 1 or (w.shape[0] // group) % OCV_G == 0)
         and w.const is not None
         and (b is None or b.const is not None)
         and not any(is_dim(v) for v in (*x.shape, *d.values()))
     )
 
 
-def ocv_in_rule(d: dict[str, int], c: int, m: int) -> bool:
+def ocv_in_rule(d: dict[str, int], c: int, m: int, group: int = 1) -> bool:
     """Whether the fixed rule compares ``direct_ocv`` (``--tune`` measures it anyway):
     not for windows one column wide (one tap per input channel and window row: the loops
     dominate; ResNet-50's 1x1/2 convs ran 5-15% slower than GEMM or pixels-as-rows,
     oww_embedding's 24 -> 24 3x1 ones 50% slower than direct) nor where a group's weights exceed
     :data:`RULE_MAX_W` floats (every tile streams them again from L3: ResNet-50's 512 ->
-    512 3x3/2 at 7 x 7, 1.18 MB a group, ran 30% slower)."""
+    512 3x3/2 at 7 x 7, 1.18 MB a group, ran 30% slower). ``c``: all input channels,
+    ``group`` conv groups."""
     kk = d["KH"] * d["KW"]
-    return d["KW"] > 1 and c * kk * min(4 * OCV_G, -(-m // OCV_G) * OCV_G) <= RULE_MAX_W
+    per = -(-m // group // OCV_G) * OCV_G
+    return d["KW"] > 1 and c // group * kk * min(4 * OCV_G, per) <= RULE_MAX_W
 
 
 def ocv_tile(g: int, vw: int) -> tuple[int, int]:
@@ -129,19 +132,23 @@ def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
     return macs * (inner * rate + edge * k["edge"]) + m * d["OH"] * d["OW"] * k["out"]
 
 
-def ocv_blocks(d: dict[str, int], c: int, m: int, vw: int | None = None) -> int:
+def ocv_blocks(d: dict[str, int], c: int, m: int, vw: int | None = None,
+               group: int = 1) -> int:
     """Blocks of 16 output channels per group (1 to 4) with the least modelled time: more
     blocks share each broadcast among more vectors but pad ``C_out`` to a larger multiple
-    and leave fewer pixels a tile (longer remainders per row)."""
+    and leave fewer pixels a tile (longer remainders per row). ``c``: the input channels
+    a block reads (a conv group's); with ``group`` > 1 only block sizes that divide a
+    group's outputs."""
     vw = vw or host_vector_width()
-    cost = {g: _cost_g(d, c, m, g, vw) for g in range(1, 5)}
+    fits = [g for g in range(1, 5) if group == 1 or (m // group) % (g * OCV_G) == 0]
+    cost = {g: _cost_g(d, c, m, g, vw) for g in fits}
     # within 3%, the most blocks: fewer loads per FMA (4 x 6: 10 loads for 24 FMAs, 2 x
     # 12: 14), measured 2-7% faster on 64 -> 64..256 3x3/2 convs (Zen 4)
     return max(g for g in cost if cost[g] <= 1.03 * min(cost.values()))
 
 
 def ocv_cost(d: dict[str, int], n: int, c: int, m: int, vw: int | None = None,
-             k: dict[str, float] | None = None) -> float:
+             k: dict[str, float] | None = None, group: int = 1) -> float:
     """Estimated nanoseconds of ``direct_ocv`` on a batch of ``n`` images, ``c`` -> ``m``
     channels, 2-D view ``d`` (static sizes).
 
@@ -149,13 +156,15 @@ def ocv_cost(d: dict[str, int], n: int, c: int, m: int, vw: int | None = None,
     groups, each row's interior to whole tiles, window rows outside the image skipped),
     the edge pixels at a one-pixel tile's rate, the transposes of the outputs and a
     per-call term; ``k``: the constants (default ``conv_cost.COSTS["direct_ocv"]``; the
-    blocks per group are chosen with the defaults either way).
+    blocks per group are chosen with the defaults either way); ``group``: conv groups,
+    each block reading its group's ``c / group`` channels.
     """
     vw = vw or host_vector_width()
-    g = ocv_blocks(d, c, m, vw)
+    cg = c // group
+    g = ocv_blocks(d, cg, m, vw, group)
     k = k or conv_cost.current_costs()["direct_ocv"]
     big = conv_cost.streamed_floats(d, n, c, m) * k["big"]
-    return n * (_cost_g(d, c, m, g, vw, k) + k["call"]) + big
+    return n * (_cost_g(d, cg, m, g, vw, k) + k["call"]) + big
 
 
 def pack_ocv_weights(w: np.ndarray, g: int) -> np.ndarray:
@@ -192,8 +201,11 @@ def emit_ocv(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
     m = w.shape[0]
-    wc = np.asarray(w.const, np.float32).reshape(m, c, d["KH"], d["KW"])
-    g = ocv_blocks(d, c, m)
+    group = int(node.attrs.get("group", 1))
+    cg = c // group
+    wc = np.asarray(w.const, np.float32).reshape(m, cg, d["KH"], d["KW"])
+    g = ocv_blocks(d, cg, m, group=group)
+    bpg = m // group // (g * OCV_G) if group > 1 else -(-m // (g * OCV_G))
     wp = ctx.param(pack_ocv_weights(wc, g), f"{node.name}.ocv_w")
     bias = None if b is None else np.asarray(b.const, np.float32)
     bp = ctx.param(pack_ocv_bias(bias, m, g), f"{node.name}.ocv_b")
@@ -204,8 +216,8 @@ def emit_ocv(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
     args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
     code = (
         f"for (int64_t n = 0; n < {n}; ++n)\n"
-        f"  ml_ocv_conv2d({c}, {d['H']}, {d['W']}, {m}, {d['OH']}, {d['OW']}, {args}, "
-        f"{g * OCV_G},\n    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {wp}, {bp}, "
+        f"  ml_ocv_conv2d({cg}, {d['H']}, {d['W']}, {m}, {d['OH']}, {d['OW']}, {args}, "
+        f"{g * OCV_G}, {bpg},\n    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {wp}, {bp}, "
         f"{yp} + n * {m * ohw}, (float*){scratch}, ml_ocv_row_{g}_{s}, "
     )
     return code + f"{epi}, {yp}, n);"

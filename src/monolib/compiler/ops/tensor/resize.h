@@ -1,4 +1,5 @@
-/* resize.h -- nearest upsampling by integer factors (monolib kernel library).
+/* resize.h -- nearest upsampling by integer factors, separable two-tap linear resize
+ * (monolib kernel library).
  *
  * ONNX Resize / Upsample, mode nearest, when the output index of the last two axes is
  * in // f (an FPN's 2x, asymmetric + floor): each input row of W elements is widened
@@ -116,6 +117,102 @@ __attribute__((unused)) static void ml_upsample_nearest(int64_t rows, int64_t W,
     }
 #endif
     ml_upsample_task(&j, 0, 0);
+}
+
+/* Linear resize of the last two axes, two taps per axis (ONNX Resize mode linear, any
+ * coordinate transformation: the taps and weights are tables made at compile time;
+ * an axis not resized has taps (i, i) and weights (1, 0)):
+ *     y[p][oy][ox] = sum_a wy[a][oy] sum_b wx[b][ox] x[p][iy[a][oy]][ix[b][ox]].
+ * Separable: each input row an output row reads is first resized along W into a row
+ * buffer (kept while the next output rows read the same input rows: a 2x upsample
+ * resizes each input row once, not four times), then the output row is the weighted
+ * sum of two buffers, contiguous, vectorised. Units are (plane, band of output rows),
+ * split over the thread pool by work; the fused epilogue (rows of [planes*OH][OW]) runs
+ * on each output row while it is in cache. */
+typedef void (*ml_resize_epi_fn)(void* out, int64_t b, int64_t m0, int64_t m1, int64_t n0,
+                                 int64_t n1);
+typedef struct {
+    int64_t planes, H, W, OH, OW, band, chunk;
+    const int32_t *iy, *ix; /* [2][OH], [2][OW] */
+    const float *wy, *wx;   /* the same layout */
+    const float* x;
+    float* y;
+    ml_resize_epi_fn epi;
+    void* epi_out;
+} ml_resize2_job;
+
+static inline void ml_resize2_row(const ml_resize2_job* j, const float* restrict row,
+                                  float* restrict out) {
+    const int32_t* restrict i0 = j->ix;
+    const int32_t* restrict i1 = j->ix + j->OW;
+    const float* restrict w0 = j->wx;
+    const float* restrict w1 = j->wx + j->OW;
+    for (int64_t o = 0; o < j->OW; ++o) out[o] = w0[o] * row[i0[o]] + w1[o] * row[i1[o]];
+}
+
+static void ml_resize2_unit(const ml_resize2_job* j, int64_t u, float* restrict buf) {
+    const int64_t nb = (j->OH + j->band - 1) / j->band, p = u / nb;
+    const int64_t oy0 = (u % nb) * j->band, oy1 = oy0 + j->band < j->OH ? oy0 + j->band : j->OH;
+    const float* xp = j->x + p * j->H * j->W;
+    float* yp = j->y + p * j->OH * j->OW;
+    float* h[2] = {buf, buf + j->OW}; /* resized input rows, which in have[] */
+    int64_t have[2] = {-1, -1};
+    for (int64_t oy = oy0; oy < oy1; ++oy) {
+        const int64_t r[2] = {j->iy[oy], j->iy[j->OH + oy]};
+        const float* src[2];
+        for (int a = 0; a < 2; ++a) {
+            int s = have[0] == r[a] ? 0 : have[1] == r[a] ? 1 : -1;
+            if (s < 0) { /* resized into the slot not holding the other tap's row */
+                s = have[0] == r[1 - a] ? 1 : 0;
+                ml_resize2_row(j, xp + r[a] * j->W, h[s]);
+                have[s] = r[a];
+            }
+            src[a] = h[s];
+        }
+        const float a0 = j->wy[oy], a1 = j->wy[j->OH + oy];
+        float* restrict out = yp + oy * j->OW;
+        const float* restrict s0 = src[0];
+        const float* restrict s1 = src[1];
+        for (int64_t o = 0; o < j->OW; ++o) out[o] = a0 * s0[o] + a1 * s1[o];
+        if (j->epi) j->epi(j->epi_out, 0, p * j->OH + oy, p * j->OH + oy + 1, 0, j->OW);
+    }
+}
+
+#ifdef MONOLIB_THREADPOOL_H
+static void ml_resize2_task(void* ctx, int64_t t, void* scratch) {
+    const ml_resize2_job* j = (const ml_resize2_job*)ctx;
+    const int64_t units = j->planes * ((j->OH + j->band - 1) / j->band);
+    for (int64_t u = t * j->chunk; u < units && u < (t + 1) * j->chunk; ++u)
+        ml_resize2_unit(j, u, (float*)scratch);
+}
+#endif
+
+/* The resize of `planes` planes x [H][W] into [OH][OW] by the tables above; scratch:
+ * 2 * OW floats. */
+__attribute__((unused)) static void ml_resize_linear2(
+    int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW, const int32_t* iy,
+    const float* wy, const int32_t* ix, const float* wx, const float* x, float* y,
+    float* scratch, ml_resize_epi_fn epi, void* epi_out) {
+    ml_resize2_job j = {planes, H, W, OH, OW, OH, 1, iy, ix, wy, wx, x, y, epi, epi_out};
+#ifdef MONOLIB_THREADPOOL_H
+    /* work per output float: its share of the W pass (two taps) and the H pass */
+    double work = 4.0 * (double)planes * OH * OW;
+    int64_t units = planes;
+    if (ml_num_threads() > 1 && planes < 4 * (int64_t)ml_num_threads()) {
+        int64_t nb = (4 * (int64_t)ml_num_threads() + planes - 1) / planes;
+        j.band = (OH + nb - 1) / nb;
+        units = planes * ((OH + j.band - 1) / j.band);
+    }
+    int64_t tasks = ml_par_tasks_mem(work, units);
+    if (tasks > 1) {
+        j.chunk = (units + tasks - 1) / tasks;
+        ml_parallel_for((units + j.chunk - 1) / j.chunk, ml_resize2_task, &j, scratch,
+                        2 * (size_t)OW * sizeof(float));
+        return;
+    }
+    j.band = OH;
+#endif
+    for (int64_t p = 0; p < planes; ++p) ml_resize2_unit(&j, p, scratch);
 }
 
 #endif /* MONOLIB_RESIZE_H */

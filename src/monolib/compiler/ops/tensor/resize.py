@@ -36,7 +36,7 @@ import numpy as np
 
 from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
 from ...ir import Node, shape_size
-from ...symbolic import Dim
+from ...symbolic import Dim, is_dim
 from ..base import EmitContext, OpDef, OutType, register
 from ...backends.cstyle import c_literal, ctype
 from . import resize_data
@@ -447,6 +447,9 @@ class _Resize(OpDef):
             fast = self._emit_integer_upsample(ctx, plan, x, y)
             if fast:
                 return fast
+        fast = self._emit_linear2(node, ctx, plan, x, y)
+        if fast:
+            return fast
         lin = [d for d, w in enumerate(plan.weight) if w is not None]
         taps = {d: plan.index[d].shape[1] for d in lin}
         unroll = int(np.prod(list(taps.values()), dtype=np.int64)) <= 64
@@ -604,6 +607,48 @@ class _Resize(OpDef):
             f"ml_upsample_nearest({outer * h}, {w}, {fx}, {fy}, {y.dtype.itemsize}, "
             f"{ctx.ptr(x)}, {ctx.ptr(y)});"
         )
+
+    def _emit_linear2(self, node: Node, ctx: EmitContext, plan: ResizePlan, x, y) -> str:
+        """Linear mode resizing only the last two axes, two taps each (a U-Net's or FPN's
+        bilinear 2x, any coordinate transformation) on float32: ``ml_resize_linear2`` of
+        ``resize.h`` (separable, rows resized along W once and kept, split over the
+        thread pool, the fused epilogue per output row). ``""`` otherwise."""
+        rank = len(x.shape)
+        if (
+            plan.mode != "linear"
+            or rank < 2
+            or x.dtype != np.float32
+            or plan.outside
+            or any(plan.index[d] is not None for d in range(rank - 2))
+            or any(is_dim(v) for v in (*x.shape, *y.shape))
+        ):
+            return ""
+        tables = []
+        for d in (rank - 2, rank - 1):
+            idx, w = plan.index[d], plan.weight[d]
+            n = y.shape[d]
+            if idx is None:  # not resized: tap (i, i), weights (1, 0)
+                idx = np.stack([np.arange(n)] * 2, axis=1)
+                w = np.stack([np.ones(n), np.zeros(n)], axis=1)
+            elif not isinstance(idx, np.ndarray) or w is None or idx.shape[1:] != (2,):
+                return ""
+            tables.append((ctx.param(np.ascontiguousarray(idx.T, np.int32).reshape(-1),
+                                     "resize_taps"),
+                           ctx.param(np.ascontiguousarray(w.T, np.float32).reshape(-1),
+                                     "resize_w")))
+        (iy, wy), (ix, wx) = tables
+        h, w_in = x.shape[-2:]
+        oh, ow = y.shape[-2:]
+        planes = shape_size(x.shape[:-2])
+        fn = ctx.tile_epilogue(self.epilogue_groups(node))
+        if fn == "0" and has_epilogue(ctx, rank):  # one only expressible per element
+            return ""
+        epi = "(ml_resize_epi_fn)0" if fn == "0" else f"(ml_resize_epi_fn){fn}"
+        ctx.include("resize.h")
+        scratch = ctx.scratch(4 * 2 * ow)
+        return (f"ml_resize_linear2({planes}, {h}, {w_in}, {oh}, {ow}, {iy}, {wy}, {ix}, "
+                f"{wx}, {ctx.ptr(x)}, {ctx.ptr(y)}, (float*){scratch}, {epi}, "
+                f"{ctx.ptr(y)});")
 
     def _table(self, ctx: EmitContext, plan: ResizePlan, d: int, n_in: int):
         """A function from the output loop variable to the C source index."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from harness import check_op, make_node
+from harness import check_op, make_node, run_c
 
 from monolib.errors import ShapeError, UnsupportedOpError
 
@@ -65,6 +65,26 @@ def test_reduce_long_rows_and_ints():
     check_op("ReduceSum", [xi, np.array([1], np.int64)], {}, opset=13, const=(1,))
     check_op("ReduceMax", [xi], {"axes": [0]}, opset=13)
     check_op("ReduceMin", [xi.astype(np.int64)], {"axes": [1], "keepdims": 0}, opset=13)
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("axes", [[-1], [1]], ids=str)
+def test_reduce_extremes_keep_nans_and_infinities(op, axes):
+    """Rows of 3, 16 and 40 floats (tail only, whole vectors, vectors + tail): a NaN in
+    a vector's lanes or in the tail gives NaN wherever it lies (NumPy's rule; ONNX
+    Runtime's result depends on the NaNs' count and place, microsoft/onnxruntime#10514),
+    infinities are values; random rows (the branchless vector path) match NumPy."""
+    np_fn = np.max if op == "ReduceMax" else np.min
+    for n in (3, 16, 40):
+        x = f32(4, 6, n)
+        x[0, 1, n - 1] = np.nan  # the tail (or a lane where n = 16)
+        x[1, 2, min(5, n - 1)] = np.nan  # a vector's lane
+        x[2, 3, :] = -np.inf
+        x[3, 0, 0] = np.inf
+        x[3, 4, :] = np.nan
+        node = make_node(op, [x], {"axes": axes, "keepdims": 0}, opset=13)
+        got = run_c(node, [x])[0]
+        np.testing.assert_array_equal(got, np_fn(x, axis=tuple(axes)), err_msg=f"n={n}")
 
 
 def test_reduce_runtime_axes_rejected():

@@ -11,6 +11,8 @@ This package exports the graph-level passes that run before fusion, one per modu
 * :class:`RemoveNoOps` -- identity-like nodes rewired away (``remove_noops``)
 * :class:`OneHotMatMulToGather` -- one-hot embedding MatMul as a Gather (``onehot_gather``)
 * :class:`TanhPlusOneToSigmoid` -- ``1 + tanh(u)`` as ``2 sigmoid(2u)`` (``tanh_sigmoid``)
+* :class:`EinsumToMatMul` -- two-operand Einsum contractions as one batched MatMul
+  (``einsum_matmul``)
 * :class:`DeadCodeElimination` -- nodes that reach no graph output (``dce``)
 
 :func:`simplify` runs them to a fixed point. ``fuse_elementwise`` and ``plan_memory``
@@ -20,6 +22,7 @@ live in their own modules (imported there directly).
 from .base import Pass, PassManager, PassResult
 from .collapse_reshapes import CollapseReshapes
 from .dce import DeadCodeElimination
+from .einsum_matmul import EinsumToMatMul
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .onehot_gather import OneHotMatMulToGather
@@ -29,6 +32,7 @@ from .tanh_sigmoid import TanhPlusOneToSigmoid
 __all__ = [
     "CollapseReshapes",
     "DeadCodeElimination",
+    "EinsumToMatMul",
     "FoldBatchNorm",
     "FoldConstants",
     "OneHotMatMulToGather",
@@ -43,8 +47,8 @@ __all__ = [
 
 def simplify(graph, onehot_gather: bool = True):
     """Run the pre-fusion passes to a fixed point: constant folding, BatchNormalization
-    folding into convolutions, reshape-chain collapsing, no-op removal, ``1 + tanh(u)``
-    as ``2 sigmoid(2u)``, dead code elimination.
+    folding into convolutions, Einsum contractions as MatMul, reshape-chain collapsing,
+    no-op removal, ``1 + tanh(u)`` as ``2 sigmoid(2u)``, dead code elimination.
 
     Parameters
     ----------
@@ -62,6 +66,7 @@ def simplify(graph, onehot_gather: bool = True):
     passes = [
         FoldConstants(),
         FoldBatchNorm(),
+        EinsumToMatMul(),
         CollapseReshapes(),
         RemoveNoOps(),
         TanhPlusOneToSigmoid(),

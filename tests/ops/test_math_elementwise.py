@@ -279,3 +279,16 @@ def test_c_expr_is_deterministic():
     node = make_node("HardSwish", [f32(3)], {}, 14)
     op = op_of(node)
     assert op.c_expr(node, ["expf(v)"]) == op.c_expr(node, ["expf(v)"])
+
+
+@pytest.mark.parametrize("op", ["PRelu", "Max", "Min"])
+def test_selects_read_their_operands_unconditionally(op):
+    """A ternary that reads an array element in one arm only (PRelu's slope, Max's y)
+    stays a branch per element (gcc does not speculate the load: PRelu over 64 x 112 x
+    112 ran 3.7 ms); their C expressions bind every array element to a temporary read
+    first, and Max/Min combine their NaN test with ``|``, not ``||``."""
+    x, s = f32(2, 3, 4), f32(3, 1)
+    node = make_node(op, [x, s] if op == "PRelu" else [x, x], {}, 16)
+    expr = op_of(node).c_expr(node, ["in0[i]", "in1[c]"])
+    assert "float ml_t0_" in expr and "float ml_t1_" in expr, expr
+    assert "||" not in expr, expr

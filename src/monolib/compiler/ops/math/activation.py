@@ -97,7 +97,7 @@ class PRelu(Elementwise):
 
     def c_expr(self, node: Node, args: Sequence[str]) -> str:
         dt = node.outputs[0].dtype
-        return bind(args, [dt, dt], lambda x, s: f"({x} >= 0 ? {x} : {x} * {s})")
+        return bind(args, [dt, dt], lambda x, s: f"({x} >= 0 ? {x} : {x} * {s})", loads=True)
 
 
 @register

@@ -240,9 +240,11 @@ class _Extreme(_Variadic):
         return reduce(self.ufunc, xs)
 
     def combine(self, a: str, b: str, dt: np.dtype) -> str:
-        # NaN propagates as in np.maximum and ORT: x != x is false for integers
+        # NaN propagates as in np.maximum and ORT: x != x is false for integers; `|`,
+        # not `||`: no branch, so the compiler can make it a vector compare and blend
         return bind(
-            [a, b], [dt, dt], lambda x, y: f"(({x} {self.sym} {y} || {x} != {x}) ? {x} : {y})"
+            [a, b], [dt, dt], lambda x, y: f"((({x} {self.sym} {y}) | ({x} != {x})) ? {x} : {y})",
+            loads=True,
         )
 
 

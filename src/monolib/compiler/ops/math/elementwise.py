@@ -93,12 +93,17 @@ def cast_expr(expr: str, dtype: np.dtype) -> str:
     return f"(({ctype(dt)})({expr}))"
 
 
-def bind(args: Sequence[str], dtypes: Sequence[np.dtype], body: Callable[..., str]) -> str:
+def bind(args: Sequence[str], dtypes: Sequence[np.dtype], body: Callable[..., str],
+         loads: bool = False) -> str:
     """``body(*names)`` where each argument expression is evaluated once.
 
     Simple arguments (a literal, an identifier, an array element) are passed as they
     are; others are bound to fresh temporaries, so an expression that uses its argument
-    twice (``x * x``, ``x > 0 ? x : 0``) neither recomputes nor re-reads it. The
+    twice (``x * x``, ``x > 0 ? x : 0``) neither recomputes nor re-reads it. ``loads``:
+    array elements are bound too, so a ternary that reads one in a single arm (PRelu's
+    ``x >= 0 ? x : x * slope[c]``) reads it every time and the compiler may turn it
+    into a vector blend (gcc does not speculate a conditional load: such a loop stayed
+    scalar, a compare and a branch per element, 4.6 ns an element). The
     binding is spelled by the language being written
     (:func:`~monolib.compiler.backends.cstyle.bound_expression`): a GNU statement
     expression ``({ float t = ...; ...; })`` in C and OpenCL C, a lambda called in
@@ -106,7 +111,7 @@ def bind(args: Sequence[str], dtypes: Sequence[np.dtype], body: Callable[..., st
     """
     decls, names = [], []
     for a, dt in zip(args, dtypes):
-        if len(a) < 160 and not _CALL.search(a):
+        if len(a) < 160 and not _CALL.search(a) and not (loads and "[" in a):
             names.append(a)
             continue
         # named after the expression (not a counter) so the generated C is deterministic

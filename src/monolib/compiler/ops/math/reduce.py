@@ -109,7 +109,7 @@ def _extreme(low: bool, np_fn, sym: str, row: str) -> _Kind:
     return _Kind(
         _np(lambda x, a, k: np_fn(x, a, keepdims=k, initial=_bound(x.dtype, low))),
         lambda dt: c_literal(_bound(dt, low), dt),
-        lambda a, x, dt: f"(({x} {sym} {a} || {x} != {x}) ? {x} : {a})",
+        lambda a, x, dt: f"((({x} {sym} {a}) | ({x} != {x})) ? {x} : {a})",  # branchless
         _ID,
         row,
     )

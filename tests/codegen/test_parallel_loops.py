@@ -197,7 +197,8 @@ def test_constant_fill_splits_and_matches(monkeypatch) -> None:
 
 def test_copies_split_and_match() -> None:
     """Transpose (a channel shuffle, a tiled 2-D transpose, one with a fused epilogue),
-    Concat of two graph inputs, Pad (constant and reflect) on the pool."""
+    Concat of two graph inputs, Pad (constant and reflect; at batch 1 split along the
+    channels, reflect and edge with the last axis cropped on one side) on the pool."""
     nodes = [
         helper.make_node("Reshape", ["x", "s5"], ["x5"]),
         helper.make_node("Transpose", ["x5"], ["t1"], perm=[0, 2, 1, 3, 4]),
@@ -207,16 +208,22 @@ def test_copies_split_and_match() -> None:
         helper.make_node("Concat", ["x", "x2"], ["c"], axis=1),
         helper.make_node("Pad", ["x", "p"], ["p1"], mode="constant"),
         helper.make_node("Pad", ["x", "p"], ["p2"], mode="reflect"),
+        # batch 1: split along the channels; the last axis cropped on one side
+        helper.make_node("Pad", ["x1", "p"], ["p3"], mode="reflect"),
+        helper.make_node("Pad", ["x1", "q"], ["p4"], mode="edge"),
     ]
     inits = [numpy_helper.from_array(np.array([2, 4, 6, 33, 35], np.int64), "s5"),
-             numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "p")]
-    model = _model(nodes, [("x", [2, 24, 33, 35]), ("w", [301, 517]), ("x2", [2, 5, 33, 35])],
-                   ["t1", "t2", "t3", "c", "p1", "p2"], inits)
+             numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "p"),
+             numpy_helper.from_array(np.array([0, 0, 1, -2, 0, 0, -1, 3], np.int64), "q")]
+    model = _model(nodes, [("x", [2, 24, 33, 35]), ("w", [301, 517]), ("x2", [2, 5, 33, 35]),
+                           ("x1", [1, 24, 33, 35])],
+                   ["t1", "t2", "t3", "c", "p1", "p2", "p3", "p4"], inits)
     source = lower(model)[0]
-    assert source.count("static void par_task_") >= 6
+    assert source.count("static void par_task_") >= 8
     feeds = {"x": RNG.standard_normal((2, 24, 33, 35)).astype(np.float32),
              "w": RNG.standard_normal((301, 517)).astype(np.float32),
-             "x2": RNG.standard_normal((2, 5, 33, 35)).astype(np.float32)}
+             "x2": RNG.standard_normal((2, 5, 33, 35)).astype(np.float32),
+             "x1": RNG.standard_normal((1, 24, 33, 35)).astype(np.float32)}
     _check(model, feeds)
 
 

@@ -250,3 +250,21 @@ def test_sleeping_pool_wakes_only_for_large_ops() -> None:
     assert lib.gate_tasks(small) == 1
     assert lib.gate_tasks(wake) == 8
     assert lib.gate_tasks(small / 2) == 1
+
+
+def test_softmax_columns_split_and_match() -> None:
+    """Softmax and LogSoftmax along a strided axis (over channels; YOLOv8's class
+    softmax) split into blocks of columns: a large one (1 x 80 x 8400) on the pool, a
+    batch of two with a partial last block (2 x 7 x 300) and a fused Relu; ORT's
+    values, the same bits at 1 and 2 threads."""
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["s1"], axis=1),
+        helper.make_node("LogSoftmax", ["z"], ["l2"], axis=1),
+        helper.make_node("Relu", ["l2"], ["s2"]),
+    ]
+    model = _model(nodes, [("x", [1, 80, 8400]), ("z", [2, 7, 300])], ["s1", "s2"])
+    source = lower(model)[0]
+    assert source.count("static void par_task_") >= 1
+    feeds = {"x": (3 * RNG.standard_normal((1, 80, 8400))).astype(np.float32),
+             "z": (3 * RNG.standard_normal((2, 7, 300))).astype(np.float32)}
+    _check(model, feeds)

@@ -38,6 +38,11 @@ __all__ = ["LogSoftmax1", "LogSoftmax13", "Softmax1", "Softmax13", "softmax_view
 logger = logging.getLogger(__name__)
 
 
+#: Columns per block of a softmax along a strided axis (``_emit_columns``): a few vectors
+#: wide, so the blocks are many (threads) and each row of a block one cache line or more.
+COLUMN_BLOCK = 64
+
+
 def softmax_view(shape, axis: int, coerce_2d: bool) -> tuple[int, int, int]:
     """``(outer, n, inner)``: the normalized dims have ``n`` elements at stride
     ``inner`` (``inner == 1`` for the 2-D coercion of versions 1 and 11)."""
@@ -145,41 +150,46 @@ class _SoftmaxBase(FlatEpilogueOp):
         return "\n".join(lines)
 
     def _emit_columns(self, node, ctx, outer: int, n: int, inner: int) -> str:
+        """Softmax along a strided axis (``[outer, n, inner]``, e.g. over channels):
+        per block of ``COLUMN_BLOCK`` columns ``i`` (vectorised along them), the max,
+        the exponentials and their sum, and the outputs, over every ``o``; the blocks
+        write disjoint columns of the scratch and of the output, so they split over
+        the thread pool (YOLOv8's class softmax over 80 x 8400: 0.37 ms on one thread)."""
         x = node.inputs[0]
         dt = x.dtype
         ct = "float" if dt == np.float32 else "double"
         exp = cfn("exp", dt)
-        o, k, i = ctx.unique("o"), ctx.unique("k"), ctx.unique("i")
+        c, o, k, i = ctx.unique("c"), ctx.unique("o"), ctx.unique("k"), ctx.unique("i")
+        lo, hi = ctx.unique("lo"), ctx.unique("hi")
         mb, sb, eb = ctx.unique("mx"), ctx.unique("sm"), ctx.unique("ex")
         base = f"{o}*{n * inner} + {k}*{inner} + {i}"
         xv = f"{ctx.ptr(x)}[{base}]"
+        blocks = -(-inner // COLUMN_BLOCK) if not is_dim(inner) else f"(({inner} + {COLUMN_BLOCK - 1}) / {COLUMN_BLOCK})"
+        cols = f"for (int64_t {i} = {lo}; {i} < {hi}; ++{i})"
         lines = [
+            # scratch columns i of the max, the sum and the exponentials: a block's own
             f"{ct}* {mb} = ({ct}*){ctx.scratch(inner * dt.itemsize)};",
             f"{ct}* {sb} = ({ct}*){ctx.scratch(inner * dt.itemsize)};",
             f"{ct}* {eb} = ({ct}*){ctx.scratch(n * inner * dt.itemsize)};",
+            f"const int64_t {lo} = {c} * {COLUMN_BLOCK};",
+            f"const int64_t {hi} = {lo} + {COLUMN_BLOCK} < {inner} ? {lo} + {COLUMN_BLOCK} : {inner};",
             f"for (int64_t {o} = 0; {o} < {outer}; ++{o}) {{",
-            f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{ {mb}[{i}] = -INFINITY; {sb}[{i}] = 0; }}",
+            f"{cols} {{ {mb}[{i}] = -INFINITY; {sb}[{i}] = 0; }}",
+            f"for (int64_t {k} = 0; {k} < {n}; ++{k}) {cols} {mb}[{i}] = {xv} > {mb}[{i}] ? {xv} : {mb}[{i}];",
             (
-                f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i})"
-                f" {mb}[{i}] = {xv} > {mb}[{i}] ? {xv} : {mb}[{i}];"
-            ),
-            (
-                f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {{"
+                f"for (int64_t {k} = 0; {k} < {n}; ++{k}) {cols} {{"
                 f" {eb}[{k}*{inner} + {i}] = {exp}({xv} - {mb}[{i}]); {sb}[{i}] += {eb}[{k}*{inner} + {i}]; }}"
             ),
         ]
         if not self.log:
-            lines.append(
-                f"for (int64_t {i} = 0; {i} < {inner}; ++{i}) {sb}[{i}] = {c_literal(1, dt)} / {sb}[{i}];"
-            )
+            lines.append(f"{cols} {sb}[{i}] = {c_literal(1, dt)} / {sb}[{i}];")
         store = self._final(
             node, ctx, base, xv, f"{eb}[{k}*{inner} + {i}]", f"{mb}[{i}]", f"{sb}[{i}]"
         )
-        lines.append(
-            f"for (int64_t {k} = 0; {k} < {n}; ++{k}) for (int64_t {i} = 0; {i} < {inner}; ++{i}) {store}"
-        )
+        lines.append(f"for (int64_t {k} = 0; {k} < {n}; ++{k}) {cols} {store}")
         lines.append("}")
-        return "\n".join(lines)
+        # an exp and a few flops per element: some 16 units of work each
+        return ctx.parallel_for(c, blocks, "\n".join(lines), outer * n * inner * 16)
 
     def emit_device(self, node: Node, ctx: Any) -> Kernel:
         """Device Softmax / LogSoftmax: one row per work item (max, sum of

@@ -268,3 +268,26 @@ def test_softmax_columns_split_and_match() -> None:
     feeds = {"x": (3 * RNG.standard_normal((1, 80, 8400))).astype(np.float32),
              "z": (3 * RNG.standard_normal((2, 7, 300))).astype(np.float32)}
     _check(model, feeds)
+
+
+def test_norm_rows_split_and_match() -> None:
+    """InstanceNormalization (planes of 48 x 48), LayerNormalization with its mean and
+    inverse-deviation outputs (rows of 384) and a fused Relu: the rows split over the
+    pool; ORT's values, the same bits at 1 and 2 threads."""
+    c, d = 96, 384
+    nodes = [
+        helper.make_node("InstanceNormalization", ["x", "g", "b"], ["n1"], epsilon=1e-5),
+        helper.make_node("LayerNormalization", ["z", "lg", "lb"], ["l", "mu", "inv"], axis=-1),
+        helper.make_node("Relu", ["l"], ["n2"]),
+    ]
+    inits = [numpy_helper.from_array(RNG.standard_normal(c).astype(np.float32), "g"),
+             numpy_helper.from_array(RNG.standard_normal(c).astype(np.float32), "b"),
+             numpy_helper.from_array(RNG.standard_normal(d).astype(np.float32), "lg"),
+             numpy_helper.from_array(RNG.standard_normal(d).astype(np.float32), "lb")]
+    model = _model(nodes, [("x", [1, c, 48, 48]), ("z", [1, 300, d])],
+                   ["n1", "n2", "mu", "inv"], inits)
+    source = lower(model)[0]
+    assert source.count("static void par_task_") >= 2
+    feeds = {"x": RNG.standard_normal((1, c, 48, 48)).astype(np.float32),
+             "z": RNG.standard_normal((1, 300, d)).astype(np.float32)}
+    _check(model, feeds, rtol=1e-5, atol=1e-5)

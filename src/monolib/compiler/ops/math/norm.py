@@ -88,9 +88,8 @@ def emit_row_loop(
     x, y = node.inputs[0], node.outputs[0]
     o, j, row = names
     flat = f"{o}*{n} + {j}"
-    return "\n".join(
+    body = "\n".join(
         [
-            f"for (int64_t {o} = 0; {o} < {rows}; ++{o}) {{",
             f"const {ctype(x.dtype)}* {row} = {ctx.ptr(x)} + {o}*{n};",
             stats,
             (
@@ -98,9 +97,12 @@ def emit_row_loop(
                 f"{ctx.ptr(y)}[{flat}] = {ctx.output_expr(value, flat_index_exprs(flat, y.shape))};"
             ),
             *after,
-            "}",
         ]
     )
+    # rows are independent (each writes its own outputs and statistics): on the pool
+    # when large (InstanceNorm over 64 planes of 128 x 128 ran 0.21 ms at any thread
+    # count); three passes over a row, some 12 units of work an element
+    return ctx.parallel_for(o, rows, body, rows * n * 12)
 
 
 def _row_operand(ctx: EmitContext, v: Value | None, norm_shape, j: str) -> str:

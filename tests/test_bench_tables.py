@@ -190,3 +190,21 @@ def test_model_names_groups():
     assert set(run.model_names(ap, "all")) == set(run.MODELS)
     with pytest.raises(SystemExit):
         run.model_names(ap, "nope")
+
+
+def test_op_cases_build_and_tabulate():
+    """bench/ops.py: every case is a valid ONNX model whose outputs ONNX Runtime infers
+    as declared; the table has a row per case and the ratio of fake times."""
+    ops = load("ops")
+    from monolib.compiler.testing import ort_session
+
+    cases = ops.cases()
+    assert len({c.name for c in cases}) == len(cases) >= 40
+    for case in cases[::7]:  # a sample through ORT: shapes as declared
+        model = case.model()
+        onnx.checker.check_model(model)
+        out = ort_session(model).run(None, case.feeds(np.random.default_rng(0)))[0]
+        assert list(out.shape) == case.outputs[0][1], case.name
+    rows = [(c, {1: (1e-3, 2e-3), 2: (1e-3, 5e-4), "diff": 0.0}) for c in cases[:3]]
+    text = ops.table(rows, [1, 2])
+    assert text.count("\n") == 2 + 2 and "0.50x" in text and "2.00x" in text

@@ -291,3 +291,20 @@ def test_norm_rows_split_and_match() -> None:
     feeds = {"x": RNG.standard_normal((1, c, 48, 48)).astype(np.float32),
              "z": RNG.standard_normal((1, 300, d)).astype(np.float32)}
     _check(model, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_row_reductions_split_and_match() -> None:
+    """ReduceMax / ReduceSum / ReduceL2 over contiguous rows (the last axis) split their
+    rows over the pool: ORT's values, the same bits at 1 and 2 threads."""
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["a"], axes=[-1], keepdims=0),
+        helper.make_node("ReduceSum", ["x", "ax"], ["b"], keepdims=1),
+        helper.make_node("ReduceL2", ["x"], ["c"], axes=[-1], keepdims=0),
+    ]
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "ax")]
+    model = _model(nodes, [("x", [96, 40, 70])], ["a", "b", "c"], inits)
+    model.opset_import[0].version = 13
+    source = lower(model)[0]
+    assert source.count("static void par_task_") >= 3
+    _check(model, {"x": RNG.standard_normal((96, 40, 70)).astype(np.float32)},
+           rtol=1e-5, atol=1e-5)

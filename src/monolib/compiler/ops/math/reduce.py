@@ -270,10 +270,9 @@ class Reduce(FlatEpilogueOp):
                 f"{act} {acc} = {kind.init(dt)};\n"
                 f"for (int64_t {j} = 0; {j} < {r}; ++{j}) {acc} = {kind.combine(acc, xi, dt)};"
             )
-        return (
-            f"for (int64_t {o} = 0; {o} < {k}; ++{o}) {{\n{reduce_row}\n"
-            f"{self._store(node, ctx, o, acc, count)}\n}}"
-        )
+        # rows are independent: on the pool when large (a float read counts 4 units)
+        return ctx.parallel_for(o, k, f"{reduce_row}\n{self._store(node, ctx, o, acc, count)}",
+                                k * r * 4)
 
     def _emit_strided(self, node, ctx, k: int, r: int, k2: int, count: int) -> str:
         """``[K, R, K2]``: a row of K2 accumulators updated by contiguous rows."""

@@ -55,6 +55,7 @@ class Case:
     opset: int = 17
 
     def model(self):
+        """The case as an ``onnx.ModelProto`` (IR 8, the case's opset)."""
         g = helper.make_graph(
             self.nodes, self.name,
             [helper.make_tensor_value_info(n, t, s) for n, s, t in self.inputs],
@@ -64,6 +65,7 @@ class Case:
                                  ir_version=8)
 
     def feeds(self, rng) -> dict[str, np.ndarray]:
+        """Seeded inputs: standard normal floats, int64 indices below the last dim."""
         out = {}
         for n, s, t in self.inputs:
             out[n] = (rng.integers(0, s[-1], s) if t == TensorProto.INT64
@@ -72,6 +74,8 @@ class Case:
 
 
 def _conv(c, m, h, k, s=1, g=1, d=1, act="Relu", w=None) -> Case:
+    """A Conv (``c`` -> ``m`` channels, ``k`` x ``k``, stride ``s``, ``g`` groups,
+    dilation ``d``, "same" pads) on an ``h`` x ``w`` image, then ``act``."""
     w = w or h
     p = d * (k // 2)
     oh, ow = (h + 2 * p - d * (k - 1) - 1) // s + 1, (w + 2 * p - d * (k - 1) - 1) // s + 1

@@ -164,7 +164,7 @@ class _SoftmaxBase(FlatEpilogueOp):
         mb, sb, eb = ctx.unique("mx"), ctx.unique("sm"), ctx.unique("ex")
         base = f"{o}*{n * inner} + {k}*{inner} + {i}"
         xv = f"{ctx.ptr(x)}[{base}]"
-        blocks = -(-inner // COLUMN_BLOCK) if not is_dim(inner) else f"(({inner} + {COLUMN_BLOCK - 1}) / {COLUMN_BLOCK})"
+        blocks = (inner + COLUMN_BLOCK - 1) // COLUMN_BLOCK  # a run-time dim stays symbolic
         cols = f"for (int64_t {i} = {lo}; {i} < {hi}; ++{i})"
         lines = [
             # scratch columns i of the max, the sum and the exponentials: a block's own

@@ -21,7 +21,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -32,10 +31,10 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import machine, paired_time, parse_threads  # noqa: E402
+from run import machine, paired_time, parse_threads
 
-import monolib  # noqa: E402
-from monolib.compiler.testing import ort_session  # noqa: E402
+import monolib
+from monolib.compiler.testing import ort_session
 
 F = TensorProto.FLOAT
 
@@ -106,7 +105,7 @@ def _node(name, family, op, ins, outs, inits=None, opset=17, **attrs) -> Case:
 def cases() -> list[Case]:
     """The benchmarked signatures (see the module doc)."""
     rng = np.random.default_rng(0)
-    r = lambda *s, k=0.05: (k * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
+    r = lambda *s, k=0.05: (k * rng.standard_normal(s)).astype(np.float32)
     out = [
         _conv(3, 32, 224, 3, 2), _conv(3, 64, 224, 7, 2), _conv(3, 16, 640, 3, 2, act="Sigmoid"),
         _conv(32, 64, 112, 3, 2), _conv(64, 128, 56, 3, 2), _conv(128, 256, 28, 3, 2),

@@ -49,6 +49,7 @@ __all__ = [
     "add_inputs",
     "apply_test_epilogue",
     "check_forced",
+    "check_threads_match_ort",
     "assert_close",
     "attr_value",
     "check_node",
@@ -476,6 +477,19 @@ def run_threads(model, feeds: dict[str, np.ndarray], threads: Sequence[int] = (1
     finally:
         set_num_threads(len(os.sched_getaffinity(0)))
     return runs
+
+
+def check_threads_match_ort(model, feeds: dict[str, np.ndarray], rel: float = 3e-5) -> list:
+    """``model`` compiled for the host: output 0 at 1 thread within ``rel`` (relative to
+    its largest magnitude) of ONNX Runtime's, and the same bits at 2 threads. Returns
+    the 1-thread outputs."""
+    from monolib.compiler.testing import ort_run
+
+    want = ort_run(model, feeds)[0]
+    one, two = run_threads(model, feeds)
+    assert np.abs(one[0] - want).max() <= rel * np.abs(want).max()
+    np.testing.assert_array_equal(one[0], two[0])
+    return one
 
 
 def check_forced(node: Node, ins: Sequence[np.ndarray], label: str, c_call: str,

@@ -15,7 +15,15 @@ import numpy as np
 import onnx
 import pytest
 from frontend.onnx_util import F32, make_model
-from harness import EPI, VECTOR_WIDTHS, NodeContext, make_node, run_c, run_threads
+from harness import (
+    EPI,
+    VECTOR_WIDTHS,
+    NodeContext,
+    check_threads_match_ort,
+    make_node,
+    run_c,
+    run_threads,
+)
 from onnx import helper
 
 from monolib.compiler.build import lower
@@ -114,10 +122,7 @@ def test_packed_winograd_one_and_two_threads(label, packed) -> None:
         source, _, _ = lower(model, None, None)
         assert ".pack = 1" in source
         feeds = {"x": np.random.default_rng(3).standard_normal((1, 48, 14, 14), np.float32)}
-        want = ort_run(model, feeds)[0]
-        one, two = run_threads(model, feeds)
-    assert np.abs(one[0] - want).max() <= 3e-5 * np.abs(want).max()
-    np.testing.assert_array_equal(one[0], two[0])
+        check_threads_match_ort(model, feeds)
 
 
 # -- the rule's cost model -----------------------------------------------------------------

@@ -17,7 +17,15 @@ import numpy as np
 import onnx
 import pytest
 from frontend.onnx_util import F32, make_model
-from harness import EPI, VECTOR_WIDTHS, NodeContext, make_node, run_c, run_threads
+from harness import (
+    EPI,
+    VECTOR_WIDTHS,
+    NodeContext,
+    check_threads_match_ort,
+    make_node,
+    run_c,
+    run_threads,
+)
 from onnx import helper
 
 from monolib.compiler.build import lower
@@ -269,10 +277,7 @@ def test_compiled_dilated_winograd_on_one_and_two_threads() -> None:
     source, _, _ = lower(model, None, None)
     assert "ml_winograd_phases(&wa_" in source
     feeds = {"x": np.random.default_rng(7).standard_normal((1, 48, 64, 62), np.float32)}
-    want = ort_run(model, feeds)[0]
-    one, two = run_threads(model, feeds)
-    assert np.abs(one[0] - want).max() <= 3e-5 * np.abs(want).max()
-    np.testing.assert_array_equal(one[0], two[0])
+    check_threads_match_ort(model, feeds)
 
 
 @pytest.mark.parametrize("width", sorted(VECTOR_WIDTHS))

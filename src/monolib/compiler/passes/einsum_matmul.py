@@ -21,6 +21,7 @@ import logging
 
 import numpy as np
 
+from ...errors import MonolibError
 from ..ir import Graph, Node
 from ..ops.math.einsum import parse_einsum
 from ..symbolic import is_dim
@@ -87,7 +88,7 @@ class EinsumToMatMul(Pass):
         try:
             in_labels, out_labels, sizes = parse_einsum(
                 str(node.attrs["equation"]), [tuple(a.shape), tuple(b.shape)])
-        except Exception:  # the Einsum op reports a bad equation with its own error
+        except MonolibError:  # the Einsum op reports a bad equation with its own error
             return None
         for labels, shape in zip(in_labels, (a.shape, b.shape)):
             if any(int(s) != sizes[x] for x, s in zip(labels, shape)):

@@ -117,11 +117,9 @@ class _Pad(FlatEpilogueOp):
             return ""
         mode, amounts, shape = self._config(node)
         rank = len(shape)
-        ist = contiguous_strides(x.shape)
         ovars = [ctx.unique("o") for _ in range(rank)]
         svars = [ctx.unique("s") for _ in range(rank)]
         ok = ctx.unique("ok")
-        flat = linear_offset(ovars, contiguous_strides(shape))
         lines = [f"int {ok}_0 = 1;"] if mode == "constant" else []
         for d in range(rank - 1):
             n, b = x.shape[d], amounts[d][0]
@@ -172,9 +170,9 @@ class _Pad(FlatEpilogueOp):
                 cval = cval[:-1] + ".0f"
         lo, hi = ctx.unique("lo"), ctx.unique("hi")
         # [0, lo): before the input; [lo, hi): the input's elements; [hi, end): after
+        end = f"({b}) + ({n})"
         out = [f"const int64_t {lo} = {b} < 0 ? 0 : ({b} > {shape[d]} ? {shape[d]} : {b});",
-               f"const int64_t {hi} = ({b}) + ({n}) < {lo} ? {lo} : (({b}) + ({n}) > {shape[d]}"
-               f" ? {shape[d]} : ({b}) + ({n}));"]
+               f"const int64_t {hi} = {end} < {lo} ? {lo} : ({end} > {shape[d]} ? {shape[d]} : {end});"]
         for first, last, inside in (("0", lo, False), (lo, hi, True), (hi, str(shape[d]), False)):
             src = f"{ctx.ptr(x)}[{linear_offset(svars, ist)}]"
             stmts = [f"int64_t {s} = {o} - ({b});"]

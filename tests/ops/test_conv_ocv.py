@@ -252,3 +252,23 @@ def test_batch_of_short_signals_weighs_it_against_the_fold() -> None:
     one, two = run_threads(model, feeds)
     np.testing.assert_allclose(one[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     np.testing.assert_array_equal(one[0], two[0])
+
+
+@pytest.mark.parametrize(
+    "w, pl, sw, p, want",
+    [
+        # 128 -> 256 3x3/2 at 28x28: 14 outputs, interior 1..13 (13): two tiles of 6,
+        # the last pixel alone, the left edge alone
+        (28, 1, 2, 6, (12, 2)),
+        # 28 outputs, interior 26: four tiles, a half tile moved back over the last 2
+        (28, 1, 1, 6, (27, 2)),
+        (8, 1, 1, 6, (6, 2)),  # interior 6: one tile
+        (6, 1, 1, 6, (3, 3)),  # interior 4 < 6: a half tile, one pixel, the 2 edges
+    ],
+)
+def test_row_pixels_follow_the_kernel(w, pl, sw, p, want):
+    """conv_ocv._row_pixels counts a row as ml_ocv_row_k runs it: whole tiles, then the
+    remainder as a tile moved back, a half tile, or one-pixel tiles."""
+    ow = (w + 2 * pl - 3) // sw + 1
+    d = {"OW": ow, "SW": sw, "PL": pl, "W": w, "KW": 3, "DW": 1}
+    assert conv_ocv._row_pixels(d, p) == want

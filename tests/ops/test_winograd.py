@@ -116,6 +116,10 @@ CASES = {
     "3x3_wide_blocks": ((1, 16, 10, 150), (9, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     "3x3_many_channels": ((1, 70, 18, 18), (50, 70, 3, 3), {"pads": [1, 1, 1, 1]}),
     "3x3_narrow_output_f2": ((1, 40, 10, 18), (30, 40, 3, 3), {"pads": [0, 0, 0, 0]}),
+    # rows of tiles fewer than a vector (14 and 9 tiles) and past whole vectors (35 = 32 +
+    # 3 at F(2)): winograd.h stores those outputs a float at a time (mw 4 and 2)
+    "3x3_rows_under_a_vector": ((1, 16, 20, 56), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3_rows_past_vectors_f2": ((1, 12, 9, 70), (10, 12, 3, 3), {"pads": [1, 1, 1, 1]}),
     "1d_k5": ((1, 20, 87), (14, 20, 5), {"pads": [2, 1]}),
     "1d_k3": ((2, 17, 85), (13, 17, 3), {"pads": [1, 1]}),
     "1d_k5_one_block_channel_split": ((1, 24, 70), (100, 24, 5), {}),

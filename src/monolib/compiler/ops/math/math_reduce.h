@@ -63,7 +63,7 @@ static inline float ml_rext_f32(const float* x, int64_t n, const int MAX) {
         nan |= v != v;
     }
     /* the lanes halved in registers (16 -> 8 -> 4, then 4 scalars): a lane at a time
-     * through the stack was most of a row of 64 (ReduceMax 64x64x64: 45 -> 30 us) */
+     * through the stack was most of a row of 64 (ReduceMax 64x64x64: 45 -> 37 us) */
     typedef float vf8 __attribute__((vector_size(32)));
     typedef int32_t vi8 __attribute__((vector_size(32)));
     typedef float vf4 __attribute__((vector_size(16)));

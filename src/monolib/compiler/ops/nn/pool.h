@@ -487,8 +487,6 @@ static inline int ml_pool2d_sep_ok(const ml_pool2d_args* a) {
     return sep < direct;
 }
 
-
-
 /* Row partials of pr over KW at stride s into h (OWv floats). */
 static inline void ml_pool_sep_hrow(const float* pr, float* h, int64_t OWv, int64_t KW,
                                     int64_t s, int mx, __m256 init) {

@@ -54,8 +54,11 @@ def threads():
 
 # (C, M, H, W): whole tiles only (56x56 = 3136 columns = 98 tiles of 32), whole tiles and a
 # packed rest (13x13 = 169: 5 tiles + 9 columns), fewer columns than a tile (5x5), odd
-# channel counts; 64x64's rows are 16 KiB apart (aliasing: the packed path stays)
-CONVS = [(16, 32, 56, 56), (24, 40, 13, 13), (7, 5, 5, 5), (64, 48, 20, 23), (32, 16, 64, 64)]
+# channel counts; 64x64's rows are 16 KiB apart (aliasing: the packed path stays); more
+# than one KC block of 256 input channels where B fits in L2 (ML_B_INPLACE_L2): 576 -> 96
+# at 14x14 (3 blocks, 6 tiles + 4 columns), 300 channels at 7x9 (1 tile + 31 columns)
+CONVS = [(16, 32, 56, 56), (24, 40, 13, 13), (7, 5, 5, 5), (64, 48, 20, 23), (32, 16, 64, 64),
+         (576, 96, 14, 14), (300, 24, 7, 9)]
 
 
 @pytest.mark.parametrize("shape", CONVS, ids=lambda s: "x".join(map(str, s)))
@@ -77,7 +80,8 @@ def test_pointwise_conv_in_place_is_the_packed_bits(shape, tmp_path, threads):
         np.testing.assert_allclose(got[1][0], want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("mkn", [(37, 200, 333), (6, 64, 96), (200, 256, 1000), (5, 3, 40)])
+@pytest.mark.parametrize("mkn", [(37, 200, 333), (6, 64, 96), (200, 256, 1000), (5, 3, 40),
+                                 (37, 600, 333)])
 def test_matmul_run_time_b_in_place_is_the_packed_bits(mkn, tmp_path, threads):
     m, k, n = mkn
     model = _matmul_model(m, k, n)

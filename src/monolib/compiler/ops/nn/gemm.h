@@ -65,6 +65,15 @@
 #ifndef ML_B_INPLACE
 #define ML_B_INPLACE 1
 #endif
+/* ... past one KC block too where the columns' K rows fit in L2 (bytes; conv_cost.py's
+ * L2_BYTES): their rows are a few KB apart, which the prefetchers follow, and the packing
+ * copy is saved. Zen 4, 1 thread, 1x1 convs: 576->96 at 14x14 0.220 -> 0.203 ms, 384->64
+ * at 14x14 0.104 -> 0.093, 288->64 at 28x28 0.291 -> 0.256, 512->128 at 20x20 0.489 ->
+ * 0.460, 960->320 at 7x7 the same (MobileNetV2's projections). Larger B measured
+ * within noise either way (512->256 at 50x50, 1024->256 at 45x45), so it stops here. */
+#ifndef ML_B_INPLACE_L2
+#define ML_B_INPLACE_L2 (1 << 20)
+#endif
 #ifndef ML_B_INPLACE_MAXM
 #define ML_B_INPLACE_MAXM 256
 #endif
@@ -798,7 +807,8 @@ static void ml_sgemm_impl(const ml_gemm_args* g, int small_ok) {
              * copied per M multiply-adds: 5-20% of a conv of 16-64 output channels);
              * the same sums in the same order, so the same bits */
             int64_t full = ML_B_INPLACE && g->b.kind == ML_B_STRIDED && g->b.ldn == 1 &&
-                                   g->M <= ML_B_INPLACE_MAXM && g->K <= ML_KC &&
+                                   g->M <= ML_B_INPLACE_MAXM &&
+                                   (g->K <= ML_KC || g->K * nc * 4 <= ML_B_INPLACE_L2) &&
                                    (g->b.ldk * 4) % ML_B_INPLACE_ALIAS != 0
                                ? nc / (ML_NP * ML_NR) * (ML_NP * ML_NR)
                                : 0;

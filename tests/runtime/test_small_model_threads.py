@@ -27,8 +27,7 @@ LSTM_H = SRC / "ops" / "nn" / "lstm.h"
 
 # Tasks report whether a worker ran them; a worker's first task of the stalled job
 # sleeps 5 ms. Prints: split before, back-off set, ml_par_tasks while backing off,
-# tasks on the worker while backing off, split again after the back-off, and whether the
-# back-off's length is still remembered 20 jobs later.
+# tasks on the worker while backing off, split again after the back-off.
 _HARNESS = r"""
 #include "threadpool.h"
 #include <stdio.h>
@@ -76,9 +75,7 @@ int main(void) {
     nanosleep(&ts, 0);
     int after = 0;
     for (int r = 0; r < 2000 && !after; ++r) after = job() > 0;
-    for (int r = 0; r < 20; ++r) job();
-    int remembered = ml_pool.backoff_ns >= ML_BACKOFF_MIN / 2;
-    printf("%d %d %d %d %d %d\n", split, backing, tasks, during, after, remembered);
+    printf("%d %d %d %d %d\n", split, backing, tasks, during, after);
     return 0;
 }
 """
@@ -96,15 +93,12 @@ def _run_harness(tmp_path, *defines: str) -> list[int]:
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_late_worker_makes_the_pool_back_off(tmp_path):
-    split, backing, tasks, during, after, remembered = _run_harness(tmp_path)
+    split, backing, tasks, during, after = _run_harness(tmp_path)
     assert split == 1, "the worker never took a task"
     assert backing == 1, "a 5 ms stall did not start a back-off"
     assert tasks == 1, "ml_par_tasks split while backing off"
     assert during == 0, "a job ran on the worker while backing off"
     assert after == 1, "jobs did not split again after the back-off"
-    # a process that stalled the worker once usually does again (ORT's spinning worker):
-    # 20 jobs on time later, the next stall still doubles the back-off, not restarts it
-    assert remembered == 1, "the back-off's length was forgotten within 20 jobs"
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -112,7 +106,7 @@ def test_worker_woken_from_sleep_is_not_counted_late(tmp_path):
     # a sleeping worker is late by its wake-up, which says nothing of another process:
     # counted, each back-off let the worker fall asleep and the next split after it was
     # late again, so a model ran serially through whole rounds at 2 threads
-    split, backing, tasks, during, after, _ = _run_harness(tmp_path, "ASLEEP")
+    split, backing, tasks, during, after = _run_harness(tmp_path, "ASLEEP")
     assert split == 1, "the worker never took a task"
     assert backing == 0, "a job that had to wake the worker started a back-off"
     assert tasks > 1, "ml_par_tasks kept a large op on one thread"

@@ -116,10 +116,9 @@ static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, vo
  * over twice its own share for a claimed task) was descheduled: another process wants
  * that core. Splitting then loses (Silero's sequence model beside a compiler on the
  * other core: 0.87 ms at 1 thread, 1.29 at 2), so ops run on the caller for a back-off
- * that doubles with each late job (ML_BACKOFF_MIN..MAX) and shrinks by 1/ML_BACKOFF_SHRINK
- * with each job on time that a worker took part in; the workers, given nothing, sleep and
- * leave the core to the other process. A quiet machine never waits that long (a wake-up:
- * tens of us). */
+ * that doubles with each late job (ML_BACKOFF_MIN..MAX) and shrinks by 1/8 with each
+ * job on time that a worker took part in; the workers, given nothing, sleep and leave the core to the other
+ * process. A quiet machine never waits that long (a wake-up: tens of us). */
 #ifndef ML_LATE_NS
 #define ML_LATE_NS 200000
 #endif
@@ -141,14 +140,6 @@ static inline void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, vo
 #ifndef ML_ABSENT_NS
 #define ML_ABSENT_NS 30000
 #endif
-/* A back-off of ML_BACKOFF_MIN is forgotten after about 44 jobs on time, not 5 (at 1/8). A
- * process that holds the other core keeps doing so (ONNX Runtime's intra-op worker spins
- * some 40 ms after each of its runs): each stall it causes costs a scheduler tick (4-8
- * ms here), and at 1/8 the back-off was gone again a few jobs after each stall. A
- * BERT-like encoder (2 layers, 128 tokens) on 2 threads, each call followed by one of
- * ORT's: 12.5 ms at 1/8, 9.8 at 1/64 (1 thread: 9.7; alone on 2 threads both 6.9);
- * PP-LCNet the same way: 5.98 -> 5.27 ms (alone 2.61 / 2.68). */
-#define ML_BACKOFF_SHRINK 64
 #define ML_BACKOFF_MIN 2000000
 #define ML_BACKOFF_MAX 256000000
 #define ML_STOP UINT64_MAX
@@ -353,7 +344,7 @@ static void ml_pool_after_job(int late, int absent, int shared) {
         __atomic_store_n(&ml_pool.backoff_until, ml_now_ns() + ml_pool.backoff_ns,
                          __ATOMIC_RELAXED);
     } else if (shared && ml_pool.backoff_ns) {
-        ml_pool.backoff_ns -= ml_pool.backoff_ns / ML_BACKOFF_SHRINK;
+        ml_pool.backoff_ns -= ml_pool.backoff_ns / 8;
         if (ml_pool.backoff_ns < ML_BACKOFF_MIN / 2) {
             ml_pool.backoff_ns = 0;
             __atomic_store_n(&ml_pool.backoff_until, 0, __ATOMIC_RELAXED);

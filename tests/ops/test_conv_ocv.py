@@ -63,6 +63,10 @@ CASES = {
                                  {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 2}),
     "5x5_dil2_g3_c9_m48": ((1, 9, 17, 19), 48, (5, 5),
                            {"pads": [4, 4, 4, 4], "dilations": [2, 2], "group": 3}),
+    # an input over ML_OCV_PF_BYTES (2 MiB): each row prefetches the next row's inputs,
+    # up to the last input row and not past it
+    "3x3_s2_prefetched_c8_m16": ((1, 8, 257, 263), 16, (3, 3),
+                                 {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
 }
 
 

@@ -369,8 +369,10 @@ static inline void ml_pool2d_row(const ml_pool2d_args* a, const float* x, float*
  * x[i + k - PL], a lane whose column falls outside its row blended to the pad value by a
  * per-task mask (one per k); the vertical window then reads that row-partial buffer at
  * i + r * W, with PT rows of pad before it and PB after. Max exact (the direct path's
- * bits), an average sums in another order and divides by the same counts. Returns 0
- * when a max meets a NaN (the NaN-aware direct path runs instead). */
+ * bits); an average sums in another order and multiplies by the counts' reciprocals,
+ * made once a task (a vdivps an eight outputs was a tenth of a 3x3/1 average: 256 planes
+ * 28x28 0.18 -> 0.165 ms, 1024 planes 7x7 0.075 -> 0.067; within an ulp of the
+ * quotient). Returns 0 when a max meets a NaN (the NaN-aware direct path runs instead). */
 #define ML_POOL_FLAT 4096
 static inline int ml_pool2d_flat_ok(const ml_pool2d_args* a) {
     const int64_t HW = a->H * a->W, HWv = (HW + 7) & ~(int64_t)7;
@@ -379,8 +381,9 @@ static inline int ml_pool2d_flat_ok(const ml_pool2d_args* a) {
            HWv + 2 * a->KW + 8 <= ML_POOL_FLAT;
 }
 
-/* Per-task tables: the column masks (KW of HWv lanes) and, for an average, the counts. */
-static inline void ml_pool2d_flat_tables(const ml_pool2d_args* a, int32_t* mask, float* cnt) {
+/* Per-task tables: the column masks (KW of HWv lanes) and, for an average, the
+ * reciprocals of the counts. */
+static inline void ml_pool2d_flat_tables(const ml_pool2d_args* a, int32_t* mask, float* rcp) {
     const int64_t H = a->H, W = a->W, HW = H * W, HWv = (HW + 7) & ~(int64_t)7;
     for (int64_t k = 0; k < a->KW; ++k)
         for (int64_t i = 0; i < HWv; ++i) {
@@ -394,13 +397,13 @@ static inline void ml_pool2d_flat_tables(const ml_pool2d_args* a, int32_t* mask,
                                     : ML_POOL_MIN(h0 + a->KH, H) - ML_POOL_MAX(h0, 0);
         int64_t nw = a->include_pad ? ML_POOL_MIN(w0 + a->KW, W + a->PR) - w0
                                     : ML_POOL_MIN(w0 + a->KW, W) - ML_POOL_MAX(w0, 0);
-        cnt[i] = (float)(nh > 0 && nw > 0 ? nh * nw : 1);
+        rcp[i] = 1.0f / (float)(nh > 0 && nw > 0 ? nh * nw : 1);
     }
-    for (int64_t i = HW; i < HWv; ++i) cnt[i] = 1.0f;
+    for (int64_t i = HW; i < HWv; ++i) rcp[i] = 1.0f;
 }
 
 static inline int ml_pool2d_flat(const ml_pool2d_args* a, const float* x, float* y,
-                                 const int32_t* mask, const float* cnt) {
+                                 const int32_t* mask, const float* rcp) {
     static const int32_t ml_pool_fmasks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     const int64_t W = a->W, HW = a->H * W, HWv = (HW + 7) & ~(int64_t)7, KW = a->KW, KH = a->KH;
     const int64_t PL = a->PL, front = a->PT * W;
@@ -442,7 +445,7 @@ static inline int ml_pool2d_flat(const ml_pool2d_args* a, const float* x, float*
             __m256 v = _mm256_loadu_ps(hb + i + r * W);
             acc = mx ? _mm256_max_ps(v, acc) : _mm256_add_ps(acc, v);
         }
-        if (!mx) acc = _mm256_div_ps(acc, _mm256_loadu_ps(cnt + i));
+        if (!mx) acc = _mm256_mul_ps(acc, _mm256_loadu_ps(rcp + i));
         if (i + 8 <= HW) _mm256_storeu_ps(y + i, acc);
         else _mm256_maskstore_ps(y + i, tail, acc);
     }
@@ -686,20 +689,20 @@ static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
         counts = cw;
     }
 #if defined(__AVX__)
-    float cnt[ML_POOL_FLAT];
+    float rcp[ML_POOL_FLAT];
     int32_t mask[ML_POOL_FLAT];
     flat = ml_pool2d_flat_ok(a);
     s2 = !flat && ml_pool2d_s2_ok(a);
     sep = !flat && !s2 && ml_pool2d_sep_ok(a);
     if (s2) ml_pool2d_s2_pad(a, cw);
-    if (flat) ml_pool2d_flat_tables(a, mask, cnt);
+    if (flat) ml_pool2d_flat_tables(a, mask, rcp);
 #endif
     for (int64_t p = p0; p < p1; ++p) {
         const float* x = a->x + p * a->H * a->W;
         float* y = a->y + p * a->OH * a->OW;
         int done = 0, nan = 0;
 #if defined(__AVX__)
-        if (flat) done = ml_pool2d_flat(a, x, y, mask, cnt);
+        if (flat) done = ml_pool2d_flat(a, x, y, mask, rcp);
         else if (s2) done = ml_pool2d_s2(a, x, y, cw);
         else if (sep) done = ml_pool2d_separable(a, x, y, cw);
         /* a flat, stride-2 or separable pass that did nothing met a NaN */

@@ -669,6 +669,16 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
                 else ML_UKR_(1, 0, a, 0);
             }
 #undef ML_UKR_
+            /* The next tile's lines of C, fetched for writing: a tile's rows are ldc
+             * floats apart (a pointwise conv's output channels), more streams than the
+             * prefetchers follow, and in a model C is a region last written a run
+             * before, out of the caches: each store waited for its line from DRAM.
+             * MobileNetV3's 16 -> 64 1x1 conv at 112x112 (3.2 MB out): 0.53 -> 0.38 ms
+             * in the model (alone, caches warm: 0.33 either way); whole models 1-5%. */
+            if (jr + ML_NP * ML_NR < nc)
+                for (int r = 0; r < mr; ++r)
+                    for (int l = 0; l < ML_NP * ML_NR; l += 16)
+                        __builtin_prefetch(c + r * g->ldc + ML_NP * ML_NR + l, 1, 3);
         }
     }
 }

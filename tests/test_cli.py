@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "runtime"))
 from tinylib import reference, tiny_factory
 
+import monolib
 from monolib.cli import main, parse_const, parse_shape
 
 
@@ -224,6 +225,25 @@ def test_run_profile(lib, capsys):
     assert main(["run", lib, "--random", "--repeat", "4", "--profile"]) == 0
     out = capsys.readouterr().out
     assert "slowest ops (of 1" in out and "Mul+Add" in out and "3 more runs" in out
+
+
+def test_run_profile_in_run(lib, tmp_path, capsys):
+    """Each op timed inside whole runs (monolib_run_timed) of a compiled library; the
+    hand-written test library has no such function: a clear error, exit 1."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Exp", ["r"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_operatorsetid("", 17)])
+    compiled = str(tmp_path / "relu_exp.so")
+    monolib.compile(model).export_library(compiled)
+    assert main(["run", compiled, "--random", "--repeat", "3", "--profile-in-run"]) == 0
+    out = capsys.readouterr().out
+    assert "slowest ops (of 1" in out and "Relu+Exp" in out and "100.0%" in out
+    assert main(["run", lib, "--random", "--profile-in-run"]) == 1
+    assert "cannot time its ops inside runs" in capsys.readouterr().err
 
 
 def test_run_inputs_from_npz(lib, tmp_path, capsys):

@@ -341,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also time each fused op (monolib_run_op) and list the slowest",
     )
+    run.add_argument(
+        "--profile-in-run",
+        action="store_true",
+        help="--profile with each op timed inside whole runs (monolib_run_timed): the "
+        "caches as the ops before it leave them, as in production",
+    )
 
     insp = sub.add_parser("inspect", help="describe a library without loading it")
     insp.add_argument("library")
@@ -575,8 +581,9 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
         f"load {t_load * 1e3:.2f} ms; first run {t_first * 1e3:.3f} ms"
         + (f"; {args.repeat - 1} more runs: {bench}" if bench else "")
     )
-    if args.profile:
-        _print_profile(console, gm.executor.profile(repeat=max(1, min(args.repeat, 20))))
+    if args.profile or args.profile_in_run:
+        _print_profile(console, gm.executor.profile(repeat=max(1, min(args.repeat, 20)),
+                                                    in_run=args.profile_in_run))
     if args.output:
         np.savez(args.output, **outputs)
         console.print(f"wrote {args.output}")

@@ -76,6 +76,43 @@ def test_profile_table_of_the_tiny_model():
     assert "Mul_0" in text and "Mul+Add" in text and "100.0%" in text and "1 ops" in text
 
 
+def test_profile_in_run_times_every_op_inside_whole_runs():
+    """monolib_run_timed: each op's time inside whole runs; the runs compute what a
+    plain run does (ONNX Runtime's output, the same bits)."""
+    model = small_model()
+    gm = debug_executor.create(monolib.compile(model), device=cpu())
+    x = np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    gm.set_input(x=x)
+    table = gm.profile(repeat=7, in_run=True)
+    assert len(table) == len(gm.nodes) >= 2
+    assert all(0 < row.time_ms < 1e3 for row in table)
+    assert sum(row.share for row in table) == pytest.approx(100.0)
+    timed = gm.get_output(0).numpy().copy()
+    np.testing.assert_allclose(timed, ort_values(model, {"x": x}, [])["y"], rtol=1e-5, atol=1e-6)
+    gm.run()
+    np.testing.assert_array_equal(gm.get_output(0).numpy(), timed)
+
+
+def test_profile_in_run_refused_where_the_run_dispatches_to_variants():
+    """A library specialized for opt_shapes runs a variant chosen per run: its
+    monolib_run_timed says it cannot time the ops, and profile names the other way."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "r"], ["y"])],
+        "v", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_operatorsetid("", 17)],
+                              ir_version=10)
+    lib = monolib.compile(model, shapes={"x": (2, (1, 6))}, opt_shapes={"x": [(2, 3)]})
+    gm = debug_executor.create(lib, device=cpu())
+    gm.set_input(x=np.ones((2, 3), np.float32))
+    with pytest.raises(monolib.errors.ExecutionError,
+                       match=r"cannot time its ops inside runs.*profile\(in_run=False\)"):
+        gm.profile(repeat=2, in_run=True)
+    assert len(gm.profile(repeat=2)) == len(gm.nodes)
+
+
 def test_debug_get_output_of_the_tiny_model_by_index_and_names():
     gm = GraphModuleDebug(tiny_factory())
     x = np.arange(6, dtype=np.float32).reshape(2, 3)

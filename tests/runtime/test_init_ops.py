@@ -111,7 +111,8 @@ def test_init_ops_run_once_and_match_ort(no_folding) -> None:
 
 
 def test_profile_runs_init_ops_once(no_folding) -> None:
-    fac = monolib.compile(_model(), shapes={"x": (3, 24)})
+    model = _model()
+    fac = monolib.compile(model, shapes={"x": (3, 24)})
     gm = GraphModuleDebug(fac["default"](cpu()))
     gm.set_input("x", RNG.standard_normal((3, 24)).astype(np.float32))
     rows = gm.executor.profile(repeat=3)
@@ -122,6 +123,15 @@ def test_profile_runs_init_ops_once(no_folding) -> None:
     assert all(r["init_ms"] is None for r in gm.executor.profile(repeat=1) if r.get("init"))
     table = gm.profile(repeat=1)
     assert len(table) == len(rows)
+    # inside whole runs: the run-once ops are skipped (time 0, no first time), the
+    # output still right
+    rows = gm.executor.profile(repeat=3, in_run=True)
+    assert [r["index"] for r in rows if r.get("init")] == [r["index"] for r in init]
+    assert all(r["time_ms"] == 0.0 and r["init_ms"] is None for r in rows if r.get("init"))
+    assert all(r["time_ms"] > 0 for r in rows if not r.get("init"))
+    x = gm.executor.input_view(0).copy()
+    np.testing.assert_allclose(gm.get_output(0).numpy(), ort_run(model, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_runtime_dims_keep_static_init_ops(no_folding) -> None:

@@ -79,6 +79,12 @@ CONTAINER_SYMBOLS = (CONTAINER_START, CONTAINER_END)
 #: The generated code's functions (docs/ARCHITECTURE.md, "The generated C library").
 RUN = "monolib_run"
 RUN_OP = "monolib_run_op"
+#: monolib_run that also writes each op's time in ns (``int64_t ns[num_ops]``), for a
+#: profile of ops inside whole runs; libraries built before it, and those whose run
+#: dispatches to specialized variants, lack it.
+RUN_TIMED = "monolib_run_timed"
+#: What monolib_run_timed returns where the library cannot time its ops.
+RUN_TIMED_NONE = -2
 NUM_OPS = "monolib_num_ops"
 SET_NUM_THREADS = "monolib_set_num_threads"
 #: The pool's spin after a job (us >= 0 sets, < 0 queries) and the join of its workers
@@ -91,7 +97,7 @@ ISA_LEVEL = "monolib_isa_level"
 #: What every model library exports (``monolib inspect`` reports a missing one).
 ABI_SYMBOLS = (RUN, RUN_OP, NUM_OPS)
 #: Every low-level function the runtime may look up.
-LOW_LEVEL_SYMBOLS = (RUN, RUN_OP, NUM_OPS, SET_NUM_THREADS, SET_SPIN, STOP_THREADS, ISA_LEVEL)
+LOW_LEVEL_SYMBOLS = (RUN, RUN_OP, RUN_TIMED, NUM_OPS, SET_NUM_THREADS, SET_SPIN, STOP_THREADS, ISA_LEVEL)
 #: The C API of ``monolib.h`` (docs/c_api.md).
 CAPI_SYMBOLS = (
     "monolib_capi_version",

@@ -216,6 +216,9 @@ MONOLIB_API const char* monolib_isa_level(void);
  * above, which find the params and allocate the arena. */
 MONOLIB_API int32_t monolib_run(const uint8_t* params, uint8_t* arena);
 MONOLIB_API int32_t monolib_run_op(int32_t i, const uint8_t* params, uint8_t* arena);
+/* monolib_run writing each op's time in ns (ns: monolib_num_ops() entries); -2 where the
+ * run dispatches to specialized variants. Libraries built before it lack it. */
+MONOLIB_API int32_t monolib_run_timed(const uint8_t* params, uint8_t* arena, int64_t* ns);
 MONOLIB_API int32_t monolib_num_ops(void);
 #endif
 

@@ -108,9 +108,10 @@ class GraphModuleDebug(GraphModule):
         """The graph JSON ``nodes`` (fused op ``i`` is ``nodes[i]``)."""
         return self.executor.factory.graph_json.get("nodes", [])
 
-    def profile(self, repeat: int = 5) -> ProfileTable:
-        """Time every fused op on the current inputs, best of ``repeat`` runs each
-        (:meth:`GraphExecutor.profile`).
+    def profile(self, repeat: int = 5, in_run: bool = False) -> ProfileTable:
+        """Time every fused op on the current inputs, best of ``repeat`` runs each, or
+        with ``in_run`` the median of ``repeat`` whole runs, each op as the ops before
+        it left the caches (:meth:`GraphExecutor.profile`, which says what it raises).
 
         Returns
         -------
@@ -118,7 +119,7 @@ class GraphModuleDebug(GraphModule):
             :class:`ProfileRow` per op in run order (name, op types, output shape,
             ``time_ms`` in ms, ``share`` in % of the sum); ``print()`` it for a table.
         """
-        return _profile_table(self.executor.profile(repeat=repeat))
+        return _profile_table(self.executor.profile(repeat=repeat, in_run=in_run))
 
     def node_index(self, key: Any) -> int:
         """Index of the fused op ``key``: an index, a node name or an output tensor name.

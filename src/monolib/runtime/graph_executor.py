@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from ..abi.graph_spec import TensorInfo, graph_layout, tensor_info
-from ..abi.names import RUN, RUN_OP
-from ..errors import ContainerError, ExecutionError, InputError, ParamsInputError
+from ..abi.names import RUN, RUN_OP, RUN_TIMED, RUN_TIMED_NONE
+from ..errors import (ContainerError, ExecutionError, FunctionNotFoundError, InputError,
+                      ParamsInputError)
 from .arena import arena_empty
 from .device import Device, cpu
 from .factory import GraphExecutorFactoryModule, register_executor
@@ -333,22 +334,36 @@ class GraphExecutor:
         if ret != 0:
             raise ExecutionError(f"monolib_run_op({i}) returned {ret}")
 
-    def profile(self, repeat: int = 5) -> list[dict[str, Any]]:
-        """Time every fused op (``monolib_run_op``), best of ``repeat`` runs each.
+    def profile(self, repeat: int = 5, in_run: bool = False) -> list[dict[str, Any]]:
+        """Time every fused op: best of ``repeat`` runs of it alone (``monolib_run_op``),
+        or with ``in_run`` the median over ``repeat`` whole runs (``monolib_run_timed``).
 
-        Ops run in order on the current inputs, so each sees the data it would see
-        in a whole run. Run-once ops (:meth:`init_ops`) run as ``monolib_run`` runs
-        them: once, and only if this executor has not run them yet; their ``time_ms``
-        is 0 (a run does not spend it) and ``init_ms`` their one time (None when
-        they had already run).
+        Alone, ops run in order on the current inputs, so each sees the data it would
+        see in a whole run, but each is timed at its best, its weights and buffers left
+        in the caches by its own earlier runs. Inside whole runs each op finds the
+        caches as the ops before it left them (in a model whose weights and
+        activations outgrow the cache, an op's weights and output region come from
+        DRAM): the time it takes in production. Run-once ops (:meth:`init_ops`) run as
+        ``monolib_run`` runs them: once, and only if this executor has not run them
+        yet; their ``time_ms`` is 0 (a run does not spend it) and ``init_ms`` their one
+        time (None when they had already run; with ``in_run`` always None).
 
         Returns
         -------
         list of dict
             Per op, in run order: ``index``, ``name``, ``op``, ``fused`` (ONNX ops
-            fused into it), ``shape``, ``time_ms`` (milliseconds, best of ``repeat``),
-            and for a run-once op ``init: True`` and ``init_ms``.
+            fused into it), ``shape``, ``time_ms`` (milliseconds), and for a run-once
+            op ``init: True`` and ``init_ms``.
+
+        Raises
+        ------
+        ExecutionError
+            ``in_run`` with a library that cannot time its ops (built before
+            ``monolib_run_timed`` existed, or whose run dispatches to specialized
+            variants: ``opt_shapes``), or a run that failed.
         """
+        if in_run:
+            return self._rows(self._profile_in_run(repeat), {})
         best = [float("inf")] * self.num_ops()
         once = set(self.init_ops())
         first: dict[int, float] = {}
@@ -365,6 +380,40 @@ class GraphExecutor:
                 self.run_op(i)
                 best[i] = min(best[i], time.perf_counter() - t)
             self._set_initialized(True)
+        return self._rows(best, first)
+
+    def _profile_in_run(self, repeat: int) -> list[float]:
+        """Per op, its median time in seconds over ``repeat`` runs (``monolib_run_timed``)
+        after one run that is not counted."""
+        try:
+            timed = self._c_function(RUN_TIMED, [ctypes.c_void_p, ctypes.c_void_p,
+                                                 ctypes.c_void_p])
+        except FunctionNotFoundError:
+            timed = None
+        n = self.num_ops()
+        ns = np.zeros((max(1, repeat), max(1, n)), np.int64)
+        for r in range(-1, max(1, repeat)):
+            self._check_ready()
+            if self.shapes is not None:
+                self.shapes.bind()
+            ret = RUN_TIMED_NONE if timed is None else timed(
+                *self._args, ns[max(r, 0)].ctypes.data)
+            if ret == RUN_TIMED_NONE:
+                raise ExecutionError(
+                    f"this library cannot time its ops inside runs ({RUN_TIMED}: built "
+                    "before it existed, or its run dispatches to specialized variants); "
+                    "profile(in_run=False) times them one at a time")
+            if ret != 0:
+                raise ExecutionError(self._failure(ret))
+            if self.shapes is not None:
+                self._read_shapes()
+            self._set_initialized(True)
+        return [float(v) * 1e-9 for v in np.median(ns, axis=0)[:n]]
+
+    def _rows(self, times: list[float], first: dict[int, float]) -> list[dict[str, Any]]:
+        """:meth:`profile`'s rows from per-op times (s) and run-once ops' first times."""
+        once = set(self.init_ops())
+        best = [0.0 if i in once else t for i, t in enumerate(times)]
         nodes = self.factory.graph_json.get("nodes", [])
         rows = [
             {

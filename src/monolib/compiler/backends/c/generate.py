@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 
 from ....abi.graph_spec import dtype_name
-from ....abi.names import RUN_TIMED, RUN_TIMED_NONE
 from ....errors import CompileError, MonolibError, UndecidableDimError
 from ....export.csource import GLUE_MARK, HELPERS_MARK, UNIT_MARK
 from ...ir import Graph, Value, shape_size
@@ -50,6 +49,7 @@ from ...symbolic import Dim, SymbolTable, c_rendering, is_computed, size_hint
 from ..cstyle import HOST_C, c_literal, ctype, rendering, string_typedefs, tensor_pointer
 from ..graph_json import graph_json_of, node_json
 from . import epilogue, specialize
+from .timed_run import timed_run
 from .headers import kernel_header
 
 __all__ = [
@@ -506,27 +506,6 @@ def _whole_output_epilogue(fused: FusedOp, ctx: CEmitContext) -> str:
     return "\n".join(lines)
 
 
-#: The clock of ``monolib_run_timed`` (ns): monotonic where POSIX has one; C11's
-#: timespec_get, else clock(), elsewhere (Windows). None in WebAssembly, whose module
-#: imports no WASI function (a browser gives none): there the run is not timed.
-_CLOCK = """#if !defined(__wasm__)
-#include <time.h>
-static int64_t ml_clock_ns(void) {
-#if defined(CLOCK_MONOTONIC) && !defined(_WIN32)
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-#elif defined(TIME_UTC)
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-#else
-    return (int64_t)clock() * (1000000000 / CLOCKS_PER_SEC);
-#endif
-}
-#endif"""
-
-
 def _assemble(
     source: _Source, op_functions: list[str], n: int, shapes: str = "", run_first: str = "",
     init: tuple[Sequence[int], int | None] = ((), None),
@@ -578,24 +557,11 @@ def _assemble(
             f"  for (int32_t i = 0; i < {n}; ++i) {{{skip} monolib_ops[i](params, arena);{check} }}"
             f"{write}{done}\n  return 0;"
         )
-        # monolib_run with each op's time (ns[i], 0 for a skipped run-once op): the ops as
-        # a run leaves the caches, nothing between them; a library whose run dispatches
-        # to specialized variants (run_first) returns RUN_TIMED_NONE instead
-        untimed = f"  (void)params; (void)arena; (void)ns;\n  return {RUN_TIMED_NONE};"
-        timed = untimed
-        if not run_first:
-            timed = ("#if defined(__wasm__)\n" + untimed + "\n#else\n") + (
-                "  ml_status = 0;\n" if status else "") + (
-                f"  for (int32_t i = 0; i < {n}; ++i) {{ ns[i] = 0;{skip}\n"
-                "    int64_t t0_ = ml_clock_ns(); monolib_ops[i](params, arena);"
-                f" ns[i] = ml_clock_ns() - t0_;{check} }}"
-                f"{write}{done}\n  return 0;\n#endif"
-            )
-            parts.append(_CLOCK)
+        clock, run_timed = timed_run(n, check, skip, write, done, bool(run_first))
+        if clock:
+            parts.append(clock)
     else:
-        timed = f"  (void)params; (void)arena; (void)ns;{write}\n  return 0;"
-    run_timed = (f"MONOLIB_EXPORT int32_t {RUN_TIMED}(const uint8_t* params, uint8_t* arena, "
-                 f"int64_t* ns) {{\n{timed}\n}}")
+        _, run_timed = timed_run(0, "", "", write, "", False)
     if not n:
         run_op = "  (void)i; (void)params; (void)arena;\n  return -1;"
         run = f"  (void)params; (void)arena;{write}\n  return 0;"

@@ -437,7 +437,7 @@ ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, i
  * a real channel (clamped) and are never stored. */
 #define ML_DWCB_G 16     /* channels per packed weight group (a multiple of any ML_VW) */
 #define ML_DWCB_P 8      /* output pixels per tile */
-#define ML_DWCB_IN 2048  /* pixel slots of a band's transposed input rows (128 KiB at 16) */
+#define ML_DWCB_IN 4096  /* pixel slots of a band's transposed input rows (256 KiB at 16) */
 #define ML_DWCB_ROWS 4   /* fewest output rows of a band split for threads */
 
 typedef struct {

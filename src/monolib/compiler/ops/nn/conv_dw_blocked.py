@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 #: pixels per tile), ML_DWCB_IN (pixel slots of a band's transposed input rows)
 DWCB_G = 16
 DWCB_P = 8
-DWCB_IN = 2048
+DWCB_IN = 4096
 
 
 def dw_blocked_valid(node: Node, d: dict) -> bool:

@@ -80,10 +80,10 @@ CONTAINER_SYMBOLS = (CONTAINER_START, CONTAINER_END)
 RUN = "monolib_run"
 RUN_OP = "monolib_run_op"
 #: monolib_run that also writes each op's time in ns (``int64_t ns[num_ops]``), for a
-#: profile of ops inside whole runs; libraries built before it, and those whose run
-#: dispatches to specialized variants, lack it.
+#: profile of ops inside whole runs; libraries built before it lack it.
 RUN_TIMED = "monolib_run_timed"
-#: What monolib_run_timed returns where the library cannot time its ops.
+#: What monolib_run_timed returns where the library cannot time its ops (its run
+#: dispatches to specialized variants; WebAssembly, which has no clock).
 RUN_TIMED_NONE = -2
 NUM_OPS = "monolib_num_ops"
 SET_NUM_THREADS = "monolib_set_num_threads"

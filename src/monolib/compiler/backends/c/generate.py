@@ -49,8 +49,8 @@ from ...symbolic import Dim, SymbolTable, c_rendering, is_computed, size_hint
 from ..cstyle import HOST_C, c_literal, ctype, rendering, string_typedefs, tensor_pointer
 from ..graph_json import graph_json_of, node_json
 from . import epilogue, specialize
-from .timed_run import timed_run
 from .headers import kernel_header
+from .timed_run import timed_run
 
 __all__ = [
     "CEmitContext",

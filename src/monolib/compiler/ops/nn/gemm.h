@@ -677,7 +677,7 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
              * in the model (alone, caches warm: 0.33 either way); whole models 1-5%. */
             if (jr + ML_NP * ML_NR < nc)
                 for (int r = 0; r < mr; ++r)
-                    for (int l = 0; l < ML_NP * ML_NR; l += 16)
+                    for (int l = 0; l < ML_NP * ML_NR; l += 16) /* a 64-byte line */
                         __builtin_prefetch(c + r * g->ldc + ML_NP * ML_NR + l, 1, 3);
         }
     }

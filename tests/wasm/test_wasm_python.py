@@ -23,6 +23,7 @@ import pytest
 from models.conftest import assert_matches
 
 import monolib
+from monolib.cli import main
 from monolib.errors import ExecutionError, InputError, LibraryLoadError, SignatureError
 from monolib.models import fetch_model, ocr
 
@@ -77,6 +78,16 @@ def test_monolib_run_on_a_wasm(wasm_lib, text_line, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     (got,) = np.load(out).values()
     assert_matches([got], _ort("ppocr_cls", x), "monolib run cls.wasm")
+
+
+def test_profile_of_a_wasm(wasm_lib, capsys):
+    """`monolib run --profile` times a wasm's ops one at a time; inside runs it cannot
+    (no clock in the module): a clear error, exit 1."""
+    lib = str(wasm_lib("cls"))
+    assert main(["run", lib, "--random", "--repeat", "2", "--profile"]) == 0
+    assert "slowest ops (of" in capsys.readouterr().out
+    assert main(["run", lib, "--random", "--profile-in-run"]) == 1
+    assert "cannot time its ops inside runs" in capsys.readouterr().err
 
 
 def test_inspect_reads_the_wasm_without_running_it(wasm_lib):

@@ -49,6 +49,7 @@ from ..abi.names import (
     PARAMS_SECTION,
     RUN,
     RUN_OP,
+    RUN_TIMED,
 )
 from ..errors import ExecutionError, InputError, LibraryLoadError
 from .device import Device, cpu
@@ -410,14 +411,25 @@ class WasmExecutor:
         if ret != 0:
             raise ExecutionError(self._failure(f"{RUN_OP}({i})", ret))
 
-    def profile(self, repeat: int = 5) -> list[dict[str, Any]]:
-        """Time every fused op (``monolib_run_op``, in order), best of ``repeat``.
+    def profile(self, repeat: int = 5, in_run: bool = False) -> list[dict[str, Any]]:
+        """Time every fused op (``monolib_run_op``, in order), best of ``repeat``; the
+        signature of ``GraphExecutor.profile``.
 
         Returns
         -------
         list of dict
             Per op: ``index``, ``name``, ``op``, ``fused``, ``shape``, ``time_ms``.
+
+        Raises
+        ------
+        ExecutionError
+            ``in_run``: a WebAssembly module has no clock to time ops inside a run
+            (it imports no WASI function).
         """
+        if in_run:
+            raise ExecutionError(
+                f"a WebAssembly library cannot time its ops inside runs ({RUN_TIMED}: it "
+                "has no clock); profile(in_run=False) times them one at a time")
         best = [float("inf")] * self.num_ops()
         for _ in range(max(1, repeat)):
             for i in range(len(best)):

@@ -86,3 +86,40 @@ def test_no_spin_leaves_idle_workers_asleep(mm_lib):
         assert np.array_equal(outputs[0], outputs[10**6])
         assert burnt[0] < 3e6, burnt  # asleep: nothing but its wake-up
         assert burnt[10**6] > 10e6, burnt  # spinning (even with other processes about)
+
+
+def test_running_another_library_sends_the_last_ones_spinning_workers_to_sleep(mm_lib):
+    """Two libraries run in turns: each run sends the other library's workers, spinning
+    for 1 s after its job, to sleep (monolib_sleep_threads through threads.switch_to),
+    so they leave the cores to the library that runs. Running the same library again
+    calls nothing. Results are the same bits."""
+    set_spin(10**6)
+    before = set(os.listdir("/proc/self/task"))
+    with load_module(open(mm_lib, "rb").read()) as a, \
+            load_module(open(mm_lib, "rb").read()) as b:  # two copies: two pools
+        gm_a, _ = _run(a)
+        workers_a = set(os.listdir("/proc/self/task")) - before
+        gm_b, _ = _run(b)
+        workers_b = set(os.listdir("/proc/self/task")) - before - workers_a
+        assert len(workers_a) == len(workers_b) == 1
+        entry_a, entry_b = gm_a.executor._pool, gm_b.executor._pool
+        calls = []
+        for name, entry in (("a", entry_a), ("b", entry_b)):
+            entry.sleep = (lambda fn, n: lambda: calls.append(n) or fn())(entry.sleep, name)
+        burnt = {}
+        outs = []
+        for gm, workers, other in ((gm_a, workers_a, workers_b), (gm_b, workers_b, workers_a)):
+            gm.set_input("x", X)
+            gm.run()
+            outs.append(gm.get_output(0).numpy())
+            t0, o0 = _cpu_ns(workers), _cpu_ns(other)
+            time.sleep(0.2)
+            burnt[gm] = (_cpu_ns(workers) - t0, _cpu_ns(other) - o0)
+        assert calls == ["b", "a"]  # b ran last before a's run, then a before b's
+        gm_b.run()
+        assert calls == ["b", "a"]  # the same library again: nothing to hand over
+        assert np.array_equal(outs[0], outs[1])
+        for gm in (gm_a, gm_b):
+            own, other = burnt[gm]
+            assert own > 10e6, burnt  # the library that ran spins, as set
+            assert other < 3e6, burnt  # the other one sleeps

@@ -37,6 +37,7 @@ __all__ = [
     "SECTION_NAMES",
     "SET_NUM_THREADS",
     "SET_SPIN",
+    "SLEEP_THREADS",
     "STOP_THREADS",
 ]
 
@@ -91,13 +92,17 @@ SET_NUM_THREADS = "monolib_set_num_threads"
 #: (``Module.close`` before dlclose); libraries built before them lack both.
 SET_SPIN = "monolib_set_spin"
 STOP_THREADS = "monolib_stop_threads"
+#: Send the pool's spinning workers to sleep now (the runtime, when the process goes on
+#: to run another library); libraries built before it lack it.
+SLEEP_THREADS = "monolib_sleep_threads"
 #: The instruction-set level whose op code runs (a portable library's pick at load;
 #: ``const char*``); libraries built before it lack it.
 ISA_LEVEL = "monolib_isa_level"
 #: What every model library exports (``monolib inspect`` reports a missing one).
 ABI_SYMBOLS = (RUN, RUN_OP, NUM_OPS)
 #: Every low-level function the runtime may look up.
-LOW_LEVEL_SYMBOLS = (RUN, RUN_OP, RUN_TIMED, NUM_OPS, SET_NUM_THREADS, SET_SPIN, STOP_THREADS, ISA_LEVEL)
+LOW_LEVEL_SYMBOLS = (RUN, RUN_OP, RUN_TIMED, NUM_OPS, SET_NUM_THREADS, SET_SPIN, STOP_THREADS,
+                     SLEEP_THREADS, ISA_LEVEL)
 #: The C API of ``monolib.h`` (docs/c_api.md).
 CAPI_SYMBOLS = (
     "monolib_capi_version",

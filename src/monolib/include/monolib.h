@@ -52,6 +52,8 @@
  *     all handles of that library); results are bitwise the same at any thread count.
  *   - monolib_set_spin() sets how long the pool's workers spin after a job before they
  *     sleep (0: at once, for a server idle between requests).
+ *   - Each library has its own pool. Running libraries in turns, call
+ *     monolib_sleep_threads() of the one you leave (the Python runtime does it).
  *
  * Host only: a library whose graph runs on a device (OpenCL, CUDA) refuses
  * monolib_open() with a message saying so; run such libraries from Python.
@@ -204,6 +206,12 @@ MONOLIB_API int32_t monolib_set_spin(int32_t us);
 /** Stop and join the pool's workers (they start again with the next op that splits);
  *  waits for a running job. Unloading the library (dlclose) does it too. Returns 0. */
 MONOLIB_API int32_t monolib_stop_threads(void);
+
+/** The pool's workers that spin after a job sleep now instead of at the end of their
+ *  spin (the next op that splits wakes them). A program that runs several libraries
+ *  in turns calls it on the one it leaves: its spinning workers would otherwise hold
+ *  the cores the next library's workers need. Returns 0. */
+MONOLIB_API int32_t monolib_sleep_threads(void);
 
 /** The instruction-set level whose op code runs ("x86-64-v3"...): a portable library
  *  (target "c -mcpu=portable") picks the best its CPU has once at load (the

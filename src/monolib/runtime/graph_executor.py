@@ -47,6 +47,7 @@ from .module import Module
 from .params import params_blob
 from .params import load_params as read_params
 from .shapes import RunShapes, start_shape
+from . import threads
 from .threads import close_executor, register_library
 
 __all__ = ["GraphExecutor", "create"]
@@ -105,7 +106,8 @@ class GraphExecutor:
         self._run = self._c_function(RUN, [ctypes.c_void_p, ctypes.c_void_p])
         #: arena offset of the int32 "run-once ops done" flag (None: the graph has none)
         self._init_at = self._init_offset(graph)
-        register_library(factory.lib, self)  # closed when the library is
+        # closed when the library is; its pool handed the cores before each run
+        self._pool = register_library(factory.lib, self)
         # Shared and read-only; load_params gives this executor a private copy. A
         # factory without weights leaves every param missing until it is given.
         self._use_params(factory.params, set() if factory.has_params else set(self.param_infos))
@@ -278,6 +280,8 @@ class GraphExecutor:
             fit its slot.
         """
         self._check_ready()
+        if threads._last() is not self._pool:
+            threads.switch_to(self._pool)
         ret = self._run(*self._args)
         if ret != 0:
             raise ExecutionError(self._failure(ret))
@@ -302,6 +306,8 @@ class GraphExecutor:
         symbols into the arena, the outputs' shapes out."""
         self._check_ready()
         self.shapes.bind()
+        if threads._last() is not self._pool:
+            threads.switch_to(self._pool)
         ret = self._run(*self._args)
         if ret != 0:
             raise ExecutionError(self._failure(ret))

@@ -570,6 +570,7 @@ def _assemble(
         "MONOLIB_EXPORT int32_t monolib_set_num_threads(int32_t n) { return ml_set_num_threads(n); }",
         "MONOLIB_EXPORT int32_t monolib_set_spin(int32_t us) { return ml_set_spin(us); }",
         "MONOLIB_EXPORT int32_t monolib_stop_threads(void) { ml_pool_stop(); return 0; }",
+        "MONOLIB_EXPORT int32_t monolib_sleep_threads(void) { ml_pool_nap(); return 0; }",
         f"MONOLIB_EXPORT int32_t monolib_run_op(int32_t i, const uint8_t* params, uint8_t* arena) {{\n{run_op}\n}}",
         f"MONOLIB_EXPORT int32_t monolib_run(const uint8_t* params, uint8_t* arena) {{\n{run}\n}}",
     ]

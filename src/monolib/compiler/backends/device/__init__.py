@@ -47,6 +47,7 @@ MONOLIB_EXPORT int32_t monolib_num_ops(void) {{ return {n}; }}
 MONOLIB_EXPORT int32_t monolib_set_num_threads(int32_t n) {{ (void)n; return 1; }}
 MONOLIB_EXPORT int32_t monolib_set_spin(int32_t us) {{ (void)us; return 0; }}
 MONOLIB_EXPORT int32_t monolib_stop_threads(void) {{ return 0; }}
+MONOLIB_EXPORT int32_t monolib_sleep_threads(void) {{ return 0; }}
 MONOLIB_EXPORT int32_t monolib_run_op(int32_t i, const uint8_t* params, uint8_t* arena) {{
   (void)i; (void)params; (void)arena; return -2; /* runs on the {kind} device */
 }}

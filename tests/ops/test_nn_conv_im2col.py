@@ -123,20 +123,23 @@ def test_cost_model_counts_the_columns_gemm_computes(monkeypatch) -> None:
     assert conv_cost._tile_cols(3) == 32 + tail
 
 
-def test_rule_keeps_the_gemm_that_is_measured_faster() -> None:
-    """1x1 conv of 512 -> 64 channels on a 13x13 map: 169 columns are 5 tiles and a
-    panel (counting them as 6 tiles made pixels-as-rows look cheaper; it measured 15-20%
-    slower, Zen 4). The rule picks gemm, and it is not measured slower than
-    pixel_rows (10% for a shared machine's noise)."""
+@pytest.mark.parametrize("shape", [(512, 64, 13), (480, 80, 14), (192, 1152, 7)])
+def test_rule_picks_the_pointwise_orientation_measured_faster(shape) -> None:
+    """1x1 convs on small maps, where the two orientations come close: 169 columns are
+    5 tiles and a panel (counting them as 6 tiles once made pixels-as-rows look cheaper
+    while it measured 15-20% slower), and pixels-as-rows reads a pointwise conv's input
+    in place (it packed it first: 480 -> 80 at 14x14 0.172 ms, gemm 0.144; now 0.137).
+    The rule's pick is not measured slower than the other (10% for a shared machine's
+    noise)."""
     from monolib.compiler.tuning.measure import measure
 
-    _, node = _node((1, 512, 13, 13), (64, 512, 1, 1), {})
-    d = as_2d([13, 13], conv_geometry(node))
+    c, m, hw = shape
+    _, node = _node((1, c, hw, hw), (m, c, 1, 1), {})
+    d = as_2d([hw, hw], conv_geometry(node))
     sig, cands, pick = conv.conv_candidates(node, d, 1, False)
-    assert pick.label == "gemm"
     assert {c.label for c in cands} == {"gemm", "pixel_rows"}
     times = measure(sig, cands, repeats=15, budget_s=2.0)
-    assert times["gemm"] <= 1.1 * times["pixel_rows"], times
+    assert times[pick.label] <= 1.1 * min(times.values()), (pick.label, times)
 
 
 def test_pixel_rows_copies_split_same_bits() -> None:
@@ -153,6 +156,33 @@ def test_pixel_rows_copies_split_same_bits() -> None:
     with selecting(Selection(forced={"pr": "pixel_rows"})):
         source, _, _ = lower(model, None, None)
         assert "ml_pack_a_im2col(" in source and "ml_transpose_pm(" in source
+        want = ort_run(model, feeds)[0]
+        one, two = run_threads(model, feeds)
+    assert np.abs(one[0] - want).max() <= 2e-5 * np.abs(want).max()
+    np.testing.assert_array_equal(one[0], two[0])
+
+
+@pytest.mark.parametrize(("hw", "in_place"), [(7, True), (13, True), (2, False)])
+def test_pointwise_pixel_rows_reads_the_image_in_place(hw, in_place) -> None:
+    """A 1x1 conv as pixels-as-rows reads its NCHW input as a column-major A in place
+    (gemm.h's ``a_cm``: the micro-kernel broadcasts each k's run of MR pixels), no
+    packing pass, from MR pixels up; a 2x2 map (4 pixels) still packs. Output as ORT's,
+    the same bits on 1 and 2 threads, the residual Add fused after it."""
+    c, m = 256, 96
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="pr"),
+        helper.make_node("Add", ["c1", "s"], ["y"]),
+    ]
+    weights = {"w1": r(m, c, 1, 1, scale=0.05), "b1": r(m)}
+    model = make_model(nodes, [("x", F32, [1, c, hw, hw]), ("s", F32, [1, m, hw, hw])],
+                       [("y", F32, [1, m, hw, hw])], weights)
+    rng = np.random.default_rng(7)
+    feeds = {"x": rng.standard_normal((1, c, hw, hw), np.float32),
+             "s": rng.standard_normal((1, m, hw, hw), np.float32)}
+    with selecting(Selection(forced={"pr": "pixel_rows"})):
+        source, _, _ = lower(model, None, None)
+        assert ("ga_.a_cm = 1;" in source) == in_place
+        assert (f"ml_pack_a_par({hw * hw}, {c}," in source) != in_place
         want = ort_run(model, feeds)[0]
         one, two = run_threads(model, feeds)
     assert np.abs(one[0] - want).max() <= 2e-5 * np.abs(want).max()

@@ -329,7 +329,9 @@ def conv_costs(
                                     c=t["direct"])
     if pixel_rows:  # A gathered from the image, the output transposed
         pr = t["pixel_rows"]
-        copies = k * ohw * pr["pack"] + ohw * mg * pr["transpose"]
+        # a pointwise conv's A is the image itself, read in place (from MR pixels up)
+        gathered = 0 if pointwise and ohw >= MR else k * ohw
+        copies = gathered * pr["pack"] + ohw * mg * pr["transpose"]
         out["pixel_rows"] = gemm_cost(ohw, k, mg, pad, n, 0, False, c=pr) + n * copies
     for label, plan in (plans or {}).items():
         if plan is not None:

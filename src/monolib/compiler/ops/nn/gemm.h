@@ -13,7 +13,9 @@
  *             N are zero. Either prepacked full-K (panel stride K*NR) or packed per block
  *             at run time from an ml_bsrc (strided matrix or implicit im2col).
  *   unpacked A (a_raw): A[m][k] = a_raw[m*lda + k], broadcast straight from the rows by
- *             the micro-kernel: a run-time A costs no packing pass.
+ *             the micro-kernel: a run-time A costs no packing pass; with a_cm
+ *             column-major, A[m][k] = a_raw[k*lda + m] (an NCHW image as pixels x
+ *             channels: conv_pixel_rows.py).
  * Fewer than MR rows against a run-time B with unit column stride (a GEMV) skip the
  * tiling: ml_gemm_small_m reads B in place; against a prepacked B they stream each panel
  * pair over the whole K. A packed A against at most ML_GEMV_NMAX columns (ml_sgemv_pa)
@@ -142,6 +144,9 @@ typedef struct ml_gemm_args_s {
      * pass (for a batch of small matrices that pass was a fifth of the time). */
     const float* a_raw;
     int64_t lda;
+    /* a_raw column-major: A[m][k] = a_raw[k*lda + m] (the micro-kernel broadcasts a
+     * tile's MR rows from one run of MR floats per k). The tiled path only: M >= MR. */
+    int a_cm;
     /* Columns past the last whole panel of a packed A (ml_gemm_tail_cols, set by
      * gemm_call where N % 16 <= 4 so that only those libraries compile it) or NULL. */
     void (*tail)(const struct ml_gemm_args_s* g, int64_t ic, int64_t mc, int64_t pc,
@@ -461,7 +466,8 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
 
 /* One pass of the micro-kernel: a rows x np*NR tile (rows <= MR, the first rows of an A
  * panel) over kc; b points at np panels bps floats apart, whose rows are bks floats apart
- * (NR in a packed panel; a row stride of B itself when it is read in place). */
+ * (NR in a packed panel; a row stride of B itself when it is read in place). araw: 0
+ * packed A, 1 rows of A lda apart, 2 columns of A lda apart (a_cm). */
 ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int64_t kc,
                           const float* restrict a, int64_t lda, const float* restrict b,
                           int64_t bps, int64_t bks, float* restrict c, int64_t ldc, int mr, int nr,
@@ -469,7 +475,7 @@ ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int
     ml_vf acc[ML_MR][ML_NP * ML_NV];
     /* unpacked A: rows past mr re-read row mr-1 (in bounds; their sums are not stored) */
     const float* ar[ML_MR];
-    if (araw)
+    if (araw == 1)
         for (int r = 0; r < rows; ++r) ar[r] = a + (r < mr ? r : mr - 1) * lda;
     for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) acc[r][j] = (ml_vf){0};
@@ -485,7 +491,10 @@ ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int
                 bv[p * ML_NV + v] = *(const ml_vf*)(b + p * bps + k * bks + v * ML_VW);
         for (int r = 0; r < rows; ++r) {
             /* x - 0.0f folds to a plain broadcast (x + 0.0f would not: -0.0f). */
-            ml_vf av = (araw ? ar[r][k] : a[k * ML_MR + r]) - (ml_vf){0};
+            ml_vf av = (araw == 1   ? ar[r][k]
+                        : araw == 2 ? a[k * lda + (r < mr ? r : mr - 1)]
+                                    : a[k * ML_MR + r]) -
+                       (ml_vf){0};
             for (int j = 0; j < np * ML_NV; ++j) acc[r][j] += av * bv[j];
         }
     }
@@ -501,7 +510,7 @@ ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t 
 #ifdef ML_UK_ROWS
     if (rows > ML_UK_ROWS) {
         for (int r0 = 0; r0 < rows && r0 < mr; r0 += ML_UK_ROWS)
-            ml_ukernel_pass(np, ML_UK_ROWS, araw, kc, araw ? a + r0 * lda : a + r0, lda, b, bps, bks,
+            ml_ukernel_pass(np, ML_UK_ROWS, araw, kc, araw == 1 ? a + r0 * lda : a + r0, lda, b, bps, bks,
                             c + r0 * ldc, ldc, ML_MIN(mr - r0, ML_UK_ROWS), nr, alpha, load_c,
                             bias_m ? bias_m + r0 : bias_m, bias_n);
         return;
@@ -659,7 +668,11 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
             const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
 #define ML_UKR_(np, araw, a, lda) \
     ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, bks, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn)
-            if (g->a_raw) {
+            if (g->a_raw && g->a_cm) {
+                const float* a = g->a_raw + pc * g->lda + m;
+                if (nr > ML_NR) ML_UKR_(ML_NP, 2, a, g->lda);
+                else ML_UKR_(1, 2, a, g->lda);
+            } else if (g->a_raw) {
                 const float* a = g->a_raw + m * g->lda + pc;
                 if (nr > ML_NR) ML_UKR_(ML_NP, 1, a, g->lda);
                 else ML_UKR_(1, 1, a, g->lda);
@@ -711,7 +724,8 @@ static inline void ml_gemm_k0(const ml_gemm_args* g) {
 
 /* A of element (m, k) for a GEMM of fewer than MR rows (packed: one panel). */
 ML_INLINE float ml_a_small(const ml_gemm_args* g, int64_t m, int64_t k) {
-    return g->a_raw ? g->a_raw[m * g->lda + k] : g->a[k * ML_MR + m];
+    return g->a_raw ? g->a_raw[g->a_cm ? k * g->lda + m : m * g->lda + k]
+                    : g->a[k * ML_MR + m];
 }
 
 /* Fewer than MR rows against a run-time B with unit column stride (a GEMV, a decode
@@ -888,7 +902,7 @@ static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
     a.bbuf = (float*)scratch;
     if (m0 > 0 || j->chunk_m < a.M) { /* a block of rows: chunk_m is a multiple of MR */
         a.M = ML_MIN(j->chunk_m, j->g->M - m0);
-        if (a.a_raw) a.a_raw += m0 * a.lda;
+        if (a.a_raw) a.a_raw += a.a_cm ? m0 : m0 * a.lda;
         else a.a += (m0 / ML_MR) * a.K * ML_MR;
         a.c += m0 * a.ldc;
         if (a.bias_m) a.bias_m += m0;

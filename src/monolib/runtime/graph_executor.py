@@ -39,6 +39,7 @@ from ..abi.graph_spec import TensorInfo, graph_layout, tensor_info
 from ..abi.names import RUN, RUN_OP, RUN_TIMED, RUN_TIMED_NONE
 from ..errors import (ContainerError, ExecutionError, FunctionNotFoundError, InputError,
                       ParamsInputError)
+from . import threads
 from .arena import arena_empty
 from .device import Device, cpu
 from .factory import GraphExecutorFactoryModule, register_executor
@@ -47,7 +48,6 @@ from .module import Module
 from .params import params_blob
 from .params import load_params as read_params
 from .shapes import RunShapes, start_shape
-from . import threads
 from .threads import close_executor, register_library
 
 __all__ = ["GraphExecutor", "create"]

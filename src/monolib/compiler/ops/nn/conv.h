@@ -457,12 +457,17 @@ static void ml_transpose_pm_cols(int64_t P, int64_t M, int64_t m0, int64_t m1,
  * (memory-bound: a float counts as a few multiply-adds): the gather by panels, the
  * transpose by 16-channel blocks. Serial, they were what kept a 7x7 map's 3x3 conv
  * from halving on 2 threads (the GEMM between them splits). Copies: same bits at any
- * split. kind 0: gather, 1: transpose. */
+ * split. kind 0: gather, 1: transpose, then the fused epilogue (epi, when not NULL)
+ * on the block's channels while they are in L1, in the same task (it ran after the
+ * whole transpose, on one thread). */
 typedef struct {
     int kind;
     const float* x;
     int64_t C, Hp, Wp, KH, KW, SH, SW, DH, DW, OH, OW, M, chunk;
     float* dst;
+    ml_epi_fn epi;
+    void* epi_out;
+    int64_t epi_b;
 } ml_pixrows_job;
 
 static void ml_pixrows_task(void* ctx, int64_t t, void* scratch) {
@@ -475,6 +480,7 @@ static void ml_pixrows_task(void* ctx, int64_t t, void* scratch) {
     } else {
         int64_t m0 = t * j->chunk, m1 = ML_MIN(j->M, m0 + j->chunk);
         ml_transpose_pm_cols(j->OH, j->M, m0, m1, j->x, j->dst);
+        if (j->epi) j->epi(j->epi_out, j->epi_b, m0, m1, 0, j->OH);
     }
 }
 
@@ -499,16 +505,18 @@ ML_UNUSED static void ml_pack_a_im2col(const float* restrict x, int64_t C, int64
                                        int64_t Wp, int64_t KH, int64_t KW, int64_t SH,
                                        int64_t SW, int64_t DH, int64_t DW, int64_t OH,
                                        int64_t OW, float* restrict dst) {
-    ml_pixrows_job j = {0, x, C, Hp, Wp, KH, KW, SH, SW, DH, DW, OH, OW, 0, 0, dst};
+    ml_pixrows_job j = {0, x, C, Hp, Wp, KH, KW, SH, SW, DH, DW, OH, OW, 0, 0, dst, 0, 0, 0};
     int64_t panels = (OH * OW + ML_MR - 1) / ML_MR;
     ml_pixrows_run(&j, panels, ML_MR, (double)panels * ML_MR * C * KH * KW);
 }
 
-/* y[m][p] = t[p][m] (P x M -> M x P). */
+/* y[m][p] = t[p][m] (P x M -> M x P), then epi(epi_out, epi_b, m0, m1, 0, P) on each
+ * block of channels just written (epi NULL: none). */
 ML_UNUSED static void ml_transpose_pm(int64_t P, int64_t M, const float* restrict t,
-                                      float* restrict y) {
+                                      float* restrict y, ml_epi_fn epi, void* epi_out,
+                                      int64_t epi_b) {
     /* OH carries P; the units are 16-channel blocks */
-    ml_pixrows_job j = {1, t, 0, 0, 0, 0, 0, 0, 0, 0, 0, P, 1, M, 0, y};
+    ml_pixrows_job j = {1, t, 0, 0, 0, 0, 0, 0, 0, 0, 0, P, 1, M, 0, y, epi, epi_out, epi_b};
     ml_pixrows_run(&j, (M + 15) / 16, 16, (double)P * M);
 }
 

@@ -9,7 +9,8 @@ per image the input is padded (when the convolution pads) and gathered straight 
 gemm.h's packed A by ``ml_pack_a_im2col`` (1x1 stride-1: the input itself is A,
 column-major, read in place by the micro-kernel: ``a_cm``), multiplied into a
 ``[pixels, C_out]`` scratch with the bias per column, transposed to NCHW
-(``ml_transpose_pm``), then the fused epilogue runs on the whole output.
+(``ml_transpose_pm``), the fused epilogue running on each block of channels as it is
+written.
 """
 
 from __future__ import annotations
@@ -96,10 +97,10 @@ def emit_pixel_rows(node: Node, ctx: EmitContext, d: dict[str, int], epi: str,
     if b is not None:
         fields["bias_n"] = ctx.ptr(b)
     bsrc = {"kind": "ML_B_PACKED", "p": bp, "k_total": str(k)}
-    epi_line = f"  ({epi})({yp}, n, 0, {m}, 0, {p});\n" if epi != "(ml_epi_fn)0" else ""
+    # the epilogue runs on each block of channels as the transpose writes it
     return (
         f"for (int64_t n = 0; n < {n}; ++n) {{\n{pack}"
         f"{gemm_call(fields, bsrc)}\n"
-        f"  ml_transpose_pm({p}, {m}, (const float*){tmp}, {yp} + n * {m * p});\n"
-        f"{epi_line}}}"
+        f"  ml_transpose_pm({p}, {m}, (const float*){tmp}, {yp} + n * {m * p}, {epi}, {yp}, n);\n"
+        f"}}"
     )

@@ -208,3 +208,31 @@ def test_op_cases_build_and_tabulate():
     rows = [(c, {1: (1e-3, 2e-3), 2: (1e-3, 5e-4), "diff": 0.0}) for c in cases[:3]]
     text = ops.table(rows, [1, 2])
     assert text.count("\n") == 2 + 2 and "0.50x" in text and "2.00x" in text
+
+
+def test_ab_compares_two_libraries_executor_by_executor(tmp_path, capsys):
+    """bench/ab.py on two exports of the tiny model: one median per executor and side, a
+    ratio near 1 (the same code), the table printed; libraries with other inputs are
+    refused by name."""
+    import monolib
+
+    ab = load("ab")
+    libs = []
+    for i in range(2):
+        path = tmp_path / f"tiny{i}.so"
+        monolib.compile(tiny_model(), target="c").export_library(str(path))
+        libs.append(str(path))
+    medians, ratio = ab.compare(libs, executors=2, rounds=2, calls=5)
+    assert [len(side) for side in medians] == [2, 2] and all(m > 0 for s in medians for m in s)
+    assert 0.2 < ratio < 5.0
+    assert ab.main([libs[0], libs[1], "--executors", "1", "--rounds", "1", "--calls", "3"]) == 0
+    assert "B / A = " in capsys.readouterr().out
+    other = onnx.helper.make_model(onnx.helper.make_graph(
+        [helper.make_node("Relu", ["y"], ["z"])], "other",
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "other.so"
+    monolib.compile(other, target="c").export_library(str(path))
+    with pytest.raises(monolib.InputError, match="other.so takes"):
+        ab.compare([libs[0], str(path)], executors=1, rounds=1, calls=1)

@@ -154,6 +154,9 @@ class NodeContext:
     def unique(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids)}"
 
+    def blocked(self, value) -> bool:  # one node alone: NCHW on both sides
+        return False
+
     def tile_epilogue(self, groups: Sequence[Sequence[int]]) -> str:
         if self.epilogue != "affine":
             return "0"

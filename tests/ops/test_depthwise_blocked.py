@@ -25,7 +25,7 @@ from onnx import helper
 from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
-from monolib.compiler.ops.nn import conv, conv_dw_blocked
+from monolib.compiler.ops.nn import conv, conv_dw_along_w, conv_dw_blocked
 from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
 from monolib.compiler.ops.nn.conv_cost import host_vector_width
 from monolib.compiler.testing import build_shared, ort_run
@@ -174,7 +174,7 @@ def _dw_node(xs, k, pads, strides):
 def test_rule_picks_the_measured_faster_kernel(xs, k, s, want) -> None:
     node = _dw_node(xs, k, [k // 2] * 4, [s, s])
     d = as_2d(list(xs[2:]), conv_geometry(node))
-    costs = conv_dw_blocked.dw_costs(d, xs[1], conv._dw_fast(d), vw=16)
+    costs = conv_dw_blocked.dw_costs(d, xs[1], conv_dw_along_w.dw_fast(d), vw=16)
     assert min(costs, key=costs.get) == want, costs
     if host_vector_width() == 16:
         assert conv._rule(node, d, xs[1]).algo == want
@@ -206,7 +206,7 @@ def test_split_over_the_pool_gives_the_same_bits(name: str) -> None:
         + "void conv(int nt, const float* x, const float* w, const float* b, float* y, "
         "float* s) { ml_set_num_threads(nt);\n"
         f"  ml_dwcb_conv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args}, x, w, b, y, "
-        "s, 0, 0, 0); }\n"
+        "s, 0, 0, 0, 0); }\n"
     )
     lib = build_shared(src, ["-DML_PAR_MIN_MEM=0", "-DML_PAR_WAKE_WORK=0",
                              "-DML_LATE_NS=1000000000000"])
@@ -220,5 +220,55 @@ def test_split_over_the_pool_gives_the_same_bits(name: str) -> None:
         outs.append(y)
     ref = op_of(node).reference(node, list(ins))[0][0]
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+    for y in outs[1:]:
+        np.testing.assert_array_equal(y, outs[0])
+
+
+@pytest.mark.parametrize("vw", [8, 16])
+@pytest.mark.parametrize("layout", [1, 2, 3])
+@pytest.mark.parametrize("shape", [((1, 32, 14, 14), 5, 1), ((1, 48, 15, 22), 3, 2)])
+def test_channel_blocked_input_and_output(shape, layout: int, vw: int) -> None:
+    """ml_dwcb_conv2d reading its input (layout bit 0) and writing its output (bit 1)
+    channel-blocked, [C/16][H][W][16] (backends/c/layout.py), with the harness's epilogue
+    on the output's flat runs: the NumPy reference's values, the same bits at 1, 2 and 3
+    threads (the split forced), at 8 and 16 floats per vector (two vectors per block)."""
+    (n, c, h, w_), k, s = shape
+    x, w, b = r(n, c, h, w_), r(c, 1, k, k, scale=0.3), r(c)
+    node = make_node("Conv", [x, w, b], {"group": c, "pads": [k // 2] * 4, "strides": [s, s]},
+                     const=[1, 2], opset=11)
+    d = as_2d([h, w_], conv_geometry(node))
+    oh, ow = d["OH"], d["OW"]
+    args = ", ".join(str(d[key]) for key in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
+    # epilogue: y = 2y + 1 on a flat run of floats, as the generated chains take it
+    src = (
+        "#include <stdint.h>\n#include <string.h>\n" + kernel_header("threadpool.h")
+        + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_depthwise.h")
+        + "static void epi(void* out, int64_t bi, int64_t m0, int64_t m1, int64_t n0, "
+        f"int64_t n1) {{ float* y = (float*)out + bi * {c * oh * ow};\n"
+        f"  for (int64_t m = m0; m < m1; ++m) for (int64_t i = n0; i < n1; ++i) "
+        f"y[m * {oh * ow} + i] = 2.0f * y[m * {oh * ow} + i] + 1.0f; }}\n"
+        "void conv(int nt, const float* x, const float* w, const float* b, float* y, "
+        "float* s) { ml_set_num_threads(nt);\n"
+        f"  ml_dwcb_conv2d({c}, {h}, {w_}, {oh}, {ow}, {args}, x, w, b, y, s, epi, y, 0, "
+        f"{layout}); }}\n"
+    )
+    lib = build_shared(src, [f"-DML_VW={vw}", f"-DML_NP={2 if vw == 16 else 1}",
+                             "-DML_PAR_MIN_MEM=0", "-DML_PAR_WAKE_WORK=0",
+                             "-DML_LATE_NS=1000000000000"])
+    blocked = lambda a: np.ascontiguousarray(  # noqa: E731 - [C,H,W] -> [C/16,H,W,16]
+        a.reshape(a.shape[0] // 16, 16, *a.shape[1:]).transpose(0, 2, 3, 1))
+    xin = blocked(x[0]) if layout & 1 else np.ascontiguousarray(x[0])
+    wp = conv_dw_blocked.pack_dw_weights(w)
+    scratch = np.zeros(conv_dw_blocked.dwcb_scratch_floats(d) + 16, np.float32)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    ref = 2 * op_of(node).reference(node, [x, w, b])[0][0] + 1
+    outs = []
+    for nt in (1, 2, 3):
+        y = np.full(c * oh * ow, np.nan, np.float32)
+        lib.conv(nt, ptr(xin), ptr(wp), ptr(b), ptr(y), ptr(scratch))
+        outs.append(y)
+    got = outs[0].reshape(c // 16, oh, ow, 16).transpose(0, 3, 1, 2) if layout & 2 else outs[0]
+    np.testing.assert_allclose(got.reshape(c, oh, ow), ref, rtol=1e-5,
+                               atol=1e-5 * float(np.abs(ref).max()))
     for y in outs[1:]:
         np.testing.assert_array_equal(y, outs[0])

@@ -1,5 +1,5 @@
-"""Depthwise convolution (``ml_dwconv2d`` of ops/nn/conv_depthwise.h, ``_emit_depthwise`` of
-ops/nn/conv.py).
+"""Depthwise convolution (``ml_dwconv2d`` of ops/nn/conv_depthwise.h, ``emit_depthwise`` of
+ops/nn/conv_dw_along_w.py).
 
 The unrolled path (3x3/5x5, strides 1 and 2 each way, tiles of 4 and 3 output rows) and
 the run-time-loop path match the NumPy reference for pads 0/1/2/asymmetric, odd sizes,
@@ -25,7 +25,7 @@ from onnx import helper
 from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.build import lower
 from monolib.compiler.ops import op_of
-from monolib.compiler.ops.nn import conv
+from monolib.compiler.ops.nn import conv, conv_dw_along_w
 from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
 from monolib.compiler.testing import build_shared, ort_run
 
@@ -146,7 +146,7 @@ def test_scratch_is_the_kernels_formula() -> None:
         lib = build_shared(src, options)
         out = (ctypes.c_int64 * len(dims))()
         lib.scratch(out, len(dims))
-        assert list(out) == [conv._dw_scratch_floats(d, vw) for d in dims], vw
+        assert list(out) == [conv_dw_along_w.dw_scratch_floats(d, vw) for d in dims], vw
 
 
 def _node_for(xs, k, pads, strides):

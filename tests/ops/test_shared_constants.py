@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import monolib
-from monolib.compiler.ops.nn import _gemm, conv
+from monolib.compiler.ops.nn import _gemm, conv, conv_dw_along_w
 from monolib.compiler.ops.quant import _qcommon
 from monolib.compiler.testing import build_shared, make_node_model
 from monolib.errors import ToolchainError
@@ -24,8 +24,8 @@ def _depthwise_source() -> str:
 def test_generated_c_asserts_the_python_values():
     src = _depthwise_source()
     for name, value in [("ML_MR", _gemm.MR), ("ML_NR", _gemm.NR), ("ML_KC", _gemm.KC),
-                        ("ML_NC", _gemm.NC), ("ML_DW_PAD", conv._DW_PAD),
-                        ("ML_DW_R", conv._DW_R), ("ML_DW_BLOCK", conv._DW_BLOCK)]:
+                        ("ML_NC", _gemm.NC), ("ML_DW_PAD", conv_dw_along_w._DW_PAD),
+                        ("ML_DW_R", conv_dw_along_w._DW_R), ("ML_DW_BLOCK", conv_dw_along_w._DW_BLOCK)]:
         assert f"_Static_assert({name} == {value}," in src
     build_shared(src)  # the headers agree with Python today
 

@@ -365,8 +365,12 @@ def _byte_count(v: Any) -> bool:
 
 
 _TENSOR_FIELDS = {"shape": _ints, "dtype": lambda v: isinstance(v, str)}
+#: a node's output stored other than row-major ("layout"; absent: row-major): NCHW16c is
+#: [N][C/16][H][W][16] (backends/c/layout.py), only between two convs
+NODE_LAYOUTS = ("NCHW16c",)
 _NODE_FIELDS = {**_TENSOR_FIELDS, "op": lambda v: isinstance(v, str), "fused": _strs,
-                "inputs": _strs, "outputs": _strs}  # fmt: skip
+                "inputs": _strs, "outputs": _strs,
+                "layout": lambda v: v in NODE_LAYOUTS}  # fmt: skip
 _PARAM_FIELDS = {**_TENSOR_FIELDS, "nbytes": _byte_count}
 # version 2: inputs, outputs and nodes may have run-time dims (strings)
 _DYN_TENSOR_FIELDS = {**_TENSOR_FIELDS, "shape": _dims, "max_nbytes": _byte_count}

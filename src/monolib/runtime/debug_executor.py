@@ -162,7 +162,8 @@ class GraphModuleDebug(GraphModule):
 
     def debug_get_output(self, node: Any, out: np.ndarray | None = None) -> NDArray:
         """Run ops ``0..i`` on the current inputs (``monolib_run_op``) and return op
-        ``i``'s output (a copy): shape and dtype of ``nodes[i]``.
+        ``i``'s output (a copy): shape and dtype of ``nodes[i]``, in NCHW where the
+        library keeps it channel-blocked (the node's ``"layout"``).
 
         Parameters
         ----------
@@ -196,7 +197,11 @@ class GraphModuleDebug(GraphModule):
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if not 0 <= off <= self.executor.arena_bytes - nbytes:
             raise ExecutionError(f"op {i}: output [{off}, {off + nbytes}) lies outside the arena")
-        value = self.executor.arena[off : off + nbytes].view(dtype).reshape(shape).copy()
+        value = self.executor.arena[off : off + nbytes].view(dtype)
+        if spec.get("layout") == "NCHW16c":  # [N][C/16][H][W][16] between two convs
+            n, c, h, w = shape
+            value = value.reshape(n, c // 16, h, w, 16).transpose(0, 1, 4, 2, 3)
+        value = value.reshape(shape).copy()
         if out is not None:
             np.copyto(out, value)
         return NDArray(value, self.executor.device)

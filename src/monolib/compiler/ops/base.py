@@ -117,6 +117,12 @@ class EmitContext(Protocol):
     def unique(self, prefix: str) -> str:
         """A fresh C identifier starting with ``prefix``."""
 
+    def blocked(self, value: Value) -> bool:
+        """Whether ``value`` (this node's input or output 0) is stored channel-blocked,
+        ``[N][C/16][H][W][16]`` (NCHW16c), instead of row-major. Only between two convs
+        whose algorithms both take it (``backends/c/layout.py``); an op that never reads
+        or writes it there need not ask."""
+
     def tile_epilogue(self, groups: Sequence[Sequence[int]]) -> str:
         """Name of a generated C function
         ``void f(void* out, int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1)``

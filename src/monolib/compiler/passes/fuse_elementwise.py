@@ -172,6 +172,8 @@ class Fusion:
     outputs: list[Value]
     #: the graph's run-time dims (their values sit at the start of the arena)
     symbols: SymbolTable = field(default_factory=SymbolTable)
+    #: uids of values the C backend stores channel-blocked (``backends/c/layout.py``)
+    blocked: frozenset[int] = frozenset()
 
 
 def _distinct(values) -> list[Value]:

@@ -19,6 +19,7 @@ from ...passes.plan_memory import MemoryPlan, plan_memory
 from ...passes.tconv_subpixel import ConvTransposeToSubpixel
 from ..base import Backend, Generated
 from . import generate as c_source
+from .layout import blocked_values
 
 __all__ = ["CBackend", "host_passes"]
 
@@ -29,12 +30,14 @@ def host_passes(graph: Graph, fusion: Fusion, plan: MemoryPlan) -> tuple[Fusion,
     """The host-only rewrites: overlapping ConvTransposes as sub-pixel Convs
     (``passes/tconv_subpixel``, which rewrites ``graph`` and fuses it again), then the
     depthwise chains run by bands (``passes/conv_bands``); the arena planned again when
-    either changed anything. ``bench/flops.py`` calls it too, to count the ops a
+    either changed anything. Last, the values kept channel-blocked between convs
+    (``layout.blocked_values``). ``bench/flops.py`` calls it too, to count the ops a
     library runs."""
     changed = ConvTransposeToSubpixel()(graph).modified
     if changed:
         fusion = fuse_elementwise(graph)
     banded = fuse_conv_bands(fusion)
+    banded.blocked = blocked_values(banded)  # the layout between convs (layout.py)
     if banded is fusion and not changed:
         return fusion, plan
     return banded, plan_memory(banded)

@@ -50,6 +50,7 @@ from ..cstyle import HOST_C, c_literal, ctype, rendering, string_typedefs, tenso
 from ..graph_json import graph_json_of, node_json
 from . import epilogue, specialize
 from .headers import kernel_header
+from .layout import BLOCKED
 from .timed_run import timed_run
 
 __all__ = [
@@ -226,6 +227,8 @@ class CEmitContext:
         #: declarations the op function starts with (materialised symbolic constants)
         self.preamble: list[str] = []
         self._materialised: dict[int, str] = {}
+        #: uids of the values stored channel-blocked (``Fusion.blocked``, layout.py)
+        self.blocked_uids: frozenset[int] = frozenset()
 
     # -- pointers ------------------------------------------------------------------
     def ptr(self, value: Value) -> str:
@@ -237,6 +240,14 @@ class CEmitContext:
         if value.is_symbolic_const or root.is_symbolic_const:
             return self._materialise(value if value.is_symbolic_const else root)
         return tensor_pointer(HOST_C, value, self.plan, self.params)
+
+    def blocked(self, value: Value) -> bool:
+        """Whether ``value`` is stored channel-blocked, NCHW16c (``layout.py``); the
+        anchor's output 0 stands for the chain's final value, as in :meth:`ptr`."""
+        f = self.fused
+        if f.kind == "op" and f.steps and value is f.anchor.outputs[0]:
+            value = f.out
+        return value.uid in self.blocked_uids
 
     def _materialise(self, value: Value) -> str:
         """A constant computed from run-time dims, read as data: a local array of the
@@ -625,7 +636,7 @@ def scratch_sizes(fusion: Fusion, plan: MemoryPlan) -> dict[int, int]:
         if not fused.has_code or fused.kind == "copy":
             continue
         ctx = CEmitContext(fused, plan, params, source, plan.arena_bytes)
-        ctx.plan_symbols = fusion.symbols
+        ctx.plan_symbols, ctx.blocked_uids = fusion.symbols, fusion.blocked
         ctx.is_init = t in plan.init_ops
         _emit_checked(fused, ctx)
         fused.keep_bytes = ctx.keep_used  # plan_memory gives it a kept region
@@ -663,7 +674,7 @@ def emit_ops(
             first = len(source.functions)
             base = plan.scratch.get(t, plan.arena_bytes)
             ctx = CEmitContext(fused, plan, params, source, base)
-            ctx.plan_symbols = fusion.symbols
+            ctx.plan_symbols, ctx.blocked_uids = fusion.symbols, fusion.blocked
             ctx.keep_base, ctx.is_init = plan.keep.get(t), t in plan.init_ops
             body = _emit_checked(fused, ctx)
             if ctx.keep_used and t not in plan.keep:
@@ -685,6 +696,8 @@ def emit_ops(
                 f"  (void)params; (void)arena;\n{prologue}{decls}{body}\n}}"
             )
             nodes.append(node_json(fused, plan))
+            if fused.out is not None and fused.out.uid in fusion.blocked:
+                nodes[-1]["layout"] = BLOCKED  # debug_get_output reads it back to NCHW
             if t in plan.init_ops:  # run once per arena (plan_memory.init_ops)
                 nodes[-1]["init"] = True
             if ctx.keep_used:  # data it derives once per arena (plan.keep): [offset, bytes]

@@ -457,7 +457,7 @@ static void ml_transpose_pm_cols(int64_t P, int64_t M, int64_t m0, int64_t m1,
  * (memory-bound: a float counts as a few multiply-adds): the gather by panels, the
  * transpose by 16-channel blocks. Serial, they were what kept a 7x7 map's 3x3 conv
  * from halving on 2 threads (the GEMM between them splits). Copies: same bits at any
- * split. kind 0: gather, 1: transpose, then the fused epilogue (epi, when not NULL)
+ * split. kind 0: gather, 1: transpose (2: into 16-channel blocks), then the fused epilogue (epi, when not NULL)
  * on the block's channels while they are in L1, in the same task (it ran after the
  * whole transpose, on one thread). */
 typedef struct {
@@ -477,10 +477,18 @@ static void ml_pixrows_task(void* ctx, int64_t t, void* scratch) {
         int64_t P = j->OH * j->OW, p0 = t * j->chunk, p1 = ML_MIN(P, p0 + j->chunk);
         ml_pack_a_im2col_rows(j->x, j->C, j->Hp, j->Wp, j->KH, j->KW, j->SH, j->SW, j->DH,
                               j->DW, j->OH, j->OW, p0, p1, j->dst);
-    } else {
+    } else if (j->kind == 1) {
         int64_t m0 = t * j->chunk, m1 = ML_MIN(j->M, m0 + j->chunk);
         ml_transpose_pm_cols(j->OH, j->M, m0, m1, j->x, j->dst);
         if (j->epi) j->epi(j->epi_out, j->epi_b, m0, m1, 0, j->OH);
+    } else { /* channel-blocked: block m/16 of pixel p is row p of t's 16 columns there */
+        int64_t P = j->OH, M = j->M, m0 = t * j->chunk, m1 = ML_MIN(M, m0 + j->chunk);
+        for (int64_t mb = m0; mb < m1; mb += 16)
+            for (int64_t p = 0; p < P; ++p)
+                for (int v = 0; v < 16; v += ML_VW)
+                    *(ml_vf*)(j->dst + mb * P + p * 16 + v) = *(const ml_vf*)(j->x + p * M + mb + v);
+        /* the blocks are one flat run: the chain has no side inputs */
+        if (j->epi) j->epi(j->epi_out, j->epi_b, 0, 1, m0 * P, m1 * P);
     }
 }
 
@@ -508,6 +516,16 @@ ML_UNUSED static void ml_pack_a_im2col(const float* restrict x, int64_t C, int64
     ml_pixrows_job j = {0, x, C, Hp, Wp, KH, KW, SH, SW, DH, DW, OH, OW, 0, 0, dst, 0, 0, 0};
     int64_t panels = (OH * OW + ML_MR - 1) / ML_MR;
     ml_pixrows_run(&j, panels, ML_MR, (double)panels * ML_MR * C * KH * KW);
+}
+
+/* t (P x M) into y channel-blocked (NCHW16c: [M/16][P][16], M a multiple of 16; the
+ * depthwise conv after reads it so, backends/c/layout.py), then the epilogue on each
+ * block's flat run (a chain without side inputs). */
+ML_UNUSED static void ml_block_pm(int64_t P, int64_t M, const float* restrict t,
+                                  float* restrict y, ml_epi_fn epi, void* epi_out,
+                                  int64_t epi_b) {
+    ml_pixrows_job j = {2, t, 0, 0, 0, 0, 0, 0, 0, 0, 0, P, 1, M, 0, y, epi, epi_out, epi_b};
+    ml_pixrows_run(&j, M / 16, 16, (double)P * M);
 }
 
 /* y[m][p] = t[p][m] (P x M -> M x P), then epi(epi_out, epi_b, m0, m1, 0, P) on each

@@ -4,7 +4,7 @@ Lowering (``emit``):
 
 * depthwise (``group == C_in == C_out``): ``ml_dwconv2d`` of ``conv_depthwise.h``, a direct
   kernel vectorised along W, 4 output rows x 2 vectors per tile, unrolled for 3x3/5x5
-  windows with strides 1 and 2 (``_dw_fast``), run-time loops for other shapes;
+  windows with strides 1 and 2 (``conv_dw_along_w.dw_fast``), run-time loops for other shapes;
 * everything else is ``y[Cout_g, OH*OW] = W[Cout_g, Cin_g*KH*KW] @ cols`` with the weights
   packed at compile time (``_gemm.pack_a``), per image and group:
 
@@ -48,6 +48,7 @@ from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._gemm import MR, bbuf_floats, gemm_call, gemv_shaped, include_gemm, pack_a
 from .conv_cost import conv_costs, folded_cost, row_window
+from .conv_dw_along_w import dw_decidable, dw_fast, dw_rows, emit_depthwise, include_depthwise
 from .conv_dw_blocked import dw_blocked_valid, dw_costs, emit_dw_blocked
 from .conv_ocv import emit_ocv, ocv_cost, ocv_in_rule, ocv_valid
 from .conv_pixel_rows import emit_pixel_rows, pixel_rows_valid
@@ -57,8 +58,8 @@ if TYPE_CHECKING:  # the device lowerings' shared pieces, imported when lowering
     from ...backends.device.lowerings import Kernel
 
 __all__ = [
-    "Conv", "as_2d", "conv_candidates", "conv_geometry", "conv_reference", "cost_candidate",
-    "grouped_conv", "include_depthwise", "phase_split", "rule_costs",
+    "Conv", "as_2d", "blocked_roles", "conv_candidates", "conv_geometry", "conv_reference",
+    "cost_candidate", "grouped_conv", "include_depthwise", "phase_split", "rule_costs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -213,15 +214,11 @@ class Conv(OpDef):
         ctx.include("conv.h")
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         group = int(node.attrs["group"])
-        tuned = active() is not None  # else the rule alone (no candidates to list)
-        if tuned:
-            sig, candidates, pick = conv_candidates(node, d, group, epi != "(ml_epi_fn)0")
-            if sig is not None:
-                pick = choose(node.name, sig, candidates, pick)
-        else:
-            pick = _rule(node, d, group)
+        # next to a channel-blocked tensor the pick was made knowing it (layout.py)
+        blocked = ctx.blocked(x) or ctx.blocked(node.outputs[0])
+        pick = _pick(node, d, group, epi != "(ml_epi_fn)0", blocked)
         if pick.algo == "depthwise":
-            return _emit_depthwise(node, ctx, d, epi, pick.param("rows"))
+            return emit_depthwise(node, ctx, d, epi, pick.param("rows"))
         if pick.algo == "depthwise_cb":
             return emit_dw_blocked(node, ctx, d, epi)
         if pick.algo in ("winograd", "winograd_raw"):  # a run-time image: at its bounds
@@ -302,103 +299,6 @@ class Conv(OpDef):
             "}",
         ]
         return element_kernel(node, ctx, body)
-
-
-# ml_dwconv2d's fast path (conv_depthwise.h): square 3x3/5x5 windows, strides 1 and 2, no
-# dilation, left and right pads up to ML_DW_PAD; ML_DW_R output rows per tile, blocks of
-# ML_DW_BLOCK floats of padded input rows. Mirrors ml_dw_is_fast / ml_dw_scratch_floats;
-# include_depthwise has the C compiler check the macros against these values.
-_DW_PAD = 4
-_DW_R = 4
-_DW_BLOCK = 8192
-_VECTOR_WIDTHS = (4, 8, 16)  # ML_VW of SSE, AVX, AVX-512: the scratch fits any
-
-
-def include_depthwise(ctx: EmitContext) -> None:
-    """Paste ``conv_depthwise.h`` (after ``conv.h``, whose padded rows it reads), its
-    fast-path macros checked against this module's ``_DW_PAD``, ``_DW_R``, ``_DW_BLOCK``."""
-    ctx.include("conv.h")
-    include_checked(
-        ctx,
-        "conv_depthwise.h",
-        {"ML_DW_PAD": _DW_PAD, "ML_DW_R": _DW_R, "ML_DW_BLOCK": _DW_BLOCK},
-        __name__,
-    )
-
-
-def _dw_fast(d: dict[str, int]) -> bool:
-    """Whether ``ml_dwconv2d`` takes its unrolled path (``ml_dw_is_fast``)."""
-    wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
-    return (
-        d["DH"] == d["DW"] == 1
-        and d["KH"] == d["KW"] in (3, 5)
-        and d["SH"] in (1, 2)
-        and d["SW"] in (1, 2)
-        and 0 <= d["PL"] <= _DW_PAD
-        and wp - d["W"] - d["PL"] <= _DW_PAD
-    )
-
-
-def _dw_decidable(d: dict) -> bool:
-    """False when whether ``ml_dwconv2d`` takes its fast path depends on run-time sizes
-    (then the grouped GEMM path convolves instead)."""
-    try:
-        _dw_fast(d)
-    except UndecidableDimError:
-        return False
-    return True
-
-
-def _dw_scratch_floats(d: dict[str, int], vw: int) -> int:
-    """``ml_dw_scratch_floats`` of kernels/conv.h for vectors of ``vw`` floats."""
-    oh, ow, kh, kw, sh, sw = (d[k] for k in ("OH", "OW", "KH", "KW", "SH", "SW"))
-    wp = (ow - 1) * sw + (kw - 1) * d["DW"] + 1
-    if _dw_fast(d):
-        row = -(-((ow - 1) * sw + kw + vw * sw + 2) // vw) * vw
-        rows = _DW_BLOCK // row
-        blk = (rows - kw) // sh + 1 if rows > kw else 1
-        blk = max(blk // _DW_R * _DW_R, 2 * _DW_R)
-        blk = max(min(blk, oh), _DW_R)
-        return ((blk - 1) * sh + kh) * row + ow + _DW_R * vw
-    hp = (oh - 1) * sh + (kh - 1) * d["DH"] + 1
-    ring = min(hp, (kh - 1) * d["DH"] + 1)
-    return (ring * sw * (-(-wp // sw) + 2 * vw) + 1) // 2 * 2 + 2 * ring
-
-
-def _dw_rows(d: dict[str, int]) -> int:
-    """Output rows per fast-path tile by rule: 4, or 3 where that computes 5% fewer (3,
-    5, 6, 9 rows: a short last tile is moved back over rows already done); 3 rows run
-    ~5% slower."""
-    oh = size_hint(d["OH"])
-    return 3 if -(-oh // 3) * 3 * 1.05 < max(-(-oh // 4) * 4, 4) else 4
-
-
-def _emit_depthwise(
-    node: Node, ctx: EmitContext, d: dict[str, int], epi: str, rows: int | None = None
-) -> str:
-    """``ml_dwconv2d`` per image; the fast path's entry point is named for the shape so
-    that the build compiles only the unrolled kernels the model uses. ``rows`` (3 or 4)
-    overrides :func:`_dw_rows` on the fast path."""
-    include_depthwise(ctx)
-    x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
-    n, c = x.shape[:2]
-    # run-time sizes: the scratch at the upper bounds (it grows with the image)
-    top = {k: v.hi if is_dim(v) else v for k, v in d.items()}
-    floats = max(_dw_scratch_floats(top, vw) for vw in _VECTOR_WIDTHS)
-    scratch = ctx.scratch(4 * floats)
-    units = "ml_dw_units_any"
-    if _dw_fast(d):
-        r3 = (rows or _dw_rows(d)) == 3
-        units = f"ml_dw_units_{d['KH']}_{d['SH']}{d['SW']}" + ("_r3" if r3 else "")
-    bias = ctx.ptr(b) if b is not None else "0"
-    yp = ctx.ptr(y)
-    args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
-    return (
-        f"for (int64_t n = 0; n < {n}; ++n)\n"
-        f"  ml_dwconv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args},\n"
-        f"    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {ctx.ptr(w)}, {bias},\n"
-        f"    {yp} + n * {c * d['OH'] * d['OW']}, (float*){scratch}, {epi}, {yp}, n, {units});"
-    )
 
 
 def _weights(node: Node, ctx: EmitContext, group: int, mg: int, k: int) -> tuple[str, int, str]:
@@ -660,21 +560,54 @@ def _group_tasks(
     return "{\nconst int64_t g = 0;\n" + call[: -len(last) - 2] + job + "\n}\n}"
 
 
-def _rule(node: Node, d: dict[str, int], group: int) -> Candidate:
+def _pick(node: Node, d: dict[str, int], group: int, has_epi: bool,
+          blocked: bool = False) -> Candidate:
+    """The algorithm emitted: the active selection's (forced, then measured on this CPU)
+    among the candidates, else the fixed rule's (``blocked``: see :func:`rule_costs`)."""
+    if active() is None:  # the rule alone (no candidates to list)
+        return _rule(node, d, group, blocked)
+    sig, candidates, pick = conv_candidates(node, d, group, has_epi, blocked)
+    return pick if sig is None else choose(node.name, sig, candidates, pick)
+
+
+def blocked_roles(node: Node, has_epi: bool, blocked: bool = False) -> tuple[bool, bool]:
+    """Whether the algorithm picked for a 2-D Conv ``node`` reads its input X, and
+    whether it writes its output, channel-blocked (NCHW16c, ``backends/c/layout.py``):
+    the channel-blocked depthwise kernel both, a pixels-as-rows conv its output (the
+    copy out of its ``[pixels, C_out]`` tile), and its input where it reads a 1x1 conv's
+    input in place (gemm.h's blocked ``a_raw``, at least ``MR`` pixels). ``has_epi``:
+    a chain is fused after it (part of the signature the selection is keyed by);
+    ``blocked``: the pick as made next to a channel-blocked neighbour (:func:`rule_costs`)."""
+    x = node.inputs[0]
+    if len(x.shape) != 4 or any(is_dim(v) for v in x.shape) or node.inputs[1].const is None:
+        return False, False
+    geo = conv_geometry(node)
+    d = as_2d(list(x.shape[2:]), geo)
+    if any(is_dim(v) for v in d.values()):
+        return False, False
+    pick = _pick(node, d, int(node.attrs["group"]), has_epi, blocked)
+    if pick.algo == "depthwise_cb":
+        return True, True
+    if pick.algo == "pixel_rows":
+        return _pointwise(d) and d["OH"] * d["OW"] >= MR, True
+    return False, False
+
+
+def _rule(node: Node, d: dict[str, int], group: int, blocked: bool = False) -> Candidate:
     """The fixed rule's algorithm: depthwise where it applies, a batch of small images
     folded into one GEMM, else the cheapest of direct, implicit GEMM and Winograd F(2) /
     F(4) by the cost model (``conv_cost``: the work each kernel really does on this
     CPU's vectors), leaving out what the size budget excludes for the node
     (``conv_budget``, ``select.excluded``)."""
     x, w = node.inputs[0], node.inputs[1]
-    if group == x.shape[1] == w.shape[0] and _dw_decidable(d):
+    if group == x.shape[1] == w.shape[0] and dw_decidable(d):
         # vectorised along W or over channels: the cheaper by dw_costs
         if dw_blocked_valid(node, d):
-            cost = dw_costs(d, int(x.shape[1]), _dw_fast(d))
+            cost = dw_costs(d, int(x.shape[1]), dw_fast(d))
             if cost["depthwise_cb"] < cost["depthwise"]:
                 return Candidate("depthwise_cb")
-        return Candidate("depthwise", (("rows", _dw_rows(d)),) if _dw_fast(d) else ())
-    costs = rule_costs(node, d, group)
+        return Candidate("depthwise", (("rows", dw_rows(d)),) if dw_fast(d) else ())
+    costs = rule_costs(node, d, group, blocked)
     if costs is None:
         return Candidate("gemm_folded")
     costs = {k: v for k, v in costs.items() if not excluded(node.name, cost_candidate(k))}
@@ -688,10 +621,13 @@ def cost_candidate(label: str) -> Candidate:
     return Candidate(label)
 
 
-def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | None:
+def rule_costs(node: Node, d: dict[str, int], group: int,
+               blocked: bool = False) -> dict[str, float] | None:
     """Estimated ns of each algorithm the rule compares for a non-depthwise Conv
     (``conv_cost.conv_costs`` labels), or None where it folds a batch of small images
-    into one GEMM with no direct_ocv to weigh (silero's 3-tap convs ran 2-4x faster so)."""
+    into one GEMM with no direct_ocv to weigh (silero's 3-tap convs ran 2-4x faster so).
+    ``blocked``: a neighbouring depthwise conv would keep the tensor between them
+    channel-blocked if this one ran pixels-as-rows (``backends/c/layout.py``)."""
     x, w = node.inputs[0], node.inputs[1]
     n, c = x.shape[:2]
     # a run-time batch folds too (at 1 the fold only costs a copy); a run-time image is
@@ -707,7 +643,7 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
     labels.update({f"winograd_raw(m={m})": plan_winograd(node, d, group, m, raw=True)
                    for m, plan in plans.items() if plan is not None})
     costs = conv_costs(d, n, c, w.shape[0], group, _pointwise(d), labels,
-                       pixel_rows_valid(node, d, group))
+                       pixel_rows_valid(node, d, group), blocked=blocked)
     if "direct" in costs and not _direct_fits(d, c // group):
         del costs["direct"]
     # ocv_in_rule: not 1x1 windows nor big weights (what its model does not see)
@@ -717,7 +653,7 @@ def rule_costs(node: Node, d: dict[str, int], group: int) -> dict[str, float] | 
 
 
 def conv_candidates(
-    node: Node, d: dict[str, int], group: int, fused: bool
+    node: Node, d: dict[str, int], group: int, fused: bool, blocked: bool = False
 ) -> tuple[dict[str, Any] | None, list[Candidate], Candidate]:
     """The tuning signature of a Conv, its valid candidates and the rule's choice.
 
@@ -730,6 +666,8 @@ def conv_candidates(
     group : int
     fused : bool
         Whether an elementwise epilogue is fused into it (part of the signature).
+    blocked : bool
+        The rule's choice as :func:`rule_costs` makes it with ``blocked``.
 
     Returns
     -------
@@ -743,7 +681,7 @@ def conv_candidates(
         choice, one of them.
     """
     x, w = node.inputs[0], node.inputs[1]
-    default = _rule(node, d, group)
+    default = _rule(node, d, group, blocked)
     sizes = [*x.shape, *w.shape, *d.values()]
     if any(is_dim(v) for v in sizes):
         return None, [default], default
@@ -751,8 +689,8 @@ def conv_candidates(
     cg = c // group
     geo = conv_geometry(node)
     cands: list[Candidate] = []
-    if group == c == w.shape[0] and _dw_decidable(d):
-        fast = _dw_fast(d)
+    if group == c == w.shape[0] and dw_decidable(d):
+        fast = dw_fast(d)
         cands += [Candidate("depthwise", (("rows", r),)) for r in (3, 4)] if fast else [
             Candidate("depthwise")
         ]

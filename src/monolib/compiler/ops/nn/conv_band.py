@@ -25,15 +25,8 @@ from ...symbolic import is_dim
 from ..base import EmitContext
 from ._common import epi_call
 from ._gemm import bbuf_floats, include_gemm, pack_a
-from .conv import (
-    _VECTOR_WIDTHS,
-    _dw_fast,
-    _dw_scratch_floats,
-    _pointwise,
-    as_2d,
-    conv_geometry,
-    include_depthwise,
-)
+from .conv import _pointwise, as_2d, conv_geometry
+from .conv_dw_along_w import VECTOR_WIDTHS, dw_fast, dw_scratch_floats, include_depthwise
 from .conv_cost import L2_BYTES
 
 __all__ = ["BAND_FLOATS", "BAND_MIN_BYTES", "band_chain", "band_rows", "emit_band"]
@@ -81,7 +74,7 @@ def _depthwise_conv(f: FusedOp, reads: Value | None = None) -> Node | None:
         return None
     c = n.inputs[0].shape[1]
     geo = as_2d(list(n.inputs[0].shape[2:]), conv_geometry(n))
-    ok = int(n.attrs["group"]) == c == n.outputs[0].shape[1] and _dw_fast(geo)
+    ok = int(n.attrs["group"]) == c == n.outputs[0].shape[1] and dw_fast(geo)
     return n if ok else None
 
 
@@ -154,7 +147,7 @@ def band_scratch_floats(band: FusedOp, vw: int) -> int:
     out = up16(c * rows * dd["OW"]) if q else 0
     fa = bbuf_floats(p.anchor.inputs[0].shape[1], mid_rows * dd["W"]) if p else 0
     fq = bbuf_floats(c, rows * dd["OW"]) if q else 0
-    return mid + out + up16(max(fa, fq)) + _dw_scratch_floats(dd, vw)
+    return mid + out + up16(max(fa, fq)) + dw_scratch_floats(dd, vw)
 
 
 def emit_band(fused: FusedOp, ctx: EmitContext) -> str:
@@ -180,7 +173,7 @@ def emit_band(fused: FusedOp, ctx: EmitContext) -> str:
     y = ctx.ptr(last.out)
     out_c = last.out.shape[1]
     oh, ow = dd["OH"], dd["OW"]
-    per_thread = max(band_scratch_floats(fused, vw) for vw in _VECTOR_WIDTHS)
+    per_thread = max(band_scratch_floats(fused, vw) for vw in VECTOR_WIDTHS)
     scratch = ctx.scratch(4 * per_thread)
 
     def bias(node: Node) -> str:

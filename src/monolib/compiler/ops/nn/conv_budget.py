@@ -39,7 +39,8 @@ from ....errors import CompileError, MonolibError
 from ...ir import Graph, Node
 from ...tuning.select import Candidate, Restriction
 from ._gemm import MR, NR
-from .conv import _dw_decidable, as_2d, conv_geometry, rule_costs
+from .conv import as_2d, conv_geometry, rule_costs
+from .conv_dw_along_w import dw_decidable
 from .winograd import VW_MAX, plan_winograd
 
 __all__ = ["DEFAULT_FRACTION", "SLACK_BYTES", "BudgetReport", "plan_budget", "winograd_budget"]
@@ -117,7 +118,7 @@ def _options(node: Node) -> tuple[int, int, list[tuple[int, int, float]]] | None
     m = int(w.shape[0])
     k = int(w.const.size) // m * group
     raw = int(w.const.nbytes)
-    if group == x.shape[1] == m and _dw_decidable(d):  # the rule's depthwise kernel
+    if group == x.shape[1] == m and dw_decidable(d):  # the rule's depthwise kernel
         return raw, raw, []
     costs = rule_costs(node, d, group)
     if costs is None:

@@ -59,7 +59,14 @@ logger = logging.getLogger(__name__)
 #: * ``pad``: per float written by padding the image;
 #: * ``tile``: per micro-tile call (C tile load and store, tap table, loop set-up);
 #: * ``out``: per output float (stores, the fused epilogue's pass);
-#: * ``transpose``: per float of pixel_rows' output transposed to NCHW;
+#: * ``transpose``: per float of pixel_rows' output transposed to NCHW; ``block``: per
+#:   float copied out instead, into 16-channel blocks (the depthwise conv next to it keeps
+#:   that layout, ``backends/c/layout.py``): set by hand, a third of a copy's cost, since
+#:   the depthwise conv saves its own transposes of the same floats (256@14x14 1x1 and 5x5
+#:   depthwise: 0.244 + 0.043 -> 0.236 + 0.039 ms in PP-LCNet);
+#: * ``mac_pw``: pixel_rows' ``mac`` for a 1x1 conv reading its input in place (no
+#:   packed A): 1x1 convs of 7x7 and 14x14 maps, 96-512 channels, measured alone after
+#:   the in-place change (the fit above predates it and priced them 6-14% high);
 #: * ``in`` / ``t_out``: per lane, transformed element and channel of Winograd's input and
 #:   output transforms; ``w``: per transformed element and channel pair of the raw-weight
 #:   mode's weight transform, once per block of tiles;
@@ -73,8 +80,8 @@ logger = logging.getLogger(__name__)
 COSTS: dict[str, dict[str, float]] = {
     "gemm": {"mac": 0.0166, "pack": 0.216, "run": 10.1, "pad": 0.226, "tile": 0.0,
              "out": 0.0, "big": 0.304, "call": 0.0},
-    "pixel_rows": {"mac": 0.0194, "pack": 0.465, "transpose": 0.139, "pad": 0.387,
-                   "tile": 0.0, "big": 0.310, "call": 0.0},
+    "pixel_rows": {"mac": 0.0194, "mac_pw": 0.0177, "pack": 0.465, "transpose": 0.139,
+                   "block": 0.02, "pad": 0.387, "tile": 0.0, "big": 0.310, "call": 0.0},
     "direct": {"mac": 0.0146, "pad": 0.229, "tile": 127.0, "out": 0.0, "big": 0.0, "call": 0.0},
     "winograd": {"mac": 0.0209, "tile": 0.0, "in": 0.253, "t_out": 0.219, "w": 0.103,
                  "out": 0.436, "block": 5464.0, "big": 0.0, "call": 0.0},
@@ -290,7 +297,7 @@ def folded_cost(d: dict[str, int], n: int, c: int, m: int, group: int,
 def conv_costs(
     d: dict[str, int], n: int, c: int, m: int, group: int, pointwise: bool,
     plans: dict[str, Any] | None = None, pixel_rows: bool = False,
-    table: dict[str, dict[str, float]] | None = None,
+    table: dict[str, dict[str, float]] | None = None, blocked: bool = False,
 ) -> dict[str, float]:
     """Estimated nanoseconds of the ``gemm``, ``direct`` and Winograd algorithms of a
     Conv (batch ``n``, ``c`` -> ``m`` channels, ``group`` groups, 2-D view ``d``).
@@ -310,6 +317,9 @@ def conv_costs(
     table : dict, optional
         Algorithm -> constants (default :data:`COSTS`; ``bench/calibrate_conv.py`` passes
         unit vectors to read off each constant's work).
+    blocked : bool
+        A depthwise conv next to it would keep the tensor between them channel-blocked
+        if this conv is pixels-as-rows: its output goes out by copies, not a transpose.
 
     Returns
     -------
@@ -330,8 +340,12 @@ def conv_costs(
     if pixel_rows:  # A gathered from the image, the output transposed
         pr = t["pixel_rows"]
         # a pointwise conv's A is the image itself, read in place (from MR pixels up)
-        gathered = 0 if pointwise and ohw >= MR else k * ohw
-        copies = gathered * pr["pack"] + ohw * mg * pr["transpose"]
+        in_place = pointwise and ohw >= MR
+        gathered = 0 if in_place else k * ohw
+        moved = pr["block"] if blocked else pr["transpose"]
+        copies = gathered * pr["pack"] + ohw * mg * moved
+        if in_place:
+            pr = {**pr, "mac": pr["mac_pw"]}
         out["pixel_rows"] = gemm_cost(ohw, k, mg, pad, n, 0, False, c=pr) + n * copies
     for label, plan in (plans or {}).items():
         if plan is not None:

@@ -122,7 +122,7 @@ def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int | None = None) -> di
     c : int
         Channels.
     fast : bool
-        Whether the W-vectorised kernel takes its unrolled path (``_dw_fast``).
+        Whether the W-vectorised kernel takes its unrolled path (``conv_dw_along_w.dw_fast``).
     vw : int, optional
         Floats per vector (default: the host's, ``conv_cost.host_vector_width``).
 
@@ -154,7 +154,8 @@ def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int | None = None) -> di
 
 
 def emit_dw_blocked(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
-    """``ml_dwcb_conv2d`` per image, the weights packed at compile time."""
+    """``ml_dwcb_conv2d`` per image, the weights packed at compile time; the input and
+    the output NCHW, or channel-blocked where ``ctx.blocked`` says so."""
     ctx.include("conv.h")
     include_checked(
         ctx, "conv_depthwise.h",
@@ -167,9 +168,11 @@ def emit_dw_blocked(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -
     bias = ctx.ptr(b) if b is not None else "0"
     yp = ctx.ptr(y)
     args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
+    # x, y channel-blocked where the conv before / after keeps that layout (layout.py)
+    layout = int(ctx.blocked(x)) | 2 * int(ctx.blocked(y))
     return (
         f"for (int64_t n = 0; n < {n}; ++n)\n"
         f"  ml_dwcb_conv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args},\n"
         f"    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {wp}, {bias},\n"
-        f"    {yp} + n * {c * d['OH'] * d['OW']}, (float*){scratch}, {epi}, {yp}, n);"
+        f"    {yp} + n * {c * d['OH'] * d['OW']}, (float*){scratch}, {epi}, {yp}, n, {layout});"
     )

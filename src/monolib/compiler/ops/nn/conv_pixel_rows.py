@@ -10,7 +10,9 @@ gemm.h's packed A by ``ml_pack_a_im2col`` (1x1 stride-1: the input itself is A,
 column-major, read in place by the micro-kernel: ``a_cm``), multiplied into a
 ``[pixels, C_out]`` scratch with the bias per column, transposed to NCHW
 (``ml_transpose_pm``), the fused epilogue running on each block of channels as it is
-written.
+written. Next to a channel-blocked depthwise conv the tensor between them is NCHW16c
+(``backends/c/layout.py``): a 1x1 conv reads such an input in place (``a_cm`` 2) and the
+output goes out by 16-column copies (``ml_block_pm``) instead of the transpose.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import logging
 
 import numpy as np
 
+from ....errors import CompileError
 from ...ir import Node
 from ...symbolic import is_dim
 from ..base import EmitContext
@@ -67,7 +70,13 @@ def emit_pixel_rows(node: Node, ctx: EmitContext, d: dict[str, int], epi: str,
     yp = ctx.ptr(y)
     xn = f"{ctx.ptr(x)} + n * {c * hw}"
     fields = {"M": str(p), "N": str(m), "K": str(k), "c": f"(float*){tmp}"}
-    if pointwise and p >= MR:
+    if ctx.blocked(x):  # channel-blocked by the depthwise conv before (layout.py)
+        if not (pointwise and p >= MR):
+            raise CompileError(f"Conv node {node.name!r}: a channel-blocked input is read "
+                               f"in place only by a 1x1 conv of at least {MR} pixels")
+        pack = ""
+        fields.update({"a": "0", "a_raw": xn, "lda": str(16 * p), "a_cm": "2"})
+    elif pointwise and p >= MR:
         # the input is A itself, column-major ([K rows of p pixels]), broadcast in place
         # by the micro-kernel (gemm.h's a_cm): no packing pass (Zen 4, one thread:
         # 1152 -> 192 at 7x7 0.222 -> 0.201 ms, 480 -> 80 at 14x14 0.172 -> 0.137)
@@ -97,10 +106,12 @@ def emit_pixel_rows(node: Node, ctx: EmitContext, d: dict[str, int], epi: str,
     if b is not None:
         fields["bias_n"] = ctx.ptr(b)
     bsrc = {"kind": "ML_B_PACKED", "p": bp, "k_total": str(k)}
-    # the epilogue runs on each block of channels as the transpose writes it
+    # the epilogue runs on each block of channels as the transpose (or, for a
+    # channel-blocked output, the copy) writes it
+    out = "ml_block_pm" if ctx.blocked(y) else "ml_transpose_pm"
     return (
         f"for (int64_t n = 0; n < {n}; ++n) {{\n{pack}"
         f"{gemm_call(fields, bsrc)}\n"
-        f"  ml_transpose_pm({p}, {m}, (const float*){tmp}, {yp} + n * {m * p}, {epi}, {yp}, n);\n"
+        f"  {out}({p}, {m}, (const float*){tmp}, {yp} + n * {m * p}, {epi}, {yp}, n);\n"
         f"}}"
     )

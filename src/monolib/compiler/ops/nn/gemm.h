@@ -15,7 +15,9 @@
  *   unpacked A (a_raw): A[m][k] = a_raw[m*lda + k], broadcast straight from the rows by
  *             the micro-kernel: a run-time A costs no packing pass; with a_cm
  *             column-major, A[m][k] = a_raw[k*lda + m] (an NCHW image as pixels x
- *             channels: conv_pixel_rows.py).
+ *             channels: conv_pixel_rows.py); with a_cm == 2 channel-blocked,
+ *             A[m][k] = a_raw[(k/16)*lda + m*16 + k%16] (an NCHW16c image, lda = 16 *
+ *             pixels: a depthwise conv's output, backends/c/layout.py).
  * Fewer than MR rows against a run-time B with unit column stride (a GEMV) skip the
  * tiling: ml_gemm_small_m reads B in place; against a prepacked B they stream each panel
  * pair over the whole K. A packed A against at most ML_GEMV_NMAX columns (ml_sgemv_pa)
@@ -144,8 +146,9 @@ typedef struct ml_gemm_args_s {
      * pass (for a batch of small matrices that pass was a fifth of the time). */
     const float* a_raw;
     int64_t lda;
-    /* a_raw column-major: A[m][k] = a_raw[k*lda + m] (the micro-kernel broadcasts a
-     * tile's MR rows from one run of MR floats per k). The tiled path only: M >= MR. */
+    /* a_raw column-major (1): A[m][k] = a_raw[k*lda + m] (the micro-kernel broadcasts a
+     * tile's MR rows from one run of MR floats per k); channel-blocked (2): A[m][k] =
+     * a_raw[(k/16)*lda + m*16 + k%16]. The tiled path only: M >= MR. */
     int a_cm;
     /* Columns past the last whole panel of a packed A (ml_gemm_tail_cols, set by
      * gemm_call where N % 16 <= 4 so that only those libraries compile it) or NULL. */
@@ -467,7 +470,9 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
 /* One pass of the micro-kernel: a rows x np*NR tile (rows <= MR, the first rows of an A
  * panel) over kc; b points at np panels bps floats apart, whose rows are bks floats apart
  * (NR in a packed panel; a row stride of B itself when it is read in place). araw: 0
- * packed A, 1 rows of A lda apart, 2 columns of A lda apart (a_cm). */
+ * packed A, 1 rows of A lda apart, 2 columns of A lda apart (a_cm), 3 blocks of 16
+ * columns lda apart, rows 16 floats apart in a block (a_cm == 2; kc blocks start at
+ * multiples of 16). */
 ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int64_t kc,
                           const float* restrict a, int64_t lda, const float* restrict b,
                           int64_t bps, int64_t bks, float* restrict c, int64_t ldc, int mr, int nr,
@@ -493,6 +498,7 @@ ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int
             /* x - 0.0f folds to a plain broadcast (x + 0.0f would not: -0.0f). */
             ml_vf av = (araw == 1   ? ar[r][k]
                         : araw == 2 ? a[k * lda + (r < mr ? r : mr - 1)]
+                        : araw == 3 ? a[(k >> 4) * lda + (r < mr ? r : mr - 1) * 16 + (k & 15)]
                                     : a[k * ML_MR + r]) -
                        (ml_vf){0};
             for (int j = 0; j < np * ML_NV; ++j) acc[r][j] += av * bv[j];
@@ -510,7 +516,8 @@ ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t 
 #ifdef ML_UK_ROWS
     if (rows > ML_UK_ROWS) {
         for (int r0 = 0; r0 < rows && r0 < mr; r0 += ML_UK_ROWS)
-            ml_ukernel_pass(np, ML_UK_ROWS, araw, kc, araw == 1 ? a + r0 * lda : a + r0, lda, b, bps, bks,
+            ml_ukernel_pass(np, ML_UK_ROWS, araw, kc,
+                            araw == 1 ? a + r0 * lda : araw == 3 ? a + r0 * 16 : a + r0, lda, b, bps, bks,
                             c + r0 * ldc, ldc, ML_MIN(mr - r0, ML_UK_ROWS), nr, alpha, load_c,
                             bias_m ? bias_m + r0 : bias_m, bias_n);
         return;
@@ -668,7 +675,11 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
             const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
 #define ML_UKR_(np, araw, a, lda) \
     ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, bks, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn)
-            if (g->a_raw && g->a_cm) {
+            if (g->a_raw && g->a_cm == 2) {
+                const float* a = g->a_raw + (pc >> 4) * g->lda + m * 16;
+                if (nr > ML_NR) ML_UKR_(ML_NP, 3, a, g->lda);
+                else ML_UKR_(1, 3, a, g->lda);
+            } else if (g->a_raw && g->a_cm) {
                 const float* a = g->a_raw + pc * g->lda + m;
                 if (nr > ML_NR) ML_UKR_(ML_NP, 2, a, g->lda);
                 else ML_UKR_(1, 2, a, g->lda);
@@ -724,7 +735,9 @@ static inline void ml_gemm_k0(const ml_gemm_args* g) {
 
 /* A of element (m, k) for a GEMM of fewer than MR rows (packed: one panel). */
 ML_INLINE float ml_a_small(const ml_gemm_args* g, int64_t m, int64_t k) {
-    return g->a_raw ? g->a_raw[g->a_cm ? k * g->lda + m : m * g->lda + k]
+    return g->a_raw ? g->a_raw[g->a_cm == 2 ? (k >> 4) * g->lda + m * 16 + (k & 15)
+                               : g->a_cm   ? k * g->lda + m
+                                           : m * g->lda + k]
                     : g->a[k * ML_MR + m];
 }
 
@@ -902,7 +915,7 @@ static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
     a.bbuf = (float*)scratch;
     if (m0 > 0 || j->chunk_m < a.M) { /* a block of rows: chunk_m is a multiple of MR */
         a.M = ML_MIN(j->chunk_m, j->g->M - m0);
-        if (a.a_raw) a.a_raw += a.a_cm ? m0 : m0 * a.lda;
+        if (a.a_raw) a.a_raw += a.a_cm == 2 ? m0 * 16 : a.a_cm ? m0 : m0 * a.lda;
         else a.a += (m0 / ML_MR) * a.K * ML_MR;
         a.c += m0 * a.ldc;
         if (a.bias_m) a.bias_m += m0;

@@ -1,0 +1,171 @@
+"""Tensors kept channel-blocked (NCHW16c) between a pixels-as-rows conv and a
+channel-blocked depthwise conv (``backends/c/layout.py``).
+
+A 1x1 conv -> 5x5 depthwise -> 1x1 conv chain, its algorithms forced, keeps both tensors
+between the three blocked (the graph JSON marks them), matches ONNX Runtime and gives the
+same bits at 1 and 2 threads; the debug executor returns those tensors in NCHW, equal to
+ONNX Runtime's. Every condition that keeps a tensor NCHW is checked on its own: a
+second reader, a graph output, channels not a multiple of 16, a chain with a side input
+fused after the producer, a consumer that reads NCHW. Without forcing, a 1x1 conv next to
+the depthwise one leans to pixels-as-rows (``rule_costs(blocked=True)``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import monolib
+from monolib.compiler.ops.nn import conv
+from monolib.compiler.ops.nn.conv import as_2d, conv_geometry
+from monolib.compiler.pipeline import prepare
+from monolib.compiler.testing import ort_session
+from monolib.compiler.tuning.select import Selection, selecting
+from monolib.runtime.debug_executor import GraphModuleDebug
+
+RNG = np.random.default_rng(11)
+FORCED = {"pw1": "pixel_rows", "dw": "depthwise_cb", "pw2": "pixel_rows"}
+
+
+def _w(*shape: int) -> np.ndarray:
+    return (RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+
+def chain(c: int = 32, mid: int = 64, out: int = 48, hw: int = 14, *, extra=(),
+          outputs=("y",), mul_after_pw1: bool = False):
+    """x [1, c, hw, hw] -> pw1 (1x1, mid) -> HardSwish -> dw (5x5, stride 1) -> Relu ->
+    pw2 (1x1, out) -> y; ``extra``: more nodes; ``outputs``: graph outputs;
+    ``mul_after_pw1``: a per-channel Mul (a side input) after pw1's HardSwish."""
+    inits = [numpy_helper.from_array(_w(mid, c, 1, 1), "w1"),
+             numpy_helper.from_array(_w(mid), "b1"),
+             numpy_helper.from_array(_w(mid, 1, 5, 5), "wd"),
+             numpy_helper.from_array(_w(mid), "bd"),
+             numpy_helper.from_array(_w(out, mid, 1, 1), "w2"),
+             numpy_helper.from_array(_w(out), "b2")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["p1"], name="pw1"),
+             helper.make_node("HardSwish", ["p1"], ["h1"], name="hs")]
+    h1 = "h1"
+    if mul_after_pw1:
+        inits.append(numpy_helper.from_array(_w(mid).reshape(mid, 1, 1) + 1, "scale"))
+        nodes.append(helper.make_node("Mul", ["h1", "scale"], ["h1s"], name="mul"))
+        h1 = "h1s"
+    nodes += [helper.make_node("Conv", [h1, "wd", "bd"], ["d"], name="dw", group=mid,
+                               pads=[2, 2, 2, 2]),
+              helper.make_node("Relu", ["d"], ["r"], name="relu"),
+              helper.make_node("Conv", ["r", "w2", "b2"], ["y"], name="pw2"), *extra]
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, c, hw, hw])], outs, inits)
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _compile(model, forced=FORCED):
+    with selecting(Selection(forced=dict(forced or {}))):
+        return monolib.compile(model, target="c")
+
+
+def _blocked_nodes(factory) -> list[str]:
+    return [n["name"] for n in factory.graph_json["nodes"] if n.get("layout") == "NCHW16c"]
+
+
+def _run(factory, x: np.ndarray, threads: int = 1) -> list[np.ndarray]:
+    monolib.runtime.set_num_threads(threads)
+    try:
+        gm = monolib.GraphModule(factory["default"](monolib.cpu()))
+        gm.set_input(x=x)
+        gm.run()
+        return [gm.get_output(i).numpy().copy() for i in range(gm.get_num_outputs())]
+    finally:
+        monolib.runtime.set_num_threads(len(os.sched_getaffinity(0)))
+
+
+def _ort(model, x: np.ndarray, names=("y",)) -> list[np.ndarray]:
+    model = type(model).FromString(model.SerializeToString())
+    have = {o.name for o in model.graph.output}
+    for n in names:
+        if n not in have:
+            model.graph.output.append(helper.make_empty_tensor_value_info(n))
+    sess = ort_session(model)
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": x})))
+    return [got[n] for n in names]
+
+
+def _x(c: int = 32, hw: int = 14) -> np.ndarray:
+    return RNG.standard_normal((1, c, hw, hw)).astype(np.float32)
+
+
+def test_chain_kept_blocked_matches_ort_on_one_and_two_threads() -> None:
+    model = chain()
+    factory = _compile(model)
+    assert _blocked_nodes(factory) == ["pw1", "dw"]  # their outputs: h1 and r
+    x = _x()
+    (ref,) = _ort(model, x)
+    one = _run(factory, x, 1)[0]
+    np.testing.assert_allclose(one, ref, rtol=1e-4, atol=1e-5 * float(np.abs(ref).max()))
+    np.testing.assert_array_equal(_run(factory, x, 2)[0], one)
+
+
+def test_debug_output_of_a_blocked_tensor_is_nchw() -> None:
+    model = chain()
+    factory = _compile(model)
+    x = _x()
+    h1, r = _ort(model, x, ("h1", "r"))
+    dbg = GraphModuleDebug(factory["default"](monolib.cpu()))
+    dbg.set_input(x=x)
+    for name, ref in (("pw1", h1), ("dw", r)):
+        got = dbg.debug_get_output(name).numpy()
+        assert got.shape == ref.shape
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("case", ["second_reader", "graph_output", "channels_40",
+                                  "side_input", "nchw_consumer"])
+def test_kept_nchw_when(case: str) -> None:
+    """Each condition alone keeps the tensor pw1 -> dw NCHW; the results stay right."""
+    kw: dict = {}
+    forced = dict(FORCED)
+    names = ("y",)
+    if case == "second_reader":  # h1 also read by a ReduceMean
+        kw["extra"] = [helper.make_node("ReduceMean", ["h1"], ["m"], name="rm", keepdims=1)]
+        kw["outputs"] = names = ("y", "m")
+    elif case == "graph_output":
+        kw["outputs"] = names = ("y", "h1")
+    elif case == "channels_40":
+        kw["mid"] = 40
+    elif case == "side_input":
+        kw["mul_after_pw1"] = True
+    elif case == "nchw_consumer":
+        forced["dw"] = "depthwise(rows=4)"
+    model = chain(**kw)
+    factory = _compile(model, forced)
+    assert "pw1" not in _blocked_nodes(factory)
+    if case in ("second_reader", "graph_output", "side_input"):
+        assert _blocked_nodes(factory) == ["dw"]  # dw -> pw2 still blocked
+    x = _x()
+    for got, ref in zip(_run(factory, x), _ort(model, x, names)):
+        np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4,
+                                   atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_pointwise_leans_to_pixel_rows_next_to_a_blocked_depthwise() -> None:
+    """256 -> 256 1x1 at 14x14: pixels-as-rows' modelled cost drops by its transpose when
+    the tensor it writes stays blocked, so the rule takes it there; compiled without
+    forcing, the 1x1 convs on both sides of a channel-blocked depthwise conv keep both
+    tensors blocked."""
+    model = chain(c=256, mid=256, out=256)
+    node = next(n for n in prepare(model)[0].nodes if n.name == "pw1")
+    d = as_2d([14, 14], conv_geometry(node))
+    plain, near = conv.rule_costs(node, d, 1), conv.rule_costs(node, d, 1, blocked=True)
+    assert near["pixel_rows"] < plain["pixel_rows"] and near["gemm"] == plain["gemm"]
+    assert conv._rule(node, d, 1, blocked=True).algo == "pixel_rows"
+    factory = _compile(model, {"dw": "depthwise_cb"})
+    assert _blocked_nodes(factory) == ["pw1", "dw"]
+    x = _x(256)
+    (ref,) = _ort(model, x)
+    np.testing.assert_allclose(_run(factory, x)[0], ref, rtol=1e-4,
+                               atol=1e-5 * float(np.abs(ref).max()))

@@ -99,11 +99,16 @@ def _x(c: int = 32, hw: int = 14) -> np.ndarray:
     return RNG.standard_normal((1, c, hw, hw)).astype(np.float32)
 
 
-def test_chain_kept_blocked_matches_ort_on_one_and_two_threads() -> None:
-    model = chain()
+@pytest.mark.parametrize("c, hw, blocked", [
+    (32, 14, ["pw1", "dw"]),  # their outputs: h1 and r
+    (320, 14, ["pw1", "dw"]),  # K past one KC block: pw1 adds to the blocks it stored
+    (32, 2, ["pw1"]),  # 4 pixels: pw1 copies its tile out; pw2 cannot read blocks in place
+])
+def test_chain_kept_blocked_matches_ort_on_one_and_two_threads(c, hw, blocked) -> None:
+    model = chain(c=c, hw=hw)
     factory = _compile(model)
-    assert _blocked_nodes(factory) == ["pw1", "dw"]  # their outputs: h1 and r
-    x = _x()
+    assert _blocked_nodes(factory) == blocked
+    x = _x(c, hw)
     (ref,) = _ort(model, x)
     one = _run(factory, x, 1)[0]
     np.testing.assert_allclose(one, ref, rtol=1e-4, atol=1e-5 * float(np.abs(ref).max()))

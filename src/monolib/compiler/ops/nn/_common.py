@@ -17,9 +17,10 @@ import numpy as np
 from ....errors import ShapeError, UnsupportedOpError
 from ...ir import Node
 from ...backends.cstyle import c_literal
-from ...symbolic import dim_max, dim_min, is_dim
+from ...symbolic import dim_max, dim_min, is_dim, same
 
-__all__ = ["Geometry", "attr_ints", "epi_call", "f32", "geometry", "require_float32", "window_dims"]
+__all__ = ["Geometry", "attr_ints", "epi_call", "f32", "geometry", "pointwise", "require_float32",
+           "window_dims"]
 
 logger = logging.getLogger(__name__)
 
@@ -143,3 +144,14 @@ def window_dims(spatial: Sequence[int], geo: Any) -> dict[str, int]:
             "SH": geo.strides[0], "SW": geo.strides[1], "PT": geo.begin[0], "PB": geo.end[0],
             "PL": geo.begin[1], "PR": geo.end[1], "DH": geo.dilations[0],
             "DW": geo.dilations[1], "OH": geo.out[0], "OW": geo.out[1]}
+
+
+def pointwise(d: dict) -> bool:
+    """Whether a conv's 2-D view ``d`` (``conv.as_2d``) is a 1x1 window at stride 1
+    without padding (its input is the GEMM operand as it is)."""
+    return (
+        d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1
+        and d["PT"] == d["PL"] == 0
+        and same(d["OH"], d["H"])
+        and same(d["OW"], d["W"])
+    )

@@ -457,7 +457,8 @@ static void ml_transpose_pm_cols(int64_t P, int64_t M, int64_t m0, int64_t m1,
  * (memory-bound: a float counts as a few multiply-adds): the gather by panels, the
  * transpose by 16-channel blocks. Serial, they were what kept a 7x7 map's 3x3 conv
  * from halving on 2 threads (the GEMM between them splits). Copies: same bits at any
- * split. kind 0: gather, 1: transpose (2: into 16-channel blocks), then the fused epilogue (epi, when not NULL)
+ * split. kind 0: gather, 1: transpose (2: into 16-channel blocks; 3: none, the epilogue
+ * alone), then the fused epilogue (epi, when not NULL)
  * on the block's channels while they are in L1, in the same task (it ran after the
  * whole transpose, on one thread). */
 typedef struct {
@@ -481,6 +482,9 @@ static void ml_pixrows_task(void* ctx, int64_t t, void* scratch) {
         int64_t m0 = t * j->chunk, m1 = ML_MIN(j->M, m0 + j->chunk);
         ml_transpose_pm_cols(j->OH, j->M, m0, m1, j->x, j->dst);
         if (j->epi) j->epi(j->epi_out, j->epi_b, m0, m1, 0, j->OH);
+    } else if (j->kind == 3) { /* the epilogue alone, on blocks the GEMM wrote */
+        int64_t m0 = t * j->chunk, m1 = ML_MIN(j->M, m0 + j->chunk);
+        j->epi(j->epi_out, j->epi_b, 0, 1, m0 * j->OH, m1 * j->OH);
     } else { /* channel-blocked: block m/16 of pixel p is row p of t's 16 columns there */
         int64_t P = j->OH, M = j->M, m0 = t * j->chunk, m1 = ML_MIN(M, m0 + j->chunk);
         for (int64_t mb = m0; mb < m1; mb += 16)
@@ -525,6 +529,15 @@ ML_UNUSED static void ml_block_pm(int64_t P, int64_t M, const float* restrict t,
                                   float* restrict y, ml_epi_fn epi, void* epi_out,
                                   int64_t epi_b) {
     ml_pixrows_job j = {2, t, 0, 0, 0, 0, 0, 0, 0, 0, 0, P, 1, M, 0, y, epi, epi_out, epi_b};
+    ml_pixrows_run(&j, M / 16, 16, (double)P * M);
+}
+
+/* The epilogue on y, channel-blocked [M/16][P][16] (a pixels-as-rows GEMM stored it so
+ * itself): on each 16-channel block's flat run, the blocks split over the pool. */
+ML_UNUSED static void ml_block_epilogue(int64_t P, int64_t M, float* restrict y,
+                                        ml_epi_fn epi, void* epi_out, int64_t epi_b) {
+    if (!epi) return;
+    ml_pixrows_job j = {3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, P, 1, M, 0, y, epi, epi_out, epi_b};
     ml_pixrows_run(&j, M / 16, 16, (double)P * M);
 }
 

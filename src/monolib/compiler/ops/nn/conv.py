@@ -41,11 +41,12 @@ import numpy as np
 from ....errors import ShapeError, UndecidableDimError, UnsupportedOpError
 from ...backends.cstyle import c_literal, ctype
 from ...ir import Node
-from ...symbolic import is_dim, is_one, same, size_hint
+from ...symbolic import is_dim, is_one, size_hint
 from ...tuning.select import Candidate, active, choose, excluded
 from .._constants import include_checked
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
+from ._common import pointwise as _pointwise
 from ._gemm import MR, bbuf_floats, gemm_call, gemv_shaped, include_gemm, pack_a
 from .conv_cost import conv_costs, folded_cost, row_window
 from .conv_dw_along_w import dw_decidable, dw_fast, dw_rows, emit_depthwise, include_depthwise
@@ -316,15 +317,6 @@ def _weights(node: Node, ctx: EmitContext, group: int, mg: int, k: int) -> tuple
         f"(float*){buf} + g * {per_group});\n"
     )
     return f"((const float*){buf})", per_group, code
-
-
-def _pointwise(d: dict[str, int]) -> bool:
-    return (
-        d["KH"] == d["KW"] == d["SH"] == d["SW"] == 1
-        and d["PT"] == d["PL"] == 0
-        and same(d["OH"], d["H"])
-        and same(d["OW"], d["W"])
-    )
 
 
 def _plane(d: dict[str, int]) -> tuple[int, int, int, int]:

@@ -146,6 +146,10 @@ typedef struct ml_gemm_args_s {
      * pass (for a batch of small matrices that pass was a fifth of the time). */
     const float* a_raw;
     int64_t lda;
+    /* C channel-blocked (NCHW16c, a pixels-as-rows conv's output): column block j of row m
+     * at c + j*ldc_blk + m*16, ldc = 16, columns a multiple of 16; 0: row-major. The tiled
+     * path only: M >= MR. */
+    int64_t ldc_blk;
     /* a_raw column-major (1): A[m][k] = a_raw[k*lda + m] (the micro-kernel broadcasts a
      * tile's MR rows from one run of MR floats per k); channel-blocked (2): A[m][k] =
      * a_raw[(k/16)*lda + m*16 + k%16]. The tiled path only: M >= MR. */
@@ -419,29 +423,32 @@ static inline void ml_pack_b_full(const ml_bsrc* s, int64_t K, int64_t N, float*
  * ml_store_tile: one copy for every micro-kernel instance (inlined into the 16 of
  * ml_gemm_block it was half of the GEMM unit's compile time; run time unchanged). */
 ML_OUTLINE void ml_store_part(float t[ML_MR][ML_NP * ML_NR], float* restrict c,
-                              int64_t ldc, int mr, int nr, float alpha, int load_c,
-                              const float* bias_m, const float* bias_n) {
+                              int64_t ldc, int64_t cbs, int mr, int nr, float alpha,
+                              int load_c, const float* bias_m, const float* bias_n) {
     for (int r = 0; r < mr; ++r)
         for (int j = 0; j < nr; ++j) {
+            float* cp = c + r * ldc + (j >> 4) * cbs + (j & 15);
             float v = t[r][j] * alpha;
-            if (load_c) v += c[r * ldc + j];
+            if (load_c) v += *cp;
             else {
                 if (bias_m) v += bias_m[r];
                 if (bias_n) v += bias_n[j];
             }
-            c[r * ldc + j] = v;
+            *cp = v;
         }
 }
 
 /* Finish one tile of `rows` computed rows: C = alpha*acc + (C | bias), with vectors on a
- * full tile, else with scalars. */
-ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_NP * ML_NV],
-                             float* restrict c, int64_t ldc, int mr, int nr, float alpha,
-                             int load_c, const float* bias_m, const float* bias_n) {
+ * full tile, else with scalars. Element (r, j) of the tile at c[r*ldc + (j/16)*cbs +
+ * j%16]: cbs = 16 row-major, or C channel-blocked (ldc 16, cbs a block's floats). */
+ML_INLINE void ml_store_tile_b(const int np, const int rows, ml_vf acc[ML_MR][ML_NP * ML_NV],
+                               float* restrict c, int64_t ldc, int64_t cbs, int mr, int nr,
+                               float alpha, int load_c, const float* bias_m,
+                               const float* bias_n) {
     if (mr == rows && nr == np * ML_NR) {
         for (int r = 0; r < rows; ++r)
             for (int j = 0; j < np * ML_NV; ++j) {
-                ml_vf* cp = (ml_vf*)(c + r * ldc + j * ML_VW);
+                ml_vf* cp = (ml_vf*)(c + r * ldc + (j * ML_VW >> 4) * cbs + (j * ML_VW & 15));
                 ml_vf v = acc[r][j] * alpha;
                 if (load_c) v += *cp;
                 else {
@@ -455,7 +462,14 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
     float t[ML_MR][ML_NP * ML_NR] __attribute__((aligned(64)));
     for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) *(ml_vf*)&t[r][j * ML_VW] = acc[r][j];
-    ml_store_part(t, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
+    ml_store_part(t, c, ldc, cbs, mr, nr, alpha, load_c, bias_m, bias_n);
+}
+
+/* ml_store_tile_b on a row-major C. */
+ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_NP * ML_NV],
+                             float* restrict c, int64_t ldc, int mr, int nr, float alpha,
+                             int load_c, const float* bias_m, const float* bias_n) {
+    ml_store_tile_b(np, rows, acc, c, ldc, 16, mr, nr, alpha, load_c, bias_m, bias_n);
 }
 
 /* WebAssembly engines give 16 128-bit registers (V8 on x86-64): a 6 x 16 tile is 24
@@ -475,8 +489,9 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
  * multiples of 16). */
 ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int64_t kc,
                           const float* restrict a, int64_t lda, const float* restrict b,
-                          int64_t bps, int64_t bks, float* restrict c, int64_t ldc, int mr, int nr,
-                          float alpha, int load_c, const float* bias_m, const float* bias_n) {
+                          int64_t bps, int64_t bks, float* restrict c, int64_t ldc, int64_t cbs,
+                          int mr, int nr, float alpha, int load_c, const float* bias_m,
+                          const float* bias_n) {
     ml_vf acc[ML_MR][ML_NP * ML_NV];
     /* unpacked A: rows past mr re-read row mr-1 (in bounds; their sums are not stored) */
     const float* ar[ML_MR];
@@ -504,36 +519,38 @@ ML_INLINE void ml_ukernel_pass(const int np, const int rows, const int araw, int
             for (int j = 0; j < np * ML_NV; ++j) acc[r][j] += av * bv[j];
         }
     }
-    ml_store_tile(np, rows, acc, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
+    ml_store_tile_b(np, rows, acc, c, ldc, cbs, mr, nr, alpha, load_c, bias_m, bias_n);
 }
 
 /* The micro-kernel: a rows x np*NR tile, in passes of ML_UK_ROWS rows where defined
  * (passes wholly past mr skipped: their rows are not stored). */
 ML_INLINE void ml_ukernel(const int np, const int rows, const int araw, int64_t kc,
                           const float* restrict a, int64_t lda, const float* restrict b,
-                          int64_t bps, int64_t bks, float* restrict c, int64_t ldc, int mr, int nr,
-                          float alpha, int load_c, const float* bias_m, const float* bias_n) {
+                          int64_t bps, int64_t bks, float* restrict c, int64_t ldc, int64_t cbs,
+                          int mr, int nr, float alpha, int load_c, const float* bias_m,
+                          const float* bias_n) {
 #ifdef ML_UK_ROWS
     if (rows > ML_UK_ROWS) {
         for (int r0 = 0; r0 < rows && r0 < mr; r0 += ML_UK_ROWS)
             ml_ukernel_pass(np, ML_UK_ROWS, araw, kc,
                             araw == 1 ? a + r0 * lda : araw == 3 ? a + r0 * 16 : a + r0, lda, b, bps, bks,
-                            c + r0 * ldc, ldc, ML_MIN(mr - r0, ML_UK_ROWS), nr, alpha, load_c,
+                            c + r0 * ldc, ldc, cbs, ML_MIN(mr - r0, ML_UK_ROWS), nr, alpha, load_c,
                             bias_m ? bias_m + r0 : bias_m, bias_n);
         return;
     }
 #endif
-    ml_ukernel_pass(np, rows, araw, kc, a, lda, b, bps, bks, c, ldc, mr, nr, alpha, load_c, bias_m,
-                    bias_n);
+    ml_ukernel_pass(np, rows, araw, kc, a, lda, b, bps, bks, c, ldc, cbs, mr, nr, alpha, load_c,
+                    bias_m, bias_n);
 }
 
 /* The micro-kernel specialised for the row count of the tile (short last panels do not
  * pay for MR rows: M = 1 is a GEMV at full width). */
 ML_INLINE void ml_ukernel_rows_a(const int np, const int araw, int64_t kc, const float* restrict a,
                                  int64_t lda, const float* restrict b, int64_t bps, int64_t bks,
-                                 float* restrict c, int64_t ldc, int mr, int nr, float alpha,
-                                 int load_c, const float* bias_m, const float* bias_n) {
-#define ML_UK_(rows) ml_ukernel(np, rows, araw, kc, a, lda, b, bps, bks, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
+                                 float* restrict c, int64_t ldc, int64_t cbs, int mr, int nr,
+                                 float alpha, int load_c, const float* bias_m,
+                                 const float* bias_n) {
+#define ML_UK_(rows) ml_ukernel(np, rows, araw, kc, a, lda, b, bps, bks, c, ldc, cbs, mr, nr, alpha, load_c, bias_m, bias_n)
     /* 1, 2, 4 or MR rows: enough for GEMV-like shapes, few instances to compile */
     if (mr == 1) ML_UK_(1);
     else if (mr == 2) ML_UK_(2);
@@ -547,7 +564,8 @@ ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a
                                const float* restrict b, int64_t bps, float* restrict c,
                                int64_t ldc, int mr, int nr, float alpha, int load_c,
                                const float* bias_m, const float* bias_n) {
-    ml_ukernel_rows_a(np, 0, kc, a, 0, b, bps, ML_NR, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n);
+    ml_ukernel_rows_a(np, 0, kc, a, 0, b, bps, ML_NR, c, ldc, 16, mr, nr, alpha, load_c, bias_m,
+                      bias_n);
 }
 
 /* Call the epilogue on rows m0..m1 (GEMM rows), columns n0..n1, splitting folded batches. */
@@ -658,6 +676,7 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
     int first = pc == 0;
     int load_c = g->accumulate || !first;
     int rem = (int)(nc % ML_NR);
+    const int64_t cbs = g->ldc_blk ? g->ldc_blk : 16; /* C's column blocks (ml_store_tile_b) */
     /* a few columns past the panels (on every column range: a thread's range that holds
      * only such a tail sums it the same way, so any split gives the same result) */
     if (g->tail && !g->a_raw && rem <= ML_GEMV_NMAX) {
@@ -671,10 +690,11 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
         for (int64_t ir = 0; ir < mc; ir += ML_MR) {
             int mr = (int)ML_MIN(ML_MR, mc - ir);
             int64_t m = ic + ir;
-            float* c = g->c + m * g->ldc + jc + jr;
+            float* c = g->ldc_blk ? g->c + m * 16 + ((jc + jr) >> 4) * cbs
+                                  : g->c + m * g->ldc + jc + jr;
             const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
 #define ML_UKR_(np, araw, a, lda) \
-    ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, bks, c, g->ldc, mr, nr, g->alpha, load_c, bm, bn)
+    ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, bks, c, g->ldc, cbs, mr, nr, g->alpha, load_c, bm, bn)
             if (g->a_raw && g->a_cm == 2) {
                 const float* a = g->a_raw + (pc >> 4) * g->lda + m * 16;
                 if (nr > ML_NR) ML_UKR_(ML_NP, 3, a, g->lda);
@@ -699,7 +719,7 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
              * before, out of the caches: each store waited for its line from DRAM.
              * MobileNetV3's 16 -> 64 1x1 conv at 112x112 (3.2 MB out): 0.53 -> 0.38 ms
              * in the model (alone, caches warm: 0.33 either way); whole models 1-5%. */
-            if (jr + ML_NP * ML_NR < nc)
+            if (jr + ML_NP * ML_NR < nc && !g->ldc_blk) /* blocked: one run per block */
                 for (int r = 0; r < mr; ++r)
                     for (int l = 0; l < ML_NP * ML_NR; l += 16) /* a 64-byte line */
                         __builtin_prefetch(c + r * g->ldc + ML_NP * ML_NR + l, 1, 3);

@@ -43,7 +43,8 @@ VERSION = 1
 #: Files (relative to ``compiler/ops``) whose text decides what a candidate runs.
 KERNEL_SOURCES: tuple[str, ...] = (
     "nn/conv.py", "nn/conv.h", "nn/conv_depthwise.h", "nn/winograd.py", "nn/winograd.h",
-    "nn/conv_pixel_rows.py", "nn/conv_dw_blocked.py", "nn/_gemm.py", "nn/gemm.h",
+    "nn/conv_pixel_rows.py", "nn/conv_dw_along_w.py", "nn/conv_dw_blocked.py", "nn/_gemm.py",
+    "nn/gemm.h",
     "nn/conv_ocv.py", "nn/conv_ocv.h",
 )
 

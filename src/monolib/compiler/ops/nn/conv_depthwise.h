@@ -584,8 +584,9 @@ ML_INLINE void ml_dwcb_sums(const int SW, const ml_dwcb_job* j, int64_t rows,
  * by phase (kx = SW * t + ph), so tap t of phase ph reads input vector q + t of that
  * phase's columns: per row of taps, P + KW/SW loads feed P * KW FMAs. The memory-operand
  * FMAs above read one input vector per FMA plus a weight per tap, load-bound on Zen 4 (one
- * 16-float load per cycle); here the FMAs set the pace (1152@7x7 5x5: 40 -> 30 us of sums).
- * At most 8 sums + 12 inputs + 5 taps live: 25 of 32 vector registers (AVX-512). */
+ * 16-float load per cycle); here the FMAs set the pace (the whole conv, 1 thread, Zen 4:
+ * 1152@7x7 5x5 75 -> 62 us, 240@14x14 5x5 stride 2 15.8 -> 14.5). At most 8 sums + 12
+ * inputs + 5 taps live: 25 of 32 vector registers (AVX-512). */
 ML_INLINE void ml_dwcb_sums_r(const int SW, const int KW, const ml_dwcb_job* j, int64_t rows,
                               const float* restrict in, const float* restrict w, ml_vf b,
                               float* restrict o) {

@@ -693,6 +693,19 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
             float* c = g->ldc_blk ? g->c + m * 16 + ((jc + jr) >> 4) * cbs
                                   : g->c + m * g->ldc + jc + jr;
             const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
+#ifndef ML_NO_BPREFETCH
+            /* packed B (weights) of the next column group into L2, a slice per row tile:
+             * in a model the weights come from DRAM, and the first row tile of a group
+             * otherwise waits for all of them at once */
+            if (bks == ML_NR && jr + ML_NP * ML_NR < nc) {
+                const int64_t tiles = (mc + ML_MR - 1) / ML_MR, t = ir / ML_MR;
+                const float* nb = bp + ((jr + ML_NP * ML_NR) / ML_NR) * bps;
+                const int64_t lines = kc * ML_NR / 16, l0 = lines * t / tiles,
+                              l1 = lines * (t + 1) / tiles;
+                for (int p = 0; p < ML_NP; ++p)
+                    for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(nb + p * bps + l * 16, 0, 2);
+            }
+#endif
 #define ML_UKR_(np, araw, a, lda) \
     ml_ukernel_rows_a(np, araw, kc, a, lda, b, bps, bks, c, g->ldc, cbs, mr, nr, g->alpha, load_c, bm, bn)
             if (g->a_raw && g->a_cm == 2) {

@@ -36,10 +36,11 @@ def _w(*shape: int) -> np.ndarray:
 
 
 def chain(c: int = 32, mid: int = 64, out: int = 48, hw: int = 14, *, extra=(),
-          outputs=("y",), mul_after_pw1: bool = False):
+          outputs=("y",), mul_after_pw1: bool = False, residual: bool = False):
     """x [1, c, hw, hw] -> pw1 (1x1, mid) -> HardSwish -> dw (5x5, stride 1) -> Relu ->
     pw2 (1x1, out) -> y; ``extra``: more nodes; ``outputs``: graph outputs;
-    ``mul_after_pw1``: a per-channel Mul (a side input) after pw1's HardSwish."""
+    ``mul_after_pw1``: a per-channel Mul (a side input) after pw1's HardSwish;
+    ``residual``: pw2's own input added to its output (``out`` = ``mid``), fused after it."""
     inits = [numpy_helper.from_array(_w(mid, c, 1, 1), "w1"),
              numpy_helper.from_array(_w(mid), "b1"),
              numpy_helper.from_array(_w(mid, 1, 5, 5), "wd"),
@@ -56,7 +57,10 @@ def chain(c: int = 32, mid: int = 64, out: int = 48, hw: int = 14, *, extra=(),
     nodes += [helper.make_node("Conv", [h1, "wd", "bd"], ["d"], name="dw", group=mid,
                                pads=[2, 2, 2, 2]),
               helper.make_node("Relu", ["d"], ["r"], name="relu"),
-              helper.make_node("Conv", ["r", "w2", "b2"], ["y"], name="pw2"), *extra]
+              helper.make_node("Conv", ["r", "w2", "b2"], ["y0" if residual else "y"],
+                               name="pw2"), *extra]
+    if residual:
+        nodes.append(helper.make_node("Add", ["y0", "r"], ["y"], name="add"))
     outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
     g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [1, c, hw, hw])], outs, inits)
@@ -129,12 +133,22 @@ def test_debug_output_of_a_blocked_tensor_is_nchw() -> None:
 
 
 @pytest.mark.parametrize("case", ["second_reader", "graph_output", "channels_40",
-                                  "side_input", "nchw_consumer"])
+                                  "side_input", "nchw_consumer", "read_again_by_the_consumer"])
 def test_kept_nchw_when(case: str) -> None:
-    """Each condition alone keeps the tensor pw1 -> dw NCHW; the results stay right."""
+    """Each condition alone keeps the tensor pw1 -> dw (or dw -> pw2) NCHW; the results
+    stay right."""
     kw: dict = {}
     forced = dict(FORCED)
     names = ("y",)
+    if case == "read_again_by_the_consumer":  # r: pw2's input and its fused Add's
+        model = chain(out=64, residual=True)
+        factory = _compile(model)
+        assert _blocked_nodes(factory) == ["pw1"]
+        x = _x()
+        (ref,) = _ort(model, x)
+        np.testing.assert_allclose(_run(factory, x)[0], ref, rtol=1e-4,
+                                   atol=1e-5 * float(np.abs(ref).max()))
+        return
     if case == "second_reader":  # h1 also read by a ReduceMean
         kw["extra"] = [helper.make_node("ReduceMean", ["h1"], ["m"], name="rm", keepdims=1)]
         kw["outputs"] = names = ("y", "m")

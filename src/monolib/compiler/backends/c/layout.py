@@ -84,7 +84,11 @@ def blocked_values(fusion: Fusion) -> frozenset[int]:
         if len(users) != 1 or not roles.get(users[0], (False, False))[0]:
             continue
         g = fusion.ops[users[0]]
-        if g.reads()[0] is not v or any(u is v for u in g.reads()[1:]):
+        # X only: not also a weight, nor a side input of the chain fused after it
+        # (reads() lists a value once)
+        if g.anchor.inputs[0] is not v or any(u is v for u in g.anchor.inputs[1:]):
+            continue
+        if any(u is v for step in g.steps for u in step.side_inputs()):
             continue
         out.add(v.uid)
     if out:

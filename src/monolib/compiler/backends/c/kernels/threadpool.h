@@ -212,9 +212,9 @@ static inline int64_t ml_pool_run_tasks(uint64_t gen, void* scratch) {
     for (;;) {
         uint64_t tk = __atomic_load_n(&ml_pool.ticket, __ATOMIC_ACQUIRE);
         if ((tk >> 32) != (gen & 0xffffffffu)) return ran;
-        ml_task_fn fn = __atomic_load_n(&ml_pool.fn, __ATOMIC_RELAXED);
-        void* ctx = __atomic_load_n(&ml_pool.ctx, __ATOMIC_RELAXED);
-        int64_t n = __atomic_load_n(&ml_pool.n_tasks, __ATOMIC_RELAXED);
+        ml_task_fn fn = __atomic_load_n(&ml_pool.fn, __ATOMIC_ACQUIRE);
+        void* ctx = __atomic_load_n(&ml_pool.ctx, __ATOMIC_ACQUIRE);
+        int64_t n = __atomic_load_n(&ml_pool.n_tasks, __ATOMIC_ACQUIRE);
         int64_t i = (int64_t)(tk & 0xffffffffu);
         if (i >= n) return ran;
         if (!__atomic_compare_exchange_n(&ml_pool.ticket, &tk, tk + 1, 0, __ATOMIC_ACQ_REL,
@@ -371,9 +371,17 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
         return;
     }
     nt = ml_pool_prepare(nt, scratch_bytes);
-    __atomic_store_n(&ml_pool.fn, fn, __ATOMIC_RELAXED);
-    __atomic_store_n(&ml_pool.ctx, ctx, __ATOMIC_RELAXED);
-    __atomic_store_n(&ml_pool.n_tasks, n_tasks, __ATOMIC_RELAXED);
+    /* Close the last job's ticket before its fields change. A worker still looping on
+     * that job (every task claimed) could read this job's n_tasks, find the old ticket's
+     * index below it and win the CAS on the old ticket: a task the old job never had,
+     * run with either job's fn and ctx (a depthwise task read a GEMM's job as its own
+     * and divided by zero, about once in 5000 runs of MnasNet at 2 threads beside ORT).
+     * No job has generation 0xffffffff; the fields are stored with release and loaded
+     * with acquire, so a worker that sees any of this job's fields sees the close. */
+    __atomic_store_n(&ml_pool.ticket, UINT64_MAX, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ml_pool.fn, fn, __ATOMIC_RELEASE);
+    __atomic_store_n(&ml_pool.ctx, ctx, __ATOMIC_RELEASE);
+    __atomic_store_n(&ml_pool.n_tasks, n_tasks, __ATOMIC_RELEASE);
     __atomic_store_n(&ml_pool.done, 0, __ATOMIC_RELAXED);
     uint64_t gen = ++ml_pool.gen & 0xffffffffu;
     if (gen == 0 || gen == (ML_STOP & 0xffffffffu)) gen = ml_pool.gen = 1; /* 0: "seen" */

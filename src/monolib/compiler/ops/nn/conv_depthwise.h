@@ -546,51 +546,57 @@ static void ml_dwcb_store(const ml_dwcb_job* j, int64_t c0, int64_t nc, int64_t 
     }
 }
 
-/* Output rows oh0..oh1-1 of the block at in (the band's padded input rows, the first at
- * input row oh0 * SH - PT) into o: ML_DWCB_P pixels per tile, SW a constant where the
- * caller makes it one. w: the block's taps, ML_DWCB_G floats apart. One FMA per tap and
- * pixel with the input as a memory operand: 64@56 3x3 sums at ~0.9 vector FMA per cycle
- * on Zen 4 (its peak is 1 at 16 floats), so tiles of two rows sharing input loads (tried)
- * gained nothing. */
-ML_INLINE void ml_dwcb_sums(const int SW, const ml_dwcb_job* j, int64_t rows,
-                            const float* restrict in, const float* restrict w, ml_vf b,
-                            float* restrict o) {
-    const int KH = j->KH, KW = j->KW, DH = j->DH, DW = j->DW;
-    const int64_t rs = j->Wa * ML_VW, OWa = j->OWa, ostep = (int64_t)j->SH * rs;
-    for (int64_t r = 0; r < rows; ++r, in += ostep, o += OWa * ML_VW)
-        for (int64_t ow = 0; ow < OWa; ow += ML_DWCB_P) {
-            ml_vf acc[ML_DWCB_P];
+/* One row of taps (ky) into the tile's ML_DWCB_P sums, run-time window: one FMA per tap
+ * and pixel with the input as a memory operand. 64@56 3x3 sums at ~0.9 vector FMA per
+ * cycle on Zen 4 (its peak is 1 at 16 floats), so tiles of two rows sharing input loads
+ * (tried) gained nothing. */
+ML_INLINE void ml_dwcb_taps(const int SW, int KW, int DW, const float* restrict row,
+                            const float* restrict wk, ml_vf acc[ML_DWCB_P]) {
+    for (int kx = 0; kx < KW; ++kx) {
+        ml_vf t = *(const ml_vf*)(wk + kx * ML_DWCB_G);
+        const float* p = row + (int64_t)kx * DW * ML_VW;
 #pragma GCC unroll 8
-            for (int q = 0; q < ML_DWCB_P; ++q) acc[q] = b;
-            const float* base = in + ow * SW * ML_VW;
-            for (int ky = 0; ky < KH; ++ky) {
-                const float* row = base + (int64_t)ky * DH * rs;
-                const float* wk = w + (int64_t)ky * KW * ML_DWCB_G;
-                for (int kx = 0; kx < KW; ++kx) {
-                    ml_vf t = *(const ml_vf*)(wk + kx * ML_DWCB_G);
-                    const float* p = row + (int64_t)kx * DW * ML_VW;
-#pragma GCC unroll 8
-                    for (int q = 0; q < ML_DWCB_P; ++q)
-                        acc[q] += t * *(const ml_vf*)(p + q * SW * ML_VW);
-                }
-            }
-#pragma GCC unroll 8
-            for (int q = 0; q < ML_DWCB_P; ++q) *(ml_vf*)(o + (ow + q) * ML_VW) = acc[q];
-        }
+        for (int q = 0; q < ML_DWCB_P; ++q) acc[q] += t * *(const ml_vf*)(p + q * SW * ML_VW);
+    }
 }
 
-/* ml_dwcb_sums with KW (up to 5) and SW (1, 2) constants and no dilation along W: the
- * inputs a tile row shares between its taps are loaded once into registers. Taps are taken
- * by phase (kx = SW * t + ph), so tap t of phase ph reads input vector q + t of that
+/* The same with KW (up to 5) and SW (1, 2) constants and no dilation along W: the inputs
+ * a tile row shares between its taps are loaded once into registers. Taps are taken by
+ * phase (kx = SW * t + ph), so tap t of phase ph reads input vector q + t of that
  * phase's columns: per row of taps, P + KW/SW loads feed P * KW FMAs. The memory-operand
- * FMAs above read one input vector per FMA plus a weight per tap, load-bound on Zen 4 (one
- * 16-float load per cycle); here the FMAs set the pace (the whole conv, 1 thread, Zen 4:
- * 1152@7x7 5x5 75 -> 62 us, 240@14x14 5x5 stride 2 15.8 -> 14.5). At most 8 sums + 12
- * inputs + 5 taps live: 25 of 32 vector registers (AVX-512). */
-ML_INLINE void ml_dwcb_sums_r(const int SW, const int KW, const ml_dwcb_job* j, int64_t rows,
-                              const float* restrict in, const float* restrict w, ml_vf b,
-                              float* restrict o) {
-    const int KH = j->KH, DH = j->DH;
+ * FMAs above read one input vector per FMA plus a weight per tap, load-bound on Zen 4
+ * (one 16-float load per cycle); here the FMAs set the pace (the whole conv, 1 thread,
+ * Zen 4: 1152@7x7 5x5 75 -> 62 us, 240@14x14 5x5 stride 2 15.8 -> 14.5). At most 8 sums
+ * + 12 inputs + 5 taps live: 25 of 32 vector registers (AVX-512). */
+ML_INLINE void ml_dwcb_taps_r(const int SW, const int KW, const float* restrict row,
+                              const float* restrict wk, ml_vf acc[ML_DWCB_P]) {
+#pragma GCC unroll 2
+    for (int ph = 0; ph < SW; ++ph) {
+        const int nt = (KW - ph + SW - 1) / SW; /* taps of this phase */
+        ml_vf x[ML_DWCB_P + 4];
+#pragma GCC unroll 12
+        for (int m = 0; m < ML_DWCB_P + nt - 1; ++m) {
+            x[m] = *(const ml_vf*)(row + (int64_t)(SW * m + ph) * ML_VW);
+            ML_DW_KEEP(x[m]);
+        }
+#pragma GCC unroll 5
+        for (int t = 0; t < nt; ++t) {
+            ml_vf wt = *(const ml_vf*)(wk + (SW * t + ph) * ML_DWCB_G);
+            ML_DW_KEEP(wt);
+#pragma GCC unroll 8
+            for (int q = 0; q < ML_DWCB_P; ++q) acc[q] += wt * x[q + t];
+        }
+    }
+}
+
+/* Output rows oh0..oh1-1 of the block at in (the band's padded input rows, the first at
+ * input row oh0 * SH - PT) into o: ML_DWCB_P pixels per tile, SW a constant where the
+ * caller makes it one, KWC the window's width as a constant (3, 5: ml_dwcb_taps_r) or 0
+ * (run-time loops). w: the block's taps, ML_DWCB_G floats apart. */
+ML_INLINE void ml_dwcb_sums(const int SW, const int KWC, const ml_dwcb_job* j, int64_t rows,
+                            const float* restrict in, const float* restrict w, ml_vf b,
+                            float* restrict o) {
+    const int KH = j->KH, KW = KWC ? KWC : j->KW, DH = j->DH, DW = j->DW;
     const int64_t rs = j->Wa * ML_VW, OWa = j->OWa, ostep = (int64_t)j->SH * rs;
     for (int64_t r = 0; r < rows; ++r, in += ostep, o += OWa * ML_VW)
         for (int64_t ow = 0; ow < OWa; ow += ML_DWCB_P) {
@@ -601,23 +607,10 @@ ML_INLINE void ml_dwcb_sums_r(const int SW, const int KW, const ml_dwcb_job* j, 
             for (int ky = 0; ky < KH; ++ky) {
                 const float* row = base + (int64_t)ky * DH * rs;
                 const float* wk = w + (int64_t)ky * KW * ML_DWCB_G;
-#pragma GCC unroll 2
-                for (int ph = 0; ph < SW; ++ph) {
-                    const int nt = (KW - ph + SW - 1) / SW; /* taps of this phase */
-                    ml_vf x[ML_DWCB_P + 4];
-#pragma GCC unroll 12
-                    for (int m = 0; m < ML_DWCB_P + nt - 1; ++m) {
-                        x[m] = *(const ml_vf*)(row + (int64_t)(SW * m + ph) * ML_VW);
-                        ML_DW_KEEP(x[m]);
-                    }
-#pragma GCC unroll 5
-                    for (int t = 0; t < nt; ++t) {
-                        ml_vf wt = *(const ml_vf*)(wk + (SW * t + ph) * ML_DWCB_G);
-                        ML_DW_KEEP(wt);
-#pragma GCC unroll 8
-                        for (int q = 0; q < ML_DWCB_P; ++q) acc[q] += wt * x[q + t];
-                    }
-                }
+                if (KWC)
+                    ml_dwcb_taps_r(SW, KWC, row, wk, acc);
+                else
+                    ml_dwcb_taps(SW, KW, DW, row, wk, acc);
             }
 #pragma GCC unroll 8
             for (int q = 0; q < ML_DWCB_P; ++q) *(ml_vf*)(o + (ow + q) * ML_VW) = acc[q];
@@ -626,7 +619,7 @@ ML_INLINE void ml_dwcb_sums_r(const int SW, const int KW, const ml_dwcb_job* j, 
 
 /* Unit u: channel block u / nb, output rows band u % nb. Scratch: the band's padded
  * input rows, then its outputs. KW: the window's width as a constant (3, 5) for
- * ml_dwcb_sums_r, 0 for the run-time loops. */
+ * ml_dwcb_taps_r, 0 for the run-time loops. */
 ML_INLINE void ml_dwcb_unit(const int SW, const int KW, const ml_dwcb_job* j, int64_t u,
                             float* restrict scratch) {
     const int64_t cb = u / j->nb, oh0 = (u % j->nb) * j->band;
@@ -661,10 +654,7 @@ ML_INLINE void ml_dwcb_unit(const int SW, const int KW, const ml_dwcb_job* j, in
         if (j->bias)
             for (int64_t i = 0; i < nc; ++i) b[i] = j->bias[cv + i];
         const float* w = j->wp + (cv / ML_DWCB_G) * j->KH * j->KW * ML_DWCB_G + cv % ML_DWCB_G;
-        if (KW)
-            ml_dwcb_sums_r(SW, KW, j, oh1 - oh0, in, w, b, out);
-        else
-            ml_dwcb_sums(SW, j, oh1 - oh0, in, w, b, out);
+        ml_dwcb_sums(SW, KW, j, oh1 - oh0, in, w, b, out);
         ml_dwcb_store(j, cv, nc, oh0, oh1, out);
     }
     if (!j->epi) return;

@@ -102,7 +102,7 @@ _W_TAP = {"fast1": 0.29, "fast2": 0.44, "any": 1.87}
 _W_PAD = 0.106
 _CB_TAP = 0.395
 #: the channel-blocked tap on the register tiles of 3- and 5-wide windows at strides 1
-#: and 2 (ml_dwcb_sums_r), the other constants kept: the value that picks best over
+#: and 2 (ml_dwcb_taps_r), the other constants kept: the value that picks best over
 #: both kernels measured on 115 depthwise signatures (the zoo's torchvision nets,
 #: PP-LCNet, PP-OCR v4/v6, NudeNet, a layout detector; Zen 4, 1 thread): 6.5% over the
 #: faster kernel's summed time with the run-time loops' 0.395, 2.9% with it (0.26-0.27

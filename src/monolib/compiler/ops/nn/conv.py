@@ -43,7 +43,6 @@ from ...backends.cstyle import c_literal, ctype
 from ...ir import Node
 from ...symbolic import is_dim, is_one, size_hint
 from ...tuning.select import Candidate, active, choose, excluded
-from .._constants import include_checked
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._common import pointwise as _pointwise

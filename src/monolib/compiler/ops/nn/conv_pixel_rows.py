@@ -52,7 +52,6 @@ def pixel_rows_valid(node: Node, d: dict[str, int], group: int) -> bool:
     return d["OH"] * d["OW"] <= MAX_PIXELS
 
 
-
 def _padded(d: dict[str, int]) -> tuple[int, int]:
     hp = (d["OH"] - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1
     wp = (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1
@@ -76,9 +75,10 @@ def emit_pixel_rows(node: Node, ctx: EmitContext, d: dict[str, int], epi: str,
     direct = ctx.blocked(y) and p >= MR
     tmp = None if direct else ctx.scratch(4 * p * m)
     xn = f"{ctx.ptr(x)} + n * {c * hw}"
-    fields = {"M": str(p), "N": str(m), "K": str(k), "c": f"(float*){tmp}"}
+    out = f"{yp} + n * {m * p}" if direct else f"(float*){tmp}"
+    fields = {"M": str(p), "N": str(m), "K": str(k), "c": out}
     if direct:
-        fields.update({"c": f"{yp} + n * {m * p}", "ldc": "16", "ldc_blk": str(16 * p)})
+        fields.update({"ldc": "16", "ldc_blk": str(16 * p)})
     if ctx.blocked(x):  # channel-blocked by the depthwise conv before (layout.py)
         if not (pointwise and p >= MR):
             raise CompileError(f"Conv node {node.name!r}: a channel-blocked input is read "
@@ -119,12 +119,12 @@ def emit_pixel_rows(node: Node, ctx: EmitContext, d: dict[str, int], epi: str,
     # channel-blocked output, the copy) writes it; after a GEMM that stored the blocks
     # itself, on each block in turn
     if direct:
-        out = f"  ml_block_epilogue({p}, {m}, {yp} + n * {m * p}, {epi}, {yp}, n);\n"
+        finish = f"ml_block_epilogue({p}, {m}, {out}, {epi}, {yp}, n);"
     else:
-        out = "ml_block_pm" if ctx.blocked(y) else "ml_transpose_pm"
-        out = f"  {out}({p}, {m}, (const float*){tmp}, {yp} + n * {m * p}, {epi}, {yp}, n);\n"
+        how = "ml_block_pm" if ctx.blocked(y) else "ml_transpose_pm"
+        finish = f"{how}({p}, {m}, (const float*){tmp}, {yp} + n * {m * p}, {epi}, {yp}, n);"
     return (
         f"for (int64_t n = 0; n < {n}; ++n) {{\n{pack}"
-        f"{gemm_call(fields, bsrc)}\n{out}"
+        f"{gemm_call(fields, bsrc)}\n  {finish}\n"
         f"}}"
     )

@@ -67,6 +67,10 @@ CASES = {
     # up to the last input row and not past it
     "3x3_s2_prefetched_c8_m16": ((1, 8, 257, 263), 16, (3, 3),
                                  {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    # rows wider than the staging (64 channels x 1100 > ML_OCV_STAGE): segments of
+    # columns, each with its own edges, interior tiles and moved-back last tile
+    "1d_wide_dil3_c8_m64": ((1, 8, 1100), 64, (3,), {"pads": [3, 3], "dilations": [3]}),
+    "2d_wide_rows_c3_m40": ((1, 3, 3, 700), 40, (3, 3), {"pads": [1, 2, 1, 0]}),
 }
 
 
@@ -127,6 +131,8 @@ def test_packed_weights_layout() -> None:
 def test_scratch_is_the_kernels_formula() -> None:
     dims = [as_2d(list(CASES[n][0][2:]), conv_geometry(_node(n)[1])) for n in sorted(CASES)]
     dims.append({**dims[0], "OH": 300, "OW": 700})  # one row past the stage: a band of 1
+    dims.append({**dims[0], "OH": 1, "OW": 3200})  # rows past the stage: segments
+    dims.append({**dims[0], "OH": 2, "OW": 90})  # a segment at least ML_OCV_SEG_MIN wide
     rows = [(d["OH"], d["OW"], g * 16) for d in dims for g in (1, 2, 3, 4)]
     table = ", ".join(str(v) for row in rows for v in row)
     src = (
@@ -276,3 +282,29 @@ def test_row_pixels_follow_the_kernel(w, pl, sw, p, want):
     ow = (w + 2 * pl - 3) // sw + 1
     d = {"OW": ow, "SW": sw, "PL": pl, "W": w, "KW": 3, "DW": 1}
     assert conv_ocv._row_pixels(d, p) == want
+
+
+def test_wide_rows_split_by_segments_on_threads(monkeypatch) -> None:
+    """A 1-D conv over a long signal (one output row wider than the staging) splits into
+    segments of columns; on 2 and 3 threads (narrower segments, more units than the
+    serial plan) every output is the same sum as on 1, and matches ONNX Runtime. (A task
+    that stopped at the row count, not the segment count, left outputs unwritten.)"""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[3, 3], dilations=[3]),
+        helper.make_node("LeakyRelu", ["c1"], ["y1"], alpha=0.1),
+        helper.make_node("Conv", ["y1", "w2", "b2"], ["y2"], pads=[1, 1]),
+    ]
+    weights = {"w1": r(64, 32, 3, scale=0.2), "b1": r(64), "w2": r(32, 64, 3, scale=0.2),
+               "b2": r(32)}
+    model = make_model(nodes, [("x", F32, [1, 32, 1500])], [("y2", F32, [1, 32, 1500])],
+                       weights, opset=14)
+    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m, group=1: 1.0)  # the rule's pick
+    source, _, _ = lower(model, None, None)
+    assert source.count("ml_ocv_conv2d(") == 3
+    feeds = {"x": r(1, 32, 1500)}
+    want = ort_run(model, feeds)[0]
+    # the split runs first: a later run would find the serial run's outputs in the arena
+    two, three, one = run_threads(model, feeds, (2, 3, 1))
+    np.testing.assert_allclose(one[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[0], three[0])

@@ -108,3 +108,41 @@ def test_taps_are_the_conv_transposes(k, s, pt):
                 assert iy * s - pt + ky == s * i + r
             seen.add(ky)
     assert seen == set(range(k))  # every tap is used by one phase
+
+
+def _model_1d(n, cin, cout, length, k, s, attrs, bias=True):
+    inits = [numpy_helper.from_array(
+        (RNG.standard_normal((cin, cout, k)) * 0.2).astype(np.float32), "w")]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(RNG.standard_normal(cout).astype(np.float32), "b"))
+        ins.append("b")
+    nodes = [helper.make_node("ConvTranspose", ins, ["t"], strides=[s], kernel_shape=[k],
+                              **attrs),
+             helper.make_node("LeakyRelu", ["t"], ["y"], alpha=0.1)]
+    g = helper.make_graph(nodes, "tc1", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                       [n, cin, length])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+REWRITTEN_1D = {
+    # HiFi-GAN's upsampling: kernel 2s, pad s/2
+    "16_s8_p4": (1, 32, 16, 50, 16, 8, {"pads": [4, 4]}),
+    "4_s2_p1": (2, 12, 10, 37, 4, 2, {"pads": [1, 1]}),
+    # the phases overshoot the output: a Slice after
+    "5_s3_p1_op2": (1, 9, 7, 20, 5, 3, {"pads": [1, 1], "output_padding": [2]}),
+    "3_s2_p0": (1, 6, 5, 15, 3, 2, {}),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("name", sorted(REWRITTEN_1D))
+def test_rewritten_1d_matches_onnxruntime(name, bias):
+    """1-D: Conv to s phases, Reshape / Transpose / Reshape back, the LeakyRelu after."""
+    n, cin, cout, length, k, s, attrs = REWRITTEN_1D[name]
+    model = _model_1d(n, cin, cout, length, k, s, attrs, bias=bias)
+    x = RNG.standard_normal((n, cin, length)).astype(np.float32)
+    ops = _check(model, x)
+    assert "ConvTranspose" not in ops and "Conv" in ops, ops
+    assert "Transpose" in ops or any("Transpose" in str(o) for o in ops), ops

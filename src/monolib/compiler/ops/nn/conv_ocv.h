@@ -20,8 +20,14 @@
  * channels a group, zeros past M), bias as [groups*G*16] (zeros past M, or all zero), so
  * any ML_VW reads a tap of a group as OB = G*16/ML_VW consecutive vectors.
  *
- * Threads: units are (channel group, band of output rows), group-major so a task keeps
- * its group's weights in cache; a unit repeats no set-up, so the bands may be a few rows.
+ * Rows wider than the staging (gsz * OW > ML_OCV_STAGE: a 1-D conv over a long signal,
+ * [C][1][W]) run in segments of columns, one row a unit, so the staged outputs stay in
+ * L2 and a one-row image still splits over threads (a 64 -> 64 3-tap conv over 3200
+ * samples was one unit: 800 KB staged, no split at 2 threads).
+ *
+ * Threads: units are (channel group, band of output rows, segment of columns),
+ * group-major so a task keeps its group's weights in cache; a unit repeats no set-up, so
+ * the bands may be a few rows.
  * Every output is the same sum in the same order whatever the split: bit-identical at any
  * thread count.
  *
@@ -40,6 +46,7 @@
 #define ML_OCV_G 16        /* output channels per packed block (a multiple of any ML_VW) */
 #define ML_OCV_STAGE 16384 /* floats of a band's staged outputs (64 KiB: in L2) */
 #define ML_OCV_ROWS 2      /* fewest output rows of a band split for threads */
+#define ML_OCV_SEG_MIN 64  /* fewest columns of a segment (its edges and tail tiles) */
 /* An input of more bytes than this (a conv group's channels) has its next output row's
  * new rows prefetched into L2 as each row starts. A tile reads C*KH rows at once, more
  * streams than the L2 prefetcher follows, so without it each line was a demand miss to
@@ -63,12 +70,14 @@
 #define ML_OCV_NACC (ML_OCV_OB(4) > ML_OCV_ACC ? ML_OCV_OB(4) : ML_OCV_ACC)
 
 typedef struct ml_ocv_job_s ml_ocv_job;
-/* Output row oh of channel group g into staging st (vector o's pixels at st + o * ss). */
-typedef void (*ml_ocv_row_fn)(const ml_ocv_job* j, int64_t g, int64_t oh, float* st,
-                              int64_t ss);
+/* Columns ow0..ow1-1 of output row oh of channel group g into staging st (vector o's
+ * pixel ow at st + o * ss + (ow - ow0) * ML_VW). */
+typedef void (*ml_ocv_row_fn)(const ml_ocv_job* j, int64_t g, int64_t oh, int64_t ow0,
+                              int64_t ow1, float* st, int64_t ss);
 
 struct ml_ocv_job_s {
     int64_t C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, bpg, ngroups, band, nb, chunk, epi_b;
+    int64_t seg, ns; /* columns per segment (OW: whole rows) and segments per row */
     int KH, KW, SH, SW, DH, DW;
     const float *x, *wp, *bias;
     float* y;
@@ -131,22 +140,23 @@ typedef void (*ml_ocv_tile_fn)(const ml_ocv_job* j, const float* xs, const float
 ML_INLINE void ml_ocv_edge(const int SW, ml_ocv_tile_fn one, const ml_ocv_job* j,
                            const float* restrict xr, const float* restrict w, int nky,
                            int64_t ow, const float* restrict b, float* restrict st, int64_t ss) {
+    /* st: the staging of pixel ow */
     const int64_t iw = ow * SW - j->PL;
     int kx0 = 0, kx1 = j->KW;
     while (kx0 < kx1 && iw + (int64_t)kx0 * j->DW < 0) ++kx0;
     while (kx1 > kx0 && iw + (int64_t)(kx1 - 1) * j->DW >= j->W) --kx1;
-    one(j, xr + (iw + (int64_t)kx0 * j->DW), w + kx0 * j->gsz, nky, kx1 - kx0, b,
-        st + ow * ML_VW, ss);
+    one(j, xr + (iw + (int64_t)kx0 * j->DW), w + kx0 * j->gsz, nky, kx1 - kx0, b, st, ss);
 }
 
-/* Output row oh of group g: the edge pixels by `one`, the interior i0..i1-1 by `tile` (P
- * pixels), then its remainder r < P by cost (pixels computed, a one-pixel tile counting
- * about 2: its loads equal its FMAs): r >= H + 2 by `tile` moved back over pixels
- * already done (the same sums, stored again), else `half` (H = P / 2 pixels) where it
- * fits, moved back for r < H, and `one` for what is left. */
+/* Columns ow0..ow1-1 of output row oh of group g: the edge pixels by `one`, the interior
+ * (i0..i1-1 within them) by `tile` (P pixels), then its remainder r < P by cost (pixels
+ * computed, a one-pixel tile counting about 2: its loads equal its FMAs): r >= H + 2 by
+ * `tile` moved back over pixels already done (the same sums, stored again), else `half`
+ * (H = P / 2 pixels) where it fits, moved back for r < H, and `one` for what is left. */
 ML_INLINE void ml_ocv_row_k(const int P, const int SW, ml_ocv_tile_fn tile,
                             ml_ocv_tile_fn half, ml_ocv_tile_fn one, const ml_ocv_job* j,
-                            int64_t g, int64_t oh, float* restrict st, int64_t ss) {
+                            int64_t g, int64_t oh, int64_t ow0, int64_t ow1,
+                            float* restrict st, int64_t ss) {
     const int H = P / 2;
     const int64_t ih = oh * j->SH - j->PT;
     int ky0 = 0, ky1 = j->KH;
@@ -157,40 +167,49 @@ ML_INLINE void ml_ocv_row_k(const int P, const int SW, ml_ocv_tile_fn tile,
     const float* w = j->wp + g * j->C * j->KH * j->KW * gsz + ky0 * j->KW * gsz;
     const int nky = ky1 - ky0, KW = j->KW;
     if (nky == 0) { /* the window misses the image: the bias alone */
-        for (int64_t ow = 0; ow < j->OW; ++ow)
+        for (int64_t ow = ow0; ow < ow1; ++ow)
             for (int64_t o = 0; o < gsz / ML_VW; ++o)
-                *(ml_vf*)(st + o * ss + ow * ML_VW) = *(const ml_vf*)(b + o * ML_VW);
+                *(ml_vf*)(st + o * ss + (ow - ow0) * ML_VW) = *(const ml_vf*)(b + o * ML_VW);
         return;
     }
     const float* xr = j->x + (g / j->bpg) * j->C * j->H * j->W /* its conv group's input */
                       + (ih + (int64_t)ky0 * j->DH) * j->W;
     const float* xi = xr - j->PL;
-    const int64_t i0 = j->i0, i1 = j->i1;
+    /* the interior of these columns; st0: the staging of pixel 0 (of a pixel before ow0
+     * only as an address that is never formed: pixels are staged at st0 + ow) */
+    const int64_t i0 = ML_MAX(j->i0, ow0), i1 = ML_MIN(j->i1, ow1);
+#define ML_OCV_ST(ow) (st + ((ow) - ow0) * ML_VW)
     if (j->prefetch) { /* the next output row's new input rows, every channel, into L2 */
         const float* xg = j->x + (g / j->bpg) * j->C * j->H * j->W;
         int64_t r0 = ih + (int64_t)(j->KH - 1) * j->DH + 1, r1 = ML_MIN(r0 + j->SH, j->H);
+        /* the input columns these output columns read */
+        int64_t c0 = ML_MAX(ow0 * SW - j->PL, 0) * 4;
+        int64_t c1 = ML_MIN((ow1 - 1) * SW - j->PL + (int64_t)(j->KW - 1) * j->DW + 1, j->W) * 4;
         for (int64_t c = 0; c < j->C; ++c)
             for (int64_t r = r0 < 0 ? 0 : r0; r < r1; ++r) {
                 const char* p = (const char*)(xg + (c * j->H + r) * j->W);
-                for (int64_t o = 0; o < j->W * 4; o += 64) __builtin_prefetch(p + o, 0, 2);
+                for (int64_t o = c0; o < c1; o += 64) __builtin_prefetch(p + o, 0, 2);
             }
     }
-    for (int64_t ow = 0; ow < i0; ++ow) ml_ocv_edge(SW, one, j, xr, w, nky, ow, b, st, ss);
+    for (int64_t ow = ow0; ow < ML_MIN(j->i0, ow1); ++ow)
+        ml_ocv_edge(SW, one, j, xr, w, nky, ow, b, ML_OCV_ST(ow), ss);
     int64_t ow = i0;
-    for (; ow + P <= i1; ow += P) tile(j, xi + ow * SW, w, nky, KW, b, st + ow * ML_VW, ss);
+    for (; ow + P <= i1; ow += P) tile(j, xi + ow * SW, w, nky, KW, b, ML_OCV_ST(ow), ss);
     int64_t r = i1 - ow;
     if (r >= H + 2 && i1 - i0 >= P) {
-        tile(j, xi + (i1 - P) * SW, w, nky, KW, b, st + (i1 - P) * ML_VW, ss);
+        tile(j, xi + (i1 - P) * SW, w, nky, KW, b, ML_OCV_ST(i1 - P), ss);
         ow = i1;
     } else if (H > 1 && r >= H) {
-        half(j, xi + ow * SW, w, nky, KW, b, st + ow * ML_VW, ss);
+        half(j, xi + ow * SW, w, nky, KW, b, ML_OCV_ST(ow), ss);
         ow += H;
     } else if (H > 1 && r >= 2 && i1 - i0 >= H) {
-        half(j, xi + (i1 - H) * SW, w, nky, KW, b, st + (i1 - H) * ML_VW, ss);
+        half(j, xi + (i1 - H) * SW, w, nky, KW, b, ML_OCV_ST(i1 - H), ss);
         ow = i1;
     }
-    for (; ow < i1; ++ow) one(j, xi + ow * SW, w, nky, KW, b, st + ow * ML_VW, ss);
-    for (ow = i1; ow < j->OW; ++ow) ml_ocv_edge(SW, one, j, xr, w, nky, ow, b, st, ss);
+    for (; ow < i1; ++ow) one(j, xi + ow * SW, w, nky, KW, b, ML_OCV_ST(ow), ss);
+    for (ow = ML_MAX(j->i1, ow0); ow < ow1; ++ow)
+        ml_ocv_edge(SW, one, j, xr, w, nky, ow, b, ML_OCV_ST(ow), ss);
+#undef ML_OCV_ST
 }
 
 /* ml_ocv_row_<G>_<S>: G blocks of 16 channels, column stride S (0: any, read at run
@@ -210,9 +229,10 @@ ML_INLINE void ml_ocv_row_k(const int P, const int SW, ml_ocv_tile_fn tile,
     ML_OCV_TILE_FN(ml_ocv_tile_##G##_##S, G, S, ML_OCV_P(G))                                  \
     ML_OCV_TILE_FN(ml_ocv_half_##G##_##S, G, S, ML_OCV_HALF(G))                               \
     ML_UNUSED static void ml_ocv_row_##G##_##S(const ml_ocv_job* j, int64_t g, int64_t oh,   \
-                                               float* st, int64_t ss) {                      \
+                                               int64_t ow0, int64_t ow1, float* st,          \
+                                               int64_t ss) {                                 \
         ml_ocv_row_k(ML_OCV_P(G), (S) ? (S) : j->SW, ml_ocv_tile_##G##_##S,                   \
-                     ml_ocv_half_##G##_##S, ml_ocv_one_##G, j, g, oh, st, ss);                \
+                     ml_ocv_half_##G##_##S, ml_ocv_one_##G, j, g, oh, ow0, ow1, st, ss);      \
     }
 ML_OCV_TILE_FN(ml_ocv_one_1, 1, 1, 1) ML_OCV_TILE_FN(ml_ocv_one_2, 2, 1, 1)
 ML_OCV_TILE_FN(ml_ocv_one_3, 3, 1, 1) ML_OCV_TILE_FN(ml_ocv_one_4, 4, 1, 1)
@@ -241,31 +261,47 @@ static void ml_ocv_store(const float* restrict src, int64_t n, int64_t nc, float
         for (int64_t p = 0; p < n; ++p) ys[i * plane + p] = src[p * ML_VW + i];
 }
 
-/* Unit u: channel group u / nb, band of rows u % nb, staged in st. */
+/* Unit u: channel group u / (nb * ns), then band of rows, then segment of columns (a
+ * segment narrower than a row comes with bands of one row), staged in st. */
 static void ml_ocv_unit(const ml_ocv_job* j, int64_t u, float* restrict st) {
-    const int64_t g = u / j->nb, oh0 = (u % j->nb) * j->band;
-    const int64_t oh1 = ML_MIN(j->OH, oh0 + j->band);
-    if (oh0 >= oh1) return;
-    const int64_t OW = j->OW, n = (oh1 - oh0) * OW, ss = n * ML_VW;
-    for (int64_t oh = oh0; oh < oh1; ++oh) j->row(j, g, oh, st + (oh - oh0) * OW * ML_VW, ss);
+    const int64_t per = j->nb * j->ns, g = u / per, rb = (u % per) / j->ns;
+    const int64_t oh0 = rb * j->band, ow0 = (u % j->ns) * j->seg;
+    const int64_t oh1 = ML_MIN(j->OH, oh0 + j->band), ow1 = ML_MIN(j->OW, ow0 + j->seg);
+    if (oh0 >= oh1 || ow0 >= ow1) return;
+    const int64_t OW = j->OW, w = ow1 - ow0, n = (oh1 - oh0) * w, ss = n * ML_VW;
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+        j->row(j, g, oh, ow0, ow1, st + (oh - oh0) * w * ML_VW, ss);
     const int64_t c0 = g * j->gsz, c1 = ML_MIN(j->M, c0 + j->gsz), plane = j->OH * OW;
+    /* whole rows are one run of n pixels in each plane; a segment a run per row */
+    const int64_t runs = w == OW ? 1 : oh1 - oh0, rn = w == OW ? n : w;
     for (int64_t v = 0; c0 + v * ML_VW < c1; ++v) {
         int64_t cv = c0 + v * ML_VW;
-        ml_ocv_store(st + v * ss, n, ML_MIN(ML_VW, c1 - cv), j->y + cv * plane + oh0 * OW,
-                     plane);
+        for (int64_t q = 0; q < runs; ++q)
+            ml_ocv_store(st + v * ss + q * rn * ML_VW, rn, ML_MIN(ML_VW, c1 - cv),
+                         j->y + cv * plane + (oh0 + q) * OW + ow0, plane);
     }
-    if (j->epi) j->epi(j->epi_out, j->epi_b, c0, c1, oh0 * OW, oh1 * OW);
+    if (j->epi)
+        for (int64_t q = 0; q < runs; ++q)
+            j->epi(j->epi_out, j->epi_b, c0, c1, (oh0 + q) * OW + ow0, (oh0 + q) * OW + ow0 + rn);
 }
 
 #ifdef MONOLIB_THREADPOOL_H
 static void ml_ocv_task(void* ctx, int64_t t, void* scratch) {
     const ml_ocv_job* j = (const ml_ocv_job*)ctx;
-    int64_t u0 = t * j->chunk, u1 = ML_MIN(j->ngroups * j->nb, u0 + j->chunk);
+    int64_t u0 = t * j->chunk, u1 = ML_MIN(j->ngroups * j->nb * j->ns, u0 + j->chunk);
     for (int64_t u = u0; u < u1; ++u) ml_ocv_unit(j, u, (float*)scratch);
 }
 #endif
 
-/* Output rows per band: as many as keep the staged outputs within ML_OCV_STAGE floats. */
+/* Columns per segment: a whole row when its staged outputs fit ML_OCV_STAGE floats,
+ * else as many as do (at least ML_OCV_SEG_MIN). */
+static inline int64_t ml_ocv_seg_cols(int64_t OW, int64_t gsz) {
+    if (gsz * OW <= ML_OCV_STAGE) return OW;
+    return ML_MIN(OW, ML_MAX(ML_OCV_SEG_MIN, ML_OCV_STAGE / gsz));
+}
+
+/* Output rows per band: as many as keep the staged outputs within ML_OCV_STAGE floats
+ * (one row of segments when a row is wider). */
 static inline int64_t ml_ocv_band_rows(int64_t OH, int64_t OW, int64_t gsz) {
     int64_t b = ML_OCV_STAGE / (gsz * OW);
     return b < 1 ? 1 : ML_MIN(b, OH);
@@ -273,7 +309,7 @@ static inline int64_t ml_ocv_band_rows(int64_t OH, int64_t OW, int64_t gsz) {
 
 /* Floats of staging per thread (conv_ocv.py's ocv_scratch_floats mirrors it). */
 static inline int64_t ml_ocv_scratch_floats(int64_t OH, int64_t OW, int64_t gsz) {
-    return ml_ocv_band_rows(OH, OW, gsz) * OW * gsz;
+    return ml_ocv_band_rows(OH, OW, gsz) * ml_ocv_seg_cols(OW, gsz) * gsz;
 }
 
 /* Conv of one NCHW image x into y [M][OH][OW] (see above); wp, bias: packed by
@@ -295,30 +331,37 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t C, int64_t H, int64_t W, int64_t M, 
     i1 = ML_MIN(i1, OW);
     if (i1 < i0) i1 = i0;
     int64_t band = ml_ocv_band_rows(OH, OW, gsz), ngroups = (M + gsz - 1) / gsz;
+    int64_t seg = ml_ocv_seg_cols(OW, gsz);
     ml_ocv_job j = {C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, bpg, ngroups, band,
-                    (OH + band - 1) / band, 1, epi_b, KH, KW, SH, SW, DH, DW,
-                    x, wp, bias, y, epi, epi_out, row,
+                    (OH + band - 1) / band, 1, epi_b, seg, (OW + seg - 1) / seg,
+                    KH, KW, SH, SW, DH, DW, x, wp, bias, y, epi, epi_out, row,
                     (double)C * H * W * 4 > ML_OCV_PF_BYTES};
 #ifdef MONOLIB_THREADPOOL_H
     double work = (double)M * C * KH * KW * OH * OW;
     int64_t want = (int64_t)ml_num_threads() * 4;
-    if (ml_num_threads() > 1 && ngroups * j.nb < want) { /* few units: thinner bands */
+    if (ml_num_threads() > 1 && ngroups * j.nb * j.ns < want) { /* few units: thinner bands */
         int64_t nb = ML_MIN((want + ngroups - 1) / ngroups, (OH + ML_OCV_ROWS - 1) / ML_OCV_ROWS);
-        if (nb > j.nb) j.band = (OH + nb - 1) / nb, j.nb = (OH + j.band - 1) / j.band;
+        if (j.ns == 1 && nb > j.nb) j.band = (OH + nb - 1) / nb, j.nb = (OH + j.band - 1) / j.band;
+        /* still few (a 1-D conv): narrower segments of one row, within the staging */
+        int64_t per = ngroups * j.nb, ns = (want + per - 1) / per;
+        int64_t sw = ML_MAX(ML_OCV_SEG_MIN, (OW + ns - 1) / ns);
+        if (per * j.ns < want && sw < j.seg) {
+            j.band = 1, j.nb = OH, j.seg = sw, j.ns = (OW + sw - 1) / sw;
+        }
     }
     /* units repeat no set-up (weights packed at compile time, input read in place): the
      * split pays by threadpool.h's span model, as conv.h's direct rows do */
-    int64_t units = ngroups * j.nb, tasks = ml_par_split(work, units, ML_PAR_TASK_COST);
+    int64_t units = ngroups * j.nb * j.ns, tasks = ml_par_split(work, units, ML_PAR_TASK_COST);
     if (tasks > 1) {
         j.chunk = (units + tasks - 1) / tasks;
         size_t bytes = sizeof(float) * (size_t)ml_ocv_scratch_floats(OH, OW, gsz);
         ml_parallel_for((units + j.chunk - 1) / j.chunk, ml_ocv_task, &j, scratch, bytes);
         return;
     }
-    /* one task: the bands as planned for staging */
-    j.band = band, j.nb = (OH + band - 1) / band;
+    /* one task: the bands and segments as planned for staging */
+    j.band = band, j.nb = (OH + band - 1) / band, j.seg = seg, j.ns = (OW + seg - 1) / seg;
 #endif
-    for (int64_t u = 0; u < ngroups * j.nb; ++u) ml_ocv_unit(&j, u, scratch);
+    for (int64_t u = 0; u < ngroups * j.nb * j.ns; ++u) ml_ocv_unit(&j, u, scratch);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 #: a band's staged outputs)
 OCV_G = 16
 OCV_STAGE = 16384
+#: conv_ocv.h's ML_OCV_SEG_MIN: fewest columns of a segment of a row wider than the staging
+OCV_SEG_MIN = 64
 
 # Cost model: ``conv_cost.COSTS["direct_ocv"]`` (fitted with the other algorithms' by
 # ``bench/calibrate_conv.py``): per multiply-add of an interior tile (24 accumulators, one
@@ -202,15 +204,19 @@ def pack_ocv_bias(b: np.ndarray | None, m: int, g: int) -> np.ndarray:
 
 
 def ocv_scratch_floats(d: dict[str, int], gsz: int) -> int:
-    """``ml_ocv_scratch_floats`` of ``conv_ocv.h``: one band's staged outputs."""
-    band = max(1, min(OCV_STAGE // (gsz * d["OW"]), d["OH"]))
-    return band * d["OW"] * gsz
+    """``ml_ocv_scratch_floats`` of ``conv_ocv.h``: one band's staged outputs (a segment
+    of ``OCV_SEG_MIN`` columns or more where a row outgrows ``OCV_STAGE``)."""
+    ow = d["OW"]
+    band = max(1, min(OCV_STAGE // (gsz * ow), d["OH"]))
+    seg = ow if gsz * ow <= OCV_STAGE else min(ow, max(OCV_SEG_MIN, OCV_STAGE // gsz))
+    return band * seg * gsz
 
 
 def emit_ocv(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
     """``ml_ocv_conv2d`` per image, the weights and bias packed at compile time."""
     ctx.include("conv.h")
-    include_checked(ctx, "conv_ocv.h", {"ML_OCV_G": OCV_G, "ML_OCV_STAGE": OCV_STAGE},
+    include_checked(ctx, "conv_ocv.h", {"ML_OCV_G": OCV_G, "ML_OCV_STAGE": OCV_STAGE,
+                                         "ML_OCV_SEG_MIN": OCV_SEG_MIN},
                     __name__)
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]

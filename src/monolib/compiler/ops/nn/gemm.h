@@ -89,6 +89,7 @@
 #endif
 #define ML_GEMV_NMAX 4 /* most columns ml_sgemv_pa takes */
 #define ML_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ML_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ML_INLINE static inline __attribute__((always_inline))
 #define ML_UNUSED __attribute__((unused)) /* not every model calls every kernel */
 /* One out-of-line copy of a rarely run path (tile edges, tails) shared by every

@@ -93,3 +93,20 @@ def test_plan_allows_ranges_for_few_blocks(monkeypatch) -> None:
     d = as_2d([14, 14], conv_geometry(node))
     plan = winograd.plan_winograd(node, d, 1, 2)
     assert plan is not None and plan.co_split == 2
+
+
+@pytest.mark.parametrize("tiles", [17, 50, 100, 161, 800, 3200])
+@pytest.mark.parametrize("per_tile", [1536, 3072, 6144])
+def test_one_row_blocks_share_out_evenly(tiles: int, per_tile: int) -> None:
+    """1-D: the blocks of one row of tiles are multiples of 8 wide, cover the row, keep V
+    within the budget where it allows more than the 16-tile floor, and differ by less
+    than a vector of tiles (100 tiles were 80 + 20: two blocks, one thread idle most of
+    the op)."""
+    rows, cols = winograd._block((1, tiles), per_tile)
+    assert rows == 1 and cols % 8 == 0 and cols >= 16
+    n = -(-tiles // cols)
+    last = tiles - (n - 1) * cols
+    assert 0 < last <= cols
+    if n > 1:
+        assert cols * per_tile <= winograd.V_BYTES
+        assert cols - last < 8 * n  # the rounding to 8 is all the imbalance

@@ -17,10 +17,10 @@ are the rows of an A read in place (row ``f`` starts at sample ``f * frame_step`
 rows overlap), B the ``[frame_length, 2 * bins]`` basis ``w_j cos(2 pi jk/n)``,
 ``-w_j sin(2 pi jk/n)`` (interleaved: C is the output as it is laid out), packed at
 compile time: a log-mel front end's 400-point frames every 160 samples of a second of
-16 kHz audio took 8.8 ms as direct sums, 0.3 ms so (ONNX Runtime 4.1). Everything else is emitted as direct
-sums over a twiddle table (cos/sin of ``2 pi m / n`` computed in float64 at compile
-time), accumulated in double: O(n^2) per transform, with one C helper shared by both
-ops.
+16 kHz audio took 8.8 ms as direct sums, 0.3 ms so (ONNX Runtime 4.1). Everything else
+is emitted as direct sums over a twiddle table (cos/sin of ``2 pi m / n`` computed in
+float64 at compile time), accumulated in double: O(n^2) per transform, with one C
+helper shared by both ops.
 """
 
 from __future__ import annotations

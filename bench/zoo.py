@@ -24,6 +24,7 @@ import argparse
 import math
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -60,27 +61,32 @@ def _median(fn, calls: int, clock) -> list[float]:
     return out
 
 
-def measure(path: Path, threads: int, calls: int) -> tuple[float, float, float]:
-    """(monolib ms, ORT ms, largest difference relative to ORT's largest output)."""
+def measure(path: Path, threads: int, calls: int,
+            feeds: dict[str, np.ndarray] | None = None) -> tuple[float, float, float]:
+    """(monolib ms, ORT ms, largest difference relative to ORT's largest output) on
+    ``feeds`` (default: ``x``, a seeded 1x3x224x224 image), compiled at their shapes."""
     import onnxruntime as ort
 
     import monolib
 
+    if feeds is None:
+        feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, SIZE, SIZE))
+                 .astype(np.float32)}
     lib = path.with_suffix(".so")
-    monolib.compile(str(path), target="c").export_library(str(lib))
+    monolib.compile(str(path), target="c", shapes={k: v.shape for k, v in feeds.items()}
+                    ).export_library(str(lib))
     monolib.runtime.set_num_threads(threads)
     gm = monolib.GraphModule(monolib.load_module(str(lib))["default"](monolib.cpu()))
-    x = np.random.default_rng(0).standard_normal((1, 3, SIZE, SIZE)).astype(np.float32)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    want = sess.run(None, {"x": x})[0]
-    gm.set_input(x=x)
+    want = sess.run(None, feeds)[0]
+    gm.set_input(**feeds)
     gm.run()
     diff = float(np.abs(gm.get_output(0).numpy() - want).max() / np.abs(want).max())
 
     def ml():
-        gm.set_input(x=x)
+        gm.set_input(**feeds)
         gm.run()
 
     clock = time.thread_time if threads == 1 else time.perf_counter
@@ -88,9 +94,30 @@ def measure(path: Path, threads: int, calls: int) -> tuple[float, float, float]:
     for _ in range(3):
         a += _median(ml, calls, clock)
         time.sleep(0.1)
-        b += _median(lambda: sess.run(None, {"x": x}), calls, clock)
+        b += _median(lambda: sess.run(None, feeds), calls, clock)
         time.sleep(0.1)
     return statistics.median(a) * 1e3, statistics.median(b) * 1e3, diff
+
+
+def table(names: list[str], threads: list[int], calls: int,
+          export_fn: Callable[[str], Path],
+          feeds_fn: Callable[[str], dict[str, np.ndarray] | None] = lambda name: None) -> None:
+    """Print the Markdown table (a row per model of ``names``: ``export_fn(name)`` its
+    ONNX file, ``feeds_fn(name)`` its inputs) and the geometric means per thread count."""
+    print("| model | " + " | ".join(f"monolib@{t} ms | ORT@{t} ms | ratio@{t}" for t in threads)
+          + " | max diff (rel) |")
+    print("|---|" + "---|---|---|" * len(threads) + "---|")
+    logs: dict[int, list[float]] = {t: [] for t in threads}
+    for name in names:
+        path = export_fn(name)
+        cells, diff = [], 0.0
+        for t in threads:
+            m, o, diff = measure(path, t, calls, feeds_fn(name))
+            logs[t].append(math.log(m / o))
+            cells.append(f"{m:.3f} | {o:.3f} | {m / o:.2f}x")
+        print(f"| {name} | " + " | ".join(cells) + f" | {diff:.1e} |", flush=True)
+    for t in threads:
+        print(f"\ngeometric mean @{t}: {math.exp(sum(logs[t]) / len(logs[t])):.3f}x ORT")
 
 
 def main() -> None:
@@ -100,22 +127,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "monolib" / "zoo"))
     args = ap.parse_args()
-    threads = [int(t) for t in args.threads.split(",")]
-    names = args.models.split(",")
-    print("| model | " + " | ".join(f"monolib@{t} ms | ORT@{t} ms | ratio@{t}" for t in threads)
-          + " | max diff (rel) |")
-    print("|---|" + "---|---|---|" * len(threads) + "---|")
-    logs: dict[int, list[float]] = {t: [] for t in threads}
-    for name in names:
-        path = export(name, Path(args.cache))
-        cells, diff = [], 0.0
-        for t in threads:
-            m, o, diff = measure(path, t, args.calls)
-            logs[t].append(math.log(m / o))
-            cells.append(f"{m:.3f} | {o:.3f} | {m / o:.2f}x")
-        print(f"| {name} | " + " | ".join(cells) + f" | {diff:.1e} |", flush=True)
-    for t in threads:
-        print(f"\ngeometric mean @{t}: {math.exp(sum(logs[t]) / len(logs[t])):.3f}x ORT")
+    table(args.models.split(","), [int(t) for t in args.threads.split(",")], args.calls,
+          lambda name: export(name, Path(args.cache)))
 
 
 if __name__ == "__main__":

@@ -213,6 +213,9 @@ def batch_call(fields: dict[str, str], bsrc: dict[str, str], batch: dict[str, st
         lines.append(f"  gb_.g.b.{key} = {val};")
     for key, val in batch.items():
         lines.append(f"  gb_.{key} = {val};")
+    n = _int_literal(fields["N"])
+    if a != "0" and "a_raw" not in fields and n is not None and 0 < n % NR <= GEMV_NMAX:
+        lines.append("  gb_.g.tail = ml_gemm_tail_cols;")  # as in gemm_call
     if _int_literal(fields["M"]) is None and bsrc.get("kind") != "ML_B_PACKED":
         lines.append("  gb_.g.fixed_order = 1;")  # as in gemm_call
     lines += [f"  ml_sgemm_batch(&gb_, (float*){scratch});", "}"]

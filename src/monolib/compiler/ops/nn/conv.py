@@ -46,7 +46,8 @@ from ...tuning.select import Candidate, active, choose, excluded
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._common import pointwise as _pointwise
-from ._gemm import MR, bbuf_floats, gemm_call, gemv_shaped, include_gemm, pack_a
+from ._gemm import (MR, batch_call, batch_scratch_floats, bbuf_floats, gemm_call,
+                    gemv_shaped, include_gemm, pack_a)
 from .conv_cost import conv_costs, folded_cost, row_window
 from .conv_dw_along_w import dw_decidable, dw_fast, dw_rows, emit_depthwise, include_depthwise
 from .conv_dw_blocked import dw_blocked_valid, dw_costs, emit_dw_blocked
@@ -506,6 +507,9 @@ def _emit_gemm(
                 "epi_m0": f"g * {mg}",
             }
         )
+        batched = _image_batch(ctx, fields, bsrc, n, group, pad, m * ohw, c * d["H"] * d["W"])
+        if batched:
+            return code + batched
         call = _group_tasks(fields, bsrc, group, per_group, cg, d)
         loop = call or f"for (int64_t g = 0; g < {group}; ++g)\n{gemm_call(fields, bsrc)}"
         return code + f"for (int64_t n = 0; n < {n}; ++n) {{\n{pad}{loop}\n}}"
@@ -524,6 +528,32 @@ def _emit_gemm(
         f"      memcpy({yp} + (i * {m} + g * {mg} + r) * {ohw}, (const float*){tmp} + "
         f"r * {cols} + i * {ohw}, {4 * ohw});\n{epi_line}  }}\n}}"
     )
+
+
+def _image_batch(ctx: EmitContext, fields: dict[str, str], bsrc: dict[str, str], n: int,
+                 group: int, pad: str, c_stride: int, x_stride: int) -> str:
+    """C that runs a static batch of images' pointwise GEMMs (one group, the input read
+    in place) as one ``ml_sgemm_batch``: with at least as many images as threads each
+    thread takes whole images, one job for the op, where the loop over the images made
+    a job per image (or none: each too small to split). PP-OCR's line classifier at
+    batch 8 on 2 threads: its 1x1 convs of 8-32 channels on 6-24 x 96 maps 14-20%
+    faster, the model 3.2 -> 2.93 ms (1 thread: the same). Each image's GEMM is the
+    call the loop made (the same sums in the same order): the same bits. "" where it
+    does not apply. ``fields`` and ``bsrc`` are image ``n``'s and group ``g``'s; the
+    call is made at ``n = g = 0``."""
+    if (not isinstance(n, int) or n < 2 or group != 1 or pad
+            or bsrc.get("kind") != "ML_B_STRIDED"
+            or not all(fields[k].isdigit() for k in "MNK") or gemv_shaped(fields, bsrc)):
+        return ""  # (a GEMV-shaped image sums in ml_sgemv_pa's order, not the batch's)
+    one = {key: val for key, val in fields.items() if key != "bbuf"}
+    table = ctx.unique("img_off")
+    offs = ", ".join(f"0, {i * x_stride}" for i in range(n))
+    m, cols, k = (int(fields[key]) for key in "MNK")
+    scratch = ctx.scratch(4 * max(batch_scratch_floats(m, cols, k, True, False), 16))
+    call = batch_call(one, bsrc, {"nb": str(n), "off": table, "a_pstride": "0",
+                                  "c_stride": str(c_stride)}, scratch)
+    return (f"static const int64_t {table}[{2 * n}] = {{{offs}}};\n"
+            f"{{\nconst int64_t n = 0, g = 0;\n(void)n;\n(void)g;\n{call}\n}}")
 
 
 def _group_tasks(

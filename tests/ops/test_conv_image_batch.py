@@ -9,6 +9,8 @@ per-image GEMM is the same call in the same order). Grouped, padded and GEMV-sha
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from frontend.onnx_util import F32, make_model
@@ -31,9 +33,10 @@ def r(*shape: int, scale: float = 1.0) -> np.ndarray:
     return (scale * RNG.standard_normal(shape)).astype(np.float32)
 
 
-def _model(n: int, c: int, m: int, h: int, w: int, group: int = 1, pads=(0, 0, 0, 0),
+def _model(n, c: int, m: int, h: int, w: int, group: int = 1, pads=(0, 0, 0, 0),
            k: int = 1):
-    """Conv (k x k, c -> m) + HardSwish, then a 1x1 conv back to c plus the input."""
+    """Conv (k x k, c -> m) + HardSwish, then a 1x1 conv back to c plus the input;
+    ``n``: the batch (a name: a symbolic one)."""
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], group=group, pads=list(pads),
                          name="conv1"),
@@ -95,3 +98,35 @@ def test_loop_over_images_stays(case) -> None:
         one, two = run_threads(model, feeds)
     np.testing.assert_allclose(one[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     np.testing.assert_array_equal(one[0], two[0])
+
+
+def test_run_time_batch_is_batched_and_invariant() -> None:
+    """A run-time batch (1..6) takes the batch too (its offset table for 6 images); at
+    every batch size and thread count each image's output is a batch-1 library's."""
+    c, m, h, w = 8, 24, 6, 40
+    model = _model("N", c, m, h, w)
+    with selecting(GEMM):
+        source, _, _ = lower(model, {"x": ((1, 6), c, h, w)}, None)
+        assert source.count("ml_sgemm_batch(&gb_") == 2
+        gm = monolib.GraphModule(monolib.compile(model, shapes={"x": ((1, 6), c, h, w)})
+                                 ["default"](monolib.cpu()))
+        single = _model(1, c, m, h, w)
+        for init, src in zip(single.graph.initializer, model.graph.initializer):
+            init.CopyFrom(src)
+        one = monolib.GraphModule(monolib.compile(single)["default"](monolib.cpu()))
+    x = r(6, c, h, w)
+    alone = []
+    for i in range(6):
+        one.run(x=x[i : i + 1])
+        alone.append(one.get_output(0).numpy()[0].copy())
+    try:
+        for threads in (2, 1, 3):
+            monolib.runtime.set_num_threads(threads)
+            for b in (6, 1, 4):
+                gm.run(x=x[:b])
+                got = gm.get_output(0).numpy()
+                assert got.shape[0] == b
+                for i in range(b):
+                    np.testing.assert_array_equal(got[i], alone[i])
+    finally:
+        monolib.runtime.set_num_threads(len(os.sched_getaffinity(0)))

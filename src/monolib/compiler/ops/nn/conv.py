@@ -530,29 +530,31 @@ def _emit_gemm(
     )
 
 
-def _image_batch(ctx: EmitContext, fields: dict[str, str], bsrc: dict[str, str], n: int,
-                 group: int, pad: str, c_stride: int, x_stride: int) -> str:
-    """C that runs a static batch of images' pointwise GEMMs (one group, the input read
-    in place) as one ``ml_sgemm_batch``: with at least as many images as threads each
+def _image_batch(ctx: EmitContext, fields: dict[str, str], bsrc: dict[str, str], n,
+                 group: int, pad: str, c_stride, x_stride) -> str:
+    """C that runs a batch of images' pointwise GEMMs (one group, the input read in
+    place) as one ``ml_sgemm_batch``: with at least as many images as threads each
     thread takes whole images, one job for the op, where the loop over the images made
     a job per image (or none: each too small to split). PP-OCR's line classifier at
     batch 8 on 2 threads: its 1x1 convs of 8-32 channels on 6-24 x 96 maps 14-20%
     faster, the model 3.2 -> 2.93 ms (1 thread: the same). Each image's GEMM is the
-    call the loop made (the same sums in the same order): the same bits. "" where it
-    does not apply. ``fields`` and ``bsrc`` are image ``n``'s and group ``g``'s; the
-    call is made at ``n = g = 0``."""
-    if (not isinstance(n, int) or n < 2 or group != 1 or pad
-            or bsrc.get("kind") != "ML_B_STRIDED"
+    call the loop made (the same sums in the same order): the same bits, whatever the
+    batch size (a run-time batch ``n``: the offset table holds its upper bound's
+    images). "" where it does not apply. ``fields`` and ``bsrc`` are image ``n``'s and
+    group ``g``'s; the call is made at ``n = g = 0``."""
+    most = n.bounds[1] if is_dim(n) else n
+    if (most < 2 or group != 1 or pad or bsrc.get("kind") != "ML_B_STRIDED"
+            or not all(isinstance(v, int) for v in (c_stride, x_stride))
             or not all(fields[k].isdigit() for k in "MNK") or gemv_shaped(fields, bsrc)):
         return ""  # (a GEMV-shaped image sums in ml_sgemv_pa's order, not the batch's)
     one = {key: val for key, val in fields.items() if key != "bbuf"}
     table = ctx.unique("img_off")
-    offs = ", ".join(f"0, {i * x_stride}" for i in range(n))
+    offs = ", ".join(f"0, {i * x_stride}" for i in range(most))
     m, cols, k = (int(fields[key]) for key in "MNK")
     scratch = ctx.scratch(4 * max(batch_scratch_floats(m, cols, k, True, False), 16))
-    call = batch_call(one, bsrc, {"nb": str(n), "off": table, "a_pstride": "0",
+    call = batch_call(one, bsrc, {"nb": f"({n})", "off": table, "a_pstride": "0",
                                   "c_stride": str(c_stride)}, scratch)
-    return (f"static const int64_t {table}[{2 * n}] = {{{offs}}};\n"
+    return (f"static const int64_t {table}[{2 * most}] = {{{offs}}};\n"
             f"{{\nconst int64_t n = 0, g = 0;\n(void)n;\n(void)g;\n{call}\n}}")
 
 

@@ -26,6 +26,7 @@ from frontend.onnx_util import F32, make_model
 from harness import check_forced, make_node, run_threads
 from onnx import helper
 
+import monolib
 from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.build import lower
 from monolib.compiler.ops.nn import conv, conv_ocv
@@ -308,3 +309,33 @@ def test_wide_rows_split_by_segments_on_threads(monkeypatch) -> None:
     np.testing.assert_allclose(one[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     np.testing.assert_array_equal(one[0], two[0])
     np.testing.assert_array_equal(one[0], three[0])
+
+
+def test_images_are_one_job(monkeypatch) -> None:
+    """A batch is one ml_ocv_conv2d call whose units are every image's: on 2 and 3
+    threads each image's output is the same bits as on 1 and as a batch-1 library's,
+    and matches ONNX Runtime."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1],
+                              strides=[2, 2]),
+             helper.make_node("HardSwish", ["c1"], ["y"])]
+    weights = {"w1": r(24, 3, 3, 3, scale=0.3), "b1": r(24)}
+
+    def model(n):
+        return make_model(nodes, [("x", F32, [n, 3, 30, 44])], [("y", F32, [n, 24, 15, 22])],
+                          weights, opset=14)
+
+    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m, group=1: 1.0)  # the rule's pick
+    feeds = {"x": r(3, 3, 30, 44)}
+    source, _, _ = lower(model(3), None, None)
+    assert source.count("ml_ocv_conv2d(") == 2  # the definition and the one call
+    call = source[source.rindex("ml_ocv_conv2d("):]
+    assert call.startswith("ml_ocv_conv2d(3, 3960, 7920, "), call[:60]
+    two, three, one = run_threads(model(3), feeds, (2, 3, 1))
+    want = ort_run(model(3), feeds)[0]
+    np.testing.assert_allclose(one[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[0], three[0])
+    single = monolib.GraphModule(monolib.compile(model(1))["default"](monolib.cpu()))
+    for i in range(3):
+        single.run(x=feeds["x"][i : i + 1])
+        np.testing.assert_array_equal(single.get_output(0).numpy()[0], one[0][i])

@@ -2,7 +2,7 @@
  *
  * Needs gemm.h (ml_vf, ML_VW, ml_epi_fn, ml_transpose16) before it.
  *
- * ml_ocv_conv2d: one NCHW image, any window, stride, dilation and padding; groups whose
+ * ml_ocv_conv2d: NCHW images, any window, stride, dilation and padding; groups whose
  * outputs are whole blocks of 16 channels (each block reads its group's inputs).
  * The accumulators of a tile are OB vectors of output channels (ML_VW each) x P output
  * pixels of one output row, the bias preloaded. Per input channel, per window row that
@@ -85,6 +85,7 @@ struct ml_ocv_job_s {
     void* epi_out;
     ml_ocv_row_fn row;
     int prefetch; /* the input outgrows ML_OCV_PF_BYTES */
+    int64_t nimg, x_img, y_img; /* images, and the floats between them in x and y */
 };
 
 /* Sums of P pixels (SW apart) x OB channel vectors over every input channel and the
@@ -261,9 +262,19 @@ static void ml_ocv_store(const float* restrict src, int64_t n, int64_t nc, float
         for (int64_t p = 0; p < n; ++p) ys[i * plane + p] = src[p * ML_VW + i];
 }
 
-/* Unit u: channel group u / (nb * ns), then band of rows, then segment of columns (a
- * segment narrower than a row comes with bands of one row), staged in st. */
+/* Unit u: image u / (ngroups * nb * ns), channel group, then band of rows, then segment
+ * of columns (a segment narrower than a row comes with bands of one row), staged in st. */
 static void ml_ocv_unit(const ml_ocv_job* j, int64_t u, float* restrict st) {
+    if (j->nimg > 1) { /* the image's unit of a one-image job */
+        const int64_t units = j->ngroups * j->nb * j->ns, img = u / units;
+        ml_ocv_job one = *j;
+        one.nimg = 1;
+        one.x += img * j->x_img;
+        one.y += img * j->y_img;
+        one.epi_b += img;
+        ml_ocv_unit(&one, u % units, st);
+        return;
+    }
     const int64_t per = j->nb * j->ns, g = u / per, rb = (u % per) / j->ns;
     const int64_t oh0 = rb * j->band, ow0 = (u % j->ns) * j->seg;
     const int64_t oh1 = ML_MIN(j->OH, oh0 + j->band), ow1 = ML_MIN(j->OW, ow0 + j->seg);
@@ -288,7 +299,7 @@ static void ml_ocv_unit(const ml_ocv_job* j, int64_t u, float* restrict st) {
 #ifdef MONOLIB_THREADPOOL_H
 static void ml_ocv_task(void* ctx, int64_t t, void* scratch) {
     const ml_ocv_job* j = (const ml_ocv_job*)ctx;
-    int64_t u0 = t * j->chunk, u1 = ML_MIN(j->ngroups * j->nb * j->ns, u0 + j->chunk);
+    int64_t u0 = t * j->chunk, u1 = ML_MIN(j->nimg * j->ngroups * j->nb * j->ns, u0 + j->chunk);
     for (int64_t u = u0; u < u1; ++u) ml_ocv_unit(j, u, (float*)scratch);
 }
 #endif
@@ -312,12 +323,15 @@ static inline int64_t ml_ocv_scratch_floats(int64_t OH, int64_t OW, int64_t gsz)
     return ml_ocv_band_rows(OH, OW, gsz) * ml_ocv_seg_cols(OW, gsz) * gsz;
 }
 
-/* Conv of one NCHW image x into y [M][OH][OW] (see above); wp, bias: packed by
+/* Conv of nimg NCHW images x (x_img floats apart; the conv group's share of one image)
+ * into y [nimg][..][M][OH][OW] (y_img floats apart; see above); wp, bias: packed by
  * conv_ocv.py for groups of gsz = G*16 channels; row: ml_ocv_row_<G>_<S>; scratch:
  * ml_ocv_scratch_floats floats. A grouped conv: C input channels per conv group, each
  * group's outputs bpg whole blocks; one group: C all of them, bpg >= the blocks. Units
- * split over the pool from ML_PAR_MIN_WORK. */
-ML_UNUSED static void ml_ocv_conv2d(int64_t C, int64_t H, int64_t W, int64_t M, int64_t OH,
+ * (the images' units one job: a batch made a job per image) split over the pool from
+ * ML_PAR_MIN_WORK; epi_b is image 0's and counts up. */
+ML_UNUSED static void ml_ocv_conv2d(int64_t nimg, int64_t x_img, int64_t y_img,
+                                    int64_t C, int64_t H, int64_t W, int64_t M, int64_t OH,
                                     int64_t OW, int KH, int KW, int SH, int SW, int64_t PT,
                                     int64_t PL, int DH, int DW, int64_t gsz, int64_t bpg,
                                     const float* restrict x, const float* restrict wp,
@@ -335,23 +349,25 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t C, int64_t H, int64_t W, int64_t M, 
     ml_ocv_job j = {C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, bpg, ngroups, band,
                     (OH + band - 1) / band, 1, epi_b, seg, (OW + seg - 1) / seg,
                     KH, KW, SH, SW, DH, DW, x, wp, bias, y, epi, epi_out, row,
-                    (double)C * H * W * 4 > ML_OCV_PF_BYTES};
+                    (double)C * H * W * 4 > ML_OCV_PF_BYTES, nimg, x_img, y_img};
 #ifdef MONOLIB_THREADPOOL_H
-    double work = (double)M * C * KH * KW * OH * OW;
+    double work = (double)nimg * M * C * KH * KW * OH * OW;
     int64_t want = (int64_t)ml_num_threads() * 4;
-    if (ml_num_threads() > 1 && ngroups * j.nb * j.ns < want) { /* few units: thinner bands */
-        int64_t nb = ML_MIN((want + ngroups - 1) / ngroups, (OH + ML_OCV_ROWS - 1) / ML_OCV_ROWS);
+    if (ml_num_threads() > 1 && nimg * ngroups * j.nb * j.ns < want) { /* few units */
+        int64_t per_img = (want + nimg - 1) / nimg; /* thinner bands */
+        int64_t nb = ML_MIN((per_img + ngroups - 1) / ngroups, (OH + ML_OCV_ROWS - 1) / ML_OCV_ROWS);
         if (j.ns == 1 && nb > j.nb) j.band = (OH + nb - 1) / nb, j.nb = (OH + j.band - 1) / j.band;
         /* still few (a 1-D conv): narrower segments of one row, within the staging */
-        int64_t per = ngroups * j.nb, ns = (want + per - 1) / per;
+        int64_t per = ngroups * j.nb, ns = (per_img + per - 1) / per;
         int64_t sw = ML_MAX(ML_OCV_SEG_MIN, (OW + ns - 1) / ns);
-        if (per * j.ns < want && sw < j.seg) {
+        if (per * j.ns < per_img && sw < j.seg) {
             j.band = 1, j.nb = OH, j.seg = sw, j.ns = (OW + sw - 1) / sw;
         }
     }
     /* units repeat no set-up (weights packed at compile time, input read in place): the
      * split pays by threadpool.h's span model, as conv.h's direct rows do */
-    int64_t units = ngroups * j.nb * j.ns, tasks = ml_par_split(work, units, ML_PAR_TASK_COST);
+    int64_t units = nimg * ngroups * j.nb * j.ns;
+    int64_t tasks = ml_par_split(work, units, ML_PAR_TASK_COST);
     if (tasks > 1) {
         j.chunk = (units + tasks - 1) / tasks;
         size_t bytes = sizeof(float) * (size_t)ml_ocv_scratch_floats(OH, OW, gsz);
@@ -361,7 +377,7 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t C, int64_t H, int64_t W, int64_t M, 
     /* one task: the bands and segments as planned for staging */
     j.band = band, j.nb = (OH + band - 1) / band, j.seg = seg, j.ns = (OW + seg - 1) / seg;
 #endif
-    for (int64_t u = 0; u < ngroups * j.nb * j.ns; ++u) ml_ocv_unit(&j, u, scratch);
+    for (int64_t u = 0; u < nimg * ngroups * j.nb * j.ns; ++u) ml_ocv_unit(&j, u, scratch);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

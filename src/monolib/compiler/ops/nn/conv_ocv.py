@@ -213,7 +213,8 @@ def ocv_scratch_floats(d: dict[str, int], gsz: int) -> int:
 
 
 def emit_ocv(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
-    """``ml_ocv_conv2d`` per image, the weights and bias packed at compile time."""
+    """One ``ml_ocv_conv2d`` over the images, the weights and bias packed at compile
+    time."""
     ctx.include("conv.h")
     include_checked(ctx, "conv_ocv.h", {"ML_OCV_G": OCV_G, "ML_OCV_STAGE": OCV_STAGE,
                                          "ML_OCV_SEG_MIN": OCV_SEG_MIN},
@@ -234,10 +235,10 @@ def emit_ocv(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
     yp = ctx.ptr(y)
     ohw = d["OH"] * d["OW"]
     args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
-    code = (
-        f"for (int64_t n = 0; n < {n}; ++n)\n"
-        f"  ml_ocv_conv2d({cg}, {d['H']}, {d['W']}, {m}, {d['OH']}, {d['OW']}, {args}, "
-        f"{g * OCV_G}, {bpg},\n    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {wp}, {bp}, "
-        f"{yp} + n * {m * ohw}, (float*){scratch}, ml_ocv_row_{g}_{s}, "
+    # every image in one call (its units one job; the same sums per image)
+    return (
+        f"ml_ocv_conv2d({n}, {c * d['H'] * d['W']}, {m * ohw}, "
+        f"{cg}, {d['H']}, {d['W']}, {m}, {d['OH']}, {d['OW']}, {args}, "
+        f"{g * OCV_G}, {bpg},\n    {ctx.ptr(x)}, {wp}, {bp}, "
+        f"{yp}, (float*){scratch}, ml_ocv_row_{g}_{s}, {epi}, {yp}, 0);"
     )
-    return code + f"{epi}, {yp}, n);"

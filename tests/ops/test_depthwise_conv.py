@@ -211,3 +211,43 @@ def test_compiled_depthwise_on_one_and_two_threads() -> None:
     assert (one[0] >= -0.375).all() and (one[1] >= 0).all()  # HardSwish, Relu
     for a, b in zip(one, two):  # tasks own whole rows: the same sums
         np.testing.assert_array_equal(a, b)
+
+
+def test_images_are_one_job() -> None:
+    """A batch is one ml_dwconv2d call whose units are every image's: on 2 and 3
+    threads each image's output is the same bits as on 1 and as a batch-1 library's,
+    and matches ONNX Runtime."""
+    import monolib
+    from frontend.onnx_util import F32, make_model
+    from harness import run_threads
+    from onnx import helper
+
+    from monolib.compiler.build import lower
+    from monolib.compiler.testing import ort_run
+    from monolib.compiler.tuning.select import Selection, selecting
+
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=24, pads=[1, 1, 1, 1],
+                              name="dw"),
+             helper.make_node("Relu", ["c"], ["y"])]
+    weights = {"w": rng.standard_normal((24, 1, 3, 3)).astype(np.float32),
+               "b": rng.standard_normal(24).astype(np.float32)}
+
+    def model(n):
+        return make_model(nodes, [("x", F32, [n, 24, 12, 40])], [("y", F32, [n, 24, 12, 40])],
+                          weights, opset=14)
+
+    feeds = {"x": rng.standard_normal((3, 24, 12, 40)).astype(np.float32)}
+    with selecting(Selection(forced={"dw": "depthwise(rows=3)"})):
+        source, _, _ = lower(model(3), None, None)
+        call = source[source.rindex("ml_dwconv2d("):]
+        assert source.count("ml_dwconv2d(") == 2 and call.startswith("ml_dwconv2d(3, 24, ")
+        two, three, one = run_threads(model(3), feeds, (2, 3, 1))
+        single = monolib.GraphModule(monolib.compile(model(1))["default"](monolib.cpu()))
+    want = ort_run(model(3), feeds)[0]
+    np.testing.assert_allclose(one[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[0], three[0])
+    for i in range(3):
+        single.run(x=feeds["x"][i : i + 1])
+        np.testing.assert_array_equal(single.get_output(0).numpy()[0], one[0][i])

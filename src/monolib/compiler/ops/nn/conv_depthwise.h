@@ -88,6 +88,8 @@ struct ml_dw_job {
      * epilogue given columns from row yr0 (ml_dwconv2d: OH * OW, 0; conv_band.h: a band
      * of rows in scratch, yr0 its first) */
     int64_t ys, yr0;
+    /* ml_dwconv2d: images (0 or 1: one), and the floats between them in x and y */
+    int64_t nimg, x_img, y_img;
 };
 
 /* R x V vectors of outputs: output rows yr[0..R-1], columns yo.. . `in` is padded column
@@ -324,12 +326,32 @@ static void ml_dw_units_any(const ml_dw_job* j, int64_t u0, int64_t u1, float* s
     }
 }
 
+/* Units u0..u1-1 of a job over nimg images (image u / (C * nb)): each image's run of
+ * them by units() on a one-image copy of the job. */
+static void ml_dw_images(const ml_dw_job* j, int64_t u0, int64_t u1, float* scratch) {
+    if (j->nimg <= 1) {
+        j->units(j, u0, u1, scratch);
+        return;
+    }
+    const int64_t per = j->C * j->nb;
+    for (int64_t u = u0; u < u1;) {
+        const int64_t img = u / per, e = ML_MIN(u1, (img + 1) * per);
+        ml_dw_job one = *j;
+        one.nimg = 1;
+        one.x += img * j->x_img;
+        one.y += img * j->y_img;
+        one.epi_b += img;
+        j->units(&one, u - img * per, e - img * per, scratch);
+        u = e;
+    }
+}
+
 #ifdef MONOLIB_THREADPOOL_H
 /* Task t of ml_dwconv2d: units [t*chunk, +chunk), scratch is the thread's. */
 static void ml_dw_task(void* ctx, int64_t t, void* scratch) {
     const ml_dw_job* j = (const ml_dw_job*)ctx;
-    int64_t u0 = t * j->chunk, nu = j->C * j->nb;
-    j->units(j, u0, ML_MIN(nu, u0 + j->chunk), (float*)scratch);
+    int64_t u0 = t * j->chunk, nu = j->C * j->nb * (j->nimg > 1 ? j->nimg : 1);
+    ml_dw_images(j, u0, ML_MIN(nu, u0 + j->chunk), (float*)scratch);
 }
 #endif
 
@@ -379,9 +401,9 @@ static inline int64_t ml_dw_scratch_floats(int64_t W, int64_t OH, int64_t OW, in
  * each channel's outputs n0..n1-1 as soon as they are written. Channels (and, when there
  * are few, bands of output rows) are split over the thread pool when threadpool.h is
  * included and the work is large. */
-ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW,
-                                  int KH, int KW, int SH, int SW, int64_t PT, int64_t PL,
-                                  int DH, int DW, const float* restrict x,
+ML_UNUSED static void ml_dwconv2d(int64_t nimg, int64_t C, int64_t H, int64_t W, int64_t OH,
+                                  int64_t OW, int KH, int KW, int SH, int SW, int64_t PT,
+                                  int64_t PL, int DH, int DW, const float* restrict x,
                                   const float* restrict w, const float* restrict bias,
                                   float* restrict y, float* restrict scratch, ml_epi_fn epi,
                                   void* epi_out, int64_t epi_b, ml_dw_units_fn units) {
@@ -393,11 +415,11 @@ ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, i
                    ML_MIN(hp, (KH - 1) * DH + 1), OH, 1, C, epi_b,
                    fast ? ml_dw_block_rows(OH, OW, KW, SH, SW) : 0, KH, KW, SH, SW, DH, DW,
                    x, w, bias, y, epi, epi_out, fast ? units : ml_dw_units_any, H * W, 0, 0,
-                   0, OH, OH * OW, 0};
+                   0, OH, OH * OW, 0, nimg, C * H * W, C * OH * OW};
 #ifdef MONOLIB_THREADPOOL_H
     int64_t want = (int64_t)ml_num_threads() * 4;
-    if (C < want) { /* few channels: bands of at least 8 output rows as well */
-        j.nb = ML_MIN((want + C - 1) / C, (OH + 7) / 8);
+    if (nimg * C < want) { /* few channels: bands of at least 8 output rows as well */
+        j.nb = ML_MIN((want + nimg * C - 1) / (nimg * C), (OH + 7) / 8);
         if (j.nb < 1) j.nb = 1;
         j.band = (OH + j.nb - 1) / j.nb;
     }
@@ -407,17 +429,17 @@ ML_UNUSED static void ml_dwconv2d(int64_t C, int64_t H, int64_t W, int64_t OH, i
      * 2 cores (Zen 4, the worker spinning) 128@28x28 3x3 (1.7M) 39 -> 20 us, 24@12x96 3x3
      * stride (2, 1) (0.29M) 7.6 -> 4.1 us; they stayed serial under ML_PAR_MIN_WORK while
      * the ops around them split. */
-    double work = (double)C * (OH * OW * KH * KW + 4 * (H * W + OH * OW));
-    int64_t tasks = ml_par_tasks_mem(work, C * j.nb);
+    double work = (double)nimg * C * (OH * OW * KH * KW + 4 * (H * W + OH * OW));
+    int64_t units_all = nimg * C * j.nb, tasks = ml_par_tasks_mem(work, units_all);
     if (tasks > 1) {
-        j.chunk = (C * j.nb + tasks - 1) / tasks;
+        j.chunk = (units_all + tasks - 1) / tasks;
         size_t bytes = sizeof(float) * (size_t)ml_dw_scratch_floats(W, OH, OW, KH, KW, SH, SW,
                                                                      PL, DH, DW);
-        ml_parallel_for((C * j.nb + j.chunk - 1) / j.chunk, ml_dw_task, &j, scratch, bytes);
+        ml_parallel_for((units_all + j.chunk - 1) / j.chunk, ml_dw_task, &j, scratch, bytes);
         return;
     }
 #endif
-    j.units(&j, 0, C * j.nb, scratch);
+    ml_dw_images(&j, 0, nimg * C * j.nb, scratch);
 }
 
 /* ---- channel-blocked depthwise convolution (ml_dwcb_conv2d) ----

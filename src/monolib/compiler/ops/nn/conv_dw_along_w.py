@@ -91,9 +91,9 @@ def dw_rows(d: dict[str, int]) -> int:
 def emit_depthwise(
     node: Node, ctx: EmitContext, d: dict[str, int], epi: str, rows: int | None = None
 ) -> str:
-    """``ml_dwconv2d`` per image; the fast path's entry point is named for the shape so
-    that the build compiles only the unrolled kernels the model uses. ``rows`` (3 or 4)
-    overrides :func:`dw_rows` on the fast path."""
+    """One ``ml_dwconv2d`` over the images; the fast path's entry point is named for the
+    shape so that the build compiles only the unrolled kernels the model uses. ``rows``
+    (3 or 4) overrides :func:`dw_rows` on the fast path."""
     include_depthwise(ctx)
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
@@ -108,9 +108,9 @@ def emit_depthwise(
     bias = ctx.ptr(b) if b is not None else "0"
     yp = ctx.ptr(y)
     args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
+    # every image in one call: their units one job (a job per image before)
     return (
-        f"for (int64_t n = 0; n < {n}; ++n)\n"
-        f"  ml_dwconv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args},\n"
-        f"    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {ctx.ptr(w)}, {bias},\n"
-        f"    {yp} + n * {c * d['OH'] * d['OW']}, (float*){scratch}, {epi}, {yp}, n, {units});"
+        f"ml_dwconv2d({n}, {c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args},\n"
+        f"    {ctx.ptr(x)}, {ctx.ptr(w)}, {bias},\n"
+        f"    {yp}, (float*){scratch}, {epi}, {yp}, 0, {units});"
     )

@@ -205,7 +205,7 @@ def test_split_over_the_pool_gives_the_same_bits(name: str) -> None:
         + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_depthwise.h")
         + "void conv(int nt, const float* x, const float* w, const float* b, float* y, "
         "float* s) { ml_set_num_threads(nt);\n"
-        f"  ml_dwcb_conv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args}, x, w, b, y, "
+        f"  ml_dwcb_conv2d(1, {c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args}, x, w, b, y, "
         "s, 0, 0, 0, 0); }\n"
     )
     lib = build_shared(src, ["-DML_PAR_MIN_MEM=0", "-DML_PAR_WAKE_WORK=0",
@@ -249,7 +249,7 @@ def test_channel_blocked_input_and_output(shape, layout: int, vw: int) -> None:
         f"y[m * {oh * ow} + i] = 2.0f * y[m * {oh * ow} + i] + 1.0f; }}\n"
         "void conv(int nt, const float* x, const float* w, const float* b, float* y, "
         "float* s) { ml_set_num_threads(nt);\n"
-        f"  ml_dwcb_conv2d({c}, {h}, {w_}, {oh}, {ow}, {args}, x, w, b, y, s, epi, y, 0, "
+        f"  ml_dwcb_conv2d(1, {c}, {h}, {w_}, {oh}, {ow}, {args}, x, w, b, y, s, epi, y, 0, "
         f"{layout}); }}\n"
     )
     lib = build_shared(src, [f"-DML_VW={vw}", f"-DML_NP={2 if vw == 16 else 1}",

@@ -213,10 +213,12 @@ def test_compiled_depthwise_on_one_and_two_threads() -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def test_images_are_one_job() -> None:
-    """A batch is one ml_dwconv2d call whose units are every image's: on 2 and 3
-    threads each image's output is the same bits as on 1 and as a batch-1 library's,
-    and matches ONNX Runtime."""
+@pytest.mark.parametrize("algo,fn", [("depthwise(rows=3)", "ml_dwconv2d("),
+                                     ("depthwise_cb", "ml_dwcb_conv2d(")])
+def test_images_are_one_job(algo, fn) -> None:
+    """A batch is one call (along W or channel-blocked) whose units are every image's:
+    on 2 and 3 threads each image's output is the same bits as on 1 and as a batch-1
+    library's, and matches ONNX Runtime."""
     import monolib
     from frontend.onnx_util import F32, make_model
     from harness import run_threads
@@ -238,10 +240,10 @@ def test_images_are_one_job() -> None:
                           weights, opset=14)
 
     feeds = {"x": rng.standard_normal((3, 24, 12, 40)).astype(np.float32)}
-    with selecting(Selection(forced={"dw": "depthwise(rows=3)"})):
+    with selecting(Selection(forced={"dw": algo})):
         source, _, _ = lower(model(3), None, None)
-        call = source[source.rindex("ml_dwconv2d("):]
-        assert source.count("ml_dwconv2d(") == 2 and call.startswith("ml_dwconv2d(3, 24, ")
+        call = source[source.rindex(fn):]
+        assert source.count(fn) == 2 and call.startswith(fn + "3, 24, "), call[:40]
         two, three, one = run_threads(model(3), feeds, (2, 3, 1))
         single = monolib.GraphModule(monolib.compile(model(1))["default"](monolib.cpu()))
     want = ort_run(model(3), feeds)[0]

@@ -472,6 +472,7 @@ typedef struct {
     /* x / y channel-blocked (NCHW16c: [C/16][H][W][16], C a multiple of 16) instead of
      * NCHW: the pixel-rows conv before or after keeps that layout (backends/c/layout.py) */
     int in_blk, out_blk;
+    int64_t nimg, x_img, y_img; /* images, and the floats between them in x and y */
 } ml_dwcb_job;
 
 
@@ -709,11 +710,32 @@ static void ml_dwcb_units(const ml_dwcb_job* j, int64_t u0, int64_t u1, float* s
     }
 }
 
+/* Units u0..u1-1 of a job over nimg images (image u / (blocks * nb)): each image's run
+ * of them on a one-image copy of the job. */
+static void ml_dwcb_images(const ml_dwcb_job* j, int64_t u0, int64_t u1, float* scratch) {
+    if (j->nimg <= 1) {
+        ml_dwcb_units(j, u0, u1, scratch);
+        return;
+    }
+    const int64_t cw = ml_dwcb_cw(j), per = (j->C + cw - 1) / cw * j->nb;
+    for (int64_t u = u0; u < u1;) {
+        const int64_t img = u / per, e = ML_MIN(u1, (img + 1) * per);
+        ml_dwcb_job one = *j;
+        one.nimg = 1;
+        one.x += img * j->x_img;
+        one.y += img * j->y_img;
+        one.epi_b += img;
+        ml_dwcb_units(&one, u - img * per, e - img * per, scratch);
+        u = e;
+    }
+}
+
 #ifdef MONOLIB_THREADPOOL_H
 static void ml_dwcb_task(void* ctx, int64_t t, void* scratch) {
     const ml_dwcb_job* j = (const ml_dwcb_job*)ctx;
-    int64_t cw = ml_dwcb_cw(j), u0 = t * j->chunk, nu = (j->C + cw - 1) / cw * j->nb;
-    ml_dwcb_units(j, u0, ML_MIN(nu, u0 + j->chunk), (float*)scratch);
+    int64_t cw = ml_dwcb_cw(j), u0 = t * j->chunk;
+    int64_t nu = (j->C + cw - 1) / cw * j->nb * (j->nimg > 1 ? j->nimg : 1);
+    ml_dwcb_images(j, u0, ML_MIN(nu, u0 + j->chunk), (float*)scratch);
 }
 #endif
 
@@ -724,8 +746,9 @@ static void ml_dwcb_task(void* ctx, int64_t t, void* scratch) {
  * ML_PAR_MIN_MEM: a unit repeats no set-up but its halo rows (on 2 cores, Zen 4, the
  * worker spinning: 128@28x28 3x3 stride 2 18.7 -> 10.0 us, 88@3x96 5x5 22.6 -> 11.7,
  * 8@24x96 3x3 stride 2 at 0.15M of work 5.7 -> 4.5). */
-ML_UNUSED static void ml_dwcb_conv2d(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW,
-                                     int KH, int KW, int SH, int SW, int64_t PT, int64_t PL,
+ML_UNUSED static void ml_dwcb_conv2d(int64_t nimg, int64_t C, int64_t H, int64_t W,
+                                     int64_t OH, int64_t OW, int KH, int KW, int SH, int SW,
+                                     int64_t PT, int64_t PL,
                                      int DH, int DW, const float* restrict x,
                                      const float* restrict wp, const float* restrict bias,
                                      float* restrict y, float* restrict scratch,
@@ -734,8 +757,8 @@ ML_UNUSED static void ml_dwcb_conv2d(int64_t C, int64_t H, int64_t W, int64_t OH
     int64_t Wa = ml_dwcb_wa(W, OW, KW, SW, PL, DW), band = ml_dwcb_band_rows(OH, Wa, KH, SH, DH);
     ml_dwcb_job j = {C, H, W, OH, OW, PT, PL, Wa, ml_dwcb_owa(OW), band, (OH + band - 1) / band,
                      1, epi_b, KH, KW, SH, SW, DH, DW, x, wp, bias, y, epi, epi_out,
-                     layout & 1, (layout >> 1) & 1};
-    int64_t cw = ml_dwcb_cw(&j), nblk = (C + cw - 1) / cw;
+                     layout & 1, (layout >> 1) & 1, nimg, C * H * W, C * OH * OW};
+    int64_t cw = ml_dwcb_cw(&j), nblk = nimg * ((C + cw - 1) / cw); /* every image's */
 #ifdef MONOLIB_THREADPOOL_H
     int64_t want = (int64_t)ml_num_threads() * 4;
     if (want > 4 && nblk * j.nb < want) { /* few blocks: more bands, of a few rows each */
@@ -743,7 +766,7 @@ ML_UNUSED static void ml_dwcb_conv2d(int64_t C, int64_t H, int64_t W, int64_t OH
         if (nb > j.nb) j.band = (OH + nb - 1) / nb, j.nb = (OH + j.band - 1) / j.band;
     }
     /* multiply-adds plus the floats moved (transposed in and out, 4 each) */
-    double work = (double)C * (OH * OW * KH * KW + 4 * (H * W + 2 * OH * OW));
+    double work = (double)nimg * C * (OH * OW * KH * KW + 4 * (H * W + 2 * OH * OW));
     int64_t tasks = ml_par_tasks_mem(work, nblk * j.nb);
     if (tasks > 1) {
         j.chunk = (nblk * j.nb + tasks - 1) / tasks;
@@ -753,7 +776,7 @@ ML_UNUSED static void ml_dwcb_conv2d(int64_t C, int64_t H, int64_t W, int64_t OH
         return;
     }
 #endif
-    ml_dwcb_units(&j, 0, nblk * j.nb, scratch);
+    ml_dwcb_images(&j, 0, nblk * j.nb, scratch);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

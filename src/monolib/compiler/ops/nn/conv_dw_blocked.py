@@ -163,8 +163,8 @@ def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int | None = None) -> di
 
 
 def emit_dw_blocked(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
-    """``ml_dwcb_conv2d`` per image, the weights packed at compile time; the input and
-    the output NCHW, or channel-blocked where ``ctx.blocked`` says so."""
+    """One ``ml_dwcb_conv2d`` over the images, the weights packed at compile time; the
+    input and the output NCHW, or channel-blocked where ``ctx.blocked`` says so."""
     ctx.include("conv.h")
     include_checked(
         ctx, "conv_depthwise.h",
@@ -179,9 +179,9 @@ def emit_dw_blocked(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -
     args = ", ".join(str(d[k]) for k in ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW"))
     # x, y channel-blocked where the conv before / after keeps that layout (layout.py)
     layout = int(ctx.blocked(x)) | 2 * int(ctx.blocked(y))
+    # every image in one call: their units one job (a job per image before)
     return (
-        f"for (int64_t n = 0; n < {n}; ++n)\n"
-        f"  ml_dwcb_conv2d({c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args},\n"
-        f"    {ctx.ptr(x)} + n * {c * d['H'] * d['W']}, {wp}, {bias},\n"
-        f"    {yp} + n * {c * d['OH'] * d['OW']}, (float*){scratch}, {epi}, {yp}, n, {layout});"
+        f"ml_dwcb_conv2d({n}, {c}, {d['H']}, {d['W']}, {d['OH']}, {d['OW']}, {args},\n"
+        f"    {ctx.ptr(x)}, {wp}, {bias},\n"
+        f"    {yp}, (float*){scratch}, {epi}, {yp}, 0, {layout});"
     )

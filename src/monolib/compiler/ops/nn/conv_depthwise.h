@@ -326,24 +326,29 @@ static void ml_dw_units_any(const ml_dw_job* j, int64_t u0, int64_t u1, float* s
     }
 }
 
-/* Units u0..u1-1 of a job over nimg images (image u / (C * nb)): each image's run of
- * them by units() on a one-image copy of the job. */
+/* Units u0..u1-1 of a job j (of type T, with nimg, x_img, y_img) over nimg images of
+ * `per` units each (image u / per): each image's run of them by RUN(one-image job, its
+ * first and end unit) on a copy of the job moved to that image. */
+#define ML_IMAGE_UNITS(T, j, per, u0, u1, RUN)                                  \
+    do {                                                                       \
+        for (int64_t u_ = (u0); u_ < (u1);) {                                  \
+            const int64_t img_ = u_ / (per), e_ = ML_MIN((u1), (img_ + 1) * (per)); \
+            T one_ = *(j);                                                     \
+            one_.nimg = 1;                                                     \
+            one_.x += img_ * (j)->x_img;                                       \
+            one_.y += img_ * (j)->y_img;                                       \
+            one_.epi_b += img_;                                                \
+            RUN(&one_, u_ - img_ * (per), e_ - img_ * (per));                  \
+            u_ = e_;                                                           \
+        }                                                                      \
+    } while (0)
+
+/* Units u0..u1-1 of a job over nimg images (image u / (C * nb)), each by units(). */
 static void ml_dw_images(const ml_dw_job* j, int64_t u0, int64_t u1, float* scratch) {
-    if (j->nimg <= 1) {
-        j->units(j, u0, u1, scratch);
-        return;
-    }
-    const int64_t per = j->C * j->nb;
-    for (int64_t u = u0; u < u1;) {
-        const int64_t img = u / per, e = ML_MIN(u1, (img + 1) * per);
-        ml_dw_job one = *j;
-        one.nimg = 1;
-        one.x += img * j->x_img;
-        one.y += img * j->y_img;
-        one.epi_b += img;
-        j->units(&one, u - img * per, e - img * per, scratch);
-        u = e;
-    }
+#define ML_DW_RUN_(one, a, b) j->units(one, a, b, scratch)
+    if (j->nimg <= 1) j->units(j, u0, u1, scratch);
+    else ML_IMAGE_UNITS(ml_dw_job, j, j->C * j->nb, u0, u1, ML_DW_RUN_);
+#undef ML_DW_RUN_
 }
 
 #ifdef MONOLIB_THREADPOOL_H
@@ -710,24 +715,13 @@ static void ml_dwcb_units(const ml_dwcb_job* j, int64_t u0, int64_t u1, float* s
     }
 }
 
-/* Units u0..u1-1 of a job over nimg images (image u / (blocks * nb)): each image's run
- * of them on a one-image copy of the job. */
+/* Units u0..u1-1 of a job over nimg images (image u / (blocks * nb)). */
 static void ml_dwcb_images(const ml_dwcb_job* j, int64_t u0, int64_t u1, float* scratch) {
-    if (j->nimg <= 1) {
-        ml_dwcb_units(j, u0, u1, scratch);
-        return;
-    }
-    const int64_t cw = ml_dwcb_cw(j), per = (j->C + cw - 1) / cw * j->nb;
-    for (int64_t u = u0; u < u1;) {
-        const int64_t img = u / per, e = ML_MIN(u1, (img + 1) * per);
-        ml_dwcb_job one = *j;
-        one.nimg = 1;
-        one.x += img * j->x_img;
-        one.y += img * j->y_img;
-        one.epi_b += img;
-        ml_dwcb_units(&one, u - img * per, e - img * per, scratch);
-        u = e;
-    }
+#define ML_DWCB_RUN_(one, a, b) ml_dwcb_units(one, a, b, scratch)
+    const int64_t cw = ml_dwcb_cw(j);
+    if (j->nimg <= 1) ml_dwcb_units(j, u0, u1, scratch);
+    else ML_IMAGE_UNITS(ml_dwcb_job, j, (j->C + cw - 1) / cw * j->nb, u0, u1, ML_DWCB_RUN_);
+#undef ML_DWCB_RUN_
 }
 
 #ifdef MONOLIB_THREADPOOL_H

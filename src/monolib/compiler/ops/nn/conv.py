@@ -46,8 +46,7 @@ from ...tuning.select import Candidate, active, choose, excluded
 from ..base import EmitContext, OpDef, OutType, register
 from ._common import Geometry, attr_ints, epi_call, geometry, require_float32, window_dims
 from ._common import pointwise as _pointwise
-from ._gemm import (MR, batch_call, batch_scratch_floats, bbuf_floats, gemm_call,
-                    gemv_shaped, include_gemm, pack_a)
+from ._gemm import MR, batch_call, bbuf_floats, gemm_call, gemv_shaped, include_gemm, pack_a
 from .conv_cost import conv_costs, folded_cost, row_window
 from .conv_dw_along_w import dw_decidable, dw_fast, dw_rows, emit_depthwise, include_depthwise
 from .conv_dw_blocked import dw_blocked_valid, dw_costs, emit_dw_blocked
@@ -486,7 +485,7 @@ def _emit_gemm(
         return code + _emit_direct(node, ctx, d, epi, group, ap, per_group)
     bsrc, pad = _b_source(node, ctx, d, folded)
     cols = n * ohw if folded else ohw
-    bbuf = ctx.scratch(4 * bbuf_floats(k, cols))
+    bbuf = ctx.scratch(4 * -(-bbuf_floats(k, cols) // 16) * 16)  # (a batch's scratch too)
     yp = ctx.ptr(y)
     fields = {
         "M": str(mg),
@@ -550,10 +549,10 @@ def _image_batch(ctx: EmitContext, fields: dict[str, str], bsrc: dict[str, str],
     one = {key: val for key, val in fields.items() if key != "bbuf"}
     table = ctx.unique("img_off")
     offs = ", ".join(f"0, {i * x_stride}" for i in range(most))
-    m, cols, k = (int(fields[key]) for key in "MNK")
-    scratch = ctx.scratch(4 * max(batch_scratch_floats(m, cols, k, True, False), 16))
+    # the loop's B buffer is the calling thread's scratch (ml_gemm_batch_floats: the B
+    # block buffer rounded to 16 floats, as _emit_gemm sized it)
     call = batch_call(one, bsrc, {"nb": f"({n})", "off": table, "a_pstride": "0",
-                                  "c_stride": str(c_stride)}, scratch)
+                                  "c_stride": str(c_stride)}, fields["bbuf"])
     return (f"static const int64_t {table}[{2 * most}] = {{{offs}}};\n"
             f"{{\nconst int64_t n = 0, g = 0;\n(void)n;\n(void)g;\n{call}\n}}")
 

@@ -412,6 +412,7 @@ ML_UNUSED static void ml_dwconv2d(int64_t nimg, int64_t C, int64_t H, int64_t W,
                                   const float* restrict w, const float* restrict bias,
                                   float* restrict y, float* restrict scratch, ml_epi_fn epi,
                                   void* epi_out, int64_t epi_b, ml_dw_units_fn units) {
+    if (nimg <= 0) return; /* a run-time batch of none */
     int64_t Wp = (OW - 1) * SW + (KW - 1) * DW + 1, hp = (OH - 1) * SH + (KH - 1) * DH + 1;
     int fast = units != ml_dw_units_any &&
                ml_dw_is_fast(KH, KW, SH, SW, DH, DW, PL, Wp - W - PL);
@@ -748,6 +749,7 @@ ML_UNUSED static void ml_dwcb_conv2d(int64_t nimg, int64_t C, int64_t H, int64_t
                                      float* restrict y, float* restrict scratch,
                                      ml_epi_fn epi, void* epi_out, int64_t epi_b,
                                      int layout) {
+    if (nimg <= 0) return; /* a run-time batch of none */
     int64_t Wa = ml_dwcb_wa(W, OW, KW, SW, PL, DW), band = ml_dwcb_band_rows(OH, Wa, KH, SH, DH);
     ml_dwcb_job j = {C, H, W, OH, OW, PT, PL, Wa, ml_dwcb_owa(OW), band, (OH + band - 1) / band,
                      1, epi_b, KH, KW, SH, SW, DH, DW, x, wp, bias, y, epi, epi_out,

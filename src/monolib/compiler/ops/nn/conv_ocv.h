@@ -338,6 +338,7 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t nimg, int64_t x_img, int64_t y_img,
                                     const float* restrict bias, float* restrict y,
                                     float* restrict scratch, ml_ocv_row_fn row, ml_epi_fn epi,
                                     void* epi_out, int64_t epi_b) {
+    if (nimg <= 0) return; /* a run-time batch of none */
     /* interior columns: every window column inside the image */
     int64_t i0 = (PL + SW - 1) / SW, last = W - 1 - (int64_t)(KW - 1) * DW + PL;
     int64_t i1 = last < 0 ? 0 : last / SW + 1;
@@ -355,7 +356,8 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t nimg, int64_t x_img, int64_t y_img,
     int64_t want = (int64_t)ml_num_threads() * 4;
     if (ml_num_threads() > 1 && nimg * ngroups * j.nb * j.ns < want) { /* few units */
         int64_t per_img = (want + nimg - 1) / nimg; /* thinner bands */
-        int64_t nb = ML_MIN((per_img + ngroups - 1) / ngroups, (OH + ML_OCV_ROWS - 1) / ML_OCV_ROWS);
+        int64_t nb = ML_MIN((per_img + ngroups - 1) / ngroups,
+                            (OH + ML_OCV_ROWS - 1) / ML_OCV_ROWS);
         if (j.ns == 1 && nb > j.nb) j.band = (OH + nb - 1) / nb, j.nb = (OH + j.band - 1) / j.band;
         /* still few (a 1-D conv): narrower segments of one row, within the staging */
         int64_t per = ngroups * j.nb, ns = (per_img + per - 1) / per;

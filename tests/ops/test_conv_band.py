@@ -234,3 +234,19 @@ def test_scratch_is_the_kernels_formula(small_bands):
         out = (ctypes.c_int64 * len(rows))()
         lib.scratch(out, len(rows))
         assert list(out) == [conv_band.band_scratch_floats(b, vw) for b in bands], vw
+
+
+@pytest.mark.parametrize("least,chains", [(100_000, False), (40_000, True)])
+def test_the_threshold_is_one_images(least, chains, small_bands, monkeypatch):
+    """A band chain runs image by image, so one image's tensor must reach the threshold:
+    12 x 37 x 29 floats are 51.5 KB an image, 206 KB for the batch of 4."""
+    monkeypatch.setattr(conv_band, "BAND_MIN_BYTES", least)
+    model = _chain(4, 8, 12, 37, 29, 3, 1, (1, 1, 1, 1), project=True)
+    assert bool(_bands(model)) == chains
+    x = np.random.default_rng(3).standard_normal((4, 8, 37, 29)).astype(np.float32)
+    want = ort_run(model, {"x": x})[0]
+    runs = _run_threads(model, x)
+    tol = 1e-5 * max(float(np.abs(want).max()), 1.0)
+    np.testing.assert_allclose(runs[0], want, rtol=0, atol=tol)
+    for got in runs[1:]:
+        np.testing.assert_array_equal(got, runs[0])

@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import monolib
 from monolib.compiler.backends.c.headers import kernel_header
+from monolib.compiler.build import lower
 from monolib.compiler.ops.nn import conv_band
 from monolib.compiler.passes.conv_bands import fuse_conv_bands
 from monolib.compiler.pipeline import prepare
@@ -239,10 +240,15 @@ def test_scratch_is_the_kernels_formula(small_bands):
 @pytest.mark.parametrize("least,chains", [(100_000, False), (40_000, True)])
 def test_the_threshold_is_one_images(least, chains, small_bands, monkeypatch):
     """A band chain runs image by image, so one image's tensor must reach the threshold:
-    12 x 37 x 29 floats are 51.5 KB an image, 206 KB for the batch of 4."""
+    12 x 37 x 29 floats are 51.5 KB an image, 206 KB for the batch of 4. The chain runs
+    the 4 images in one call, the same bits at 1, 2 (whole images a task) and 3 threads
+    (each image split in rows)."""
     monkeypatch.setattr(conv_band, "BAND_MIN_BYTES", least)
     model = _chain(4, 8, 12, 37, 29, 3, 1, (1, 1, 1, 1), project=True)
     assert bool(_bands(model)) == chains
+    if chains:  # one call over the 4 images (whole images a task on 2 and 3 threads)
+        source, _, _ = lower(model, None, None)
+        assert source.count("ml_conv_band(&ba_") == 1 and "ba_.nimg = 4;" in source
     x = np.random.default_rng(3).standard_normal((4, 8, 37, 29)).astype(np.float32)
     want = ort_run(model, {"x": x})[0]
     runs = _run_threads(model, x)

@@ -48,6 +48,8 @@ typedef struct {
     int64_t n;
     int64_t rows;       /* output rows per band, a multiple of ML_DW_R */
     int64_t per_thread; /* floats of scratch a thread needs: ml_band_scratch_floats */
+    /* images (0 or 1: one; x, y and n are image 0's), and the floats between them */
+    int64_t nimg, x_img, y_img;
 } ml_band_args;
 
 typedef struct {
@@ -135,21 +137,59 @@ static inline int64_t ml_band_scratch_floats(const ml_band_args* b) {
            ml_dw_scratch_floats(b->W, b->OH, b->OW, b->KH, b->KH, b->SH, b->SW, b->PL, 1, 1);
 }
 
-/* Run the chain on one image; scratch: the calling thread's b->per_thread floats. Threads
- * split the rows, not the channels: split by channels, each thread packed the expansion's
- * B for its own rows of A (2 threads: no faster than 1). */
-ML_UNUSED static void ml_conv_band(const ml_band_args* b, float* scratch) {
-    ml_band_job j;
-    memset(&j, 0, sizeof j);
-    j.b = b;
+/* The job of the chain on image b (one task: the whole image). */
+static void ml_band_job_init(ml_band_job* j, const ml_band_args* b) {
+    memset(j, 0, sizeof *j);
+    j->b = b;
     ml_dw_job d = {b->C, b->H, b->W, b->OH, b->OW, b->PT, b->PL, (b->OW - 1) * b->SW + b->KH,
                    ml_dw_row_floats(b->OW, b->KH, b->SW), 0, b->rows, 1, 0, b->n,
                    ml_dw_block_rows(b->OH, b->OW, b->KH, b->SH, b->SW), b->KH, b->KH, b->SH,
                    b->SW, 1, 1, b->x, b->dw_w, b->dw_bias, b->y, b->dw_epi, b->epi_out,
                    b->units, b->H * b->W, 0, 0, 0, b->OH, b->OH * b->OW, 0};
-    j.dw = d;
-    j.tasks = 1;
-    ml_band_parts(b, &j.mid_floats, &j.out_floats, &j.bbuf_floats);
+    j->dw = d;
+    j->tasks = 1;
+    ml_band_parts(b, &j->mid_floats, &j->out_floats, &j->bbuf_floats);
+}
+
+/* Image t of a batch (ctx: image 0's args), whole, on one thread. */
+static void ml_band_image(void* ctx, int64_t t, void* scratch) {
+    const ml_band_args* b = (const ml_band_args*)ctx;
+    ml_band_args one = *b;
+    one.nimg = 1;
+    one.x += t * b->x_img;
+    one.y += t * b->y_img;
+    one.n += t;
+    ml_band_job j;
+    ml_band_job_init(&j, &one);
+    ml_band_task(&j, 0, scratch);
+}
+
+/* Run the chain on the images; scratch: the calling thread's b->per_thread floats.
+ * Threads split the rows, not the channels: split by channels, each thread packed the
+ * expansion's B for its own rows of A (2 threads: no faster than 1). A batch of at least
+ * as many images as threads: whole images a task, one job (PP-OCRv4 rec at batch 6 ran
+ * its chains image by image, each split in rows). The same sums either way. */
+ML_UNUSED static void ml_conv_band(const ml_band_args* b, float* scratch) {
+    if (b->nimg > 1) {
+#ifdef MONOLIB_THREADPOOL_H
+        if (ml_num_threads() > 1 && b->nimg >= ml_num_threads()) {
+            ml_parallel_for(b->nimg, ml_band_image, (void*)b, scratch,
+                            sizeof(float) * (size_t)b->per_thread);
+            return;
+        }
+#endif
+        for (int64_t t = 0; t < b->nimg; ++t) { /* fewer images: each split in rows */
+            ml_band_args one = *b;
+            one.nimg = 1;
+            one.x += t * b->x_img;
+            one.y += t * b->y_img;
+            one.n += t;
+            ml_conv_band(&one, scratch);
+        }
+        return;
+    }
+    ml_band_job j;
+    ml_band_job_init(&j, b);
 #ifdef MONOLIB_THREADPOOL_H
     /* the multiply-adds, in equal runs of rows; one per thread at most (each computes
      * its first band's halo rows again) */

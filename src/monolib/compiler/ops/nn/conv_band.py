@@ -157,7 +157,7 @@ def band_scratch_floats(band: FusedOp, vw: int) -> int:
 
 def emit_band(fused: FusedOp, ctx: EmitContext) -> str:
     """C of a ``band`` fused op (float32 NCHW, static shapes): an ``ml_band_args`` and
-    ``ml_conv_band`` per image, with one thread's scratch of
+    one ``ml_conv_band`` over the images, with one thread's scratch of
     :func:`band_scratch_floats` floats (the most over the vector widths).
 
     Raises
@@ -186,13 +186,15 @@ def emit_band(fused: FusedOp, ctx: EmitContext) -> str:
         return ctx.ptr(b) if b is not None else "0"
 
     fields = {
-        "x": f"{ctx.ptr(x)} + n * {x.shape[1] * h * w}",
+        "x": ctx.ptr(x),
         "C": c, "H": h, "W": w, "OH": oh, "OW": ow, "PT": dd["PT"], "PL": dd["PL"],
         "KH": dd["KH"], "SH": dd["SH"], "SW": dd["SW"],
         "dw_w": ctx.ptr(dn.inputs[1]), "dw_bias": bias(dn),
         "units": f"ml_dw_units_{dd['KH']}_{dd['SH']}{dd['SW']}",
-        "y": f"{y} + n * {out_c * oh * ow}", "epi_out": y, "n": "n",
+        "y": y, "epi_out": y, "n": 0,
         "rows": rows, "per_thread": per_thread,
+        # every image in one call (image 0's pointers; whole images a task)
+        "nimg": n, "x_img": x.shape[1] * h * w, "y_img": out_c * oh * ow,
     }
     if p is not None:
         k = x.shape[1]
@@ -213,7 +215,6 @@ def emit_band(fused: FusedOp, ctx: EmitContext) -> str:
         fields["dw_epi"] = epi_call(ctx.tile_epilogue(_GROUPS, d))
     sets = "".join(f"  ba_.{k} = {v};\n" for k, v in fields.items())
     return (
-        f"for (int64_t n = 0; n < {n}; ++n) {{\n"
-        "  ml_band_args ba_;\n  memset(&ba_, 0, sizeof ba_);\n"
+        "{\n  ml_band_args ba_;\n  memset(&ba_, 0, sizeof ba_);\n"
         f"{sets}  ml_conv_band(&ba_, (float*){scratch});\n}}"
     )

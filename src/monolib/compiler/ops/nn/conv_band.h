@@ -151,14 +151,19 @@ static void ml_band_job_init(ml_band_job* j, const ml_band_args* b) {
     ml_band_parts(b, &j->mid_floats, &j->out_floats, &j->bbuf_floats);
 }
 
-/* Image t of a batch (ctx: image 0's args), whole, on one thread. */
-static void ml_band_image(void* ctx, int64_t t, void* scratch) {
-    const ml_band_args* b = (const ml_band_args*)ctx;
+/* The args of image t of a batch (b: image 0's). */
+static inline ml_band_args ml_band_at(const ml_band_args* b, int64_t t) {
     ml_band_args one = *b;
     one.nimg = 1;
     one.x += t * b->x_img;
     one.y += t * b->y_img;
     one.n += t;
+    return one;
+}
+
+/* Image t of a batch (ctx: image 0's args), whole, on one thread. */
+static void ml_band_image(void* ctx, int64_t t, void* scratch) {
+    const ml_band_args one = ml_band_at((const ml_band_args*)ctx, t);
     ml_band_job j;
     ml_band_job_init(&j, &one);
     ml_band_task(&j, 0, scratch);
@@ -179,11 +184,7 @@ ML_UNUSED static void ml_conv_band(const ml_band_args* b, float* scratch) {
         }
 #endif
         for (int64_t t = 0; t < b->nimg; ++t) { /* fewer images: each split in rows */
-            ml_band_args one = *b;
-            one.nimg = 1;
-            one.x += t * b->x_img;
-            one.y += t * b->y_img;
-            one.n += t;
+            const ml_band_args one = ml_band_at(b, t);
             ml_conv_band(&one, scratch);
         }
         return;

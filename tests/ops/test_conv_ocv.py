@@ -5,7 +5,8 @@ The kernel matches the NumPy reference on odd shapes: output channels not a mult
 16 (the last group's vectors partly past C_out), 1, 3 and odd input channels, strides 1-3
 (stride 3: the run-time-stride row function), symmetric and asymmetric pads (edge pixels
 on either side), outputs whose window lies wholly in the padding (the bias alone),
-dilation 2, 1x1 (stride 2: a 1x1 stride-1 conv is the GEMM's, read in place) to 7x7
+dilations 2-9 (edge columns in runs of equal window columns, each run by whole
+tiles), 1x1 (stride 2: a 1x1 stride-1 conv is the GEMM's, read in place) to 7x7
 windows and 1-D ones, output rows shorter than a tile (one-pixel interior tiles) and
 interiors that need a half or a moved-back last tile, maps of fewer pixels than a vector
 (scalar stores), batch 2, groups of whole 16-channel blocks, with and without bias and
@@ -72,6 +73,17 @@ CASES = {
     # columns, each with its own edges, interior tiles and moved-back last tile
     "1d_wide_dil3_c8_m64": ((1, 8, 1100), 64, (3,), {"pads": [3, 3], "dilations": [3]}),
     "2d_wide_rows_c3_m40": ((1, 3, 3, 700), 40, (3, 3), {"pads": [1, 2, 1, 0]}),
+    # edge columns in runs of equal window columns, each run by whole tiles (DeepLab's
+    # ASPP: dilations 6-18): runs longer than a tile, of a half tile, of one pixel; a map
+    # narrower than the window (the two edges meet, no interior); stride 2
+    "3x3_dil9_edge_runs_c5_m20": ((1, 5, 21, 31), 20, (3, 3),
+                                  {"pads": [9, 9, 9, 9], "dilations": [9, 9]}),
+    "5x5_dil4_edge_runs_c3_m36": ((1, 3, 14, 23), 36, (5, 5),
+                                  {"pads": [8, 7, 8, 6], "dilations": [4, 4]}),
+    "3x3_dil6_narrow_map_c4_m16": ((1, 4, 9, 10), 16, (3, 3),
+                                   {"pads": [6, 6, 6, 6], "dilations": [6, 6]}),
+    "3x3_dil5_s2_c6_m32": ((1, 6, 19, 37), 32, (3, 3),
+                           {"pads": [5, 5, 5, 5], "dilations": [5, 5], "strides": [2, 2]}),
 }
 
 
@@ -266,23 +278,30 @@ def test_batch_of_short_signals_weighs_it_against_the_fold() -> None:
 
 
 @pytest.mark.parametrize(
-    "w, pl, sw, p, want",
+    "w, pl, sw, dw, p, want",
     [
-        # 128 -> 256 3x3/2 at 28x28: 14 outputs, interior 1..13 (13): two tiles of 6,
-        # the last pixel alone, the left edge alone
-        (28, 1, 2, 6, (12, 2)),
+        # 128 -> 256 3x3/2 at 28x28: 14 outputs; interior 1..13 (13): two tiles of 6, the
+        # last pixel alone; the left edge (2 window columns) alone
+        (28, 1, 2, 1, 6, (12 * 3, 2)),
         # 28 outputs, interior 26: four tiles, a half tile moved back over the last 2
-        (28, 1, 1, 6, (27, 2)),
-        (8, 1, 1, 6, (6, 2)),  # interior 6: one tile
-        (6, 1, 1, 6, (3, 3)),  # interior 4 < 6: a half tile, one pixel, the 2 edges
+        (28, 1, 1, 1, 6, (27 * 3, 2)),
+        (8, 1, 1, 1, 6, (6 * 3, 2)),  # interior 6: one tile
+        # interior 4 < 6: a half tile, one pixel; the 2 edges
+        (6, 1, 1, 1, 6, (3 * 3, 3)),
+        # dilation 18 on 64 columns (DeepLab's ASPP): 18 edge columns a side, each side a
+        # span of 2 window columns run by 3 whole tiles; the interior 28: 4 tiles and a
+        # half tile, one pixel left
+        (64, 18, 1, 18, 6, (18 * 2 + 27 * 3 + 18 * 2, 1)),
     ],
 )
-def test_row_pixels_follow_the_kernel(w, pl, sw, p, want):
-    """conv_ocv._row_pixels counts a row as ml_ocv_row_k runs it: whole tiles, then the
-    remainder as a tile moved back, a half tile, or one-pixel tiles."""
-    ow = (w + 2 * pl - 3) // sw + 1
-    d = {"OW": ow, "SW": sw, "PL": pl, "W": w, "KW": 3, "DW": 1}
-    assert conv_ocv._row_pixels(d, p) == want
+def test_row_taps_follow_the_kernel(w, pl, sw, dw, p, want):
+    """conv_ocv._row_taps counts a row as ml_ocv_row_k runs it: spans of columns with the
+    same window columns inside the image, each by whole tiles, then the remainder as a
+    tile moved back, a half tile, or one-pixel tiles (window columns of tiled pixels,
+    one-pixel tiles)."""
+    ow = (w + 2 * pl - 2 * dw - 1) // sw + 1
+    d = {"OW": ow, "SW": sw, "PL": pl, "W": w, "KW": 3, "DW": dw}
+    assert conv_ocv._row_taps(d, p) == want
 
 
 def test_wide_rows_split_by_segments_on_threads(monkeypatch) -> None:

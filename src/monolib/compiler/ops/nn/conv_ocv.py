@@ -97,30 +97,52 @@ def ocv_tile(g: int, vw: int) -> tuple[int, int]:
     return ob, (1 if ob >= acc else acc // ob)
 
 
-def _row_pixels(d: dict[str, int], p: int) -> tuple[int, int]:
-    """(pixels the interior's tiles compute, pixels run one at a time) of one output
-    row, as ``conv_ocv.h``'s ``ml_ocv_row_k`` runs them: whole tiles of ``p``; the
-    remainder ``r`` as one more tile moved back (``r >= p/2 + 2``), a half tile (and
-    one-pixel tiles for what is left of it), a half tile moved back, or ``r`` one-pixel
-    tiles; the edge pixels one at a time. (Charging every row whole tiles rounded up,
-    14 pixels a row cost 19: 128 -> 256 3x3/2 at 28 x 28 modelled 1.51 ms, ran 1.13.)"""
-    ow, sw = d["OW"], d["SW"]
-    i0 = min(-(-d["PL"] // sw), ow)
-    last = d["W"] - 1 - (d["KW"] - 1) * d["DW"] + d["PL"]
-    i1 = max(min(last // sw + 1 if last >= 0 else 0, ow), i0)
-    inner = i1 - i0
+def _span_pixels(n: int, p: int) -> tuple[int, int]:
+    """(pixels computed by tiles, pixels run one at a time) of a span of ``n`` columns,
+    as ``conv_ocv.h``'s ``ml_ocv_span`` runs them: whole tiles of ``p``; the remainder
+    ``r`` as one more tile moved back (``r >= p/2 + 2``), a half tile (and one-pixel tiles
+    for what is left of it), a half tile moved back, or ``r`` one-pixel tiles."""
     half = p // 2
-    tiles = inner // p * p
-    r, one = inner - tiles, ow - inner
-    if r >= half + 2 and inner >= p:
+    tiles = n // p * p
+    r, one = n - tiles, 0
+    if r >= half + 2 and n >= p:
         tiles += p
     elif half > 1 and r >= half:
-        tiles, one = tiles + half, one + r - half
-    elif half > 1 and r >= 2 and inner >= half:
+        tiles, one = tiles + half, r - half
+    elif half > 1 and r >= 2 and n >= half:
         tiles += half
     else:
-        one += r
+        one = r
     return tiles, one
+
+
+def _row_taps(d: dict[str, int], p: int) -> tuple[int, int]:
+    """(window columns summed by tiles, pixels run one at a time) over one output row, as
+    ``ml_ocv_row_k`` runs it: spans of columns whose windows have the same columns inside
+    the image (the interior, every column inside, and runs of edge columns), each by
+    :func:`_span_pixels`, a tiled pixel counting its valid window columns. A one-pixel
+    tile is charged the whole window (its loop overhead per window row is as large as its
+    FMAs: ``edge`` was fitted so). (Charging every row whole tiles rounded up, 14 pixels a
+    row cost 19: 128 -> 256 3x3/2 at 28 x 28 modelled 1.51 ms, ran 1.13.)"""
+    def cols(ow: int) -> tuple[int, int]:
+        iw = ow * d["SW"] - d["PL"]
+        ks = [k for k in range(d["KW"]) if 0 <= iw + k * d["DW"] < d["W"]]
+        return (ks[0], ks[-1] + 1) if ks else (0, 0)
+
+    spans: list[list[int]] = []  # [valid columns, pixels]
+    last = None
+    for ow in range(d["OW"]):
+        k = cols(ow)
+        if k == last:
+            spans[-1][1] += 1
+        else:
+            spans.append([k[1] - k[0], 1])
+        last = k
+    tiled = one = 0
+    for nkx, n in spans:
+        t, o = _span_pixels(n, p)
+        tiled, one = tiled + t * nkx, one + o
+    return tiled, one
 
 
 def _valid_rows(d: dict[str, int]) -> int:
@@ -138,14 +160,13 @@ def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
     _, p = ocv_tile(g, vw)
     groups = -(-m // (g * OCV_G))
     chans = groups * g * OCV_G
-    inner, edge = _row_pixels(d, p)
-    rows = _valid_rows(d)
-    macs = chans * c * rows * d["KW"]  # per pixel of a row
+    tiled, edge = _row_taps(d, p)
+    macs = chans * c * _valid_rows(d)  # per window column of a row
     # the input rows a row of tiles broadcasts from (every channel's window rows): past
     # L1, each broadcast comes from L2 (24 -> 48 3x3/2 at 208 px: 60 KiB, 1.4x slower)
     span = c * ((d["KH"] - 1) * d["DH"] + 1) * d["W"] * 4
     rate = k["mac"] if span <= L1_BYTES else k["mac_l2"]
-    return macs * (inner * rate + edge * k["edge"]) + m * d["OH"] * d["OW"] * k["out"]
+    return macs * (tiled * rate + edge * d["KW"] * k["edge"]) + m * d["OH"] * d["OW"] * k["out"]
 
 
 def ocv_blocks(d: dict[str, int], c: int, m: int, vw: int | None = None,

@@ -18,12 +18,19 @@ compared with ORT's), exported at opset 17 and cached under ``~/.cache/monolib/f
   GELU MLPs) at 224x224.
 * ``vit``: a ViT-Tiny-style encoder (16x16 patches, 12 pre-norm layers of width 192).
 * ``bert``: a MiniLM-style encoder (6 layers, width 384, 12 heads, 128 tokens).
+* ``segformer``: a SegFormer-B0-style segmenter at 512x512 (overlapping patch embeds,
+  attention on K/V reduced by strided convs, Mix-FFN: Linear, 3x3 depthwise conv,
+  Transpose + GELU, Linear; an all-MLP decoder with bilinear Resize).
+* ``deeplab``: a DeepLabV3-style segmenter at 512x512 (MobileNetV2 body at output stride
+  8 with dilated depthwise convs; ASPP: 3x3 convs at dilations 6, 12 and 18).
 
 Timing as ``zoo.py``'s (blocks of ``--calls`` calls of each side in turn). Needs
 PyTorch, which neither the install nor CI brings: a probe for a contributor, not a
 target table. The vocoder and the log-mel front end were found this way (1.04x / 1.60x
 and a compile error before their fixes: ``passes/tconv_subpixel.py``'s 1-D form,
-``conv_ocv.h``'s column segments, ``ops/math/dft.py``'s STFT as a GEMM).
+``conv_ocv.h``'s column segments, ``ops/math/dft.py``'s STFT as a GEMM), and so were
+SegFormer (1.02x / 1.12x: its Transpose + GELU ran per element, ``ops/tensor/transpose.py``)
+and DeepLab's dilated convs (``conv_ocv.h``'s edge runs).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from pathlib import Path
 import numpy as np
 from zoo import table
 
-DEFAULT = "vocoder,logmel,wav2vec,conformer,convnext,vit,bert"
+DEFAULT = "vocoder,logmel,wav2vec,conformer,convnext,vit,bert,segformer,deeplab"
 
 #: Inputs per model: name -> (input name, shape, dtype).
 INPUTS = {
@@ -45,6 +52,8 @@ INPUTS = {
     "convnext": ("x", (1, 3, 224, 224), np.float32),
     "vit": ("x", (1, 3, 224, 224), np.float32),
     "bert": ("ids", (1, 128), np.int64),
+    "segformer": ("x", (1, 3, 512, 512), np.float32),
+    "deeplab": ("x", (1, 3, 512, 512), np.float32),
 }
 
 
@@ -195,8 +204,77 @@ def _modules():
             pos = torch.arange(ids.shape[1]).unsqueeze(0)
             return self.enc(self.ln(self.tok(ids) + self.pos(pos)))
 
+    class MixBlock(nn.Module):  # SegFormer: attention on a strided-conv-reduced K/V, Mix-FFN
+        def __init__(self, d, heads, r):
+            super().__init__()
+            self.n1, self.n2, self.n3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+            self.att = nn.MultiheadAttention(d, heads, batch_first=True)
+            self.sr = nn.Conv2d(d, d, r, r) if r > 1 else nn.Identity()
+            self.f1, self.dw, self.f2 = (nn.Linear(d, 4 * d),
+                                         nn.Conv2d(4 * d, 4 * d, 3, 1, 1, groups=4 * d),
+                                         nn.Linear(4 * d, d))
+
+        def forward(self, t, h, w):
+            b, n, d = t.shape
+            q = self.n1(t)
+            kv = self.n3(self.sr(q.transpose(1, 2).reshape(b, d, h, w)).flatten(2)
+                         .transpose(1, 2))
+            t = t + self.att(q, kv, kv, need_weights=False)[0]
+            y = self.f1(self.n2(t)).transpose(1, 2).reshape(b, 4 * d, h, w)
+            return t + self.f2(F.gelu(self.dw(y).flatten(2).transpose(1, 2)))
+
+    class SegFormer(nn.Module):
+        def __init__(self, dims=(32, 64, 160, 256), heads=(1, 2, 5, 8), rs=(8, 4, 2, 1)):
+            super().__init__()
+            self.embed = nn.ModuleList(nn.Conv2d(c, d, 7 if i == 0 else 3, 4 if i == 0 else 2,
+                                                 3 if i == 0 else 1)
+                                       for i, (c, d) in enumerate(zip((3,) + dims, dims)))
+            self.blocks = nn.ModuleList(nn.ModuleList(MixBlock(d, h, r) for _ in range(2))
+                                        for d, h, r in zip(dims, heads, rs))
+            self.lin = nn.ModuleList(nn.Conv2d(d, 256, 1) for d in dims)
+            self.fuse, self.cls = nn.Conv2d(1024, 256, 1), nn.Conv2d(256, 19, 1)
+
+        def forward(self, x):
+            feats = []
+            for embed, blocks in zip(self.embed, self.blocks):
+                x = embed(x)
+                b, d, h, w = x.shape
+                t = x.flatten(2).transpose(1, 2)
+                for blk in blocks:
+                    t = blk(t, h, w)
+                x = t.transpose(1, 2).reshape(b, d, h, w)
+                feats.append(x)
+            size = feats[0].shape[2:]
+            up = [F.interpolate(lin(f), size=size, mode="bilinear") for lin, f in
+                  zip(self.lin, feats)]
+            return self.cls(F.relu(self.fuse(torch.cat(up, 1))))
+
+    def cbr(i, o, k=1, s=1, d=1, g=1):
+        return nn.Sequential(nn.Conv2d(i, o, k, s, d * (k // 2), dilation=d, groups=g,
+                                       bias=False), nn.BatchNorm2d(o), nn.ReLU6())
+
+    class DeepLab(nn.Module):  # MobileNetV2 backbone at output stride 8, ASPP
+        def __init__(self):
+            super().__init__()
+            def block(i, o, s, d=1, e=6):
+                return nn.Sequential(cbr(i, i * e), cbr(i * e, i * e, 3, s, d, i * e),
+                                     nn.Conv2d(i * e, o, 1, bias=False), nn.BatchNorm2d(o))
+            self.body = nn.Sequential(
+                cbr(3, 32, 3, 2), block(32, 16, 1, e=1), block(16, 24, 2), block(24, 24, 1),
+                block(24, 32, 2), block(32, 32, 1), block(32, 64, 1, 2), block(64, 96, 1, 2),
+                block(96, 160, 1, 4), block(160, 320, 1, 4))
+            self.aspp = nn.ModuleList([cbr(320, 256)] + [cbr(320, 256, 3, d=r)
+                                                         for r in (6, 12, 18)])
+            self.proj, self.cls = cbr(1024, 256), nn.Conv2d(256, 21, 1)
+
+        def forward(self, x):
+            f = self.body(x)
+            f = self.proj(torch.cat([a(f) for a in self.aspp], 1))
+            return F.interpolate(self.cls(f), size=x.shape[2:], mode="bilinear")
+
     return {"vocoder": Vocoder, "logmel": LogMel, "wav2vec": Wav2Vec,
-            "conformer": Conformer, "convnext": ConvNeXt, "vit": ViT, "bert": Bert}
+            "conformer": Conformer, "convnext": ConvNeXt, "vit": ViT, "bert": Bert,
+            "segformer": SegFormer, "deeplab": DeepLab}
 
 
 def export(name: str, cache: Path) -> Path:

@@ -23,6 +23,9 @@ compared with ORT's), exported at opset 17 and cached under ``~/.cache/monolib/f
   Transpose + GELU, Linear; an all-MLP decoder with bilinear Resize).
 * ``deeplab``: a DeepLabV3-style segmenter at 512x512 (MobileNetV2 body at output stride
   8 with dilated depthwise convs; ASPP: 3x3 convs at dilations 6, 12 and 18).
+* ``ultraface``: an UltraFace-slim-style face detector at 240x320 (depthwise + 1x1
+  blocks from a 120x160 map down, three 3x3 heads). Still 1.1-1.25x ORT: its depthwise
+  convs at 120x160 and 60x80 (16-32 channels) run 1.3-2x ORT's NCHWc kernels.
 
 Timing as ``zoo.py``'s (blocks of ``--calls`` calls of each side in turn). Needs
 PyTorch, which neither the install nor CI brings: a probe for a contributor, not a
@@ -41,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from zoo import table
 
-DEFAULT = "vocoder,logmel,wav2vec,conformer,convnext,vit,bert,segformer,deeplab"
+DEFAULT = "vocoder,logmel,wav2vec,conformer,convnext,vit,bert,segformer,deeplab,ultraface"
 
 #: Inputs per model: name -> (input name, shape, dtype).
 INPUTS = {
@@ -54,6 +57,7 @@ INPUTS = {
     "bert": ("ids", (1, 128), np.int64),
     "segformer": ("x", (1, 3, 512, 512), np.float32),
     "deeplab": ("x", (1, 3, 512, 512), np.float32),
+    "ultraface": ("x", (1, 3, 240, 320), np.float32),
 }
 
 
@@ -272,9 +276,31 @@ def _modules():
             f = self.proj(torch.cat([a(f) for a in self.aspp], 1))
             return F.interpolate(self.cls(f), size=x.shape[2:], mode="bilinear")
 
+    class UltraFace(nn.Module):  # the RFB-320 face detector's slim backbone and heads
+        def __init__(self):
+            super().__init__()
+            relu = lambda c, k=3, s=1, g=1: nn.Sequential(  # noqa: E731
+                nn.Conv2d(c[0], c[1], k, s, k // 2, groups=g, bias=False),
+                nn.BatchNorm2d(c[1]), nn.ReLU())
+            def dw(i, o, s):
+                return nn.Sequential(relu((i, i), 3, s, i), relu((i, o), 1))
+            self.b1 = nn.Sequential(relu((3, 16), 3, 2), dw(16, 32, 1), dw(32, 32, 2),
+                                    dw(32, 32, 1), dw(32, 64, 2), dw(64, 64, 1),
+                                    dw(64, 64, 1), dw(64, 64, 1))
+            self.b2 = nn.Sequential(dw(64, 128, 2), dw(128, 128, 1), dw(128, 128, 1))
+            self.b3 = nn.Sequential(dw(128, 256, 2), dw(256, 256, 1))
+            self.heads = nn.ModuleList(nn.Conv2d(c, 18, 3, 1, 1) for c in (64, 128, 256))
+
+        def forward(self, x):
+            a = self.b1(x)
+            b = self.b2(a)
+            c = self.b3(b)
+            return torch.cat([h(f).permute(0, 2, 3, 1).reshape(1, -1, 6)
+                              for h, f in zip(self.heads, (a, b, c))], 1)
+
     return {"vocoder": Vocoder, "logmel": LogMel, "wav2vec": Wav2Vec,
             "conformer": Conformer, "convnext": ConvNeXt, "vit": ViT, "bert": Bert,
-            "segformer": SegFormer, "deeplab": DeepLab}
+            "segformer": SegFormer, "deeplab": DeepLab, "ultraface": UltraFace}
 
 
 def export(name: str, cache: Path) -> Path:

@@ -48,12 +48,12 @@
 #define ML_OCV_ROWS 2      /* fewest output rows of a band split for threads */
 #define ML_OCV_SEG_MIN 64  /* fewest columns of a segment (its edges and tail tiles) */
 /* An input of more bytes than this (a conv group's channels) has its next output row's
- * new rows prefetched into L2 as each row starts. A tile reads C*KH rows at once, more
- * streams than the L2 prefetcher follows, so without it each line was a demand miss to
- * L3, and L3 is shared with the VM's neighbours: 24 -> 48 3x3/2 at 208x208 (4.2 MB in)
- * took 2.3-4.3 ms from one process to the next, 2.2-2.6 with it (the direct kernel:
- * 2.4-2.7). Inputs that stay in L2 gained nothing (16 -> 32 at 160x160, 1.6 MB: 0.580 ->
- * 0.589 ms), hence the floor of twice L2. */
+ * new rows prefetched into L2 while a row runs, a share after each tile (ml_ocv_pf_t). A
+ * tile reads C*KH rows at once, more streams than the L2 prefetcher follows, so without
+ * it each line was a demand miss to L3, and L3 is shared with the VM's neighbours: 24 ->
+ * 48 3x3/2 at 208x208 (4.2 MB in) took 2.3-4.3 ms from one process to the next, 2.2-2.6
+ * with it (the direct kernel: 2.4-2.7). Inputs that stay in L2 gained nothing (16 -> 32
+ * at 160x160, 1.6 MB: 0.580 -> 0.589 ms), hence the floor of twice L2. */
 #define ML_OCV_PF_BYTES (2 << 20)
 /* accumulators of a tile: 24 of the 32 AVX-512 registers, 12 of 16 elsewhere (the rest
  * hold the weight vectors and a broadcast) */
@@ -137,6 +137,31 @@ ML_INLINE void ml_ocv_tile(const int OB, const int P, const int SW, const ml_ocv
 typedef void (*ml_ocv_tile_fn)(const ml_ocv_job* j, const float* xs, const float* w, int nky,
                                int nkx, const float* b, float* st, int64_t ss);
 
+/* The next output row's new input rows (every channel, the columns this row's outputs
+ * read), prefetched into L2 a few lines after each tile of the row (ML_OCV_PF_BYTES):
+ * issued all at once at the row's start, most of a row's thousands of prefetches were
+ * dropped (the miss queue is tens of lines deep): 64 -> 64 3x3/2 at 256x256 (16.8 MB in)
+ * ran at 81 GFLOP/s against 106 at 128x128. Line `o` of row `r` of channel `c` next. */
+typedef struct {
+    const char* base;
+    int64_t C, r0, r1, o0, o1, plane, row; /* bytes: plane, row, columns [o0, o1) */
+    int64_t c, r, o, per;                  /* the cursor; lines per tile */
+} ml_ocv_pf_t;
+
+/* Prefetch up to n more lines of p (none left: nothing), a row's run at a time. */
+static inline void ml_ocv_pf_run(ml_ocv_pf_t* p, int64_t n) {
+    while (n > 0 && p->c < p->C) {
+        const char* row = p->base + p->c * p->plane + p->r * p->row;
+        const int64_t e = ML_MIN(p->o1, p->o + n * 64);
+        n -= (e - p->o + 63) / 64;
+        for (; p->o < e; p->o += 64) __builtin_prefetch(row + p->o, 0, 2);
+        if (p->o >= p->o1) {
+            p->o = p->o0;
+            if (++p->r >= p->r1) p->r = p->r0, ++p->c;
+        }
+    }
+}
+
 /* The window columns kx0..kx1-1 of output column ow that fall inside the image. */
 ML_INLINE void ml_ocv_cols(const ml_ocv_job* j, int SW, int64_t ow, int* kx0, int* kx1) {
     const int64_t iw = ow * SW - j->PL;
@@ -151,17 +176,20 @@ ML_INLINE void ml_ocv_cols(const ml_ocv_job* j, int SW, int64_t ow, int* kx0, in
  * pixels, then the remainder r < P by cost (pixels computed, a one-pixel tile counting
  * about 2: its loads equal its FMAs): r >= H + 2 by `tile` moved back over pixels already
  * done (the same sums, stored again), else `half` (H = P / 2 pixels) where it fits, moved
- * back for r < H, and `one` for what is left. st0: the staging of column 0 (an address
- * only formed for columns of the span). */
+ * back for r < H, and `one` for what is left. st: the staging of column ow0 (an address
+ * only formed for columns of the span); pf: the row's prefetches, a share after each
+ * tile. */
 ML_INLINE void ml_ocv_span(const int P, const int SW, ml_ocv_tile_fn tile, ml_ocv_tile_fn half,
                            ml_ocv_tile_fn one, const ml_ocv_job* j, const float* restrict xi,
                            const float* restrict w, int nky, int kx0, int nkx,
                            const float* restrict bias, int64_t a, int64_t b, float* st,
-                           int64_t ow0, int64_t ss) {
+                           int64_t ow0, int64_t ss, ml_ocv_pf_t* pf) {
     const int H = P / 2;
     xi += (int64_t)kx0 * j->DW;
     w += kx0 * j->gsz;
-#define ML_OCV_AT(fn, ow) fn(j, xi + (ow) * SW, w, nky, nkx, bias, st + ((ow) - ow0) * ML_VW, ss)
+#define ML_OCV_AT(fn, ow) \
+    (fn(j, xi + (ow) * SW, w, nky, nkx, bias, st + ((ow) - ow0) * ML_VW, ss), \
+     ml_ocv_pf_run(pf, pf->per))
     int64_t ow = a;
     for (; ow + P <= b; ow += P) ML_OCV_AT(tile, ow);
     const int64_t r = b - ow;
@@ -206,17 +234,20 @@ ML_INLINE void ml_ocv_row_k(const int P, const int SW, ml_ocv_tile_fn tile,
     const float* xr = j->x + (g / j->bpg) * j->C * j->H * j->W /* its conv group's input */
                       + (ih + (int64_t)ky0 * j->DH) * j->W;
     const float* xi = xr - j->PL;
+    ml_ocv_pf_t pf = {0};
     if (j->prefetch) { /* the next output row's new input rows, every channel, into L2 */
-        const float* xg = j->x + (g / j->bpg) * j->C * j->H * j->W;
         int64_t r0 = ih + (int64_t)(j->KH - 1) * j->DH + 1, r1 = ML_MIN(r0 + j->SH, j->H);
         /* the input columns these output columns read */
         int64_t c0 = ML_MAX(ow0 * SW - j->PL, 0) * 4;
         int64_t c1 = ML_MIN((ow1 - 1) * SW - j->PL + (int64_t)(j->KW - 1) * j->DW + 1, j->W) * 4;
-        for (int64_t c = 0; c < j->C; ++c)
-            for (int64_t r = r0 < 0 ? 0 : r0; r < r1; ++r) {
-                const char* p = (const char*)(xg + (c * j->H + r) * j->W);
-                for (int64_t o = c0; o < c1; o += 64) __builtin_prefetch(p + o, 0, 2);
-            }
+        r0 = r0 < 0 ? 0 : r0;
+        if (r1 > r0 && c1 > c0) {
+            pf.base = (const char*)(j->x + (g / j->bpg) * j->C * j->H * j->W);
+            pf.C = j->C, pf.r0 = pf.r = r0, pf.r1 = r1, pf.o0 = pf.o = c0, pf.o1 = c1;
+            pf.plane = j->H * j->W * 4, pf.row = j->W * 4;
+            const int64_t lines = j->C * (r1 - r0) * ((c1 - c0 + 63) / 64);
+            pf.per = (lines + (ow1 - ow0) / P) / ((ow1 - ow0) / P + 1) + 1;
+        }
     }
     for (int64_t ow = ow0; ow < ow1;) {
         int64_t end;
@@ -234,9 +265,10 @@ ML_INLINE void ml_ocv_row_k(const int P, const int SW, ml_ocv_tile_fn tile,
             }
         }
         ml_ocv_span(P, SW, tile, half, one, j, xi, w, nky, kx0, kx1 - kx0, b, ow, end, st,
-                    ow0, ss);
+                    ow0, ss, &pf);
         ow = end;
     }
+    ml_ocv_pf_run(&pf, INT64_MAX); /* what the tiles left */
 }
 
 /* ml_ocv_row_<G>_<S>: G blocks of 16 channels, column stride S (0: any, read at run

@@ -69,6 +69,10 @@ CASES = {
     # up to the last input row and not past it
     "3x3_s2_prefetched_c8_m16": ((1, 8, 257, 263), 16, (3, 3),
                                  {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    # a row of whole tiles and nothing else (no pads, 24 columns): its tiles issue less
+    # than the row's prefetches, and the row's end issues the rest (once an endless loop:
+    # n * 64 overflowed for the "all of it" count)
+    "3x3_s2_prefetch_rest_c64_m64": ((1, 64, 200, 49), 64, (3, 3), {"strides": [2, 2]}),
     # rows wider than the staging (64 channels x 1100 > ML_OCV_STAGE): segments of
     # columns, each with its own edges, interior tiles and moved-back last tile
     "1d_wide_dil3_c8_m64": ((1, 8, 1100), 64, (3,), {"pads": [3, 3], "dilations": [3]}),

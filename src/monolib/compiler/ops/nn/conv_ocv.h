@@ -152,8 +152,10 @@ typedef struct {
 static inline void ml_ocv_pf_run(ml_ocv_pf_t* p, int64_t n) {
     while (n > 0 && p->c < p->C) {
         const char* row = p->base + p->c * p->plane + p->r * p->row;
-        const int64_t e = ML_MIN(p->o1, p->o + n * 64);
-        n -= (e - p->o + 63) / 64;
+        const int64_t left = (p->o1 - p->o + 63) / 64; /* lines left in this row */
+        const int64_t k = n < left ? n : left;        /* n may be INT64_MAX: no n * 64 */
+        const int64_t e = ML_MIN(p->o1, p->o + k * 64);
+        n -= k;
         for (; p->o < e; p->o += 64) __builtin_prefetch(row + p->o, 0, 2);
         if (p->o >= p->o1) {
             p->o = p->o0;

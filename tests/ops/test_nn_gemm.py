@@ -38,6 +38,11 @@ GEMM_CASES = {
     "blocking": ((150, 300), (300, 1100), (1100,), {}, [1, 2]),
     "runtime_b_blocking": ((20, 260), (260, 1030), None, {"alpha": 2.0}, []),
     "const_a": ((9, 5), (5, 33), (9, 33), {"transA": 0}, [0]),
+    # tiles cut by the last columns, stored by whole vectors then the last one's lanes:
+    # 24 = 16 + 8 (an attention head), 8, and 40 = 32 + 8, over two K blocks (C reloaded)
+    "cut_tile_n24": ((13, 300), (300, 24), (24,), {}, [1, 2]),
+    "cut_tile_n8": ((7, 300), (300, 8), (7, 1), {"alpha": 0.5}, [1]),
+    "cut_tile_n40_runtime": ((20, 40), (40, 40), (20, 40), {"beta": 0.5}, []),
 }
 
 

@@ -23,6 +23,7 @@ CASES = {
     "gemm_edges": ("Gemm", [r(37, 53), r(53, 71), r(71)], {}, [1, 2]),
     "gemm_runtime_b": ("Gemm", [r(20, 260), r(260, 1030)], {"alpha": 2.0}, []),
     "matmul_batched": ("MatMul", [r(2, 3, 7, 13), r(2, 3, 13, 40)], {}, []),
+    "gemm_cut_tiles": ("Gemm", [r(13, 300), r(300, 24), r(24)], {}, [1, 2]),
     "conv_pointwise": ("Conv", [r(1, 8, 7, 9), r(13, 8, 1, 1, scale=0.3), r(13)], {}, [1, 2]),
     "conv_direct": (
         "Conv",

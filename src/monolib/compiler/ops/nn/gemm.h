@@ -460,6 +460,47 @@ ML_INLINE void ml_store_tile_b(const int np, const int rows, ml_vf acc[ML_MR][ML
             }
         return;
     }
+    /* A tile cut by the matrix's last columns (N = 24 in attention heads: 32 computed,
+     * 24 stored), whole rows: whole vectors, then the last vector's lanes (one masked
+     * store on AVX-512). Through the scalar ml_store_part such tiles ran 15-20% below
+     * full ones (16 x [256,256]x[256,24]: 0.77 ms, ORT's masked stores 0.68). */
+    if (mr == rows) {
+        for (int r = 0; r < rows; ++r)
+            for (int j = 0; j < np * ML_NV && j * ML_VW < nr; ++j) {
+                float* cp = c + r * ldc + (j * ML_VW >> 4) * cbs + (j * ML_VW & 15);
+                const int lanes = nr - j * ML_VW;
+                ml_vf v = acc[r][j] * alpha;
+                if (lanes >= ML_VW) {
+                    if (load_c) v += *(ml_vf*)cp;
+                    else {
+                        if (bias_m) v += bias_m[r];
+                        if (bias_n) v += *(const ml_vf*)(bias_n + j * ML_VW);
+                    }
+                    *(ml_vf*)cp = v;
+                    continue;
+                }
+#if defined(__AVX512F__) && ML_VW == 16 && defined(__GNUC__)
+                const unsigned short mk = (unsigned short)((1u << lanes) - 1u);
+                if (load_c) v += __builtin_ia32_loadups512_mask(cp, (ml_vf){0}, mk);
+                else {
+                    if (bias_m) v += bias_m[r];
+                    if (bias_n) v += __builtin_ia32_loadups512_mask(bias_n + j * ML_VW, (ml_vf){0}, mk);
+                }
+                __builtin_ia32_storeups512_mask(cp, v, mk);
+#else
+                for (int l = 0; l < lanes; ++l) {
+                    float e = v[l];
+                    if (load_c) e += cp[l];
+                    else {
+                        if (bias_m) e += bias_m[r];
+                        if (bias_n) e += bias_n[j * ML_VW + l];
+                    }
+                    cp[l] = e;
+                }
+#endif
+            }
+        return;
+    }
     float t[ML_MR][ML_NP * ML_NR] __attribute__((aligned(64)));
     for (int r = 0; r < rows; ++r)
         for (int j = 0; j < np * ML_NV; ++j) *(ml_vf*)&t[r][j * ML_VW] = acc[r][j];

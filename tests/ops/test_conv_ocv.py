@@ -157,12 +157,13 @@ def test_scratch_is_the_kernels_formula() -> None:
         + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_ocv.h")
         + f"static const int64_t T[] = {{{table}}};\n"
         "void scratch(int64_t* out, int n) { for (int i = 0; i < n; ++i) "
-        "out[i] = ml_ocv_scratch_floats(T[3 * i], T[3 * i + 1], T[3 * i + 2]); }\n"
+        "out[i] = ml_ocv_scratch_floats(T[3 * i], T[3 * i + 1], T[3 * i + 2], i & 1); }\n"
     )
     lib = build_shared(src, ["-DML_VW=16", "-DML_NP=2"])
     out = (ctypes.c_int64 * len(rows))()
     lib.scratch(out, len(rows))
-    want = [conv_ocv.ocv_scratch_floats({"OH": oh, "OW": ow}, gsz) for oh, ow, gsz in rows]
+    want = [conv_ocv.ocv_scratch_floats({"OH": oh, "OW": ow}, gsz, bool(i & 1))
+            for i, (oh, ow, gsz) in enumerate(rows)]
     assert list(out) == want
 
 
@@ -362,3 +363,111 @@ def test_images_are_one_job(monkeypatch) -> None:
     for i in range(3):
         single.run(x=feeds["x"][i : i + 1])
         np.testing.assert_array_equal(single.get_output(0).numpy()[0], one[0][i])
+
+
+# Flat bands (conv_ocv.h's ML_OCV_FLAT_PAD): small maps whose rows are too short for a
+# whole tile, run as one span over zero-padded rows. name: as CASES.
+FLAT_CASES = {
+    # RegNetX's 400-channel 3x3 in groups of 16 at 7x7 (a 7-wide row: no whole tile)
+    "flat_g25_7x7": ((1, 400, 7, 7), 400, (3, 3), {"pads": [1, 1, 1, 1], "group": 25}),
+    "flat_s2_g2_batch2": ((2, 32, 13, 11), 32, (3, 3),
+                          {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 2}),
+    # rows whose staged run outgrows the staging: several bands, each its own copy
+    "flat_bands_c16_m16": ((1, 16, 41, 40), 16, (3, 3), {"pads": [1, 1, 1, 1]}),
+    "flat_asym_dil2_c5_m8": ((1, 5, 9, 6), 8, (3, 3),
+                             {"pads": [2, 1, 0, 3], "dilations": [2, 2]}),
+    "flat_5x5_wide_row_c3_m16": ((1, 3, 6, 23), 16, (5, 5), {"pads": [2, 2, 2, 2]}),
+    # a window wholly in the padding for the first and last rows (the bias alone)
+    "flat_big_pads_c3_m16": ((1, 3, 3, 3), 16, (5, 5), {"pads": [4, 4, 4, 4]}),
+}
+
+
+def _flat_node(name: str):
+    xs, m, k, attrs = FLAT_CASES[name]
+    c = xs[1] // attrs.get("group", 1)
+    ins = [r(*xs), r(m, c, *k, scale=0.3), r(m)]
+    return ins, make_node("Conv", ins, attrs, const=[1, 2], opset=11)
+
+
+@pytest.mark.parametrize("vw", [4, 8, 16])
+@pytest.mark.parametrize("name", sorted(FLAT_CASES))
+def test_flat_bands_match_reference(name: str, vw: int, monkeypatch) -> None:
+    """Every FLAT_CASES conv run flat (the call names ml_ocv_flat_<G>_<S>) matches the
+    NumPy reference at 4, 8 and 16 floats a vector (the masked transposed store at 16,
+    one row at a time otherwise); the C runs it flat only where the band fits, which
+    these do (flat_band > 0)."""
+    ins, node = _flat_node(name)
+    d = as_2d(list(node.inputs[0].shape[2:]), conv_geometry(node))
+    group = int(node.attrs.get("group", 1))
+    m = node.inputs[1].shape[0]
+    g = conv_ocv.ocv_blocks(d, ins[0].shape[1] // group, m, group=group)
+    assert conv_ocv.flat_band(d, ins[0].shape[1] // group, g * 16) > 0
+    monkeypatch.setattr(conv_ocv, "ocv_flat", lambda *a, **k: True)
+    check_forced(node, ins, "direct_ocv", "ml_ocv_flat_", (f"-DML_VW={vw}",
+                 f"-DML_NP={2 if vw == 16 else 1}"), True)
+
+
+def test_flat_bands_on_one_and_two_threads(monkeypatch) -> None:
+    """Flat bands split over threads (thinner bands) give the same bits as one thread and
+    ONNX Runtime's values."""
+    monkeypatch.setattr(conv_ocv, "ocv_flat", lambda *a, **k: True)
+    monkeypatch.setattr(conv, "ocv_cost", lambda d, n, c, m, group=1: 1.0)  # the rule's pick
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=4),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = make_model(nodes, [("x", F32, [1, 64, 9, 9])], [("y", F32, [1, 64, 9, 9])],
+                       {"w": r(64, 16, 3, 3, scale=0.2), "b": r(64)}, opset=14)
+    source, _, _ = lower(model, None, None)
+    assert "ml_ocv_flat_1_1, " in source
+    feeds = {"x": r(1, 64, 9, 9)}
+    want = ort_run(model, feeds)
+    one, two = run_threads(model, feeds)
+    np.testing.assert_allclose(one[0], want[0], rtol=1e-5, atol=1e-5 * np.abs(want[0]).max())
+    np.testing.assert_array_equal(one[0], two[0])
+
+
+def test_flat_only_where_it_is_modelled_faster() -> None:
+    """Flat where rows have no room for a tile and one vector of outputs a tile (RegNetX's
+    groups of 16 at 7x7 and 14x14 stride 2); not with two vectors a tile (groups of 32:
+    a one-pixel tile then runs near a tiled pixel's rate, measured slower flat), not on
+    large maps (the rows hold whole tiles), not where one row's padded inputs do not fit
+    (512 channels of 3 rows x 9) and not with unequal strides."""
+    def dims(h, w, s=(1, 1), k=3):
+        node = make_node("Conv", [r(1, 16, h, w), r(16, 16, k, k)],
+                         {"pads": [k // 2] * 4, "strides": list(s)}, const=[1])
+        return as_2d([h, w], conv_geometry(node))
+
+    assert conv_ocv.ocv_flat(dims(7, 7), 16, 400, 1, 16)
+    assert conv_ocv.ocv_flat(dims(14, 14, (2, 2)), 16, 400, 1, 16)
+    assert not conv_ocv.ocv_flat(dims(14, 14), 32, 1024, 2, 16)
+    assert not conv_ocv.ocv_flat(dims(50, 50), 16, 64, 1, 16)  # 2 tiles and 2 edges a row
+    assert conv_ocv.flat_band(dims(7, 7), 512, 16) == 0
+    assert not conv_ocv.ocv_flat(dims(7, 7), 512, 16, 1, 16)
+    assert conv_ocv.flat_band(dims(7, 7, (2, 1)), 16, 16) == 0
+
+
+def test_flat_band_is_the_kernels_formula() -> None:
+    """conv_ocv.flat_band mirrors ml_ocv_flat_band (the padded plane an odd number of
+    lines) over FLAT_CASES, the CASES and channel counts from 1 to 512."""
+    names = sorted(FLAT_CASES)
+    dims = [as_2d(list(FLAT_CASES[n][0][2:]), conv_geometry(_flat_node(n)[1])) for n in names]
+    dims += [as_2d(list(CASES[n][0][2:]), conv_geometry(_node(n)[1])) for n in sorted(CASES)
+             if len(CASES[n][0]) == 4]
+    rows = [(d, c, g) for d in dims if d["SH"] == d["SW"] for c in (1, 16, 60, 512)
+            for g in (16, 64)]
+    keys = ("OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW", "PL", "W")
+    table = ", ".join(str(v) for d, c, g in rows for v in (c, g, *(d[k] for k in keys)))
+    src = (
+        "#include <stdint.h>\n#include <string.h>\n"
+        + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_ocv.h")
+        + f"static const int64_t T[] = {{{table}}};\n"
+        "void band(int64_t* out, int n) { for (int i = 0; i < n; ++i) { const int64_t* t = "
+        "T + 12 * i; int64_t OW = t[3], SW = t[7], KW = t[5], DW = t[9], PL = t[10], W = t[11];"
+        " int64_t Wp = ML_MAX(PL + W, (OW - 1) * SW + (KW - 1) * DW + 1);"
+        " out[i] = ml_ocv_flat_band(t[0], t[2], OW, Wp, (int)t[4], (int)t[6], (int)t[8], t[1]);"
+        " } }\n"
+    )
+    lib = build_shared(src, ["-DML_VW=16", "-DML_NP=2"])
+    out = (ctypes.c_int64 * len(rows))()
+    lib.band(out, len(rows))
+    assert list(out) == [conv_ocv.flat_band(d, c, g) for d, c, g in rows]
+    assert any(v == 0 for v in out) and any(v > 1 for v in out)

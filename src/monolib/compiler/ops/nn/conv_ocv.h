@@ -47,6 +47,15 @@
 #define ML_OCV_STAGE 16384 /* floats of a band's staged outputs (64 KiB: in L2) */
 #define ML_OCV_ROWS 2      /* fewest output rows of a band split for threads */
 #define ML_OCV_SEG_MIN 64  /* fewest columns of a segment (its edges and tail tiles) */
+/* Small maps run flat (conv_ocv.py picks it by cost): a band's input rows are copied
+ * zero-padded, Wp floats a row, into this many floats after the staging, and its output
+ * rows run as ONE span of (rows - 1) * Wp + OW pixels, pixel q reading the padded input
+ * at q * SW (SH == SW: row r's pixels start at q = r * Wp), every window whole. The
+ * Wp - OW pixels between two rows are computed and dropped. By rows, a 7-wide row has
+ * no room for a tile of 24 (16 output channels a tile): all 7 pixels ran one at a time,
+ * one accumulator each (RegNetX's 400-channel 3x3 convs in groups of 16 at 7x7: 151 us,
+ * ORT 75-93). */
+#define ML_OCV_FLAT_PAD 16384
 /* An input of more bytes than this (a conv group's channels) has its next output row's
  * new rows prefetched into L2 while a row runs, a share after each tile (ml_ocv_pf_t). A
  * tile reads C*KH rows at once, more streams than the L2 prefetcher follows, so without
@@ -74,19 +83,35 @@ typedef struct ml_ocv_job_s ml_ocv_job;
  * pixel ow at st + o * ss + (ow - ow0) * ML_VW). */
 typedef void (*ml_ocv_row_fn)(const ml_ocv_job* j, int64_t g, int64_t oh, int64_t ow0,
                               int64_t ow1, float* st, int64_t ss);
+/* Output rows oh0..oh1-1 of channel group g as one flat run (see ML_OCV_FLAT_PAD): the
+ * rows' inputs copied zero-padded into pad, pixel q of the run staged at st + q * ML_VW. */
+typedef void (*ml_ocv_flat_fn)(const ml_ocv_job* j, int64_t g, int64_t oh0, int64_t oh1,
+                               float* st, int64_t ss, float* pad);
 
 struct ml_ocv_job_s {
     int64_t C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, bpg, ngroups, band, nb, chunk, epi_b;
     int64_t seg, ns; /* columns per segment (OW: whole rows) and segments per row */
+    int64_t xpl;     /* floats between two input channels (H * W; flat: ml_ocv_flat_plane) */
     int KH, KW, SH, SW, DH, DW;
     const float *x, *wp, *bias;
     float* y;
     ml_epi_fn epi;
     void* epi_out;
     ml_ocv_row_fn row;
+    ml_ocv_flat_fn flat; /* set: bands run flat (ML_OCV_FLAT_PAD), Wp floats a padded row */
+    int64_t Wp;
     int prefetch; /* the input outgrows ML_OCV_PF_BYTES */
     int64_t nimg, x_img, y_img; /* images, and the floats between them in x and y */
 };
+
+/* Floats between two channels of a flat band's padded rows (rows x Wp): an odd number
+ * of 64-byte lines, so that the channels a tile reads fall in different L1 sets. At
+ * 16 rows of 16 (1 KiB a channel) every fourth channel shared a set and 32 channels
+ * overflowed its 8 ways: 1024 -> 1024 3x3 in groups of 32 at 14x14 ran 1.34 ms flat,
+ * 1.12 by rows. */
+static inline int64_t ml_ocv_flat_plane(int64_t rows, int64_t Wp) {
+    return ((rows * Wp + 15) / 16 | 1) * 16;
+}
 
 /* Sums of P pixels (SW apart) x OB channel vectors over every input channel and the
  * window rows ky0..ky0+nky-1, columns kx0..kx0+nkx-1, from the bias b: xs is channel 0's
@@ -103,7 +128,7 @@ ML_INLINE void ml_ocv_tile(const int OB, const int P, const int SW, const ml_ocv
 #pragma GCC unroll 32
         for (int p = 0; p < P; ++p) acc[o * P + p] = bv;
     }
-    const int64_t plane = j->H * j->W, xrow = (int64_t)j->DH * j->W;
+    const int64_t plane = j->xpl, xrow = (int64_t)j->DH * j->W;
     const int64_t wc = (int64_t)j->KH * j->KW * OB * ML_VW, wrow = (int64_t)j->KW * OB * ML_VW;
     const int DW = j->DW;
     for (int64_t c = 0; c < j->C; ++c, xs += plane, w += wc) {
@@ -273,8 +298,38 @@ ML_INLINE void ml_ocv_row_k(const int P, const int SW, ml_ocv_tile_fn tile,
     ml_ocv_pf_run(&pf, INT64_MAX); /* what the tiles left */
 }
 
-/* ml_ocv_row_<G>_<S>: G blocks of 16 channels, column stride S (0: any, read at run
- * time), with its two tiles; only those a model names are compiled. */
+/* Output rows oh0..oh1-1 of group g flat (ML_OCV_FLAT_PAD): the band's input rows of
+ * every channel copied zero-padded into pad ([C][rows][Wp]), then one span over the
+ * padded band (a job whose image is the band: H rows, Wp wide), every window whole. */
+ML_INLINE void ml_ocv_flat_k(const int P, const int SW, ml_ocv_tile_fn tile,
+                             ml_ocv_tile_fn half, ml_ocv_tile_fn one, const ml_ocv_job* j,
+                             int64_t g, int64_t oh0, int64_t oh1, float* restrict st,
+                             int64_t ss, float* restrict pad) {
+    const int64_t W = j->W, Wp = j->Wp, PL = j->PL, lo = oh0 * j->SH - j->PT;
+    const int64_t rows = (oh1 - oh0 - 1) * j->SH + (int64_t)(j->KH - 1) * j->DH + 1;
+    const int64_t pl = ml_ocv_flat_plane(rows, Wp);
+    const float* xg = j->x + (g / j->bpg) * j->C * j->H * W; /* its conv group's input */
+    /* zeros, then the rows inside the image: a few calls, not three per row (a 7-wide
+     * row's memcpy and memsets cost more than its floats) */
+    memset(pad, 0, sizeof(float) * (size_t)(j->C * pl));
+    const int64_t i0 = ML_MAX(-lo, 0), i1 = ML_MIN(rows, j->H - lo);
+    for (int64_t c = 0; c < j->C; ++c)
+        for (int64_t i = i0; i < i1; ++i) {
+            float* restrict d = pad + c * pl + i * Wp + PL;
+            const float* restrict sr = xg + (c * j->H + lo + i) * W;
+            for (int64_t k = 0; k < W; ++k) d[k] = sr[k];
+        }
+    ml_ocv_job f = *j;
+    f.H = rows, f.W = Wp, f.xpl = pl;
+    ml_ocv_pf_t pf = {0}; /* no prefetch: the band is in L1/L2 */
+    ml_ocv_span(P, SW, tile, half, one, &f, pad, j->wp + g * j->C * j->KH * j->KW * j->gsz,
+                j->KH, 0, j->KW, j->bias + g * j->gsz, 0, (oh1 - oh0 - 1) * Wp + j->OW, st,
+                0, ss, &pf);
+}
+
+/* ml_ocv_row_<G>_<S> and ml_ocv_flat_<G>_<S>: G blocks of 16 channels, column stride S
+ * (0: any, read at run time), with their two tiles; only those a model names are
+ * compiled. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define ML_OCV_NOINLINE __attribute__((noinline, noipa, unused))
 #else
@@ -294,6 +349,12 @@ ML_INLINE void ml_ocv_row_k(const int P, const int SW, ml_ocv_tile_fn tile,
                                                int64_t ss) {                                 \
         ml_ocv_row_k(ML_OCV_P(G), (S) ? (S) : j->SW, ml_ocv_tile_##G##_##S,                   \
                      ml_ocv_half_##G##_##S, ml_ocv_one_##G, j, g, oh, ow0, ow1, st, ss);      \
+    }                                                                                         \
+    ML_UNUSED static void ml_ocv_flat_##G##_##S(const ml_ocv_job* j, int64_t g, int64_t oh0,  \
+                                                int64_t oh1, float* st, int64_t ss,          \
+                                                float* pad) {                                \
+        ml_ocv_flat_k(ML_OCV_P(G), (S) ? (S) : j->SW, ml_ocv_tile_##G##_##S,                  \
+                      ml_ocv_half_##G##_##S, ml_ocv_one_##G, j, g, oh0, oh1, st, ss, pad);   \
     }
 ML_OCV_TILE_FN(ml_ocv_one_1, 1, 1, 1) ML_OCV_TILE_FN(ml_ocv_one_2, 2, 1, 1)
 ML_OCV_TILE_FN(ml_ocv_one_3, 3, 1, 1) ML_OCV_TILE_FN(ml_ocv_one_4, 4, 1, 1)
@@ -322,6 +383,32 @@ static void ml_ocv_store(const float* restrict src, int64_t n, int64_t nc, float
         for (int64_t p = 0; p < n; ++p) ys[i * plane + p] = src[p * ML_VW + i];
 }
 
+/* rows x OW staged pixels of one channel vector, row r's at src + r * Wp * ML_VW (a flat
+ * band), into nc channel planes of y (ys: channel c0's first pixel). AVX-512: 16 staged
+ * pixels a transpose from each row's start, stored masked to the row (pixels past it
+ * are the next row's padding or staging past the run, read and dropped; the scratch
+ * holds ML_OCV_FLAT_PAD floats past the staging); one row at a time through
+ * ml_ocv_store, a 14-wide row went scalar: 15% of a 160 -> 160 3x3 in groups of 16 at
+ * 14x14. */
+static void ml_ocv_store_flat(const float* restrict src, int64_t rows, int64_t Wp, int64_t OW,
+                              int64_t nc, float* restrict ys, int64_t plane) {
+#if ML_VW == 16 && defined(__AVX512F__) && defined(__GNUC__)
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t s = 0; s < OW; s += 16) {
+            const unsigned n = (unsigned)ML_MIN(16, OW - s);
+            const unsigned short mk = (unsigned short)((1u << n) - 1u);
+            ml_vf v[16];
+            for (int k = 0; k < 16; ++k) v[k] = *(const ml_vf*)(src + (r * Wp + s + k) * ML_VW);
+            ml_transpose16(v);
+            for (int64_t i = 0; i < nc; ++i)
+                __builtin_ia32_storeups512_mask(ys + i * plane + r * OW + s, v[i], mk);
+        }
+#else
+    for (int64_t r = 0; r < rows; ++r)
+        ml_ocv_store(src + r * Wp * ML_VW, OW, nc, ys + r * OW, plane);
+#endif
+}
+
 /* Unit u: image u / (ngroups * nb * ns), channel group, then band of rows, then segment
  * of columns (a segment narrower than a row comes with bands of one row), staged in st. */
 static void ml_ocv_unit(const ml_ocv_job* j, int64_t u, float* restrict st) {
@@ -339,10 +426,21 @@ static void ml_ocv_unit(const ml_ocv_job* j, int64_t u, float* restrict st) {
     const int64_t oh0 = rb * j->band, ow0 = (u % j->ns) * j->seg;
     const int64_t oh1 = ML_MIN(j->OH, oh0 + j->band), ow1 = ML_MIN(j->OW, ow0 + j->seg);
     if (oh0 >= oh1 || ow0 >= ow1) return;
+    const int64_t c0 = g * j->gsz, c1 = ML_MIN(j->M, c0 + j->gsz), plane = j->OH * j->OW;
+    if (j->flat) { /* whole rows, staged Wp pixels apart */
+        const int64_t OW = j->OW, Wp = j->Wp, ss = ((oh1 - oh0 - 1) * Wp + OW) * ML_VW;
+        j->flat(j, g, oh0, oh1, st, ss, st + ML_OCV_STAGE);
+        for (int64_t v = 0; c0 + v * ML_VW < c1; ++v) {
+            const int64_t cv = c0 + v * ML_VW;
+            ml_ocv_store_flat(st + v * ss, oh1 - oh0, Wp, OW, ML_MIN(ML_VW, c1 - cv),
+                              j->y + cv * plane + oh0 * OW, plane);
+        }
+        if (j->epi) j->epi(j->epi_out, j->epi_b, c0, c1, oh0 * OW, oh1 * OW);
+        return;
+    }
     const int64_t OW = j->OW, w = ow1 - ow0, n = (oh1 - oh0) * w, ss = n * ML_VW;
     for (int64_t oh = oh0; oh < oh1; ++oh)
         j->row(j, g, oh, ow0, ow1, st + (oh - oh0) * w * ML_VW, ss);
-    const int64_t c0 = g * j->gsz, c1 = ML_MIN(j->M, c0 + j->gsz), plane = j->OH * OW;
     /* whole rows are one run of n pixels in each plane; a segment a run per row */
     const int64_t runs = w == OW ? 1 : oh1 - oh0, rn = w == OW ? n : w;
     for (int64_t v = 0; c0 + v * ML_VW < c1; ++v) {
@@ -378,15 +476,31 @@ static inline int64_t ml_ocv_band_rows(int64_t OH, int64_t OW, int64_t gsz) {
     return b < 1 ? 1 : ML_MIN(b, OH);
 }
 
-/* Floats of staging per thread (conv_ocv.py's ocv_scratch_floats mirrors it). */
-static inline int64_t ml_ocv_scratch_floats(int64_t OH, int64_t OW, int64_t gsz) {
+/* Floats of staging per thread (conv_ocv.py's ocv_scratch_floats mirrors it): flat, the
+ * staging's most and the padded rows after it. */
+static inline int64_t ml_ocv_scratch_floats(int64_t OH, int64_t OW, int64_t gsz, int flat) {
+    if (flat) return ML_OCV_STAGE + ML_OCV_FLAT_PAD;
     return ml_ocv_band_rows(OH, OW, gsz) * ml_ocv_seg_cols(OW, gsz) * gsz;
+}
+
+/* Output rows per band run flat: as many as keep the staged run within ML_OCV_STAGE
+ * floats and the padded input rows within ML_OCV_FLAT_PAD; 0 when one row does not fit
+ * (conv_ocv.py's flat_band mirrors it). */
+static inline int64_t ml_ocv_flat_band(int64_t C, int64_t OH, int64_t OW, int64_t Wp, int KH,
+                                       int SH, int DH, int64_t gsz) {
+    int64_t b = OH;
+    while (b > 0 && (((b - 1) * Wp + OW) * gsz > ML_OCV_STAGE ||
+                     C * ml_ocv_flat_plane((b - 1) * SH + (int64_t)(KH - 1) * DH + 1, Wp) >
+                         ML_OCV_FLAT_PAD))
+        --b;
+    return b;
 }
 
 /* Conv of nimg NCHW images x (x_img floats apart; the conv group's share of one image)
  * into y [nimg][..][M][OH][OW] (y_img floats apart; see above); wp, bias: packed by
  * conv_ocv.py for groups of gsz = G*16 channels; row: ml_ocv_row_<G>_<S>; scratch:
- * ml_ocv_scratch_floats floats. A grouped conv: C input channels per conv group, each
+ * ml_ocv_scratch_floats floats; flat: ml_ocv_flat_<G>_<S> to run bands flat (SH == SW,
+ * conv_ocv.py's choice by cost), or 0. A grouped conv: C input channels per conv group, each
  * group's outputs bpg whole blocks; one group: C all of them, bpg >= the blocks. Units
  * (the images' units one job: a batch made a job per image) split over the pool from
  * ML_PAR_MIN_WORK; epi_b is image 0's and counts up. */
@@ -396,8 +510,9 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t nimg, int64_t x_img, int64_t y_img,
                                     int64_t PL, int DH, int DW, int64_t gsz, int64_t bpg,
                                     const float* restrict x, const float* restrict wp,
                                     const float* restrict bias, float* restrict y,
-                                    float* restrict scratch, ml_ocv_row_fn row, ml_epi_fn epi,
-                                    void* epi_out, int64_t epi_b) {
+                                    float* restrict scratch, ml_ocv_row_fn row,
+                                    ml_ocv_flat_fn flat, ml_epi_fn epi, void* epi_out,
+                                    int64_t epi_b) {
     if (nimg <= 0) return; /* a run-time batch of none */
     /* interior columns: every window column inside the image */
     int64_t i0 = (PL + SW - 1) / SW, last = W - 1 - (int64_t)(KW - 1) * DW + PL;
@@ -407,9 +522,14 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t nimg, int64_t x_img, int64_t y_img,
     if (i1 < i0) i1 = i0;
     int64_t band = ml_ocv_band_rows(OH, OW, gsz), ngroups = (M + gsz - 1) / gsz;
     int64_t seg = ml_ocv_seg_cols(OW, gsz);
+    /* the padded width: every window of a row inside it */
+    const int64_t Wp = ML_MAX(PL + W, (OW - 1) * SW + (int64_t)(KW - 1) * DW + 1);
+    const int64_t fband = flat && SH == SW ? ml_ocv_flat_band(C, OH, OW, Wp, KH, SH, DH, gsz) : 0;
+    if (fband > 0) band = fband, seg = OW;
+    else flat = 0;
     ml_ocv_job j = {C, H, W, M, OH, OW, PT, PL, i0, i1, gsz, bpg, ngroups, band,
-                    (OH + band - 1) / band, 1, epi_b, seg, (OW + seg - 1) / seg,
-                    KH, KW, SH, SW, DH, DW, x, wp, bias, y, epi, epi_out, row,
+                    (OH + band - 1) / band, 1, epi_b, seg, (OW + seg - 1) / seg, H * W,
+                    KH, KW, SH, SW, DH, DW, x, wp, bias, y, epi, epi_out, row, flat, Wp,
                     (double)C * H * W * 4 > ML_OCV_PF_BYTES, nimg, x_img, y_img};
 #ifdef MONOLIB_THREADPOOL_H
     double work = (double)nimg * M * C * KH * KW * OH * OW;
@@ -422,7 +542,7 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t nimg, int64_t x_img, int64_t y_img,
         /* still few (a 1-D conv): narrower segments of one row, within the staging */
         int64_t per = ngroups * j.nb, ns = (per_img + per - 1) / per;
         int64_t sw = ML_MAX(ML_OCV_SEG_MIN, (OW + ns - 1) / ns);
-        if (per * j.ns < per_img && sw < j.seg) {
+        if (!flat && per * j.ns < per_img && sw < j.seg) {
             j.band = 1, j.nb = OH, j.seg = sw, j.ns = (OW + sw - 1) / sw;
         }
     }
@@ -432,7 +552,7 @@ ML_UNUSED static void ml_ocv_conv2d(int64_t nimg, int64_t x_img, int64_t y_img,
     int64_t tasks = ml_par_split(work, units, ML_PAR_TASK_COST);
     if (tasks > 1) {
         j.chunk = (units + tasks - 1) / tasks;
-        size_t bytes = sizeof(float) * (size_t)ml_ocv_scratch_floats(OH, OW, gsz);
+        size_t bytes = sizeof(float) * (size_t)ml_ocv_scratch_floats(OH, OW, gsz, flat != 0);
         ml_parallel_for((units + j.chunk - 1) / j.chunk, ml_ocv_task, &j, scratch, bytes);
         return;
     }

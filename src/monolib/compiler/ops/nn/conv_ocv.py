@@ -12,6 +12,10 @@ The weights are packed here at compile time as ``[groups][C][KH][KW][G*16]`` (``
 blocks of 16 output channels a group, zeros past ``C_out``), which any vector width reads
 as consecutive vectors; ``G`` (1 to 4) is chosen per signature by :func:`ocv_cost`, the
 channels padded to whole groups against the tiles' pixels per row.
+
+Small maps (rows too short for a whole tile) run flat where the model says so
+(:func:`ocv_flat`): a band's input rows copied zero-padded, its output rows one run of
+tiles whose pixels between two rows are computed and dropped.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = [
     "emit_ocv",
     "ocv_blocks",
     "ocv_cost",
+    "ocv_flat",
     "ocv_in_rule",
     "ocv_scratch_floats",
     "ocv_tile",
@@ -49,6 +54,8 @@ OCV_G = 16
 OCV_STAGE = 16384
 #: conv_ocv.h's ML_OCV_SEG_MIN: fewest columns of a segment of a row wider than the staging
 OCV_SEG_MIN = 64
+#: conv_ocv.h's ML_OCV_FLAT_PAD: floats of a flat band's zero-padded input rows
+OCV_FLAT_PAD = 16384
 
 # Cost model: ``conv_cost.COSTS["direct_ocv"]`` (fitted with the other algorithms' by
 # ``bench/calibrate_conv.py``): per multiply-add of an interior tile (24 accumulators, one
@@ -145,6 +152,46 @@ def _row_taps(d: dict[str, int], p: int) -> tuple[int, int]:
     return tiled, one
 
 
+def _padded_width(d: dict[str, int]) -> int:
+    """Floats of a padded input row of a flat band: every window of a row inside it."""
+    return max(d["PL"] + d["W"], (d["OW"] - 1) * d["SW"] + (d["KW"] - 1) * d["DW"] + 1)
+
+
+def _flat_plane(rows: int, wp: int) -> int:
+    """``ml_ocv_flat_plane``: floats between two channels of a flat band's padded rows,
+    an odd number of 64-byte lines (the channels a tile reads in different L1 sets)."""
+    return (-(-rows * wp // 16) | 1) * 16
+
+
+def flat_band(d: dict[str, int], c: int, gsz: int) -> int:
+    """``ml_ocv_flat_band`` of ``conv_ocv.h``: output rows per band run flat (the staged
+    run within ``OCV_STAGE`` floats, the padded input rows of ``c`` channels within
+    ``OCV_FLAT_PAD``); 0 where even one row does not fit or the strides differ."""
+    if d["SH"] != d["SW"]:
+        return 0
+    wp = _padded_width(d)
+    b = d["OH"]
+    while b > 0 and (((b - 1) * wp + d["OW"]) * gsz > OCV_STAGE or c * _flat_plane(
+            (b - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1, wp) > OCV_FLAT_PAD):
+        b -= 1
+    return b
+
+
+def _flat_terms(d: dict[str, int], c: int, p: int, band: int) -> tuple[int, int, int]:
+    """(window columns summed by tiles, pixels run one at a time, floats copied) per
+    channel group and window row of ``d`` run flat in bands of ``band`` rows: each band
+    one span of ``(rows - 1) * Wp + OW`` pixels (:func:`_span_pixels`), every window
+    whole; the floats are the bands' padded input rows."""
+    wp = _padded_width(d)
+    tiled = one = copied = 0
+    for oh0 in range(0, d["OH"], band):
+        rows = min(band, d["OH"] - oh0)
+        t, o = _span_pixels((rows - 1) * wp + d["OW"], p)
+        tiled, one = tiled + t * d["KW"], one + o
+        copied += c * ((rows - 1) * d["SH"] + (d["KH"] - 1) * d["DH"] + 1) * wp
+    return tiled, one, copied
+
+
 def _valid_rows(d: dict[str, int]) -> int:
     """Window rows summed over all output rows (rows outside the image are skipped)."""
     total = 0
@@ -154,10 +201,12 @@ def _valid_rows(d: dict[str, int]) -> int:
     return total
 
 
-def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
-            k: dict[str, float] | None = None) -> float:
+def _costs_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
+             k: dict[str, float] | None = None) -> tuple[float, float | None]:
+    """Modelled time of ``g`` blocks a group by rows and run flat (None where flat does
+    not fit, :func:`flat_band`)."""
     k = k or conv_cost.current_costs()["direct_ocv"]
-    _, p = ocv_tile(g, vw)
+    ob, p = ocv_tile(g, vw)
     groups = -(-m // (g * OCV_G))
     chans = groups * g * OCV_G
     tiled, edge = _row_taps(d, p)
@@ -166,7 +215,42 @@ def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
     # L1, each broadcast comes from L2 (24 -> 48 3x3/2 at 208 px: 60 KiB, 1.4x slower)
     span = c * ((d["KH"] - 1) * d["DH"] + 1) * d["W"] * 4
     rate = k["mac"] if span <= L1_BYTES else k["mac_l2"]
-    return macs * (tiled * rate + edge * d["KW"] * k["edge"]) + m * d["OH"] * d["OW"] * k["out"]
+    out = m * d["OH"] * d["OW"] * k["out"]
+    rows = macs * (tiled * rate + edge * d["KW"] * k["edge"]) + out
+    # flat only where a one-pixel tile has one accumulator (one vector of outputs): there
+    # `edge` holds (2.4-3.2x a tiled pixel's time, measured), while with 2 or more it ran
+    # near a tiled pixel's rate and flat lost (1024 -> 1024 3x3 in groups of 32 at 14x14,
+    # 2 vectors: 1.34 ms flat, 1.12 by rows)
+    band = flat_band(d, c, g * OCV_G) if ob == 1 else 0
+    if band == 0:
+        return rows, None
+    tiled, edge, copied = _flat_terms(d, c, p, band)
+    # a copied float costs about what a staged output does (both one load and store)
+    flat = chans * c * d["KH"] * (tiled * rate + edge * k["edge"]) + out
+    return rows, flat + groups * copied * k["out"]
+
+
+def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
+            k: dict[str, float] | None = None) -> float:
+    """Modelled time by rows: what the algorithm choice (and the blocks per group) weigh,
+    flat or not. Flat's own estimate only decides between the two (:func:`ocv_flat`):
+    taken into the choice, it made direct_ocv win where it then ran slower than the
+    pick before (oww_embedding 7%, Inception v2 9%, Silero's 1-D first conv 50%)."""
+    return _costs_g(d, c, m, g, vw, k)[0]
+
+
+#: how much less modelled time flat needs than by rows
+FLAT_MARGIN = 0.95
+
+
+def ocv_flat(d: dict[str, int], c: int, m: int, g: int, vw: int | None = None) -> bool:
+    """Whether ``g`` blocks a group (``c`` input channels a block reads) run flat: where
+    it fits and is modelled faster than by rows (small maps, whose rows are too short
+    for a whole tile)."""
+    rows, flat = _costs_g(d, c, m, g, vw or host_vector_width())
+    # by a margin: near a tie flat measured slower (its copy; 64 -> 64 in groups of 16 at
+    # 50x50, modelled 1% faster: 474 us flat, 451 by rows; at 56x56, 10%: 589 and 612)
+    return flat is not None and flat < FLAT_MARGIN * rows
 
 
 def ocv_blocks(d: dict[str, int], c: int, m: int, vw: int | None = None,
@@ -224,9 +308,12 @@ def pack_ocv_bias(b: np.ndarray | None, m: int, g: int) -> np.ndarray:
     return out
 
 
-def ocv_scratch_floats(d: dict[str, int], gsz: int) -> int:
+def ocv_scratch_floats(d: dict[str, int], gsz: int, flat: bool = False) -> int:
     """``ml_ocv_scratch_floats`` of ``conv_ocv.h``: one band's staged outputs (a segment
-    of ``OCV_SEG_MIN`` columns or more where a row outgrows ``OCV_STAGE``)."""
+    of ``OCV_SEG_MIN`` columns or more where a row outgrows ``OCV_STAGE``); ``flat``: the
+    staging's most and the padded input rows."""
+    if flat:
+        return OCV_STAGE + OCV_FLAT_PAD
     ow = d["OW"]
     band = max(1, min(OCV_STAGE // (gsz * ow), d["OH"]))
     seg = ow if gsz * ow <= OCV_STAGE else min(ow, max(OCV_SEG_MIN, OCV_STAGE // gsz))
@@ -238,7 +325,8 @@ def emit_ocv(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
     time."""
     ctx.include("conv.h")
     include_checked(ctx, "conv_ocv.h", {"ML_OCV_G": OCV_G, "ML_OCV_STAGE": OCV_STAGE,
-                                         "ML_OCV_SEG_MIN": OCV_SEG_MIN},
+                                         "ML_OCV_SEG_MIN": OCV_SEG_MIN,
+                                         "ML_OCV_FLAT_PAD": OCV_FLAT_PAD},
                     __name__)
     x, w, b, y = node.inputs[0], node.inputs[1], node.input(2), node.outputs[0]
     n, c = x.shape[:2]
@@ -251,7 +339,8 @@ def emit_ocv(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
     wp = ctx.param(pack_ocv_weights(wc, g), f"{node.name}.ocv_w")
     bias = None if b is None else np.asarray(b.const, np.float32)
     bp = ctx.param(pack_ocv_bias(bias, m, g), f"{node.name}.ocv_b")
-    scratch = ctx.scratch(4 * ocv_scratch_floats(d, g * OCV_G))
+    flat = ocv_flat(d, cg, m, g)
+    scratch = ctx.scratch(4 * ocv_scratch_floats(d, g * OCV_G, flat))
     s = d["SW"] if d["SW"] in (1, 2) else 0
     yp = ctx.ptr(y)
     ohw = d["OH"] * d["OW"]
@@ -261,5 +350,6 @@ def emit_ocv(node: Node, ctx: EmitContext, d: dict[str, int], epi: str) -> str:
         f"ml_ocv_conv2d({n}, {c * d['H'] * d['W']}, {m * ohw}, "
         f"{cg}, {d['H']}, {d['W']}, {m}, {d['OH']}, {d['OW']}, {args}, "
         f"{g * OCV_G}, {bpg},\n    {ctx.ptr(x)}, {wp}, {bp}, "
-        f"{yp}, (float*){scratch}, ml_ocv_row_{g}_{s}, {epi}, {yp}, 0);"
+        f"{yp}, (float*){scratch}, ml_ocv_row_{g}_{s}, "
+        f"{f'ml_ocv_flat_{g}_{s}' if flat else '0'}, {epi}, {yp}, 0);"
     )

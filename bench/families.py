@@ -26,6 +26,8 @@ compared with ORT's), exported at opset 17 and cached under ``~/.cache/monolib/f
 * ``ultraface``: an UltraFace-slim-style face detector at 240x320 (depthwise + 1x1
   blocks from a 120x160 map down, three 3x3 heads). Still 1.1-1.25x ORT: its depthwise
   convs at 120x160 and 60x80 (16-32 channels) run 1.3-2x ORT's NCHWc kernels.
+* ``regnetx``: a RegNetX-400MF-style classifier at 224x224 (stages of 32, 64, 160 and
+  400 channels, 1, 2, 7 and 12 blocks: 1x1, a 3x3 in groups of 16 channels, 1x1).
 
 Timing as ``zoo.py``'s (blocks of ``--calls`` calls of each side in turn). Needs
 PyTorch, which neither the install nor CI brings: a probe for a contributor, not a
@@ -33,7 +35,8 @@ target table. The vocoder and the log-mel front end were found this way (1.04x /
 and a compile error before their fixes: ``passes/tconv_subpixel.py``'s 1-D form,
 ``conv_ocv.h``'s column segments, ``ops/math/dft.py``'s STFT as a GEMM), and so were
 SegFormer (1.02x / 1.12x: its Transpose + GELU ran per element, ``ops/tensor/transpose.py``)
-and DeepLab's dilated convs (``conv_ocv.h``'s edge runs).
+and DeepLab's dilated convs (``conv_ocv.h``'s edge runs), and RegNetX's grouped convs
+(1.22x / 1.19x: a 7-wide row has no room for a tile, ``conv_ocv.h``'s flat bands).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from pathlib import Path
 import numpy as np
 from zoo import table
 
-DEFAULT = "vocoder,logmel,wav2vec,conformer,convnext,vit,bert,segformer,deeplab,ultraface"
+DEFAULT = ("vocoder,logmel,wav2vec,conformer,convnext,vit,bert,segformer,deeplab,ultraface,"
+           "regnetx")
 
 #: Inputs per model: name -> (input name, shape, dtype).
 INPUTS = {
@@ -58,6 +62,7 @@ INPUTS = {
     "segformer": ("x", (1, 3, 512, 512), np.float32),
     "deeplab": ("x", (1, 3, 512, 512), np.float32),
     "ultraface": ("x", (1, 3, 240, 320), np.float32),
+    "regnetx": ("x", (1, 3, 224, 224), np.float32),
 }
 
 
@@ -298,9 +303,38 @@ def _modules():
             return torch.cat([h(f).permute(0, 2, 3, 1).reshape(1, -1, 6)
                               for h, f in zip(self.heads, (a, b, c))], 1)
 
+    class RegNetX(nn.Module):  # RegNetX-400MF: group width 16, bottleneck ratio 1
+        def __init__(self):
+            super().__init__()
+            def cbr(i, o, k=1, s=1, g=1, relu=True):
+                return nn.Sequential(nn.Conv2d(i, o, k, s, k // 2, groups=g, bias=False),
+                                     nn.BatchNorm2d(o), *([nn.ReLU()] if relu else []))
+
+            class Block(nn.Module):
+                def __init__(self, i, o, s):
+                    super().__init__()
+                    self.f = nn.Sequential(cbr(i, o), cbr(o, o, 3, s, o // 16),
+                                           cbr(o, o, relu=False))
+                    self.sc = None if i == o and s == 1 else cbr(i, o, 1, s, relu=False)
+
+                def forward(self, x):
+                    return torch.relu(self.f(x) + (x if self.sc is None else self.sc(x)))
+
+            blocks, c = [], 32
+            for o, n in ((32, 1), (64, 2), (160, 7), (400, 12)):
+                for k in range(n):
+                    blocks.append(Block(c, o, 2 if k == 0 else 1))
+                    c = o
+            self.body = nn.Sequential(cbr(3, 32, 3, 2), *blocks)
+            self.fc = nn.Linear(400, 1000)
+
+        def forward(self, x):
+            return self.fc(self.body(x).mean((2, 3)))
+
     return {"vocoder": Vocoder, "logmel": LogMel, "wav2vec": Wav2Vec,
             "conformer": Conformer, "convnext": ConvNeXt, "vit": ViT, "bert": Bert,
-            "segformer": SegFormer, "deeplab": DeepLab, "ultraface": UltraFace}
+            "segformer": SegFormer, "deeplab": DeepLab, "ultraface": UltraFace,
+            "regnetx": RegNetX}
 
 
 def export(name: str, cache: Path) -> Path:

@@ -50,6 +50,7 @@ __all__ = [
     "apply_test_epilogue",
     "check_forced",
     "check_threads_match_ort",
+    "kernel_formula",
     "assert_close",
     "attr_value",
     "check_node",
@@ -509,3 +510,23 @@ def check_forced(node: Node, ins: Sequence[np.ndarray], label: str, c_call: str,
     ref = op_of(node).reference(node, list(ins))[0]
     want = ref * EPI[0] + EPI[1] if epilogue else ref
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def kernel_formula(headers: Sequence[str], rows: Sequence[Sequence[int]], call: str) -> list[int]:
+    """The C expression ``call`` evaluated for each row of ``rows`` in a library built from
+    the kernel ``headers`` (in order, at 16 floats a vector): ``t`` is the row as
+    ``const int64_t t[]``. For tests that a Python mirror of a kernel's size formula (its
+    scratch, its bands) gives what the kernel computes."""
+    width = len(rows[0])
+    table = ", ".join(str(int(v)) for row in rows for v in row)
+    src = (
+        "#include <stdint.h>\n#include <string.h>\n"
+        + "".join(kernel_header(h) for h in headers)
+        + f"static const int64_t T[] = {{{table}}};\n"
+        "void eval(int64_t* out, int n) { for (int i = 0; i < n; ++i) { "
+        f"const int64_t* t = T + {width} * i; out[i] = {call}; }} }}\n"
+    )
+    lib = build_shared(src, ["-DML_VW=16", "-DML_NP=2"])
+    out = (ctypes.c_int64 * len(rows))()
+    lib.eval(out, len(rows))
+    return list(out)

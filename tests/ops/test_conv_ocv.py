@@ -19,23 +19,22 @@ synthetic strided conv), leaves Winograd shapes to the tuner, and the tuner list
 
 from __future__ import annotations
 
-import ctypes
 
 import numpy as np
 import pytest
 from frontend.onnx_util import F32, make_model
-from harness import check_forced, make_node, run_threads
+from harness import check_forced, kernel_formula, make_node, run_threads
 from onnx import helper
 
 import monolib
-from monolib.compiler.backends.c.headers import kernel_header
 from monolib.compiler.build import lower
 from monolib.compiler.ops.nn import conv, conv_ocv
 from monolib.compiler.ops.nn.conv import as_2d, conv_candidates, conv_geometry
-from monolib.compiler.testing import build_shared, ort_run
+from monolib.compiler.testing import ort_run
 from monolib.compiler.tuning.select import Candidate
 
 RNG = np.random.default_rng(7)
+OCV_HEADERS = ("gemm.h", "conv.h", "conv_ocv.h")
 
 
 def r(*shape: int, scale: float = 1.0) -> np.ndarray:
@@ -150,21 +149,11 @@ def test_scratch_is_the_kernels_formula() -> None:
     dims.append({**dims[0], "OH": 300, "OW": 700})  # one row past the stage: a band of 1
     dims.append({**dims[0], "OH": 1, "OW": 3200})  # rows past the stage: segments
     dims.append({**dims[0], "OH": 2, "OW": 90})  # a segment at least ML_OCV_SEG_MIN wide
-    rows = [(d["OH"], d["OW"], g * 16) for d in dims for g in (1, 2, 3, 4)]
-    table = ", ".join(str(v) for row in rows for v in row)
-    src = (
-        "#include <stdint.h>\n#include <string.h>\n"
-        + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_ocv.h")
-        + f"static const int64_t T[] = {{{table}}};\n"
-        "void scratch(int64_t* out, int n) { for (int i = 0; i < n; ++i) "
-        "out[i] = ml_ocv_scratch_floats(T[3 * i], T[3 * i + 1], T[3 * i + 2], i & 1); }\n"
-    )
-    lib = build_shared(src, ["-DML_VW=16", "-DML_NP=2"])
-    out = (ctypes.c_int64 * len(rows))()
-    lib.scratch(out, len(rows))
-    want = [conv_ocv.ocv_scratch_floats({"OH": oh, "OW": ow}, gsz, bool(i & 1))
-            for i, (oh, ow, gsz) in enumerate(rows)]
-    assert list(out) == want
+    rows = [(d["OH"], d["OW"], g * 16, flat) for d in dims for g in (1, 2, 3, 4)
+            for flat in (0, 1)]
+    got = kernel_formula(OCV_HEADERS, rows, "ml_ocv_scratch_floats(t[0], t[1], t[2], (int)t[3])")
+    assert got == [conv_ocv.ocv_scratch_floats({"OH": oh, "OW": ow}, gsz, bool(flat))
+                   for oh, ow, gsz, flat in rows]
 
 
 def test_blocks_follow_the_channels() -> None:
@@ -455,19 +444,9 @@ def test_flat_band_is_the_kernels_formula() -> None:
     rows = [(d, c, g) for d in dims if d["SH"] == d["SW"] for c in (1, 16, 60, 512)
             for g in (16, 64)]
     keys = ("OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW", "PL", "W")
-    table = ", ".join(str(v) for d, c, g in rows for v in (c, g, *(d[k] for k in keys)))
-    src = (
-        "#include <stdint.h>\n#include <string.h>\n"
-        + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_ocv.h")
-        + f"static const int64_t T[] = {{{table}}};\n"
-        "void band(int64_t* out, int n) { for (int i = 0; i < n; ++i) { const int64_t* t = "
-        "T + 12 * i; int64_t OW = t[3], SW = t[7], KW = t[5], DW = t[9], PL = t[10], W = t[11];"
-        " int64_t Wp = ML_MAX(PL + W, (OW - 1) * SW + (KW - 1) * DW + 1);"
-        " out[i] = ml_ocv_flat_band(t[0], t[2], OW, Wp, (int)t[4], (int)t[6], (int)t[8], t[1]);"
-        " } }\n"
-    )
-    lib = build_shared(src, ["-DML_VW=16", "-DML_NP=2"])
-    out = (ctypes.c_int64 * len(rows))()
-    lib.band(out, len(rows))
-    assert list(out) == [conv_ocv.flat_band(d, c, g) for d, c, g in rows]
+    out = kernel_formula(
+        OCV_HEADERS, [(c, g, *(d[k] for k in keys)) for d, c, g in rows],
+        "ml_ocv_flat_band(t[0], t[2], t[3], ML_MAX(t[10] + t[11], (t[3] - 1) * t[7] + "
+        "(t[5] - 1) * t[9] + 1), (int)t[4], (int)t[6], (int)t[8], t[1])")
+    assert out == [conv_ocv.flat_band(d, c, g) for d, c, g in rows]
     assert any(v == 0 for v in out) and any(v > 1 for v in out)

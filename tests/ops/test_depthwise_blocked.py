@@ -19,7 +19,7 @@ import ctypes
 import numpy as np
 import pytest
 from frontend.onnx_util import F32, make_model
-from harness import check_forced, make_node, run_c, run_threads
+from harness import check_forced, kernel_formula, make_node, run_c, run_threads
 from onnx import helper
 
 from monolib.compiler.backends.c.headers import kernel_header
@@ -103,19 +103,11 @@ def test_packed_weights_layout() -> None:
 def test_scratch_is_the_kernels_formula() -> None:
     dims = [as_2d(list(CASES[n][0][2:]), conv_geometry(_node(n)[1])) for n in sorted(CASES)]
     keys = ("W", "OH", "OW", "KH", "KW", "SH", "SW", "PL", "DH", "DW")
-    table = ", ".join(str(d[k]) for d in dims for k in keys)
-    src = (
-        "#include <stdint.h>\n#include <string.h>\n"
-        + kernel_header("gemm.h") + kernel_header("conv.h") + kernel_header("conv_depthwise.h")
-        + f"static const int64_t T[] = {{{table}}};\n"
-        "void scratch(int64_t* out, int n) { for (int i = 0; i < n; ++i) { const int64_t* t = "
-        "T + 10 * i; out[i] = ml_dwcb_scratch_floats(t[0], t[1], t[2], (int)t[3], (int)t[4], "
-        "(int)t[5], (int)t[6], t[7], (int)t[8], (int)t[9]); } }\n"
-    )
-    lib = build_shared(src, ["-DML_VW=16", "-DML_NP=2"])
-    out = (ctypes.c_int64 * len(dims))()
-    lib.scratch(out, len(dims))
-    assert list(out) == [conv_dw_blocked.dwcb_scratch_floats(d) for d in dims]
+    out = kernel_formula(
+        ("gemm.h", "conv.h", "conv_depthwise.h"), [[d[k] for k in keys] for d in dims],
+        "ml_dwcb_scratch_floats(t[0], t[1], t[2], (int)t[3], (int)t[4], (int)t[5], (int)t[6], "
+        "t[7], (int)t[8], (int)t[9])")
+    assert out == [conv_dw_blocked.dwcb_scratch_floats(d) for d in dims]
 
 
 def _model():

@@ -225,8 +225,9 @@ def _costs_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
     if band == 0:
         return rows, None
     tiled, edge, copied = _flat_terms(d, c, p, band)
-    # a copied float costs about what a staged output does (both one load and store)
-    flat = chans * c * d["KH"] * (tiled * rate + edge * k["edge"]) + out
+    # a copied float charged as a staged output (`out`, one load and one store each; its
+    # fit is 0 on Zen 4, where ocv_flat's margin stands for the copy)
+    flat = chans * c * d["KH"] * (tiled * rate + edge * d["KW"] * k["edge"]) + out
     return rows, flat + groups * copied * k["out"]
 
 

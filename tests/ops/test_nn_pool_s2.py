@@ -24,8 +24,12 @@ from monolib.runtime import GraphModule, cpu, set_num_threads
 RNG = np.random.default_rng(2)
 
 #: (kernel, strides, pads, ceil_mode): 3x3/2 as in AlexNet, SqueezeNet, Inception,
-#: with pads and ceil_mode, wider windows, a vertical stride of 3
+#: with pads and ceil_mode, wider windows, a vertical stride of 3; 2x2/2 as in VGG and
+#: U-Nets (with ceil_mode and a pad: odd sizes)
 NODES = [
+    ([2, 2], [2, 2], [0, 0, 0, 0], 0),
+    ([2, 2], [2, 2], [0, 0, 0, 0], 1),
+    ([2, 2], [2, 2], [1, 1, 0, 0], 0),
     ([3, 3], [2, 2], [0, 0, 0, 0], 0),
     ([3, 3], [2, 2], [0, 0, 1, 1], 0),
     ([3, 3], [2, 2], [1, 1, 1, 1], 0),
@@ -126,12 +130,14 @@ def test_s2_choice_matches_pool_py() -> None:
     if lib.s2_ok(27, 27, 13, 13, 3, 3, 2, 2, 0, 0, 1) < 0:
         pytest.skip("no AVX: pool.h has no stride-2 path")
     assert lib.s2_ok(27, 27, 13, 13, 3, 3, 2, 2, 0, 0, 1) == 1
+    assert lib.s2_ok(28, 28, 14, 14, 2, 2, 2, 2, 0, 0, 1) == 1  # 2x2/2
+    assert lib.s2_ok(28, 28, 27, 14, 2, 1, 1, 2, 0, 0, 1) == 0  # a 1-wide window
     assert lib.s2_ok(27, 27, 13, 13, 3, 3, 2, 2, 0, 0, 0) == 0  # an average: not here
     assert lib.s2_ok(27, 27, 25, 13, 3, 3, 1, 2, 0, 0, 1) == 0  # vertical stride 1
     max_pool = helper.make_node("MaxPool", ["x"], ["y"])
     checked = 0
     for h, w, k, kw, s, pt, pl in itertools.product(
-            (5, 13, 27), (7, 8, 13, 600), (2, 3), (2, 3, 5, 9), (1, 2, 3), (0, 1, 3), (0, 1, 2)):
+            (5, 13, 27), (7, 8, 13, 600), (2, 3), (1, 2, 3, 5, 9), (1, 2, 3), (0, 1, 3), (0, 1, 2)):
         if pt >= k + 2 or pl >= kw + 2:
             continue
         oh, ow = (h + pt - k) // s + 1, (w + pl - kw) // 2 + 1

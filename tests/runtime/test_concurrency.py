@@ -50,5 +50,7 @@ def test_eight_threads_own_executors_same_bits_no_leak(cls_factory):
     assert res["errors"] == []
     assert res["runs"] == 400
     assert res["mismatches"] == 0, f"{res['mismatches']} of 400 runs differ from 1 thread"
+    # a leak grows the RSS; the kernel may shrink it meanwhile (a VM's page reclaim took
+    # 10-14% of it back during these runs), which says nothing of a leak
     growth = res["rss_end"] / res["rss_checkpoint"] - 1
-    assert abs(growth) <= 0.05, f"RSS {res['rss_checkpoint']} -> {res['rss_end']}"
+    assert growth <= 0.05, f"RSS {res['rss_checkpoint']} -> {res['rss_end']}"

@@ -580,7 +580,7 @@ static inline int ml_pool_nan8(const float* x, int64_t n) {
     return b;
 }
 
-/* Max pool at horizontal stride 2 and vertical stride 2 or more (3x3/2, pads, ceil_mode),
+/* Max pool at horizontal stride 2 and vertical stride 2 or more (3x3/2, 2x2/2, pads, ceil_mode),
  * a plane free of NaN: per output row, the max over its input rows, column by column
  * (unit-stride vectors), into a row buffer with PL columns of -inf before and -inf
  * after; then eight outputs from that row at once: per pair of taps two loads, an even
@@ -589,11 +589,12 @@ static inline int ml_pool_nan8(const float* x, int64_t n) {
  * looked for as the rows are read and sends the plane to the direct NaN-aware path.
  * 3x3/2, 1 thread, C harness (loaded machine), direct or separable -> this: 192x56x56
  * pads 0,1 ~200 -> 87-91 us, 64x112x112 ~200 -> 97-104, 512x27x27 ~150 -> 75, 96x54x54
- * ~80 -> 41-48, 320x28x28 pads 1 ~135 -> 45-52, 256x26x26 ~66 -> 30. Exact: the direct
- * path's taps, and a max does not depend on their order. */
+ * ~80 -> 41-48, 320x28x28 pads 1 ~135 -> 45-52, 256x26x26 ~66 -> 30; 2x2/2 (VGG, U-Nets)
+ * through the same path: 256x56x56 187 -> 148 us (ORT's NCHW kernel: 151-155), 512x28x28
+ * 91 -> 89. Exact: the direct path's taps, and a max does not depend on their order. */
 static inline int ml_pool2d_s2_ok(const ml_pool2d_args* a) {
     const int64_t OWv = (a->OW + 7) & ~(int64_t)7, len = 2 * OWv + a->KW + 16;
-    return a->is_max && a->SW == 2 && a->SH >= 2 && a->KW >= 3 && a->KW <= 8 && a->W >= 8 &&
+    return a->is_max && a->SW == 2 && a->SH >= 2 && a->KW >= 2 && a->KW <= 8 && a->W >= 8 &&
            a->PL < a->KW && a->PT < a->KH && a->PL + a->W <= len && 2 * len <= ML_POOL_SEP_ROW &&
            (a->OH - 1) * a->SH - a->PT < a->H && (a->OW - 1) * 2 - a->PL < a->W;
 }

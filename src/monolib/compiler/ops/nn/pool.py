@@ -242,7 +242,7 @@ def _s2_plane(node: Node, geo: Geometry, sizes: list) -> bool:
     (h, w), (oh, ow) = sizes, geo.out
     (kh, kw), (sh, sw), (pt, pl) = geo.kernel, geo.strides, geo.begin
     length = 2 * (-(-ow // 8) * 8) + kw + 16
-    return (sw == 2 and sh >= 2 and 3 <= kw <= 8 and w >= 8 and pl < kw and pt < kh
+    return (sw == 2 and sh >= 2 and 2 <= kw <= 8 and w >= 8 and pl < kw and pt < kh
             and pl + w <= length <= _S2_ROW // 2 and (oh - 1) * sh - pt < h
             and (ow - 1) * 2 - pl < w)
 

@@ -6,9 +6,16 @@
  *   ml_parallel_for(n_tasks, fn, ctx, scratch0, scratch_bytes)
  *
  * runs fn(ctx, task, scratch) for task = 0..n_tasks-1 on up to ml_num_threads() threads;
- * the calling thread takes part (as thread 0) and returns when every task is done. Tasks
- * are handed out one at a time from a shared counter, so a thread slowed down by another
- * process does not hold up the rest. `scratch` is thread-private memory of scratch_bytes
+ * the calling thread takes part (as thread 0) and returns when every task is done. Thread
+ * t owns the t-th contiguous range of the tasks and claims them one at a time in order;
+ * a thread out of its own tasks claims the next ones of the others' ranges, so a thread
+ * slowed down by another process does not hold up the rest. Owned ranges keep the data
+ * on its core from op to op: an op split over its output in order writes each part on
+ * the thread whose part of the next op reads it (with tasks handed out from one shared
+ * counter, about half of every op's input came from the other core's cache: PP-LCNet's
+ * 28x28 depthwise conv after its 1x1 GEMM ran 43-48 us at 2 threads, 25 alone; a
+ * GhostNet residual Add of 16K floats 5-7 us at 2 threads, 1.1-1.5 at 1).
+ * `scratch` is thread-private memory of scratch_bytes
  * (64-aligned): scratch0 (the op's planned arena scratch) for the calling thread, a
  * buffer owned by the pool for each worker.
  *
@@ -160,7 +167,7 @@ typedef struct {
     ml_task_fn fn;
     void* ctx;
     int64_t n_tasks;
-    uint64_t ticket;       /* (job generation << 32) | next task to hand out */
+    int32_t job_nt;        /* threads of the current job: the ranges in slot[] */
     int64_t done;          /* tasks of the current job finished */
     void* scratch[ML_MAX_THREADS];
     size_t scratch_size[ML_MAX_THREADS];
@@ -172,6 +179,12 @@ typedef struct {
     uint64_t job_nap;      /* nap when the last job started */
     uint64_t kick;         /* under mu: a change wakes sleeping workers with no job */
     int32_t kicked;        /* under mu: a kick is on its way (no second one) */
+    /* thread t's range of the current job: ticket = (job generation << 32) | its next
+     * task, up to end; a cache line each, claimed by its owner and by thieves */
+    struct {
+        uint64_t ticket;
+        int64_t end;
+    } __attribute__((aligned(64))) slot[ML_MAX_THREADS];
 } ml_pool_t;
 
 /* A build split into translation units (export/csource.py): the glue unit
@@ -203,27 +216,38 @@ static inline int ml_pool_asleep(void) {
     return started >= 2 && __atomic_load_n(&ml_pool.sleepers, __ATOMIC_RELAXED) >= started - 1;
 }
 
-/* Claim and run tasks of job `gen` until none is left. A task is claimed by a CAS on the
- * ticket, which also carries the job: a worker arriving after its job finished claims
- * nothing (and reads the job's fields only under a ticket of that job), so the caller
- * never waits for a worker that was late or descheduled, only for claimed tasks. */
-static inline int64_t ml_pool_run_tasks(uint64_t gen, void* scratch) {
+/* Claim and run tasks of job `gen` until none is left: thread t's own range first, then
+ * the others' in turn. A task is claimed by a CAS on its range's ticket, which also
+ * carries the job: a worker arriving after its job finished claims nothing (and reads
+ * the job's fields only under a ticket of that job), so the caller never waits for a
+ * worker that was late or descheduled, only for claimed tasks. */
+static inline int64_t ml_pool_run_tasks(uint64_t gen, int32_t t, void* scratch) {
+    uint64_t tk = __atomic_load_n(&ml_pool.slot[t].ticket, __ATOMIC_ACQUIRE);
+    if ((tk >> 32) != (gen & 0xffffffffu)) return 0;
+    /* a newer job's count, read late, is harmless: this job is then over (a job starts
+     * only when every task of the last one is done) and its tickets no longer match */
+    int32_t nt = __atomic_load_n(&ml_pool.job_nt, __ATOMIC_ACQUIRE);
+    if (t >= nt) return 0;
     int64_t ran = 0;
-    for (;;) {
-        uint64_t tk = __atomic_load_n(&ml_pool.ticket, __ATOMIC_ACQUIRE);
-        if ((tk >> 32) != (gen & 0xffffffffu)) return ran;
-        ml_task_fn fn = __atomic_load_n(&ml_pool.fn, __ATOMIC_ACQUIRE);
-        void* ctx = __atomic_load_n(&ml_pool.ctx, __ATOMIC_ACQUIRE);
-        int64_t n = __atomic_load_n(&ml_pool.n_tasks, __ATOMIC_ACQUIRE);
-        int64_t i = (int64_t)(tk & 0xffffffffu);
-        if (i >= n) return ran;
-        if (!__atomic_compare_exchange_n(&ml_pool.ticket, &tk, tk + 1, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE))
-            continue;
-        fn(ctx, i, scratch);
-        ++ran;
-        __atomic_fetch_add(&ml_pool.done, 1, __ATOMIC_RELEASE);
+    for (int32_t k = 0; k < nt; ++k) {
+        int32_t s = t + k < nt ? t + k : t + k - nt;
+        for (;;) {
+            tk = __atomic_load_n(&ml_pool.slot[s].ticket, __ATOMIC_ACQUIRE);
+            if ((tk >> 32) != (gen & 0xffffffffu)) return ran;
+            ml_task_fn fn = __atomic_load_n(&ml_pool.fn, __ATOMIC_ACQUIRE);
+            void* ctx = __atomic_load_n(&ml_pool.ctx, __ATOMIC_ACQUIRE);
+            int64_t end = __atomic_load_n(&ml_pool.slot[s].end, __ATOMIC_ACQUIRE);
+            int64_t i = (int64_t)(tk & 0xffffffffu);
+            if (i >= end) break; /* this range is all claimed: the next */
+            if (!__atomic_compare_exchange_n(&ml_pool.slot[s].ticket, &tk, tk + 1, 0,
+                                             __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                continue;
+            fn(ctx, i, scratch);
+            ++ran;
+            __atomic_fetch_add(&ml_pool.done, 1, __ATOMIC_RELEASE);
+        }
     }
+    return ran;
 }
 
 static inline int64_t ml_now_ns(void) {
@@ -291,7 +315,7 @@ static void* ml_pool_worker(void* arg) {
         }
         seen = g;
         if (g == ML_STOP) return 0;
-        ml_pool_run_tasks(g, ml_pool.scratch[t]);
+        ml_pool_run_tasks(g, t, ml_pool.scratch[t]);
     }
 }
 
@@ -371,21 +395,28 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
         return;
     }
     nt = ml_pool_prepare(nt, scratch_bytes);
-    /* Close the last job's ticket before its fields change. A worker still looping on
-     * that job (every task claimed) could read this job's n_tasks, find the old ticket's
-     * index below it and win the CAS on the old ticket: a task the old job never had,
+    /* Close the last job's tickets before its fields change. A worker still looping on
+     * that job (every task claimed) could read this job's fields, find an old ticket's
+     * index below them and win the CAS on the old ticket: a task the old job never had,
      * run with either job's fn and ctx (a depthwise task read a GEMM's job as its own
      * and divided by zero, about once in 5000 runs of MnasNet at 2 threads beside ORT).
      * No job has generation 0xffffffff; the fields are stored with release and loaded
      * with acquire, so a worker that sees any of this job's fields sees the close. */
-    __atomic_store_n(&ml_pool.ticket, UINT64_MAX, __ATOMIC_SEQ_CST);
+    int32_t was = ml_pool.job_nt > nt ? ml_pool.job_nt : nt;
+    for (int32_t t = 0; t < was; ++t)
+        __atomic_store_n(&ml_pool.slot[t].ticket, UINT64_MAX, __ATOMIC_SEQ_CST);
     __atomic_store_n(&ml_pool.fn, fn, __ATOMIC_RELEASE);
     __atomic_store_n(&ml_pool.ctx, ctx, __ATOMIC_RELEASE);
     __atomic_store_n(&ml_pool.n_tasks, n_tasks, __ATOMIC_RELEASE);
+    __atomic_store_n(&ml_pool.job_nt, nt, __ATOMIC_RELEASE);
     __atomic_store_n(&ml_pool.done, 0, __ATOMIC_RELAXED);
     uint64_t gen = ++ml_pool.gen & 0xffffffffu;
     if (gen == 0 || gen == (ML_STOP & 0xffffffffu)) gen = ml_pool.gen = 1; /* 0: "seen" */
-    __atomic_store_n(&ml_pool.ticket, gen << 32, __ATOMIC_RELEASE);
+    for (int32_t t = 0; t < nt; ++t) {
+        int64_t lo = n_tasks * t / nt;
+        __atomic_store_n(&ml_pool.slot[t].end, n_tasks * (t + 1) / nt, __ATOMIC_RELEASE);
+        __atomic_store_n(&ml_pool.slot[t].ticket, gen << 32 | (uint64_t)lo, __ATOMIC_RELEASE);
+    }
     /* a worker that slept until this job is late by its wake-up (tens to hundreds of
      * microseconds on a VM whose idle vCPU the host parked), not because another process
      * holds its core: such a job never starts a back-off. Counted, it fed itself: the
@@ -397,7 +428,7 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
     __atomic_store_n(&ml_pool.job_nap, __atomic_load_n(&ml_pool.nap, __ATOMIC_RELAXED),
                      __ATOMIC_RELAXED);
     ml_pool_signal(nt, gen);
-    int64_t own = ml_pool_run_tasks(gen, scratch0);
+    int64_t own = ml_pool_run_tasks(gen, 0, scratch0);
     int late = 0;
     int64_t t1 = ml_now_ns();
     if (__atomic_load_n(&ml_pool.done, __ATOMIC_ACQUIRE) < n_tasks) {
@@ -558,7 +589,7 @@ static inline int64_t ml_par_tasks(double work, int64_t units) {
  *     other core's data cost more: GEMMs split in 2 ran 0-950 ns (median ~400) over their
  *     modelled span (16x256x32: 2.96 us split, 3.35 serial; 24x64x72: 2.14 vs 2.73;
  *     56x96x216 against packed weights: 10.8 vs 20.1), so 0.5 us: 30000.
- *   ML_PAR_TASK_COST: each further task (a CAS on the shared ticket, the done count, the
+ *   ML_PAR_TASK_COST: each further task (a CAS on a range's ticket, the done count, the
  *     task's own first misses): splits of 4-8 tasks of those GEMMs ran 5-15% slower
  *     than of 2, 0.2-1 us: 12000 (gemm.h's ML_TASK_COST, its GEMM tasks', is larger).
  *   ML_PAR_FLOAT_COST: a float a memory-bound kernel (padding, im2col gathers,

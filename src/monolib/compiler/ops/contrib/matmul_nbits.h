@@ -185,7 +185,7 @@ static void ml_nbits_gemm_task(void* ctx, int64_t t, void* scratch) {
         ml_nbits_dequant_block(g, pc, kc, n0, n1 - n0, bbuf);
         for (int64_t ic = 0; ic < g->M; ic += ML_MC)
             ml_gemm_block(&ga, ic, ML_MIN(ML_MC, g->M - ic), pc, kc, n0, n1 - n0, bbuf,
-                          kc * ML_NR);
+                          kc * ML_NR, 0);
     }
 }
 

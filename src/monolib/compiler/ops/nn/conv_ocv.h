@@ -431,11 +431,11 @@ static void ml_ocv_unit(const ml_ocv_job* j, int64_t u, float* restrict st) {
         const int64_t OW = j->OW, Wp = j->Wp, ss = ((oh1 - oh0 - 1) * Wp + OW) * ML_VW;
         j->flat(j, g, oh0, oh1, st, ss, st + ML_OCV_STAGE);
         for (int64_t v = 0; c0 + v * ML_VW < c1; ++v) {
-            const int64_t cv = c0 + v * ML_VW;
-            ml_ocv_store_flat(st + v * ss, oh1 - oh0, Wp, OW, ML_MIN(ML_VW, c1 - cv),
-                              j->y + cv * plane + oh0 * OW, plane);
+            const int64_t cv = c0 + v * ML_VW, nc = ML_MIN(ML_VW, c1 - cv);
+            ml_ocv_store_flat(st + v * ss, oh1 - oh0, Wp, OW, nc, j->y + cv * plane + oh0 * OW,
+                              plane);
+            if (j->epi) j->epi(j->epi_out, j->epi_b, cv, cv + nc, oh0 * OW, oh1 * OW);
         }
-        if (j->epi) j->epi(j->epi_out, j->epi_b, c0, c1, oh0 * OW, oh1 * OW);
         return;
     }
     const int64_t OW = j->OW, w = ow1 - ow0, n = (oh1 - oh0) * w, ss = n * ML_VW;
@@ -443,15 +443,16 @@ static void ml_ocv_unit(const ml_ocv_job* j, int64_t u, float* restrict st) {
         j->row(j, g, oh, ow0, ow1, st + (oh - oh0) * w * ML_VW, ss);
     /* whole rows are one run of n pixels in each plane; a segment a run per row */
     const int64_t runs = w == OW ? 1 : oh1 - oh0, rn = w == OW ? n : w;
+    /* the epilogue on each vector's channels as they are stored, still in L1 (after the
+     * whole group, up to 64 channels' band, it read them back from L2) */
     for (int64_t v = 0; c0 + v * ML_VW < c1; ++v) {
-        int64_t cv = c0 + v * ML_VW;
-        for (int64_t q = 0; q < runs; ++q)
-            ml_ocv_store(st + v * ss + q * rn * ML_VW, rn, ML_MIN(ML_VW, c1 - cv),
-                         j->y + cv * plane + (oh0 + q) * OW + ow0, plane);
+        const int64_t cv = c0 + v * ML_VW, nc = ML_MIN(ML_VW, c1 - cv);
+        for (int64_t q = 0; q < runs; ++q) {
+            const int64_t p0 = (oh0 + q) * OW + ow0;
+            ml_ocv_store(st + v * ss + q * rn * ML_VW, rn, nc, j->y + cv * plane + p0, plane);
+            if (j->epi) j->epi(j->epi_out, j->epi_b, cv, cv + nc, p0, p0 + rn);
+        }
     }
-    if (j->epi)
-        for (int64_t q = 0; q < runs; ++q)
-            j->epi(j->epi_out, j->epi_b, c0, c1, (oh0 + q) * OW + ow0, (oh0 + q) * OW + ow0 + rn);
 }
 
 #ifdef MONOLIB_THREADPOOL_H

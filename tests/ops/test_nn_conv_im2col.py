@@ -111,16 +111,21 @@ def test_strided_gemm_one_and_two_threads() -> None:
 
 def test_cost_model_counts_the_columns_gemm_computes(monkeypatch) -> None:
     """As ml_gemm_task_cost: 32-column tiles, a last group of up to 16 at one panel, a
-    tail of 1-4 columns as TAIL_COLS; a lone panel as a whole tile."""
+    tail of 1-4 columns as TAIL_COLS, of 5-8 as HALF_COLS (AVX-512's
+    half-width tiles); a lone panel as a whole tile."""
     monkeypatch.setattr(conv_cost, "host_vector_width", lambda: 16)
-    tail = conv_cost.TAIL_COLS
-    assert conv_cost._tile_cols(169) == 176  # 13x13: 5 tiles + one panel
+    tail, half = conv_cost.TAIL_COLS, conv_cost.HALF_COLS
+    assert conv_cost._tile_cols(169) == 176  # 13x13: 5 tiles + one panel (9 past them)
     assert conv_cost._tile_cols(196) == 192 + tail  # 14x14: 6 tiles + 4 in the tail
     assert conv_cost._tile_cols(49) == 48 + tail  # 7x7: a tile, a panel, 1 in the tail
     assert conv_cost._tile_cols(784) == 784  # 28x28: 24 tiles + one panel
-    assert conv_cost._tile_cols(790) == 800
+    assert conv_cost._tile_cols(790) == 784 + half  # 6 past the panels
+    assert conv_cost._tile_cols(200) == 192 + half  # 8 past the tiles: a half-width tile
+    assert conv_cost._tile_cols(216) == 208 + half  # a tile, then a panel and 8
     assert conv_cost._tile_cols(16) == 32
     assert conv_cost._tile_cols(3) == 32 + tail
+    monkeypatch.setattr(conv_cost, "host_vector_width", lambda: 8)  # AVX2: no half tiles
+    assert conv_cost._tile_cols(200) == 208
 
 
 @pytest.mark.parametrize("shape", [(512, 64, 13), (480, 80, 14)])

@@ -94,8 +94,17 @@ L2_BYTES = 1 << 20
 #: columns a GEMM's tail of 1 to GEMV_NMAX columns past its panels costs like: the tail
 #: kernel streams all of A again for them (0.3-0.7 ns per float of A, timed on the 1x1
 #: convs of 7x7 and 14x14 maps of 256-2048 channels, Zen 4: 49 columns ran like 68,
-#: 196 like 212, where counting them at their width put the GEMM 10-15% too low)
+#: 196 like 212, where counting them at their width put the GEMM 10-15% too low). Since
+#: gemm.h runs the tail after the panels (A's block then in L2), a GEMM alone runs it
+#: like 4.5 (1 column) to 10-12 (4) columns; counted so, MnasNet's 1x1 convs on 14x14
+#: and 7x7 maps went from pixels-as-rows to gemm and the model ran 6% slower (the
+#: blocked output pixels-as-rows gives the depthwise conv after it is not in this
+#: count), so the in-model figure stays.
 TAIL_COLS = 20
+#: columns the half-width tile (AVX-512: 1 to HALF_TAIL columns past the panels at
+#: 256 bits) costs like: 9-10.7 on the same convs alone, 16 for a whole panel
+HALF_COLS = 10
+HALF_TAIL = 8
 
 
 def current_costs() -> dict[str, dict[str, float]]:
@@ -139,11 +148,14 @@ def _up(n: int, k: int) -> int:
 def _tile_cols(cols: int) -> int:
     """Columns gemm.h computes for ``cols`` of a packed A (as ``ml_gemm_task_cost``):
     whole micro-tiles, a last group of up to ``NR`` at one panel (a whole tile when it is
-    the only one), and a tail of 1 to ``GEMV_NMAX`` columns past the panels
-    (``ml_gemm_tail_cols``) as :data:`TAIL_COLS`."""
+    the only one), a tail of 1 to ``GEMV_NMAX`` columns past the panels
+    (``ml_gemm_tail_cols``) as :data:`TAIL_COLS`, else with
+    AVX-512 one of up to :data:`HALF_TAIL` in half-width tiles as :data:`HALF_COLS`."""
     rem, tail = cols % NR, 0
     if 0 < rem <= GEMV_NMAX:
         tail, cols = TAIL_COLS, cols - rem
+    elif 0 < rem <= HALF_TAIL and _panel_cols() > NR:
+        tail, cols = HALF_COLS, cols - rem
     w = _panel_cols()
     r = cols % w
     if cols < w:  # one panel on every row panel: bound by its loads, as slow as a tile

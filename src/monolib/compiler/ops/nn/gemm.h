@@ -603,6 +603,72 @@ ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a
                       bias_n);
 }
 
+/* Half-width tiles (AVX-512 only): the last 1-8 columns past the whole panels as MR x 8
+ * tiles of 256-bit vectors, not a 16-lane tile mostly masked off. Zen 4 issues two
+ * 256-bit FMAs a cycle against one 512-bit: a 13x13 map's 9-column tail (169 = 10*16
+ * + 9) cost a whole panel, 4% of a 512 -> 1000 1x1 conv. The sums run in the
+ * micro-kernel's order (one FMA chain per element over k): the same bits. */
+#if defined(__AVX512F__) && defined(__AVX512VL__) && ML_VW == 16 && defined(__GNUC__) && \
+    (!defined(ML_HALF_TAIL) || ML_HALF_TAIL) /* a build may set 0 (tests compare the bits) */
+#undef ML_HALF_TAIL
+#define ML_HALF_TAIL 8
+typedef float ml_vh __attribute__((vector_size(32), aligned(4)));
+
+/* A[row r of a half-width tile][k] for the micro-kernel's A layouts (araw as
+ * ml_ukernel_pass; packed A: rows past MR in the next panel, ps floats on). */
+ML_INLINE float ml_a_elem(const int araw, const float* restrict a, int64_t lda, int64_t ps,
+                          int64_t k, int r, int mr) {
+    const int rr = r < mr ? r : mr - 1; /* rows past mr re-read row mr-1: not stored */
+    return araw == 1   ? a[rr * lda + k]
+           : araw == 2 ? a[k * lda + rr]
+           : araw == 3 ? a[(k >> 4) * lda + rr * 16 + (k & 15)]
+                       : a[(r / ML_MR) * ps + k * ML_MR + r % ML_MR];
+}
+
+/* A rows x 8 tile over kc (rows <= 2*MR: two panels of A, twelve FMA chains to cover the
+ * FMA's latency), nr <= 8 columns stored; b one panel (bks NR). */
+ML_INLINE void ml_ukernel_h(const int rows, const int araw, int64_t kc, const float* restrict a,
+                            int64_t lda, int64_t ps, const float* restrict b, float* restrict c,
+                            int64_t ldc, int mr, int nr, float alpha, int load_c,
+                            const float* bias_m, const float* bias_n) {
+    ml_vh acc[2 * ML_MR];
+    for (int r = 0; r < rows; ++r) acc[r] = (ml_vh){0};
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kc; ++k) {
+        const ml_vh bv = *(const ml_vh*)(b + k * ML_NR);
+        for (int r = 0; r < rows; ++r)
+            acc[r] += (ml_a_elem(araw, a, lda, ps, k, r, mr) - (ml_vh){0}) * bv;
+    }
+    const unsigned char mk = (unsigned char)((1u << nr) - 1u);
+    for (int r = 0; r < mr; ++r) {
+        float* cp = c + r * ldc;
+        ml_vh v = acc[r] * alpha;
+        if (load_c) v += __builtin_ia32_loadups256_mask(cp, (ml_vh){0}, mk);
+        else {
+            if (bias_m) v += bias_m[r];
+            if (bias_n) v += __builtin_ia32_loadups256_mask(bias_n, (ml_vh){0}, mk);
+        }
+        __builtin_ia32_storeups256_mask(cp, v, mk);
+    }
+}
+
+/* ml_ukernel_h at 2, 4, MR or 2*MR rows (mr <= 2*MR). */
+ML_INLINE void ml_ukernel_h_rows(const int araw, int64_t kc, const float* restrict a, int64_t lda,
+                                 int64_t ps, const float* restrict b, float* restrict c,
+                                 int64_t ldc, int mr, int nr, float alpha, int load_c,
+                                 const float* bias_m, const float* bias_n) {
+#define ML_UKH_(rows) ml_ukernel_h(rows, araw, kc, a, lda, ps, b, c, ldc, mr, nr, alpha, load_c, bias_m, bias_n)
+    if (mr <= 2) ML_UKH_(2);
+    else if (mr <= 4) ML_UKH_(4);
+    else if (mr <= ML_MR) ML_UKH_(ML_MR);
+    else ML_UKH_(2 * ML_MR);
+#undef ML_UKH_
+}
+#else
+#undef ML_HALF_TAIL
+#define ML_HALF_TAIL 0
+#endif
+
 /* Call the epilogue on rows m0..m1 (GEMM rows), columns n0..n1, splitting folded batches. */
 static inline void ml_gemm_epilogue(const ml_gemm_args* g, int64_t m0, int64_t m1, int64_t n0,
                                     int64_t n1) {
@@ -712,15 +778,17 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
     int load_c = g->accumulate || !first;
     int rem = (int)(nc % ML_NR);
     const int64_t cbs = g->ldc_blk ? g->ldc_blk : 16; /* C's column blocks (ml_store_tile_b) */
-    /* a few columns past the panels (on every column range: a thread's range that holds
-     * only such a tail sums it the same way, so any split gives the same result) */
-    if (g->tail && !g->a_raw && rem <= ML_GEMV_NMAX) {
-        nc -= rem;
-        if (rem) {
-            g->tail(g, ic, mc, pc, kc, jc + nc, rem, bp + (nc / ML_NR) * bps, load_c);
-            if (epi) ml_gemm_epilogue(g, ic, ic + mc, jc + nc, jc + nc + rem);
-        }
-    }
+    /* The columns past the whole panels, after them (A's block is in L2 by then; before,
+     * the tail paid its trip from L3: 1000 x 512 x 161 1.54 -> 1.52 ms). On every column range: a thread's range
+     * that holds only such a tail sums it the same way, so any split gives the same
+     * result. 1-4 columns: ml_gemm_tail_cols where compiled, else (and 5-8) half-width
+     * tiles; 9-15 a masked whole panel (8 + a tail of 1-4 measured no faster). */
+    const int gv = g->tail && !g->a_raw && rem <= ML_GEMV_NMAX ? rem : 0;
+    const int hr = ML_HALF_TAIL && !g->ldc_blk && bks == ML_NR && rem - gv <= ML_HALF_TAIL
+                       ? rem - gv
+                       : 0;
+    const int64_t n_h = nc - gv - hr, n_g = nc - gv; /* where the two tails start */
+    nc = n_h;
     int64_t ep0 = 0; /* the first column the epilogue has yet to run on */
     for (int64_t jr = 0; jr < nc; jr += ML_NP * ML_NR) {
         int nr = (int)ML_MIN(ML_NP * ML_NR, nc - jr);
@@ -781,6 +849,30 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
             ml_gemm_epilogue(g, ic, ic + mc, jc + ep0, jc + jr + nr);
             ep0 = jr + nr;
         }
+    }
+#if ML_HALF_TAIL
+    if (hr) {
+        const float* b = bp + (n_h / ML_NR) * bps;
+        const float* bn = (first && g->bias_n) ? g->bias_n + jc + n_h : 0;
+        for (int64_t ir = 0; ir < mc; ir += 2 * ML_MR) {
+            const int mr = (int)ML_MIN(2 * ML_MR, mc - ir);
+            const int64_t m = ic + ir;
+            float* c = g->c + m * g->ldc + jc + n_h;
+            const float* bm = (first && g->bias_m) ? g->bias_m + m : 0;
+#define ML_UKH_(araw, a, lda) \
+    ml_ukernel_h_rows(araw, kc, a, lda, g->K * ML_MR, b, c, g->ldc, mr, hr, g->alpha, load_c, bm, bn)
+            if (g->a_raw && g->a_cm == 2) ML_UKH_(3, g->a_raw + (pc >> 4) * g->lda + m * 16, g->lda);
+            else if (g->a_raw && g->a_cm) ML_UKH_(2, g->a_raw + pc * g->lda + m, g->lda);
+            else if (g->a_raw) ML_UKH_(1, g->a_raw + m * g->lda + pc, g->lda);
+            else ML_UKH_(0, g->a + (m / ML_MR) * g->K * ML_MR + pc * ML_MR, 0);
+#undef ML_UKH_
+        }
+        if (epi) ml_gemm_epilogue(g, ic, ic + mc, jc + n_h, jc + n_g);
+    }
+#endif
+    if (gv) {
+        g->tail(g, ic, mc, pc, kc, jc + n_g, gv, bp + (n_g / ML_NR) * bps + n_g % ML_NR, load_c);
+        if (epi) ml_gemm_epilogue(g, ic, ic + mc, jc + n_g, jc + n_g + gv);
     }
 }
 
@@ -1008,13 +1100,16 @@ static void ml_sgemm_task(void* ctx, int64_t t, void* scratch) {
 #define ML_B_PACK_COST 8.0
 
 /* Estimated cost (multiply-adds) of a task of `rows` x `cols` of g: the micro-kernel's
- * columns (32-column tiles; a last group of <= 16 at one panel; with a packed A a tail
- * of <= 4 past the panels at its own width, as ml_gemm_block sums it), its rows in
+ * columns (32-column tiles; a last group of <= 16 at one panel; a tail of <= 4 past the
+ * panels (ml_gemm_tail_cols) at its own width, or <= 8 (half-width tiles) as 10), its rows in
  * whole MR panels, reading A's rows, packing its block of a run-time B. */
 static inline double ml_gemm_task_cost(const ml_gemm_args* g, int64_t rows, int64_t cols) {
     int64_t rem = cols % ML_NR, tail = 0;
-    if (!g->a_raw && rem <= ML_GEMV_NMAX) {
+    if (g->tail && !g->a_raw && rem <= ML_GEMV_NMAX) {
         tail = rem == 0 ? 0 : rem == 1 ? 1 : ML_GEMV_NMAX;
+        cols -= rem;
+    } else if (ML_HALF_TAIL && rem <= ML_HALF_TAIL && !g->ldc_blk) {
+        tail = rem == 0 ? 0 : 10; /* half-width tiles (conv_cost.py's HALF_COLS) */
         cols -= rem;
     }
     int64_t w = ML_NP * ML_NR, r = cols % w;

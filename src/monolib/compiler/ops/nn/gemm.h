@@ -779,9 +779,9 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
     int rem = (int)(nc % ML_NR);
     const int64_t cbs = g->ldc_blk ? g->ldc_blk : 16; /* C's column blocks (ml_store_tile_b) */
     /* The columns past the whole panels, after them (A's block is in L2 by then; before,
-     * the tail paid its trip from L3: 1000 x 512 x 161 1.54 -> 1.52 ms). On every column range: a thread's range
-     * that holds only such a tail sums it the same way, so any split gives the same
-     * result. 1-4 columns: ml_gemm_tail_cols where compiled, else (and 5-8) half-width
+     * the tail paid its trip from L3: 1000 x 512 x 161 1.54 -> 1.52 ms). On every column
+     * range: a thread's range that holds only such a tail sums it the same way, so any
+     * split gives the same result. 1-4 columns: ml_gemm_tail_cols where compiled, else (and 5-8) half-width
      * tiles; 9-15 a masked whole panel (8 + a tail of 1-4 measured no faster). */
     const int gv = g->tail && !g->a_raw && rem <= ML_GEMV_NMAX ? rem : 0;
     const int hr = ML_HALF_TAIL && !g->ldc_blk && bks == ML_NR && rem - gv <= ML_HALF_TAIL

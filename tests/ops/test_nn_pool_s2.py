@@ -76,8 +76,12 @@ def _runs(model: onnx.ModelProto, x: np.ndarray) -> list[list[np.ndarray]]:
     return runs
 
 
+# with AVX-512 rows of 16 or more (outputs 8 or more) run sixteen wide: column maxima
+# eight wide (27, 61, 21 columns) or sixteen (32, 48: rows on cache lines; any 2-row
+# window); 16 columns with 7 outputs stay eight wide
 @pytest.mark.parametrize("shape", [[1, 24, 27, 27], [2, 5, 13, 13], [1, 3, 14, 61],
-                                   [1, 4, 9, 8], [1, 6, 30, 21]])
+                                   [1, 4, 9, 8], [1, 6, 30, 21], [1, 5, 17, 32],
+                                   [2, 3, 11, 48], [1, 3, 16, 16]])
 def test_stride2_max_matches_ort_and_numpy(shape: list[int]) -> None:
     model = _model(shape)
     x = RNG.standard_normal(shape).astype(np.float32)
@@ -91,10 +95,12 @@ def test_stride2_max_matches_ort_and_numpy(shape: list[int]) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def test_stride2_max_nan_planes() -> None:
+@pytest.mark.parametrize("width", [27, 32])
+def test_stride2_max_nan_planes(width: int) -> None:
     """A NaN anywhere a window reads (first rows, the last row of a window, a column of
-    the overlapping last vector) sends its plane to the NaN-aware path: NumPy's max."""
-    shape = [1, 8, 27, 27]
+    the overlapping last vector) sends its plane to the NaN-aware path: NumPy's max
+    (column maxima eight and sixteen wide)."""
+    shape = [1, 8, 27, width]
     model = _model(shape)
     x = RNG.standard_normal(shape).astype(np.float32)
     for c, (r, w) in enumerate([(0, 0), (1, 5), (2, 26), (26, 20), (13, 22), (25, 1)]):

@@ -611,10 +611,141 @@ static inline __m256 ml_pool_s2_row8(const float* p, int64_t KW) {
     return m;
 }
 
+/* The column maxima of rows xr[0..nr) (W >= 8 floats each) into v, eight wide; the
+ * last two rows' unordered compares or'ed into bad (returned). */
+static inline __m256 ml_pool_s2_cols8(const float* xr, int64_t W, int64_t nr, float* v, __m256 bad) {
+    for (int64_t j = 0; j < W; j += 8) {
+        if (j + 8 > W) j = W - 8;
+        __m256 m = _mm256_loadu_ps(xr + j), t = m;
+        for (int64_t r = 1; r < nr - 1; ++r) {
+            t = _mm256_loadu_ps(xr + r * W + j);
+            m = _mm256_max_ps(t, m);
+        }
+        __m256 u = nr > 1 ? _mm256_loadu_ps(xr + (nr - 1) * W + j) : m;
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(t, u, _CMP_UNORD_Q));
+        _mm256_storeu_ps(v + j, _mm256_max_ps(u, m));
+    }
+    return bad;
+}
+
+/* The same with AVX-512 (gcc), sixteen columns a vector: planes at least 16 wide whose
+ * row buffer takes 16-wide output vectors (ml_pool_s2_len16). Half the instructions of
+ * the eight-wide path, each tap's sixteen outputs one two-source permute of two loads
+ * (in order: no lane fix). The max operands in the eight-wide path's order: the same
+ * bits, signed zeros included. 1 thread, SqueezeNet 1.1's pools in the model: see
+ * ml_pool2d_s2_16. */
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+typedef float ml_pv16 __attribute__((vector_size(64), aligned(4)));
+typedef int ml_pi16 __attribute__((vector_size(64)));
+#define ML_PMAX16(a, b) ((ml_pv16)__builtin_ia32_maxps512_mask((a), (b), (a), (unsigned short)-1, 4))
+#define ML_PEVEN16 ((ml_pi16){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30})
+#define ML_PODD16 ((ml_pi16){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})
+
+/* Row buffer floats the sixteen-wide path reads: 2 * OW rounded to 16, the taps, a
+ * vector past. */
+static inline int64_t ml_pool_s2_len16(const ml_pool2d_args* a) {
+    return 2 * ((a->OW + 15) & ~(int64_t)15) + a->KW + 32;
+}
+
+/* (OW >= 8: a row under sixteen wide spills into the rows after it, at most 8 past the
+ * next row's start: never past the plane) */
+static inline int ml_pool2d_s2_16(const ml_pool2d_args* a) {
+    return a->W >= 16 && a->OW >= 8 && 2 * ml_pool_s2_len16(a) <= ML_POOL_SEP_ROW;
+}
+
+/* Sixteen stride-2 window maxima of row buffer p (KW taps from p[2 ow]), in order. */
+static inline ml_pv16 ml_pool_s2_row16(const float* p, int64_t KW) {
+    ml_pv16 u = *(const ml_pv16*)p, w = *(const ml_pv16*)(p + 16);
+    ml_pv16 m = ML_PMAX16(__builtin_shuffle(u, w, ML_PODD16), __builtin_shuffle(u, w, ML_PEVEN16));
+    for (int64_t k = 2; k < KW; k += 2) {
+        u = *(const ml_pv16*)(p + k), w = *(const ml_pv16*)(p + k + 16);
+        m = ML_PMAX16(__builtin_shuffle(u, w, ML_PEVEN16), m);
+        if (k + 1 < KW) m = ML_PMAX16(__builtin_shuffle(u, w, ML_PODD16), m);
+    }
+    return m;
+}
+
+/* ml_pool_s2_cols8 sixteen wide (W >= 16); the compares' mask or'ed into bad. */
+static inline unsigned short ml_pool_s2_cols16(const float* xr, int64_t W, int64_t nr, float* v,
+                                               unsigned short bad) {
+    for (int64_t j = 0; j < W; j += 16) {
+        if (j + 16 > W) j = W - 16;
+        ml_pv16 m = *(const ml_pv16*)(xr + j), t = m;
+        for (int64_t r = 1; r < nr - 1; ++r) {
+            t = *(const ml_pv16*)(xr + r * W + j);
+            m = ML_PMAX16(t, m);
+        }
+        ml_pv16 u = nr > 1 ? *(const ml_pv16*)(xr + (nr - 1) * W + j) : m;
+        bad |= __builtin_ia32_cmpps512_mask(t, u, 3 /* unordered */, (unsigned short)-1, 4);
+        *(ml_pv16*)(v + j) = ML_PMAX16(u, m);
+    }
+    return bad;
+}
+
+/* ml_pool2d_s2 sixteen columns a vector (its comments hold); the column maxima sixteen
+ * (v16) or eight wide, a copy each. */
+static inline __attribute__((always_inline)) int ml_pool2d_s2_w16_(const ml_pool2d_args* a, const float* x,
+                                                                   float* y, float* vb, const int v16) {
+    const int64_t H = a->H, W = a->W, OW = a->OW, KH = a->KH, KW = a->KW;
+    const int64_t OWv = (OW + 15) & ~(int64_t)15, half = ML_POOL_SEP_ROW / 2;
+    __m256 bad8 = _mm256_setzero_ps();
+    unsigned short bad = 0;
+    int bads = 0;
+    int64_t seen = 0;
+    for (int64_t oh = 0; oh <= a->OH; ++oh) {
+        if (oh < a->OH) {
+            int64_t h0 = oh * a->SH - a->PT, r0 = h0 < 0 ? 0 : h0, r1 = h0 + KH > H ? H : h0 + KH;
+            const float* xr = x + r0 * W;
+            const int64_t nr = r1 - r0;
+            float* v = vb + (oh & 1) * half + a->PL;
+            for (int64_t r = seen > r0 ? seen : r0; r < r1 - 2; ++r) bads |= ml_pool_nan8(x + r * W, W);
+            seen = r1 > seen ? r1 : seen;
+            if (v16) bad = ml_pool_s2_cols16(xr, W, nr, v, bad);
+            else bad8 = ml_pool_s2_cols8(xr, W, nr, v, bad8);
+        }
+        if (oh == 0) continue;
+        const float* vr = vb + ((oh - 1) & 1) * half;
+        float* yr = y + (oh - 1) * OW;
+        for (int64_t ow = 0; ow < OWv; ow += 16) {
+            int64_t o = OW >= 16 && ow + 16 > OW ? OW - 16 : ow;
+            ml_pv16 m = KW == 3 ? ml_pool_s2_row16(vr + 2 * o, 3) : ml_pool_s2_row16(vr + 2 * o, KW);
+            if (o + 16 <= OW || oh < a->OH) *(ml_pv16*)(yr + o) = m;
+            else {
+                float t[16];
+                *(ml_pv16*)t = m;
+                for (int64_t i = 0; i < OW - o; ++i) yr[o + i] = t[i];
+            }
+        }
+    }
+    return !(bads || bad || _mm256_movemask_ps(bad8));
+}
+
+/* The column maxima sixteen wide where the rows start on cache lines or a window has
+ * two rows, else eight wide: measured (a sixteen-wide load of an unaligned row spans
+ * two lines; 128x55x55 3x3/2 68 us sixteen wide, 60 eight; 64x112x112 102 against 114;
+ * 256x56x56 2x2/2 105 against 134). */
+__attribute__((noinline)) static int ml_pool2d_s2_w16c8(const ml_pool2d_args* a, const float* x,
+                                                        float* y, float* vb) {
+    return ml_pool2d_s2_w16_(a, x, y, vb, 0);
+}
+__attribute__((noinline)) static int ml_pool2d_s2_w16c16(const ml_pool2d_args* a, const float* x,
+                                                         float* y, float* vb) {
+    return ml_pool2d_s2_w16_(a, x, y, vb, 1);
+}
+static inline int ml_pool2d_s2_w16(const ml_pool2d_args* a, const float* x, float* y, float* vb) {
+    return a->W % 16 == 0 || a->KH == 2 ? ml_pool2d_s2_w16c16(a, x, y, vb)
+                                        : ml_pool2d_s2_w16c8(a, x, y, vb);
+}
+#else
+static inline int ml_pool2d_s2_16(const ml_pool2d_args* a) { (void)a; return 0; }
+static inline int64_t ml_pool_s2_len16(const ml_pool2d_args* a) { (void)a; return 0; }
+#endif
+
 /* The row buffers' -inf columns (before PL and from PL + W), once a task: the planes
  * write only the columns between. Two buffers of ML_POOL_SEP_ROW / 2 floats. */
 static inline void ml_pool2d_s2_pad(const ml_pool2d_args* a, float* vb) {
-    const int64_t len = 2 * ((a->OW + 7) & ~(int64_t)7) + a->KW + 16;
+    const int64_t len = ml_pool2d_s2_16(a) ? ml_pool_s2_len16(a)
+                                           : 2 * ((a->OW + 7) & ~(int64_t)7) + a->KW + 16;
     for (float* b = vb; b < vb + ML_POOL_SEP_ROW; b += ML_POOL_SEP_ROW / 2) {
         for (int64_t c = 0; c < a->PL; ++c) b[c] = -INFINITY;
         for (int64_t c = a->PL + a->W; c < len; ++c) b[c] = -INFINITY;
@@ -642,17 +773,7 @@ static inline int ml_pool2d_s2(const ml_pool2d_args* a, const float* x, float* y
             seen = r1 > seen ? r1 : seen;
             /* the last vector overlaps the one before (W >= 8): same values stored twice,
              * no masked load or store (a masked store costs ~10x a plain one on some CPUs) */
-            for (int64_t j = 0; j < W; j += 8) {
-                if (j + 8 > W) j = W - 8;
-                __m256 m = _mm256_loadu_ps(xr + j), t = m;
-                for (int64_t r = 1; r < nr - 1; ++r) {
-                    t = _mm256_loadu_ps(xr + r * W + j);
-                    m = _mm256_max_ps(t, m);
-                }
-                __m256 u = nr > 1 ? _mm256_loadu_ps(xr + (nr - 1) * W + j) : m;
-                bad = _mm256_or_ps(bad, _mm256_cmp_ps(t, u, _CMP_UNORD_Q));
-                _mm256_storeu_ps(v + j, _mm256_max_ps(u, m));
-            }
+            bad = ml_pool_s2_cols8(xr, W, nr, v, bad);
         }
         if (oh == 0) continue;
         const float* vr = vb + ((oh - 1) & 1) * half;
@@ -680,10 +801,10 @@ static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
     const ml_pool2d_args* a = (const ml_pool2d_args*)ctx;
     (void)scratch;
     int64_t p0 = t * a->chunk, p1 = p0 + a->chunk < a->planes ? p0 + a->chunk : a->planes;
-    int sep = 0, flat = 0, s2 = 0;
+    int sep = 0, flat = 0, s2 = 0, s2w16 = 0;
     /* an average's column counts (the separable and direct paths), else the stride-2
      * max path's two row buffers */
-    float cw[ML_POOL_SEP_ROW];
+    float cw[ML_POOL_SEP_ROW] __attribute__((aligned(64)));
     const float* counts = 0;
     if (!a->is_max && ((a->OW + 7) & ~(int64_t)7) <= ML_POOL_SEP_ROW) {
         ml_pool2d_counts(a, cw);
@@ -695,6 +816,8 @@ static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
     flat = ml_pool2d_flat_ok(a);
     s2 = !flat && ml_pool2d_s2_ok(a);
     sep = !flat && !s2 && ml_pool2d_sep_ok(a);
+    s2w16 = s2 && ml_pool2d_s2_16(a);
+    (void)s2w16;
     if (s2) ml_pool2d_s2_pad(a, cw);
     if (flat) ml_pool2d_flat_tables(a, mask, rcp);
 #endif
@@ -704,6 +827,9 @@ static void ml_pool2d_task(void* ctx, int64_t t, void* scratch) {
         int done = 0, nan = 0;
 #if defined(__AVX__)
         if (flat) done = ml_pool2d_flat(a, x, y, mask, rcp);
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+        else if (s2 && s2w16) done = ml_pool2d_s2_w16(a, x, y, cw);
+#endif
         else if (s2) done = ml_pool2d_s2(a, x, y, cw);
         else if (sep) done = ml_pool2d_separable(a, x, y, cw);
         /* a flat, stride-2 or separable pass that did nothing met a NaN */

@@ -611,6 +611,19 @@ static inline __m256 ml_pool_s2_row8(const float* p, int64_t KW) {
     return m;
 }
 
+/* Output row oh's window rows: the first (returned) and their count (*nr); the rows not
+ * yet checked for NaN (*seen on) checked into *bads, but the window's last two, which
+ * the column pass compares as it reads them. */
+static inline const float* ml_pool_s2_window(const ml_pool2d_args* a, const float* x, int64_t oh,
+                                             int64_t* nr, int64_t* seen, int* bads) {
+    const int64_t h0 = oh * a->SH - a->PT, r0 = h0 < 0 ? 0 : h0;
+    const int64_t r1 = h0 + a->KH > a->H ? a->H : h0 + a->KH;
+    for (int64_t r = *seen > r0 ? *seen : r0; r < r1 - 2; ++r) *bads |= ml_pool_nan8(x + r * a->W, a->W);
+    *seen = r1 > *seen ? r1 : *seen;
+    *nr = r1 - r0;
+    return x + r0 * a->W;
+}
+
 /* The column maxima of rows xr[0..nr) (W >= 8 floats each) into v, eight wide; the
  * last two rows' unordered compares or'ed into bad (returned). */
 static inline __m256 ml_pool_s2_cols8(const float* xr, int64_t W, int64_t nr, float* v, __m256 bad) {
@@ -686,7 +699,7 @@ static inline unsigned short ml_pool_s2_cols16(const float* xr, int64_t W, int64
  * (v16) or eight wide, a copy each. */
 static inline __attribute__((always_inline)) int ml_pool2d_s2_w16_(const ml_pool2d_args* a, const float* x,
                                                                    float* y, float* vb, const int v16) {
-    const int64_t H = a->H, W = a->W, OW = a->OW, KH = a->KH, KW = a->KW;
+    const int64_t W = a->W, OW = a->OW, KW = a->KW;
     const int64_t OWv = (OW + 15) & ~(int64_t)15, half = ML_POOL_SEP_ROW / 2;
     __m256 bad8 = _mm256_setzero_ps();
     unsigned short bad = 0;
@@ -694,12 +707,9 @@ static inline __attribute__((always_inline)) int ml_pool2d_s2_w16_(const ml_pool
     int64_t seen = 0;
     for (int64_t oh = 0; oh <= a->OH; ++oh) {
         if (oh < a->OH) {
-            int64_t h0 = oh * a->SH - a->PT, r0 = h0 < 0 ? 0 : h0, r1 = h0 + KH > H ? H : h0 + KH;
-            const float* xr = x + r0 * W;
-            const int64_t nr = r1 - r0;
+            int64_t nr;
+            const float* xr = ml_pool_s2_window(a, x, oh, &nr, &seen, &bads);
             float* v = vb + (oh & 1) * half + a->PL;
-            for (int64_t r = seen > r0 ? seen : r0; r < r1 - 2; ++r) bads |= ml_pool_nan8(x + r * W, W);
-            seen = r1 > seen ? r1 : seen;
             if (v16) bad = ml_pool_s2_cols16(xr, W, nr, v, bad);
             else bad8 = ml_pool_s2_cols8(xr, W, nr, v, bad8);
         }
@@ -753,7 +763,7 @@ static inline void ml_pool2d_s2_pad(const ml_pool2d_args* a, float* vb) {
 }
 
 static inline int ml_pool2d_s2(const ml_pool2d_args* a, const float* x, float* y, float* vb) {
-    const int64_t H = a->H, W = a->W, OW = a->OW, KH = a->KH, KW = a->KW;
+    const int64_t W = a->W, OW = a->OW, KW = a->KW;
     const int64_t OWv = (OW + 7) & ~(int64_t)7, half = ML_POOL_SEP_ROW / 2;
     __m256 bad = _mm256_setzero_ps();
     int bads = 0;
@@ -763,14 +773,9 @@ static inline int ml_pool2d_s2(const ml_pool2d_args* a, const float* x, float* y
      * rows: 256x26x26 44 -> 35 us, 512x27x27 96 -> 77, 256x13x13 24 -> 16) */
     for (int64_t oh = 0; oh <= a->OH; ++oh) {
         if (oh < a->OH) {
-            int64_t h0 = oh * a->SH - a->PT, r0 = h0 < 0 ? 0 : h0, r1 = h0 + KH > H ? H : h0 + KH;
-            const float* xr = x + r0 * W;
-            const int64_t nr = r1 - r0;
+            int64_t nr;
+            const float* xr = ml_pool_s2_window(a, x, oh, &nr, &seen, &bads);
             float* v = vb + (oh & 1) * half + a->PL;
-            /* the window's last two rows are checked as they are read (one unordered
-             * compare of the two); rows new to it above them (the first window's) apart */
-            for (int64_t r = seen > r0 ? seen : r0; r < r1 - 2; ++r) bads |= ml_pool_nan8(x + r * W, W);
-            seen = r1 > seen ? r1 : seen;
             /* the last vector overlaps the one before (W >= 8): same values stored twice,
              * no masked load or store (a masked store costs ~10x a plain one on some CPUs) */
             bad = ml_pool_s2_cols8(xr, W, nr, v, bad);

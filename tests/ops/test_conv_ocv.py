@@ -246,6 +246,31 @@ def test_rule_picks_it_where_it_measures_faster() -> None:
     assert times["direct_ocv"] <= 1.1 * times["gemm"], times
 
 
+def test_rule_compares_it_on_small_strided_pointwise_convs() -> None:
+    """1x1/2 convs of few channels (a RegNet shortcut): the rule compares direct_ocv and
+    picks it for 32 -> 32 at 56 x 56, which measures faster than the implicit GEMM
+    (41 vs 48 us alone on Zen 4; 10% allowed for a shared machine's
+    noise); not past 32 inputs or 128 outputs, where its model ranks it first though it
+    ran slower (32 -> 160 at 28 x 28: 39 vs 30 us), nor at stride 1 (the GEMM reads B in
+    place there)."""
+    from monolib.compiler.tuning.measure import measure
+
+    def pick(c: int, m: int, hw: int, stride: int):
+        node = make_node("Conv", [r(1, c, hw, hw), r(m, c, 1, 1)], {"strides": [stride] * 2},
+                         const=[1])
+        d = as_2d([hw, hw], conv_geometry(node))
+        return node, d, conv_candidates(node, d, 1, False)
+
+    node, d, (sig, _, rule) = pick(32, 64, 56, 2)
+    assert "direct_ocv" in conv.rule_costs(node, d, 1) and rule == Candidate("direct_ocv")
+    times = measure(sig, [Candidate("direct_ocv"), Candidate("gemm")], repeats=15,
+                    budget_s=2.0)
+    assert times["direct_ocv"] <= 1.1 * times["gemm"], times
+    for c, m, stride in ((64, 64, 2), (32, 160, 2), (32, 64, 1)):
+        node, d, _ = pick(c, m, 28, stride)
+        assert "direct_ocv" not in conv.rule_costs(node, d, 1), (c, m, stride)
+
+
 def test_batch_of_short_signals_weighs_it_against_the_fold() -> None:
     """32 frames of a 4-sample signal, 64 -> 64 3-tap (silero's encoder convs): the rule
     compares direct_ocv with the one folded GEMM (measured 12 vs 50 us on Zen 4) and picks

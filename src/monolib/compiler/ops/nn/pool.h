@@ -660,8 +660,7 @@ static inline int64_t ml_pool_s2_len16(const ml_pool2d_args* a) {
     return 2 * ((a->OW + 15) & ~(int64_t)15) + a->KW + 32;
 }
 
-/* (OW >= 8: a row under sixteen wide spills into the rows after it, at most 8 past the
- * next row's start: never past the plane) */
+/* (OW >= 8: narrower rows are the eight-wide path's) */
 static inline int ml_pool2d_s2_16(const ml_pool2d_args* a) {
     return a->W >= 16 && a->OW >= 8 && 2 * ml_pool_s2_len16(a) <= ML_POOL_SEP_ROW;
 }
@@ -719,7 +718,7 @@ static inline __attribute__((always_inline)) int ml_pool2d_s2_w16_(const ml_pool
         for (int64_t ow = 0; ow < OWv; ow += 16) {
             int64_t o = OW >= 16 && ow + 16 > OW ? OW - 16 : ow;
             ml_pv16 m = KW == 3 ? ml_pool_s2_row16(vr + 2 * o, 3) : ml_pool_s2_row16(vr + 2 * o, KW);
-            if (o + 16 <= OW || oh < a->OH) *(ml_pv16*)(yr + o) = m;
+            if (o + 16 <= OW || (oh - 1) * OW + o + 16 <= a->OH * OW) *(ml_pv16*)(yr + o) = m;
             else {
                 float t[16];
                 *(ml_pv16*)t = m;
@@ -787,9 +786,11 @@ static inline int ml_pool2d_s2(const ml_pool2d_args* a, const float* x, float* y
             int64_t o = OW >= 8 && ow + 8 > OW ? OW - 8 : ow;
             __m256 m = KW == 3 ? ml_pool_s2_row8(vr + 2 * o, 3) : ml_pool_s2_row8(vr + 2 * o, KW);
             m = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m), 0xD8));
-            /* a row under eight wide spills into the next row, written after it; the
-             * plane's last row does not leave the plane */
-            if (o + 8 <= OW || oh < a->OH) _mm256_storeu_ps(yr + o, m);
+            /* a row under eight wide spills into the rows after it, written after it, but
+             * never past the plane: the next plane may be another thread's, written
+             * already (outputs 1-3 wide: 2x8 windows on 8 columns raced at 2 threads),
+             * and the last plane's spill would leave the tensor */
+            if (o + 8 <= OW || (oh - 1) * OW + o + 8 <= a->OH * OW) _mm256_storeu_ps(yr + o, m);
             else {
                 float t[8];
                 _mm256_storeu_ps(t, m);

@@ -603,11 +603,11 @@ ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a
                       bias_n);
 }
 
-/* Half-width tiles (AVX-512 only): the last 1-8 columns past the whole panels as MR x 8
+/* Half-width tiles (AVX-512 only): the last 1-8 columns past the whole panels as 2*MR x 8
  * tiles of 256-bit vectors, not a 16-lane tile mostly masked off. Zen 4 issues two
- * 256-bit FMAs a cycle against one 512-bit: a 13x13 map's 9-column tail (169 = 10*16
- * + 9) cost a whole panel, 4% of a 512 -> 1000 1x1 conv. The sums run in the
- * micro-kernel's order (one FMA chain per element over k): the same bits. */
+ * 256-bit FMAs a cycle against one 512-bit: 1000 x 512 x 8 154 -> 88 us (6 x 8 tiles:
+ * 122, their six FMA chains short of the latency). The sums run in the micro-kernel's
+ * order (one FMA chain per element over k): the same bits. */
 #if defined(__AVX512F__) && defined(__AVX512VL__) && ML_VW == 16 && defined(__GNUC__) && \
     (!defined(ML_HALF_TAIL) || ML_HALF_TAIL) /* a build may set 0 (tests compare the bits) */
 #undef ML_HALF_TAIL
@@ -781,8 +781,9 @@ static inline void ml_gemm_block_s(const ml_gemm_args* g, int64_t ic, int64_t mc
     /* The columns past the whole panels, after them (A's block is in L2 by then; before,
      * the tail paid its trip from L3: 1000 x 512 x 161 1.54 -> 1.52 ms). On every column
      * range: a thread's range that holds only such a tail sums it the same way, so any
-     * split gives the same result. 1-4 columns: ml_gemm_tail_cols where compiled, else (and 5-8) half-width
-     * tiles; 9-15 a masked whole panel (8 + a tail of 1-4 measured no faster). */
+     * split gives the same result. 1-4 columns: ml_gemm_tail_cols where compiled, else
+     * (and 5-8) half-width tiles; 9-15 a masked whole panel (8 + a tail of 1-4 measured
+     * no faster). */
     const int gv = g->tail && !g->a_raw && rem <= ML_GEMV_NMAX ? rem : 0;
     const int hr = ML_HALF_TAIL && !g->ldc_blk && bks == ML_NR && rem - gv <= ML_HALF_TAIL
                        ? rem - gv

@@ -645,8 +645,7 @@ static inline __m256 ml_pool_s2_cols8(const float* xr, int64_t W, int64_t nr, fl
  * row buffer takes 16-wide output vectors (ml_pool_s2_len16). Half the instructions of
  * the eight-wide path, each tap's sixteen outputs one two-source permute of two loads
  * (in order: no lane fix). The max operands in the eight-wide path's order: the same
- * bits, signed zeros included. 1 thread, SqueezeNet 1.1's pools in the model: see
- * ml_pool2d_s2_16. */
+ * bits, signed zeros included. Timings: ml_pool2d_s2_w16. */
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 typedef float ml_pv16 __attribute__((vector_size(64), aligned(4)));
 typedef int ml_pi16 __attribute__((vector_size(64)));

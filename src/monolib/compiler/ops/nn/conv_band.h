@@ -72,7 +72,7 @@ static void ml_band_task(void* ctx, int64_t t, void* scratch) {
     float* bbuf = dout + j->out_floats;
     float* dws = bbuf + j->bbuf_floats;
     ml_dw_job d = j->dw;
-    if (b->a) d.x = mid, d.xs = ld;
+    if (b->a) d.x = d.xlo = mid, d.xs = ld, d.xhi = mid + C * ld;
     if (b->q) d.y = dout, d.ys = lo, d.epi_out = dout, d.epi_b = 0;
     ml_gemm_args ga = ml_gemm_defaults(C, 0, b->K, b->a, 0);
     ga.b.kind = ML_B_STRIDED, ga.b.ldk = b->H * W, ga.b.ldn = 1;
@@ -146,6 +146,7 @@ static void ml_band_job_init(ml_band_job* j, const ml_band_args* b) {
                    ml_dw_block_rows(b->OH, b->OW, b->KH, b->SH, b->SW), b->KH, b->KH, b->SH,
                    b->SW, 1, 1, b->x, b->dw_w, b->dw_bias, b->y, b->dw_epi, b->epi_out,
                    b->units, b->H * b->W, 0, 0, 0, b->OH, b->OH * b->OW, 0};
+    d.xlo = b->x, d.xhi = b->x + b->C * b->H * b->W; /* the image */
     j->dw = d;
     j->tasks = 1;
     ml_band_parts(b, &j->mid_floats, &j->out_floats, &j->bbuf_floats);

@@ -17,14 +17,15 @@
 #include <string.h>
 
 /* ---- depthwise convolution (ml_dwconv2d) ----
- * Fast path (3x3 and 5x5, strides 1 and 2, no dilation, pads up to 4): a block of a
- * channel's input rows is copied zero-padded into scratch (a few KiB, stays in L1), then
- * tiles of R output rows x V vectors (R*V >= 8 sums hide the FMA latency) sweep it, the
- * taps broadcast from the weights. Stride 2 along W loads two vectors and de-interleaves
- * them with one in-lane shuffle per tap (vshufps on AVX), which leaves a vector's outputs
- * in a fixed permuted order: one shuffle per sum puts them back before the store. Each
- * shape is its own entry point (ml_dw_units_<K>_<SH><SW>), so a model compiles only
- * the unrolled kernels it uses. Other shapes (ml_dw_units_any): each input row is copied
+ * Fast path (3x3 and 5x5, strides 1 and 2, no dilation, pads up to 4): tiles of R output
+ * rows x V vectors (R*V >= 8 sums hide the FMA latency) sweep a channel's input rows in
+ * place, the taps broadcast from the weights; a tile whose window reaches a left or right
+ * pad zeroes the lanes that read it, and rows of the top and bottom pads are zero rows in
+ * scratch. Stride 2 along W loads two vectors and de-interleaves them with one in-lane
+ * shuffle per tap (vshufps on AVX), which leaves a vector's outputs in a fixed permuted
+ * order: one shuffle per sum puts them back before the store. Each shape is its own entry
+ * point (ml_dw_units_<K>_<SH><SW>), so a model compiles only the unrolled kernels it
+ * uses. Other shapes (ml_dw_units_any): each input row is copied
  * into a zero-padded, phase-split row (ml_dw_fill_row_k) and one output vector at a time
  * is summed with run-time loops. */
 #define ML_DW_R 4        /* output rows per fast tile */
@@ -43,14 +44,17 @@
 #define ML_DW_EVEN_IDX 0, 2, 4, 6
 #define ML_DW_ODD_IDX 1, 3, 5, 7
 #define ML_DW_FIX_IDX 0, 1, 2, 3
+#define ML_DW_IOTA 0, 1, 2, 3
 #elif ML_VW == 8
 #define ML_DW_EVEN_IDX 0, 2, 8, 10, 4, 6, 12, 14
 #define ML_DW_ODD_IDX 1, 3, 9, 11, 5, 7, 13, 15
 #define ML_DW_FIX_IDX 0, 1, 4, 5, 2, 3, 6, 7
+#define ML_DW_IOTA 0, 1, 2, 3, 4, 5, 6, 7
 #elif ML_VW == 16
 #define ML_DW_EVEN_IDX 0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30
 #define ML_DW_ODD_IDX 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31
 #define ML_DW_FIX_IDX 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15
+#define ML_DW_IOTA 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
 #endif
 #define ML_DW_SHUF2(a, b, ...) ML_GSHUF(a, b, __VA_ARGS__) /* gemm.h's */
 /* expands the index list first, then passes it on as several arguments */
@@ -90,16 +94,20 @@ struct ml_dw_job {
     int64_t ys, yr0;
     /* ml_dwconv2d: images (0 or 1: one), and the floats between them in x and y */
     int64_t nimg, x_img, y_img;
+    /* the input that may be read, around x's rows (the fast path reads a few floats past
+     * a row's ends); both 0: none, every row is copied */
+    const float *xlo, *xhi;
 };
 
-/* R x V vectors of outputs: output rows yr[0..R-1], columns yo.. . `in` is padded column
- * yo*SW of the tile's first input row, rows rs floats apart (output row r reads rows
- * r*SH + ky). Each input vector is multiplied into every output row whose window holds
- * it, by a broadcast tap. Constant shapes: gcc unrolls all of it (the pragmas: at -O2
- * too, where the sums would otherwise stay in memory, 3-4x slower). */
+/* R x V vectors of outputs: output rows yr[0..R-1], columns yo.. . Input row i of the
+ * tile (output row r reads rows r*SH + ky) is rp[i], read from column off (the window
+ * of output column yo starts there; negative: a padded row's left pad). Each input vector
+ * is multiplied into every output row whose window holds it, by a broadcast tap. Constant
+ * shapes: gcc unrolls all of it (the pragmas: at -O2 too, where the sums would otherwise
+ * stay in memory, 3-4x slower). */
 ML_INLINE void ml_dw_tile(const int K, const int SH, const int SW, const int R, const int V,
-                          const float* restrict in, int64_t rs, const float* restrict w,
-                          float b, float* const* yr, int64_t yo) {
+                          const int edge, const float* const* rp, int64_t off, int64_t W,
+                          const float* restrict w, float b, float* const* yr, int64_t yo) {
     ml_vf acc[ML_DW_R][ML_DW_V];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
@@ -119,7 +127,7 @@ ML_INLINE void ml_dw_tile(const int K, const int SH, const int SW, const int R, 
             ml_vf x[ML_DW_V];
 #pragma GCC unroll 4
             for (int v = 0; v < V; ++v) {
-                const float* p = in + i * rs + v * SW * ML_VW;
+                const float* p = rp[i] + off + v * SW * ML_VW;
                 if (SW == 1) {
                     x[v] = *(const ml_vf*)(p + kx);
                     ML_DW_KEEP(x[v]);
@@ -128,6 +136,12 @@ ML_INLINE void ml_dw_tile(const int K, const int SH, const int SW, const int R, 
                     ml_vf lo = *(const ml_vf*)q, hi = *(const ml_vf*)(q + ML_VW);
                     x[v] = kx & 1 ? ML_DW_SHUF2_(lo, hi, ML_DW_ODD_IDX)
                                   : ML_DW_SHUF2_(lo, hi, ML_DW_EVEN_IDX);
+                }
+                if (edge) { /* lanes whose column is a pad (read from the rows around) */
+                    ml_vi col = SW == 1 ? (ml_vi){ML_DW_IOTA} + (int32_t)(off + v * ML_VW + kx)
+                                : (kx & 1 ? (ml_vi){ML_DW_ODD_IDX} : (ml_vi){ML_DW_EVEN_IDX}) +
+                                      (int32_t)(off + v * 2 * ML_VW + (kx & ~1));
+                    x[v] = (ml_vf)((ml_vi)x[v] & ((col >= 0) & (col < (int32_t)W)));
                 }
             }
 #pragma GCC unroll 4
@@ -148,72 +162,117 @@ ML_INLINE void ml_dw_tile(const int K, const int SH, const int SW, const int R, 
                 SW == 1 ? acc[r][v] : ML_DW_SHUF2_(acc[r][v], acc[r][v], ML_DW_FIX_IDX);
 }
 
-/* R whole output rows yr (OW columns) from padded rows `in` (rs apart): V-vector tiles,
- * then single vectors, the last one ending at OW (overlapping the one before: values are
- * only stored, so computing some twice is harmless); an output row narrower than a vector
- * goes through tr (R rows of ML_VW floats). One call site per tile width keeps the
- * code small. */
+/* The last input column (from the window's first, 0) that a tile of nv vectors reads:
+ * stride 1 loads a vector at each tap; stride 2 a pair at each even tap. */
+static inline int64_t ml_dw_tile_span(int K, int SW, int nv) {
+    return SW == 1 ? (int64_t)nv * ML_VW + K - 2 : 2 * (int64_t)nv * ML_VW + ((K - 1) & ~1) - 1;
+}
+
+/* Whether the tile (o, nv) reads only columns 0..W-1 of an unpadded row. */
+static inline int ml_dw_tile_inside(int K, int SW, int64_t PL, int64_t W, int64_t o, int nv) {
+    return o * SW >= PL && o * SW - PL + ml_dw_tile_span(K, SW, nv) < W;
+}
+
+/* Whether the fast path reads a K x K window's input rows in place (else it pads every
+ * row into scratch, and no lane needs a mask). 3x3 only: at stride 1 and 2, 0.55-0.7x the
+ * time of padded copies over 60 convs of PP-OCR, PP-LCNet, MobileNets and ShuffleNets;
+ * 5x5 convs of 7-50-wide rows ran up to 1.4x slower in place (Zen 4): every tile of such
+ * a row reaches a pad, and 10 masks a row cost more than the copy. */
+#define ML_DW_IN_PLACE(K) ((K) == 3)
+
+/* The tiles of an output row of OW columns, left to right: (o, nv) is nv vectors of
+ * outputs from column o. Tiles of V vectors, then single vectors, the last moved back to
+ * end at OW (overlapping the one before: values are only stored, so computing some twice
+ * is harmless). Returns 0 past the last; start with *nv = 0. (Single vectors wherever a
+ * tile reads a pad ran 5x5 convs of 40-wide rows 1.6x slower: 4 sums a tile do not hide
+ * the FMA latency.) */
+static inline int ml_dw_next_tile(int64_t OW, int V, int64_t* o, int* nv) {
+    int64_t n = *nv ? *o + *nv * ML_VW : 0, end = OW > ML_VW ? OW : ML_VW;
+    if (n >= end) return 0;
+    *nv = n + V * ML_VW <= OW ? V : 1;
+    *o = *nv == 1 && n + ML_VW > end ? end - ML_VW : n;
+    return 1;
+}
+
+/* R whole output rows yr (OW columns) from input rows rp (see ml_dw_tile): the tiles
+ * whose windows leave the image's columns (its pads) zero the lanes that read them. An
+ * output row narrower than a vector goes through tr (R rows of ML_VW floats). One call
+ * site per tile width keeps the code small. */
 ML_INLINE void ml_dw_rows(const int K, const int SH, const int SW, const int R, const int V,
-                          const float* restrict in, int64_t rs, int64_t OW,
+                          const float* const* rp, int64_t W, int64_t PL, int64_t OW,
                           const float* restrict w, float b, float* const* yr,
                           float* const* tr) {
-    int64_t ow = 0;
-    for (; ow + V * ML_VW <= OW; ow += V * ML_VW)
-        ml_dw_tile(K, SH, SW, R, V, in + ow * SW, rs, w, b, yr, ow);
-    int64_t end = OW > ML_VW ? OW : ML_VW; /* single vectors up to end, the last moved back */
-    for (; ow < end; ow += ML_VW) {
-        int64_t o = ow + ML_VW <= end ? ow : end - ML_VW;
-        ml_dw_tile(K, SH, SW, R, 1, in + o * SW, rs, w, b, OW < ML_VW ? tr : yr, o);
+    int64_t o = 0;
+    int nv = 0;
+    while (ml_dw_next_tile(OW, V, &o, &nv)) {
+        int64_t off = o * SW - PL;
+        int in = !ML_DW_IN_PLACE(K) || ml_dw_tile_inside(K, SW, PL, W, o, nv);
+        float* const* out = OW < ML_VW ? tr : yr;
+        if (nv == V && in) ml_dw_tile(K, SH, SW, R, V, 0, rp, off, W, w, b, yr, o);
+        else if (nv == V) ml_dw_tile(K, SH, SW, R, V, 1, rp, off, W, w, b, yr, o);
+        else if (in) ml_dw_tile(K, SH, SW, R, 1, 0, rp, off, W, w, b, out, o);
+        else ml_dw_tile(K, SH, SW, R, 1, 1, rp, off, W, w, b, out, o);
     }
     if (OW < ML_VW)
         for (int r = 0; r < R; ++r)
             for (int64_t i = 0; i < OW; ++i) yr[r][i] = tr[r][i];
 }
 
-/* Padded input row ih of x (H x W) at d (Wq floats): PL zeros, the row, zeros; all zeros
- * when ih is outside 0..H-1. Vector moves, the loops unrolled by hand or with a test
- * inside, so that gcc does not make memset/memcpy calls of short rows. */
-static inline void ml_dw_pad_row(const float* restrict x, int64_t H, int64_t W, int64_t ih,
-                                 int64_t PL, int64_t Wq, float* restrict d) {
-    const ml_vf z = {0};
-    if (ih < 0 || ih >= H) {
-        memset(d, 0, sizeof(float) * (size_t)Wq);
+/* How far the tiles of a row read past its ends (floats before column 0, after W - 1):
+ * a row read in place needs that much of the input around it (ml_dw_band). */
+static inline void ml_dw_overreach(int K, int SW, int V, int64_t W, int64_t PL, int64_t OW,
+                                   int64_t* before, int64_t* after) {
+    int64_t o = 0;
+    int nv = 0;
+    *before = 0, *after = 0;
+    while (ml_dw_next_tile(OW, V, &o, &nv)) {
+        *before = ML_DW_MAX(*before, PL - o * SW);
+        *after = ML_DW_MAX(*after, o * SW - PL + ml_dw_tile_span(K, SW, nv) - (W - 1));
+    }
+}
+
+/* Floats s[0..n) to d (n > 0): whole vectors, the last moved back; under a vector,
+ * one at a time. Two vectors a step through temporaries: a plain loop of moves becomes
+ * a memmove call, which costs more than these short runs (a third of the conv). */
+static inline void ml_dw_copy(const float* restrict s, int64_t n, float* restrict d) {
+    if (n < ML_VW) {
+        for (int64_t k = 0; k < n; ++k) d[k] = s[k];
         return;
     }
-    const float* s = x + ih * W;
-    int64_t n = ML_MIN(W, Wq - PL), q = 0; /* d[PL + q] = s[q] for q < n */
-    *(ml_vf*)d = z;
-    float* o = d + PL;
-    for (; q + 4 * ML_VW <= n; q += 4 * ML_VW) {
+    int64_t q = 0;
+    for (; q + 2 * ML_VW <= n; q += 2 * ML_VW) {
         ml_vf a0 = *(const ml_vf*)(s + q), a1 = *(const ml_vf*)(s + q + ML_VW);
-        ml_vf a2 = *(const ml_vf*)(s + q + 2 * ML_VW), a3 = *(const ml_vf*)(s + q + 3 * ML_VW);
-        *(ml_vf*)(o + q) = a0, *(ml_vf*)(o + q + ML_VW) = a1;
-        *(ml_vf*)(o + q + 2 * ML_VW) = a2, *(ml_vf*)(o + q + 3 * ML_VW) = a3;
+        *(ml_vf*)(d + q) = a0, *(ml_vf*)(d + q + ML_VW) = a1;
     }
-    if (n >= ML_VW) {
-        for (int k = 0; k < 3; ++k)
-            if (q + (k + 1) * ML_VW < n)
-                *(ml_vf*)(o + q + k * ML_VW) = *(const ml_vf*)(s + q + k * ML_VW);
-        if (q < n) *(ml_vf*)(o + n - ML_VW) = *(const ml_vf*)(s + n - ML_VW);
-    } else {
-        for (int k = 0; k < ML_VW; ++k)
-            if (k < n) o[k] = s[k];
-    }
-    /* zeros from PL + n to Wq, whose slack past the windows is at most a few vectors */
-    for (int64_t t = PL + n; t < Wq; t += ML_VW) *(ml_vf*)(d + ML_MIN(t, Wq - ML_VW)) = z;
+    if (q + ML_VW < n) *(ml_vf*)(d + q) = *(const ml_vf*)(s + q);
+    if (q < n) *(ml_vf*)(d + n - ML_VW) = *(const ml_vf*)(s + n - ML_VW);
+}
+
+/* Input row ih of x (H x W) padded into d (Wq floats: PL zeros, the row, zeros): zeros
+ * first (whole vectors, the last moved back), then the row over them. */
+static inline void ml_dw_pad_row(const float* restrict x, int64_t W, int64_t ih, int64_t PL,
+                                 int64_t Wq, float* restrict d) {
+    const ml_vf z = {0};
+    for (int64_t t = 0; t < Wq; t += ML_VW) *(ml_vf*)(d + ML_MIN(t, Wq - ML_VW)) = z;
+    ml_dw_copy(x + ih * W, ML_MIN(W, Wq - PL), d + PL);
 }
 
 /* Output rows oh0..oh1-1 of channel c on the fast path (R <= ML_DW_R rows per tile), in
- * blocks of up to j->blk rows: the block's input rows are padded into scratch (rows Wq
- * apart), then swept R rows at a time. A block's short last group is moved up to end with the block (recomputing rows
- * of the group before, whose epilogue then runs again on the fresh values); a band
- * shorter than R writes the rows past it to a junk row. The epilogue runs on the rows just
- * written, every ML_DW_EPI_FLOATS outputs. Scratch: the padded block, the junk row, R tmp
- * rows. */
+ * blocks of up to j->blk rows. The tiles read the input rows in place (the lanes of a
+ * pad zeroed: ml_dw_rows), except rows outside the image, zero rows in scratch, and rows
+ * whose reads past their ends (ml_dw_overreach) would leave the input (j->xlo..xhi: the
+ * first and last rows of the tensor), padded into scratch (rows Wq apart). Copying every
+ * row first cost as much as the taps: 32@120x160 3x3/2 117 -> 77 us, 16@120x160 3x3/1
+ * 83 -> 57 (Zen 4); copying only the pads' columns measured no better (a store read
+ * soon after waits for it). A block's short last group is moved up to end with the
+ * block (recomputing rows of the group before, whose epilogue then runs again on the
+ * fresh values); a band shorter than R writes the rows past it to a junk row. The
+ * epilogue runs on the rows just written, every ML_DW_EPI_FLOATS outputs. Scratch: the
+ * padded block, the junk row, R tmp rows. */
 ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const int R,
                           const ml_dw_job* j, int64_t c, int64_t oh0, int64_t oh1,
                           float* restrict scratch) {
-    const int64_t OW = j->OW, Wq = j->Wq;
+    const int64_t OW = j->OW, Wq = j->Wq, W = j->W, PL = j->PL, H = j->H - j->r0;
     float* plane = scratch;
     float* junk = plane + ((ML_DW_MAX(j->blk, R) - 1) * SH + K) * Wq;
     float* tr[ML_DW_R];
@@ -223,18 +282,35 @@ ML_INLINE void ml_dw_band(const int K, const int SH, const int SW, const int R,
     float b = j->bias ? j->bias[c] : 0.0f;
     float* y = j->y + c * j->ys; /* row oh at y + (oh - yr0) * OW */
     float* yr[ML_DW_R];
+    const float* rp[(ML_DW_R - 1) * 2 + 5];
+    int64_t before, after;
+    ml_dw_overreach(K, SW, ML_DW_V, W, PL, OW, &before, &after);
+    /* the rows ih with lo_ok <= ih < hi_ok are read in place: floats x0 before row 0
+     * and x1 from it may be read */
+    int64_t lo_ok = 0, hi_ok = 0;
+    if (ML_DW_IN_PLACE(K) && j->xlo && j->xhi) {
+        const int64_t x0 = x - j->xlo, x1 = j->xhi - x;
+        lo_ok = before > x0 ? (before - x0 + W - 1) / W : 0;
+        hi_ok = ML_MIN(H, (x1 - after) / W);
+    }
     int64_t nblk = (oh1 - oh0 + j->blk - 1) / j->blk, e0 = oh0;
     for (int64_t k = 0; k < nblk; ++k) {
         /* blocks of nearly equal size: each has at least R rows when the band has */
         int64_t ob = oh0 + (oh1 - oh0) * k / nblk, oe = oh0 + (oh1 - oh0) * (k + 1) / nblk;
         int64_t lo = ob * SH - j->PT, rows = (ML_DW_MAX(oe - ob, R) - 1) * SH + K;
-        for (int64_t i = 0; i < rows; ++i)
-            ml_dw_pad_row(x, j->H - j->r0, j->W, lo + i - j->r0, j->PL, Wq, plane + i * Wq);
+        for (int64_t i = 0; i < rows; ++i) {
+            int64_t ih = lo + i - j->r0;
+            if (ih < 0 || ih >= H) memset(plane + i * Wq, 0, sizeof(float) * (size_t)Wq);
+            else if (ih < lo_ok || ih >= hi_ok) ml_dw_pad_row(x, W, ih, PL, Wq, plane + i * Wq);
+        }
         for (int64_t oh = ob; oh < oe;) {
             int64_t g = oh + R > oe && oe - ob >= R ? oe - R : oh;
             for (int r = 0; r < R; ++r) yr[r] = g + r < oe ? y + (g + r - j->yr0) * OW : junk;
-            ml_dw_rows(K, SH, SW, R, ML_DW_V, plane + (g - ob) * SH * Wq, Wq, OW, w, b,
-                       yr, tr);
+            for (int i = 0; i < (R - 1) * SH + K; ++i) {
+                int64_t ib = (g - ob) * SH + i, ih = lo + ib - j->r0;
+                rp[i] = ih >= lo_ok && ih < hi_ok ? x + ih * W : plane + ib * Wq + PL;
+            }
+            ml_dw_rows(K, SH, SW, R, ML_DW_V, rp, W, PL, OW, w, b, yr, tr);
             if (g < e0) e0 = g;
             oh = ML_MIN(g + R, oe);
             if (j->epi && ((oh - e0) * OW >= ML_DW_EPI_FLOATS || oh == oh1)) {
@@ -421,7 +497,8 @@ ML_UNUSED static void ml_dwconv2d(int64_t nimg, int64_t C, int64_t H, int64_t W,
                    ML_MIN(hp, (KH - 1) * DH + 1), OH, 1, C, epi_b,
                    fast ? ml_dw_block_rows(OH, OW, KW, SH, SW) : 0, KH, KW, SH, SW, DH, DW,
                    x, w, bias, y, epi, epi_out, fast ? units : ml_dw_units_any, H * W, 0, 0,
-                   0, OH, OH * OW, 0, nimg, C * H * W, C * OH * OW};
+                   0, OH, OH * OW, 0, nimg, C * H * W, C * OH * OW, x,
+                   x + nimg * C * H * W};
 #ifdef MONOLIB_THREADPOOL_H
     int64_t want = (int64_t)ml_num_threads() * 4;
     if (nimg * C < want) { /* few channels: bands of at least 8 output rows as well */

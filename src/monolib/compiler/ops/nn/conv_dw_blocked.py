@@ -100,6 +100,22 @@ def pack_dw_weights(w: np.ndarray) -> np.ndarray:
 # out; both: per output float through the fused epilogue (the same on both, for the fit).
 _W_TAP = {"fast1": 0.29, "fast2": 0.44, "any": 1.87}
 _W_PAD = 0.106
+#: The W-vectorised fast path on 3x3 windows, which reads its input rows in place
+#: (``conv_depthwise.h``'s ``ML_DW_IN_PLACE``, mirrored by :data:`IN_PLACE_K`): per vector
+#: of outputs per tap at strides 1 and 2, and per float of input rows read (the padded
+#: row's extent, as ``_W_PAD``). Fitted (the other constants kept; least squares on the
+#: relative error) on the 85 3x3 depthwise signatures of PP-OCR v4/v6, PP-LCNet, the
+#: layout detector, NudeNet, ShuffleNet, the zoo's MobileNets / MnasNet / EfficientNet /
+#: RegNet-Y and the families bench (Zen 4, 1 thread, tuning.measure at 301 rounds, best
+#: of two runs). Picking by the model: 1 of the 85 more than 5% slower than the faster
+#: kernel, 0.3% over it on average (the same on random halves held out of the fit); with
+#: ``_W_TAP`` / ``_W_PAD``, which price the padded copy of every row the kernel made
+#: before, 20 and 3.3%. At stride 2 the fit gives the taps no cost of their own: the
+#: input's read (four floats an output) covers them.
+_W_TAP_IP = {"fast1": 0.176, "fast2": 0.0}
+_W_READ_IP = 0.0973
+#: Windows (K x K) whose fast path reads the input in place.
+IN_PLACE_K = (3,)
 _CB_TAP = 0.395
 #: the channel-blocked tap on the register tiles of 3- and 5-wide windows at strides 1
 #: and 2 (ml_dwcb_taps_r), the other constants kept: the value that picks best over
@@ -139,7 +155,7 @@ def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int | None = None) -> di
         ``{"depthwise": ns, "depthwise_cb": ns}``, without the epilogue's share (the
         same for both). The W-vectorised kernel pays for each output row rounded up to
         whole vectors (a 7-wide row fills 7 of 16 lanes) and for its padded copy of every
-        input row; the channel-blocked one for the channels rounded up to whole vectors,
+        input row (3x3 windows: for reading the rows in place); the channel-blocked one for the channels rounded up to whole vectors,
         the output rows to whole tiles, and the transposes of every input pixel (halo
         rows once per band) and output pixel.
     """
@@ -148,7 +164,10 @@ def dw_costs(d: dict[str, int], c: int, fast: bool, vw: int | None = None) -> di
     oh, ow, h, w = d["OH"], d["OW"], d["H"], d["W"]
     wvec = oh * max(-(-ow // vw), 1)  # vectors of outputs per channel
     path = "any" if not fast else ("fast2" if d["SW"] == 2 else "fast1")
-    w_ns = c * (wvec * taps * _W_TAP[path] + (h + d["KH"]) * (w + 2 * vw) * _W_PAD)
+    if fast and d["KH"] in IN_PLACE_K:
+        w_ns = c * (wvec * taps * _W_TAP_IP[path] + (h + d["KH"]) * (w + 2 * vw) * _W_READ_IP)
+    else:
+        w_ns = c * (wvec * taps * _W_TAP[path] + (h + d["KH"]) * (w + 2 * vw) * _W_PAD)
     blocks = -(-c // vw)
     bands = -(-oh // _band(d, _wa(d)))  # each re-transposes its halo rows
     halo = (bands - 1) * max((d["KH"] - 1) * d["DH"] + 1 - d["SH"], 0) * w

@@ -24,8 +24,10 @@ compared with ORT's), exported at opset 17 and cached under ``~/.cache/monolib/f
 * ``deeplab``: a DeepLabV3-style segmenter at 512x512 (MobileNetV2 body at output stride
   8 with dilated depthwise convs; ASPP: 3x3 convs at dilations 6, 12 and 18).
 * ``ultraface``: an UltraFace-slim-style face detector at 240x320 (depthwise + 1x1
-  blocks from a 120x160 map down, three 3x3 heads). Still 1.1-1.25x ORT: its depthwise
-  convs at 120x160 and 60x80 (16-32 channels) run 1.3-2x ORT's NCHWc kernels.
+  blocks from a 120x160 map down, three 3x3 heads). Still 1.08x ORT (1.3x at 2
+  threads): in the model its depthwise convs at 120x160 and 60x80 (16-32 channels) run
+  1.2-1.9x ORT's NCHWc kernels (0.83-0.87x their times before they read their rows in
+  place, ``conv_depthwise.h``), its 16 -> 32 1x1 conv at 120x160 1.35x.
 * ``regnetx``: a RegNetX-400MF-style classifier at 224x224 (stages of 32, 64, 160 and
   400 channels, 1, 2, 7 and 12 blocks: 1x1, a 3x3 in groups of 16 channels, 1x1).
 

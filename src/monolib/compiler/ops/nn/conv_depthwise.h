@@ -18,10 +18,11 @@
 
 /* ---- depthwise convolution (ml_dwconv2d) ----
  * Fast path (3x3 and 5x5, strides 1 and 2, no dilation, pads up to 4): tiles of R output
- * rows x V vectors (R*V >= 8 sums hide the FMA latency) sweep a channel's input rows in
- * place, the taps broadcast from the weights; a tile whose window reaches a left or right
- * pad zeroes the lanes that read it, and rows of the top and bottom pads are zero rows in
- * scratch. Stride 2 along W loads two vectors and de-interleaves them with one in-lane
+ * rows x V vectors (R*V >= 8 sums hide the FMA latency) sweep a channel's input rows, the
+ * taps broadcast from the weights. 3x3 windows read the rows in place (a tile whose
+ * window reaches a left or right pad zeroes the lanes that read it; rows of the top and
+ * bottom pads are zero rows in scratch); 5x5 windows read blocks of rows padded into
+ * scratch first (ML_DW_IN_PLACE). Stride 2 along W loads two vectors and de-interleaves them with one in-lane
  * shuffle per tap (vshufps on AVX), which leaves a vector's outputs in a fixed permuted
  * order: one shuffle per sum puts them back before the store. Each shape is its own entry
  * point (ml_dw_units_<K>_<SH><SW>), so a model compiles only the unrolled kernels it

@@ -263,8 +263,8 @@ static inline void ml_dw_pad_row(const float* restrict x, int64_t W, int64_t ih,
  * pad zeroed: ml_dw_rows), except rows outside the image, zero rows in scratch, and rows
  * whose reads past their ends (ml_dw_overreach) would leave the input (j->xlo..xhi: the
  * first and last rows of the tensor), padded into scratch (rows Wq apart). Copying every
- * row first cost as much as the taps: 32@120x160 3x3/2 117 -> 77 us, 16@120x160 3x3/1
- * 83 -> 57 (Zen 4); copying only the pads' columns measured no better (a store read
+ * row first cost as much as the taps: 32@120x160 3x3/2 117 -> 82 us, 16@120x160 3x3/1
+ * 83 -> 66 (Zen 4, C harness); copying only the pads' columns measured no better (a store read
  * soon after waits for it). A block's short last group is moved up to end with the
  * block (recomputing rows of the group before, whose epilogue then runs again on the
  * fresh values); a band shorter than R writes the rows past it to a junk row. The

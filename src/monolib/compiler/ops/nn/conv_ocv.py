@@ -34,6 +34,7 @@ from .conv_cost import host_vector_width
 __all__ = [
     "OCV_G",
     "RULE_MAX_W",
+    "TILE_RATE",
     "emit_ocv",
     "ocv_blocks",
     "ocv_cost",
@@ -103,13 +104,28 @@ def ocv_in_rule(d: dict[str, int], c: int, m: int, group: int = 1) -> bool:
     162 (RegNetX's first shortcut), 16 -> 32 at 112x112 50 / 66 (gemm), 24 -> 48 at
     56x56 24 / 31, 32 -> 64 at 28x28 11 / 16, 32 -> 96 at 56x56 59 / 66; but 32 -> 160
     at 28x28 39 / 30 and 64 -> 160 70 / 53, where ocv's model ranks it first all the
-    same, hence the bounds."""
+    same, hence the bounds. Only at 16 floats a vector: with AVX2 the GEMM's assembly
+    micro-kernel won them all (Zen 3: 32 -> 64 at 56x56 115 us, ocv 147)."""
     kk = d["KH"] * d["KW"]
     per = -(-m // group // OCV_G) * OCV_G
     if d["KW"] == 1 and d["KH"] == 1:
         strided = d["SH"] > 1 or d["SW"] > 1
-        return strided and c // group <= RULE_1X1_CIN and m // group <= RULE_1X1_COUT
+        return (strided and c // group <= RULE_1X1_CIN and m // group <= RULE_1X1_COUT
+                and host_vector_width() == 16)
     return d["KW"] > 1 and c // group * kk * min(4 * OCV_G, per) <= RULE_MAX_W
+
+
+#: Time per multiply-add of a tile of ``OB`` output-channel vectors, by vector width, as
+#: a factor on the fitted ``mac`` rate. With 16 vector registers (AVX2, 12 sums a tile)
+#: a tile of 4 vectors x 3 pixels and one of 8 x 1 ran 1.13-1.5x and 1.3-2.3x the time
+#: of 2 x 6 on 9 convs of ResNet-50, SqueezeNet, AlexNet and openWakeWord (Zen 3, 1
+#: thread: 256 -> 256 3x3/2 at 28x28 4.25 / 6.24 / 8.64 ms; the 3-channel stems alone
+#: gained from more vectors, 1.69 / 1.89 / 1.49 ms at 224x224). And 2 x 6 itself ran
+#: 1.06-1.28x the direct kernel's or pixels-as-rows' time on 1x3 convs of 24-72
+#: channels (oww_embedding's; the fit, on AVX-512, had ranked it first). AVX-512 (24 sums) is not
+#: listed: there more blocks measured 2-7% faster at equal modelled time
+#: (:func:`ocv_blocks`).
+TILE_RATE = {8: {2: 1.15, 4: 1.45, 6: 1.8, 8: 2.2}}
 
 
 def ocv_tile(g: int, vw: int) -> tuple[int, int]:
@@ -230,7 +246,7 @@ def _costs_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
     # the input rows a row of tiles broadcasts from (every channel's window rows): past
     # L1, each broadcast comes from L2 (24 -> 48 3x3/2 at 208 px: 60 KiB, 1.4x slower)
     span = c * ((d["KH"] - 1) * d["DH"] + 1) * d["W"] * 4
-    rate = k["mac"] if span <= L1_BYTES else k["mac_l2"]
+    rate = (k["mac"] if span <= L1_BYTES else k["mac_l2"]) * TILE_RATE.get(vw, {}).get(ob, 1.0)
     out = m * d["OH"] * d["OW"] * k["out"]
     rows = macs * (tiled * rate + edge * d["KW"] * k["edge"]) + out
     # flat only where a one-pixel tile has one accumulator (one vector of outputs): there
@@ -281,8 +297,10 @@ def ocv_blocks(d: dict[str, int], c: int, m: int, vw: int | None = None,
     fits = [g for g in range(1, 5) if group == 1 or (m // group) % (g * OCV_G) == 0]
     cost = {g: _cost_g(d, c, m, g, vw) for g in fits}
     # within 3%, the most blocks: fewer loads per FMA (4 x 6: 10 loads for 24 FMAs, 2 x
-    # 12: 14), measured 2-7% faster on 64 -> 64..256 3x3/2 convs (Zen 4)
-    return max(g for g in cost if cost[g] <= 1.03 * min(cost.values()))
+    # 12: 14), measured 2-7% faster on 64 -> 64..256 3x3/2 convs (Zen 4); with 12 sums
+    # a tile, TILE_RATE prices the wider tiles' loss instead
+    near = [g for g in cost if cost[g] <= 1.03 * min(cost.values())]
+    return max(near) if vw not in TILE_RATE else min(near, key=lambda g: (cost[g], g))
 
 
 def ocv_cost(d: dict[str, int], n: int, c: int, m: int, vw: int | None = None,

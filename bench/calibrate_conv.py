@@ -15,7 +15,8 @@ script calibrates those constants on this CPU:
    of its time (so that the 1-us convs of a 1x1 map do not outvote the milliseconds),
    rows under ``--min-us`` left out of the fit.
 4. It prints the rule's regret (time of the model's pick over the best measured, summed
-   over signatures) with the shipped constants and the fitted ones, on ``--folds``
+   over signatures) with the shipped constants (``conv_cost.shipped_costs``: this
+   vector width's table) and the fitted ones, on ``--folds``
    random halves held out of the fit, and the fitted table to paste into ``COSTS``.
 5. ``--write`` stores the fitted table in this CPU's tuning cache (``conv_costs``): from
    then on every compile on this CPU prices candidates with it (``conv_cost.
@@ -181,7 +182,7 @@ def _tune(models: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: see the module docstring."""
-    from monolib.compiler.ops.nn.conv_cost import COSTS
+    from monolib.compiler.ops.nn.conv_cost import COSTS, shipped_costs
     from monolib.compiler.tuning.cache import TuningCache
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -205,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"only {len(data)} signatures (fewer than {MIN_SIGNATURES}): the fit follows "
               "them closely and may not generalize; tune more models (--tune all)")
     fitted = fit(rows, COSTS, args.min_us * 1e3)
-    for name, table in (("current", COSTS), ("fitted", fitted)):
+    shipped = shipped_costs()  # this vector width's table (conv_cost.COSTS_BY_WIDTH)
+    for name, table in (("shipped", shipped), ("fitted", fitted)):
         r, m, n = regret(rows, predict(rows, table))
         print(f"{name:8s} constants, all signatures: regret {100 * r:.1f}%, {m} of {n} "
               "picks over 5% slower than the best")
@@ -217,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         train = [r for r in rows if r[0] in half]
         test = [r for r in rows if r[0] not in half]
         held = fit(train, COSTS, args.min_us * 1e3)
-        a, b = regret(test, predict(test, COSTS)), regret(test, predict(test, held))
-        print(f"fold {f}: held-out regret {100 * a[0]:.1f}% current, {100 * b[0]:.1f}% fitted "
+        a, b = regret(test, predict(test, shipped)), regret(test, predict(test, held))
+        print(f"fold {f}: held-out regret {100 * a[0]:.1f}% shipped, {100 * b[0]:.1f}% fitted "
               f"({a[1]} -> {b[1]} misses of {a[2]})")
     print("COSTS = {")
     for a, ks in fitted.items():

@@ -143,12 +143,13 @@ def test_cache_keeps_this_cpus_cost_table(tuning_dir) -> None:
 def test_compiles_price_candidates_with_this_cpus_costs(tuning_dir) -> None:
     """A stored table replaces the shipped constants for the fixed rule (no measured
     choice needed): with direct_ocv priced 1000x its shipped cost, a first-layer conv the
-    shipped table gives it goes to another algorithm."""
+    shipped table gives it (PP-OCR's detector's, either vector width's table) goes to
+    another algorithm."""
     from monolib.compiler.tuning.cache import TuningCache
     from monolib.compiler.tuning.select import selecting
     from monolib.compiler.tuning.tuner import selection_for
 
-    node, d = _tool()._node(_sig((1, 3, 224, 224), (64, 3, 3, 3), [1, 1, 1, 1], [2, 2]))
+    node, d = _tool()._node(_sig((1, 3, 640, 640), (16, 3, 3, 3), [1, 1, 1, 1], [2, 2]))
     assert conv._rule(node, d, 1).algo == "direct_ocv"
     assert selection_for(lambda: None, "c", False) is None  # nothing cached yet
     cache = TuningCache()

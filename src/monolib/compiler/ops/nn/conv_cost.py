@@ -36,8 +36,8 @@ from ...symbolic import size_hint
 from ...tuning.select import active
 from ._gemm import GEMV_NMAX, MR, NR
 
-__all__ = ["COSTS", "L2_BYTES", "conv_costs", "current_costs", "direct_cost", "folded_cost",
-           "gemm_cost", "host_vector_width", "row_window", "phase_dims", "phase_period", "streamed_floats", "winograd_cost"]
+__all__ = ["COSTS", "COSTS_AVX2", "COSTS_BY_WIDTH", "L2_BYTES", "conv_costs", "current_costs", "direct_cost", "folded_cost",
+           "gemm_cost", "host_vector_width", "row_window", "phase_dims", "phase_period", "shipped_costs", "streamed_floats", "winograd_cost"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,30 @@ COSTS: dict[str, dict[str, float]] = {
     "direct_ocv": {"mac": 0.0173, "mac_l2": 0.0182, "edge": 0.0469, "out": 0.0,
                    "big": 0.324, "call": 0.0},
 }
+#: The same fit on one Zen 3 core with AVX2 (8 floats a vector, 16 vector registers;
+#: ``bench/calibrate_conv.py --tune all``: 310 signatures, 1031 timed candidates), the
+#: constants a CPU of that vector width gets (:data:`COSTS_BY_WIDTH`). With the AVX-512
+#: table there the rule lost 6.6% over the fastest candidates (95 of 305 picks over 5%
+#: slow; held-out halves 5.3-8.7%), with this one 2.9% (3.2-4.7%): the kernels' rates
+#: differ by ISA, not only by the vector width the work terms count (direct_ocv's tiles
+#: keep 12 sums instead of 24; the GEMM's k loop is assembly). ``block`` was not fitted
+#: (no signature of the set has a blocked output); it keeps a seventh of ``transpose``
+#: as on Zen 4.
+COSTS_AVX2: dict[str, dict[str, float]] = {
+    "gemm": {"mac": 0.0271, "pack": 0.2034, "run": 26.96, "pad": 1.303, "tile": 0.0,
+             "out": 0.9556, "big": 0.2935, "call": 933.0},
+    "pixel_rows": {"mac": 0.02908, "mac_pw": 0.0319, "pack": 0.9928, "transpose": 2.055,
+                   "block": 0.29, "pad": 0.2933, "tile": 0.0, "big": 0.0, "call": 933.0},
+    "direct": {"mac": 0.03513, "pad": 0.9254, "tile": 97.78, "out": 0.0, "big": 0.0,
+               "call": 933.0},
+    "winograd": {"mac": 0.03271, "tile": 0.0, "in": 0.5207, "t_out": 0.0, "w": 0.1664,
+                 "out": 1.181, "block": 16230.0, "big": 0.0, "call": 933.0},
+    "direct_ocv": {"mac": 0.02973, "mac_l2": 0.03255, "edge": 0.1473, "out": 0.3273,
+                   "big": 0.8007, "call": 933.0},
+}
+#: Shipped constants by the host's vector width (floats): a width not listed takes
+#: :data:`COSTS`. A CPU's own fit (``calibrate_conv.py --write``) goes over either.
+COSTS_BY_WIDTH: dict[int, dict[str, dict[str, float]]] = {8: COSTS_AVX2}
 #: L2 bytes per core that a Conv's input and output are judged against (``big``; 1 MiB
 #: on Zen 4)
 L2_BYTES = 1 << 20
@@ -107,14 +131,21 @@ HALF_COLS = 10
 HALF_TAIL = 8
 
 
+def shipped_costs() -> dict[str, dict[str, float]]:
+    """The shipped constants for this host's vector width (:data:`COSTS_BY_WIDTH`, else
+    :data:`COSTS`)."""
+    return COSTS_BY_WIDTH.get(host_vector_width(), COSTS)
+
+
 def current_costs() -> dict[str, dict[str, float]]:
-    """:data:`COSTS` with this CPU's calibrated constants over them, where the compile's
-    ``tuning.select.Selection`` carries some (the tuning cache's ``conv_costs``, written
-    by ``bench/calibrate_conv.py --write``)."""
+    """:func:`shipped_costs` with this CPU's calibrated constants over them, where the
+    compile's ``tuning.select.Selection`` carries some (the tuning cache's ``conv_costs``,
+    written by ``bench/calibrate_conv.py --write``)."""
+    base = shipped_costs()
     sel = active()
     if sel is None or not sel.costs:
-        return COSTS
-    return {a: {**COSTS[a], **sel.costs.get(a, {})} for a in COSTS}
+        return base
+    return {a: {**base[a], **sel.costs.get(a, {})} for a in base}
 
 
 @functools.lru_cache(maxsize=1)

@@ -17,7 +17,8 @@ width, not from the ideal multiply-add count:
 
 The constants (:data:`COSTS`) are fitted per algorithm by ``bench/calibrate_conv.py`` to
 every candidate's measured time on the distinct Conv signatures of the benchmark models
-(``compiler/tuning``'s micro-benchmark, one AVX-512 Zen 4 core); the ratios between
+(``compiler/tuning``'s micro-benchmark, one AVX-512 Zen 4 core: :data:`COSTS`; one AVX2
+Zen 3 core: :data:`COSTS_AVX2`, picked by the host's vector width); the ratios between
 algorithms are what the rule uses, and the vector width and tiles follow the host's ISA.
 A user calibrates them on another CPU with that script, or lets ``monolib compile
 --tune`` measure instead of estimating.

@@ -143,10 +143,10 @@ def _signature(node):
     return conv.conv_candidates(node, d, 1, False)
 
 
-#: The cost model's constants are fitted on AVX-512 (Zen 4). With AVX2 (Zen 3) it ranks
-#: direct_ocv (modelled 84 us), then the implicit GEMM (106), ahead of the direct kernel
-#: (119) on the 1x3 convs of 24 channels, which measure 175 / 167 / 129: a CPU like that
-#: needs its own constants (bench/calibrate_conv.py --write).
+#: Cases the cost model misranks at a vector width. With AVX2 (Zen 3) it ranks direct_ocv
+#: first on the 1x3 conv of 24 channels, even with the AVX2 table (modelled 167 us, the
+#: direct kernel 205, the GEMM 255; measured 175-222 / 129-174 / 167-213): the fit, over
+#: 310 signatures, trades this shape for others (its regret is 2.9% over all of them).
 UNCALIBRATED = {"few_channels": 8}
 
 

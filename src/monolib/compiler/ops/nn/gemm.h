@@ -561,13 +561,15 @@ ML_INLINE void ml_store_tile(const int np, const int rows, ml_vf acc[ML_MR][ML_N
     ML_ASM_B ML_ASM_ROW(#o "(%[r0],%[i])", 0, 1) ML_ASM_ROW(#o "(%[r1],%[i])", 2, 3)       \
     ML_ASM_ROW(#o "(%[r2],%[i])", 4, 5) ML_ASM_ROW(#o "(%[r3],%[i])", 6, 7)                \
     ML_ASM_ROW(#o "(%[r4],%[i])", 8, 9) ML_ASM_ROW(#o "(%[r5],%[i])", 10, 11)
-/* the loop: n4 iterations of 4 steps, then n1 single steps */
+/* the loop: n4 iterations of 4 steps, then n1 single steps (labels numbered by %=, one
+ * number per asm instance: GAS numeric labels and their b/f suffixes would read as float
+ * literals to the C checks) */
 #define ML_ASM_LOOP(step4, step1)                                                          \
-    ML_ASM_ZERO "test %[n4], %[n4]\n\tjz 2f\n\t"                                           \
-    "1:\n\t" step4 "dec %[n4]\n\tjnz 1b\n\t"                                               \
-    "2:\n\ttest %[n1], %[n1]\n\tjz 4f\n\t"                                                 \
-    "3:\n\t" step1 "dec %[n1]\n\tjnz 3b\n\t"                                               \
-    "4:\n\t" ML_ASM_STORE
+    ML_ASM_ZERO "test %[n4], %[n4]\n\tjz .Lml_one%=\n\t"                                   \
+    ".Lml_four%=:\n\t" step4 "dec %[n4]\n\tjnz .Lml_four%=\n\t"                            \
+    ".Lml_one%=:\n\ttest %[n1], %[n1]\n\tjz .Lml_end%=\n\t"                                \
+    ".Lml_step%=:\n\t" step1 "dec %[n1]\n\tjnz .Lml_step%=\n\t"                            \
+    ".Lml_end%=:\n\t" ML_ASM_STORE
 
 /* t = A[6, kc] B[kc, 16]: A's step k at a + k * as floats, B's at b + k * bks. */
 ML_INLINE void ml_uk_asm_cols(int64_t kc, const float* a, int64_t as, const float* b,

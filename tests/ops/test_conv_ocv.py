@@ -277,7 +277,7 @@ def test_rule_compares_it_on_small_strided_pointwise_convs() -> None:
     node, d, (sig, _, rule) = pick(32, 64, 56, 2)
     times = measure(sig, [Candidate("direct_ocv"), Candidate("gemm")], repeats=15,
                     budget_s=2.0)
-    if host_vector_width() == 16:
+    if host_vector_width() != 8:
         assert "direct_ocv" in conv.rule_costs(node, d, 1) and rule == Candidate("direct_ocv")
         assert times["direct_ocv"] <= 1.1 * times["gemm"], times
     else:  # AVX2: the GEMM's assembly micro-kernel wins (Zen 3: 115 us, ocv 147)

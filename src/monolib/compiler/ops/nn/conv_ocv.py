@@ -104,14 +104,15 @@ def ocv_in_rule(d: dict[str, int], c: int, m: int, group: int = 1) -> bool:
     162 (RegNetX's first shortcut), 16 -> 32 at 112x112 50 / 66 (gemm), 24 -> 48 at
     56x56 24 / 31, 32 -> 64 at 28x28 11 / 16, 32 -> 96 at 56x56 59 / 66; but 32 -> 160
     at 28x28 39 / 30 and 64 -> 160 70 / 53, where ocv's model ranks it first all the
-    same, hence the bounds. Only at 16 floats a vector: with AVX2 the GEMM's assembly
-    micro-kernel won them all (Zen 3: 32 -> 64 at 56x56 115 us, ocv 147)."""
+    same, hence the bounds. Not at 8 floats a vector: with AVX2 the GEMM's assembly
+    micro-kernel won them all (Zen 3: 32 -> 64 at 56x56 115 us, ocv 147); other widths
+    were not measured and keep the AVX-512 choice."""
     kk = d["KH"] * d["KW"]
     per = -(-m // group // OCV_G) * OCV_G
     if d["KW"] == 1 and d["KH"] == 1:
         strided = d["SH"] > 1 or d["SW"] > 1
         return (strided and c // group <= RULE_1X1_CIN and m // group <= RULE_1X1_COUT
-                and host_vector_width() == 16)
+                and host_vector_width() != 8)
     return d["KW"] > 1 and c // group * kk * min(4 * OCV_G, per) <= RULE_MAX_W
 
 

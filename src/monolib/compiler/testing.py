@@ -151,7 +151,7 @@ def _fill_output_types(model, feeds: dict[str, np.ndarray]) -> None:
             )
 
 
-def ort_session(model, *, threads: int = 1, optimize: bool = True):
+def ort_session(model, *, threads: int = 1, optimize: bool = True, exact_int8: bool = False):
     """An ONNX Runtime session on the CPU: the one way tests and benchmarks make one.
 
     Parameters
@@ -164,6 +164,13 @@ def ort_session(model, *, threads: int = 1, optimize: bool = True):
     optimize : bool
         ``False`` disables ONNX Runtime's graph optimizations (``ORT_DISABLE_ALL``):
         its fused kernels round differently from its plain ones.
+    exact_int8 : bool
+        ``True`` sets ONNX Runtime's ``session.x64quantprecision``. Without it, on an
+        x86 CPU without VNNI (AVX2, AVX-512 before Cascade Lake), MLAS multiplies uint8
+        by int8 with ``vpmaddubsw``, which saturates each pair of products to int16:
+        ``255 * 127 * 2`` reads as 32767. The option makes it use exact uint8 x uint8
+        products. monolib's 8-bit products are exact on every CPU, so tests that
+        compare a quantized model's outputs (DynamicQuantizeLSTM, MatMulInteger) set it.
 
     Returns
     -------
@@ -178,6 +185,8 @@ def ort_session(model, *, threads: int = 1, optimize: bool = True):
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
+    if exact_int8:
+        opts.add_session_config_entry("session.x64quantprecision", "1")
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])

@@ -156,6 +156,71 @@ def test_kernel_unit_is_the_same_text_for_two_models(always_split):
     assert units_of(_model()) == units_of(other) and len(units_of(other)) == 1
 
 
+def _gemm_alone() -> onnx.ModelProto:
+    w = RNG.standard_normal((10, 560)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 560])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 10])],
+        [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_kernel_unit_is_the_same_text_whatever_headers_the_model_has(always_split):
+    """The gemm kernel unit of a lone Gemm and of a model that pasted conv, depthwise,
+    pool and softmax headers too is one text (one cached object for both): the prelude,
+    gemm.h and its wrappers, no header gemm.h does not need."""
+    def gemm_unit(model):
+        (lib,) = [m for m in monolib.compile(model).imported_modules
+                  if isinstance(m, csource.CSourceModule)]
+        return [u for u in split_source(lib.source, 2) if "ml_sgemm_par_k(" in u
+                and "kernel unit" in u[:80]]
+
+    alone, mixed = gemm_unit(_gemm_alone()), gemm_unit(_model())
+    assert alone == mixed and len(alone) == 1
+    assert "/* ---- gemm.h ---- */" in alone[0]
+    for other in ("pool.h", "softmax.h", "conv.h", "conv_depthwise.h"):
+        assert f"/* ---- {other} ---- */" not in alone[0]
+
+
+def test_kernel_unit_takes_the_headers_it_needs_in_one_order():
+    """conv_band.h's unit takes gemm.h, conv.h and conv_depthwise.h (named by what it
+    uses, comments aside), each after those it needs, whatever order they came in."""
+    sections = {
+        "gemm.h": "#define ML_VW 8\nstatic void ml_g(float* a) {\n}\n",
+        "pool.h": "/* ml_g is not used here: a comment */\n#define ML_P 1\n",
+        "conv.h": "static void ml_c(float* a) {\n  ml_g(a);\n}\n",
+        "conv_depthwise.h": "typedef struct { int n; } ml_dw_job;\n"
+                            "static void ml_d(float* a) {\n  ml_c(a);\n}\n",
+        "conv_band.h": "static void ml_b(ml_dw_job* j, float* a) {\n  ml_d(a);\n}\n",
+    }
+    needs = csource._header_needs("#define ML_MIN(a, b) a\n", sections)
+    assert needs["pool.h"] == set() and needs["conv.h"] == {"gemm.h"}
+    assert needs["conv_band.h"] == {"conv_depthwise.h"}
+    assert csource._in_order("conv_band.h", needs) == ["gemm.h", "conv.h", "conv_depthwise.h"]
+    # two headers neither needs: by name
+    assert csource._in_order("x.h", {"x.h": {"b.h", "a.h"}, "a.h": set(), "b.h": set()}) == [
+        "a.h", "b.h"]
+
+
+def test_wrapper_of_a_conditional_entry_point_is_under_its_conditions():
+    """An entry point defined only under ``#if`` (pool.h's sixteen-wide kernels: AVX-512)
+    gets its wrapper under the same lines, the include guard aside, so a unit compiled
+    without it does not call a function that is not there."""
+    text = ("#ifndef MONOLIB_K_H\n#define MONOLIB_K_H\n#if defined(__AVX__)\n"
+            "#if defined(__AVX512F__) && \\\n    defined(__GNUC__)\n"
+            "static void ml_a(float* x) {\n}\n#else\nstatic void ml_b(float* x) {\n}\n"
+            "#endif\n#endif\nstatic void ml_c(float* x) {\n}\n#endif\n")
+    at = csource._conditions(text)
+    assert at(text.index("ml_a")) == (
+        "#if defined(__AVX__)\n#if defined(__AVX512F__) && \\\n    defined(__GNUC__)\n",
+        "#endif\n#endif\n")
+    assert at(text.index("ml_b")) == (
+        "#if defined(__AVX__)\n#if defined(__AVX512F__) && \\\n    defined(__GNUC__)\n#else\n",
+        "#endif\n#endif\n")
+    assert at(text.index("ml_c")) == ("", "")
+
+
 def test_unmarked_or_small_source_is_one_unit(always_split):
     src = "int f(void) { return 1; }\n"
     assert split_source(src, 4) == [src]

@@ -82,7 +82,17 @@ _OP_PROTO = "ML_OP_FN void {}(const uint8_t* restrict params, uint8_t* restrict 
 _DEF_RE = re.compile(
     r"^(?:ML_\w+ +)*(?:static|__attribute__)[^;{}]*?\b(ml_\w+)\s*\([^;{}]*\{", re.MULTILINE)
 _NAME_RE = re.compile(r"\b(ml_\w+)\b")
-_SECTION_RE = re.compile(r"^/\* ---- [\w.]+ ---- \*/$", re.MULTILINE)
+_SECTION_RE = re.compile(r"^/\* ---- ([\w.]+) ---- \*/$", re.MULTILINE)
+_COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
+_ID_RE = re.compile(r"\b[A-Za-z_]\w*\b")
+_PP_RE = re.compile(r"^[ \t]*#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b(?:[^\n]*\\\n)*[^\n]*",
+                    re.MULTILINE)
+# what a header defines besides functions: a macro, a typedef (``} name;`` or ``typedef
+# ... name;``), a struct or enum tag, an array
+_DEFINED_RE = re.compile(
+    r"^[ \t]*#[ \t]*define[ \t]+(\w+)|^[ \t]*\}[ \t]*(\w+)[ \t]*;"
+    r"|^typedef\b[^;{]*?\b(\w+)\s*(?:\[[^\]]*\])?\s*;|\b(?:struct|enum)\s+(\w+)\s*\{"
+    r"|^(?:static\s+)?(?:const\s+)?[\w ]+?\b(ml_\w+)\s*\[", re.MULTILINE)
 
 
 def _params(text: str) -> list[str]:
@@ -126,33 +136,110 @@ def _entry_signature(head: str, name: str) -> tuple[str, str, str] | None:
 
 def _kernel_units(common: str, texts: dict[str, str]) -> tuple[list[str], str, frozenset[str]]:
     """Units of the kernel entry points the ops call (:func:`_entry_signature`): one per
-    header holding some, the host prelude and the headers up to it (no model helpers:
-    the same text, so the same cached object, for every model with those headers) and a
-    hidden wrapper ``<name>_k`` per entry point; and the text that makes an op unit call
-    the wrappers (its own copy of the kernel, unused, is never compiled); and the entry
-    points' names."""
+    header holding some, and the text that makes an op unit call them (its own copy of
+    the kernel, unused, is never compiled); and the entry points' names.
+
+    A unit is the same text for every model that calls into its header, so the object
+    cache compiles it once for all of them: the host prelude, the headers it needs
+    (:func:`_header_needs`) in one order, the header, and a hidden wrapper ``<name>_k``
+    for each of the header's entry points, called or not. (Cutting the file at the
+    header's end instead gave one text per set of headers before it: a CI run compiled
+    ``gemm.h``, about 10 s, once per model.)"""
     helpers = common.find("\n" + HELPERS_MARK + "\n")
     start = _kernels_start(common)
     if helpers < 0 or not start:
         return [], "", frozenset()
-    ends = [m.start() for m in _SECTION_RE.finditer(common, start + 1, helpers)] + [helpers]
+    marks = list(_SECTION_RE.finditer(common, start, helpers + 1))
+    ends = [m.start() for m in marks[1:]] + [helpers]
+    sections = {m.group(1): common[m.start():end].strip("\n") + "\n"
+                for m, end in zip(marks, ends)}
+    needs = _header_needs(common[:start], sections)
     used = set().union(*(_NAME_RE.findall(t) for t in texts.values()))
-    by_end: dict[int, list[tuple[str, str, str, str]]] = {}
-    for m in _DEF_RE.finditer(common, start, helpers):
-        sig = _entry_signature(m.group(0), m.group(1)) if m.group(1) in used else None
-        if sig is not None:
-            end = next(e for e in ends if e > m.start())
-            by_end.setdefault(end, []).append((m.group(1), *sig))
-    units, remap = [], []
-    for end, entries in sorted(by_end.items()):
+    units, remap, names = [], [], []
+    for header, text in sections.items():
+        conds = _conditions(text)
+        entries = [(m.group(1), *sig, conds(m.start())) for m in _DEF_RE.finditer(text)
+                   if (sig := _entry_signature(m.group(0), m.group(1))) is not None]
+        if not any(n in used for n, *_ in entries):
+            continue
         wrap = "".join(
-            f"ML_UNIT_HIDDEN {r} {n}_k({p}) {{ {'' if r == 'void' else 'return '}{n}({a}); }}\n"
-            for n, r, p, a in entries)
+            f"{pre}ML_UNIT_HIDDEN {r} {n}_k({p}) {{ {'' if r == 'void' else 'return '}{n}({a}); }}"
+            f"\n{post}" for n, r, p, a, (pre, post) in entries)
+        body = "".join(sections[h] for h in _in_order(header, needs))
         units.append(_UNIT_HEAD.format(what="kernel unit", macro="ML_SPLIT_UNIT")
-                     + common[:end] + "\n" + wrap)
+                     + common[:start] + body + text + "\n" + wrap)
         remap += [f"ML_UNIT_HIDDEN {r} {n}_k({p});\n#define {n} {n}_k\n"
-                  for n, r, p, _ in entries]
-    return units, "".join(remap), frozenset(n for e in by_end.values() for n, *_ in e)
+                  for n, r, p, *_ in entries]
+        names += [n for n, *_ in entries]
+    return units, "".join(remap), frozenset(names)
+
+
+def _conditions(text: str) -> Callable[[int], tuple[str, str]]:
+    """For a header's text, a function of an offset in it giving the preprocessor lines
+    that open, and those that close, the conditional branches the offset is in (an
+    include guard aside): a wrapper placed after the header under them exists exactly
+    when the function it calls does."""
+    events = []  # (offset, level lines so far) at each directive
+    stack: list[list[str]] = []
+    lines = list(_PP_RE.finditer(text))
+    for k, m in enumerate(lines):
+        kind, line = m.group(1), m.group(0).strip()
+        if kind in ("if", "ifdef", "ifndef"):
+            name = line.split()[-1] if kind == "ifndef" else ""
+            nxt = text[m.end():].lstrip("\n").split("\n", 1)[0].split()
+            guard = nxt[:2] == ["#define", name] and len(nxt) == 2
+            stack.append([] if guard else [line])
+        elif kind in ("elif", "else") and stack and stack[-1]:
+            stack[-1].append(line)
+        elif kind == "endif" and stack:
+            stack.pop()
+        events.append((m.end(), [list(level) for level in stack]))
+
+    def at(offset: int) -> tuple[str, str]:
+        levels = next((lv for end, lv in reversed(events) if end <= offset), [])
+        levels = [lv for lv in levels if lv]
+        return ("".join("\n".join(lv) + "\n" for lv in levels),
+                "#endif\n" * len(levels))
+
+    return at
+
+
+def _defined(text: str) -> set[str]:
+    """Names a kernel header defines: functions, macros, types, struct and enum tags,
+    arrays."""
+    found = {n for m in _DEFINED_RE.finditer(text) for n in m.groups() if n}
+    return found | {m.group(1) for m in _DEF_RE.finditer(text)}
+
+
+def _header_needs(prelude: str, sections: dict[str, str]) -> dict[str, set[str]]:
+    """For each pasted header (name -> its text, in the file's order), the earlier
+    headers defining a name its code (comments aside) uses; the prelude's names are
+    there for all."""
+    base = _defined(prelude)
+    defs = {h: _defined(t) - base for h, t in sections.items()}
+    needs, before = {}, []
+    for h, text in sections.items():
+        used = set(_ID_RE.findall(_COMMENT_RE.sub(" ", text)))
+        needs[h] = {d for d in before if defs[d] & used}
+        before.append(h)
+    return needs
+
+
+def _in_order(header: str, needs: dict[str, set[str]]) -> list[str]:
+    """The headers ``header`` needs, directly or not, each after those it needs, ties
+    by name: one order whatever order a model pasted them in."""
+    todo, seen = list(needs[header]), set()
+    while todo:
+        h = todo.pop()
+        if h not in seen:
+            seen.add(h)
+            todo.extend(needs[h])
+    order: list[str] = []
+    while seen:
+        h = min(d for d in seen if needs[d] <= set(order))
+        order.append(h)
+        seen.remove(h)
+    return order
 
 
 def _kernels_start(common: str) -> int:

@@ -128,6 +128,10 @@ def test_kernel_entry_points_are_pointer_only():
     assert sig("static void ml_k(ml_gemm_args g) {", "ml_k") is None
     assert sig("static inline void ml_i(const float* a) {", "ml_i") is None  # meant inline
     assert sig("static void ml_j(void) {", "ml_j") is None
+    # a head that _DEF_RE took across a directive (mt19937.h's ml_rng_gauss): left too
+    head = ('__attribute__((optimize("fp-contract=off")))\n#endif\n'
+            "static double ml_g2(ml_rng_state* st) {")
+    assert sig(head, "ml_g2") is None
 
 
 def test_kernel_calling_an_entry_point_compiled_elsewhere_places_its_ops():

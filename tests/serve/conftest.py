@@ -96,6 +96,11 @@ def ray_session():
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.serve")
     os.environ["PYTHONPATH"] = _env()["PYTHONPATH"]  # the workers import this monolib
+    # Serve's controller kills an HTTP proxy not ready within 5 s (and retries): on two
+    # cores busy with the other test worker's compiles, serve.start then failed with
+    # ActorDiedError. The processes Ray starts inherit these.
+    for name in ("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S"):
+        os.environ.setdefault(name, "60")
     ctx = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ctx.address_info["gcs_address"]

@@ -116,8 +116,10 @@ def _entry_signature(head: str, name: str) -> tuple[str, str, str] | None:
     its own it cannot be cloned for one op's constants: measured no slower (bench/BUILD.md)
     and the outputs stay bit-identical."""
     before, _, rest = head.partition(name + "(")
-    words = re.sub(r"__attribute__\s*\(\(.*?\)\)|\bML_\w+", " ", before).split()
+    words = re.sub(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)|\bML_\w+", " ", before).split()
     if "static" not in words or "inline" in words or not rest.rstrip().endswith("{"):
+        return None
+    if any(not re.fullmatch(r"[\w*]+", w) for w in words):  # a directive, a stray token
         return None
     ret = " ".join(w for w in words if w != "static")
     params = rest.rstrip()[:-1].rstrip()

@@ -181,10 +181,9 @@ def _conditions(text: str) -> Callable[[int], tuple[str, str]]:
     that open, and those that close, the conditional branches the offset is in (an
     include guard aside): a wrapper placed after the header under them exists exactly
     when the function it calls does."""
-    events = []  # (offset, level lines so far) at each directive
+    events = []  # (end of a directive, the open levels' lines after it)
     stack: list[list[str]] = []
-    lines = list(_PP_RE.finditer(text))
-    for k, m in enumerate(lines):
+    for m in _PP_RE.finditer(text):
         kind, line = m.group(1), m.group(0).strip()
         if kind in ("if", "ifdef", "ifndef"):
             name = line.split()[-1] if kind == "ifndef" else ""

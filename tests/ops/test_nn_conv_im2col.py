@@ -128,13 +128,36 @@ def test_cost_model_counts_the_columns_gemm_computes(monkeypatch) -> None:
     assert conv_cost._tile_cols(200) == 208
 
 
-@pytest.mark.parametrize("shape", [(512, 64, 13), (480, 80, 14)])
+def test_gemm_tail_priced_per_float_of_a(monkeypatch) -> None:
+    """A tail of 1-4 columns past the panels costs ``tail`` per float of A (rows padded
+    to MR), whatever its width: on Zen 4's table that is TAIL_COLS columns at ``mac``,
+    the old pricing (which packed B for those 20 columns; now for the real ones); a
+    table without the term still prices it so."""
+    monkeypatch.setattr(conv_cost, "host_vector_width", lambda: 16)
+    zen4 = conv_cost.COSTS["gemm"]
+    assert zen4["tail"] == pytest.approx(conv_cost.TAIL_COLS * zen4["mac"], rel=1e-3)
+    old = {k: v for k, v in zen4.items() if k != "tail"}
+    for m, k, cols in [(512, 512, 49), (256, 1024, 196), (2048, 512, 49), (100, 30, 3)]:
+        assert conv_cost.gemm_cost(m, k, cols, packs_b=False, c=zen4) == pytest.approx(
+            conv_cost.gemm_cost(m, k, cols, packs_b=False, c=old), rel=1e-3)
+    unit = {**{key: 0.0 for key in zen4}, "tail": 1.0}
+    assert conv_cost.gemm_cost(512, 256, 49, c=unit) == 516 * 256  # 1 column: all of A
+    assert conv_cost.gemm_cost(512, 256, 52, c=unit) == 516 * 256  # 4: the same pass
+    assert conv_cost.gemm_cost(512, 256, 53, c=unit) == 0  # 5: a panel, no tail
+    assert conv_cost.gemm_cost(512, 256, 48, c=unit) == 0
+    pack = {**unit, "tail": 0.0, "pack": 1.0}
+    assert conv_cost.gemm_cost(512, 256, 49, c=pack) == 256 * 49
+
+
+@pytest.mark.parametrize("shape", [(512, 64, 13), (480, 80, 14), (512, 512, 7)])
 def test_rule_picks_the_pointwise_orientation_measured_faster(shape) -> None:
     """1x1 convs on small maps, where the two orientations come close: 169 columns are
     5 tiles and a panel (counting them as 6 tiles once made pixels-as-rows look cheaper
     while it measured 15-20% slower), and pixels-as-rows reads a pointwise conv's input
     in place (it packed it first: 480 -> 80 at 14x14 0.172 ms, gemm 0.144; now 0.137).
-    The rule's pick is not measured slower than the other (10% for a shared machine's
+    On a 7x7 map the GEMM's 49th column is a tail of one (Zen 3, 512 -> 512: gemm 0.346
+    ms, pixels-as-rows 0.447, which the rule picked while the tail was priced as 20
+    columns). The rule's pick is not measured slower than the other (10% for a shared machine's
     noise)."""
     from monolib.compiler.tuning.measure import measure
 

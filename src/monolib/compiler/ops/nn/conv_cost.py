@@ -38,7 +38,7 @@ from ...tuning.select import active
 from ._gemm import GEMV_NMAX, MR, NR
 
 __all__ = ["COSTS", "COSTS_AVX2", "COSTS_BY_WIDTH", "L2_BYTES", "conv_costs", "current_costs", "direct_cost", "folded_cost",
-           "gemm_cost", "host_vector_width", "row_window", "phase_dims", "phase_period", "shipped_costs", "streamed_floats", "winograd_cost"]
+           "gemm_cost", "has_tail", "host_vector_width", "row_window", "phase_dims", "phase_period", "shipped_costs", "streamed_floats", "winograd_cost"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,11 @@ logger = logging.getLogger(__name__)
 #: * ``pad``: per float written by padding the image;
 #: * ``tile``: per micro-tile call (C tile load and store, tap table, loop set-up);
 #: * ``out``: per output float (stores, the fused epilogue's pass);
+#: * ``tail``: per float of packed A (``m x k``, rows padded to ``MR``) where 1 to
+#:   ``GEMV_NMAX`` columns are left past the last whole panel: ``ml_gemm_tail_cols``
+#:   streams all of A again for them; ``tail_col``: the same per float and tail column.
+#:   Zen 4's are :data:`TAIL_COLS` x ``mac`` and 0, how such a tail was priced before it
+#:   had terms of its own; a table without them (pixel_rows) still prices it so;
 #: * ``transpose``: per float of pixel_rows' output transposed to NCHW; ``block``: per
 #:   float copied out instead, into 16-channel blocks (the depthwise conv next to it keeps
 #:   that layout, ``backends/c/layout.py``): set by hand, a third of a copy's cost, since
@@ -80,7 +85,7 @@ logger = logging.getLogger(__name__)
 #:   misfit and then lost every 1-D conv: 48 -> 40 5-tap at 301 ran 33 us, direct 56).
 COSTS: dict[str, dict[str, float]] = {
     "gemm": {"mac": 0.0166, "pack": 0.216, "run": 10.1, "pad": 0.226, "tile": 0.0,
-             "out": 0.0, "big": 0.304, "call": 0.0},
+             "out": 0.0, "tail": 0.332, "tail_col": 0.0, "big": 0.304, "call": 0.0},
     "pixel_rows": {"mac": 0.0194, "mac_pw": 0.0177, "pack": 0.465, "transpose": 0.139,
                    "block": 0.02, "pad": 0.387, "tile": 0.0, "big": 0.310, "call": 0.0},
     "direct": {"mac": 0.0146, "pad": 0.229, "tile": 127.0, "out": 0.0, "big": 0.0, "call": 0.0},
@@ -101,9 +106,17 @@ COSTS: dict[str, dict[str, float]] = {
 #: place 10% above packing it first (0.0319), against what Zen 4 measured, and picked
 #: the GEMM for 480 -> 80 at 14x14 (280 us; pixels-as-rows 223); set equal, the regret
 #: over the 305 is 2.7% and 84 picks are over 5% slow (101 with the fit's value).
+#: ``tail`` and ``tail_col`` came later, by the least regret on a grid (the rest as
+#: here) over 305 signatures tuned on this Zen 3: 1 column past the panels costs 0.25 ns
+#: per float of A, 4 columns 0.85 (the old pricing, 20 columns at ``mac``, 0.54 for
+#: any): regret 1.8% -> 1.4%, 70 -> 62 picks over 5% slow; on random halves held out
+#: of the grid 1.8-2.1% -> 1.2-1.7%. It moves ResNet-50's 7x7 1x1 convs (512 -> 2048,
+#: 2048 -> 512; pixels-as-rows 2.1-2.5 ms alone, the GEMM with its 1-column tail
+#: 1.7-1.8) and the model ran 6% faster.
 COSTS_AVX2: dict[str, dict[str, float]] = {
     "gemm": {"mac": 0.0271, "pack": 0.2034, "run": 26.96, "pad": 1.303, "tile": 0.0,
-             "out": 0.9556, "big": 0.2935, "call": 933.0},
+             "out": 0.9556, "tail": 0.05, "tail_col": 0.2, "big": 0.2935,
+             "call": 933.0},
     "pixel_rows": {"mac": 0.02908, "mac_pw": 0.02908, "pack": 0.9928, "transpose": 2.055,
                    "block": 0.29, "pad": 0.2933, "tile": 0.0, "big": 0.0, "call": 933.0},
     "direct": {"mac": 0.03513, "pad": 0.9254, "tile": 97.78, "out": 0.0, "big": 0.0,
@@ -180,15 +193,16 @@ def _up(n: int, k: int) -> int:
     return -(-n // k) * k
 
 
-def _tile_cols(cols: int) -> int:
+def _tile_cols(cols: int, tail_cols: int = TAIL_COLS) -> int:
     """Columns gemm.h computes for ``cols`` of a packed A (as ``ml_gemm_task_cost``):
     whole micro-tiles, a last group of up to ``NR`` at one panel (a whole tile when it is
     the only one), a tail of 1 to ``GEMV_NMAX`` columns past the panels
-    (``ml_gemm_tail_cols``) as :data:`TAIL_COLS`, else with
-    AVX-512 one of up to :data:`HALF_TAIL` in half-width tiles as :data:`HALF_COLS`."""
+    (``ml_gemm_tail_cols``) as ``tail_cols`` (0: priced apart, :func:`has_tail`), else
+    with AVX-512 one of up to :data:`HALF_TAIL` in half-width tiles as
+    :data:`HALF_COLS`."""
     rem, tail = cols % NR, 0
-    if 0 < rem <= GEMV_NMAX:
-        tail, cols = TAIL_COLS, cols - rem
+    if has_tail(cols):
+        tail, cols = tail_cols, cols - rem
     elif 0 < rem <= HALF_TAIL and _panel_cols() > NR:
         tail, cols = HALF_COLS, cols - rem
     w = _panel_cols()
@@ -196,6 +210,12 @@ def _tile_cols(cols: int) -> int:
     if cols < w:  # one panel on every row panel: bound by its loads, as slow as a tile
         return w + tail
     return cols - r + (0 if r == 0 else NR if r <= NR else w) + tail
+
+
+def has_tail(cols: int) -> bool:
+    """Whether ``cols`` leave 1 to ``GEMV_NMAX`` columns past the last whole panel, which
+    gemm.h sums in ``ml_gemm_tail_cols`` (the ``tail`` term)."""
+    return 0 < cols % NR <= GEMV_NMAX
 
 
 def gemm_cost(m: int, k: int, cols: int, pad_floats: int = 0, calls: int = 1,
@@ -207,10 +227,15 @@ def gemm_cost(m: int, k: int, cols: int, pad_floats: int = 0, calls: int = 1,
     (default ``COSTS["gemm"]``)."""
     c = c or current_costs()["gemm"]
     tile = _panel_cols()
-    mp, np_ = _up(m, MR), _tile_cols(cols)
+    priced_apart = "tail" in c
+    mp, np_ = _up(m, MR), _tile_cols(cols, 0 if priced_apart else TAIL_COLS)
     k_blocks = -(-k // 256)
     tiles = -(-mp // MR) * -(-np_ // tile) * k_blocks
-    one = (mp * k * np_ * c["mac"] + k * np_ * c.get("pack", 0.0) * packs_b
+    tail, packed = 0.0, np_
+    if priced_apart and has_tail(cols):  # its B columns are packed as they are
+        tail = mp * k * (c["tail"] + c.get("tail_col", 0.0) * (cols % NR))
+        packed = np_ + cols % NR
+    one = (mp * k * np_ * c["mac"] + k * packed * c.get("pack", 0.0) * packs_b + tail
            + tiles * c["tile"] + runs * c.get("run", 0.0) + m * cols * c.get("out", 0.0))
     return calls * (one + c["call"]) + pad_floats * c["pad"]
 

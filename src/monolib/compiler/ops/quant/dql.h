@@ -8,9 +8,9 @@
  * Clamping x / scale to [-zp, 255 - zp] before rounding equals saturating after (the
  * bounds are integers); it maps NaN to the low bound (y = 0, as the reference), and keeps
  * |f| <= 255, where adding and subtracting 1.5 * 2^23 rounds half to even in the default
- * rounding mode. Written with GCC vector extensions: 16 floats per vector (one AVX-512
- * register, two AVX2 ones); a vectorised scalar loop the compiler would not give here
- * (a float min/max reduction without -ffast-math). */
+ * rounding mode. Written with GCC vector extensions in the ISA's vector width
+ * (ML_DQ_VL); a vectorised scalar loop the compiler would not give here (a float
+ * min/max reduction without -ffast-math). */
 #ifndef MONOLIB_DQL_H
 #define MONOLIB_DQL_H
 #if defined(__GNUC__) && !defined(__clang__)
@@ -21,9 +21,19 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef float ml_dqf __attribute__((vector_size(64)));
-typedef int32_t ml_dqi __attribute__((vector_size(64)));
-typedef uint8_t ml_dqb __attribute__((vector_size(16)));
+/* Vectors of the ISA's width (16 floats with AVX-512, 8 with AVX, else 4): gcc lowers
+ * a 16-float compare-select it has no register for to scalar compares and branches
+ * (AVX2: no vector compare left in ml_dq_minmax). */
+#if defined(__AVX512F__)
+#define ML_DQ_VL 16
+#elif defined(__AVX__)
+#define ML_DQ_VL 8
+#else
+#define ML_DQ_VL 4
+#endif
+typedef float ml_dqf __attribute__((vector_size(ML_DQ_VL * 4)));
+typedef int32_t ml_dqi __attribute__((vector_size(ML_DQ_VL * 4)));
+typedef uint8_t ml_dqb __attribute__((vector_size(ML_DQ_VL)));
 #define ML_DQ_BLOCK 4096 /* floats per task block (16 KiB) */
 #define ML_DQ_MAXT 256   /* most blocks whose partial min/max a split keeps */
 
@@ -34,20 +44,26 @@ static inline __attribute__((always_inline)) ml_dqf ml_dq_sel(ml_dqi m, ml_dqf a
 
 /* min/max over x[0..n) with NaN skipped, starting from *mn, *mx */
 static void ml_dq_minmax(const float* restrict x, int64_t n, float* mn, float* mx) {
-    ml_dqf lo = {0}, hi = {0};
-    lo += *mn;
-    hi += *mx;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        ml_dqf v;
-        memcpy(&v, x + i, sizeof v);
-        lo = ml_dq_sel(v < lo, v, lo);
-        hi = ml_dq_sel(v > hi, v, hi);
+    /* 16 lanes (16 / ML_DQ_VL vectors), lane j taking x[j], x[j + 16], ...; then the
+     * lanes in order j = 0..15 whatever the width */
+    ml_dqf lo[16 / ML_DQ_VL], hi[16 / ML_DQ_VL];
+    for (int c = 0; c < 16 / ML_DQ_VL; ++c) {
+        lo[c] = (ml_dqf){0} + *mn;
+        hi[c] = (ml_dqf){0} + *mx;
     }
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int c = 0; c < 16 / ML_DQ_VL; ++c) {
+            ml_dqf v;
+            memcpy(&v, x + i + c * ML_DQ_VL, sizeof v);
+            lo[c] = ml_dq_sel(v < lo[c], v, lo[c]);
+            hi[c] = ml_dq_sel(v > hi[c], v, hi[c]);
+        }
     float a = *mn, b = *mx;
     for (int j = 0; j < 16; ++j) {
-        a = lo[j] < a ? lo[j] : a;
-        b = hi[j] > b ? hi[j] : b;
+        const float l = lo[j / ML_DQ_VL][j % ML_DQ_VL], h = hi[j / ML_DQ_VL][j % ML_DQ_VL];
+        a = l < a ? l : a;
+        b = h > b ? h : b;
     }
     for (; i < n; ++i) {
         a = x[i] < a ? x[i] : a;
@@ -69,7 +85,7 @@ static void ml_dq_quant(const float* restrict x, int64_t n, float s, float z,
     ml_dqi vz = {0};
     vz += (int32_t)z;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
+    for (; i + ML_DQ_VL <= n; i += ML_DQ_VL) {
         ml_dqf v;
         memcpy(&v, x + i, sizeof v);
         v = v / vs;

@@ -7,7 +7,9 @@ same bits at 1 and 2 threads; the debug executor returns those tensors in NCHW, 
 ONNX Runtime's. Every condition that keeps a tensor NCHW is checked on its own: a
 second reader, a graph output, channels not a multiple of 16, a chain with a side input
 fused after the producer, a consumer that reads NCHW. Without forcing, a 1x1 conv next to
-the depthwise one leans to pixels-as-rows (``rule_costs(blocked=True)``).
+the depthwise one leans to pixels-as-rows (``rule_costs(blocked=True)``); one whose own
+output stays NCHW (a residual Add fused after it) leans only by the credit of the copy in
+(``blocked_in``), and reads the blocked tensor exactly when that pick is pixels-as-rows.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def chain(c: int = 32, mid: int = 64, out: int = 48, hw: int = 14, *, extra=(),
     """x [1, c, hw, hw] -> pw1 (1x1, mid) -> HardSwish -> dw (5x5, stride 1) -> Relu ->
     pw2 (1x1, out) -> y; ``extra``: more nodes; ``outputs``: graph outputs;
     ``mul_after_pw1``: a per-channel Mul (a side input) after pw1's HardSwish;
-    ``residual``: pw2's own input added to its output (``out`` = ``mid``), fused after it."""
+    ``residual``: pw2's own input (True) or the named tensor added to its output, fused
+    after it."""
     inits = [numpy_helper.from_array(_w(mid, c, 1, 1), "w1"),
              numpy_helper.from_array(_w(mid), "b1"),
              numpy_helper.from_array(_w(mid, 1, 5, 5), "wd"),
@@ -59,8 +62,9 @@ def chain(c: int = 32, mid: int = 64, out: int = 48, hw: int = 14, *, extra=(),
               helper.make_node("Relu", ["d"], ["r"], name="relu"),
               helper.make_node("Conv", ["r", "w2", "b2"], ["y0" if residual else "y"],
                                name="pw2"), *extra]
-    if residual:
-        nodes.append(helper.make_node("Add", ["y0", "r"], ["y"], name="add"))
+    if residual:  # True: pw2's own input; a name: that tensor
+        nodes.append(helper.make_node("Add", ["y0", "r" if residual is True else residual],
+                                      ["y"], name="add"))
     outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
     g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [1, c, hw, hw])], outs, inits)
@@ -188,3 +192,52 @@ def test_pointwise_leans_to_pixel_rows_next_to_a_blocked_depthwise() -> None:
     (ref,) = _ort(model, x)
     np.testing.assert_allclose(_run(factory, x)[0], ref, rtol=1e-4,
                                atol=1e-5 * float(np.abs(ref).max()))
+
+
+def _add_input_z(model, out: int, hw: int):
+    """``model`` with y = y_before + z, z [1, out, hw, hw] a second graph input."""
+    m = type(model).FromString(model.SerializeToString())
+    for n in m.graph.node:
+        n.output[:] = ["y_pre" if o == "y" else o for o in n.output]
+    m.graph.node.append(helper.make_node("Add", ["y_pre", "z"], ["y"], name="add_z"))
+    m.graph.input.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, out, hw, hw]))
+    del m.graph.value_info[:]
+    return onnx.shape_inference.infer_shapes(m)
+
+
+@pytest.mark.parametrize("c, out, hw", [(512, 2048, 7), (512, 512, 7), (64, 64, 14)])
+def test_consumer_with_a_side_input_gets_no_output_discount(c, out, hw) -> None:
+    """pw2 with a residual Add of a graph input fused after it: its output stays NCHW, so its pick
+    for reading dw's blocked output is priced with the credit of dw's copy in
+    (``blocked_in``: transpose - block per input float) but its own transpose out in
+    full; the layout blocks dw -> pw2 exactly when that pick is pixels-as-rows, and the
+    emitter agrees (it would refuse a blocked input otherwise). Results as ORT's, the
+    same bits on 1 and 2 threads."""
+    model = _add_input_z(chain(c=c, mid=c, out=out, hw=hw), out, hw)
+    node = next(n for n in prepare(model)[0].nodes if n.name == "pw2")
+    d = as_2d([hw, hw], conv_geometry(node))
+    plain = conv.rule_costs(node, d, 1)
+    credit = conv.rule_costs(node, d, 1, blocked_in=True)
+    both = conv.rule_costs(node, d, 1, blocked=True, blocked_in=True)
+    assert credit["gemm"] == plain["gemm"] == both["gemm"]
+    assert both["pixel_rows"] < credit["pixel_rows"] < plain["pixel_rows"]
+    reads = conv._rule(node, d, 1, blocked_in=True).algo == "pixel_rows"
+    # 512 -> 2048: the GEMM even with the credit (ResNet-50's 7x7 expansions)
+    assert reads == (out == c)
+    factory = _compile(model, {"pw1": "pixel_rows", "dw": "depthwise_cb"})
+    assert ("dw" in _blocked_nodes(factory)) == reads
+    x, z = _x(c, hw), RNG.standard_normal((1, out, hw, hw)).astype(np.float32)
+    sess = ort_session(model)
+    (ref,) = sess.run(None, {"x": x, "z": z})
+    outs = []
+    for threads in (1, 2):
+        monolib.runtime.set_num_threads(threads)
+        try:
+            gm = monolib.GraphModule(factory["default"](monolib.cpu()))
+            gm.set_input(x=x, z=z)
+            gm.run()
+            outs.append(gm.get_output(0).numpy().copy())
+        finally:
+            monolib.runtime.set_num_threads(len(os.sched_getaffinity(0)))
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5 * float(np.abs(ref).max()))
+    np.testing.assert_array_equal(outs[1], outs[0])

@@ -158,6 +158,9 @@ class NodeContext:
     def blocked(self, value) -> bool:  # one node alone: NCHW on both sides
         return False
 
+    def side_inputs(self) -> bool:  # the harness's epilogue is an affine of the value
+        return False
+
     def tile_epilogue(self, groups: Sequence[Sequence[int]]) -> str:
         if self.epilogue != "affine":
             return "0"

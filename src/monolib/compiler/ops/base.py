@@ -123,6 +123,11 @@ class EmitContext(Protocol):
         whose algorithms both take it (``backends/c/layout.py``); an op that never reads
         or writes it there need not ask."""
 
+    def side_inputs(self) -> bool:
+        """Whether the chain fused after this node reads tensors besides its output (a
+        residual Add's other operand; scalar constants do not count): its output then
+        stays row-major (``backends/c/layout.py``)."""
+
     def tile_epilogue(self, groups: Sequence[Sequence[int]]) -> str:
         """Name of a generated C function
         ``void f(void* out, int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1)``

@@ -249,6 +249,11 @@ class CEmitContext:
             value = f.out
         return value.uid in self.blocked_uids
 
+    def side_inputs(self) -> bool:
+        """Whether the fused chain reads tensors besides its own value (``leaves_of``)."""
+        f = self.fused
+        return f.kind == "op" and bool(epilogue.leaves_of(f.steps))
+
     def _materialise(self, value: Value) -> str:
         """A constant computed from run-time dims, read as data: a local array of the
         op function, filled from the symbol values ``S`` when the op runs."""

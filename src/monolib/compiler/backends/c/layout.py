@@ -55,9 +55,10 @@ def blocked_values(fusion: Fusion) -> frozenset[int]:
 
     Each Conv's algorithm is picked as its emitter will pick it: knowing that a
     neighbour keeps the tensor between them blocked (``conv.rule_costs``' ``blocked``:
-    a 1x1 conv then leans to pixels-as-rows, whose transpose out becomes a copy) where
-    one of its tensors ends up blocked, as it did here. A pick made so only ever turns
-    to pixels-as-rows, which keeps every edge decided with it valid. The active tuning
+    a 1x1 conv then leans to pixels-as-rows, whose transpose out becomes a copy;
+    ``blocked_in``: the conv before it copies out blocks) where one of its tensors ends
+    up blocked, as it did here. A pick made so only ever turns to pixels-as-rows, which
+    keeps every edge decided with it valid. The active tuning
     selection is asked in the order the emitter asks it (a recording keeps the last).
     """
     from ...ops.nn.conv import blocked_roles
@@ -65,7 +66,18 @@ def blocked_values(fusion: Fusion) -> frozenset[int]:
     roles: dict[int, tuple[bool, bool]] = {}
     for i, f in enumerate(fusion.ops):
         if _conv_op(f):
-            roles[i] = blocked_roles(f.anchor, bool(f.steps), blocked=True)
+            # Each role is picked with the discounts it would bring: reading a blocked
+            # input, the credit of the conv before it copying out blocks, with its own
+            # output priced blocked only where it can be (a chain with side inputs, a
+            # residual Add, keeps it NCHW: ResNet-50's 512 -> 2048 1x1 convs at 7x7 were
+            # pixels-as-rows priced with a copy out they never got, 2.6 ms alone against
+            # the GEMM's 2.0); writing one, its output's copy. The emitter picks with the
+            # same flags where an edge is blocked (ops/nn/conv.py), and a discount only
+            # ever turns a pick to pixels-as-rows, so with both edges blocked it stays.
+            free = not leaves_of(f.steps)
+            reads = blocked_roles(f.anchor, bool(f.steps), blocked=free, blocked_in=True)[0]
+            writes = blocked_roles(f.anchor, bool(f.steps), blocked=True)[1]
+            roles[i] = (reads, writes)
     readers: dict[int, list[int]] = {}
     for i, f in enumerate(fusion.ops):
         for v in f.reads():

@@ -214,9 +214,12 @@ class Conv(OpDef):
         ctx.include("conv.h")
         epi = epi_call(ctx.tile_epilogue(self.epilogue_groups(node)))
         group = int(node.attrs["group"])
-        # next to a channel-blocked tensor the pick was made knowing it (layout.py)
-        blocked = ctx.blocked(x) or ctx.blocked(node.outputs[0])
-        pick = _pick(node, d, group, epi != "(ml_epi_fn)0", blocked)
+        # next to a channel-blocked tensor the pick is made as layout.py made it: with
+        # the output blocked where it is, or could be (no side inputs in the chain) when
+        # the input is; with the input's credit where it is
+        x_blk, y_blk = ctx.blocked(x), ctx.blocked(node.outputs[0])
+        blocked = y_blk or (x_blk and not ctx.side_inputs())
+        pick = _pick(node, d, group, epi != "(ml_epi_fn)0", blocked, x_blk)
         if pick.algo == "depthwise":
             return emit_depthwise(node, ctx, d, epi, pick.param("rows"))
         if pick.algo == "depthwise_cb":
@@ -583,23 +586,26 @@ def _group_tasks(
 
 
 def _pick(node: Node, d: dict[str, int], group: int, has_epi: bool,
-          blocked: bool = False) -> Candidate:
+          blocked: bool = False, blocked_in: bool = False) -> Candidate:
     """The algorithm emitted: the active selection's (forced, then measured on this CPU)
-    among the candidates, else the fixed rule's (``blocked``: see :func:`rule_costs`)."""
+    among the candidates, else the fixed rule's (``blocked``, ``blocked_in``: see
+    :func:`rule_costs`)."""
     if active() is None:  # the rule alone (no candidates to list)
-        return _rule(node, d, group, blocked)
-    sig, candidates, pick = conv_candidates(node, d, group, has_epi, blocked)
+        return _rule(node, d, group, blocked, blocked_in)
+    sig, candidates, pick = conv_candidates(node, d, group, has_epi, blocked, blocked_in)
     return pick if sig is None else choose(node.name, sig, candidates, pick)
 
 
-def blocked_roles(node: Node, has_epi: bool, blocked: bool = False) -> tuple[bool, bool]:
+def blocked_roles(node: Node, has_epi: bool, blocked: bool = False,
+                  blocked_in: bool = False) -> tuple[bool, bool]:
     """Whether the algorithm picked for a 2-D Conv ``node`` reads its input X, and
     whether it writes its output, channel-blocked (NCHW16c, ``backends/c/layout.py``):
     the channel-blocked depthwise kernel both, a pixels-as-rows conv its output (the
     copy out of its ``[pixels, C_out]`` tile), and its input where it reads a 1x1 conv's
     input in place (gemm.h's blocked ``a_raw``, at least ``MR`` pixels). ``has_epi``:
     a chain is fused after it (part of the signature the selection is keyed by);
-    ``blocked``: the pick as made next to a channel-blocked neighbour (:func:`rule_costs`)."""
+    ``blocked``, ``blocked_in``: the pick as made next to channel-blocked neighbours
+    (:func:`rule_costs`)."""
     x = node.inputs[0]
     if len(x.shape) != 4 or any(is_dim(v) for v in x.shape) or node.inputs[1].const is None:
         return False, False
@@ -607,7 +613,7 @@ def blocked_roles(node: Node, has_epi: bool, blocked: bool = False) -> tuple[boo
     d = as_2d(list(x.shape[2:]), geo)
     if any(is_dim(v) for v in d.values()):
         return False, False
-    pick = _pick(node, d, int(node.attrs["group"]), has_epi, blocked)
+    pick = _pick(node, d, int(node.attrs["group"]), has_epi, blocked, blocked_in)
     if pick.algo == "depthwise_cb":
         return True, True
     if pick.algo == "pixel_rows":
@@ -615,7 +621,8 @@ def blocked_roles(node: Node, has_epi: bool, blocked: bool = False) -> tuple[boo
     return False, False
 
 
-def _rule(node: Node, d: dict[str, int], group: int, blocked: bool = False) -> Candidate:
+def _rule(node: Node, d: dict[str, int], group: int, blocked: bool = False,
+          blocked_in: bool = False) -> Candidate:
     """The fixed rule's algorithm: depthwise where it applies, a batch of small images
     folded into one GEMM, else the cheapest of direct, implicit GEMM and Winograd F(2) /
     F(4) by the cost model (``conv_cost``: the work each kernel really does on this
@@ -629,7 +636,7 @@ def _rule(node: Node, d: dict[str, int], group: int, blocked: bool = False) -> C
             if cost["depthwise_cb"] < cost["depthwise"]:
                 return Candidate("depthwise_cb")
         return Candidate("depthwise", (("rows", dw_rows(d)),) if dw_fast(d) else ())
-    costs = rule_costs(node, d, group, blocked)
+    costs = rule_costs(node, d, group, blocked, blocked_in)
     if costs is None:
         return Candidate("gemm_folded")
     costs = {k: v for k, v in costs.items() if not excluded(node.name, cost_candidate(k))}
@@ -644,12 +651,13 @@ def cost_candidate(label: str) -> Candidate:
 
 
 def rule_costs(node: Node, d: dict[str, int], group: int,
-               blocked: bool = False) -> dict[str, float] | None:
+               blocked: bool = False, blocked_in: bool = False) -> dict[str, float] | None:
     """Estimated ns of each algorithm the rule compares for a non-depthwise Conv
     (``conv_cost.conv_costs`` labels), or None where it folds a batch of small images
     into one GEMM with no direct_ocv to weigh (silero's 3-tap convs ran 2-4x faster so).
     ``blocked``: a neighbouring depthwise conv would keep the tensor between them
-    channel-blocked if this one ran pixels-as-rows (``backends/c/layout.py``)."""
+    channel-blocked if this one ran pixels-as-rows (``backends/c/layout.py``);
+    ``blocked_in``: its input would come channel-blocked so (``conv_cost.conv_costs``)."""
     x, w = node.inputs[0], node.inputs[1]
     n, c = x.shape[:2]
     # a run-time batch folds too (at 1 the fold only costs a copy); a run-time image is
@@ -665,7 +673,8 @@ def rule_costs(node: Node, d: dict[str, int], group: int,
     labels.update({f"winograd_raw(m={m})": plan_winograd(node, d, group, m, raw=True)
                    for m, plan in plans.items() if plan is not None})
     costs = conv_costs(d, n, c, w.shape[0], group, _pointwise(d), labels,
-                       pixel_rows_valid(node, d, group), blocked=blocked)
+                       pixel_rows_valid(node, d, group), blocked=blocked,
+                       blocked_in=blocked_in)
     if "direct" in costs and not _direct_fits(d, c // group):
         del costs["direct"]
     # ocv_in_rule: not 1x1 windows nor big weights (what its model does not see)
@@ -675,7 +684,8 @@ def rule_costs(node: Node, d: dict[str, int], group: int,
 
 
 def conv_candidates(
-    node: Node, d: dict[str, int], group: int, fused: bool, blocked: bool = False
+    node: Node, d: dict[str, int], group: int, fused: bool, blocked: bool = False,
+    blocked_in: bool = False,
 ) -> tuple[dict[str, Any] | None, list[Candidate], Candidate]:
     """The tuning signature of a Conv, its valid candidates and the rule's choice.
 
@@ -688,8 +698,8 @@ def conv_candidates(
     group : int
     fused : bool
         Whether an elementwise epilogue is fused into it (part of the signature).
-    blocked : bool
-        The rule's choice as :func:`rule_costs` makes it with ``blocked``.
+    blocked, blocked_in : bool
+        The rule's choice as :func:`rule_costs` makes it with them.
 
     Returns
     -------
@@ -703,7 +713,7 @@ def conv_candidates(
         choice, one of them.
     """
     x, w = node.inputs[0], node.inputs[1]
-    default = _rule(node, d, group, blocked)
+    default = _rule(node, d, group, blocked, blocked_in)
     sizes = [*x.shape, *w.shape, *d.values()]
     if any(is_dim(v) for v in sizes):
         return None, [default], default

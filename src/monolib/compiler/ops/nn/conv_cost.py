@@ -370,6 +370,7 @@ def conv_costs(
     d: dict[str, int], n: int, c: int, m: int, group: int, pointwise: bool,
     plans: dict[str, Any] | None = None, pixel_rows: bool = False,
     table: dict[str, dict[str, float]] | None = None, blocked: bool = False,
+    blocked_in: bool = False,
 ) -> dict[str, float]:
     """Estimated nanoseconds of the ``gemm``, ``direct`` and Winograd algorithms of a
     Conv (batch ``n``, ``c`` -> ``m`` channels, ``group`` groups, 2-D view ``d``).
@@ -392,6 +393,10 @@ def conv_costs(
     blocked : bool
         A depthwise conv next to it would keep the tensor between them channel-blocked
         if this conv is pixels-as-rows: its output goes out by copies, not a transpose.
+    blocked_in : bool
+        Its input comes channel-blocked if this conv is pixels-as-rows (pointwise, read
+        in place): the conv before it then copies its output out in blocks, not
+        transposed, credited here at ``transpose - block`` per input float.
 
     Returns
     -------
@@ -416,6 +421,8 @@ def conv_costs(
         gathered = 0 if in_place else k * ohw
         moved = pr["block"] if blocked else pr["transpose"]
         copies = gathered * pr["pack"] + ohw * mg * moved
+        if blocked_in and in_place:
+            copies -= ohw * c * (pr["transpose"] - pr["block"])
         if in_place:
             pr = {**pr, "mac": pr["mac_pw"]}
         out["pixel_rows"] = gemm_cost(ohw, k, mg, pad, n, 0, False, c=pr) + n * copies

@@ -46,7 +46,8 @@ def _source(model):
 ])
 def test_grouped_conv_threads(c, m, group, hw, k, pad, stride, bias, monkeypatch):
     # the implicit-im2col GEMM (the rule may take direct or Winograd for 3x3 windows)
-    monkeypatch.setattr(conv, "_rule", lambda node, d, group, blocked=False: Candidate("gemm"))
+    monkeypatch.setattr(conv, "_rule", lambda node, d, group, blocked=False, blocked_in=False:
+                        Candidate("gemm"))
     model = _model(c, m, group, hw, k, pad, stride, bias)
     feeds = {"x": RNG.standard_normal((1, c, hw, hw)).astype(np.float32)}
     assert "ml_conv_groups(&gj_)" in _source(model)  # the path under test

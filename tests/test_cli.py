@@ -252,7 +252,7 @@ def test_run_inputs_from_npz(lib, tmp_path, capsys):
     out = tmp_path / "o.npz"
     assert main(["run", lib, "--input", str(tmp_path / "in.npz"), "-o", str(out)]) == 0
     with np.load(out) as npz:
-        np.testing.assert_allclose(npz["y"], reference(x))
+        np.testing.assert_allclose(npz["y"], reference(x), rtol=1e-6)
 
 
 def test_compile_failure_names_the_step(tmp_path, monkeypatch, capsys):

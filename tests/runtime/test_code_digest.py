@@ -149,7 +149,8 @@ def test_a_damaged_float_weight_loads_and_runs(lib, tmp_path):
     gm.run(x=x)
     y = gm.get_output(0).numpy()
     assert y.flat[1] != reference(x).flat[1]
-    np.testing.assert_allclose(np.delete(y.ravel(), 1), np.delete(reference(x).ravel(), 1))
+    want = np.delete(reference(x).ravel(), 1)
+    np.testing.assert_allclose(np.delete(y.ravel(), 1), want, rtol=1e-6)
 
 
 def test_load_from_bytes_checks_the_digest(lib):

@@ -439,15 +439,21 @@ static void ml_transpose_pm_cols(int64_t P, int64_t M, int64_t m0, int64_t m1,
     for (int64_t p0 = 0; p0 < P; p0 += 16)
         for (int64_t mb = m0; mb < m1; mb += 16) {
             int64_t pe = ML_MIN(P, p0 + 16), me = ML_MIN(m1, mb + 16);
-#if ML_VW == 16
-            if (pe - p0 == 16 && me - mb == 16) { /* in registers: 4x the scalar copy */
-                ml_vf r[16];
-                for (int i = 0; i < 16; ++i) r[i] = *(const ml_vf*)(t + (p0 + i) * M + mb);
-                ml_transpose16(r);
-                for (int i = 0; i < 16; ++i) *(ml_vf*)(y + (mb + i) * P + p0) = r[i];
+            /* in registers, ML_VW x ML_VW blocks at every width: 4x the scalar copy at
+             * 16 floats; on AVX2 the scalar copy made pixels-as-rows' transpose cost 15x
+             * Zen 4's per float (conv_cost) */
+            if (pe - p0 == 16 && me - mb == 16) {
+                for (int pi = 0; pi < 16; pi += ML_VW)
+                    for (int mi = 0; mi < 16; mi += ML_VW) {
+                        ml_vf r[ML_VW];
+                        for (int i = 0; i < ML_VW; ++i)
+                            r[i] = *(const ml_vf*)(t + (p0 + pi + i) * M + mb + mi);
+                        ml_transpose_vw(r);
+                        for (int i = 0; i < ML_VW; ++i)
+                            *(ml_vf*)(y + (mb + mi + i) * P + p0 + pi) = r[i];
+                    }
                 continue;
             }
-#endif
             for (int64_t m = mb; m < me; ++m)
                 for (int64_t p = p0; p < pe; ++p) y[m * P + p] = t[p * M + m];
         }

@@ -258,10 +258,11 @@ def _costs_g(d: dict[str, int], c: int, m: int, g: int, vw: int,
     if band == 0:
         return rows, None
     tiled, edge, copied = _flat_terms(d, c, p, band)
-    # a copied float charged as a staged output (`out`, one load and one store each; its
-    # fit is 0 on Zen 4, where ocv_flat's margin stands for the copy)
+    # a copied float at `copy` (one load and one store each; 0 on Zen 4, where
+    # ocv_flat's margin stands for the copy; a table without it: `out`, as it was
+    # charged before staged outputs were transposed in registers on AVX2)
     flat = chans * c * d["KH"] * (tiled * rate + edge * d["KW"] * k["edge"]) + out
-    return rows, flat + groups * copied * k["out"]
+    return rows, flat + groups * copied * k.get("copy", k["out"])
 
 
 def _cost_g(d: dict[str, int], c: int, m: int, g: int, vw: int,

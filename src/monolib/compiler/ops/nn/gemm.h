@@ -373,22 +373,23 @@ static inline void ml_pack_b(const ml_bsrc* s, int64_t k0, int64_t kc, int64_t n
          * in order and writes into the panel block, which stays in L1 (row by row, every
          * k touched nc cache lines) */
         int64_t j0 = 0;
-#if ML_VW == 16
-        /* whole panels by 16 x 16 blocks transposed in registers (4x the scalar copy) */
+        /* whole panels by ML_VW x ML_VW blocks transposed in registers (4x the scalar
+         * copy at 16 floats a vector) */
         for (; j0 + ML_NR <= nc; j0 += ML_NR) {
             const float* src = s->p + k0 + (n0 + j0) * s->ldn;
             float* d = dst + (j0 / ML_NR) * kc * ML_NR;
             int64_t k = 0;
-            for (; k + 16 <= kc; k += 16) {
-                ml_vf r[16];
-                for (int c = 0; c < 16; ++c) r[c] = *(const ml_vf*)(src + c * s->ldn + k);
-                ml_transpose16(r);
-                for (int u = 0; u < 16; ++u) *(ml_vf*)(d + (k + u) * ML_NR) = r[u];
-            }
+            for (; k + ML_VW <= kc; k += ML_VW)
+                for (int c0 = 0; c0 < ML_NR; c0 += ML_VW) {
+                    ml_vf r[ML_VW];
+                    for (int c = 0; c < ML_VW; ++c)
+                        r[c] = *(const ml_vf*)(src + (c0 + c) * s->ldn + k);
+                    ml_transpose_vw(r);
+                    for (int u = 0; u < ML_VW; ++u) *(ml_vf*)(d + (k + u) * ML_NR + c0) = r[u];
+                }
             for (; k < kc; ++k)
                 for (int c = 0; c < ML_NR; ++c) d[k * ML_NR + c] = src[c * s->ldn + k];
         }
-#endif
         for (int64_t j = j0; j < nc; ++j) {
             const float* src = s->p + k0 + (n0 + j) * s->ldn;
             float* d = dst + (j / ML_NR) * kc * ML_NR + (j % ML_NR);

@@ -102,8 +102,14 @@ COSTS: dict[str, dict[str, float]] = {
 #: slow; held-out halves 5.3-8.7%), with this one 2.9% (3.2-4.7%): the kernels' rates
 #: differ by ISA, not only by the vector width the work terms count (direct_ocv's tiles
 #: keep 12 sums instead of 24; the GEMM's k loop is assembly). ``block`` was not fitted
-#: (no signature of the set has a blocked output); it keeps a seventh of ``transpose``
-#: as on Zen 4. ``mac_pw`` is pixel_rows' ``mac``: the fit priced reading the input in
+#: (no signature of the set has a blocked output): ``transpose - block`` is the
+#: discount, 0.25 ns a float, twice what copying in blocks saves over the register
+#: transpose, timed alone (ml_block_pm 0.13-0.19 ns a float, ml_transpose_pm
+#: 0.17-0.33: 240 x 384 to 3136 x 64), the other half for the depthwise conv's own
+#: transposes. (``transpose`` itself also carries the path's other per-output work.) At
+#: a seventh of ``transpose``, as on Zen 4, the discount was 1.77 ns: 6 of PP-OCRv6
+#: rec's 1x1 convs went pixels-as-rows, and the model ran 8.6% slower (1% once a
+#: blocked input had gemm.h's assembly path, which it lacked then). ``mac_pw`` is pixel_rows' ``mac``: the fit priced reading the input in
 #: place 10% above packing it first (0.0319), against what Zen 4 measured, and picked
 #: the GEMM for 480 -> 80 at 14x14 (280 us; pixels-as-rows 223); set equal, the regret
 #: over the 305 is 2.7% and 84 picks are over 5% slow (101 with the fit's value).
@@ -124,7 +130,7 @@ COSTS_AVX2: dict[str, dict[str, float]] = {
              "out": 0.9556, "tail": 0.05, "tail_col": 0.2, "big": 0.2935,
              "call": 933.0},
     "pixel_rows": {"mac": 0.02908, "mac_pw": 0.02908, "pack": 0.9928, "transpose": 2.055,
-                   "block": 0.29, "pad": 0.2933, "tile": 0.0, "big": 0.0, "call": 933.0},
+                   "block": 1.8, "pad": 0.2933, "tile": 0.0, "big": 0.0, "call": 933.0},
     "direct": {"mac": 0.03513, "pad": 0.9254, "tile": 97.78, "out": 0.0, "big": 0.0,
                "call": 933.0},
     "winograd": {"mac": 0.03271, "tile": 0.0, "in": 0.5207, "t_out": 0.0, "w": 0.1664,

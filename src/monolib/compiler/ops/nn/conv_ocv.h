@@ -47,6 +47,7 @@
 #define ML_OCV_STAGE 16384 /* floats of a band's staged outputs (64 KiB: in L2) */
 #define ML_OCV_ROWS 2      /* fewest output rows of a band split for threads */
 #define ML_OCV_SEG_MIN 64  /* fewest columns of a segment (its edges and tail tiles) */
+#define ML_OCV_EPI_RUN 256 /* most pixels stored before the epilogue runs on them */
 /* Small maps run flat (conv_ocv.py picks it by cost): a band's input rows are copied
  * zero-padded, Wp floats a row, into this many floats after the staging, and its output
  * rows run as ONE span of (rows - 1) * Wp + OW pixels, pixel q reading the padded input
@@ -448,11 +449,20 @@ static void ml_ocv_unit(const ml_ocv_job* j, int64_t u, float* restrict st) {
      * whole group, up to 64 channels' band, it read them back from L2) */
     for (int64_t v = 0; c0 + v * ML_VW < c1; ++v) {
         const int64_t cv = c0 + v * ML_VW, nc = ML_MIN(ML_VW, c1 - cv);
-        for (int64_t q = 0; q < runs; ++q) {
-            const int64_t p0 = (oh0 + q) * OW + ow0;
-            ml_ocv_store(st + v * ss + q * rn * ML_VW, rn, nc, j->y + cv * plane + p0, plane);
-            if (j->epi) j->epi(j->epi_out, j->epi_b, cv, cv + nc, p0, p0 + rn);
-        }
+        for (int64_t q = 0; q < runs; ++q)
+            /* in pieces of ML_OCV_EPI_RUN pixels, so that the epilogue reads what the
+             * store just wrote from L1 (a band's run of 8 channels x 999 pixels, 32 KB,
+             * had left it: the epilogue was 10% of a 3 -> 64 3x3/2 first layer on AVX2);
+             * a piece never leaves fewer than ML_VW pixels after it */
+            for (int64_t s0 = 0; s0 < rn;) {
+                int64_t len = ML_MIN(ML_OCV_EPI_RUN, rn - s0);
+                if (rn - s0 - len < ML_VW) len = rn - s0;
+                const int64_t p0 = (oh0 + q) * OW + ow0 + s0;
+                ml_ocv_store(st + v * ss + (q * rn + s0) * ML_VW, len, nc, j->y + cv * plane + p0,
+                             plane);
+                if (j->epi) j->epi(j->epi_out, j->epi_b, cv, cv + nc, p0, p0 + len);
+                s0 += len;
+            }
     }
 }
 

@@ -109,7 +109,8 @@ COSTS: dict[str, dict[str, float]] = {
 #: transposes. (``transpose`` itself also carries the path's other per-output work.) At
 #: a seventh of ``transpose``, as on Zen 4, the discount was 1.77 ns: 6 of PP-OCRv6
 #: rec's 1x1 convs went pixels-as-rows, and the model ran 8.6% slower (1% once a
-#: blocked input had gemm.h's assembly path, which it lacked then). ``mac_pw`` is pixel_rows' ``mac``: the fit priced reading the input in
+#: blocked input had gemm.h's assembly path, which it lacked then). ``mac_pw`` is
+#: pixel_rows' ``mac``: the fit priced reading the input in
 #: place 10% above packing it first (0.0319), against what Zen 4 measured, and picked
 #: the GEMM for 480 -> 80 at 14x14 (280 us; pixels-as-rows 223); set equal, the regret
 #: over the 305 is 2.7% and 84 picks are over 5% slow (101 with the fit's value).

@@ -637,9 +637,11 @@ ML_INLINE void ml_uk_asm_rows(int64_t kc, const float* const ar[ML_MR], const fl
                               int64_t bks, float* t, int acc) {
     int64_t n4 = kc >> 2, n1 = kc & 3, i = 0;
     if (acc)
-        __asm__ volatile(ML_ASM_LOOP_FROM(ML_ASM_LOAD, ML_ASM_ROWS_STEP4, ML_ASM_ROWS_STEP1) ML_ASM_ROWS_OPERANDS);
+        __asm__ volatile(ML_ASM_LOOP_FROM(ML_ASM_LOAD, ML_ASM_ROWS_STEP4, ML_ASM_ROWS_STEP1)
+                             ML_ASM_ROWS_OPERANDS);
     else
-        __asm__ volatile(ML_ASM_LOOP_FROM(ML_ASM_ZERO, ML_ASM_ROWS_STEP4, ML_ASM_ROWS_STEP1) ML_ASM_ROWS_OPERANDS);
+        __asm__ volatile(ML_ASM_LOOP_FROM(ML_ASM_ZERO, ML_ASM_ROWS_STEP4, ML_ASM_ROWS_STEP1)
+                             ML_ASM_ROWS_OPERANDS);
 }
 #else
 #define ML_UK_ASM 0

@@ -15,6 +15,7 @@ from ..base import EmitContext
 from ._qcommon import QMR, QNR, include_qgemm
 
 __all__ = [
+    "Q8_AVX2_ROWS",
     "include_q8",
     "pack_a8",
     "pack_b8",
@@ -23,25 +24,43 @@ __all__ = [
     "q8_conv_bbuf_bytes",
     "q8_kq",
     "use_q8",
+    "use_q8conv",
 ]
 
 logger = logging.getLogger(__name__)
 
 
-def _host_has_vnni() -> bool:
+def _host_has(feature: str) -> bool:
     feats = isa.host_features()
-    return feats is not None and "avx512vnni" in feats
+    return feats is not None and feature in feats
+
+
+#: Most rows a product takes ``q8gemv.h`` with on a CPU with AVX2 but no VNNI: its bytes
+#: are widened per row, so only a one-row product (an LSTM step, a batch-1 MatMul) gains
+#: from reading half of qgemm.h's int16 B
+Q8_AVX2_ROWS = 1
 
 
 def use_q8(rows: int) -> bool:
     """Whether a product of ``rows`` rows of a run-time uint8 A with constant 8-bit
-    weights takes ``q8gemv.h``: where the CPU compiled on has AVX-512 VNNI (vpdpbusd: 64
-    multiply-adds an instruction, twice qgemm.h's vpdpwssd, and half the weight bytes;
-    Zen 4, 1 thread, [M,1024]x[1024,2048]: M=1 21 vs 40 us, M=8 128 vs 203, M=32 339 vs
-    676), at any number of rows. Without it the int16-widening form lost at every size
-    (AVX2: M=1 55 vs 34 us, M=32 3094 vs 794), so qgemm.h keeps those products. The
-    choice only moves speed: both kernels give the same exact sums on any CPU."""
-    return rows >= 1 and _host_has_vnni()
+    weights takes ``q8gemv.h``. Where the CPU compiled on has AVX-512 VNNI, at any number
+    of rows (vpdpbusd: 64 multiply-adds an instruction, twice qgemm.h's vpdpwssd, and half
+    the weight bytes; Zen 4, 1 thread, [M,1024]x[1024,2048]: M=1 21 vs 40 us, M=8 128 vs
+    203, M=32 339 vs 676). With AVX2 alone, one row (:data:`Q8_AVX2_ROWS`): the bytes
+    widened by vpmovsxbw, the product bound by reading B (Zen 3, 1 thread: 1x512 x
+    512x2048 34 vs 48 us, 1x1024 x 1024x8210 291 vs 921; 2 rows 61 vs 62, 32 rows lost
+    3094 vs 794 before the widening was one instruction). Elsewhere qgemm.h. The choice
+    only moves speed: both kernels give the same exact sums on any CPU."""
+    if rows < 1:
+        return False
+    return _host_has("avx512vnni") or (rows <= Q8_AVX2_ROWS and _host_has("avx2"))
+
+
+def use_q8conv(rows: int) -> bool:
+    """Whether a convolution of ``rows`` output channels a group takes ``q8gemv.h``'s
+    ``ml_q8conv``: with AVX-512 VNNI only (its weights are the broadcast side, read once
+    whatever their size; the int16 widening has nothing to gain there)."""
+    return rows >= 1 and _host_has("avx512vnni")
 
 
 def include_q8(ctx: EmitContext) -> None:

@@ -28,7 +28,7 @@ from ...ir import Node
 from ..base import EmitContext, OutType, register
 from ..nn._common import Geometry
 from ..nn.conv import as_2d, conv_geometry, grouped_conv
-from ._q8 import include_q8, pack_a8, q8_conv_bbuf_bytes, q8_kq, use_q8
+from ._q8 import include_q8, pack_a8, q8_conv_bbuf_bytes, q8_kq, use_q8conv
 from ._qcommon import (
     QMR,
     check_vector,
@@ -209,7 +209,7 @@ class _QConv(QuantOp):
         n, c, m, cg, mg, k, hw, ohw = self._sizes(node, d, group)
         wz = node.input(self.WZP)
         if (x.dtype == np.uint8 and w.const is not None and (wz is None or wz.const is not None)
-                and use_q8(mg)):
+                and use_q8conv(mg)):
             return self._emit_q8(node, ctx, d, out, group, per_channel)
         ap, per_group, code = self._weights(node, ctx, group, mg, k)
         xzp, _, _ = zp_c(ctx, node, self.XZP, 1)
@@ -262,7 +262,7 @@ class _QConv(QuantOp):
     def _emit_q8(self, node: Node, ctx: EmitContext, d, out, group: int, per_channel: bool) -> str:
         """The groups' products through ``ml_q8conv`` (``q8gemv.h``): constant weights
         as int8 bytes against the uint8 image's bytes, zero points through row and
-        column sums (where ``_q8.use_q8``: AVX-512 VNNI's vpdpbusd)."""
+        column sums (where ``_q8.use_q8conv``: AVX-512 VNNI's vpdpbusd)."""
         x, w = node.inputs[self.X], node.inputs[self.W]
         n, c, m, cg, mg, k, hw, ohw = self._sizes(node, d, group)
         include_q8(ctx)

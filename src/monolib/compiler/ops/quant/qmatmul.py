@@ -11,7 +11,7 @@ Lowering: per batch one ``ml_qgemm`` of ``kernels/qgemm.h``; a constant operand 
 weights) is packed at compile time with its zero point subtracted, a runtime A is packed
 per batch into scratch, a runtime B is packed per block of columns by the kernel. A
 run-time uint8 A times a constant B keeps B as bytes (``q8gemv.h``) where the CPU has
-AVX-512 VNNI (``_q8.use_q8``).
+AVX-512 VNNI, or AVX2 and A is one row (``_q8.use_q8``).
 """
 
 from __future__ import annotations

@@ -93,60 +93,43 @@ ML_QINLINE void ml_q8uk(const int rows, int64_t kq4, const uint8_t* restrict a, 
     }
     for (int r = 0; r < rows; ++r) memcpy(&t[r][0], &acc[r], sizeof acc[r]);
 }
-#elif defined(__AVX2__) && defined(__GNUC__) && !defined(ML_QGEMM_PORTABLE)
-typedef int8_t ml_q8b16 __attribute__((vector_size(16)));
-typedef uint8_t ml_q8u16 __attribute__((vector_size(16)));
-typedef int32_t ml_q8i4 __attribute__((vector_size(16)));
-/* AVX2: the same sums through int16, 4 columns x 4 K per vpmaddwd: each 16 bytes of b'
- * widened by one vpmovsxbw, the row's quad of A broadcast and widened once per quad (its
- * 4 values in every 4 int16 lanes); the two pair sums of a column added at the end.
- * Half the bytes of qgemm.h's int16 B, so a one-row product (an LSTM step) reads half:
- * 1x512 x 512x2048 40 -> 24 us (Zen 3; ONNX Runtime's inexact saturating u8s8 33). Per
- * row the bytes are widened again, so more rows stay with qgemm.h (use_q8). */
-/* one vpmovsxbw / vpmovzxbw ymm, xmm (gcc split __builtin_convertvector's into two
- * 128-bit halves and a shift and insert each: half the kernel's time) */
-#if defined(__clang__)
-#define ML_Q8_SX(v) __builtin_convertvector((v), ml_qv16)
-#define ML_Q8_ZX(v) __builtin_convertvector((v), ml_qv16)
 #else
+typedef int8_t ml_q8b16 __attribute__((vector_size(16)));
+#if defined(__AVX2__) && defined(__GNUC__) && !defined(__clang__) && !defined(ML_QGEMM_PORTABLE)
+/* AVX2 (gcc): each 16 bytes of b' widened by one vpmovsxbw ymm, xmm, and the row's quad
+ * of A by one vpbroadcastd and vpmovzxbw (gcc split __builtin_convertvector's widening
+ * into two 128-bit halves with a shift and an insert each: half the kernel's time, and
+ * the byte kernel then lost to qgemm.h's int16 B, 73 against 48 us on 1x512 x 512x2048;
+ * now 34, Zen 3, reading half the bytes; ONNX Runtime's inexact saturating u8s8 ~45). */
 typedef char ml_q8c16 __attribute__((vector_size(16)));
+typedef int32_t ml_q8i4 __attribute__((vector_size(16)));
 #define ML_Q8_SX(v) ((ml_qv16)__builtin_ia32_pmovsxbw256((ml_q8c16)(v)))
-#define ML_Q8_ZX(v) ((ml_qv16)__builtin_ia32_pmovzxbw256((ml_q8c16)(v)))
+ML_QINLINE ml_qv16 ml_q8_quad(const uint8_t* p) {
+    int32_t quad;
+    memcpy(&quad, p, 4);
+    return (ml_qv16)__builtin_ia32_pmovzxbw256((ml_q8c16)((ml_q8i4){0} + quad));
+}
+#else
+#define ML_Q8_SX(v) __builtin_convertvector((v), ml_qv16)
+ML_QINLINE ml_qv16 ml_q8_quad(const uint8_t* p) {
+    int16_t a0 = p[0], a1 = p[1], a2 = p[2], a3 = p[3];
+    return (ml_qv16){a0, a1, a2, a3, a0, a1, a2, a3, a0, a1, a2, a3, a0, a1, a2, a3};
+}
 #endif
+/* the same sums through int16: 4 columns x 4 K per pmaddwd (the quad of A in every 4
+ * int16 lanes), the two pair sums of a column added at the end. Per row the bytes are
+ * widened again, so without VNNI only one-row products come here (_q8.use_q8). */
 ML_QINLINE void ml_q8uk(const int rows, int64_t kq4, const uint8_t* restrict a, int64_t lda,
                         const int8_t* restrict b, int32_t t[ML_QMR][ML_QNR]) {
     for (int r = 0; r < rows; ++r) {
         ml_qv8 acc[4] = {{0}, {0}, {0}, {0}};
         const uint8_t* ar = a + r * lda;
         for (int64_t q = 0; q < kq4; ++q) {
-            int32_t quad;
-            memcpy(&quad, ar + 4 * q, 4);
-            ml_qv16 ap = ML_Q8_ZX((ml_q8u16)((ml_q8i4){0} + quad));
+            ml_qv16 ap = ml_q8_quad(ar + 4 * q);
             for (int h = 0; h < 4; ++h) {
                 ml_q8b16 bb;
                 memcpy(&bb, b + q * 64 + h * 16, 16);
                 acc[h] += ml_qmadd(ML_Q8_SX(bb), ap);
-            }
-        }
-        for (int h = 0; h < 4; ++h)
-            for (int c = 0; c < 4; ++c) t[r][h * 4 + c] = acc[h][2 * c] + acc[h][2 * c + 1];
-    }
-}
-#else
-typedef int8_t ml_q8b16 __attribute__((vector_size(16)));
-/* the same sums through int16: 4 columns x 4 K per pmaddwd, pair sums added at the end */
-ML_QINLINE void ml_q8uk(const int rows, int64_t kq4, const uint8_t* restrict a, int64_t lda,
-                        const int8_t* restrict b, int32_t t[ML_QMR][ML_QNR]) {
-    for (int r = 0; r < rows; ++r) {
-        ml_qv8 acc[4] = {{0}, {0}, {0}, {0}};
-        const uint8_t* ar = a + r * lda;
-        for (int64_t q = 0; q < kq4; ++q) {
-            int16_t a0 = ar[4 * q], a1 = ar[4 * q + 1], a2 = ar[4 * q + 2], a3 = ar[4 * q + 3];
-            ml_qv16 ap = {a0, a1, a2, a3, a0, a1, a2, a3, a0, a1, a2, a3, a0, a1, a2, a3};
-            for (int h = 0; h < 4; ++h) {
-                ml_q8b16 bb;
-                memcpy(&bb, b + q * 64 + h * 16, 16);
-                acc[h] += ml_qmadd(__builtin_convertvector(bb, ml_qv16), ap);
             }
         }
         for (int h = 0; h < 4; ++h)

@@ -225,72 +225,33 @@ ML_UNUSED static void ml_pack_a_par(int64_t M, int64_t K, const float* a, int64_
     ml_pack_a(M, K, a, ldm, ldk, dst);
 }
 
-/* im2col row k of columns n0..n0+nc-1 into dst (panels of NR, kc*NR floats apart). */
+/* Where im2col row k's taps start: *x at output pixel (0, 0) of image 0, *rs floats per
+ * output row, *sw per output column (1 on phase-split planes: a tap's columns are
+ * contiguous in its phase). */
+static inline void ml_im2col_tap(const ml_bsrc* s, int64_t k, const float** x, int64_t* rs,
+                                 int64_t* sw) {
+    int64_t kx = k % s->KW, ky = (k / s->KW) % s->KH, ci = k / (s->KW * s->KH);
+    if (s->Wq > 0) { /* phase-split planes: tap column c sits in phase c % SW */
+        int64_t pw = s->SW * s->Wq, c = kx * s->DW;
+        *x = s->p + (ci * s->H + ky * s->DH) * pw + (c % s->SW) * s->Wq + c / s->SW;
+        *rs = s->SH * pw;
+        *sw = 1;
+        return;
+    }
+    *x = s->p + ci * s->H * s->W + ky * s->DH * s->W + kx * s->DW;
+    *rs = s->SH * s->W;
+    *sw = s->SW;
+}
+
+/* im2col row k of columns n0..n0+nc-1 into dst (panels of NR, kc*NR floats apart),
+ * run by run along the output rows (ml_pack_b's whole blocks take ml_pack_im2col_block). */
 static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, int64_t nc,
                                       float* restrict dst, int64_t kc) {
-    int64_t kx = k % s->KW, ky = (k / s->KW) % s->KH, ci = k / (s->KW * s->KH);
-    const float* x = s->p + ci * s->H * s->W + ky * s->DH * s->W + kx * s->DW;
-    int64_t rs = s->SH * s->W, SW = s->SW; /* floats per output row and column */
-    if (s->Wq > 0) { /* phase-split planes: tap column c sits in phase c % SW, unit stride */
-        int64_t pw = s->SW * s->Wq, c = kx * s->DW;
-        x = s->p + (ci * s->H + ky * s->DH) * pw + (c % s->SW) * s->Wq + c / s->SW;
-        rs = s->SH * pw;
-        SW = 1;
-    }
+    const float* x;
+    int64_t rs, SW;
+    ml_im2col_tap(s, k, &x, &rs, &SW);
     int64_t ohw = s->OH * s->OW, img = n0 / ohw;
     int64_t oh = (n0 % ohw) / s->OW, ow = n0 % s->OW;
-#if defined(__AVX512F__) && ML_VW == 16 && defined(__GNUC__)
-    if (SW == 1) {
-        /* one panel row at a time: each output row's piece of it is one masked load at
-         * its lanes (lanes outside the mask are not read: no read past the image), then
-         * one store of the whole row, zero past nc. Copied piece by piece (rows cut at
-         * every panel edge, scalar loops for the short ones) the packing was ~380 of the
-         * 2790 us of ResNet-50's 128-channel 3x3/2 conv (its GEMM alone: 2410); now
-         * 2510-2710 (was 2930-3020 in the same runs; 13x13 64 -> 256 3x3: 534-602 ->
-         * 504-510; 1 thread, min of 30, busy 2-core Zen 4). */
-        for (int64_t j0 = 0; j0 < nc; j0 += ML_NR) {
-            const int lanes = (int)ML_MIN(ML_NR, nc - j0);
-            ml_vf v = {0};
-            for (int lane = 0; lane < lanes;) {
-                if (oh == s->OH) { oh = 0; ++img; }
-                int len = (int)ML_MIN(lanes - lane, s->OW - ow);
-                const float* src = x + img * s->img + oh * rs + ow - lane;
-                v = __builtin_ia32_loadups512_mask(src, v, (unsigned short)(((1u << len) - 1u) << lane));
-                lane += len;
-                ow += len;
-                if (ow == s->OW) { ow = 0; ++oh; }
-            }
-            *(ml_vf*)(dst + (j0 / ML_NR) * kc * ML_NR) = v;
-        }
-        return;
-    }
-#elif defined(__AVX2__) && ML_VW == 8 && defined(__GNUC__)
-    if (SW == 1) {
-        /* the same with AVX2's masked loads (vmaskmovps: lanes outside the mask are not
-         * read), a piece cut at each vector's edge. Copied piece by piece, runs of 8
-         * floats (8-pixel output rows) were memmove calls: with them the packing took
-         * 28% of 72 -> 72 1x3 at 30x8 (the GEMM 52%). */
-        typedef float v8f __attribute__((vector_size(32)));
-        typedef int32_t v8i __attribute__((vector_size(32)));
-        const v8i ix = {0, 1, 2, 3, 4, 5, 6, 7};
-        for (int64_t j0 = 0; j0 < nc; j0 += 8) { /* one vector of a panel row */
-            const int lanes = (int)ML_MIN(8, nc - j0);
-            v8i v = {0};
-            for (int lane = 0; lane < lanes;) {
-                if (oh == s->OH) { oh = 0; ++img; }
-                int len = (int)ML_MIN(lanes - lane, s->OW - ow);
-                const float* src = x + img * s->img + oh * rs + ow - lane;
-                v8i m = (ix >= lane) & (ix < lane + len);
-                v |= (v8i)__builtin_ia32_maskloadps256((const v8f*)src, m);
-                lane += len;
-                ow += len;
-                if (ow == s->OW) { ow = 0; ++oh; }
-            }
-            *(ml_vf*)(dst + (j0 / ML_NR) * kc * ML_NR + j0 % ML_NR) = (ml_vf)v;
-        }
-        return;
-    }
-#endif
     for (int64_t j = 0; j < nc;) {
         int64_t run = ML_MIN(s->OW - ow, nc - j); /* stays in one output row */
         if (oh == s->OH) { oh = 0; ++img; }
@@ -313,6 +274,88 @@ static inline void ml_pack_im2col_row(const ml_bsrc* s, int64_t k, int64_t n0, i
         ++oh;
     }
 }
+
+/* Masked vector loads (lanes outside the mask are not read, so a piece at an image's
+ * edge reads nothing past it): AVX-512's k masks, AVX2's vmaskmovps. */
+#if defined(__AVX512F__) && ML_VW == 16 && defined(__GNUC__)
+#define ML_HAVE_MLOAD 1
+typedef unsigned short ml_vmask;
+static inline ml_vmask ml_vmask_lanes(int lo, int hi) {
+    return (ml_vmask)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+/* v with the lanes of m read from p (v's other lanes kept) */
+static inline ml_vf ml_vmask_load(ml_vf v, const float* p, ml_vmask m) {
+    return __builtin_ia32_loadups512_mask(p, v, m);
+}
+#elif defined(__AVX2__) && ML_VW == 8 && defined(__GNUC__)
+#define ML_HAVE_MLOAD 1
+typedef int32_t ml_vmask __attribute__((vector_size(32)));
+static inline ml_vmask ml_vmask_lanes(int lo, int hi) {
+    const ml_vmask ix = {0, 1, 2, 3, 4, 5, 6, 7};
+    return (ix >= lo) & (ix < hi);
+}
+static inline ml_vf ml_vmask_load(ml_vf v, const float* p, ml_vmask m) {
+    typedef float v8f __attribute__((vector_size(32)));
+    return (ml_vf)((ml_vmask)v | (ml_vmask)__builtin_ia32_maskloadps256((const v8f*)p, m));
+}
+#endif
+
+#ifdef ML_HAVE_MLOAD
+/* ml_pack_b of an im2col B with unit column steps (SW 1 or phase-split planes), panel by
+ * panel: each vector of a panel row is the same pieces of output rows for every k (at
+ * most ML_VW; lanes past nc are none, so zero), found once, then read at each row's tap
+ * offset (one load for a whole vector in one row, else one masked load a piece) and
+ * stored in order into the panel. Row by row (ml_pack_im2col_row, with masked loads),
+ * the pieces were found again for every k, their branches mispredicted and each row's
+ * stores went to every panel kc*NR floats apart: on Zen 3 the packing was 31% of
+ * AlexNet's 48 -> 128 5x5 group convs at 27x27 (about 30 cycles per 8 floats). Now
+ * that conv 7.1 -> 6.0 ms at 1 thread, 5.2 -> 3.4 at 2; 64 -> 64 3x3 at 56x56
+ * 4.0 -> 3.3; 24 -> 12 2x2 at 320x320 (planes far apart: kc pages a panel) 13 -> 11. */
+static inline void ml_pack_im2col_block(const ml_bsrc* s, int64_t k0, int64_t kc, int64_t n0,
+                                        int64_t nc, float* restrict dst) {
+    const float* x0 = s->p;
+    int64_t koff[ML_KC], rs = 0, sw;
+    for (int64_t k = 0; k < kc; ++k) { /* (rs, the floats per output row, is the same) */
+        const float* x;
+        ml_im2col_tap(s, k0 + k, &x, &rs, &sw);
+        koff[k] = x - x0;
+    }
+    const int64_t ohw = s->OH * s->OW, nv = (nc + ML_NR - 1) / ML_NR * ML_NV;
+    for (int64_t v = 0; v < nv; ++v) {
+        int64_t j0 = v * ML_VW;
+        float* d = dst + (j0 / ML_NR) * kc * ML_NR + j0 % ML_NR;
+        int64_t off[ML_VW];
+        ml_vmask msk[ML_VW];
+        int np = 0, lanes = (int)ML_MAX(0, ML_MIN(ML_VW, nc - j0)); /* none: zeros */
+        int64_t n = n0 + j0, img = n / ohw, oh = (n % ohw) / s->OW, ow = n % s->OW;
+        for (int lane = 0; lane < lanes; ++np) {
+            if (oh == s->OH) { oh = 0; ++img; }
+            int len = (int)ML_MIN(lanes - lane, s->OW - ow);
+            off[np] = img * s->img + oh * rs + ow - lane; /* lane 0 of the vector's load */
+            msk[np] = ml_vmask_lanes(lane, lane + len);
+            lane += len;
+            ow += len;
+            if (ow == s->OW) { ow = 0; ++oh; }
+        }
+        if (np == 1 && lanes == ML_VW) {
+            for (int64_t k = 0; k < kc; ++k)
+                *(ml_vf*)(d + k * ML_NR) = *(const ml_vf*)(x0 + koff[k] + off[0]);
+        } else if (np == 2) {
+            for (int64_t k = 0; k < kc; ++k) {
+                const float* b = x0 + koff[k];
+                ml_vf t = ml_vmask_load((ml_vf){0}, b + off[0], msk[0]);
+                *(ml_vf*)(d + k * ML_NR) = ml_vmask_load(t, b + off[1], msk[1]);
+            }
+        } else {
+            for (int64_t k = 0; k < kc; ++k) {
+                ml_vf t = {0};
+                for (int p = 0; p < np; ++p) t = ml_vmask_load(t, x0 + koff[k] + off[p], msk[p]);
+                *(ml_vf*)(d + k * ML_NR) = t;
+            }
+        }
+    }
+}
+#endif
 
 /* Two-source lane shuffle with constant indices: gcc's __builtin_shuffle takes them as
  * a vector, clang's __builtin_shufflevector (zig cc cross builds) as a list. */
@@ -427,6 +470,12 @@ static inline void ml_pack_b(const ml_bsrc* s, int64_t k0, int64_t kc, int64_t n
                     dst[(npan - 1) * kc * ML_NR + k * ML_NR + j] = 0.0f;
         return;
     }
+#ifdef ML_HAVE_MLOAD
+    if (s->kind == ML_B_IM2COL && (s->Wq > 0 || s->SW == 1) && kc <= ML_KC) {
+        ml_pack_im2col_block(s, k0, kc, n0, nc, dst);
+        return;
+    }
+#endif
     for (int64_t k = 0; k < kc; ++k) {
         float* d = dst + k * ML_NR;
         if (s->kind == ML_B_IM2COL) {

@@ -842,6 +842,15 @@ ML_INLINE void ml_ukernel_rows(const int np, int64_t kc, const float* restrict a
 #undef ML_HALF_TAIL
 #define ML_HALF_TAIL 8
 typedef float ml_vh __attribute__((vector_size(32), aligned(4)));
+/* The 256-bit masked load/store builtins take float pointers in gcc, vector pointers in
+ * clang (zig cc cross builds). */
+#ifdef __clang__
+#define ML_VH_P(p) ((ml_vh*)(p))
+#define ML_VH_CP(p) ((const ml_vh*)(p))
+#else
+#define ML_VH_P(p) (p)
+#define ML_VH_CP(p) (p)
+#endif
 
 /* A[row r of a half-width tile][k] for the micro-kernel's A layouts (araw as
  * ml_ukernel_pass; packed A: rows past MR in the next panel, ps floats on). */
@@ -872,12 +881,12 @@ ML_INLINE void ml_ukernel_h(const int rows, const int araw, int64_t kc, const fl
     for (int r = 0; r < mr; ++r) {
         float* cp = c + r * ldc;
         ml_vh v = acc[r] * alpha;
-        if (load_c) v += __builtin_ia32_loadups256_mask(cp, (ml_vh){0}, mk);
+        if (load_c) v += __builtin_ia32_loadups256_mask(ML_VH_CP(cp), (ml_vh){0}, mk);
         else {
             if (bias_m) v += bias_m[r];
-            if (bias_n) v += __builtin_ia32_loadups256_mask(bias_n, (ml_vh){0}, mk);
+            if (bias_n) v += __builtin_ia32_loadups256_mask(ML_VH_CP(bias_n), (ml_vh){0}, mk);
         }
-        __builtin_ia32_storeups256_mask(cp, v, mk);
+        __builtin_ia32_storeups256_mask(ML_VH_P(cp), v, mk);
     }
 }
 

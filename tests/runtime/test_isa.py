@@ -235,3 +235,29 @@ def test_v2_library_runs_under_nehalem_and_native_one_refuses(tmp_path):
     # an error and exit 3 from the driver; a SIGILL would be returncode -4 (or 132)
     assert res.returncode == 3, (res.returncode, res.stdout, res.stderr[-2000:])
     assert "REFUSED CPUFeatureError" in res.stdout and "avx" in res.stdout, res.stdout
+
+
+@pytest.mark.slow
+@needs_x86
+def test_avx512_kernels_build_with_clang(tmp_path, monkeypatch):
+    """The kernel headers' AVX-512 paths (masked loads and stores: the im2col packing, the
+    half-width GEMM tail) compile under clang as under gcc, whose builtins take other
+    pointer types: a conv and a GEMM built for x86-64-v4 by zig cc record that level."""
+    pytest.importorskip("ziglang")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w", (20, 8, 3, 3)), ("b", (20,)), ("m", (20 * 14 * 14, 10)))]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Flatten", ["r"], ["f"]),
+         helper.make_node("MatMul", ["f", "m"], ["y"])],
+        "v4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    monkeypatch.setenv("CC", f"{sys.executable} -m ziglang cc")
+    lib = monolib.compile(model, target="c -mtriple=x86_64-linux-gnu -mcpu=x86-64-v4")
+    path = lib.export_library(str(tmp_path / "v4.so"))
+    assert inspect_library(path)["isa"]["level"] == "x86-64-v4"

@@ -1,6 +1,7 @@
 """Grouped (not depthwise) Conv whose groups run as thread-pool tasks (conv.h's
 ``ml_conv_groups``): one group's GEMM is below the pool's split threshold while the
-op's work is above it. Results vs ONNX Runtime at 1 and 2 threads, bit-identical
+op's work is above it, or the groups share out evenly over the threads (else each
+large group is split in turn). Results vs ONNX Runtime at 1 and 2 threads, bit-identical
 between thread counts, and the split emitted only where the work calls for it."""
 
 import numpy as np
@@ -43,6 +44,8 @@ def _source(model):
     (240, 168, 3, 17, 1, 0, 1, False),  # odd pixel tail (289 columns), no bias
     (128, 96, 4, 15, 3, 1, 1, True),    # 3x3 padded: im2col from the padded image
     (120, 72, 6, 27, 3, 0, 2, True),    # strided, unpadded im2col, 6 groups
+    (96, 256, 2, 27, 5, 2, 1, True),    # AlexNet's 5x5: 2 large groups, one a thread
+    (192, 192, 3, 28, 3, 1, 1, True),   # 3 large groups on 2 threads: each group split
 ])
 def test_grouped_conv_threads(c, m, group, hw, k, pad, stride, bias, monkeypatch):
     # the implicit-im2col GEMM (the rule may take direct or Winograd for 3x3 windows)
@@ -60,8 +63,9 @@ def test_grouped_conv_threads(c, m, group, hw, k, pad, stride, bias, monkeypatch
 def test_group_tasks_emitted_only_when_large():
     split = _source(_model(272, 272, 4, 14))      # 68x196x68: 0.9M per group, 3.6M in all
     tiny = _source(_model(16, 16, 4, 7))          # 4x49x4 per group: stays serial
-    big_group = _source(_model(544, 544, 4, 28))  # 136x784x136 = 14.5M per group:
-    # ml_sgemm_par splits each group's GEMM itself
+    big_group = _source(_model(544, 544, 4, 28))  # 136x784x136 = 14.5M per group: the
+    # run time chooses (group tasks where the groups share out evenly over the threads,
+    # else ml_sgemm_par splits each group's GEMM itself)
     assert "ml_conv_groups(&gj_)" in split
     assert "ml_conv_groups(&gj_)" not in tiny
-    assert "ml_conv_groups(&gj_)" not in big_group
+    assert "ml_conv_groups(&gj_)" in big_group

@@ -180,11 +180,13 @@ ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict
 }
 
 /* A grouped convolution's GEMMs, one per group: group t is g with A, B, C, the row bias
- * and the epilogue's channel moved t strides on. Each group's GEMM alone is too small to
- * split (ShuffleNet's group-4 1x1 convs: some 1M multiply-adds each), so when that pays
- * (ml_par_split) the groups themselves are the pool's tasks, each packing B into its own
- * thread's scratch (ml_gemm_bbuf_floats); otherwise the groups run in order, each as
- * ml_sgemm_par would. Group results do not depend on the split: bit-identical at any
+ * and the epilogue's channel moved t strides on. Where each group's GEMM alone is too
+ * small to split (ShuffleNet's group-4 1x1 convs: some 1M multiply-adds each), or the
+ * groups are as many as the threads (AlexNet's two 5x5 groups of 48 -> 128 at 27x27:
+ * each split in column chunks, 2 threads ran them 1.5x faster than one), the groups
+ * themselves are the pool's tasks when that pays (ml_par_split), each packing B into
+ * its own thread's scratch (ml_gemm_bbuf_floats); otherwise the groups run in order,
+ * each as ml_sgemm_par would. Group results do not depend on the split: bit-identical at any
  * thread count. */
 typedef struct {
     ml_gemm_args g;                          /* group 0's call; g.bbuf is the caller's */
@@ -212,9 +214,12 @@ static void ml_conv_groups_task(void* ctx, int64_t t, void* scratch) {
 
 ML_UNUSED static void ml_conv_groups(const ml_conv_groups_job* j) {
 #ifdef MONOLIB_THREADPOOL_H
-    /* a group a task: its GEMM whole on one thread (ml_gemm_task_cost) */
+    /* a group a task: its GEMM whole on one thread (ml_gemm_task_cost), where one group
+     * is too small to split or the groups share out evenly over the threads; else each
+     * group split as ml_sgemm_par splits it (3 large groups on 2 threads) */
     double each = ml_gemm_task_cost(&j->g, j->g.M, j->g.N);
-    if (ml_par_split(each * j->groups, j->groups, ML_PAR_TASK_COST) > 1) {
+    if (ml_par_split(each * j->groups, j->groups, ML_PAR_TASK_COST) > 1 &&
+        (each < ML_PAR_MIN_WORK || j->groups % ml_num_threads() == 0)) {
         ml_parallel_for(j->groups, ml_conv_groups_task, (void*)j, j->g.bbuf,
                         (size_t)ml_gemm_bbuf_floats(j->g.K, j->g.N) * sizeof(float));
         return;

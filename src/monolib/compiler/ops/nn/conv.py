@@ -564,16 +564,17 @@ def _group_tasks(
     fields: dict[str, str], bsrc: dict[str, str], group: int, per_group: int, cg: int,
     d: dict[str, int],
 ) -> str:
-    """C that runs one image's ``group`` GEMMs as ``ml_conv_groups`` (conv.h: the groups
-    are the pool's tasks, each with its own B buffer) where the op's work is at least
-    :data:`GROUP_TASKS_MIN_WORK` but one group's is below it (``ml_sgemm_par`` would not
-    split it: the groups ran serially); else "". ``fields`` and ``bsrc`` are group
-    ``g``'s, evaluated at ``g = 0`` for the job's base call."""
+    """C that runs one image's ``group`` GEMMs as ``ml_conv_groups`` where the op's work
+    is at least :data:`GROUP_TASKS_MIN_WORK`; else "". At run time conv.h makes the
+    groups the pool's tasks, each with its own B buffer, where one group's GEMM is too
+    small for ``ml_sgemm_par`` to split or the groups share out evenly over the threads,
+    and otherwise splits each group in turn. ``fields`` and ``bsrc`` are group ``g``'s,
+    evaluated at ``g = 0`` for the job's base call."""
     if group < 2 or not all(fields[k].isdigit() for k in "MNK") or gemv_shaped(fields, bsrc):
         return ""  # a run-time image keeps the serial loop
     dims = [int(fields[k]) for k in "MNK"]
     work = dims[0] * dims[1] * dims[2]
-    if not work * group >= GROUP_TASKS_MIN_WORK > work:
+    if work * group < GROUP_TASKS_MIN_WORK:
         return ""
     plane = cg * (int(bsrc["H"]) * int(bsrc["W"]) if bsrc["kind"] == "ML_B_IM2COL"
                   else d["H"] * d["W"])  # phase planes: W is SW * Wq

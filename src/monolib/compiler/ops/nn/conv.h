@@ -186,8 +186,8 @@ ML_UNUSED static void ml_conv_direct(int64_t M, int64_t K, const float* restrict
  * each split in column chunks, 2 threads ran them 1.5x faster than one), the groups
  * themselves are the pool's tasks when that pays (ml_par_split), each packing B into
  * its own thread's scratch (ml_gemm_bbuf_floats); otherwise the groups run in order,
- * each as ml_sgemm_par would. Group results do not depend on the split: bit-identical at any
- * thread count. */
+ * each as ml_sgemm_par would. Group results do not depend on the split: bit-identical
+ * at any thread count. */
 typedef struct {
     ml_gemm_args g;                          /* group 0's call; g.bbuf is the caller's */
     int64_t groups, a_stride, b_stride, c_stride, m_stride;

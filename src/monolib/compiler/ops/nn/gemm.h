@@ -301,16 +301,6 @@ static inline ml_vf ml_vmask_load(ml_vf v, const float* p, ml_vmask m) {
 #endif
 
 #ifdef ML_HAVE_MLOAD
-/* ml_pack_b of an im2col B with unit column steps (SW 1 or phase-split planes), panel by
- * panel: each vector of a panel row is the same pieces of output rows for every k (at
- * most ML_VW; lanes past nc are none, so zero), found once, then read at each row's tap
- * offset (one load for a whole vector in one row, else one masked load a piece) and
- * stored in order into the panel. Row by row (ml_pack_im2col_row, with masked loads),
- * the pieces were found again for every k, their branches mispredicted and each row's
- * stores went to every panel kc*NR floats apart: on Zen 3 the packing was 31% of
- * AlexNet's 48 -> 128 5x5 group convs at 27x27 (about 30 cycles per 8 floats). Now
- * that conv 7.1 -> 6.0 ms at 1 thread, 5.2 -> 3.4 at 2; 64 -> 64 3x3 at 56x56
- * 4.0 -> 3.3; 24 -> 12 2x2 at 320x320 (planes far apart: kc pages a panel) 13 -> 11. */
 /* A block whose rows span more than ML_IM2COL_PF_BYTES of the image streams it from L3
  * or memory: each k row of a panel reads a line of another channel's plane, more streams
  * than the L2 prefetcher follows, so the packing prefetches each row ML_IM2COL_PF floats
@@ -323,6 +313,16 @@ static inline ml_vf ml_vmask_load(ml_vf v, const float* p, ml_vmask m) {
 #ifndef ML_IM2COL_PF_BYTES
 #define ML_IM2COL_PF_BYTES (1 << 20)
 #endif
+/* ml_pack_b of an im2col B with unit column steps (SW 1 or phase-split planes), panel by
+ * panel: each vector of a panel row is the same pieces of output rows for every k (at
+ * most ML_VW; lanes past nc are none, so zero), found once, then read at each row's tap
+ * offset (one load for a whole vector in one row, else one masked load a piece) and
+ * stored in order into the panel. Row by row (ml_pack_im2col_row, with masked loads),
+ * the pieces were found again for every k, their branches mispredicted and each row's
+ * stores went to every panel kc*NR floats apart: on Zen 3 the packing was 31% of
+ * AlexNet's 48 -> 128 5x5 group convs at 27x27 (about 30 cycles per 8 floats). Now
+ * that conv 7.1 -> 6.0 ms at 1 thread, 5.2 -> 3.4 at 2; 64 -> 64 3x3 at 56x56
+ * 4.0 -> 3.3; 24 -> 12 2x2 at 320x320 (planes far apart: kc pages a panel) 13 -> 11. */
 static inline void ml_pack_im2col_block(const ml_bsrc* s, int64_t k0, int64_t kc, int64_t n0,
                                         int64_t nc, float* restrict dst) {
     const float* x0 = s->p;
@@ -351,14 +351,12 @@ static inline void ml_pack_im2col_block(const ml_bsrc* s, int64_t k0, int64_t kc
             ow += len;
             if (ow == s->OW) { ow = 0; ++oh; }
         }
-        if (np == 1 && lanes == ML_VW && pf) {
+        if (np == 1 && lanes == ML_VW) {
             for (int64_t k = 0; k < kc; ++k) {
-                __builtin_prefetch(x0 + koff[k] + off[0] + ML_IM2COL_PF);
-                *(ml_vf*)(d + k * ML_NR) = *(const ml_vf*)(x0 + koff[k] + off[0]);
+                const float* b = x0 + koff[k] + off[0];
+                if (pf) __builtin_prefetch(b + ML_IM2COL_PF);
+                *(ml_vf*)(d + k * ML_NR) = *(const ml_vf*)b;
             }
-        } else if (np == 1 && lanes == ML_VW) {
-            for (int64_t k = 0; k < kc; ++k)
-                *(ml_vf*)(d + k * ML_NR) = *(const ml_vf*)(x0 + koff[k] + off[0]);
         } else if (np == 2) {
             for (int64_t k = 0; k < kc; ++k) {
                 const float* b = x0 + koff[k];

@@ -394,6 +394,7 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
         for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i, scratch0);
         return;
     }
+    const int32_t had = ml_pool.started; /* workers started now are late by their start */
     nt = ml_pool_prepare(nt, scratch_bytes);
     /* Close the last job's tickets before its fields change. A worker still looping on
      * that job (every task claimed) could read this job's fields, find an old ticket's
@@ -422,8 +423,9 @@ static void ml_parallel_for(int64_t n_tasks, ml_task_fn fn, void* ctx, void* scr
      * holds its core: such a job never starts a back-off. Counted, it fed itself: the
      * back-off's serial ops let the workers fall asleep, so the first split after it was
      * late again and the back-off doubled (oww_embedding at 2 threads, run in turns with
-     * ORT: 1.10-1.27 ms, serial throughout, against 0.76-0.84 uncounted). */
-    const int woke = __atomic_load_n(&ml_pool.sleepers, __ATOMIC_SEQ_CST) > 0;
+     * ORT: 1.10-1.27 ms, serial throughout, against 0.76-0.84 uncounted). A worker
+     * started for this job is late by its start the same way. */
+    const int woke = __atomic_load_n(&ml_pool.sleepers, __ATOMIC_SEQ_CST) > 0 || had < nt;
     int64_t t0 = ml_now_ns();
     __atomic_store_n(&ml_pool.job_nap, __atomic_load_n(&ml_pool.nap, __ATOMIC_RELAXED),
                      __ATOMIC_RELAXED);

@@ -236,3 +236,24 @@ def test_ab_compares_two_libraries_executor_by_executor(tmp_path, capsys):
     monolib.compile(other, target="c").export_library(str(path))
     with pytest.raises(monolib.InputError, match="other.so takes"):
         ab.compare([libs[0], str(path)], executors=1, rounds=1, calls=1)
+
+
+def test_in_model_pairs_each_conv_with_ort_profile(tmp_path, capsys):
+    """bench/in_model.py on the tiny model: ORT's profile and monolib's in-run profile
+    both give its two convs, paired in order with their output shapes and positive
+    times; pairing stops at the first pair whose shapes differ."""
+    in_model = load("in_model")
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), str(path))
+    pairs = in_model.main([str(path), "--repeat", "5"])
+    assert [p.shape for p in pairs] == [(1, 4, 8, 8), (1, 4, 4, 4)]
+    assert [p.monolib_name for p in pairs] == ["conv", "dw"]
+    assert all(p.ort_ms > 0 and p.monolib_ms > 0 for p in pairs)
+    assert math.isclose(pairs[0].ratio, pairs[0].monolib_ms / pairs[0].ort_ms)
+    out = capsys.readouterr().out
+    assert "convs paired: 2 of ORT's 2 / monolib's 2" in out
+    ort = [{"op": "Conv", "shape": (1, 4, 8, 8), "name": "a", "ms": 1.0},
+           {"op": "Conv", "shape": (1, 8, 2, 2), "name": "b", "ms": 1.0}]
+    ml = [{"op": "Conv", "shape": (1, 4, 8, 8), "name": "a", "ms": 2.0},
+          {"op": "Conv", "shape": (1, 4, 4, 4), "name": "b", "ms": 1.0}]
+    assert [p.ort_name for p in in_model.pair_convs(ort, ml)] == ["a"]

@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> list[ConvPair]:
           f"ORT {sum(p.ort_ms for p in pairs):.3f} ms, monolib {sum(p.monolib_ms for p in pairs):.3f}")
     print(f"{'ORT ms':>8} {'monolib':>8} {'ratio':>6}  {'shape':22s} monolib op | ORT node")
     for p in sorted(pairs, key=lambda p: -p.ratio)[: args.top]:
-        print(f"{p.ort_ms:8.3f} {p.monolib_ms:8.3f} {p.ratio:6.2f}  {str(list(p.shape)):22s} "
+        print(f"{p.ort_ms:8.3f} {p.monolib_ms:8.3f} {p.ratio:6.2f}  {list(p.shape)!s:22s} "
               f"{p.monolib_name} | {p.ort_name}")
     return pairs
 

@@ -11,10 +11,12 @@ left, fused BatchNormalization and activations included) and monolib's in-run pr
 (``executor.profile(in_run=True)``), both on one thread, on the same random input, in
 alternating rounds.
 
-Both keep the model's order of convolutions, so the convs are paired in order (fusion
-takes BatchNormalization and activations into the conv on both sides, never a conv into
-another). A pair is checked by its output shape (ORT's NCHWc convs pad the channels up to
-their block); the pairing stops at the first pair whose shapes differ. Prints each pair (ORT ms, monolib ms, ratio, shape, monolib's fused
+The convs are paired by name where the model names its nodes (ORT names an NCHWc conv
+after its output, ``<node>_output_0_nchwc``), the rest in order by output shape (ORT's
+NCHWc convs pad the channels up to their block): fusion takes BatchNormalization and
+activations into the conv on both sides, never a conv into another, but in a graph with
+branches the two may run same-shaped convs of different branches in another order, and
+such a pair can then be two different convs. Prints each pair (ORT ms, monolib ms, ratio, shape, monolib's fused
 op and ORT's node), the totals by op type on each side, and the sum of the paired convs.
 Times are each op's minimum over the runs (microseconds in ORT's profile). A ratio above
 1 is a conv where monolib is slower than ORT inside this model.
@@ -148,17 +150,37 @@ def _same_shape(ort_shape: Sequence[int] | None, shape: Sequence[int]) -> bool:
     return o[:1] + o[2:] == m[:1] + m[2:] and m[1] <= o[1] < m[1] + 16
 
 
+def _ort_node_name(name: str) -> str:
+    """The ONNX node an ORT profile name stands for: an NCHWc conv is named after its
+    output tensor (``<node>_output_0_nchwc`` for exporters that name outputs so)."""
+    return name.removesuffix("_nchwc").removesuffix("_output_0")
+
+
 def pair_convs(ort: Sequence[dict], ml: Sequence[dict]) -> list[ConvPair]:
-    """The convs of both sides paired in order, up to the first pair whose output shapes
-    differ (:func:`_same_shape`)."""
+    """The convs of both sides paired: first by name (ORT's node, :func:`_ort_node_name`,
+    is monolib's op), then the rest in order, each ORT conv with the first monolib conv
+    left after the last one paired whose output shape matches (:func:`_same_shape`).
+    Returned in monolib's order."""
     oc = [o for o in ort if o["op"] in ("Conv", "FusedConv", "NchwcConv")]
     mc = [m for m in ml if m["op"] == "Conv"]
-    pairs = []
-    for o, m in zip(oc, mc):
-        if not _same_shape(o["shape"], m["shape"]):
-            break
-        pairs.append(ConvPair(o["ms"], m["ms"], tuple(m["shape"]), m["name"], o["name"]))
-    return pairs
+    by_name = {m["name"]: i for i, m in enumerate(mc)}
+    paired: dict[int, dict] = {}
+    rest = []
+    for o in oc:
+        i = by_name.get(_ort_node_name(o["name"]))
+        if i is not None and i not in paired and _same_shape(o["shape"], mc[i]["shape"]):
+            paired[i] = o
+        else:
+            rest.append(o)
+    j = 0
+    for o in rest:
+        k = next((i for i in range(j, len(mc))
+                  if i not in paired and _same_shape(o["shape"], mc[i]["shape"])), None)
+        if k is not None:
+            paired[k] = o
+            j = k + 1
+    return [ConvPair(paired[i]["ms"], mc[i]["ms"], tuple(mc[i]["shape"]), mc[i]["name"],
+                     paired[i]["name"]) for i in sorted(paired)]
 
 
 def _by_op(ops: Sequence[dict]) -> list[tuple[float, str]]:

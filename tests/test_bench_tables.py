@@ -252,8 +252,14 @@ def test_in_model_pairs_each_conv_with_ort_profile(tmp_path, capsys):
     assert math.isclose(pairs[0].ratio, pairs[0].monolib_ms / pairs[0].ort_ms)
     out = capsys.readouterr().out
     assert "convs paired: 2 of ORT's 2 / monolib's 2" in out
-    ort = [{"op": "Conv", "shape": (1, 4, 8, 8), "name": "a", "ms": 1.0},
-           {"op": "Conv", "shape": (1, 8, 2, 2), "name": "b", "ms": 1.0}]
-    ml = [{"op": "Conv", "shape": (1, 4, 8, 8), "name": "a", "ms": 2.0},
-          {"op": "Conv", "shape": (1, 4, 4, 4), "name": "b", "ms": 1.0}]
-    assert [p.ort_name for p in in_model.pair_convs(ort, ml)] == ["a"]
+    # by name first (ORT's NCHWc name: the output's), then in order by output shape,
+    # channels padded to ORT's block; a shape found on neither side stays unpaired
+    ort = [{"op": "Conv", "shape": (1, 8, 4, 4), "name": "c_output_0_nchwc", "ms": 1.0},
+           {"op": "Conv", "shape": (1, 8, 8, 8), "name": "x1", "ms": 2.0},
+           {"op": "Conv", "shape": (1, 8, 2, 2), "name": "x2", "ms": 3.0},
+           {"op": "Relu", "shape": (1, 8, 8, 8), "name": "r", "ms": 4.0}]
+    ml = [{"op": "Conv", "shape": (1, 4, 8, 8), "name": "a", "ms": 5.0},
+          {"op": "Conv", "shape": (1, 4, 4, 4), "name": "b", "ms": 6.0},
+          {"op": "Conv", "shape": (1, 4, 4, 4), "name": "c", "ms": 7.0}]
+    got = [(p.monolib_name, p.ort_name, p.ratio) for p in in_model.pair_convs(ort, ml)]
+    assert got == [("a", "x1", 2.5), ("c", "c_output_0_nchwc", 7.0)]

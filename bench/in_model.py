@@ -18,7 +18,9 @@ activations into the conv on both sides, never a conv into another, but in a gra
 branches the two may run same-shaped convs of different branches in another order, and
 such a pair can then be two different convs. Prints each pair (ORT ms, monolib ms, ratio, shape, monolib's fused
 op and ORT's node), the totals by op type on each side, and the sum of the paired convs.
-Times are each op's minimum over the runs (microseconds in ORT's profile). A ratio above
+Where ORT runs an activation as a node of its own (SiLU as ``QuickGelu``), its conv's
+time leaves it out while monolib's fused conv holds it: read such pairs with the totals
+by op type. Times are each op's least median over rounds of 5 runs, on both sides. A ratio above
 1 is a conv where monolib is slower than ORT inside this model.
 """
 
@@ -75,10 +77,12 @@ def _ort_session(path: str, tmp: str):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def ort_ops(profile_path: str) -> list[dict]:
+def ort_ops(profile_path: str, skip: int = 1, chunk: int = 5) -> list[dict]:
     """ORT's nodes in execution order from its profile file, each ``{"name", "op",
-    "shape", "ms"}``: the least kernel time over the profiled runs (``shape``: output 0's
-    as the node's output type gives it; None when the profile has none)."""
+    "shape", "ms"}``: after ``skip`` runs, the median kernel time of each ``chunk``
+    consecutive runs, the least of those (as monolib's in-run profile gives the median of
+    its runs: a minimum over single runs would favour ORT on a noisy machine). ``shape``:
+    output 0's as the node's output type gives it; None when the profile has none."""
     with open(profile_path) as f:
         events = json.load(f)
     times: dict[str, list[float]] = defaultdict(list)
@@ -93,13 +97,17 @@ def ort_ops(profile_path: str) -> list[dict]:
             shape = next(iter(out.values()), None) if out else None
             info[name] = {"name": name, "op": e["args"].get("op_name", "?"),
                           "shape": tuple(shape) if shape else None}
-    return [dict(info[n], ms=min(times[n])) for n in info]
+    def least_median(ts: list[float]) -> float:
+        ts = ts[skip:] or ts
+        return min(float(np.median(ts[i:i + chunk])) for i in range(0, len(ts), chunk))
+
+    return [dict(info[n], ms=least_median(times[n])) for n in info]
 
 
 def monolib_ops(profiles: Sequence[Sequence[dict]]) -> list[dict]:
     """monolib's fused ops in execution order from in-run profiles
-    (``executor.profile(in_run=True)``), each ``{"name", "op", "shape", "ms", "fused"}``:
-    the least time over them."""
+    (``executor.profile(in_run=True)``: each op's median over a few runs), each
+    ``{"name", "op", "shape", "ms", "fused"}``: the least of those medians."""
     best: dict[int, dict] = {}
     for profile in profiles:
         for p in profile:

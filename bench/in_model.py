@@ -16,12 +16,13 @@ after its output, ``<node>_output_0_nchwc``), the rest in order by output shape 
 NCHWc convs pad the channels up to their block): fusion takes BatchNormalization and
 activations into the conv on both sides, never a conv into another, but in a graph with
 branches the two may run same-shaped convs of different branches in another order, and
-such a pair can then be two different convs. Prints each pair (ORT ms, monolib ms, ratio, shape, monolib's fused
-op and ORT's node), the totals by op type on each side, and the sum of the paired convs.
-Where ORT runs an activation as a node of its own (SiLU as ``QuickGelu``), its conv's
-time leaves it out while monolib's fused conv holds it: read such pairs with the totals
-by op type. Times are each op's least median over rounds of 5 runs, on both sides. A ratio above
-1 is a conv where monolib is slower than ORT inside this model.
+such a pair can then be two different convs. Prints each pair (ORT ms, monolib ms,
+ratio, shape, monolib's fused op and ORT's node), the totals by op type on each side,
+and the sum of the paired convs. Where ORT runs an activation as a node of its own (SiLU
+as ``QuickGelu``), its conv's time leaves it out while monolib's fused conv holds it:
+read such pairs with the totals by op type. Times are each op's least median over
+rounds of 5 runs, on both sides. A ratio above 1 is a conv where monolib is slower than
+ORT inside this model.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ import numpy as np
 
 __all__ = ["ConvPair", "main", "monolib_ops", "ort_ops", "pair_convs", "profile_both"]
 
+#: ORT's op names for a conv: as in the model, fused with an activation, in NCHWc
+ORT_CONVS = ("Conv", "FusedConv", "NchwcConv")
+
 
 @dataclass(frozen=True)
 class ConvPair:
@@ -98,6 +101,7 @@ def ort_ops(profile_path: str, skip: int = 1, chunk: int = 5) -> list[dict]:
             shape = next(iter(out.values()), None) if out else None
             info[name] = {"name": name, "op": e["args"].get("op_name", "?"),
                           "shape": tuple(shape) if shape else None}
+
     def least_median(ts: list[float]) -> float:
         ts = ts[skip:] or ts
         return min(float(np.median(ts[i:i + chunk])) for i in range(0, len(ts), chunk))
@@ -170,7 +174,7 @@ def pair_convs(ort: Sequence[dict], ml: Sequence[dict]) -> list[ConvPair]:
     is monolib's op), then the rest in order, each ORT conv with the first monolib conv
     left after the last one paired whose output shape matches (:func:`_same_shape`).
     Returned in monolib's order."""
-    oc = [o for o in ort if o["op"] in ("Conv", "FusedConv", "NchwcConv")]
+    oc = [o for o in ort if o["op"] in ORT_CONVS]
     mc = [m for m in ml if m["op"] == "Conv"]
     by_name = {m["name"]: i for i, m in enumerate(mc)}
     paired: dict[int, dict] = {}
@@ -220,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> list[ConvPair]:
     shapes = {k: v.shape for k, v in feeds.items()}
     o, m = profile_both(args.model, feeds, args.repeat, shapes)
     pairs = pair_convs(o, m)
-    n_o = sum(x["op"] in ("Conv", "FusedConv", "NchwcConv") for x in o)
+    n_o = sum(x["op"] in ORT_CONVS for x in o)
     n_m = sum(x["op"] == "Conv" for x in m)
     print(f"{args.model}: ORT {sum(x['ms'] for x in o):.3f} ms in {len(o)} nodes, "
           f"monolib {sum(x['ms'] for x in m):.3f} ms in {len(m)} ops (profiled, 1 thread)")
